@@ -1,0 +1,78 @@
+/*! convapi pixel, see README */
+(function (w, d, n) {
+// every entry point goes through g(): never throw into the host page
+function g(f) { return function () { try { return f.apply(this, arguments) } catch (e) {} } }
+var S = w.svc, Q = S && S.q || [], L = w.location, C = w.crypto, B = [], sid = null, tid, vid, T, last, s, i, m, url;
+if (S && S.v) return; // loaded twice
+try {
+  s = d.currentScript;
+  for (m = d.getElementsByTagName('script'), i = m.length; !s && i--;) /\/pixel\.js([?#]|$)/.test(m[i].src) && (s = m[i]);
+  // relative to our own src: any site, and behind a path prefix
+  url = new URL(s ? 'api/collect' : '/api/collect', s ? s.src : L.href).href;
+  try { m = /(?:^|;\s*)_svc_vid=([\w-]{1,128})(;|$)/.exec(d.cookie) } catch (e) { m = 0 }
+  vid = m ? m[1] : C.randomUUID ? C.randomUUID() : [].map.call(C.getRandomValues(new Uint8Array(16)),
+    function (x) { return (x + 256).toString(16).slice(1) }).join('');
+} catch (e) { return }
+function ck() { // 13 months, renewed on every load
+  try { d.cookie = '_svc_vid=' + vid + '; max-age=34214400; path=/; SameSite=Lax' + (L.protocol == 'https:' ? '; Secure' : '') } catch (e) {}
+}
+function push(e) {
+  e.ts = Date.now();
+  B.length < 1e3 && B.push(e); // bounded until init
+  sched();
+}
+function sched() { tid && (B.length > 19 ? flush() : B[0] && !T && (T = setTimeout(g(flush), 1e3))) }
+function pv(f) { // dedupe ignores the fragment: anchor jumps are no pageviews
+  var h = L.href, k = h.split('#')[0];
+  if (f || k != last) push({ type: 'pageview', url: h, referrer: last || d.referrer }), last = k;
+}
+function flush(b) { // b: page going away
+  clearTimeout(T); T = 0;
+  var c = [], z = 0;
+  tid && B.splice(0).forEach(function (e) { // <= 100 events, ~16k chars (beacon cap 64 KiB)
+    var l = JSON.stringify(e).length;
+    if (c[0] && (c.length > 99 || z + l > 16e3)) send(c, b), c = [], z = 0;
+    c.push(e); z += l;
+  });
+  c[0] && send(c, b);
+}
+function send(ev, b) {
+  var body = JSON.stringify({ trackerId: tid, visitorId: vid, events: ev });
+  try { if (b && n.sendBeacon(url, body)) return } catch (e) {} // string: text/plain, no preflight
+  fetch(url, { method: 'POST', body: body, keepalive: true, headers: { 'Content-Type': 'text/plain' } })
+    .then(function (r) {
+      return r.json().then(g(function (j) {
+        if (r.ok) {
+          sid = j.sessionId || sid;
+          j.visitorId && j.visitorId != vid && (vid = j.visitorId, ck());
+        } else if (r.status == 400 && ev[j.index]) ev.splice(j.index, 1), ev[0] && send(ev); // drop the bad one
+      }));
+    }).catch(g());
+}
+var api = g(function (c, a, p) {
+  if (c == 'sessionId') return sid;
+  if (c == 'init') !tid && a && (tid = '' + a, sched());
+  if (c == 'identify' && a != null && a !== '') push({ type: 'identify', userId: '' + a });
+  if (c != 'track' || !a) return;
+  if (a == 'pageview') pv(1);
+  else if (a != 'purchase') push({ type: 'event', name: '' + a, props: p && typeof p == 'object' ? JSON.parse(JSON.stringify(p)) : void 0 });
+  else if (p && p.orderId != null && p.orderId !== '') push({
+    type: 'purchase', orderId: '' + p.orderId, value: p.value == null ? p.value : +p.value,
+    currency: p.currency ? ('' + p.currency).toUpperCase() : void 0
+  });
+});
+api.v = 1;
+g(function () {
+  ck(); pv();
+  for (i = 0; i < Q.length; i++) api.apply(w, Q[i]);
+  w.svc = api;
+  var H = w.history, nav = g(function () { pv() }), on = 'addEventListener';
+  ['pushState', 'replaceState'].forEach(function (k) {
+    var o = H[k];
+    H[k] = function () { var r = o.apply(this, arguments); nav(); return r };
+  });
+  w[on]('popstate', nav);
+  w[on]('pagehide', g(function () { flush(1) }));
+  d[on]('visibilitychange', g(function () { d.visibilityState == 'hidden' && flush(1) }));
+})();
+})(window, document, navigator);
