@@ -1,0 +1,179 @@
+//! `POST /api/sites/{siteId}/conversions` (the seed's endpoint) and
+//! `GET /api/sites/{siteId}/conversions/{orderId}` (an order's status).
+
+use serde_json::{json, Map, Value};
+
+use super::validate;
+use crate::http::{ApiError, App, Ctx, Reply};
+use crate::store::conversions::{NewConversion, Recorded, Source};
+use crate::store::sessions::Identifier;
+use crate::store::{self, sites::Site, StoreError};
+
+/// Largest accepted body.
+pub const BODY_LIMIT: usize = 64 * 1024;
+
+/// A report that passed every field rule.
+#[derive(Debug)]
+struct Report {
+    client_id: Option<String>,
+    visitor_id: Option<String>,
+    session_id: Option<String>,
+    order_id: Option<String>,
+    kind: String,
+    value: Option<String>,
+    currency: String,
+    occurred_at: i64,
+}
+
+fn parse_report(obj: &Map<String, Value>, now_ms: i64) -> Result<Report, ApiError> {
+    let id = |name: &str| validate::opt_string(obj, name, name, validate::MAX_ID_CHARS);
+    let client_id = id("clientId")?;
+    let visitor_id = id("visitorId")?;
+    let session_id = id("sessionId")?;
+    if client_id.is_none() && visitor_id.is_none() && session_id.is_none() {
+        return Err(ApiError::validation(
+            "clientId",
+            "one of clientId, visitorId or sessionId is required",
+        ));
+    }
+    let order_id = id("orderId")?;
+    let kind = validate::conversion_type(obj, "type")?;
+    if kind == "purchase" && order_id.is_none() {
+        return Err(ApiError::validation(
+            "orderId",
+            "orderId is required for a purchase",
+        ));
+    }
+    Ok(Report {
+        client_id,
+        visitor_id,
+        session_id,
+        order_id,
+        kind,
+        value: validate::value(obj, "value")?,
+        currency: validate::currency(obj, "currency")?,
+        occurred_at: validate::occurred_at(obj, now_ms)?,
+    })
+}
+
+/// The session a report attaches to: the first identifier that names a known person decides.
+fn resolve_session(
+    conn: &rusqlite::Connection,
+    site: &Site,
+    r: &Report,
+) -> Result<(String, String), ApiError> {
+    let idents = [
+        r.client_id.as_deref().map(Identifier::Client),
+        r.visitor_id.as_deref().map(Identifier::Visitor),
+        r.session_id.as_deref().map(Identifier::Session),
+    ];
+    for ident in idents.into_iter().flatten() {
+        let person = store::sessions::person(conn, &site.id, ident)?;
+        if !person.is_empty() {
+            return store::sessions::resolve(
+                conn,
+                &site.id,
+                &person,
+                r.occurred_at,
+                site.window_ms(),
+            )?
+            .ok_or(ApiError::NoSession);
+        }
+    }
+    Err(ApiError::NoSession)
+}
+
+fn accepted(rec: &Recorded) -> Reply {
+    Reply::json(
+        202,
+        &json!({"success": true, "sessionId": rec.session_id, "eventId": rec.event_id}),
+    )
+}
+
+pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError> {
+    let (_key, site) = super::authorize(app, ctx, site_id)?;
+    let body = ctx.body(BODY_LIMIT)?;
+    if !validate::media_type_is(ctx.header("Content-Type"), &["application/json"]) {
+        return Err(ApiError::UnsupportedMediaType("application/json"));
+    }
+    let obj = validate::json_object(&body)?;
+    let now = store::now_ms();
+    let r = parse_report(&obj, now)?;
+
+    let conn = app.pool.get().map_err(StoreError::from)?;
+    // A repeat already reported by this source needs no write at all.
+    if let Some(order_id) = &r.order_id {
+        if let Some((rec, true)) =
+            store::conversions::find_order(&conn, &site.id, order_id, Source::Api)?
+        {
+            app.metrics.inc_deduplicated();
+            return Ok(accepted(&rec));
+        }
+    }
+    let resolved = resolve_session(&conn, &site, &r);
+    drop(conn);
+    let (session_id, visitor_id) = match resolved {
+        Ok(s) => s,
+        // A known order is answered even when its session has since left the window.
+        Err(ApiError::NoSession) if r.order_id.is_some() => {
+            return app
+                .writer
+                .submit({
+                    let (site_id, order_id) =
+                        (site.id.clone(), r.order_id.clone().unwrap_or_default());
+                    move |c| store::conversions::add_source(c, &site_id, &order_id, Source::Api)
+                })?
+                .map(|rec| {
+                    app.metrics.inc_deduplicated();
+                    accepted(&rec)
+                })
+                .ok_or_else(|| {
+                    app.metrics.inc_no_session();
+                    ApiError::NoSession
+                });
+        }
+        Err(e) => {
+            if matches!(e, ApiError::NoSession) {
+                app.metrics.inc_no_session();
+            }
+            return Err(e);
+        }
+    };
+
+    let conversion = NewConversion {
+        id: uuid::Uuid::new_v4().to_string(),
+        site_id: site.id.clone(),
+        order_id: r.order_id,
+        kind: r.kind,
+        session_id,
+        visitor_id,
+        client_id: r.client_id,
+        value: r.value,
+        currency: r.currency,
+        occurred_at: r.occurred_at,
+        source: Source::Api,
+    };
+    let rec = app
+        .writer
+        .submit(move |c| store::conversions::record(c, &conversion, now))
+        .inspect_err(|e| {
+            if matches!(e, crate::writer::WriteError::Unavailable(_)) {
+                app.metrics.inc_unavailable();
+            }
+        })?;
+    if rec.created {
+        app.metrics.inc_accepted();
+        app.pipeline.wake();
+    } else {
+        app.metrics.inc_deduplicated();
+    }
+    Ok(accepted(&rec))
+}
+
+pub fn status(app: &App, ctx: &mut Ctx, site_id: &str, order_id: &str) -> Result<Reply, ApiError> {
+    let (_key, site) = super::authorize(app, ctx, site_id)?;
+    let conn = app.pool.get().map_err(StoreError::from)?;
+    let view =
+        store::conversions::status(&conn, &site.id, order_id)?.ok_or(ApiError::OrderNotFound)?;
+    Ok(Reply::json(200, &view))
+}

@@ -1,0 +1,68 @@
+//! Request handlers: plain functions from a [`Ctx`] to `Result<Reply, ApiError>`.
+//! They read through the pool and write only through the writer; they never see `tiny_http`.
+
+pub mod collect;
+pub mod conversions;
+pub mod health;
+pub mod static_files;
+pub mod validate;
+
+use crate::http::{ApiError, App, Ctx};
+use crate::store::{self, keys::AuthKey, sites::Site};
+
+/// How often `lastUsedAt` is written per key at most.
+const KEY_TOUCH_INTERVAL_MS: i64 = 60_000;
+
+/// The contract's checks 1 to 3, in order: a valid key (401), a known site (404), the key's tenant
+/// owns the site (403).
+pub fn authorize(app: &App, ctx: &Ctx, site_id: &str) -> Result<(AuthKey, Site), ApiError> {
+    let token = ctx
+        .header("Authorization")
+        .and_then(|h| {
+            let (scheme, rest) = h.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+        .filter(|t| t.starts_with(crate::keys::PREFIX))
+        .ok_or(ApiError::Unauthorized)?;
+    let conn = app.pool.get().map_err(store::StoreError::from)?;
+    let key = store::keys::by_hash(&conn, &crate::keys::hash(token))?
+        .filter(|k| !k.revoked)
+        .ok_or(ApiError::Unauthorized)?;
+    let site = uuid::Uuid::parse_str(site_id)
+        .ok()
+        .map(|u| u.hyphenated().to_string())
+        .map(|id| store::sites::by_id(&conn, &id))
+        .transpose()?
+        .flatten()
+        .ok_or(ApiError::SiteNotFound)?;
+    if site.tenant_id != key.tenant_id {
+        return Err(ApiError::Forbidden);
+    }
+    drop(conn);
+    touch_key(app, &key);
+    Ok((key, site))
+}
+
+/// Records `lastUsedAt`, at most once a minute per key, without delaying the request.
+fn touch_key(app: &App, key: &AuthKey) {
+    let now = store::now_ms();
+    if key
+        .last_used_at
+        .is_some_and(|t| now - t < KEY_TOUCH_INTERVAL_MS)
+    {
+        return;
+    }
+    {
+        let mut seen = app.key_touched.lock().unwrap_or_else(|p| p.into_inner());
+        if seen
+            .get(&key.id)
+            .is_some_and(|t| now - t < KEY_TOUCH_INTERVAL_MS)
+        {
+            return;
+        }
+        seen.insert(key.id.clone(), now);
+    }
+    let id = key.id.clone();
+    app.writer
+        .submit_detached(move |c| store::keys::touch(c, &id, now));
+}

@@ -1,0 +1,239 @@
+//! Parsing and field rules shared by the conversions endpoint and pixel purchases (CONTRACT §3).
+
+use serde_json::{Map, Value};
+
+use crate::http::ApiError;
+
+/// Deepest nesting of arrays/objects accepted in a body.
+pub const MAX_JSON_DEPTH: usize = 32;
+/// Longest identifier or order id, in characters.
+pub const MAX_ID_CHARS: usize = 256;
+/// Largest accepted `value`.
+pub const MAX_VALUE: f64 = 1e12;
+/// How far in the future `occurredAt` may lie.
+pub const MAX_FUTURE_MS: i64 = 5 * 60 * 1000;
+
+/// Parses a body that must be one JSON object, refusing deep nesting before serde recurses.
+pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    check_depth(body)?;
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(ApiError::InvalidJson("expected a JSON object".into())),
+        Err(e) => Err(ApiError::InvalidJson(e.to_string())),
+    }
+}
+
+fn check_depth(body: &[u8]) -> Result<(), ApiError> {
+    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
+    for &b in body {
+        if in_str {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_JSON_DEPTH {
+                    return Err(ApiError::InvalidJson(format!(
+                        "nesting deeper than {MAX_JSON_DEPTH}"
+                    )));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The field's value, `null` counting as absent.
+pub fn field<'a>(obj: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    obj.get(name).filter(|v| !v.is_null())
+}
+
+/// An optional string of 1..=`max` characters. `path` names the field in errors.
+pub fn opt_string(
+    obj: &Map<String, Value>,
+    name: &str,
+    path: &str,
+    max: usize,
+) -> Result<Option<String>, ApiError> {
+    match field(obj, name) {
+        None => Ok(None),
+        Some(Value::String(s)) => {
+            let n = s.chars().count();
+            if n == 0 {
+                Err(ApiError::validation(
+                    path,
+                    format!("{path} must not be empty"),
+                ))
+            } else if n > max {
+                Err(ApiError::validation(
+                    path,
+                    format!("{path} must be at most {max} characters"),
+                ))
+            } else {
+                Ok(Some(s.clone()))
+            }
+        }
+        Some(_) => Err(ApiError::validation(
+            path,
+            format!("{path} must be a string"),
+        )),
+    }
+}
+
+/// A conversion type: `^[a-z][a-z0-9_]{0,63}$`.
+pub fn conversion_type(obj: &Map<String, Value>, path: &str) -> Result<String, ApiError> {
+    match field(obj, "type") {
+        None => Ok("purchase".into()),
+        Some(Value::String(s)) if is_type_name(s) => Ok(s.clone()),
+        Some(_) => Err(ApiError::validation(
+            path,
+            format!("{path} must match ^[a-z][a-z0-9_]{{0,63}}$"),
+        )),
+    }
+}
+
+fn is_type_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
+}
+
+/// An optional amount: a finite JSON number in `0..=1e12`, returned as decimal text.
+pub fn value(obj: &Map<String, Value>, path: &str) -> Result<Option<String>, ApiError> {
+    match field(obj, "value") {
+        None => Ok(None),
+        Some(Value::Number(n)) => {
+            let ok = n
+                .as_f64()
+                .is_some_and(|f| f.is_finite() && (0.0..=MAX_VALUE).contains(&f));
+            if !ok {
+                return Err(ApiError::validation(
+                    path,
+                    format!("{path} must be a number between 0 and 1e12"),
+                ));
+            }
+            // Integers keep their digits; other numbers use the shortest text that reads back as the same f64.
+            Ok(Some(match (n.as_u64(), n.as_f64()) {
+                (Some(u), _) => u.to_string(),
+                (None, Some(f)) if f == 0.0 => "0".into(),
+                (None, Some(f)) => f.to_string(),
+                (None, None) => unreachable!("checked above"),
+            }))
+        }
+        Some(_) => Err(ApiError::validation(
+            path,
+            format!("{path} must be a number"),
+        )),
+    }
+}
+
+/// An ISO 4217 code in upper case; default `USD`.
+pub fn currency(obj: &Map<String, Value>, path: &str) -> Result<String, ApiError> {
+    match field(obj, "currency") {
+        None => Ok("USD".into()),
+        Some(Value::String(s)) if is_currency(s) => Ok(s.clone()),
+        Some(_) => Err(ApiError::validation(
+            path,
+            format!("{path} must be an ISO 4217 currency code such as EUR"),
+        )),
+    }
+}
+
+/// True for three upper-case letters that name an ISO 4217 currency.
+pub fn is_currency(s: &str) -> bool {
+    s.len() == 3
+        && s.bytes().all(|b| b.is_ascii_uppercase())
+        && iso_currency::Currency::from_code(s).is_some()
+}
+
+/// `occurredAt`: RFC 3339 with an offset, at most five minutes ahead of `now`; default `now`.
+pub fn occurred_at(obj: &Map<String, Value>, now_ms: i64) -> Result<i64, ApiError> {
+    let path = "occurredAt";
+    match field(obj, path) {
+        None => Ok(now_ms),
+        Some(Value::String(s)) => {
+            let t = chrono::DateTime::parse_from_rfc3339(s)
+                .map_err(|_| {
+                    ApiError::validation(path, "occurredAt must be an ISO 8601 timestamp with an offset, e.g. 2026-11-22T10:00:00Z")
+                })?
+                .timestamp_millis();
+            if t > now_ms + MAX_FUTURE_MS {
+                return Err(ApiError::validation(
+                    path,
+                    "occurredAt must not be more than 5 minutes in the future",
+                ));
+            }
+            Ok(t)
+        }
+        Some(_) => Err(ApiError::validation(path, "occurredAt must be a string")),
+    }
+}
+
+/// True when the `Content-Type` header's media type is one of `accepted` (parameters ignored).
+pub fn media_type_is(header: Option<&str>, accepted: &[&str]) -> bool {
+    header
+        .and_then(|h| h.split(';').next())
+        .map(|m| m.trim())
+        .is_some_and(|m| accepted.iter().any(|a| m.eq_ignore_ascii_case(a)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_limit_counts_only_structure_outside_strings() {
+        let deep = format!(
+            "{}{}",
+            "[".repeat(MAX_JSON_DEPTH + 1),
+            "]".repeat(MAX_JSON_DEPTH + 1)
+        );
+        assert!(check_depth(deep.as_bytes()).is_err());
+        let ok = format!("{{\"a\":\"{}\"}}", "[[[[".repeat(50));
+        assert!(check_depth(ok.as_bytes()).is_ok());
+        let escaped = r#"{"a":"\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}"#;
+        assert!(check_depth(escaped.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn type_names() {
+        for ok in ["purchase", "lead", "a", "sign_up2"] {
+            assert!(is_type_name(ok), "{ok}");
+        }
+        for bad in ["", "Purchase", "1x", "_a", "a-b", &"a".repeat(65)] {
+            assert!(!is_type_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn currencies() {
+        assert!(is_currency("EUR") && is_currency("USD") && is_currency("JPY"));
+        assert!(!is_currency("eur") && !is_currency("XYZ") && !is_currency("EURO"));
+    }
+
+    #[test]
+    fn media_types() {
+        assert!(media_type_is(
+            Some("application/json; charset=utf-8"),
+            &["application/json"]
+        ));
+        assert!(media_type_is(
+            Some("Application/JSON"),
+            &["application/json"]
+        ));
+        assert!(!media_type_is(Some("text/json"), &["application/json"]));
+        assert!(!media_type_is(None, &["application/json"]));
+    }
+}

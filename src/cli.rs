@@ -1,0 +1,427 @@
+//! The command line (CONTRACT §1): argument parsing, one function per command, exit codes.
+//! `--json` prints exactly one JSON value on stdout; errors are one line on stderr, exit 1;
+//! usage errors exit 2 (clap's own).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+
+use crate::store::{self, sites::NewSite};
+
+#[derive(Parser)]
+#[command(
+    name = "convapi",
+    version,
+    about = "A self-hosted Conversions API: one binary, one SQLite file."
+)]
+struct Cli {
+    /// The SQLite database file; created with its schema on first use.
+    #[arg(
+        long,
+        global = true,
+        env = "CONVAPI_DB",
+        default_value = "./convapi.db"
+    )]
+    db: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API until SIGINT/SIGTERM.
+    Serve(ServeArgs),
+    /// Tenants (organisations owning sites and keys).
+    #[command(subcommand)]
+    Tenant(TenantCmd),
+    /// Sites.
+    #[command(subcommand)]
+    Site(SiteCmd),
+    /// API keys.
+    #[command(subcommand)]
+    Key(KeyCmd),
+    /// ECB reference rates.
+    #[command(subcommand)]
+    Rates(RatesCmd),
+    /// Conversions and revenue of a site, grouped.
+    Report(ReportArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, env = "CONVAPI_ADDR", default_value = "127.0.0.1:8080")]
+    addr: String,
+    /// Request threads.
+    #[arg(long, env = "CONVAPI_THREADS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: u16,
+    /// Writes waiting for the writer before requests get 503.
+    #[arg(long, env = "CONVAPI_QUEUE", default_value_t = 1024)]
+    queue: usize,
+    /// Most writes committed in one transaction.
+    #[arg(long, env = "CONVAPI_BATCH", default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
+    batch: u16,
+    /// `group` (group commit) or `per-request` (one transaction per request; for benchmarks only).
+    #[arg(long, env = "CONVAPI_WRITE_MODE", default_value = "group", value_parser = ["group", "per-request"])]
+    write_mode: String,
+    /// Run the background pipeline (`off` lets tests drive it by hand).
+    #[arg(long, env = "CONVAPI_PIPELINE", default_value = "on", value_parser = ["on", "off"])]
+    pipeline: String,
+}
+
+#[derive(Subcommand)]
+enum TenantCmd {
+    Create {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum SiteCmd {
+    Create {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        name: String,
+        /// The site's own domain (its pages are not counted as referrers).
+        #[arg(long)]
+        domain: Option<String>,
+        /// Reporting currency (ISO 4217).
+        #[arg(long, default_value = "EUR")]
+        currency: String,
+        /// Attribution window in days.
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(i64).range(1..=3650))]
+        window_days: i64,
+        #[arg(long, default_value = "last_non_direct", value_parser = ["last_non_direct", "last_touch", "first_touch"])]
+        model: String,
+        #[arg(long)]
+        json: bool,
+    },
+    List {
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCmd {
+    Create {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        json: bool,
+    },
+    Revoke {
+        key_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum RatesCmd {
+    /// Import an ECB reference-rate CSV (eurofxref.csv or eurofxref-hist.csv).
+    Import {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct ReportArgs {
+    #[arg(long)]
+    site: String,
+    /// First day included (YYYY-MM-DD, UTC).
+    #[arg(long)]
+    from: Option<String>,
+    /// Last day included (YYYY-MM-DD, UTC).
+    #[arg(long)]
+    to: Option<String>,
+    #[arg(long, default_value = "source", value_parser = ["source", "medium", "campaign", "type"])]
+    by: String,
+    #[arg(long)]
+    json: bool,
+}
+
+/// A command's failure: the one line printed on stderr.
+pub type CliResult = Result<(), String>;
+
+/// Parses the arguments, runs the command, returns the exit status.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    init_logging();
+    match run(cli) {
+        Ok(()) => 0,
+        Err(msg) => {
+            eprintln!("convapi: error: {msg}");
+            1
+        }
+    }
+}
+
+fn init_logging() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .target(env_logger::Target::Stderr)
+        .init();
+}
+
+fn run(cli: Cli) -> CliResult {
+    let db = cli.db;
+    match cli.command {
+        Command::Serve(a) => serve(db, a),
+        Command::Tenant(TenantCmd::Create { name, json }) => {
+            let name = non_empty("tenant name", &name)?;
+            let conn = open(&db)?;
+            let t = store::tenants::create(
+                &conn,
+                &uuid::Uuid::new_v4().to_string(),
+                name,
+                store::now_ms(),
+            )
+            .map_err(|e| e.to_string())?;
+            print(json, &t, || format!("created tenant {} ({})", t.id, t.name))
+        }
+        Command::Site(SiteCmd::Create {
+            tenant,
+            name,
+            domain,
+            currency,
+            window_days,
+            model,
+            json,
+        }) => {
+            let name = non_empty("site name", &name)?;
+            if !crate::api::validate::is_currency(&currency) {
+                return Err(format!(
+                    "--currency {currency:?} is not an ISO 4217 code such as EUR"
+                ));
+            }
+            let domain = domain.as_deref().map(normalise_domain).transpose()?;
+            let conn = open(&db)?;
+            require_tenant(&conn, &tenant)?;
+            let tracker_id = crate::keys::random_base62(12).map_err(|e| e.to_string())?;
+            let site = store::sites::create(
+                &conn,
+                &NewSite {
+                    id: &uuid::Uuid::new_v4().to_string(),
+                    tenant_id: &tenant,
+                    tracker_id: &tracker_id,
+                    name,
+                    domain: domain.as_deref(),
+                    currency: &currency,
+                    window_days,
+                    model: &model,
+                },
+                store::now_ms(),
+            )
+            .map_err(|e| e.to_string())?;
+            print(json, &site, || {
+                format!(
+                    "created site {} ({}): tracker id {}, currency {}, window {} days, model {}",
+                    site.id,
+                    site.name,
+                    site.tracker_id,
+                    site.currency,
+                    site.window_days,
+                    site.model
+                )
+            })
+        }
+        Command::Site(SiteCmd::List { tenant, json }) => {
+            let conn = open(&db)?;
+            let sites = store::sites::list(&conn, tenant.as_deref()).map_err(|e| e.to_string())?;
+            print(json, &sites, || {
+                let mut out = format!(
+                    "{:<36}  {:<12}  {:<8}  {:<6}  {}",
+                    "ID", "TRACKER", "CURRENCY", "WINDOW", "NAME"
+                );
+                for s in &sites {
+                    out.push_str(&format!(
+                        "\n{:<36}  {:<12}  {:<8}  {:<6}  {}",
+                        s.id, s.tracker_id, s.currency, s.window_days, s.name
+                    ));
+                }
+                out
+            })
+        }
+        Command::Key(KeyCmd::Create { tenant, name, json }) => {
+            let conn = open(&db)?;
+            require_tenant(&conn, &tenant)?;
+            let (key, prefix) =
+                crate::keys::generate().map_err(|e| format!("no OS randomness: {e}"))?;
+            let id = uuid::Uuid::new_v4().to_string();
+            store::keys::create(
+                &conn,
+                &id,
+                &tenant,
+                name.as_deref(),
+                &prefix,
+                &crate::keys::hash(&key),
+                store::now_ms(),
+            )
+            .map_err(|e| e.to_string())?;
+            let out =
+                json!({"id": id, "key": key, "prefix": prefix, "tenantId": tenant, "name": name});
+            print(json, &out, || {
+                format!(
+                    "created key {id}\n\n    {key}\n\nStore it now: it is shown only this once."
+                )
+            })
+        }
+        Command::Key(KeyCmd::List { tenant, json }) => {
+            let conn = open(&db)?;
+            require_tenant(&conn, &tenant)?;
+            let keys = store::keys::list(&conn, &tenant).map_err(|e| e.to_string())?;
+            print(json, &keys, || {
+                let mut out = format!(
+                    "{:<36}  {:<12}  {:<24}  {:<24}  NAME",
+                    "ID", "PREFIX", "LAST USED", "REVOKED"
+                );
+                for k in &keys {
+                    out.push_str(&format!(
+                        "\n{:<36}  {:<12}  {:<24}  {:<24}  {}",
+                        k.id,
+                        k.prefix,
+                        k.last_used_at.as_deref().unwrap_or("-"),
+                        k.revoked_at.as_deref().unwrap_or("-"),
+                        k.name.as_deref().unwrap_or("")
+                    ));
+                }
+                out
+            })
+        }
+        Command::Key(KeyCmd::Revoke { key_id, json }) => {
+            let conn = open(&db)?;
+            let k = store::keys::revoke(&conn, &key_id, store::now_ms())
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("no key with id {key_id}"))?;
+            let out = json!({"id": k.id, "revokedAt": k.revoked_at});
+            print(json, &out, || {
+                format!(
+                    "revoked key {} at {}",
+                    k.id,
+                    k.revoked_at.as_deref().unwrap_or("")
+                )
+            })
+        }
+        Command::Rates(RatesCmd::Import { file, json }) => {
+            let _ = (file, json);
+            Err("rates import is not built yet".into())
+        }
+        Command::Report(a) => {
+            let _ = a;
+            Err("report is not built yet".into())
+        }
+    }
+}
+
+fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    // Register before starting so that a signal during start-up is not lost.
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(|e| e.to_string())?;
+    let config = crate::http::ServeConfig {
+        addr: a.addr,
+        threads: a.threads as usize,
+        db,
+        writer: crate::writer::WriterConfig {
+            queue: a.queue.max(1),
+            batch: a.batch as usize,
+            per_request: a.write_mode == "per-request",
+            ..Default::default()
+        },
+        pipeline: a.pipeline == "on",
+    };
+    let running = crate::http::start(&config)?;
+    log::info!(
+        "serving {} with {} threads, write mode {}",
+        config.db.display(),
+        config.threads,
+        if config.writer.per_request {
+            "per-request"
+        } else {
+            "group commit"
+        }
+    );
+    // The one line on stdout: scripts and tests read the chosen port from it.
+    println!("listening on http://{}", running.addr);
+    let _ = std::io::stdout().flush();
+    if let Some(sig) = signals.forever().next() {
+        log::info!("signal {sig}: draining and stopping");
+    }
+    running.shutdown();
+    log::info!("stopped");
+    Ok(())
+}
+
+fn open(db: &std::path::Path) -> Result<rusqlite::Connection, String> {
+    store::open(db).map_err(|e| format!("{}: {e}", db.display()))
+}
+
+fn require_tenant(conn: &rusqlite::Connection, id: &str) -> CliResult {
+    if store::tenants::exists(conn, id).map_err(|e| e.to_string())? {
+        Ok(())
+    } else {
+        Err(format!("no tenant with id {id}"))
+    }
+}
+
+fn non_empty<'a>(what: &str, s: &'a str) -> Result<&'a str, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        Err(format!("{what} must not be empty"))
+    } else {
+        Ok(t)
+    }
+}
+
+/// A bare host name, lower-cased; accepts a URL and keeps only its host.
+fn normalise_domain(d: &str) -> Result<String, String> {
+    let host = d
+        .trim()
+        .trim_start_matches("https://")
+        .trim_start_matches("http://")
+        .split(['/', ':'])
+        .next()
+        .unwrap_or("")
+        .trim_start_matches("www.")
+        .to_ascii_lowercase();
+    if host.is_empty()
+        || !host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+    {
+        return Err(format!("--domain {d:?} is not a host name"));
+    }
+    Ok(host)
+}
+
+/// Prints `value` as JSON with `--json`, else the human text.
+fn print<T: serde::Serialize>(
+    as_json: bool,
+    value: &T,
+    human: impl FnOnce() -> String,
+) -> CliResult {
+    let text = if as_json {
+        serde_json::to_string(value).map_err(|e| e.to_string())?
+    } else {
+        human()
+    };
+    println!("{text}");
+    Ok(())
+}

@@ -1,0 +1,158 @@
+//! `ApiError`: every failure a request can end in, with its one status, code and JSON body.
+//! The only place that turns an error into a response body.
+
+use serde_json::json;
+
+use super::Reply;
+use crate::store::StoreError;
+use crate::writer::WriteError;
+
+#[derive(Debug)]
+pub enum ApiError {
+    Unauthorized,
+    SiteNotFound,
+    Forbidden,
+    OrderNotFound,
+    NotFound,
+    MethodNotAllowed(&'static str),
+    PayloadTooLarge(usize),
+    HeadersTooLarge,
+    UnsupportedMediaType(&'static str),
+    InvalidJson(String),
+    /// A field is missing or invalid: `field` names it (e.g. `value`, `events[3].userId`).
+    Validation {
+        field: String,
+        message: String,
+    },
+    /// A pixel batch's event `index` is invalid; `field` names the member (e.g. `events[3].userId`).
+    BadEvent {
+        index: usize,
+        field: String,
+        message: String,
+    },
+    NoSession,
+    /// The write path cannot take the request now; retry after the given seconds.
+    QueueUnavailable(String),
+    /// The database cannot answer (health check).
+    Unhealthy,
+    /// A bug or a broken file; the detail goes to the log, never to the client.
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn validation(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::Validation {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        match self {
+            ApiError::Unauthorized => 401,
+            ApiError::SiteNotFound | ApiError::OrderNotFound | ApiError::NotFound => 404,
+            ApiError::Forbidden => 403,
+            ApiError::MethodNotAllowed(_) => 405,
+            ApiError::PayloadTooLarge(_) => 413,
+            ApiError::HeadersTooLarge => 431,
+            ApiError::UnsupportedMediaType(_) => 415,
+            ApiError::InvalidJson(_) | ApiError::Validation { .. } | ApiError::BadEvent { .. } => {
+                400
+            }
+            ApiError::NoSession => 422,
+            ApiError::QueueUnavailable(_) | ApiError::Unhealthy => 503,
+            ApiError::Internal(_) => 500,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "UNAUTHORIZED",
+            ApiError::SiteNotFound => "SITE_NOT_FOUND",
+            ApiError::Forbidden => "FORBIDDEN",
+            ApiError::OrderNotFound => "ORDER_NOT_FOUND",
+            ApiError::NotFound => "NOT_FOUND",
+            ApiError::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
+            ApiError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
+            ApiError::HeadersTooLarge => "HEADERS_TOO_LARGE",
+            ApiError::UnsupportedMediaType(_) => "UNSUPPORTED_MEDIA_TYPE",
+            ApiError::InvalidJson(_) => "INVALID_JSON",
+            ApiError::Validation { .. } | ApiError::BadEvent { .. } => "VALIDATION_ERROR",
+            ApiError::NoSession => "NO_SESSION",
+            ApiError::QueueUnavailable(_) => "QUEUE_UNAVAILABLE",
+            ApiError::Unhealthy => "UNAVAILABLE",
+            ApiError::Internal(_) => "INTERNAL",
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            ApiError::Unauthorized => "missing, unknown or revoked API key".into(),
+            ApiError::SiteNotFound => "no such site".into(),
+            ApiError::Forbidden => "the site does not belong to the tenant of this API key".into(),
+            ApiError::OrderNotFound => "no such order on this site".into(),
+            ApiError::NotFound => "no such resource".into(),
+            ApiError::MethodNotAllowed(allow) => format!("method not allowed; allowed: {allow}"),
+            ApiError::PayloadTooLarge(limit) => format!("request body exceeds {limit} bytes"),
+            ApiError::HeadersTooLarge => "request headers too large".into(),
+            ApiError::UnsupportedMediaType(want) => format!("Content-Type must be {want}"),
+            ApiError::InvalidJson(detail) => format!("body is not a valid JSON object: {detail}"),
+            ApiError::Validation { message, .. } => message.clone(),
+            ApiError::BadEvent { index, message, .. } => format!("event {index}: {message}"),
+            ApiError::NoSession => "no session found for the given identifiers within the site's \
+                                    attribution window; retry once after 1 to 2 minutes for a fresh order"
+                .into(),
+            ApiError::QueueUnavailable(_) => "conversion queue unavailable; retry with exponential backoff".into(),
+            ApiError::Unhealthy => "database unavailable".into(),
+            ApiError::Internal(_) => "internal error".into(),
+        }
+    }
+
+    /// The response for this error. Server-side detail is logged by the caller with the request id.
+    pub fn to_reply(&self) -> Reply {
+        let mut body = json!({"error": self.message(), "code": self.code()});
+        match self {
+            ApiError::Validation { field, .. } => body["field"] = json!(field),
+            ApiError::BadEvent { index, field, .. } => {
+                body["field"] = json!(field);
+                body["index"] = json!(index);
+            }
+            _ => {}
+        }
+        let mut reply = Reply::json(self.status(), &body);
+        match self {
+            ApiError::MethodNotAllowed(allow) => reply = reply.header("Allow", allow),
+            ApiError::QueueUnavailable(_) | ApiError::Unhealthy => {
+                reply = reply.header("Retry-After", "1")
+            }
+            _ => {}
+        }
+        reply
+    }
+
+    /// Detail worth a log line (5xx only).
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            ApiError::QueueUnavailable(d) | ApiError::Internal(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Busy | StoreError::Full => ApiError::QueueUnavailable(e.to_string()),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<WriteError> for ApiError {
+    fn from(e: WriteError) -> Self {
+        match e {
+            WriteError::Unavailable(m) => ApiError::QueueUnavailable(m),
+            WriteError::Failed(e) => ApiError::from(e),
+        }
+    }
+}

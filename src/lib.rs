@@ -1,0 +1,13 @@
+//! convapi: a self-hosted Conversions API — one binary, one SQLite file.
+//!
+//! See ARCHITECTURE.md for the map. The binary (`main.rs`) only calls [`cli::main`].
+
+pub mod api;
+pub mod cli;
+pub mod http;
+pub mod keys;
+pub mod metrics;
+pub mod pipeline;
+pub mod store;
+pub mod tracking;
+pub mod writer;

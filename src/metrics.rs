@@ -1,0 +1,160 @@
+//! In-process counters rendered in Prometheus text format. Lock-free on the request path except
+//! for one short mutex per observation of (route, status).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Upper bounds of the latency histogram, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+#[derive(Default)]
+struct Inner {
+    requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
+    latency_buckets: [AtomicU64; BUCKETS.len()],
+    latency_count: AtomicU64,
+    latency_sum_us: AtomicU64,
+    accepted: AtomicU64,
+    deduplicated: AtomicU64,
+    no_session: AtomicU64,
+    unavailable: AtomicU64,
+    processed: AtomicU64,
+    dead_lettered: AtomicU64,
+}
+
+/// Shared counters; cheap to clone.
+#[derive(Clone, Default)]
+pub struct Metrics(Arc<Inner>);
+
+impl Metrics {
+    pub fn observe_request(&self, route: &'static str, status: u16, elapsed: Duration) {
+        *self
+            .0
+            .requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((route, status))
+            .or_default() += 1;
+        let secs = elapsed.as_secs_f64();
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if secs <= *bound {
+                self.0.latency_buckets[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.0.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.0
+            .latency_sum_us
+            .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    pub fn inc_accepted(&self) {
+        self.0.accepted.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn inc_deduplicated(&self) {
+        self.0.deduplicated.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn inc_no_session(&self) {
+        self.0.no_session.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn inc_unavailable(&self) {
+        self.0.unavailable.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn inc_processed(&self) {
+        self.0.processed.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn inc_dead_lettered(&self) {
+        self.0.dead_lettered.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The exposition text; `outbox_depth`/`dead_letters` are read from the database by the caller.
+    pub fn render(&self, outbox_depth: i64, dead_letters: i64) -> String {
+        let mut out = String::with_capacity(2048);
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        out.push_str("# HELP convapi_requests_total HTTP requests by route and status.\n");
+        out.push_str("# TYPE convapi_requests_total counter\n");
+        for ((route, status), n) in self
+            .0
+            .requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "convapi_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP convapi_request_duration_seconds Request latency.\n");
+        out.push_str("# TYPE convapi_request_duration_seconds histogram\n");
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "convapi_request_duration_seconds_bucket{{le=\"{bound}\"}} {}",
+                load(&self.0.latency_buckets[i])
+            );
+        }
+        let count = load(&self.0.latency_count);
+        let _ = writeln!(
+            out,
+            "convapi_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let _ = writeln!(
+            out,
+            "convapi_request_duration_seconds_sum {}",
+            load(&self.0.latency_sum_us) as f64 / 1e6
+        );
+        let _ = writeln!(out, "convapi_request_duration_seconds_count {count}");
+        let counters = [
+            (
+                "convapi_conversions_accepted_total",
+                "Conversions newly queued.",
+                &self.0.accepted,
+            ),
+            (
+                "convapi_conversions_deduplicated_total",
+                "Reports of an already known order.",
+                &self.0.deduplicated,
+            ),
+            (
+                "convapi_conversions_no_session_total",
+                "Reports answered 422 NO_SESSION.",
+                &self.0.no_session,
+            ),
+            (
+                "convapi_queue_unavailable_total",
+                "Writes answered 503 QUEUE_UNAVAILABLE.",
+                &self.0.unavailable,
+            ),
+            (
+                "convapi_pipeline_processed_total",
+                "Conversions the pipeline finished.",
+                &self.0.processed,
+            ),
+            (
+                "convapi_pipeline_dead_lettered_total",
+                "Outbox items dead-lettered.",
+                &self.0.dead_lettered,
+            ),
+        ];
+        for (name, help, v) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                load(v)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP convapi_outbox_depth Outbox items waiting.\n# TYPE convapi_outbox_depth gauge\nconvapi_outbox_depth {outbox_depth}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP convapi_outbox_dead_letters Outbox items dead-lettered.\n# TYPE convapi_outbox_dead_letters gauge\nconvapi_outbox_dead_letters {dead_letters}"
+        );
+        out
+    }
+}

@@ -1,0 +1,157 @@
+//! Storage: the SQLite file, its schema, and every SQL statement of the project.
+//!
+//! Owns connection set-up (WAL, `synchronous=FULL`, `foreign_keys`, `busy_timeout`), the schema and its
+//! migrations, and one module per table or concern. Nothing outside `store/` writes SQL. Functions take a
+//! `&Connection` (reads, or work inside a transaction opened by the caller) and never open their own
+//! transaction, so the writer can group many of them into one commit.
+
+pub mod conversions;
+pub mod keys;
+pub mod sessions;
+pub mod sites;
+pub mod tenants;
+
+use std::path::Path;
+use std::time::Duration;
+
+use r2d2::Pool;
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, ErrorCode};
+
+/// The schema of a fresh database; see `schema.sql` at the top of the repository.
+const SCHEMA: &str = include_str!("../../schema.sql");
+
+/// Migration steps after the initial schema. Step `i` takes `user_version` from `i + 1` to `i + 2`.
+const MIGRATIONS: &[&str] = &[];
+
+/// The schema version this binary writes and understands.
+pub const SCHEMA_VERSION: i64 = 1 + MIGRATIONS.len() as i64;
+
+/// How long a connection waits for SQLite's write lock before giving up with `Busy`.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub type DbPool = Pool<SqliteConnectionManager>;
+
+/// A storage failure, in the few kinds the callers act on differently.
+#[derive(Debug, Clone)]
+pub enum StoreError {
+    /// The database stayed locked past the busy timeout.
+    Busy,
+    /// The disk (or `max_page_count`) is full.
+    Full,
+    /// A uniqueness or foreign-key constraint failed.
+    Conflict(String),
+    /// Anything else: a bug or a broken file.
+    Other(String),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Busy => write!(f, "database is busy"),
+            StoreError::Full => write!(f, "database or disk is full"),
+            StoreError::Conflict(m) => write!(f, "constraint failed: {m}"),
+            StoreError::Other(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => StoreError::Busy,
+            Some(ErrorCode::DiskFull) => StoreError::Full,
+            Some(ErrorCode::ConstraintViolation) => StoreError::Conflict(e.to_string()),
+            _ => StoreError::Other(e.to_string()),
+        }
+    }
+}
+
+impl From<r2d2::Error> for StoreError {
+    fn from(e: r2d2::Error) -> Self {
+        // The pool only fails when no connection frees up in time: the database is saturated.
+        log::warn!("connection pool: {e}");
+        StoreError::Busy
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Applies the per-connection settings. Called for every connection, pooled or not.
+pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    // WAL lets readers run beside the single writer; FULL fsyncs the WAL on every commit so that an
+    // acknowledged conversion survives power loss, not just a process crash.
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = FULL;
+         PRAGMA foreign_keys = ON;",
+    )?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+/// Opens one connection, creating the file and its schema on first use.
+pub fn open(path: &Path) -> Result<Connection> {
+    let mut conn = Connection::open(path)?;
+    configure(&conn)?;
+    migrate(&mut conn)?;
+    Ok(conn)
+}
+
+/// Opens (and migrates) the database, then builds the read pool over it.
+pub fn open_pool(path: &Path, size: u32) -> Result<DbPool> {
+    drop(open(path)?);
+    let manager = SqliteConnectionManager::file(path).with_init(|c| configure(c));
+    Pool::builder()
+        .max_size(size.max(1))
+        .connection_timeout(BUSY_TIMEOUT)
+        .build(manager)
+        .map_err(|e| StoreError::Other(format!("cannot open {}: {e}", path.display())))
+}
+
+/// Brings the schema to `SCHEMA_VERSION`, each step in its own transaction; refuses a newer file.
+fn migrate(conn: &mut Connection) -> Result<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::Other(format!(
+            "database schema version {version} is newer than this binary understands ({SCHEMA_VERSION}); \
+             upgrade convapi"
+        )));
+    }
+    if version == 0 {
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        // Another process may have created it while we waited for the lock.
+        let again: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if again == 0 {
+            tx.execute_batch(SCHEMA)?;
+            tx.execute_batch("PRAGMA user_version = 1")?;
+        }
+        tx.commit()?;
+    }
+    loop {
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version >= SCHEMA_VERSION {
+            return Ok(());
+        }
+        let step = MIGRATIONS[(version - 1) as usize];
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute_batch(step)?;
+        tx.execute_batch(&format!("PRAGMA user_version = {}", version + 1))?;
+        tx.commit()?;
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// An epoch-milliseconds time as RFC 3339 UTC with milliseconds, the form every JSON output uses.
+pub fn iso(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}

@@ -1,0 +1,247 @@
+//! Visitors, their `clientId` links, sessions and pixel events: what the pixel writes and what
+//! session resolution reads.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::Result;
+
+/// The traffic-source fields a session carries from its first event.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Campaign {
+    pub utm_source: Option<String>,
+    pub utm_medium: Option<String>,
+    pub utm_campaign: Option<String>,
+    pub utm_term: Option<String>,
+    pub utm_content: Option<String>,
+    pub gclid: Option<String>,
+    pub gbraid: Option<String>,
+    pub wbraid: Option<String>,
+    pub fbclid: Option<String>,
+    pub msclkid: Option<String>,
+    pub ttclid: Option<String>,
+}
+
+impl Campaign {
+    /// True when any UTM parameter or click id is present.
+    pub fn is_some(&self) -> bool {
+        *self != Campaign::default()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub id: String,
+    pub visitor_id: String,
+    pub client_id: Option<String>,
+    pub started_at: i64,
+    pub last_activity_at: i64,
+    pub landing_url: Option<String>,
+    pub referrer: Option<String>,
+    pub campaign: Campaign,
+}
+
+const COLUMNS: &str = "id, visitor_id, client_id, started_at, last_activity_at, landing_url, referrer, \
+    utm_source, utm_medium, utm_campaign, utm_term, utm_content, gclid, gbraid, wbraid, fbclid, msclkid, ttclid";
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
+    Ok(Session {
+        id: r.get(0)?,
+        visitor_id: r.get(1)?,
+        client_id: r.get(2)?,
+        started_at: r.get(3)?,
+        last_activity_at: r.get(4)?,
+        landing_url: r.get(5)?,
+        referrer: r.get(6)?,
+        campaign: Campaign {
+            utm_source: r.get(7)?,
+            utm_medium: r.get(8)?,
+            utm_campaign: r.get(9)?,
+            utm_term: r.get(10)?,
+            utm_content: r.get(11)?,
+            gclid: r.get(12)?,
+            gbraid: r.get(13)?,
+            wbraid: r.get(14)?,
+            fbclid: r.get(15)?,
+            msclkid: r.get(16)?,
+            ttclid: r.get(17)?,
+        },
+    })
+}
+
+/// Records the visitor if it is new.
+pub fn ensure_visitor(
+    conn: &Connection,
+    site_id: &str,
+    visitor_id: &str,
+    now_ms: i64,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO visitors (site_id, id, created_at) VALUES (?1, ?2, ?3)",
+    )?
+    .execute(params![site_id, visitor_id, now_ms])?;
+    Ok(())
+}
+
+/// Links a visitor to a merchant user id, for good.
+pub fn link_client(
+    conn: &Connection,
+    site_id: &str,
+    client_id: &str,
+    visitor_id: &str,
+    now_ms: i64,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO visitor_clients (site_id, client_id, visitor_id, created_at) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![site_id, client_id, visitor_id, now_ms])?;
+    Ok(())
+}
+
+/// The visitor's session with the latest activity, if any.
+pub fn latest_for_visitor(
+    conn: &Connection,
+    site_id: &str,
+    visitor_id: &str,
+) -> Result<Option<Session>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM sessions WHERE site_id = ?1 AND visitor_id = ?2
+             ORDER BY started_at DESC, last_activity_at DESC LIMIT 1"
+        ))?
+        .query_row(params![site_id, visitor_id], from_row)
+        .optional()?)
+}
+
+pub fn by_id(conn: &Connection, site_id: &str, id: &str) -> Result<Option<Session>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM sessions WHERE site_id = ?1 AND id = ?2"
+        ))?
+        .query_row(params![site_id, id], from_row)
+        .optional()?)
+}
+
+pub fn insert(conn: &Connection, site_id: &str, s: &Session) -> Result<()> {
+    let c = &s.campaign;
+    conn.prepare_cached(
+        "INSERT INTO sessions (id, site_id, visitor_id, client_id, started_at, last_activity_at, landing_url,
+            referrer, utm_source, utm_medium, utm_campaign, utm_term, utm_content, gclid, gbraid, wbraid,
+            fbclid, msclkid, ttclid)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+    )?
+    .execute(params![
+        s.id, site_id, s.visitor_id, s.client_id, s.started_at, s.last_activity_at, s.landing_url,
+        s.referrer, c.utm_source, c.utm_medium, c.utm_campaign, c.utm_term, c.utm_content, c.gclid,
+        c.gbraid, c.wbraid, c.fbclid, c.msclkid, c.ttclid
+    ])?;
+    Ok(())
+}
+
+/// Extends a session's activity (never backwards) and marks it identified when `client_id` is given.
+pub fn touch(conn: &Connection, id: &str, activity_ms: i64, client_id: Option<&str>) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE sessions SET last_activity_at = MAX(last_activity_at, ?2), client_id = COALESCE(?3, client_id)
+         WHERE id = ?1",
+    )?
+    .execute(params![id, activity_ms, client_id])?;
+    Ok(())
+}
+
+pub struct NewEvent<'a> {
+    pub id: &'a str,
+    pub site_id: &'a str,
+    pub session_id: &'a str,
+    pub kind: &'a str,
+    pub name: Option<&'a str>,
+    pub url: Option<&'a str>,
+    pub props: Option<&'a str>,
+    pub ts: i64,
+}
+
+pub fn insert_event(conn: &Connection, e: &NewEvent<'_>) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO events (id, site_id, session_id, type, name, url, props, ts) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![e.id, e.site_id, e.session_id, e.kind, e.name, e.url, e.props, e.ts])?;
+    Ok(())
+}
+
+/// Who a conversion report names, in the contract's order of preference.
+#[derive(Debug, Clone, Copy)]
+pub enum Identifier<'a> {
+    Client(&'a str),
+    Visitor(&'a str),
+    Session(&'a str),
+}
+
+/// The visitors that make up the person an identifier names on this site (empty: unknown).
+pub fn person(conn: &Connection, site_id: &str, ident: Identifier<'_>) -> Result<Vec<String>> {
+    let (sql, key) = match ident {
+        Identifier::Client(k) => (
+            "SELECT visitor_id FROM visitor_clients WHERE site_id = ?1 AND client_id = ?2",
+            k,
+        ),
+        Identifier::Visitor(k) => ("SELECT id FROM visitors WHERE site_id = ?1 AND id = ?2", k),
+        Identifier::Session(k) => (
+            "SELECT visitor_id FROM sessions WHERE site_id = ?1 AND id = ?2",
+            k,
+        ),
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map(params![site_id, key], |r| r.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<Vec<String>>>()?)
+}
+
+/// The person's most recent session that started no later than `at` and whose last activity lies
+/// within `window_ms` before `at` (both edges inclusive): `(session id, its visitor id)`.
+pub fn resolve(
+    conn: &Connection,
+    site_id: &str,
+    visitors: &[String],
+    at: i64,
+    window_ms: i64,
+) -> Result<Option<(String, String)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, started_at FROM sessions
+         WHERE site_id = ?1 AND visitor_id = ?2 AND started_at <= ?3 AND last_activity_at >= ?4
+         ORDER BY started_at DESC, id DESC LIMIT 1",
+    )?;
+    let mut best: Option<(String, String, i64)> = None;
+    for v in visitors {
+        let found = stmt
+            .query_row(params![site_id, v, at, at - window_ms], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+            })
+            .optional()?;
+        if let Some((id, started)) = found {
+            if best.as_ref().is_none_or(|(_, _, s)| started > *s) {
+                best = Some((id, v.clone(), started));
+            }
+        }
+    }
+    Ok(best.map(|(id, v, _)| (id, v)))
+}
+
+/// The sessions of a set of visitors whose last activity lies in `[from, to]`, oldest first:
+/// the candidates attribution chooses from.
+pub fn in_window(
+    conn: &Connection,
+    site_id: &str,
+    visitors: &[String],
+    from: i64,
+    to: i64,
+) -> Result<Vec<Session>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM sessions
+         WHERE site_id = ?1 AND visitor_id = ?2 AND started_at <= ?4 AND last_activity_at >= ?3"
+    ))?;
+    let mut out = Vec::new();
+    for v in visitors {
+        let rows = stmt.query_map(params![site_id, v, from, to], from_row)?;
+        for r in rows {
+            out.push(r?);
+        }
+    }
+    out.sort_by(|a, b| (a.started_at, &a.id).cmp(&(b.started_at, &b.id)));
+    Ok(out)
+}

@@ -1,0 +1,88 @@
+//! The `sites` table: what the backend addresses by UUID and the pixel by tracker id.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde::Serialize;
+
+use super::Result;
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Site {
+    pub id: String,
+    pub tenant_id: String,
+    pub tracker_id: String,
+    pub name: String,
+    pub domain: Option<String>,
+    pub currency: String,
+    pub window_days: i64,
+    pub model: String,
+    pub created_at: String,
+}
+
+impl Site {
+    /// The attribution window in milliseconds.
+    pub fn window_ms(&self) -> i64 {
+        self.window_days * 86_400_000
+    }
+}
+
+const COLUMNS: &str =
+    "id, tenant_id, tracker_id, name, domain, currency, window_days, model, created_at";
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Site> {
+    Ok(Site {
+        id: r.get(0)?,
+        tenant_id: r.get(1)?,
+        tracker_id: r.get(2)?,
+        name: r.get(3)?,
+        domain: r.get(4)?,
+        currency: r.get(5)?,
+        window_days: r.get(6)?,
+        model: r.get(7)?,
+        created_at: super::iso(r.get(8)?),
+    })
+}
+
+pub struct NewSite<'a> {
+    pub id: &'a str,
+    pub tenant_id: &'a str,
+    pub tracker_id: &'a str,
+    pub name: &'a str,
+    pub domain: Option<&'a str>,
+    pub currency: &'a str,
+    pub window_days: i64,
+    pub model: &'a str,
+}
+
+pub fn create(conn: &Connection, s: &NewSite<'_>, now_ms: i64) -> Result<Site> {
+    conn.execute(
+        "INSERT INTO sites (id, tenant_id, tracker_id, name, domain, currency, window_days, model, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![s.id, s.tenant_id, s.tracker_id, s.name, s.domain, s.currency, s.window_days, s.model, now_ms],
+    )?;
+    Ok(by_id(conn, s.id)?.expect("site just inserted"))
+}
+
+pub fn by_id(conn: &Connection, id: &str) -> Result<Option<Site>> {
+    Ok(conn
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM sites WHERE id = ?1"))?
+        .query_row([id], from_row)
+        .optional()?)
+}
+
+pub fn by_tracker(conn: &Connection, tracker_id: &str) -> Result<Option<Site>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM sites WHERE tracker_id = ?1"
+        ))?
+        .query_row([tracker_id], from_row)
+        .optional()?)
+}
+
+pub fn list(conn: &Connection, tenant_id: Option<&str>) -> Result<Vec<Site>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM sites WHERE ?1 IS NULL OR tenant_id = ?1 ORDER BY created_at, id"
+    ))?;
+    let rows = stmt.query_map([tenant_id], from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}

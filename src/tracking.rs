@@ -1,0 +1,206 @@
+//! The pixel's session rules (CONTRACT §4): which session each event joins, what a new session
+//! carries, what `identify` links, and pixel purchases recorded as conversions.
+//!
+//! [`apply`] runs inside the writer's transaction, so a batch is sessionised atomically.
+
+use crate::store::conversions::{NewConversion, Source};
+use crate::store::sessions::{self, Campaign, NewEvent, Session};
+use crate::store::{self};
+
+/// Idle time after which the next event starts a new session.
+pub const SESSION_IDLE_MS: i64 = 30 * 60 * 1000;
+
+#[derive(Debug, Clone)]
+pub enum EventKind {
+    Pageview {
+        url: Option<String>,
+        referrer: Option<String>,
+    },
+    Identify {
+        user_id: String,
+    },
+    Purchase {
+        order_id: String,
+        value: Option<String>,
+        currency: String,
+    },
+    Custom {
+        name: String,
+        props: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// Epoch ms, already clamped to the receive time.
+    pub ts: i64,
+    pub kind: EventKind,
+}
+
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub site_id: String,
+    pub visitor_id: String,
+    pub events: Vec<Event>,
+    pub received_at: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The visitor's current session after the batch.
+    pub session_id: String,
+    /// Conversions newly created by pixel purchases (work for the pipeline).
+    pub conversions_created: usize,
+    pub conversions_repeated: usize,
+}
+
+/// The UTM parameters and click ids of a URL's query string.
+pub fn campaign_of(url: &str) -> Campaign {
+    let Some((_, rest)) = url.split_once('?') else {
+        return Campaign::default();
+    };
+    let query = rest.split('#').next().unwrap_or("");
+    let mut c = Campaign::default();
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        let v: String = v.chars().take(256).collect();
+        if v.is_empty() {
+            continue;
+        }
+        let slot = match k.as_ref() {
+            "utm_source" => &mut c.utm_source,
+            "utm_medium" => &mut c.utm_medium,
+            "utm_campaign" => &mut c.utm_campaign,
+            "utm_term" => &mut c.utm_term,
+            "utm_content" => &mut c.utm_content,
+            "gclid" => &mut c.gclid,
+            "gbraid" => &mut c.gbraid,
+            "wbraid" => &mut c.wbraid,
+            "fbclid" => &mut c.fbclid,
+            "msclkid" => &mut c.msclkid,
+            "ttclid" => &mut c.ttclid,
+            _ => continue,
+        };
+        slot.get_or_insert(v);
+    }
+    c
+}
+
+/// Applies a batch: sessions, visitor links, events and pixel purchases.
+pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
+    sessions::ensure_visitor(conn, &b.site_id, &b.visitor_id, b.received_at)?;
+    let mut current = sessions::latest_for_visitor(conn, &b.site_id, &b.visitor_id)?;
+    let (mut created, mut repeated) = (0, 0);
+    for ev in &b.events {
+        let (url, referrer) = match &ev.kind {
+            EventKind::Pageview { url, referrer } => (url.as_deref(), referrer.as_deref()),
+            _ => (None, None),
+        };
+        let campaign = url.map(campaign_of).unwrap_or_default();
+        let starts_new = match &current {
+            None => true,
+            Some(s) => {
+                ev.ts - s.last_activity_at >= SESSION_IDLE_MS
+                    || (campaign.is_some() && campaign != s.campaign)
+            }
+        };
+        let session = if starts_new {
+            let s = Session {
+                id: uuid::Uuid::new_v4().to_string(),
+                visitor_id: b.visitor_id.clone(),
+                client_id: None,
+                started_at: ev.ts,
+                last_activity_at: ev.ts,
+                landing_url: url.map(str::to_owned),
+                referrer: referrer.filter(|r| !r.is_empty()).map(str::to_owned),
+                campaign,
+            };
+            sessions::insert(conn, &b.site_id, &s)?;
+            current.insert(s)
+        } else {
+            let s = current.as_mut().expect("joined an existing session");
+            sessions::touch(conn, &s.id, ev.ts, None)?;
+            s.last_activity_at = s.last_activity_at.max(ev.ts);
+            s
+        };
+        let event_id = uuid::Uuid::new_v4().to_string();
+        let mut event = NewEvent {
+            id: &event_id,
+            site_id: &b.site_id,
+            session_id: &session.id,
+            kind: "pageview",
+            name: None,
+            url: None,
+            props: None,
+            ts: ev.ts,
+        };
+        match &ev.kind {
+            EventKind::Pageview { url, .. } => {
+                event.url = url.as_deref();
+                sessions::insert_event(conn, &event)?;
+            }
+            EventKind::Identify { user_id } => {
+                sessions::link_client(conn, &b.site_id, user_id, &b.visitor_id, b.received_at)?;
+                sessions::touch(conn, &session.id, ev.ts, Some(user_id))?;
+                session.client_id = Some(user_id.clone());
+                event.kind = "identify";
+                event.name = Some(user_id);
+                sessions::insert_event(conn, &event)?;
+            }
+            EventKind::Custom { name, props } => {
+                event.kind = "event";
+                event.name = Some(name);
+                event.props = props.as_deref();
+                sessions::insert_event(conn, &event)?;
+            }
+            EventKind::Purchase {
+                order_id,
+                value,
+                currency,
+            } => {
+                let c = NewConversion {
+                    id: event_id.clone(),
+                    site_id: b.site_id.clone(),
+                    order_id: Some(order_id.clone()),
+                    kind: "purchase".into(),
+                    session_id: session.id.clone(),
+                    visitor_id: b.visitor_id.clone(),
+                    client_id: session.client_id.clone(),
+                    value: value.clone(),
+                    currency: currency.clone(),
+                    occurred_at: ev.ts,
+                    source: Source::Pixel,
+                };
+                if store::conversions::record(conn, &c, b.received_at)?.created {
+                    created += 1;
+                } else {
+                    repeated += 1;
+                }
+            }
+        }
+    }
+    Ok(Outcome {
+        session_id: current
+            .map(|s| s.id)
+            .expect("a batch has at least one event"),
+        conversions_created: created,
+        conversions_repeated: repeated,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn campaign_from_query() {
+        let c = campaign_of(
+            "https://shop.example/p?utm_source=news&utm_medium=e%20mail&x=1&gclid=abc#frag",
+        );
+        assert_eq!(c.utm_source.as_deref(), Some("news"));
+        assert_eq!(c.utm_medium.as_deref(), Some("e mail"));
+        assert_eq!(c.gclid.as_deref(), Some("abc"));
+        assert!(c.utm_campaign.is_none());
+        assert!(!campaign_of("https://shop.example/p?x=1").is_some());
+        assert!(!campaign_of("https://shop.example/p#utm_source=x").is_some());
+    }
+}

@@ -1,0 +1,243 @@
+//! The single writer: every write a request makes goes through this thread, which commits whatever
+//! has queued (up to a batch cap) in one `IMMEDIATE` transaction — group commit, so one fsync covers
+//! many acknowledged requests.
+//!
+//! Each job runs inside its own savepoint: a job that fails is rolled back alone and told so, the
+//! others still commit. A job's result is handed back only after the commit is durable. A full
+//! channel, a busy or full database: the caller gets `WriteError::Unavailable` (503), never a hang.
+//! This module owns no SQL of its own beyond transaction control; jobs call into `store/`.
+
+use std::any::Any;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use crate::store::{self, StoreError};
+
+type Value = Box<dyn Any + Send>;
+type JobFn = Box<dyn FnOnce(&Connection) -> store::Result<Value> + Send>;
+type Reply = SyncSender<Result<Value, WriteError>>;
+
+struct Job {
+    run: JobFn,
+    reply: Option<Reply>,
+}
+
+/// Why a write did not happen.
+#[derive(Debug)]
+pub enum WriteError {
+    /// The queue is full, the database busy past its timeout, or the disk full: retry later.
+    Unavailable(String),
+    /// The job itself failed (a bug or a broken file); nothing of it was written.
+    Failed(StoreError),
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::Unavailable(m) => write!(f, "write queue unavailable: {m}"),
+            WriteError::Failed(e) => write!(f, "write failed: {e}"),
+        }
+    }
+}
+
+impl From<StoreError> for WriteError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Busy | StoreError::Full => WriteError::Unavailable(e.to_string()),
+            other => WriteError::Failed(other),
+        }
+    }
+}
+
+/// Tuning of the writer.
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    /// Jobs that may wait in the channel; beyond this, callers get `Unavailable`.
+    pub queue: usize,
+    /// Most jobs committed in one transaction.
+    pub batch: usize,
+    /// One transaction per job instead of group commit (only for comparison benchmarks).
+    pub per_request: bool,
+    /// How long a caller waits for its result before giving up with `Unavailable`.
+    pub reply_timeout: Duration,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            queue: 1024,
+            batch: 256,
+            per_request: false,
+            reply_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A handle to the writer thread; cheap to clone.
+#[derive(Clone)]
+pub struct Writer {
+    tx: SyncSender<Job>,
+    reply_timeout: Duration,
+    healthy: Arc<AtomicBool>,
+}
+
+impl Writer {
+    /// Opens the writer's own connection and starts its thread. The thread ends, after committing
+    /// everything queued, once every `Writer` handle is dropped.
+    pub fn start(path: &Path, config: WriterConfig) -> store::Result<(Writer, JoinHandle<()>)> {
+        let conn = store::open(path)?;
+        let reply_timeout = config.reply_timeout;
+        let (tx, rx) = mpsc::sync_channel::<Job>(config.queue.max(1));
+        let healthy = Arc::new(AtomicBool::new(true));
+        let h = healthy.clone();
+        let handle = std::thread::Builder::new()
+            .name("writer".into())
+            .spawn(move || run(conn, rx, config, h))
+            .map_err(|e| StoreError::Other(format!("cannot start writer: {e}")))?;
+        Ok((
+            Writer {
+                tx,
+                reply_timeout,
+                healthy,
+            },
+            handle,
+        ))
+    }
+
+    /// Runs `f` inside the next group transaction and returns its result once committed.
+    pub fn submit<T, F>(&self, f: F) -> Result<T, WriteError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> store::Result<T> + Send + 'static,
+    {
+        let (reply, rx) = mpsc::sync_channel(1);
+        let job = Job {
+            run: Box::new(move |c| f(c).map(|v| Box::new(v) as Value)),
+            reply: Some(reply),
+        };
+        self.enqueue(job)?;
+        match rx.recv_timeout(self.reply_timeout) {
+            Ok(r) => r.map(|v| {
+                *v.downcast::<T>()
+                    .expect("writer returns the job's own type")
+            }),
+            Err(RecvTimeoutError::Timeout) => {
+                Err(WriteError::Unavailable("write timed out".into()))
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                Err(WriteError::Unavailable("writer stopped".into()))
+            }
+        }
+    }
+
+    /// Queues `f` without waiting for it (best-effort bookkeeping such as `lastUsedAt`).
+    pub fn submit_detached<F>(&self, f: F)
+    where
+        F: FnOnce(&Connection) -> store::Result<()> + Send + 'static,
+    {
+        let job = Job {
+            run: Box::new(move |c| f(c).map(|()| Box::new(()) as Value)),
+            reply: None,
+        };
+        let _ = self.enqueue(job);
+    }
+
+    /// Whether the last transaction committed (the health check reports this).
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    fn enqueue(&self, job: Job) -> Result<(), WriteError> {
+        match self.tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(WriteError::Unavailable("write queue full".into())),
+            Err(TrySendError::Disconnected(_)) => {
+                Err(WriteError::Unavailable("writer stopped".into()))
+            }
+        }
+    }
+}
+
+fn run(conn: Connection, rx: Receiver<Job>, config: WriterConfig, healthy: Arc<AtomicBool>) {
+    let cap = if config.per_request {
+        1
+    } else {
+        config.batch.max(1)
+    };
+    let mut batch: Vec<Job> = Vec::with_capacity(cap);
+    // Blocks while idle; ends when every sender is gone and the channel is drained.
+    while let Ok(first) = rx.recv() {
+        batch.push(first);
+        while batch.len() < cap {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let ok = commit_batch(&conn, &mut batch);
+        healthy.store(ok, Ordering::Relaxed);
+    }
+    log::debug!("writer stopped");
+}
+
+/// Runs and commits one batch, answering every job. Returns whether the commit succeeded.
+fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) -> bool {
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        let err = StoreError::from(e);
+        log::warn!("writer cannot begin a transaction: {err}");
+        for job in batch.drain(..) {
+            answer(job.reply, Err(WriteError::from(err.clone())));
+        }
+        return false;
+    }
+    let mut done: Vec<(Option<Reply>, Value)> = Vec::with_capacity(batch.len());
+    for job in batch.drain(..) {
+        if let Err(e) = conn.execute_batch("SAVEPOINT job") {
+            answer(job.reply, Err(WriteError::from(StoreError::from(e))));
+            continue;
+        }
+        match (job.run)(conn) {
+            Ok(v) => {
+                let _ = conn.execute_batch("RELEASE job");
+                done.push((job.reply, v));
+            }
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
+                if !matches!(e, StoreError::Busy | StoreError::Full) {
+                    log::error!("write job failed: {e}");
+                }
+                answer(job.reply, Err(WriteError::from(e)));
+            }
+        }
+    }
+    match conn.execute_batch("COMMIT") {
+        Ok(()) => {
+            for (reply, v) in done {
+                answer(reply, Ok(v));
+            }
+            true
+        }
+        Err(e) => {
+            let err = StoreError::from(e);
+            log::warn!("writer commit failed: {err}");
+            let _ = conn.execute_batch("ROLLBACK");
+            for (reply, _) in done {
+                answer(reply, Err(WriteError::from(err.clone())));
+            }
+            false
+        }
+    }
+}
+
+fn answer(reply: Option<Reply>, r: Result<Value, WriteError>) {
+    if let Some(reply) = reply {
+        // The caller may have timed out and gone; that is its business.
+        let _ = reply.try_send(r);
+    }
+}
