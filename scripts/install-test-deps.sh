@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs beyond cargo: Chromium (browser end-to-end test), Node.js
+# (the pixel's unit tests), and schemathesis (API fuzzing against openapi.yaml). Idempotent.
+set -euo pipefail
+
+need_apt=()
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "installing with apt: ${need_apt[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if ! command -v st >/dev/null 2>&1 && ! python3 -c 'import schemathesis' >/dev/null 2>&1; then
+    echo "installing schemathesis with pip"
+    python3 -m pip install --quiet 'schemathesis>=4,<5' 2>/dev/null \
+        || python3 -m pip install --quiet --break-system-packages 'schemathesis>=4,<5'
+fi
+echo "test dependencies present: chromium $(chromium --version 2>/dev/null | awk '{print $2}'), node $(node --version)"
