@@ -127,8 +127,8 @@ pub fn value(obj: &Map<String, Value>, path: &str) -> Result<Option<String>, Api
             // Integers keep their digits; other numbers use the shortest text that reads back as the same f64.
             Ok(Some(match (n.as_u64(), n.as_f64()) {
                 (Some(u), _) => u.to_string(),
-                (None, Some(f)) if f == 0.0 => "0".into(),
-                (None, Some(f)) => f.to_string(),
+                // `-0` is a valid JSON number; store it as plain zero.
+                (None, Some(f)) => (f + 0.0).to_string(),
                 (None, None) => unreachable!("checked above"),
             }))
         }
