@@ -102,20 +102,23 @@ pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
 
     let conn = app.pool.get().map_err(StoreError::from)?;
     // A repeat already reported by this source needs no write at all.
+    let mut order_known = false;
     if let Some(order_id) = &r.order_id {
-        if let Some((rec, true)) =
-            store::conversions::find_order(&conn, &site.id, order_id, Source::Api)?
-        {
-            app.metrics.inc_deduplicated();
-            return Ok(accepted(&rec));
+        match store::conversions::find_order(&conn, &site.id, order_id, Source::Api)? {
+            Some((rec, true)) => {
+                app.metrics.inc_deduplicated();
+                return Ok(accepted(&rec));
+            }
+            found => order_known = found.is_some(),
         }
     }
     let resolved = resolve_session(&conn, &site, &r);
     drop(conn);
     let (session_id, visitor_id) = match resolved {
         Ok(s) => s,
-        // A known order is answered even when its session has since left the window.
-        Err(ApiError::NoSession) if r.order_id.is_some() => {
+        // A known order is answered even when its session has since left the window. An unknown
+        // one is a plain 422 that needs no write (so it is not a 503 when the database is busy).
+        Err(ApiError::NoSession) if order_known => {
             return app
                 .writer
                 .submit({
