@@ -1113,6 +1113,17 @@ fn the_order_status_endpoint_applies_the_same_auth_rules() {
         assert_eq!(r.status, *status, "case {name:?}: {}", r.text());
         expect_error(r, *status, code);
     }
+    // Order ids are free text: they travel percent-encoded in the path.
+    let odd = "A/1 ü?#%";
+    let (odd_event, _) = app
+        .post_conversion(&with(&valid(), &[("orderId", json!(odd))], &[]))
+        .accepted();
+    let v = app.order_status(odd).expect(200);
+    assert_eq!(
+        (&v["orderId"], &v["eventId"]),
+        (&json!(odd), &json!(odd_event))
+    );
+
     let v = app.order_status(&order).expect(200);
     assert_eq!(v["eventId"], json!(event_id));
     assert_eq!(v["sessionId"], json!(session_id));

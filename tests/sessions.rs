@@ -565,5 +565,6 @@ fn collect_refuses_an_unknown_tracker_and_malformed_batches() {
     big.push_str("\",\"events\":[{\"type\":\"pageview\"}]}");
     let r = post_collect(&app, Some("application/json"), big.as_bytes());
     expect_error(&r, 413, "PAYLOAD_TOO_LARGE");
+    assert_cors(&r);
     assert_eq!(app.get("/healthz").status, 200);
 }
