@@ -12,6 +12,8 @@
 //! - `idempotency.rs`: repeats, pixel/API deduplication, concurrent sends of one order.
 //! - `durability.rs`: acknowledged conversions survive `kill -9`.
 //! - `keys.rs`: key storage, revocation, tenancy, `lastUsedAt`, CLI output and exit codes.
+//! - `browser.rs`: the pixel end to end in headless Chromium (needs `chromium`; fails loudly without).
+//! - `js.rs`: runs the pixel's Node tests, `node --test tests/js/` (needs `node`).
 //!
 //! Keep this API stable: other test files rely on it. Add, don't break.
 

@@ -1,0 +1,727 @@
+//! End to end in a real browser (issue 4, acceptance 1): headless Chromium loads a shop page served
+//! from a second origin on 127.0.0.1 (so CORS is real), with the snippet of CONTRACT §4 pointing at a
+//! real `convapi serve`. The page calls `identify` before the pixel loads, lands with UTM parameters,
+//! tracks a purchase and is left; the backend then reports the same order. Checked: the `_svc_vid`
+//! cookie, the session row (landing URL, UTM fields, clientId), the backend's 202 with that session,
+//! and one conversion with sources `["pixel", "api"]`.
+//!
+//! Chromium is driven over the Chrome DevTools Protocol with a small sync websocket client
+//! (`tungstenite`). Without a browser this test fails loudly, in CI and outside it: it never passes
+//! without having run. `CONVAPI_CHROMIUM` overrides the browser path; `CONVAPI_BROWSER_SCREENSHOT`
+//! (a `.png` path) saves a screenshot of the shop page, for looking at by hand.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::TestApp;
+use serde_json::{json, Value};
+
+/// How long the browser and the server get for anything to happen. Bounded polling, not sleeping.
+const PATIENCE: Duration = Duration::from_secs(10);
+/// Chromium's start-up on a busy CI machine is slower than anything else here.
+const BROWSER_START: Duration = Duration::from_secs(60);
+
+const TRACKER_CLIENT: &str = "user-42";
+const ORDER_ID: &str = "A-1001";
+
+#[test]
+fn pixel_in_chromium_then_backend_report_is_one_conversion() {
+    let chromium = chromium_path();
+    let app = TestApp::start();
+    // The browser reaches convapi through a recording proxy, to see how each batch was sent.
+    let proxy = Proxy::start(&app.base);
+    let shop = Shop::start(&proxy.base, &app.site.tracker_id);
+    let mut browser = Browser::launch(&chromium);
+    let mut cdp = browser.connect();
+
+    let target = cdp.call("Target.createTarget", json!({"url": "about:blank"}), None);
+    let attached = cdp.call(
+        "Target.attachToTarget",
+        json!({"targetId": target["targetId"], "flatten": true}),
+        None,
+    );
+    let page = attached["sessionId"]
+        .as_str()
+        .expect("attachToTarget gives a sessionId")
+        .to_owned();
+    let page = Some(page.as_str());
+    cdp.call("Page.enable", json!({}), page);
+
+    // Land with a campaign in the URL.
+    let landing = format!(
+        "{}/shop/mug?utm_source=newsletter&utm_medium=email&utm_campaign=spring-sale",
+        shop.base
+    );
+    let nav = cdp.call("Page.navigate", json!({"url": landing}), page);
+    assert!(nav.get("errorText").is_none(), "navigate failed: {nav}");
+    poll("the pixel to load", || {
+        cdp_eval(&mut cdp, page, "window.svc && window.svc.v === 1") == json!(true)
+    });
+    assert_eq!(
+        cdp_eval(&mut cdp, page, "window.identifyQueued"),
+        json!(true),
+        "identify ran on the queue stub, before pixel.js loaded"
+    );
+    // The first batch (pageview, identify) goes by fetch after the flush delay; the page can read
+    // the answer, across origins, only when the collector's CORS headers are right.
+    let mut page_session = String::new();
+    poll(
+        "svc('sessionId') to be known (a CORS-readable collect answer)",
+        || match cdp_eval(&mut cdp, page, "svc('sessionId')") {
+            Value::String(s) => {
+                page_session = s;
+                true
+            }
+            _ => false,
+        },
+    );
+    if let Ok(path) = std::env::var("CONVAPI_BROWSER_SCREENSHOT") {
+        let shot = cdp.call("Page.captureScreenshot", json!({"format": "png"}), page);
+        let png = base64_decode(shot["data"].as_str().expect("screenshot data"));
+        std::fs::write(&path, png).expect("write the screenshot");
+        eprintln!("screenshot of the shop page: {path}");
+    }
+
+    // Timers stand still from here, so the purchase cannot leave by the flush timer: it is still
+    // queued when the page goes away, and only pagehide -> sendBeacon can carry it.
+    cdp.call(
+        "Emulation.setVirtualTimePolicy",
+        json!({"policy": "pause"}),
+        page,
+    );
+    // A single-page-app step to the cart (a pageview from the patched history), then the purchase.
+    cdp_eval(
+        &mut cdp,
+        page,
+        "history.pushState({}, '', '/shop/cart'); document.getElementById('buy').click()",
+    );
+    assert_eq!(
+        cdp_eval(&mut cdp, page, "window.bought"),
+        json!(true),
+        "the buy button ran svc('track', 'purchase', ...)"
+    );
+    let thanks = format!("{}/thanks", shop.base);
+    let nav = cdp.call("Page.navigate", json!({"url": thanks}), page);
+    assert!(
+        nav.get("errorText").is_none(),
+        "navigate away failed: {nav}"
+    );
+
+    // The beacon arrives: the order becomes known to the server, from the pixel only.
+    poll("the pixel's purchase to reach the server", || {
+        app.order_status(ORDER_ID).status == 200
+    });
+    let status = app.order_status(ORDER_ID).expect(200);
+    assert_eq!(status["sources"], json!(["pixel"]), "{status}");
+    assert_eq!(status["sessionId"], json!(page_session), "{status}");
+    let pixel_event_id = status["eventId"].clone();
+
+    // How each batch left, as the collector saw it: sendBeacon sends `Sec-Fetch-Mode: no-cors`,
+    // the pixel's fetch sends `cors`.
+    let collects = proxy.collects();
+    let carrying = |needle: &str| -> Vec<&Seen> {
+        collects
+            .iter()
+            .filter(|r| r.body.contains(needle))
+            .collect()
+    };
+    let purchase = carrying(ORDER_ID);
+    assert_eq!(
+        purchase.len(),
+        1,
+        "one request carried the purchase: {collects:#?}"
+    );
+    assert_eq!(
+        purchase[0].header("sec-fetch-mode"),
+        Some("no-cors"),
+        "the purchase left by sendBeacon on pagehide: {collects:#?}"
+    );
+    assert!(
+        purchase[0]
+            .header("content-type")
+            .is_some_and(|c| c.starts_with("text/plain")),
+        "a beacon's string body is text/plain: {collects:#?}"
+    );
+    let first = carrying(TRACKER_CLIENT);
+    assert_eq!(first.len(), 1, "{collects:#?}");
+    assert_eq!(
+        first[0].header("sec-fetch-mode"),
+        Some("cors"),
+        "the first batch left by fetch, whose answer gave svc('sessionId'): {collects:#?}"
+    );
+    assert!(first[0].body.contains("\"pageview\""), "{collects:#?}");
+
+    // The visitor cookie, first-party on the shop's origin, for 13 months.
+    let cookies = cdp.call("Storage.getCookies", json!({}), None);
+    let vid_cookie = cookies["cookies"]
+        .as_array()
+        .expect("cookies")
+        .iter()
+        .find(|c| c["name"] == "_svc_vid")
+        .unwrap_or_else(|| panic!("no _svc_vid cookie among {cookies:#}"))
+        .clone();
+    let visitor_id = vid_cookie["value"]
+        .as_str()
+        .expect("cookie value")
+        .to_owned();
+    assert!(!visitor_id.is_empty());
+    assert_eq!(vid_cookie["domain"], "127.0.0.1", "{vid_cookie}");
+    assert_eq!(vid_cookie["sameSite"], "Lax", "{vid_cookie}");
+    let now_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let expires = vid_cookie["expires"].as_f64().expect("a persistent cookie");
+    assert!(
+        expires > now_s + 390.0 * 86400.0,
+        "_svc_vid lives 13 months: {vid_cookie}"
+    );
+
+    // The session, as stored: one session for this visitor, from the landing page.
+    let db =
+        rusqlite::Connection::open_with_flags(&app.db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("open the database read-only");
+    let sessions = rows(
+        &db,
+        "SELECT id, client_id, landing_url, referrer, utm_source, utm_medium, utm_campaign,
+                utm_term, utm_content, gclid, fbclid
+         FROM sessions WHERE site_id = ?1 AND visitor_id = ?2",
+        [&app.site.id, &visitor_id],
+    );
+    assert_eq!(
+        sessions,
+        vec![json!({
+            "id": page_session,
+            "client_id": TRACKER_CLIENT,
+            "landing_url": landing,
+            "referrer": null,
+            "utm_source": "newsletter",
+            "utm_medium": "email",
+            "utm_campaign": "spring-sale",
+            "utm_term": null,
+            "utm_content": null,
+            "gclid": null,
+            "fbclid": null,
+        })],
+        "one session for the cookie's visitor, as svc('sessionId') named it, from the landing page"
+    );
+    let events = rows(
+        &db,
+        "SELECT type, name, url FROM events WHERE session_id = ?1 ORDER BY ts, type DESC",
+        [&page_session],
+    );
+    assert_eq!(
+        events,
+        vec![
+            json!({"type": "pageview", "name": null, "url": landing}),
+            json!({"type": "identify", "name": TRACKER_CLIENT, "url": null}),
+            json!({"type": "pageview", "name": null, "url": format!("{}/shop/cart", shop.base)}),
+        ],
+        "both batches' events joined the landing session"
+    );
+    assert_eq!(
+        rows(
+            &db,
+            "SELECT client_id FROM visitor_clients WHERE site_id = ?1 AND visitor_id = ?2",
+            [&app.site.id, &visitor_id],
+        ),
+        vec![json!({"client_id": TRACKER_CLIENT})],
+        "identify linked the visitor to the clientId"
+    );
+
+    // The merchant's backend reports the same order by clientId alone.
+    let (event_id, session_id) = app
+        .post_conversion(&json!({
+            "clientId": TRACKER_CLIENT,
+            "orderId": ORDER_ID,
+            "value": 49.9,
+            "currency": "EUR",
+        }))
+        .accepted();
+    assert_eq!(
+        session_id, page_session,
+        "the backend's report joins the browser's session"
+    );
+    assert_eq!(
+        json!(event_id),
+        pixel_event_id,
+        "the original conversion answers"
+    );
+
+    let status = app.order_status(ORDER_ID).expect(200);
+    assert_eq!(status["sources"], json!(["pixel", "api"]), "{status}");
+    assert_eq!(status["eventId"], pixel_event_id, "{status}");
+    assert_eq!(
+        rows(
+            &db,
+            "SELECT id, session_id, source_pixel, source_api, value, currency
+             FROM conversions WHERE site_id = ?1 AND order_id = ?2",
+            [&app.site.id, ORDER_ID],
+        ),
+        vec![json!({
+            "id": pixel_event_id,
+            "session_id": page_session,
+            "source_pixel": 1,
+            "source_api": 1,
+            "value": "49.9",
+            "currency": "EUR",
+        })],
+        "one order, one conversion, from both sources"
+    );
+
+    browser.close(&mut cdp);
+}
+
+fn cdp_eval(cdp: &mut Cdp, page: Option<&str>, expr: &str) -> Value {
+    let r = cdp.call(
+        "Runtime.evaluate",
+        json!({"expression": expr, "returnByValue": true}),
+        page,
+    );
+    if let Some(ex) = r.get("exceptionDetails") {
+        panic!("evaluating {expr:?} threw: {ex}");
+    }
+    r["result"].get("value").cloned().unwrap_or(Value::Null)
+}
+
+/// Every row of a query, each as a JSON object keyed by column name (text, integer or null).
+fn rows(db: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params) -> Vec<Value> {
+    let mut stmt = db.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let names: Vec<String> = stmt.column_names().iter().map(|n| n.to_string()).collect();
+    stmt.query_map(params, |r| {
+        let mut obj = serde_json::Map::new();
+        for (i, name) in names.iter().enumerate() {
+            let v = match r.get_ref(i)? {
+                rusqlite::types::ValueRef::Null => Value::Null,
+                rusqlite::types::ValueRef::Integer(n) => json!(n),
+                rusqlite::types::ValueRef::Text(t) => json!(String::from_utf8_lossy(t)),
+                other => panic!("unexpected column type in {name}: {other:?}"),
+            };
+            obj.insert(name.clone(), v);
+        }
+        Ok(Value::Object(obj))
+    })
+    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    .collect::<Result<_, _>>()
+    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Polls `done` until it holds, for at most [`PATIENCE`].
+fn poll(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "gave up after {PATIENCE:?} waiting for {what}"
+        );
+        thread::sleep(Duration::from_millis(25));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The shop: a second origin (another port on 127.0.0.1) serving the merchant's pages.
+
+struct Shop {
+    base: String,
+    _server: Server,
+}
+
+impl Shop {
+    fn start(convapi: &str, tracker_id: &str) -> Shop {
+        let page = shop_page(convapi, tracker_id);
+        let server = Server::start(move |conn| serve_shop(conn, &page));
+        Shop {
+            base: format!("http://{}", server.addr),
+            _server: server,
+        }
+    }
+}
+
+/// The merchant's page: its own early script queues `identify` on the stub (before `init`, before
+/// the async pixel can have loaded), then CONTRACT §4's snippet exactly as pasted, then a buy button.
+fn shop_page(convapi: &str, tracker_id: &str) -> String {
+    format!(
+        r#"<!doctype html>
+<html><head><meta charset="utf-8"><title>Mug shop</title>
+<script>
+  window.svc = window.svc || function () {{ (svc.q = svc.q || []).push(arguments); }};
+  svc('identify', '{TRACKER_CLIENT}');
+  window.identifyQueued = !svc.v && Array.isArray(svc.q);
+</script>
+<script>
+  window.svc = window.svc || function () {{ (svc.q = svc.q || []).push(arguments); }};
+  svc('init', '{tracker_id}');
+</script>
+<script async src="{convapi}/pixel.js"></script>
+</head><body>
+<h1>Blue mug</h1><p>49.90 EUR</p>
+<button id="buy" onclick="svc('track', 'purchase', {{orderId: '{ORDER_ID}', value: 49.9, currency: 'EUR'}}); window.bought = true">Buy</button>
+</body></html>
+"#
+    )
+}
+
+fn serve_shop(mut conn: TcpStream, page: &str) {
+    let Some((head, _)) = read_request(&mut conn) else {
+        return;
+    };
+    let path = head.split_whitespace().nth(1).unwrap_or("/");
+    let (status, body) = if path.starts_with("/shop/") {
+        ("200 OK", page)
+    } else if path == "/thanks" {
+        (
+            "200 OK",
+            "<!doctype html><title>Thanks</title><p>Thank you!</p>",
+        )
+    } else {
+        ("404 Not Found", "not found")
+    };
+    let _ = write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\n\
+         Cache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A recording proxy in front of convapi: it forwards each request unchanged (one per connection)
+// and keeps what it saw, so the test knows whether a batch left by fetch or by sendBeacon.
+
+#[derive(Debug, Clone)]
+struct Seen {
+    request_line: String,
+    /// Names lower-cased.
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+struct Proxy {
+    base: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    _server: Server,
+}
+
+impl Proxy {
+    fn start(upstream: &str) -> Proxy {
+        let upstream = upstream
+            .strip_prefix("http://")
+            .expect("an http:// base")
+            .to_owned();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let server = Server::start(move |mut conn| {
+            let Some((head, body)) = read_request(&mut conn) else {
+                return;
+            };
+            let mut lines = head.split("\r\n");
+            let request_line = lines.next().unwrap_or_default().to_owned();
+            let headers: Vec<(String, String)> = lines
+                .filter_map(|l| l.split_once(':'))
+                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                .collect();
+            let mut up = TcpStream::connect(&upstream).expect("connect to convapi");
+            let mut out = format!("{request_line}\r\n");
+            for (k, v) in headers.iter().filter(|(k, _)| k != "connection") {
+                out.push_str(&format!("{k}: {v}\r\n"));
+            }
+            out.push_str("connection: close\r\n\r\n");
+            up.write_all(out.as_bytes()).unwrap();
+            up.write_all(&body).unwrap();
+            log.lock().unwrap().push(Seen {
+                request_line,
+                headers,
+                body: String::from_utf8_lossy(&body).into_owned(),
+            });
+            let _ = std::io::copy(&mut up, &mut conn);
+        });
+        Proxy {
+            base: format!("http://{}", server.addr),
+            seen,
+            _server: server,
+        }
+    }
+
+    /// The `POST /api/collect` requests so far, in arrival order.
+    fn collects(&self) -> Vec<Seen> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.request_line.starts_with("POST /api/collect "))
+            .cloned()
+            .collect()
+    }
+}
+
+/// Reads one request: its head (up to the blank line) and its `Content-Length` body.
+fn read_request(conn: &mut TcpStream) -> Option<(String, Vec<u8>)> {
+    let _ = conn.set_read_timeout(Some(PATIENCE));
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    let end = loop {
+        if let Some(i) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => return None, // e.g. a spare connection Chromium never used
+            Ok(n) => data.extend_from_slice(&buf[..n]),
+        }
+        if data.len() > 64 * 1024 {
+            return None;
+        }
+    };
+    let head = String::from_utf8_lossy(&data[..end]).into_owned();
+    assert!(
+        !head.to_ascii_lowercase().contains("transfer-encoding"),
+        "a chunked request was not expected: {head}"
+    );
+    let len = head
+        .split("\r\n")
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+        .map_or(0, |(_, v)| {
+            v.trim().parse::<usize>().expect("Content-Length")
+        });
+    let mut body = data[end + 4..].to_vec();
+    while body.len() < len {
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => body.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some((head, body))
+}
+
+/// A thread-per-connection TCP server on 127.0.0.1, port 0; stops accepting on drop.
+struct Server {
+    addr: std::net::SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl Server {
+    fn start(handle: impl Fn(TcpStream) + Send + Sync + 'static) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let handle = Arc::new(handle);
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stopping.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                let handle = handle.clone();
+                // One thread per connection: Chromium opens spare connections that send nothing.
+                thread::spawn(move || handle(conn));
+            }
+        });
+        Server { addr, stop }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr); // wakes the accept loop
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Headless Chromium and a minimal DevTools Protocol client.
+
+/// The browser to drive: `CONVAPI_CHROMIUM` when set, else `chromium` (or a kin) on `PATH`.
+/// None found is a loud failure, in CI and outside it.
+fn chromium_path() -> PathBuf {
+    let found = match std::env::var_os("CONVAPI_CHROMIUM") {
+        Some(p) => Some(PathBuf::from(p)).filter(|p| p.is_file()),
+        None => {
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            std::env::split_paths(&path)
+                .chain([PathBuf::from("/usr/bin")])
+                .flat_map(|dir| {
+                    ["chromium", "chromium-browser", "google-chrome"].map(|n| dir.join(n))
+                })
+                .find(|p| p.is_file())
+        }
+    };
+    found.unwrap_or_else(|| {
+        panic!(
+            "\n\n********************************************************************\n\
+             tests/browser.rs needs Chromium, and none was found{}.\n\
+             Install it:    apt-get install -y chromium\n\
+             or point CONVAPI_CHROMIUM at a Chrome or Chromium binary.\n\
+             This test never passes without a browser.\n\
+             ********************************************************************\n",
+            if std::env::var_os("CI").is_some() {
+                " (CI is set: .ci/run must install it)"
+            } else {
+                ""
+            }
+        )
+    })
+}
+
+struct Browser {
+    child: Child,
+    profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn launch(exe: &Path) -> Browser {
+        let profile = tempfile::tempdir().unwrap();
+        let log = std::fs::File::create(profile.path().join("chromium.log")).unwrap();
+        let child = Command::new(exe)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--remote-debugging-port=0",
+                "--window-size=800,600",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
+        Browser { child, profile }
+    }
+
+    /// Connects to the browser endpoint named in `DevToolsActivePort` (port, then path).
+    fn connect(&mut self) -> Cdp {
+        let file = self.profile.path().join("DevToolsActivePort");
+        let deadline = Instant::now() + BROWSER_START;
+        let (port, path) = loop {
+            if let Ok(text) = std::fs::read_to_string(&file) {
+                let mut lines = text.lines();
+                if let (Some(port), Some(path)) = (lines.next(), lines.next()) {
+                    break (port.trim().to_owned(), path.trim().to_owned());
+                }
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("Chromium exited at start-up ({status})");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Chromium wrote no DevToolsActivePort within {BROWSER_START:?}"
+            );
+            thread::sleep(Duration::from_millis(50));
+        };
+        let stream = TcpStream::connect(format!("127.0.0.1:{port}")).expect("connect to DevTools");
+        stream.set_read_timeout(Some(BROWSER_START)).unwrap();
+        let (ws, _) = tungstenite::client(format!("ws://127.0.0.1:{port}{path}"), stream)
+            .expect("DevTools websocket handshake");
+        Cdp { ws, next_id: 0 }
+    }
+
+    /// Asks Chromium to quit (it may drop the socket before answering), and waits for it a while;
+    /// `Drop` kills it in any case.
+    fn close(mut self, cdp: &mut Cdp) {
+        cdp.send("Browser.close", json!({}), None);
+        let deadline = Instant::now() + PATIENCE;
+        while self.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if thread::panicking() {
+            let log = std::fs::read_to_string(self.profile.path().join("chromium.log"));
+            eprintln!("--- chromium log ---\n{}", log.unwrap_or_default());
+        }
+    }
+}
+
+/// One websocket to the browser; pages are reached through flat `sessionId`s.
+struct Cdp {
+    ws: tungstenite::WebSocket<TcpStream>,
+    next_id: u64,
+}
+
+impl Cdp {
+    /// Sends a command; returns its id.
+    fn send(&mut self, method: &str, params: Value, session: Option<&str>) -> u64 {
+        self.next_id += 1;
+        let mut msg = json!({"id": self.next_id, "method": method, "params": params});
+        if let Some(s) = session {
+            msg["sessionId"] = json!(s);
+        }
+        self.ws
+            .send(tungstenite::Message::text(msg.to_string()))
+            .unwrap_or_else(|e| panic!("send {method}: {e}"));
+        self.next_id
+    }
+
+    /// Sends a command and waits for its answer; events arriving meanwhile are not needed here.
+    fn call(&mut self, method: &str, params: Value, session: Option<&str>) -> Value {
+        let id = self.send(method, params, session);
+        loop {
+            let m = self
+                .ws
+                .read()
+                .unwrap_or_else(|e| panic!("no answer to {method}: {e}"));
+            let tungstenite::Message::Text(text) = m else {
+                continue;
+            };
+            let v: Value = serde_json::from_str(text.as_str()).expect("CDP speaks JSON");
+            if v["id"] == json!(id) {
+                if let Some(err) = v.get("error") {
+                    panic!("{method} failed: {err}");
+                }
+                return v["result"].clone();
+            }
+        }
+    }
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let bytes: Vec<u8> = s.bytes().filter(|&c| c != b'=').map(val).collect();
+    bytes
+        .chunks(4)
+        .flat_map(|c| {
+            let n = c
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, &v)| n | (v as u32) << (18 - 6 * i));
+            let out = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+            out.into_iter().take(c.len() - 1)
+        })
+        .collect()
+}
