@@ -163,7 +163,10 @@ pub type CliResult = Result<(), String>;
 
 /// Parses the arguments, runs the command, returns the exit status.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     init_logging();
     match run(cli) {
         Ok(()) => 0,
@@ -172,6 +175,34 @@ pub fn main() -> i32 {
             1
         }
     }
+}
+
+/// `--help`/`--version` print as usual (exit 0); any other parse failure is a usage error: one line on
+/// stderr, exit 2.
+fn usage_error(e: clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return 0;
+    }
+    let rendered = e.render().to_string();
+    let mut lines = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("Usage:"));
+    let mut first = lines.next().unwrap_or("invalid arguments").to_owned();
+    // "the following required arguments were not provided:" names them on the next line.
+    if first.ends_with(':') {
+        if let Some(next) = lines.next() {
+            first = format!("{first} {next}");
+        }
+    }
+    let first = match e.kind() {
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => "a subcommand is required",
+        _ => first.strip_prefix("error: ").unwrap_or(&first),
+    };
+    eprintln!("convapi: usage error: {first} (see convapi --help)");
+    2
 }
 
 fn init_logging() {
