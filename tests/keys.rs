@@ -411,10 +411,10 @@ fn exit_status_is_2_on_usage_errors_and_1_on_failures_with_the_message_on_stderr
             "convapi {args:?}: stdout {:?}",
             r.stdout
         );
-        // clap's message: what went wrong (or the help when nothing was given), and a pointer
-        // to --help or the usage line.
+        // One line saying what went wrong, like every other failure.
         assert!(
-            r.stderr.starts_with("error:") || r.stderr.contains("Usage:"),
+            r.stderr.starts_with("convapi: usage error: ")
+                && r.stderr.trim_end().lines().count() == 1,
             "convapi {args:?}: stderr {:?}",
             r.stderr
         );
