@@ -13,7 +13,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     echo "installing with apt: ${need_apt[*]}"
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq -o DPkg::Lock::Timeout=300 "${need_apt[@]}" >/dev/null
 fi
 
 if ! command -v st >/dev/null 2>&1 && ! python3 -c 'import schemathesis' >/dev/null 2>&1; then
