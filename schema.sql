@@ -127,7 +127,7 @@ CREATE TABLE outbox (
     id               INTEGER PRIMARY KEY,
     conversion_id    TEXT NOT NULL UNIQUE REFERENCES conversions(id),
     attempts         INTEGER NOT NULL DEFAULT 0,
-    next_attempt_at  INTEGER NOT NULL,
+    next_attempt_at  INTEGER,                -- due time; NULL: parked (fx_pending) until rates are imported
     last_error       TEXT,
     dead_at          INTEGER,                -- set when dead-lettered after too many tries
     created_at       INTEGER NOT NULL

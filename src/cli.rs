@@ -144,18 +144,25 @@ enum RatesCmd {
 
 #[derive(clap::Args)]
 struct ReportArgs {
+    /// The site's id (UUID).
     #[arg(long)]
     site: String,
-    /// First day included (YYYY-MM-DD, UTC).
-    #[arg(long)]
-    from: Option<String>,
+    /// First day included (YYYY-MM-DD, UTC), by the conversions' occurredAt.
+    #[arg(long, value_parser = parse_day)]
+    from: Option<chrono::NaiveDate>,
     /// Last day included (YYYY-MM-DD, UTC).
-    #[arg(long)]
-    to: Option<String>,
+    #[arg(long, value_parser = parse_day)]
+    to: Option<chrono::NaiveDate>,
     #[arg(long, default_value = "source", value_parser = ["source", "medium", "campaign", "type"])]
     by: String,
+    /// Print a JSON array of rows {key, conversions, revenue, unconverted}.
     #[arg(long)]
     json: bool,
+}
+
+fn parse_day(s: &str) -> Result<chrono::NaiveDate, String> {
+    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .map_err(|_| format!("{s:?} is not a date like 2026-11-20"))
 }
 
 /// A command's failure: the one line printed on stderr.
@@ -350,15 +357,85 @@ fn run(cli: Cli) -> CliResult {
                 )
             })
         }
-        Command::Rates(RatesCmd::Import { file, json }) => {
-            let _ = (file, json);
-            Err("rates import is not built yet".into())
-        }
-        Command::Report(a) => {
-            let _ = a;
-            Err("report is not built yet".into())
+        Command::Rates(RatesCmd::Import { file, json }) => rates_import(&db, &file, json),
+        Command::Report(a) => report(&db, a),
+    }
+}
+
+/// Reads an ECB CSV and stores its rates in one transaction, which also makes every `fx_pending`
+/// conversion due again (a running server's pipeline picks them up within a second or so).
+fn rates_import(db: &std::path::Path, file: &std::path::Path, json: bool) -> CliResult {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let rates = crate::fx::parse_ecb_csv(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut conn = open(db)?;
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(|e| store::StoreError::from(e).to_string())?;
+    for r in &rates {
+        store::rates::upsert(
+            &tx,
+            &r.currency,
+            &r.date.format("%Y-%m-%d").to_string(),
+            &r.rate.to_string(),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    let released = store::pipeline::unpark(&tx, store::now_ms()).map_err(|e| e.to_string())?;
+    tx.commit()
+        .map_err(|e| store::StoreError::from(e).to_string())?;
+    let (first, last) = (
+        rates.iter().map(|r| r.date).min(),
+        rates.iter().map(|r| r.date).max(),
+    );
+    let currencies: std::collections::BTreeSet<&str> =
+        rates.iter().map(|r| r.currency.as_str()).collect();
+    let out = json!({
+        "imported": rates.len(),
+        "currencies": currencies.len(),
+        "from": first.map(|d| d.to_string()),
+        "to": last.map(|d| d.to_string()),
+        "released": released,
+    });
+    print(json, &out, || {
+        match (first, last) {
+        (Some(a), Some(b)) => format!(
+            "imported {} rates for {} currencies, {a} to {b}; {released} conversions waiting for rates released",
+            rates.len(),
+            currencies.len()
+        ),
+        _ => "the file holds no rates".to_owned(),
+    }
+    })
+}
+
+fn report(db: &std::path::Path, a: ReportArgs) -> CliResult {
+    use crate::store::report::GroupBy;
+    if let (Some(from), Some(to)) = (a.from, a.to) {
+        if from > to {
+            return Err(format!("--from {from} is after --to {to}"));
         }
     }
+    let by = match a.by.as_str() {
+        "medium" => GroupBy::Medium,
+        "campaign" => GroupBy::Campaign,
+        "type" => GroupBy::Type,
+        _ => GroupBy::Source,
+    };
+    let conn = open(db)?;
+    let site_id = uuid::Uuid::parse_str(a.site.trim())
+        .map_err(|_| format!("--site {:?} is not a site id (a UUID)", a.site))?
+        .hyphenated()
+        .to_string();
+    let site = store::sites::by_id(&conn, &site_id)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no site with id {}", a.site))?;
+    let rows = crate::report::build(&conn, &site, a.from, a.to, by)?;
+    if a.json {
+        println!("{}", crate::report::to_json(&rows));
+    } else {
+        println!("{}", crate::report::to_table(&rows, by, &site.currency));
+    }
+    Ok(())
 }
 
 fn serve(db: PathBuf, a: ServeArgs) -> CliResult {

@@ -3,11 +3,14 @@
 //! See ARCHITECTURE.md for the map. The binary (`main.rs`) only calls [`cli::main`].
 
 pub mod api;
+pub mod attribution;
 pub mod cli;
+pub mod fx;
 pub mod http;
 pub mod keys;
 pub mod metrics;
 pub mod pipeline;
+pub mod report;
 pub mod store;
 pub mod tracking;
 pub mod writer;

@@ -7,6 +7,9 @@
 
 pub mod conversions;
 pub mod keys;
+pub mod pipeline;
+pub mod rates;
+pub mod report;
 pub mod sessions;
 pub mod sites;
 pub mod tenants;

@@ -1,0 +1,221 @@
+//! `convapi report`: conversions of a site grouped by source, medium, campaign or type, with their
+//! revenue in the site currency and how many are not converted yet.
+//!
+//! Rules: a conversion counts once (there is one row per order); it occurred in the range when its
+//! `occurredAt` falls on a day from `--from` to `--to` inclusive (UTC). Revenue is the exact decimal
+//! sum of the processed conversions' reporting values (each already rounded to the currency's minor
+//! units by the pipeline). `unconverted` counts the conversions whose value is not in the revenue
+//! yet: `queued`, `fx_pending` or `failed`. A processed conversion without a value adds 0.
+//! Before attribution has run the source/medium/campaign key is `(unattributed)`; a missing
+//! campaign is `(not set)`.
+
+use std::collections::BTreeMap;
+
+use chrono::NaiveDate;
+use rust_decimal::Decimal;
+
+use crate::attribution::NOT_SET;
+use crate::fx;
+use crate::store::report::GroupBy;
+use crate::store::{self, sites::Site};
+
+pub const UNATTRIBUTED: &str = "(unattributed)";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub key: String,
+    pub conversions: u64,
+    /// In the site currency, scaled to its minor units.
+    pub revenue: Decimal,
+    pub unconverted: u64,
+}
+
+/// The report's rows: highest revenue first, then most conversions, then by key.
+pub fn build(
+    conn: &rusqlite::Connection,
+    site: &Site,
+    from: Option<NaiveDate>,
+    to: Option<NaiveDate>,
+    by: GroupBy,
+) -> Result<Vec<Row>, String> {
+    let day_ms = |d: NaiveDate| {
+        d.and_hms_opt(0, 0, 0)
+            .expect("midnight exists")
+            .and_utc()
+            .timestamp_millis()
+    };
+    let from_ms = from.map(day_ms).unwrap_or(i64::MIN);
+    let to_ms = to
+        .and_then(|d| d.succ_opt())
+        .map(day_ms)
+        .unwrap_or(i64::MAX);
+    let lines =
+        store::report::lines(conn, &site.id, from_ms, to_ms, by).map_err(|e| e.to_string())?;
+    let mut groups: BTreeMap<String, Row> = BTreeMap::new();
+    for line in lines {
+        let key = match (by, line.key) {
+            (GroupBy::Type, Some(k)) => k,
+            (_, _) if !line.attributed => UNATTRIBUTED.to_owned(),
+            (_, Some(k)) => k,
+            (_, None) => NOT_SET.to_owned(),
+        };
+        let row = groups.entry(key.clone()).or_insert_with(|| Row {
+            key,
+            conversions: 0,
+            revenue: Decimal::ZERO,
+            unconverted: 0,
+        });
+        row.conversions += 1;
+        if line.status == "processed" {
+            if let Some(v) = line.reporting_value {
+                let v = fx::decimal(&v).map_err(|e| format!("stored reporting value {e}"))?;
+                row.revenue = row
+                    .revenue
+                    .checked_add(v)
+                    .ok_or("revenue exceeds the decimal range")?;
+            }
+        } else {
+            row.unconverted += 1;
+        }
+    }
+    let minor = fx::minor_units(&site.currency);
+    let mut rows: Vec<Row> = groups
+        .into_values()
+        .map(|mut r| {
+            r.revenue = fx::round_to_minor(r.revenue, minor);
+            r
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.revenue
+            .cmp(&a.revenue)
+            .then(b.conversions.cmp(&a.conversions))
+            .then_with(|| a.key.cmp(&b.key))
+    });
+    Ok(rows)
+}
+
+/// The rows as one JSON array. `revenue` is a JSON number written with its exact decimal digits
+/// (`12.30`), which a reader that parses numbers as decimals gets back unchanged.
+pub fn to_json(rows: &[Row]) -> String {
+    let items: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"key\":{},\"conversions\":{},\"revenue\":{},\"unconverted\":{}}}",
+                serde_json::Value::String(r.key.clone()),
+                r.conversions,
+                r.revenue,
+                r.unconverted
+            )
+        })
+        .collect();
+    format!("[{}]", items.join(","))
+}
+
+/// The rows as an aligned table with a total line.
+pub fn to_table(rows: &[Row], by: GroupBy, currency: &str) -> String {
+    let head_key = match by {
+        GroupBy::Source => "SOURCE",
+        GroupBy::Medium => "MEDIUM",
+        GroupBy::Campaign => "CAMPAIGN",
+        GroupBy::Type => "TYPE",
+    };
+    let head_revenue = format!("REVENUE ({currency})");
+    let total = Row {
+        key: "TOTAL".into(),
+        conversions: rows.iter().map(|r| r.conversions).sum(),
+        revenue: fx::round_to_minor(
+            rows.iter().map(|r| r.revenue).sum(),
+            fx::minor_units(currency),
+        ),
+        unconverted: rows.iter().map(|r| r.unconverted).sum(),
+    };
+    let cells = |r: &Row| {
+        [
+            r.key.clone(),
+            r.conversions.to_string(),
+            r.revenue.to_string(),
+            r.unconverted.to_string(),
+        ]
+    };
+    let header = [
+        head_key.to_owned(),
+        "CONVERSIONS".to_owned(),
+        head_revenue,
+        "UNCONVERTED".to_owned(),
+    ];
+    let body: Vec<[String; 4]> = rows.iter().map(cells).collect();
+    let footer = cells(&total);
+    let mut widths = [0usize; 4];
+    for line in std::iter::once(&header)
+        .chain(&body)
+        .chain(std::iter::once(&footer))
+    {
+        for (w, c) in widths.iter_mut().zip(line) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let render = |line: &[String; 4]| {
+        format!(
+            "{:<w0$}  {:>w1$}  {:>w2$}  {:>w3$}",
+            line[0],
+            line[1],
+            line[2],
+            line[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3]
+        )
+    };
+    let mut out = vec![render(&header)];
+    out.extend(body.iter().map(render));
+    out.push(render(&footer));
+    out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(key: &str, conversions: u64, revenue: &str, unconverted: u64) -> Row {
+        Row {
+            key: key.into(),
+            conversions,
+            revenue: Decimal::from_str_exact(revenue).unwrap(),
+            unconverted,
+        }
+    }
+
+    #[test]
+    fn json_keeps_exact_digits_and_escapes_keys() {
+        let rows = [
+            row("news\"letter", 2, "1234567890123.40", 0),
+            row("(direct)", 1, "0.00", 1),
+        ];
+        let text = to_json(&rows);
+        assert_eq!(
+            text,
+            r#"[{"key":"news\"letter","conversions":2,"revenue":1234567890123.40,"unconverted":0},{"key":"(direct)","conversions":1,"revenue":0.00,"unconverted":1}]"#
+        );
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back[0]["key"], "news\"letter");
+    }
+
+    #[test]
+    fn table_is_aligned_with_a_total() {
+        let rows = [
+            row("newsletter", 12, "1045.20", 0),
+            row("google", 3, "99.90", 2),
+        ];
+        let t = to_table(&rows, GroupBy::Source, "EUR");
+        assert_eq!(
+            t,
+            "SOURCE      CONVERSIONS  REVENUE (EUR)  UNCONVERTED\n\
+             newsletter           12        1045.20            0\n\
+             google                3          99.90            2\n\
+             TOTAL                15        1145.10            2"
+        );
+    }
+}

@@ -1,0 +1,233 @@
+//! The pipeline's SQL: picking due outbox items, loading a conversion's work, and storing each
+//! outcome. Every outcome function runs inside the pipeline's own `BEGIN IMMEDIATE` transaction, so a
+//! result and the fate of its outbox row commit together or not at all.
+//!
+//! Outbox states: due (`next_attempt_at <= now`), backing off (`next_attempt_at` later), parked for
+//! rates (`next_attempt_at IS NULL`, conversion `fx_pending`), dead (`dead_at` set, conversion `failed`).
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::Result;
+
+/// One outbox row as the worker sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub id: i64,
+    pub conversion_id: String,
+    /// Failed tries so far.
+    pub attempts: i64,
+}
+
+/// Up to `limit` items due at `now`, oldest due first, dead letters and parked items excluded.
+pub fn due(conn: &Connection, now_ms: i64, limit: usize) -> Result<Vec<Item>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, conversion_id, attempts FROM outbox
+         WHERE dead_at IS NULL AND next_attempt_at <= ?1
+         ORDER BY next_attempt_at, id LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![now_ms, limit as i64], |r| {
+        Ok(Item {
+            id: r.get(0)?,
+            conversion_id: r.get(1)?,
+            attempts: r.get(2)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// Re-reads an item inside the worker's transaction: `None` when it was finished, parked, killed
+/// or rescheduled since it was listed (so no outcome is ever stored twice).
+pub fn claim(conn: &Connection, id: i64, now_ms: i64) -> Result<Option<Item>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, conversion_id, attempts FROM outbox
+             WHERE id = ?1 AND dead_at IS NULL AND next_attempt_at <= ?2",
+        )?
+        .query_row(params![id, now_ms], |r| {
+            Ok(Item {
+                id: r.get(0)?,
+                conversion_id: r.get(1)?,
+                attempts: r.get(2)?,
+            })
+        })
+        .optional()?)
+}
+
+/// The earliest time an item becomes due (`None`: nothing waits but parked or dead items).
+pub fn next_due(conn: &Connection) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached("SELECT MIN(next_attempt_at) FROM outbox WHERE dead_at IS NULL")?
+        .query_row([], |r| r.get(0))?)
+}
+
+/// What the pipeline needs of a conversion.
+#[derive(Debug, Clone)]
+pub struct Work {
+    pub id: String,
+    pub site_id: String,
+    pub session_id: String,
+    pub visitor_id: String,
+    pub client_id: Option<String>,
+    /// Decimal text in `currency`.
+    pub value: Option<String>,
+    pub currency: String,
+    pub occurred_at: i64,
+}
+
+pub fn work(conn: &Connection, conversion_id: &str) -> Result<Option<Work>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, site_id, session_id, visitor_id, client_id, value, currency, occurred_at
+             FROM conversions WHERE id = ?1",
+        )?
+        .query_row([conversion_id], |r| {
+            Ok(Work {
+                id: r.get(0)?,
+                site_id: r.get(1)?,
+                session_id: r.get(2)?,
+                visitor_id: r.get(3)?,
+                client_id: r.get(4)?,
+                value: r.get(5)?,
+                currency: r.get(6)?,
+                occurred_at: r.get(7)?,
+            })
+        })
+        .optional()?)
+}
+
+/// The attribution stored with a conversion.
+#[derive(Debug, Clone)]
+pub struct Attributed<'a> {
+    pub model: &'a str,
+    pub session_id: Option<&'a str>,
+    pub source: &'a str,
+    pub medium: &'a str,
+    pub campaign: Option<&'a str>,
+}
+
+/// The currency conversion stored with a conversion (all `None` for a conversion without a value).
+#[derive(Debug, Clone, Default)]
+pub struct Reported {
+    pub value: Option<String>,
+    pub currency: Option<String>,
+    pub rate: Option<String>,
+    pub date: Option<String>,
+}
+
+fn store_attribution(
+    conn: &Connection,
+    conversion_id: &str,
+    a: &Attributed<'_>,
+    status: &str,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE conversions SET status = ?2, attr_model = ?3, attr_session_id = ?4, attr_source = ?5,
+            attr_medium = ?6, attr_campaign = ?7
+         WHERE id = ?1",
+    )?
+    .execute(params![conversion_id, status, a.model, a.session_id, a.source, a.medium, a.campaign])?;
+    Ok(())
+}
+
+/// Stores the finished result and deletes the outbox row.
+pub fn finish(
+    conn: &Connection,
+    item_id: i64,
+    conversion_id: &str,
+    a: &Attributed<'_>,
+    fx: &Reported,
+    now_ms: i64,
+) -> Result<()> {
+    store_attribution(conn, conversion_id, a, "processed")?;
+    conn.prepare_cached(
+        "UPDATE conversions SET reporting_value = ?2, reporting_currency = ?3, fx_rate = ?4, fx_date = ?5,
+            processed_at = ?6
+         WHERE id = ?1",
+    )?
+    .execute(params![conversion_id, fx.value, fx.currency, fx.rate, fx.date, now_ms])?;
+    conn.prepare_cached("DELETE FROM outbox WHERE id = ?1")?
+        .execute([item_id])?;
+    Ok(())
+}
+
+/// Stores the attribution, marks the conversion `fx_pending` and parks its item until rates arrive.
+pub fn park(
+    conn: &Connection,
+    item_id: i64,
+    conversion_id: &str,
+    a: &Attributed<'_>,
+) -> Result<()> {
+    store_attribution(conn, conversion_id, a, "fx_pending")?;
+    conn.prepare_cached("UPDATE outbox SET next_attempt_at = NULL WHERE id = ?1")?
+        .execute([item_id])?;
+    Ok(())
+}
+
+/// Makes every parked item due at `now` (after a rates import); returns how many.
+pub fn unpark(conn: &Connection, now_ms: i64) -> Result<usize> {
+    Ok(conn
+        .prepare_cached(
+            "UPDATE outbox SET next_attempt_at = ?1 WHERE next_attempt_at IS NULL AND dead_at IS NULL",
+        )?
+        .execute([now_ms])?)
+}
+
+/// Records a failed try and when to try again.
+pub fn retry_later(
+    conn: &Connection,
+    item_id: i64,
+    attempts: i64,
+    next_at: i64,
+    error: &str,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE outbox SET attempts = ?2, next_attempt_at = ?3, last_error = ?4 WHERE id = ?1",
+    )?
+    .execute(params![item_id, attempts, next_at, error])?;
+    Ok(())
+}
+
+/// Gives up on an item: it stays in the outbox as a dead letter with its last error, and its
+/// conversion shows `failed`.
+pub fn dead_letter(
+    conn: &Connection,
+    item_id: i64,
+    conversion_id: &str,
+    attempts: i64,
+    error: &str,
+    now_ms: i64,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE outbox SET attempts = ?2, last_error = ?3, dead_at = ?4 WHERE id = ?1",
+    )?
+    .execute(params![item_id, attempts, error, now_ms])?;
+    conn.prepare_cached("UPDATE conversions SET status = 'failed' WHERE id = ?1")?
+        .execute([conversion_id])?;
+    Ok(())
+}
+
+/// An item's bookkeeping, for the status view, operators and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemState {
+    pub attempts: i64,
+    pub next_attempt_at: Option<i64>,
+    pub last_error: Option<String>,
+    pub dead_at: Option<i64>,
+}
+
+/// The outbox row of a conversion; `None` once it has been processed.
+pub fn item_state(conn: &Connection, conversion_id: &str) -> Result<Option<ItemState>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT attempts, next_attempt_at, last_error, dead_at FROM outbox WHERE conversion_id = ?1",
+        )?
+        .query_row([conversion_id], |r| {
+            Ok(ItemState {
+                attempts: r.get(0)?,
+                next_attempt_at: r.get(1)?,
+                last_error: r.get(2)?,
+                dead_at: r.get(3)?,
+            })
+        })
+        .optional()?)
+}
