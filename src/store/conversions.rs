@@ -159,10 +159,12 @@ pub fn status(
     };
     Ok(conn
         .prepare_cached(
-            "SELECT id, order_id, type, session_id, source_pixel, source_api, status, value, currency,
+            "SELECT conversions.id, order_id, type, session_id, source_pixel, source_api, status, value, currency,
                     reporting_value, reporting_currency, fx_rate, fx_date, attr_model, attr_session_id,
-                    attr_source, attr_medium, attr_campaign, occurred_at
-             FROM conversions WHERE site_id = ?1 AND order_id = ?2",
+                    attr_source, attr_medium, attr_campaign, occurred_at, processed_at,
+                    outbox.attempts, outbox.last_error
+             FROM conversions LEFT JOIN outbox ON outbox.conversion_id = conversions.id
+             WHERE site_id = ?1 AND order_id = ?2",
         )?
         .query_row(params![site_id, order_id], |r| {
             let mut sources = Vec::new();
@@ -198,6 +200,10 @@ pub fn status(
                 "fxDate": r.get::<_, Option<String>>(12)?,
                 "attribution": attribution,
                 "occurredAt": super::iso(r.get(18)?),
+                "processedAt": r.get::<_, Option<i64>>(19)?.map(super::iso),
+                // Failed pipeline tries so far, and the last one's error (kept on a dead letter).
+                "attempts": r.get::<_, Option<i64>>(20)?.unwrap_or(0),
+                "lastError": r.get::<_, Option<String>>(21)?,
             }))
         })
         .optional()?)

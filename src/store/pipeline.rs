@@ -145,8 +145,15 @@ pub fn finish(
          WHERE id = ?1",
     )?
     .execute(params![conversion_id, fx.value, fx.currency, fx.rate, fx.date, now_ms])?;
-    conn.prepare_cached("DELETE FROM outbox WHERE id = ?1")?
+    let deleted = conn
+        .prepare_cached("DELETE FROM outbox WHERE id = ?1")?
         .execute([item_id])?;
+    if deleted != 1 {
+        // The caller claimed the item in this transaction; anything else would be a double.
+        return Err(super::StoreError::Other(format!(
+            "outbox item {item_id} vanished while being processed"
+        )));
+    }
     Ok(())
 }
 

@@ -1,0 +1,121 @@
+//! The pipeline survives `kill -9` mid-drain: 1000 queued conversions, a server with its pipeline
+//! on killed again and again while it drains, then restarted; every conversion ends processed
+//! exactly once and the report counts each once with the exact revenue.
+
+mod common;
+mod pipeline_support;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use pipeline_support::*;
+use serde_json::{json, Value};
+
+const BATCHES: i64 = 10;
+const PER_BATCH: i64 = 100;
+const N: i64 = BATCHES * PER_BATCH;
+
+fn outbox(app: &TestApp) -> i64 {
+    app.query_i64("SELECT COUNT(*) FROM outbox", [])
+}
+
+#[test]
+fn kill_9_mid_drain_loses_nothing_and_counts_nothing_twice() {
+    // Load the queue with the pipeline off, so that the drain starts only once it is full.
+    let mut app = manual().start();
+    import_rates(&app, &fixture("eurofxref-hist-sample.csv"));
+    let now = now_ms();
+    app.pageview(
+        "v",
+        "https://shop.example/?utm_source=news&utm_medium=email",
+        now - MINUTE,
+    );
+    for b in 0..BATCHES {
+        // Half in EUR (0.10 each), half in USD (1.00 each, converted at the latest USD rate,
+        // 1.06 from 2026-11-16: 0.943396... → 0.94).
+        let events: Vec<Value> = (0..PER_BATCH)
+            .map(|i| {
+                let n = b * PER_BATCH + i;
+                let (value, currency) = if n % 2 == 0 { (0.1, "EUR") } else { (1.0, "USD") };
+                json!({"type": "purchase", "orderId": format!("o-{n}"), "value": value, "currency": currency, "ts": now - 30_000})
+            })
+            .collect();
+        app.pixel("v", Value::Array(events));
+    }
+    assert_eq!(outbox(&app), N);
+    app.stop();
+
+    // Now with the pipeline on: start, let it make some progress, kill -9, again and again.
+    app.options.serve_args.clear();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let (mut kills, mut mid_drain) = (0, 0);
+    for _round in 0..200 {
+        let before = outbox(&app);
+        if before == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {before} queued after {kills} kills"
+        );
+        app.restart();
+        let target = before - (before / 4).max(1);
+        loop {
+            let left = outbox(&app);
+            if left <= target {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no progress: {left} queued");
+            // The worker is another process: watch its progress in the file.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        app.kill9();
+        kills += 1;
+        let after = outbox(&app);
+        if after > 0 && after < before {
+            mid_drain += 1;
+        }
+    }
+    assert!(
+        kills >= 3 && mid_drain >= 2,
+        "kills {kills}, of them mid-drain {mid_drain}"
+    );
+    eprintln!("{kills} kills, {mid_drain} with work left behind");
+
+    // A last start drains whatever is left (nothing, or the tail after the last kill).
+    app.restart();
+    let done = Instant::now() + Duration::from_secs(120);
+    while outbox(&app) > 0 {
+        assert!(
+            Instant::now() < done,
+            "outbox not drained: {}",
+            outbox(&app)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", []), N);
+    assert_eq!(
+        app.query_i64("SELECT COUNT(*) FROM conversions WHERE status = 'processed' AND reporting_value IS NOT NULL AND processed_at IS NOT NULL", []),
+        N
+    );
+    let usd = app.query_i64("SELECT COUNT(*) FROM conversions WHERE currency = 'USD' AND reporting_value = '0.94' AND fx_rate = '0.9433962264' AND fx_date = '2026-11-16'", []);
+    let eur = app.query_i64(
+        "SELECT COUNT(*) FROM conversions WHERE currency = 'EUR' AND reporting_value = '0.10'",
+        [],
+    );
+    assert_eq!((usd, eur), (N / 2, N / 2));
+
+    // 500 × 0.10 + 500 × 0.94 = 50.00 + 470.00
+    let (rows, revenues) = report(&app, &app.site.id, &[]);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (
+            rows[0]["key"].as_str(),
+            rows[0]["conversions"].as_i64(),
+            rows[0]["unconverted"].as_i64()
+        ),
+        (Some("news"), Some(N), Some(0))
+    );
+    assert_eq!(revenues, ["520.00"]);
+    app.stop();
+}

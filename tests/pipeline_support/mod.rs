@@ -1,0 +1,119 @@
+//! Helpers shared by the pipeline's test files (`pipeline.rs`, `currency.rs`, `report.rs`,
+//! `crash.rs`), on top of `common`: running the pipeline in-process on the test server's database
+//! file (the server runs with `--pipeline off`), reading order status, rates fixtures and reports.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use convapi::metrics::Metrics;
+use convapi::pipeline::{self, DrainStats};
+use serde_json::{json, Value};
+
+use crate::common::*;
+
+/// A server whose own pipeline is off: the test drives it with [`drain`].
+pub fn manual() -> Builder {
+    TestApp::builder().serve_args(&["--pipeline", "off"])
+}
+
+/// One pipeline pass over everything due now, in this process, on the app's database file.
+pub fn drain(app: &TestApp) -> DrainStats {
+    drain_at(app, now_ms())
+}
+
+/// One pipeline pass as if the clock read `now_ms` (for backoff schedules).
+pub fn drain_at(app: &TestApp, now_ms: i64) -> DrainStats {
+    drain_with(app, now_ms, &Metrics::default())
+}
+
+pub fn drain_with(app: &TestApp, now_ms: i64, metrics: &Metrics) -> DrainStats {
+    let mut conn = convapi::store::open(&app.db).expect("open db");
+    pipeline::drain_once(&mut conn, metrics, now_ms).expect("drain")
+}
+
+/// `GET .../conversions/{orderId}`, asserting 200.
+#[track_caller]
+pub fn status(app: &TestApp, order_id: &str) -> Value {
+    app.order_status(order_id).expect(200)
+}
+
+/// `(source, medium, campaign, sessionId)` of a processed order's attribution.
+#[track_caller]
+pub fn touch(v: &Value) -> (String, String, Option<String>, Option<String>) {
+    let a = &v["attribution"];
+    assert!(a.is_object(), "no attribution in {v}");
+    (
+        a["source"].as_str().expect("source").to_owned(),
+        a["medium"].as_str().expect("medium").to_owned(),
+        a["campaign"].as_str().map(str::to_owned),
+        a["sessionId"].as_str().map(str::to_owned),
+    )
+}
+
+/// A file under `tests/data/`.
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+/// `convapi rates import FILE --json`, asserting success.
+#[track_caller]
+pub fn import_rates(app: &TestApp, file: &std::path::Path) -> Value {
+    app.cli_json(&[
+        "rates",
+        "import",
+        file.to_str().expect("utf-8 path"),
+        "--json",
+    ])
+}
+
+/// Epoch ms of an RFC 3339 time.
+pub fn ms(rfc3339: &str) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .expect("RFC 3339")
+        .timestamp_millis()
+}
+
+/// Gives `visitor` a session that starts (one pageview) at `at_ms` on the default site and
+/// reports an API conversion for it at `occurred_ms`; returns the order id.
+#[track_caller]
+pub fn order_at(
+    app: &TestApp,
+    visitor: &str,
+    value: Value,
+    currency: &str,
+    occurred_ms: i64,
+) -> String {
+    app.pageview(visitor, "https://shop.example/", occurred_ms - HOUR);
+    let order = unique("order");
+    app.post_conversion(&json!({
+        "visitorId": visitor, "orderId": order, "value": value, "currency": currency,
+        "occurredAt": iso(occurred_ms),
+    }))
+    .accepted();
+    order
+}
+
+/// `convapi report --site SITE ARGS... --json`: the rows, and the raw `revenue` number texts in
+/// row order (the JSON parser here would turn `1.10` into a float).
+#[track_caller]
+pub fn report(app: &TestApp, site: &str, args: &[&str]) -> (Vec<Value>, Vec<String>) {
+    let mut all = vec!["report", "--site", site];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let run = app.cli(&all);
+    let rows = run.json().as_array().expect("an array of rows").clone();
+    let revenues = run
+        .stdout
+        .match_indices("\"revenue\":")
+        .map(|(i, m)| {
+            run.stdout[i + m.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == '-')
+                .collect()
+        })
+        .collect();
+    (rows, revenues)
+}

@@ -1,0 +1,261 @@
+//! `convapi report`: grouping by source, medium, campaign and type; revenue in the site currency;
+//! what counts as unconverted (queued, fx_pending, failed); inclusive UTC day ranges; an order
+//! reported by both sources counted once; the table and `--json` outputs; usage and lookup errors.
+//! Exact decimal sums with converted currencies are in `currency.rs`.
+
+mod common;
+mod pipeline_support;
+
+use common::*;
+use pipeline_support::*;
+use serde_json::{json, Value};
+
+/// Reports an order on the latest session of `visitor`.
+fn order(app: &TestApp, visitor: &str, body: Value) -> String {
+    let order = unique("order");
+    let mut b = body.as_object().unwrap().clone();
+    b.insert("visitorId".into(), json!(visitor));
+    b.insert("orderId".into(), json!(order));
+    app.post_conversion(&Value::Object(b)).accepted();
+    order
+}
+
+fn keyed(rows: &[Value], revenues: &[String]) -> Vec<(String, i64, String, i64)> {
+    rows.iter()
+        .zip(revenues)
+        .map(|(r, rev)| {
+            (
+                r["key"].as_str().unwrap().to_owned(),
+                r["conversions"].as_i64().unwrap(),
+                rev.clone(),
+                r["unconverted"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn row(key: &str, conversions: i64, revenue: &str, unconverted: i64) -> (String, i64, String, i64) {
+    (key.into(), conversions, revenue.into(), unconverted)
+}
+
+#[test]
+fn groups_by_source_medium_campaign_and_type() {
+    let app = manual().start();
+    let now = now_ms();
+    app.pageview(
+        "news",
+        "https://shop.example/?utm_source=newsletter&utm_medium=email&utm_campaign=bf",
+        now - HOUR,
+    );
+    app.pageview("ads", "https://shop.example/?gclid=g1", now - HOUR);
+    app.pageview("direct", "https://shop.example/", now - HOUR);
+    order(&app, "news", json!({"value": 10, "currency": "EUR"}));
+    order(&app, "news", json!({"value": 5, "currency": "EUR"}));
+    order(&app, "ads", json!({"value": 20, "currency": "EUR"}));
+    order(&app, "direct", json!({"value": 1, "currency": "EUR"}));
+    order(&app, "direct", json!({"type": "signup"}));
+    assert_eq!(drain(&app).processed, 5);
+
+    let by = |g: &str| {
+        let (rows, revenues) = report(&app, &app.site.id, &["--by", g]);
+        keyed(&rows, &revenues)
+    };
+    assert_eq!(
+        by("source"),
+        [
+            row("google", 1, "20.00", 0),
+            row("newsletter", 2, "15.00", 0),
+            row("(direct)", 2, "1.00", 0)
+        ]
+    );
+    assert_eq!(
+        by("medium"),
+        [
+            row("cpc", 1, "20.00", 0),
+            row("email", 2, "15.00", 0),
+            row("(none)", 2, "1.00", 0)
+        ]
+    );
+    assert_eq!(
+        by("campaign"),
+        [row("(not set)", 3, "21.00", 0), row("bf", 2, "15.00", 0)]
+    );
+    assert_eq!(
+        by("type"),
+        [row("purchase", 4, "36.00", 0), row("signup", 1, "0.00", 0)]
+    );
+    // --by defaults to source.
+    let (rows, revenues) = report(&app, &app.site.id, &[]);
+    assert_eq!(keyed(&rows, &revenues), by("source"));
+}
+
+#[test]
+fn unconverted_counts_queued_fx_pending_and_failed_orders() {
+    let app = manual().start();
+    let now = now_ms();
+    app.pageview(
+        "v",
+        "https://shop.example/?utm_source=news&utm_medium=email",
+        now - HOUR,
+    );
+    order(&app, "v", json!({"value": 3, "currency": "EUR"}));
+    order(&app, "v", json!({"value": 7, "currency": "USD"})); // no USD rate: fx_pending
+    let poison = order(&app, "v", json!({"value": 9, "currency": "EUR"}));
+    app.sqlite()
+        .execute(
+            "UPDATE conversions SET value = 'nine' WHERE order_id = ?1",
+            [&poison],
+        )
+        .unwrap();
+
+    // Before any pass nothing is attributed yet.
+    let (rows, revenues) = report(&app, &app.site.id, &[]);
+    assert_eq!(
+        keyed(&rows, &revenues),
+        [row("(unattributed)", 3, "0.00", 3)]
+    );
+
+    // Enough passes, each a day apart (longer than any backoff), for the poison to die.
+    for day in 0..10 {
+        drain_at(&app, now_ms() + day * DAY);
+    }
+    assert_eq!(status(&app, &poison)["status"], "failed");
+    // The dead poison was never attributed; the fx_pending one was.
+    let (rows, revenues) = report(&app, &app.site.id, &[]);
+    assert_eq!(
+        keyed(&rows, &revenues),
+        [
+            row("news", 2, "3.00", 1),
+            row("(unattributed)", 1, "0.00", 1)
+        ]
+    );
+    let (rows, revenues) = report(&app, &app.site.id, &["--by", "type"]);
+    assert_eq!(keyed(&rows, &revenues), [row("purchase", 3, "3.00", 2)]);
+}
+
+#[test]
+fn from_and_to_are_inclusive_utc_days() {
+    let app = manual().start();
+    for (i, at) in [
+        "2026-11-12T23:59:59.999Z",
+        "2026-11-13T00:00:00Z",
+        "2026-11-13T23:59:59.999Z",
+        "2026-11-14T00:00:00Z",
+    ]
+    .iter()
+    .enumerate()
+    {
+        order_at(&app, &format!("v{i}"), json!(i + 1), "EUR", ms(at));
+    }
+    drain(&app);
+    let count = |args: &[&str]| {
+        let (rows, revenues) = report(&app, &app.site.id, args);
+        keyed(&rows, &revenues)
+            .into_iter()
+            .map(|(_, n, rev, _)| (n, rev))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        count(&["--from", "2026-11-13", "--to", "2026-11-13"]),
+        [(2, "5.00".to_string())]
+    );
+    assert_eq!(count(&["--from", "2026-11-13"]), [(3, "9.00".to_string())]);
+    assert_eq!(count(&["--to", "2026-11-12"]), [(1, "1.00".to_string())]);
+    assert_eq!(count(&[]), [(4, "10.00".to_string())]);
+    assert_eq!(count(&["--from", "2026-11-15"]), []);
+}
+
+#[test]
+fn an_order_from_the_pixel_and_the_api_is_counted_once() {
+    let app = manual().start();
+    let now = now_ms();
+    app.pixel(
+        "v",
+        json!([
+            {"type": "pageview", "url": "https://shop.example/?utm_source=news&utm_medium=email", "ts": now - MINUTE},
+            {"type": "purchase", "orderId": "A-1001", "value": 49.9, "currency": "EUR", "ts": now - 30_000},
+        ]),
+    );
+    for _ in 0..2 {
+        app.post_conversion(
+            &json!({"visitorId": "v", "orderId": "A-1001", "value": 49.9, "currency": "EUR"}),
+        )
+        .accepted();
+    }
+    drain(&app);
+    let (rows, revenues) = report(&app, &app.site.id, &[]);
+    assert_eq!(keyed(&rows, &revenues), [row("news", 1, "49.90", 0)]);
+}
+
+#[test]
+fn the_table_is_aligned_and_totalled() {
+    let app = manual().start();
+    let now = now_ms();
+    app.pageview(
+        "a",
+        "https://shop.example/?utm_source=newsletter&utm_medium=email",
+        now - HOUR,
+    );
+    app.pageview("b", "https://shop.example/?gclid=x", now - HOUR);
+    order(&app, "a", json!({"value": 1045.2, "currency": "EUR"}));
+    order(&app, "b", json!({"value": 99.9, "currency": "EUR"}));
+    order(&app, "b", json!({"value": 0.5, "currency": "EUR"}));
+    drain(&app);
+    let run = app.cli(&["report", "--site", &app.site.id]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        run.stdout,
+        "SOURCE      CONVERSIONS  REVENUE (EUR)  UNCONVERTED\n\
+         newsletter            1        1045.20            0\n\
+         google                2         100.40            0\n\
+         TOTAL                 3        1145.60            0\n"
+    );
+}
+
+#[test]
+fn usage_and_lookup_errors() {
+    let app = manual().start();
+    let site = app.site.id.clone();
+    // (args, exit code, stderr fragment)
+    let cases: [(Vec<&str>, i32, &str); 6] = [
+        (
+            vec!["report", "--site", "6f1c2f9e-0000-4000-8000-000000000000"],
+            1,
+            "no site",
+        ),
+        (vec!["report", "--site", "not-a-uuid"], 1, "not a site id"),
+        (
+            vec!["report", "--site", &site, "--from", "13/11/2026"],
+            2,
+            "not a date",
+        ),
+        (
+            vec![
+                "report",
+                "--site",
+                &site,
+                "--from",
+                "2026-11-14",
+                "--to",
+                "2026-11-13",
+            ],
+            1,
+            "after",
+        ),
+        (
+            vec!["report", "--site", &site, "--by", "country"],
+            2,
+            "country",
+        ),
+        (vec!["report"], 2, "--site"),
+    ];
+    for (args, code, needle) in cases {
+        let run = app.cli(&args);
+        assert_eq!(run.code, code, "{args:?}: {run:?}");
+        assert!(run.stdout.is_empty(), "{args:?}: {run:?}");
+        assert!(run.stderr.contains(needle), "{args:?}: {}", run.stderr);
+    }
+    // A site without conversions: an empty array, and the site id is accepted in upper case.
+    let (rows, _) = report(&app, &site.to_uppercase(), &[]);
+    assert!(rows.is_empty());
+}
