@@ -69,6 +69,29 @@ struct ServeArgs {
     /// Run the background pipeline (`off` lets tests drive it by hand).
     #[arg(long, env = "CONVAPI_PIPELINE", default_value = "on", value_parser = ["on", "off"])]
     pipeline: String,
+    /// Seconds a connection may stay without a request in progress (silent, half a request, idle
+    /// keep-alive), or take to send a body or receive a response, before it is closed.
+    #[arg(long, env = "CONVAPI_IDLE_TIMEOUT", default_value_t = 10.0, value_parser = positive_secs)]
+    idle_timeout: f64,
+    /// Most open client connections; beyond it the longest-idle ones are closed.
+    #[arg(long, env = "CONVAPI_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// Outbox items waiting for the pipeline beyond which new conversions get 503 (0: no limit).
+    #[arg(long, env = "CONVAPI_MAX_BACKLOG", default_value_t = 100_000)]
+    max_backlog: u64,
+    /// Milliseconds a write waits for SQLite's lock before the request gets 503.
+    #[arg(long, env = "CONVAPI_BUSY_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    busy_timeout_ms: u64,
+    /// Test only: caps the database at this many pages to simulate a full disk.
+    #[arg(long, env = "CONVAPI_TEST_MAX_PAGE_COUNT", hide = true)]
+    test_max_page_count: Option<u64>,
+}
+
+fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds between 0 and 86400")),
+    }
 }
 
 #[derive(Subcommand)]
@@ -443,6 +466,10 @@ fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     // Register before starting so that a signal during start-up is not lost.
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(|e| e.to_string())?;
+    store::set_busy_timeout(std::time::Duration::from_millis(a.busy_timeout_ms));
+    if let Some(pages) = a.test_max_page_count {
+        store::set_max_page_count(pages);
+    }
     let config = crate::http::ServeConfig {
         addr: a.addr,
         threads: a.threads as usize,
@@ -451,11 +478,22 @@ fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
             queue: a.queue.max(1),
             batch: a.batch as usize,
             per_request: a.write_mode == "per-request",
+            max_backlog: a.max_backlog,
             ..Default::default()
         },
         pipeline: a.pipeline == "on",
+        limits: crate::http::conn::Limits {
+            idle_timeout: std::time::Duration::from_secs_f64(a.idle_timeout),
+            max_connections: a.max_connections as usize,
+            ..Default::default()
+        },
     };
-    let running = crate::http::start(&config)?;
+    // The server asks for a restart when it holds resources only a restart frees; the signal
+    // loop below then drains as for SIGTERM, and the exit status tells the supervisor.
+    let on_restart_wanted: std::sync::Arc<dyn Fn() + Send + Sync> = std::sync::Arc::new(|| {
+        let _ = signal_hook::low_level::raise(SIGTERM);
+    });
+    let running = crate::http::start(&config, on_restart_wanted)?;
     log::info!(
         "serving {} with {} threads, write mode {}",
         config.db.display(),
@@ -472,8 +510,12 @@ fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     if let Some(sig) = signals.forever().next() {
         log::info!("signal {sig}: draining and stopping");
     }
+    let restart = running.wants_restart();
     running.shutdown();
     log::info!("stopped");
+    if restart {
+        return Err("stopped to be restarted: too many undrainable requests held resources".into());
+    }
     Ok(())
 }
 

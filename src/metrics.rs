@@ -24,6 +24,41 @@ struct Inner {
     unavailable: AtomicU64,
     processed: AtomicU64,
     dead_lettered: AtomicU64,
+    connections_open: AtomicU64,
+    connections_shut: [AtomicU64; 4],
+    accept_restarts: AtomicU64,
+    undrainable: AtomicU64,
+}
+
+/// Why the connection supervisor shut a connection down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutReason {
+    /// No request in our hands for the idle timeout (silent, half a request, idle keep-alive).
+    Idle,
+    /// A body or a response took longer than the idle timeout to transfer.
+    Slow,
+    /// Too many bytes without a complete request head.
+    Head,
+    /// Over the connection limit.
+    OverLimit,
+}
+
+impl ShutReason {
+    const ALL: [ShutReason; 4] = [
+        ShutReason::Idle,
+        ShutReason::Slow,
+        ShutReason::Head,
+        ShutReason::OverLimit,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            ShutReason::Idle => "idle",
+            ShutReason::Slow => "slow",
+            ShutReason::Head => "head_too_large",
+            ShutReason::OverLimit => "over_limit",
+        }
+    }
 }
 
 /// Shared counters; cheap to clone.
@@ -68,6 +103,24 @@ impl Metrics {
     }
     pub fn inc_dead_lettered(&self) {
         self.0.dead_lettered.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn set_open_connections(&self, n: u64) {
+        self.0.connections_open.store(n, Ordering::Relaxed);
+    }
+    pub fn inc_connections_shut(&self, reason: ShutReason) {
+        self.0.connections_shut[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn connections_shut(&self, reason: ShutReason) -> u64 {
+        self.0.connections_shut[reason as usize].load(Ordering::Relaxed)
+    }
+    pub fn inc_accept_restarts(&self) {
+        self.0.accept_restarts.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn inc_undrainable(&self) {
+        self.0.undrainable.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn undrainable(&self) -> u64 {
+        self.0.undrainable.load(Ordering::Relaxed)
     }
 
     /// The exposition text; `outbox_depth`/`dead_letters` are read from the database by the caller.
@@ -139,6 +192,16 @@ impl Metrics {
                 "Outbox items dead-lettered.",
                 &self.0.dead_lettered,
             ),
+            (
+                "convapi_http_accept_restarts_total",
+                "Times the accept loop was restarted after an accept error (e.g. EMFILE).",
+                &self.0.accept_restarts,
+            ),
+            (
+                "convapi_http_undrainable_total",
+                "Requests refused for a declared body too large to drain (each holds a thread until restart).",
+                &self.0.undrainable,
+            ),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(
@@ -147,6 +210,21 @@ impl Metrics {
                 load(v)
             );
         }
+        out.push_str("# HELP convapi_http_connections_shut_total Connections shut down by the supervisor, by reason.\n");
+        out.push_str("# TYPE convapi_http_connections_shut_total counter\n");
+        for r in ShutReason::ALL {
+            let _ = writeln!(
+                out,
+                "convapi_http_connections_shut_total{{reason=\"{}\"}} {}",
+                r.label(),
+                self.connections_shut(r)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP convapi_http_connections_open Open client connections at the last scan.\n# TYPE convapi_http_connections_open gauge\nconvapi_http_connections_open {}",
+            load(&self.0.connections_open)
+        );
         let _ = writeln!(
             out,
             "# HELP convapi_outbox_depth Outbox items waiting.\n# TYPE convapi_outbox_depth gauge\nconvapi_outbox_depth {outbox_depth}"

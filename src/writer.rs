@@ -6,14 +6,18 @@
 //! others still commit. A job's result is handed back only after the commit is durable. A full
 //! channel, a busy or full database: the caller gets `WriteError::Unavailable` (503), never a hang.
 //! This module owns no SQL of its own beyond transaction control; jobs call into `store/`.
+//!
+//! Backpressure: besides the bounded channel, new outbox work is refused (503) while the outbox
+//! holds more than `max_backlog` waiting items. The count is cached: the writer thread refreshes it
+//! after a commit at most every `BACKLOG_REFRESH`, so admission costs one atomic load.
 
 use std::any::Any;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
@@ -66,7 +70,12 @@ pub struct WriterConfig {
     pub per_request: bool,
     /// How long a caller waits for its result before giving up with `Unavailable`.
     pub reply_timeout: Duration,
+    /// Waiting outbox items beyond which new conversions are refused; 0: no limit.
+    pub max_backlog: u64,
 }
+
+/// Longest time the cached outbox count may be stale.
+const BACKLOG_REFRESH: Duration = Duration::from_millis(100);
 
 impl Default for WriterConfig {
     fn default() -> Self {
@@ -75,6 +84,7 @@ impl Default for WriterConfig {
             batch: 256,
             per_request: false,
             reply_timeout: Duration::from_secs(30),
+            max_backlog: 100_000,
         }
     }
 }
@@ -85,6 +95,9 @@ pub struct Writer {
     tx: SyncSender<Job>,
     reply_timeout: Duration,
     healthy: Arc<AtomicBool>,
+    max_backlog: u64,
+    /// Waiting outbox items at the last refresh.
+    backlog: Arc<AtomicU64>,
 }
 
 impl Writer {
@@ -93,18 +106,24 @@ impl Writer {
     pub fn start(path: &Path, config: WriterConfig) -> store::Result<(Writer, JoinHandle<()>)> {
         let conn = store::open(path)?;
         let reply_timeout = config.reply_timeout;
+        let max_backlog = config.max_backlog;
         let (tx, rx) = mpsc::sync_channel::<Job>(config.queue.max(1));
         let healthy = Arc::new(AtomicBool::new(true));
-        let h = healthy.clone();
+        let backlog = Arc::new(AtomicU64::new(
+            store::conversions::outbox_counts(&conn)?.0.max(0) as u64,
+        ));
+        let (h, b) = (healthy.clone(), backlog.clone());
         let handle = std::thread::Builder::new()
             .name("writer".into())
-            .spawn(move || run(conn, rx, config, h))
+            .spawn(move || run(conn, rx, config, h, b))
             .map_err(|e| StoreError::Other(format!("cannot start writer: {e}")))?;
         Ok((
             Writer {
                 tx,
                 reply_timeout,
                 healthy,
+                max_backlog,
+                backlog,
             },
             handle,
         ))
@@ -148,6 +167,22 @@ impl Writer {
         let _ = self.enqueue(job);
     }
 
+    /// Refuses new outbox work while the cached backlog is over its limit.
+    pub fn admit_outbox_work(&self) -> Result<(), WriteError> {
+        if self.max_backlog > 0 && self.backlog.load(Ordering::Relaxed) >= self.max_backlog {
+            return Err(WriteError::Unavailable(format!(
+                "outbox backlog over its limit of {}",
+                self.max_backlog
+            )));
+        }
+        Ok(())
+    }
+
+    /// Waiting outbox items at the last refresh.
+    pub fn backlog(&self) -> u64 {
+        self.backlog.load(Ordering::Relaxed)
+    }
+
     /// Whether the last transaction committed (the health check reports this).
     pub fn healthy(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
@@ -164,13 +199,20 @@ impl Writer {
     }
 }
 
-fn run(conn: Connection, rx: Receiver<Job>, config: WriterConfig, healthy: Arc<AtomicBool>) {
+fn run(
+    conn: Connection,
+    rx: Receiver<Job>,
+    config: WriterConfig,
+    healthy: Arc<AtomicBool>,
+    backlog: Arc<AtomicU64>,
+) {
     let cap = if config.per_request {
         1
     } else {
         config.batch.max(1)
     };
     let mut batch: Vec<Job> = Vec::with_capacity(cap);
+    let mut counted = Instant::now();
     // Blocks while idle; ends when every sender is gone and the channel is drained.
     while let Ok(first) = rx.recv() {
         batch.push(first);
@@ -182,57 +224,92 @@ fn run(conn: Connection, rx: Receiver<Job>, config: WriterConfig, healthy: Arc<A
         }
         let ok = commit_batch(&conn, &mut batch);
         healthy.store(ok, Ordering::Relaxed);
+        if counted.elapsed() >= BACKLOG_REFRESH {
+            if let Ok((waiting, _)) = store::conversions::outbox_counts(&conn) {
+                backlog.store(waiting.max(0) as u64, Ordering::Relaxed);
+            }
+            counted = Instant::now();
+        }
     }
     log::debug!("writer stopped");
 }
 
 /// Runs and commits one batch, answering every job. Returns whether the commit succeeded.
+///
+/// SQLite may roll back the whole transaction by itself when a statement fails with
+/// `SQLITE_FULL`, `SQLITE_BUSY` or `SQLITE_NOMEM`: the jobs already run in it are then lost, are
+/// answered `Unavailable` (retry), and the rest of the batch goes on in a new transaction.
 fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) -> bool {
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-        let err = StoreError::from(e);
-        log::warn!("writer cannot begin a transaction: {err}");
-        for job in batch.drain(..) {
-            answer(job.reply, Err(WriteError::from(err.clone())));
+    let mut jobs = batch.drain(..).collect::<std::collections::VecDeque<Job>>();
+    let mut all_ok = true;
+    while !jobs.is_empty() {
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            let err = StoreError::from(e);
+            log::warn!("writer cannot begin a transaction: {err}");
+            for job in jobs.drain(..) {
+                answer(job.reply, Err(WriteError::from(err.clone())));
+            }
+            return false;
         }
-        return false;
-    }
-    let mut done: Vec<(Option<Reply>, Value)> = Vec::with_capacity(batch.len());
-    for job in batch.drain(..) {
-        if let Err(e) = conn.execute_batch("SAVEPOINT job") {
-            answer(job.reply, Err(WriteError::from(StoreError::from(e))));
+        let mut done: Vec<(Option<Reply>, Value)> = Vec::with_capacity(jobs.len());
+        let mut lost: Option<StoreError> = None;
+        while let Some(job) = jobs.pop_front() {
+            if let Err(e) = conn.execute_batch("SAVEPOINT job") {
+                answer(job.reply, Err(WriteError::from(StoreError::from(e))));
+                continue;
+            }
+            match (job.run)(conn) {
+                Ok(v) => {
+                    let _ = conn.execute_batch("RELEASE job");
+                    done.push((job.reply, v));
+                }
+                Err(e) => {
+                    if !matches!(e, StoreError::Busy | StoreError::Full) {
+                        log::error!("write job failed: {e}");
+                    }
+                    let rolled_back = conn.is_autocommit();
+                    if !rolled_back {
+                        let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
+                    }
+                    answer(job.reply, Err(WriteError::from(e.clone())));
+                    if rolled_back {
+                        lost = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(e) = lost {
+            log::warn!("writer transaction rolled back by SQLite ({e}); its jobs are retried by their callers");
+            for (reply, _) in done {
+                answer(
+                    reply,
+                    Err(WriteError::Unavailable(format!("transaction rolled back: {e}"))),
+                );
+            }
+            all_ok = false;
             continue;
         }
-        match (job.run)(conn) {
-            Ok(v) => {
-                let _ = conn.execute_batch("RELEASE job");
-                done.push((job.reply, v));
+        match conn.execute_batch("COMMIT") {
+            Ok(()) => {
+                for (reply, v) in done {
+                    answer(reply, Ok(v));
+                }
             }
             Err(e) => {
-                let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
-                if !matches!(e, StoreError::Busy | StoreError::Full) {
-                    log::error!("write job failed: {e}");
+                let err = StoreError::from(e);
+                log::warn!("writer commit failed: {err}");
+                if !conn.is_autocommit() {
+                    let _ = conn.execute_batch("ROLLBACK");
                 }
-                answer(job.reply, Err(WriteError::from(e)));
+                for (reply, _) in done {
+                    answer(reply, Err(WriteError::from(err.clone())));
+                }
+                all_ok = false;
             }
         }
     }
-    match conn.execute_batch("COMMIT") {
-        Ok(()) => {
-            for (reply, v) in done {
-                answer(reply, Ok(v));
-            }
-            true
-        }
-        Err(e) => {
-            let err = StoreError::from(e);
-            log::warn!("writer commit failed: {err}");
-            let _ = conn.execute_batch("ROLLBACK");
-            for (reply, _) in done {
-                answer(reply, Err(WriteError::from(err.clone())));
-            }
-            false
-        }
-    }
+    all_ok
 }
 
 fn answer(reply: Option<Reply>, r: Result<Value, WriteError>) {

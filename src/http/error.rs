@@ -74,7 +74,7 @@ impl ApiError {
             ApiError::NotFound => "NOT_FOUND",
             ApiError::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
             ApiError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
-            ApiError::HeadersTooLarge => "HEADERS_TOO_LARGE",
+            ApiError::HeadersTooLarge => "REQUEST_HEADER_FIELDS_TOO_LARGE",
             ApiError::UnsupportedMediaType(_) => "UNSUPPORTED_MEDIA_TYPE",
             ApiError::InvalidJson(_) => "INVALID_JSON",
             ApiError::Validation { .. } | ApiError::BadEvent { .. } => "VALIDATION_ERROR",

@@ -5,24 +5,41 @@
 //! back here. Logging, timing, metrics and panic catching happen once, in [`handle`], not in
 //! handlers. Handlers never see `tiny_http` types.
 
+pub mod conn;
 pub mod error;
+pub mod front;
 pub mod router;
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{Shutdown, SocketAddr, TcpListener};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use error::ApiError;
 
 use crate::metrics::Metrics;
 use crate::store::{self, DbPool};
 use crate::writer::{Writer, WriterConfig};
+use conn::{Limits, Phase, Registry, Supervisor};
+use front::{Front, Incoming};
+
+/// Largest request head (request line plus header lines) answered normally; more is 431.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+
+/// Largest declared body that may be left unread. tiny_http drains an unread body when the request
+/// is dropped, allocating the whole declared length at once (`EqualReader`'s `Drop`): a huge
+/// `Content-Length` would abort the process. Above this, the request is refused without ever being
+/// dropped (see [`refuse_undrainable`]).
+pub const DRAIN_SAFE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Requests refused that way since start; each costs a parked tiny_http thread and two
+/// descriptors until the process restarts. Past this many, the server asks to be restarted.
+pub const UNDRAINABLE_LIMIT: u64 = 256;
 
 /// Everything a handler may use: the read pool, the writer, metrics and limits.
 pub struct App {
@@ -44,6 +61,8 @@ pub struct ServeConfig {
     pub writer: WriterConfig,
     /// Run the background pipeline (tests switch it off to drive it by hand).
     pub pipeline: bool,
+    /// Connection limits enforced around tiny_http.
+    pub limits: Limits,
 }
 
 /// An HTTP response, built by handlers and written by the server loop.
@@ -85,6 +104,9 @@ pub struct Ctx {
     pub segments: Vec<String>,
     pub query: String,
     pub request_id: u64,
+    registry: Arc<Registry>,
+    /// The body was read to its end (nothing left for tiny_http to drain).
+    body_done: bool,
 }
 
 impl Ctx {
@@ -97,22 +119,27 @@ impl Ctx {
     }
 
     /// Reads the body, refusing (413) without reading it when the declared length exceeds `limit`,
-    /// and stopping at `limit + 1` bytes when no length is declared.
+    /// and stopping at `limit + 1` bytes when no length is declared. A body that is not read to its
+    /// end makes the server close the connection after the response instead of draining it.
     pub fn body(&mut self, limit: usize) -> Result<Vec<u8>, ApiError> {
         if let Some(len) = self.req.body_length() {
             if len > limit {
                 return Err(ApiError::PayloadTooLarge(limit));
             }
         }
+        self.registry.phase(self.request_id, Phase::Body);
         let mut buf = Vec::with_capacity(self.req.body_length().unwrap_or(0).min(limit));
-        self.req
+        let read = self
+            .req
             .as_reader()
             .take(limit as u64 + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| ApiError::InvalidJson(format!("cannot read body: {e}")))?;
+            .read_to_end(&mut buf);
+        self.registry.phase(self.request_id, Phase::Handling);
+        read.map_err(|e| ApiError::InvalidJson(format!("cannot read body: {e}")))?;
         if buf.len() > limit {
             return Err(ApiError::PayloadTooLarge(limit));
         }
+        self.body_done = true;
         Ok(buf)
     }
 }
@@ -120,8 +147,9 @@ impl Ctx {
 /// A running server: its address, and a way to stop it.
 pub struct Running {
     pub addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    server: Arc<tiny_http::Server>,
+    front: Arc<Front>,
+    supervisor: Arc<Supervisor>,
+    supervisor_thread: Option<JoinHandle<()>>,
     threads: Vec<JoinHandle<()>>,
     app: Arc<App>,
     writer_thread: Option<JoinHandle<()>>,
@@ -132,11 +160,13 @@ impl Running {
     /// Stops accepting, finishes the requests already received, commits what the writer holds,
     /// stops the pipeline, and returns once all of it is done.
     pub fn shutdown(mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        for _ in 0..self.threads.len() {
-            self.server.unblock();
-        }
+        self.front.stop();
+        // The channel is closed now: workers finish what it holds and end.
         for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.supervisor.stop();
+        if let Some(t) = self.supervisor_thread.take() {
             let _ = t.join();
         }
         self.app.pipeline.stop();
@@ -144,22 +174,36 @@ impl Running {
             let _ = t.join();
         }
         let Running {
-            server,
-            app,
-            writer_thread,
-            ..
+            app, writer_thread, ..
         } = self;
-        drop(server);
         // The writer thread ends once the last handle (inside `app`) is gone and its queue is empty.
         drop(app);
         if let Some(t) = writer_thread {
             let _ = t.join();
         }
     }
+
+    /// Set when the server should be restarted by its supervisor (see [`UNDRAINABLE_LIMIT`]).
+    pub fn wants_restart(&self) -> bool {
+        self.app.metrics.undrainable() > UNDRAINABLE_LIMIT
+    }
 }
 
-/// Opens the database, starts the writer, the pipeline and the request threads.
-pub fn start(config: &ServeConfig) -> Result<Running, String> {
+/// What a worker needs besides the app.
+struct Worker {
+    app: Arc<App>,
+    registry: Arc<Registry>,
+    supervisor: Arc<Supervisor>,
+    front: Arc<Front>,
+    on_restart_wanted: Arc<dyn Fn() + Send + Sync>,
+}
+
+/// Opens the database, starts the writer, the pipeline, the accept side and the request threads.
+/// `on_restart_wanted` is called (once per event) when the process should be restarted.
+pub fn start(
+    config: &ServeConfig,
+    on_restart_wanted: Arc<dyn Fn() + Send + Sync>,
+) -> Result<Running, String> {
     let threads = config.threads.max(1);
     let pool = store::open_pool(&config.db, threads as u32 + 2).map_err(|e| e.to_string())?;
     let (writer, writer_thread) =
@@ -167,10 +211,6 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
     let listener = TcpListener::bind(&config.addr)
         .map_err(|e| format!("cannot listen on {}: {e}", config.addr))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let server = Arc::new(
-        tiny_http::Server::from_listener(listener, None)
-            .map_err(|e| format!("cannot serve: {e}"))?,
-    );
     let metrics = Metrics::default();
     let (pipeline, pipeline_thread) = if config.pipeline {
         let (w, t) =
@@ -182,26 +222,43 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
     let app = Arc::new(App {
         pool,
         writer,
-        metrics,
+        metrics: metrics.clone(),
         key_touched: Mutex::new(HashMap::new()),
         pipeline,
     });
-    let stop = Arc::new(AtomicBool::new(false));
-    let next_id = Arc::new(AtomicU64::new(1));
+    let registry = Arc::new(Registry::default());
+    let supervisor = Arc::new(
+        Supervisor::new(addr, config.limits.clone(), registry.clone(), metrics.clone())
+            .map_err(|e| format!("cannot supervise connections: {e}"))?,
+    );
+    let supervisor_thread = supervisor.spawn().map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::channel::<Incoming>();
+    // A retired generation may end once nothing can arrive from it any more: every connection
+    // quiet for the idle timeout has been shut down by then (plus a scan period, plus slack).
+    let drain_quiet = config.limits.idle_timeout + config.limits.scan_every * 2 + Duration::from_secs(1);
+    let front = Front::start(listener, tx, registry.clone(), metrics, drain_quiet)?;
+    let rx = Arc::new(Mutex::new(rx));
     let mut handles = Vec::with_capacity(threads);
     for i in 0..threads {
-        let (server, app, stop, next_id) =
-            (server.clone(), app.clone(), stop.clone(), next_id.clone());
+        let w = Worker {
+            app: app.clone(),
+            registry: registry.clone(),
+            supervisor: supervisor.clone(),
+            front: front.clone(),
+            on_restart_wanted: on_restart_wanted.clone(),
+        };
+        let rx = rx.clone();
         let t = std::thread::Builder::new()
             .name(format!("http-{i}"))
-            .spawn(move || serve_loop(&server, &app, &stop, &next_id))
+            .spawn(move || serve_loop(&w, &rx))
             .map_err(|e| e.to_string())?;
         handles.push(t);
     }
     Ok(Running {
         addr,
-        stop,
-        server,
+        front,
+        supervisor,
+        supervisor_thread: Some(supervisor_thread),
         threads: handles,
         app,
         writer_thread: Some(writer_thread),
@@ -209,25 +266,79 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
     })
 }
 
-fn serve_loop(server: &tiny_http::Server, app: &App, stop: &AtomicBool, next_id: &AtomicU64) {
+fn serve_loop(w: &Worker, rx: &Mutex<Receiver<Incoming>>) {
     loop {
-        match server.recv() {
-            Ok(rq) => handle(app, rq, next_id.fetch_add(1, Ordering::Relaxed)),
-            Err(e) => {
-                if stop.load(Ordering::SeqCst) {
-                    return;
-                }
-                log::error!("accept loop failed: {e}");
-                // tiny_http's accept thread has ended; without it nothing more arrives.
-                std::thread::sleep(std::time::Duration::from_millis(100));
+        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+        match next {
+            Ok(inc) => {
+                let id = inc.id;
+                // `handle` catches panics itself; this one is the last line of defence so that a
+                // worker never dies and a request never stays registered.
+                let _ = catch_unwind(AssertUnwindSafe(|| handle(w, inc)));
+                w.registry.end(id);
             }
+            Err(_) => return,
         }
     }
 }
 
-/// Runs one request through the router, with the access log, metrics and panic catching.
-fn handle(app: &App, rq: tiny_http::Request, request_id: u64) {
+/// Size of the request head as the client sent it (request line and header lines).
+fn head_bytes(rq: &tiny_http::Request) -> usize {
+    let line = rq.method().as_str().len() + rq.url().len() + 12;
+    rq.headers()
+        .iter()
+        .map(|h| h.field.as_str().as_str().len() + h.value.as_str().len() + 4)
+        .sum::<usize>()
+        + line
+}
+
+/// Refuses a request whose declared body tiny_http cannot be allowed to drain: the answer is
+/// written to the socket directly, the connection shut down, and the request never dropped.
+fn refuse_undrainable(w: &Worker, inc: Incoming, started: Instant) {
+    let Incoming { rq, id, .. } = inc;
+    let err = ApiError::PayloadTooLarge(DRAIN_SAFE_BYTES);
+    let reply = err.to_reply();
+    let mut raw = format!(
+        "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\nX-Request-Id: {id}\r\n\r\n",
+        reply.body.len()
+    )
+    .into_bytes();
+    raw.extend_from_slice(&reply.body);
+    if let Some(peer) = rq.remote_addr().copied() {
+        w.supervisor.write_peer(peer, &raw);
+        w.supervisor.shutdown_peer(peer, Shutdown::Both);
+    }
+    let method = rq.method().as_str().to_owned();
+    let path = rq.url().split('?').next().unwrap_or("").to_owned();
+    // Dropping `rq` would make tiny_http allocate the declared length in one piece.
+    std::mem::forget(rq);
+    w.app.metrics.inc_undrainable();
+    w.app.metrics.observe_request("unknown", 413, started.elapsed());
+    log::warn!("request {id}: {method} {path}: declared body over {DRAIN_SAFE_BYTES} bytes refused");
+    if w.app.metrics.undrainable() == UNDRAINABLE_LIMIT + 1 {
+        log::error!(
+            "{UNDRAINABLE_LIMIT} requests with undrainable bodies refused; asking to be restarted \
+             to release their threads and descriptors"
+        );
+        (w.on_restart_wanted)();
+    }
+}
+
+/// Runs one request through the router, with the access log, metrics and panic catching, and
+/// decides whether the connection stays open afterwards.
+fn handle(w: &Worker, inc: Incoming) {
     let started = Instant::now();
+    let app = &*w.app;
+    if inc.rq.body_length().is_some_and(|n| n > DRAIN_SAFE_BYTES) {
+        return refuse_undrainable(w, inc, started);
+    }
+    let Incoming {
+        rq,
+        id: request_id,
+        generation,
+    } = inc;
+    w.registry.phase(request_id, Phase::Handling);
+    let peer = rq.remote_addr().copied();
     let method = rq.method().as_str().to_owned();
     let raw_url = rq.url().to_owned();
     let (path, query) = match raw_url.split_once('?') {
@@ -243,17 +354,26 @@ fn handle(app: &App, rq: tiny_http::Request, request_id: u64) {
                 .into_owned()
         })
         .collect();
+    // Bodies of up to 1 KiB are read by tiny_http before we see the request: nothing to drain.
+    let small_body = rq.body_length().is_some_and(|n| n <= 1024);
+    let head_too_large = head_bytes(&rq) > MAX_HEAD_BYTES;
     let mut ctx = Ctx {
         req: rq,
         method,
         segments,
         query,
         request_id,
+        registry: w.registry.clone(),
+        body_done: small_body,
     };
     let mut route = "unknown";
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        router::dispatch(app, &mut ctx, &mut route)
-    }));
+    let outcome = if head_too_large {
+        Ok(Err(ApiError::HeadersTooLarge))
+    } else {
+        catch_unwind(AssertUnwindSafe(|| {
+            router::dispatch(app, &mut ctx, &mut route)
+        }))
+    };
     let reply = match outcome {
         Ok(Ok(reply)) => reply,
         Ok(Err(err)) => {
@@ -277,6 +397,14 @@ fn handle(app: &App, rq: tiny_http::Request, request_id: u64) {
         }
     };
     let status = reply.status;
+    // Close instead of keeping the connection when part of the body was left unread (tiny_http
+    // would read and discard all of it first), when the head was refused, and when the request
+    // came through a retired accept generation (so that the generation drains).
+    let has_body = ctx.req.body_length().is_some_and(|n| n > 0)
+        || ctx.header("Transfer-Encoding").is_some();
+    let close = (has_body && !ctx.body_done)
+        || head_too_large
+        || generation != w.front.current_generation();
     let mut response = tiny_http::Response::from_data(reply.body).with_status_code(status);
     for (name, value) in reply.headers {
         if let Ok(h) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
@@ -289,8 +417,24 @@ fn handle(app: &App, rq: tiny_http::Request, request_id: u64) {
         response.add_header(h);
     }
     let Ctx { req, method, .. } = ctx;
-    if let Err(e) = req.respond(response) {
-        log::debug!("request {request_id}: cannot write response: {e}");
+    w.registry.phase(request_id, Phase::Writing);
+    if close {
+        if let Some(peer) = peer {
+            // Reads now end at what already arrived, so tiny_http's drain stops there.
+            w.supervisor.shutdown_peer(peer, Shutdown::Read);
+        }
+    }
+    // Responding drops the request, which drains the unread body: a panic there (a declared length
+    // too large to allocate) must not take the worker with it.
+    match catch_unwind(AssertUnwindSafe(|| req.respond(response))) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => log::debug!("request {request_id}: cannot write response: {e}"),
+        Err(_) => log::warn!("request {request_id}: tiny_http panicked finishing the request"),
+    }
+    if close {
+        if let Some(peer) = peer {
+            w.supervisor.shutdown_peer(peer, Shutdown::Both);
+        }
     }
     let elapsed = started.elapsed();
     app.metrics.observe_request(route, status, elapsed);

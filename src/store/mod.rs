@@ -15,6 +15,7 @@ pub mod sites;
 pub mod tenants;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use r2d2::Pool;
@@ -30,8 +31,27 @@ const MIGRATIONS: &[&str] = &[];
 /// The schema version this binary writes and understands.
 pub const SCHEMA_VERSION: i64 = 1 + MIGRATIONS.len() as i64;
 
-/// How long a connection waits for SQLite's write lock before giving up with `Busy`.
+/// How long a connection waits for SQLite's write lock before giving up with `Busy`, by default.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+static BUSY_TIMEOUT_MS: AtomicU64 = AtomicU64::new(BUSY_TIMEOUT.as_millis() as u64);
+static MAX_PAGE_COUNT: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the busy timeout of every connection opened from now on (`serve --busy-timeout-ms`).
+pub fn set_busy_timeout(d: Duration) {
+    BUSY_TIMEOUT_MS.store(d.as_millis().max(1) as u64, Ordering::Relaxed);
+}
+
+/// The busy timeout connections are opened with.
+pub fn busy_timeout() -> Duration {
+    Duration::from_millis(BUSY_TIMEOUT_MS.load(Ordering::Relaxed))
+}
+
+/// Test only: caps the database size of every connection opened from now on, so that a test can
+/// run the server into `SQLITE_FULL` (a full disk) and out of it again.
+pub fn set_max_page_count(pages: u64) {
+    MAX_PAGE_COUNT.store(pages, Ordering::Relaxed);
+}
 
 pub type DbPool = Pool<SqliteConnectionManager>;
 
@@ -84,7 +104,7 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 
 /// Applies the per-connection settings. Called for every connection, pooled or not.
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
-    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.busy_timeout(busy_timeout())?;
     // WAL lets readers run beside the single writer; FULL fsyncs the WAL on every commit so that an
     // acknowledged conversion survives power loss, not just a process crash.
     conn.execute_batch(
@@ -93,6 +113,10 @@ pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
          PRAGMA foreign_keys = ON;",
     )?;
     conn.set_prepared_statement_cache_capacity(64);
+    let pages = MAX_PAGE_COUNT.load(Ordering::Relaxed);
+    if pages > 0 {
+        conn.pragma_update(None, "max_page_count", pages as i64)?;
+    }
     Ok(())
 }
 
@@ -110,7 +134,7 @@ pub fn open_pool(path: &Path, size: u32) -> Result<DbPool> {
     let manager = SqliteConnectionManager::file(path).with_init(|c| configure(c));
     Pool::builder()
         .max_size(size.max(1))
-        .connection_timeout(BUSY_TIMEOUT)
+        .connection_timeout(busy_timeout())
         .build(manager)
         .map_err(|e| StoreError::Other(format!("cannot open {}: {e}", path.display())))
 }

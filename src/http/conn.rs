@@ -1,0 +1,658 @@
+//! Connection supervision from outside tiny_http (see `docs/hardening.md`).
+//!
+//! tiny_http 0.12 reads each connection in a thread of its own, with no timeout, no limit on the
+//! number of connections and no handle on the socket. This module closes those gaps without
+//! touching tiny_http: it finds the server's accepted sockets through `/proc/self/fd`, knows from
+//! the [`Registry`] which of them have a request in our hands (keyed by the peer address, which is
+//! unique per live connection), and `shutdown(2)`s the others when they idle too long, send too
+//! many bytes without completing a request head, or exceed the connection limit. It never closes a
+//! descriptor (tiny_http owns them): a shut-down socket makes tiny_http's blocked read return EOF,
+//! and its thread and descriptors go away on their own.
+//!
+//! It owns the project's only `unsafe` code: libc calls on file descriptors. Every socket is
+//! inspected through a reserved descriptor number (`dup3` onto it, then back to `/dev/null`), so
+//! the supervisor needs no free descriptor to work — it keeps working when the process has run out
+//! of them, which is exactly when it must free some — and a descriptor number that tiny_http closes
+//! and reuses meanwhile can never make it act on the wrong socket.
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::io;
+use std::net::{Shutdown, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::metrics::{Metrics, ShutReason};
+
+/// What the supervisor enforces.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// A connection without a request in our hands (silent, sending half a request, or idle
+    /// between keep-alive requests) is shut down after this long; so is a request whose body
+    /// or response transfer takes longer.
+    pub idle_timeout: Duration,
+    /// Most open connections; beyond it the longest-idle connections without a request in our
+    /// hands are shut down.
+    pub max_connections: usize,
+    /// Bytes a connection may send while no request of it is in our hands (a request head plus a
+    /// small body that tiny_http reads itself); more means an oversized head.
+    pub head_budget: u64,
+    /// How often the sockets are scanned.
+    pub scan_every: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            idle_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+            head_budget: 64 * 1024,
+            scan_every: Duration::from_millis(200),
+        }
+    }
+}
+
+/// Where a request in our hands is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Taken from tiny_http, waiting for a worker.
+    Queued,
+    /// A handler reads its body from the client.
+    Body,
+    /// A handler works on it.
+    Handling,
+    /// The response goes out (and tiny_http drains an unread body).
+    Writing,
+}
+
+struct Flight {
+    peer: Option<SocketAddr>,
+    generation: u64,
+    phase: Phase,
+    since: Instant,
+}
+
+#[derive(Default)]
+struct RegistryState {
+    flights: HashMap<u64, Flight>,
+    /// When the last request of a connection left our hands.
+    last_done: HashMap<SocketAddr, Instant>,
+}
+
+/// Requests in our hands, by request id. Shared by the pumps, the workers and the supervisor.
+#[derive(Default)]
+pub struct Registry {
+    state: Mutex<RegistryState>,
+    /// Signalled when a request leaves our hands (generation drains wait on it).
+    done: Condvar,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RegistryState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn begin(&self, id: u64, peer: Option<SocketAddr>, generation: u64) {
+        self.lock().flights.insert(
+            id,
+            Flight {
+                peer,
+                generation,
+                phase: Phase::Queued,
+                since: Instant::now(),
+            },
+        );
+    }
+
+    pub fn phase(&self, id: u64, phase: Phase) {
+        if let Some(f) = self.lock().flights.get_mut(&id) {
+            f.phase = phase;
+            f.since = Instant::now();
+        }
+    }
+
+    pub fn end(&self, id: u64) {
+        let mut st = self.lock();
+        if let Some(f) = st.flights.remove(&id) {
+            if let Some(peer) = f.peer {
+                st.last_done.insert(peer, Instant::now());
+            }
+        }
+        drop(st);
+        self.done.notify_all();
+    }
+
+    /// Requests of `generation` still in our hands.
+    pub fn in_flight(&self, generation: u64) -> usize {
+        self.lock()
+            .flights
+            .values()
+            .filter(|f| f.generation == generation)
+            .count()
+    }
+}
+
+/// One accepted socket as seen by a scan.
+#[derive(Debug, Clone)]
+pub struct SockInfo {
+    pub inode: u64,
+    pub peer: SocketAddr,
+    pub bytes_received: u64,
+}
+
+/// The reserved descriptors and the open `/proc/self/fd` directory.
+struct Fds {
+    dir: *mut libc::DIR,
+    devnull: libc::c_int,
+    slot: libc::c_int,
+}
+
+// SAFETY: the raw pointer is only used while the mutex around `Fds` is held.
+unsafe impl Send for Fds {}
+
+impl Drop for Fds {
+    fn drop(&mut self) {
+        // SAFETY: all three were opened by `Fds::open` and are owned by this struct alone.
+        unsafe {
+            libc::closedir(self.dir);
+            libc::close(self.slot);
+            libc::close(self.devnull);
+        }
+    }
+}
+
+impl Fds {
+    fn open() -> io::Result<Fds> {
+        // SAFETY: plain libc calls with valid NUL-terminated paths; results are checked.
+        unsafe {
+            let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if devnull < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let slot = libc::fcntl(devnull, libc::F_DUPFD_CLOEXEC, 0);
+            if slot < 0 {
+                let e = io::Error::last_os_error();
+                libc::close(devnull);
+                return Err(e);
+            }
+            let dir = libc::opendir(c"/proc/self/fd".as_ptr());
+            if dir.is_null() {
+                let e = io::Error::last_os_error();
+                libc::close(slot);
+                libc::close(devnull);
+                return Err(e);
+            }
+            Ok(Fds { dir, devnull, slot })
+        }
+    }
+
+    /// Descriptor numbers open in this process (without the directory's own).
+    fn list(&mut self) -> Vec<libc::c_int> {
+        let mut out = Vec::new();
+        // SAFETY: `dir` is a valid DIR* owned by self; entries are read before the next readdir.
+        unsafe {
+            let own = libc::dirfd(self.dir);
+            libc::rewinddir(self.dir);
+            loop {
+                let ent = libc::readdir(self.dir);
+                if ent.is_null() {
+                    break;
+                }
+                let name = CStr::from_ptr((*ent).d_name.as_ptr());
+                if let Some(fd) = name.to_str().ok().and_then(|s| s.parse::<libc::c_int>().ok()) {
+                    if fd != own && fd != self.slot && fd != self.devnull {
+                        out.push(fd);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs `f` on the socket behind descriptor `fd`, through the reserved slot, so the socket
+    /// stays the same one for the whole call even if `fd` is closed and reused meanwhile.
+    fn with_socket<T>(&mut self, fd: libc::c_int, f: impl FnOnce(libc::c_int) -> T) -> Option<T> {
+        // SAFETY: dup3 onto our own reserved number; it is restored to /dev/null before returning.
+        unsafe {
+            if libc::dup3(fd, self.slot, libc::O_CLOEXEC) < 0 {
+                return None;
+            }
+            let mut st: libc::stat = std::mem::zeroed();
+            let is_socket =
+                libc::fstat(self.slot, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK;
+            let out = is_socket.then(|| f(self.slot));
+            libc::dup3(self.devnull, self.slot, libc::O_CLOEXEC);
+            out
+        }
+    }
+}
+
+fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let a = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                u32::from_be(a.sin_addr.s_addr).into(),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let a = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                a.sin6_addr.s6_addr.into(),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Local or peer address of a socket.
+fn address(fd: libc::c_int, peer: bool) -> Option<SocketAddr> {
+    // SAFETY: the storage is large enough for any address and its length is passed along.
+    unsafe {
+        let mut ss: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let p = &mut ss as *mut _ as *mut libc::sockaddr;
+        let rc = if peer {
+            libc::getpeername(fd, p, &mut len)
+        } else {
+            libc::getsockname(fd, p, &mut len)
+        };
+        (rc == 0).then(|| sockaddr_to_std(&ss)).flatten()
+    }
+}
+
+fn is_listening(fd: libc::c_int) -> bool {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` describe a valid int buffer.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            &mut v as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    rc == 0 && v != 0
+}
+
+fn bytes_received(fd: libc::c_int) -> u64 {
+    // SAFETY: the kernel fills at most `len` bytes of the zeroed struct.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            &mut info as *mut _ as *mut libc::c_void,
+            &mut len,
+        );
+        if rc == 0 {
+            info.tcpi_bytes_received
+        } else {
+            0
+        }
+    }
+}
+
+fn inode(fd: libc::c_int) -> u64 {
+    // SAFETY: fstat fills the zeroed struct.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) == 0 {
+            st.st_ino
+        } else {
+            0
+        }
+    }
+}
+
+fn shutdown_fd(fd: libc::c_int, how: Shutdown) {
+    let how = match how {
+        Shutdown::Read => libc::SHUT_RD,
+        Shutdown::Write => libc::SHUT_WR,
+        Shutdown::Both => libc::SHUT_RDWR,
+    };
+    // SAFETY: `fd` is our reserved slot holding the socket.
+    unsafe {
+        libc::shutdown(fd, how);
+    }
+}
+
+/// Tracking of one connection across scans.
+struct Track {
+    first_seen: Instant,
+    /// `bytes_received` when the connection last had a request in our hands.
+    base_bytes: u64,
+    /// Consecutive scans that found it over the head budget.
+    over_budget: u32,
+    shut: bool,
+}
+
+/// Finds and acts on the server's accepted sockets.
+pub struct Supervisor {
+    local: SocketAddr,
+    limits: Limits,
+    fds: Mutex<Fds>,
+    registry: Arc<Registry>,
+    tracks: Mutex<HashMap<u64, Track>>,
+    metrics: Metrics,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Supervisor {
+    pub fn new(
+        local: SocketAddr,
+        limits: Limits,
+        registry: Arc<Registry>,
+        metrics: Metrics,
+    ) -> io::Result<Supervisor> {
+        Ok(Supervisor {
+            local,
+            limits,
+            fds: Mutex::new(Fds::open()?),
+            registry,
+            tracks: Mutex::new(HashMap::new()),
+            metrics,
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        })
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn fds(&self) -> std::sync::MutexGuard<'_, Fds> {
+        self.fds.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every accepted connection of our listener, one entry per socket.
+    pub fn sockets(&self) -> Vec<SockInfo> {
+        let mut fds = self.fds();
+        let mut seen: HashMap<u64, SockInfo> = HashMap::new();
+        for fd in fds.list() {
+            let local = self.local;
+            let info = fds.with_socket(fd, |s| {
+                if is_listening(s) || address(s, false) != Some(local) {
+                    return None;
+                }
+                let peer = address(s, true)?;
+                Some(SockInfo {
+                    inode: inode(s),
+                    peer,
+                    bytes_received: bytes_received(s),
+                })
+            });
+            if let Some(Some(info)) = info {
+                seen.entry(info.inode).or_insert(info);
+            }
+        }
+        seen.into_values().collect()
+    }
+
+    /// Shuts down the accepted connection from `peer` (`how`); false when there is none.
+    pub fn shutdown_peer(&self, peer: SocketAddr, how: Shutdown) -> bool {
+        let mut fds = self.fds();
+        let local = self.local;
+        for fd in fds.list() {
+            let hit = fds.with_socket(fd, |s| {
+                let ours = !is_listening(s)
+                    && address(s, false) == Some(local)
+                    && address(s, true) == Some(peer);
+                if ours {
+                    shutdown_fd(s, how);
+                }
+                ours
+            });
+            if hit == Some(true) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Writes `bytes` to the connection from `peer` directly (bypassing tiny_http); used only for
+    /// requests tiny_http must never see answered (see `http::refuse_undrainable`).
+    pub fn write_peer(&self, peer: SocketAddr, bytes: &[u8]) -> bool {
+        let mut fds = self.fds();
+        let local = self.local;
+        for fd in fds.list() {
+            let hit = fds.with_socket(fd, |s| {
+                if is_listening(s)
+                    || address(s, false) != Some(local)
+                    || address(s, true) != Some(peer)
+                {
+                    return false;
+                }
+                let mut off = 0;
+                while off < bytes.len() {
+                    // SAFETY: writes from a valid slice; MSG_DONTWAIT: a full buffer drops the
+                    // answer rather than blocking (the connection is shut down right after).
+                    let n = unsafe {
+                        libc::send(
+                            s,
+                            bytes[off..].as_ptr() as *const libc::c_void,
+                            bytes.len() - off,
+                            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                        )
+                    };
+                    if n <= 0 {
+                        break;
+                    }
+                    off += n as usize;
+                }
+                true
+            });
+            if hit == Some(true) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// One pass: applies every limit once. Returns the number of open connections.
+    pub fn scan(&self) -> usize {
+        let now = Instant::now();
+        let socks = self.sockets();
+        let idle = self.limits.idle_timeout;
+        let (busy, last_done) = {
+            let st = self.registry.lock();
+            let mut busy: HashMap<SocketAddr, Vec<(Phase, Instant)>> = HashMap::new();
+            for f in st.flights.values() {
+                if let Some(p) = f.peer {
+                    busy.entry(p).or_default().push((f.phase, f.since));
+                }
+            }
+            let last_done: HashMap<SocketAddr, Instant> = socks
+                .iter()
+                .filter_map(|s| st.last_done.get(&s.peer).map(|t| (s.peer, *t)))
+                .collect();
+            (busy, last_done)
+        };
+        let mut to_shut: Vec<(SocketAddr, ShutReason)> = Vec::new();
+        let mut idle_candidates: Vec<(Instant, SocketAddr, u64)> = Vec::new();
+        let mut open = 0usize;
+        {
+            let mut tracks = self.tracks.lock().unwrap_or_else(|p| p.into_inner());
+            tracks.retain(|inode, _| socks.iter().any(|s| s.inode == *inode));
+            for s in &socks {
+                let t = tracks.entry(s.inode).or_insert(Track {
+                    first_seen: now,
+                    base_bytes: 0,
+                    over_budget: 0,
+                    shut: false,
+                });
+                if t.shut {
+                    continue;
+                }
+                open += 1;
+                if let Some(flights) = busy.get(&s.peer) {
+                    t.base_bytes = s.bytes_received;
+                    t.over_budget = 0;
+                    let slow = flights.iter().any(|(phase, since)| {
+                        matches!(phase, Phase::Body | Phase::Writing) && now - *since > idle
+                    });
+                    if slow {
+                        t.shut = true;
+                        to_shut.push((s.peer, ShutReason::Slow));
+                    }
+                    continue;
+                }
+                let idle_since = last_done
+                    .get(&s.peer)
+                    .map_or(t.first_seen, |d| (*d).max(t.first_seen));
+                if now - idle_since > idle {
+                    t.shut = true;
+                    to_shut.push((s.peer, ShutReason::Idle));
+                    continue;
+                }
+                if s.bytes_received.saturating_sub(t.base_bytes) > self.limits.head_budget {
+                    t.over_budget += 1;
+                    // Twice in a row: a complete head is in our hands within a scan period.
+                    if t.over_budget >= 2 {
+                        t.shut = true;
+                        to_shut.push((s.peer, ShutReason::Head));
+                        continue;
+                    }
+                } else {
+                    t.over_budget = 0;
+                }
+                idle_candidates.push((idle_since, s.peer, s.inode));
+            }
+            let live = open - to_shut.len();
+            if live > self.limits.max_connections {
+                idle_candidates.sort_by_key(|c| c.0);
+                for (_, peer, inode) in idle_candidates
+                    .into_iter()
+                    .take(live - self.limits.max_connections)
+                {
+                    if let Some(t) = tracks.get_mut(&inode) {
+                        t.shut = true;
+                    }
+                    to_shut.push((peer, ShutReason::OverLimit));
+                }
+            }
+        }
+        {
+            let mut st = self.registry.lock();
+            st.last_done.retain(|peer, _| socks.iter().any(|s| s.peer == *peer));
+        }
+        for (peer, reason) in &to_shut {
+            if *reason == ShutReason::Head {
+                // Nothing of this connection is in our hands, so nobody else writes to it.
+                let body = crate::http::ApiError::HeadersTooLarge.to_reply().body;
+                let mut raw = format!(
+                    "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                )
+                .into_bytes();
+                raw.extend_from_slice(&body);
+                self.write_peer(*peer, &raw);
+            }
+            if self.shutdown_peer(*peer, Shutdown::Both) {
+                self.metrics.inc_connections_shut(*reason);
+                log::debug!("shut down connection from {peer}: {reason:?}");
+            }
+        }
+        let open = open - to_shut.len();
+        self.metrics.set_open_connections(open as u64);
+        open
+    }
+
+    /// Starts the scanning thread; it ends after [`Supervisor::stop`].
+    pub fn spawn(self: &Arc<Self>) -> io::Result<JoinHandle<()>> {
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name("conn-supervisor".into())
+            .spawn(move || {
+                let mut stopped = me.stop.lock().unwrap_or_else(|p| p.into_inner());
+                while !*stopped {
+                    drop(stopped);
+                    me.scan();
+                    stopped = me.stop.lock().unwrap_or_else(|p| p.into_inner());
+                    if *stopped {
+                        break;
+                    }
+                    stopped = me
+                        .wake
+                        .wait_timeout(stopped, me.limits.scan_every)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            })
+    }
+
+    pub fn stop(&self) {
+        *self.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.wake.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn finds_accepted_sockets_and_shuts_one_down_by_peer() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let sup = Supervisor::new(
+            local,
+            Limits::default(),
+            Arc::new(Registry::default()),
+            Metrics::default(),
+        )
+        .unwrap();
+        let mut client = TcpStream::connect(local).unwrap();
+        let (mut server_side, peer) = listener.accept().unwrap();
+        let socks = sup.sockets();
+        assert_eq!(socks.len(), 1, "{socks:?}");
+        assert_eq!(socks[0].peer, peer);
+        client.write_all(b"hello").unwrap();
+        assert!(sup.shutdown_peer(peer, Shutdown::Both));
+        // The owner's read now ends (after the bytes already queued) and the client sees EOF.
+        let mut buf = Vec::new();
+        server_side.read_to_end(&mut buf).unwrap();
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+    }
+
+    #[test]
+    fn idle_connection_is_shut_down_after_the_timeout_but_a_busy_one_is_not() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let registry = Arc::new(Registry::default());
+        let limits = Limits {
+            idle_timeout: Duration::ZERO,
+            ..Limits::default()
+        };
+        let metrics = Metrics::default();
+        let sup = Supervisor::new(local, limits, registry.clone(), metrics.clone()).unwrap();
+        let _idle = TcpStream::connect(local).unwrap();
+        let (_s1, _) = listener.accept().unwrap();
+        let _busy = TcpStream::connect(local).unwrap();
+        let (_s2, busy_peer) = listener.accept().unwrap();
+        registry.begin(1, Some(busy_peer), 0);
+        registry.phase(1, Phase::Handling);
+        // The first scan records the idle one; any later scan finds it past a zero timeout.
+        assert_eq!(sup.scan(), 2);
+        assert_eq!(sup.scan(), 1, "the busy connection stays");
+        assert_eq!(metrics.connections_shut(ShutReason::Idle), 1);
+        assert_eq!(metrics.connections_shut(ShutReason::Slow), 0);
+    }
+}

@@ -1,0 +1,260 @@
+//! The accept side: tiny_http `Server`s built on clones of our own listener, and one pump thread
+//! per server moving its requests into the channel the workers read.
+//!
+//! tiny_http's accept thread ends for good on the first accept error (EMFILE, ENFILE, ENOBUFS...):
+//! it pushes the error into its queue and stops (tiny-http PR #219). A pump that receives that error
+//! starts the next *generation* — a new `Server` on a `try_clone()` of the listener — with an
+//! exponential backoff while the error persists, and keeps pumping its own, now retired, server
+//! for the requests its open connections still send. A retired generation ends once none of its
+//! requests is in our hands and it has been quiet for longer than the idle timeout: the supervisor
+//! (`conn.rs`) shuts down every connection that stays quiet that long, so nothing can arrive later.
+//! Workers never see which generation a request came from, except that requests of a retired one
+//! are answered with the connection closed.
+
+use std::net::TcpListener;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::conn::Registry;
+use crate::metrics::Metrics;
+
+/// A request taken from tiny_http, on its way to a worker.
+pub struct Incoming {
+    pub rq: tiny_http::Request,
+    pub id: u64,
+    pub generation: u64,
+}
+
+/// Shortest and longest wait between two attempts to restart accepting.
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// How often a pump looks up from an empty queue.
+const POLL: Duration = Duration::from_millis(250);
+
+struct Generation {
+    id: u64,
+    server: Arc<tiny_http::Server>,
+    pump: Option<JoinHandle<()>>,
+}
+
+struct Backoff {
+    delay: Duration,
+    next_attempt: Instant,
+    last_start: Instant,
+}
+
+pub struct Front {
+    listener: TcpListener,
+    tx: Mutex<Option<Sender<Incoming>>>,
+    registry: Arc<Registry>,
+    metrics: Metrics,
+    /// How long a retired generation must stay quiet before it ends.
+    drain_quiet: Duration,
+    generations: Mutex<Vec<Generation>>,
+    current: AtomicU64,
+    next_id: AtomicU64,
+    stopping: AtomicBool,
+    backoff: Mutex<Backoff>,
+}
+
+impl Front {
+    /// Starts the first generation. `drain_quiet` must exceed the supervisor's idle timeout plus
+    /// one scan period.
+    pub fn start(
+        listener: TcpListener,
+        tx: Sender<Incoming>,
+        registry: Arc<Registry>,
+        metrics: Metrics,
+        drain_quiet: Duration,
+    ) -> Result<Arc<Front>, String> {
+        let now = Instant::now();
+        let front = Arc::new(Front {
+            listener,
+            tx: Mutex::new(Some(tx)),
+            registry,
+            metrics,
+            drain_quiet,
+            generations: Mutex::new(Vec::new()),
+            current: AtomicU64::new(0),
+            next_id: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+            backoff: Mutex::new(Backoff {
+                delay: BACKOFF_MIN,
+                next_attempt: now,
+                last_start: now,
+            }),
+        });
+        front.start_generation()?;
+        Ok(front)
+    }
+
+    /// The generation whose server currently accepts.
+    pub fn current_generation(&self) -> u64 {
+        self.current.load(Ordering::SeqCst)
+    }
+
+    /// Live generations (the current one plus retired ones still draining).
+    pub fn generations(&self) -> usize {
+        self.lock_generations().len()
+    }
+
+    fn lock_generations(&self) -> std::sync::MutexGuard<'_, Vec<Generation>> {
+        self.generations.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Builds a server on a clone of the listener and starts its pump.
+    fn start_generation(self: &Arc<Self>) -> Result<(), String> {
+        let listener = self
+            .listener
+            .try_clone()
+            .map_err(|e| format!("cannot clone the listener: {e}"))?;
+        // tiny_http spawns its accept thread here; a failed spawn panics inside it.
+        let server = catch_unwind(AssertUnwindSafe(|| {
+            tiny_http::Server::from_listener(listener, None)
+        }))
+        .map_err(|_| "cannot start an accept thread".to_string())?
+        .map_err(|e| format!("cannot serve: {e}"))?;
+        let server = Arc::new(server);
+        let tx = self
+            .tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or("stopping")?;
+        let mut gens = self.lock_generations();
+        let id = gens.iter().map(|g| g.id + 1).max().unwrap_or(0);
+        let (me, s) = (self.clone(), server.clone());
+        let pump = std::thread::Builder::new()
+            .name(format!("http-accept-{id}"))
+            .spawn(move || me.pump(id, &s, tx))
+            .map_err(|e| format!("cannot start a pump: {e}"))?;
+        gens.push(Generation {
+            id,
+            server,
+            pump: Some(pump),
+        });
+        self.current.store(id, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Tries to start the next generation unless the backoff says wait; true once it runs.
+    fn try_restart(self: &Arc<Self>) -> bool {
+        let now = Instant::now();
+        {
+            let mut b = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+            if now < b.next_attempt {
+                return false;
+            }
+            // A generation that lived a while means the error was a one-off: start over quickly.
+            if now - b.last_start > BACKOFF_MAX * 4 {
+                b.delay = BACKOFF_MIN;
+            }
+            b.next_attempt = now + b.delay;
+            b.delay = (b.delay * 2).min(BACKOFF_MAX);
+        }
+        match self.start_generation() {
+            Ok(()) => {
+                self.backoff
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .last_start = Instant::now();
+                self.metrics.inc_accept_restarts();
+                log::warn!("accepting again (generation {})", self.current_generation());
+                true
+            }
+            Err(e) => {
+                log::warn!("cannot restart accepting yet: {e}");
+                false
+            }
+        }
+    }
+
+    fn pump(self: Arc<Self>, generation: u64, server: &tiny_http::Server, tx: Sender<Incoming>) {
+        let mut retired = false;
+        let mut restarted = false;
+        let mut last_message = Instant::now();
+        loop {
+            if retired && !restarted && !self.stopping.load(Ordering::SeqCst) {
+                restarted = self.try_restart();
+            }
+            let wait = if retired && !restarted {
+                BACKOFF_MIN
+            } else {
+                POLL
+            };
+            match server.recv_timeout(wait) {
+                Ok(Some(rq)) => {
+                    last_message = Instant::now();
+                    let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                    self.registry
+                        .begin(id, rq.remote_addr().copied(), generation);
+                    if tx
+                        .send(Incoming {
+                            rq,
+                            id,
+                            generation,
+                        })
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Ok(None) => {
+                    if self.stopping.load(Ordering::SeqCst) {
+                        // Hand over what is already parsed, then stop.
+                        while let Ok(Some(rq)) = server.try_recv() {
+                            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                            self.registry
+                                .begin(id, rq.remote_addr().copied(), generation);
+                            let _ = tx.send(Incoming {
+                                rq,
+                                id,
+                                generation,
+                            });
+                        }
+                        return;
+                    }
+                    if retired
+                        && restarted
+                        && last_message.elapsed() > self.drain_quiet
+                        && self.registry.in_flight(generation) == 0
+                    {
+                        log::debug!("generation {generation} drained");
+                        self.lock_generations().retain(|g| g.id != generation);
+                        return;
+                    }
+                }
+                Err(e) => {
+                    if self.stopping.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    // tiny_http's accept thread for this server has ended for good.
+                    log::error!("accept failed: {e}; restarting the accept loop");
+                    retired = true;
+                    last_message = Instant::now();
+                }
+            }
+        }
+    }
+
+    /// Stops every generation: no new connection is accepted, requests already parsed are handed
+    /// over, then the pumps end and the channel closes once the workers took everything.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let mut gens: Vec<Generation> = std::mem::take(&mut *self.lock_generations());
+        for g in &gens {
+            g.server.unblock();
+        }
+        for g in &mut gens {
+            if let Some(p) = g.pump.take() {
+                let _ = p.join();
+            }
+        }
+        drop(gens);
+        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+}
