@@ -8,8 +8,9 @@
 //! This module owns no SQL of its own beyond transaction control; jobs call into `store/`.
 //!
 //! Backpressure: besides the bounded channel, new outbox work is refused (503) while the outbox
-//! holds more than `max_backlog` waiting items. The count is cached: the writer thread refreshes it
-//! after a commit at most every `BACKLOG_REFRESH`, so admission costs one atomic load.
+//! holds `max_backlog` waiting items or more. The count is cached: the writer thread refreshes it
+//! after every commit, before answering the batch (a query bounded by the limit), so admission
+//! costs one atomic load and a client that got its 202 sees the count that includes its item.
 
 use std::any::Any;
 use std::path::Path;
@@ -17,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rusqlite::Connection;
 
@@ -74,9 +75,6 @@ pub struct WriterConfig {
     pub max_backlog: u64,
 }
 
-/// Longest time the cached outbox count may be stale.
-const BACKLOG_REFRESH: Duration = Duration::from_millis(100);
-
 impl Default for WriterConfig {
     fn default() -> Self {
         WriterConfig {
@@ -109,9 +107,10 @@ impl Writer {
         let max_backlog = config.max_backlog;
         let (tx, rx) = mpsc::sync_channel::<Job>(config.queue.max(1));
         let healthy = Arc::new(AtomicBool::new(true));
-        let backlog = Arc::new(AtomicU64::new(
-            store::conversions::outbox_counts(&conn)?.0.max(0) as u64,
-        ));
+        let backlog = Arc::new(AtomicU64::new(store::conversions::outbox_waiting_capped(
+            &conn,
+            config.max_backlog,
+        )?));
         let (h, b) = (healthy.clone(), backlog.clone());
         let handle = std::thread::Builder::new()
             .name("writer".into())
@@ -212,7 +211,13 @@ fn run(
         config.batch.max(1)
     };
     let mut batch: Vec<Job> = Vec::with_capacity(cap);
-    let mut counted = Instant::now();
+    let refresh = |c: &Connection| {
+        if config.max_backlog > 0 {
+            if let Ok(n) = store::conversions::outbox_waiting_capped(c, config.max_backlog) {
+                backlog.store(n, Ordering::Relaxed);
+            }
+        }
+    };
     // Blocks while idle; ends when every sender is gone and the channel is drained.
     while let Ok(first) = rx.recv() {
         batch.push(first);
@@ -222,14 +227,8 @@ fn run(
                 Err(_) => break,
             }
         }
-        let ok = commit_batch(&conn, &mut batch);
+        let ok = commit_batch(&conn, &mut batch, &refresh);
         healthy.store(ok, Ordering::Relaxed);
-        if counted.elapsed() >= BACKLOG_REFRESH {
-            if let Ok((waiting, _)) = store::conversions::outbox_counts(&conn) {
-                backlog.store(waiting.max(0) as u64, Ordering::Relaxed);
-            }
-            counted = Instant::now();
-        }
     }
     log::debug!("writer stopped");
 }
@@ -239,7 +238,11 @@ fn run(
 /// SQLite may roll back the whole transaction by itself when a statement fails with
 /// `SQLITE_FULL`, `SQLITE_BUSY` or `SQLITE_NOMEM`: the jobs already run in it are then lost, are
 /// answered `Unavailable` (retry), and the rest of the batch goes on in a new transaction.
-fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) -> bool {
+fn commit_batch(
+    conn: &Connection,
+    batch: &mut Vec<Job>,
+    after_commit: &dyn Fn(&Connection),
+) -> bool {
     let mut jobs = batch.drain(..).collect::<std::collections::VecDeque<Job>>();
     let mut all_ok = true;
     while !jobs.is_empty() {
@@ -284,7 +287,9 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) -> bool {
             for (reply, _) in done {
                 answer(
                     reply,
-                    Err(WriteError::Unavailable(format!("transaction rolled back: {e}"))),
+                    Err(WriteError::Unavailable(format!(
+                        "transaction rolled back: {e}"
+                    ))),
                 );
             }
             all_ok = false;
@@ -292,6 +297,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>) -> bool {
         }
         match conn.execute_batch("COMMIT") {
             Ok(()) => {
+                after_commit(conn);
                 for (reply, v) in done {
                     answer(reply, Ok(v));
                 }

@@ -144,7 +144,9 @@ pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     };
 
     // A new conversion adds outbox work: refuse it while the backlog is over its limit.
-    app.writer.admit_outbox_work().inspect_err(|_| app.metrics.inc_unavailable())?;
+    app.writer
+        .admit_outbox_work()
+        .inspect_err(|_| app.metrics.inc_unavailable())?;
     let conversion = NewConversion {
         id: uuid::Uuid::new_v4().to_string(),
         site_id: site.id.clone(),

@@ -200,7 +200,11 @@ impl Fds {
                     break;
                 }
                 let name = CStr::from_ptr((*ent).d_name.as_ptr());
-                if let Some(fd) = name.to_str().ok().and_then(|s| s.parse::<libc::c_int>().ok()) {
+                if let Some(fd) = name
+                    .to_str()
+                    .ok()
+                    .and_then(|s| s.parse::<libc::c_int>().ok())
+                {
                     if fd != own && fd != self.slot && fd != self.devnull {
                         out.push(fd);
                     }
@@ -219,8 +223,8 @@ impl Fds {
                 return None;
             }
             let mut st: libc::stat = std::mem::zeroed();
-            let is_socket =
-                libc::fstat(self.slot, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK;
+            let is_socket = libc::fstat(self.slot, &mut st) == 0
+                && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK;
             let out = is_socket.then(|| f(self.slot));
             libc::dup3(self.devnull, self.slot, libc::O_CLOEXEC);
             out
@@ -301,6 +305,26 @@ fn bytes_received(fd: libc::c_int) -> u64 {
         } else {
             0
         }
+    }
+}
+
+/// Connections waiting in a listening socket's accept queue (Linux reports it for a listener in
+/// `tcpi_unacked`). A healthy accept loop keeps it at zero; a queue that stays non-empty means
+/// nobody accepts any more.
+pub fn accept_queue_len(listener: &std::net::TcpListener) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the kernel fills at most `len` bytes of the zeroed struct; the fd is borrowed.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            &mut info as *mut _ as *mut libc::c_void,
+            &mut len,
+        );
+        (rc == 0 && info.tcpi_state == 10/* TCP_LISTEN */).then_some(info.tcpi_unacked)
     }
 }
 
@@ -546,7 +570,8 @@ impl Supervisor {
         }
         {
             let mut st = self.registry.lock();
-            st.last_done.retain(|peer, _| socks.iter().any(|s| s.peer == *peer));
+            st.last_done
+                .retain(|peer, _| socks.iter().any(|s| s.peer == *peer));
         }
         for (peer, reason) in &to_shut {
             if *reason == ShutReason::Head {
@@ -630,6 +655,16 @@ mod tests {
         let mut rest = Vec::new();
         client.read_to_end(&mut rest).unwrap();
         assert!(rest.is_empty());
+    }
+
+    #[test]
+    fn accept_queue_length_of_a_listener() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        assert_eq!(accept_queue_len(&listener), Some(0));
+        let _c = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        assert_eq!(accept_queue_len(&listener), Some(1));
+        let _s = listener.accept().unwrap();
+        assert_eq!(accept_queue_len(&listener), Some(0));
     }
 
     #[test]

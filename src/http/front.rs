@@ -10,6 +10,13 @@
 //! (`conn.rs`) shuts down every connection that stays quiet that long, so nothing can arrive later.
 //! Workers never see which generation a request came from, except that requests of a retired one
 //! are answered with the connection closed.
+//!
+//! The accept thread can also die without a word: when `accept` takes the last free descriptor,
+//! tiny_http's `try_clone().unwrap()` of the new socket panics in that thread. The current pump
+//! therefore watches the listener's accept queue: a queue that stays non-empty for
+//! [`DEAF_AFTER`] means nobody accepts, and the generation is replaced as after an error. Such a
+//! generation is only *presumed* dead, so its pump never ends (a live accept thread of it would
+//! otherwise feed a queue nobody reads); this costs one parked thread per such event.
 
 use std::net::TcpListener;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -34,6 +41,10 @@ const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// How often a pump looks up from an empty queue.
 const POLL: Duration = Duration::from_millis(250);
+/// How long the accept queue may stay non-empty before the accept thread is presumed dead.
+pub const DEAF_AFTER: Duration = Duration::from_secs(1);
+/// How often the current pump samples the accept queue.
+const DEAF_CHECK: Duration = Duration::from_millis(100);
 
 struct Generation {
     id: u64,
@@ -175,14 +186,36 @@ impl Front {
 
     fn pump(self: Arc<Self>, generation: u64, server: &tiny_http::Server, tx: Sender<Incoming>) {
         let mut retired = false;
+        let mut presumed_dead = false;
         let mut restarted = false;
         let mut last_message = Instant::now();
+        let mut last_check = Instant::now();
+        let mut queue_stuck_since: Option<Instant> = None;
         loop {
+            if !retired && last_check.elapsed() >= DEAF_CHECK {
+                last_check = Instant::now();
+                match super::conn::accept_queue_len(&self.listener) {
+                    Some(n) if n > 0 => {
+                        let since = *queue_stuck_since.get_or_insert(last_check);
+                        if last_check - since >= DEAF_AFTER {
+                            log::error!(
+                                "accept loop of generation {generation} stopped accepting \
+                                 ({n} connections waiting); restarting it"
+                            );
+                            retired = true;
+                            presumed_dead = true;
+                        }
+                    }
+                    _ => queue_stuck_since = None,
+                }
+            }
             if retired && !restarted && !self.stopping.load(Ordering::SeqCst) {
                 restarted = self.try_restart();
             }
             let wait = if retired && !restarted {
                 BACKOFF_MIN
+            } else if !retired {
+                DEAF_CHECK
             } else {
                 POLL
             };
@@ -192,14 +225,7 @@ impl Front {
                     let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                     self.registry
                         .begin(id, rq.remote_addr().copied(), generation);
-                    if tx
-                        .send(Incoming {
-                            rq,
-                            id,
-                            generation,
-                        })
-                        .is_err()
-                    {
+                    if tx.send(Incoming { rq, id, generation }).is_err() {
                         return;
                     }
                 }
@@ -210,16 +236,13 @@ impl Front {
                             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                             self.registry
                                 .begin(id, rq.remote_addr().copied(), generation);
-                            let _ = tx.send(Incoming {
-                                rq,
-                                id,
-                                generation,
-                            });
+                            let _ = tx.send(Incoming { rq, id, generation });
                         }
                         return;
                     }
                     if retired
                         && restarted
+                        && !presumed_dead
                         && last_message.elapsed() > self.drain_quiet
                         && self.registry.in_flight(generation) == 0
                     {

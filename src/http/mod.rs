@@ -228,14 +228,20 @@ pub fn start(
     });
     let registry = Arc::new(Registry::default());
     let supervisor = Arc::new(
-        Supervisor::new(addr, config.limits.clone(), registry.clone(), metrics.clone())
-            .map_err(|e| format!("cannot supervise connections: {e}"))?,
+        Supervisor::new(
+            addr,
+            config.limits.clone(),
+            registry.clone(),
+            metrics.clone(),
+        )
+        .map_err(|e| format!("cannot supervise connections: {e}"))?,
     );
     let supervisor_thread = supervisor.spawn().map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel::<Incoming>();
     // A retired generation may end once nothing can arrive from it any more: every connection
     // quiet for the idle timeout has been shut down by then (plus a scan period, plus slack).
-    let drain_quiet = config.limits.idle_timeout + config.limits.scan_every * 2 + Duration::from_secs(1);
+    let drain_quiet =
+        config.limits.idle_timeout + config.limits.scan_every * 2 + Duration::from_secs(1);
     let front = Front::start(listener, tx, registry.clone(), metrics, drain_quiet)?;
     let rx = Arc::new(Mutex::new(rx));
     let mut handles = Vec::with_capacity(threads);
@@ -313,8 +319,12 @@ fn refuse_undrainable(w: &Worker, inc: Incoming, started: Instant) {
     // Dropping `rq` would make tiny_http allocate the declared length in one piece.
     std::mem::forget(rq);
     w.app.metrics.inc_undrainable();
-    w.app.metrics.observe_request("unknown", 413, started.elapsed());
-    log::warn!("request {id}: {method} {path}: declared body over {DRAIN_SAFE_BYTES} bytes refused");
+    w.app
+        .metrics
+        .observe_request("unknown", 413, started.elapsed());
+    log::warn!(
+        "request {id}: {method} {path}: declared body over {DRAIN_SAFE_BYTES} bytes refused"
+    );
     if w.app.metrics.undrainable() == UNDRAINABLE_LIMIT + 1 {
         log::error!(
             "{UNDRAINABLE_LIMIT} requests with undrainable bodies refused; asking to be restarted \
@@ -400,8 +410,8 @@ fn handle(w: &Worker, inc: Incoming) {
     // Close instead of keeping the connection when part of the body was left unread (tiny_http
     // would read and discard all of it first), when the head was refused, and when the request
     // came through a retired accept generation (so that the generation drains).
-    let has_body = ctx.req.body_length().is_some_and(|n| n > 0)
-        || ctx.header("Transfer-Encoding").is_some();
+    let has_body =
+        ctx.req.body_length().is_some_and(|n| n > 0) || ctx.header("Transfer-Encoding").is_some();
     let close = (has_body && !ctx.body_done)
         || head_too_large
         || generation != w.front.current_generation();

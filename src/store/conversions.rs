@@ -125,6 +125,17 @@ pub fn outbox_counts(conn: &Connection) -> Result<(i64, i64)> {
         .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?)
 }
 
+/// Outbox rows waiting (dead letters excluded), counted up to `cap` only: the writer calls this
+/// after every commit to enforce the backlog limit, so its cost must stay bounded.
+pub fn outbox_waiting_capped(conn: &Connection, cap: u64) -> Result<u64> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM outbox WHERE dead_at IS NULL LIMIT ?1)",
+        )?
+        .query_row([cap.min(i64::MAX as u64) as i64], |r| r.get::<_, i64>(0))?
+        .max(0) as u64)
+}
+
 /// Records `source` on an existing order; `None` when the site has no such order.
 pub fn add_source(
     conn: &Connection,

@@ -30,6 +30,12 @@ use serde_json::{json, Value};
 /// The binary under test, built once by cargo for all integration tests.
 pub const BIN: &str = env!("CARGO_BIN_EXE_convapi");
 
+/// The binary `serve` runs: [`BIN`], unless `CONVAPI_TEST_SERVER_BIN` names another build (to run
+/// a suite against an older server, e.g. to show that a hardening test fails on plain tiny_http).
+pub fn server_bin() -> String {
+    std::env::var("CONVAPI_TEST_SERVER_BIN").unwrap_or_else(|_| BIN.to_owned())
+}
+
 /// Longest any single wait in the harness may take (server start, stop, one HTTP exchange).
 pub const WAIT: Duration = Duration::from_secs(60);
 
@@ -330,6 +336,28 @@ impl TestApp {
         self.child.is_some()
     }
 
+    /// The server's process id; panics when it is not running.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server running").id()
+    }
+
+    /// `127.0.0.1:PORT` of the running server, for raw TCP clients.
+    pub fn addr(&self) -> String {
+        self.base.trim_start_matches("http://").to_owned()
+    }
+
+    /// Whether the server process has exited (reaping it if so); for tests that try to crash it.
+    pub fn has_exited(&mut self) -> bool {
+        match self.child.as_mut().map(|c| c.try_wait().expect("try_wait")) {
+            Some(Some(_)) => {
+                self.child = None;
+                true
+            }
+            Some(None) => false,
+            None => true,
+        }
+    }
+
     fn spawn(&mut self) {
         assert!(self.child.is_none(), "server already running");
         let log = std::fs::OpenOptions::new()
@@ -337,7 +365,7 @@ impl TestApp {
             .append(true)
             .open(self.dir.path().join("server.log"))
             .expect("server log");
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(server_bin());
         scrub_env(&mut cmd);
         cmd.arg("--db")
             .arg(&self.db)
