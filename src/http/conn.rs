@@ -9,11 +9,20 @@
 //! descriptor (tiny_http owns them): a shut-down socket makes tiny_http's blocked read return EOF,
 //! and its thread and descriptors go away on their own.
 //!
-//! It owns the project's only `unsafe` code: libc calls on file descriptors. Every socket is
-//! inspected through a reserved descriptor number (`dup3` onto it, then back to `/dev/null`), so
-//! the supervisor needs no free descriptor to work — it keeps working when the process has run out
-//! of them, which is exactly when it must free some — and a descriptor number that tiny_http closes
-//! and reuses meanwhile can never make it act on the wrong socket.
+//! It owns the project's only `unsafe` code: libc calls on file descriptors. It never duplicates
+//! or closes a descriptor: closing *any* descriptor of a file drops every POSIX lock the process
+//! holds on it, and SQLite's locks on the database, `-wal` and `-shm` files are such locks (an
+//! earlier version that inspected descriptors through `dup3` let another process checkpoint and
+//! delete the WAL under the server). Descriptors are inspected in place (`fstat`, `getsockname`,
+//! `getpeername`, `getsockopt`), which needs no free descriptor, so the supervisor keeps working
+//! when the process has run out of them — exactly when it must free some. The directory handle on
+//! `/proc/self/fd` is opened once and rewound.
+//!
+//! The price of working in place: between finding the socket of a peer and shutting it down,
+//! tiny_http could close that descriptor and the number could be reused by a newly accepted
+//! socket, which would then be shut down instead. The two calls follow each other directly, so the
+//! window is a few microseconds; the cost of a hit is one connection closed early (its client sees
+//! EOF and retries; every write of the API is idempotent).
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -141,11 +150,9 @@ pub struct SockInfo {
     pub bytes_received: u64,
 }
 
-/// The reserved descriptors and the open `/proc/self/fd` directory.
+/// The open `/proc/self/fd` directory.
 struct Fds {
     dir: *mut libc::DIR,
-    devnull: libc::c_int,
-    slot: libc::c_int,
 }
 
 // SAFETY: the raw pointer is only used while the mutex around `Fds` is held.
@@ -153,38 +160,21 @@ unsafe impl Send for Fds {}
 
 impl Drop for Fds {
     fn drop(&mut self) {
-        // SAFETY: all three were opened by `Fds::open` and are owned by this struct alone.
+        // SAFETY: opened by `Fds::open` and owned by this struct alone.
         unsafe {
             libc::closedir(self.dir);
-            libc::close(self.slot);
-            libc::close(self.devnull);
         }
     }
 }
 
 impl Fds {
     fn open() -> io::Result<Fds> {
-        // SAFETY: plain libc calls with valid NUL-terminated paths; results are checked.
-        unsafe {
-            let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-            if devnull < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let slot = libc::fcntl(devnull, libc::F_DUPFD_CLOEXEC, 0);
-            if slot < 0 {
-                let e = io::Error::last_os_error();
-                libc::close(devnull);
-                return Err(e);
-            }
-            let dir = libc::opendir(c"/proc/self/fd".as_ptr());
-            if dir.is_null() {
-                let e = io::Error::last_os_error();
-                libc::close(slot);
-                libc::close(devnull);
-                return Err(e);
-            }
-            Ok(Fds { dir, devnull, slot })
+        // SAFETY: a plain libc call with a valid NUL-terminated path; the result is checked.
+        let dir = unsafe { libc::opendir(c"/proc/self/fd".as_ptr()) };
+        if dir.is_null() {
+            return Err(io::Error::last_os_error());
         }
+        Ok(Fds { dir })
     }
 
     /// Descriptor numbers open in this process (without the directory's own).
@@ -200,12 +190,8 @@ impl Fds {
                     break;
                 }
                 let name = CStr::from_ptr((*ent).d_name.as_ptr());
-                if let Some(fd) = name
-                    .to_str()
-                    .ok()
-                    .and_then(|s| s.parse::<libc::c_int>().ok())
-                {
-                    if fd != own && fd != self.slot && fd != self.devnull {
+                if let Some(fd) = name.to_str().ok().and_then(|s| s.parse::<libc::c_int>().ok()) {
+                    if fd != own {
                         out.push(fd);
                     }
                 }
@@ -214,21 +200,14 @@ impl Fds {
         out
     }
 
-    /// Runs `f` on the socket behind descriptor `fd`, through the reserved slot, so the socket
-    /// stays the same one for the whole call even if `fd` is closed and reused meanwhile.
+    /// Runs `f` on descriptor `fd` when it is a socket. Never duplicates or closes it.
     fn with_socket<T>(&mut self, fd: libc::c_int, f: impl FnOnce(libc::c_int) -> T) -> Option<T> {
-        // SAFETY: dup3 onto our own reserved number; it is restored to /dev/null before returning.
-        unsafe {
-            if libc::dup3(fd, self.slot, libc::O_CLOEXEC) < 0 {
-                return None;
-            }
+        // SAFETY: fstat on a descriptor number only reads its metadata (EBADF if it is gone).
+        let is_socket = unsafe {
             let mut st: libc::stat = std::mem::zeroed();
-            let is_socket = libc::fstat(self.slot, &mut st) == 0
-                && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK;
-            let out = is_socket.then(|| f(self.slot));
-            libc::dup3(self.devnull, self.slot, libc::O_CLOEXEC);
-            out
-        }
+            libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
+        };
+        is_socket.then(|| f(fd))
     }
 }
 
@@ -346,7 +325,7 @@ fn shutdown_fd(fd: libc::c_int, how: Shutdown) {
         Shutdown::Write => libc::SHUT_WR,
         Shutdown::Both => libc::SHUT_RDWR,
     };
-    // SAFETY: `fd` is our reserved slot holding the socket.
+    // SAFETY: shutdown(2) only changes the state of the socket; it closes no descriptor.
     unsafe {
         libc::shutdown(fd, how);
     }
