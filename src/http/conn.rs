@@ -190,7 +190,11 @@ impl Fds {
                     break;
                 }
                 let name = CStr::from_ptr((*ent).d_name.as_ptr());
-                if let Some(fd) = name.to_str().ok().and_then(|s| s.parse::<libc::c_int>().ok()) {
+                if let Some(fd) = name
+                    .to_str()
+                    .ok()
+                    .and_then(|s| s.parse::<libc::c_int>().ok())
+                {
                     if fd != own {
                         out.push(fd);
                     }
