@@ -303,6 +303,24 @@ fn pixel_ts_is_clamped_to_the_receive_time() {
 }
 
 #[test]
+fn pixel_ts_written_as_an_integral_float_is_a_timestamp() {
+    // JSON has one number type: `1763800000000.0` is the same integer (schemathesis sends these).
+    let app = TestApp::start();
+    let t = now_ms() - 2 * MINUTE;
+    let r = app.collect(&json!({
+        "trackerId": app.site.tracker_id, "visitorId": "v-f",
+        "events": [{"type": "pageview", "url": "https://shop.example/", "ts": t as f64}]
+    }));
+    let v = r.json();
+    assert_eq!(r.status, 200, "{v}");
+    let sid = v["sessionId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        app.query_i64("SELECT started_at FROM sessions WHERE id = ?1", [&sid]),
+        t
+    );
+}
+
+#[test]
 fn identify_marks_the_session_and_links_the_visitor() {
     let app = TestApp::start();
     let s = app.identify("v-1", "user-9", now_ms() - MINUTE);
@@ -461,6 +479,16 @@ fn collect_refuses_an_unknown_tracker_and_malformed_batches() {
             1,
         ),
         ("negative ts", json!([{"type": "pageview", "ts": -1}]), 0),
+        (
+            "fractional ts",
+            json!([pv, {"type": "pageview", "ts": 1.5}]),
+            1,
+        ),
+        (
+            "ts beyond 2^53",
+            json!([pv, {"type": "pageview", "ts": 1e300}]),
+            1,
+        ),
         (
             "ts as a string",
             json!([pv, {"type": "pageview", "ts": "yesterday"}]),

@@ -15,6 +15,9 @@ pub const MAX_EVENTS: usize = 100;
 const MAX_URL_CHARS: usize = 4096;
 /// Longest custom event name.
 const MAX_NAME_CHARS: usize = 128;
+/// Largest `ts` accepted: the largest integer a JSON number holds exactly (2^53 - 1).
+const MAX_TS: i64 = (1 << 53) - 1;
+const TS_RULE: &str = "ts must be epoch milliseconds (a non-negative integer)";
 /// Largest serialised `props` of a custom event.
 const MAX_PROPS_BYTES: usize = 4096;
 
@@ -137,21 +140,14 @@ fn parse_event(v: &Value, i: usize, now_ms: i64) -> Result<Event, ApiError> {
     };
     let ts = match validate::field(ev, "ts") {
         None => now_ms,
-        Some(Value::Number(n)) => match n.as_i64().or_else(|| n.as_u64().map(|_| i64::MAX)) {
-            Some(t) if t >= 0 => t.min(now_ms),
-            _ => {
-                return Err(ApiError::validation(
-                    p("ts"),
-                    "ts must be epoch milliseconds (a non-negative integer)",
-                ))
+        // JSON has one number type: an integral `1.7e12` or `1763800000000.0` is a valid timestamp.
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(t) if t.fract() == 0.0 && (0.0..=MAX_TS as f64).contains(&t) => {
+                (t as i64).min(now_ms)
             }
+            _ => return Err(ApiError::validation(p("ts"), TS_RULE)),
         },
-        Some(_) => {
-            return Err(ApiError::validation(
-                p("ts"),
-                "ts must be epoch milliseconds (a non-negative integer)",
-            ))
-        }
+        Some(_) => return Err(ApiError::validation(p("ts"), TS_RULE)),
     };
     let kind = match validate::field(ev, "type") {
         Some(Value::String(t)) => t.as_str(),
