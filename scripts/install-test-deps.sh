@@ -18,7 +18,7 @@ fi
 
 if ! command -v st >/dev/null 2>&1 && ! python3 -c 'import schemathesis' >/dev/null 2>&1; then
     echo "installing schemathesis with pip"
-    python3 -m pip install --quiet 'schemathesis>=4,<5' 2>/dev/null \
-        || python3 -m pip install --quiet --break-system-packages 'schemathesis>=4,<5'
+    python3 -m pip install --quiet 'schemathesis==4.32.5' 2>/dev/null \
+        || python3 -m pip install --quiet --break-system-packages 'schemathesis==4.32.5'
 fi
 echo "test dependencies present: chromium $(chromium --version 2>/dev/null | awk '{print $2}'), node $(node --version)"
