@@ -8,7 +8,8 @@
 //! exponential backoff and jitter and, after [`MAX_ATTEMPTS`] tries, dead-lettered (conversion
 //! `failed`, last error kept); it never holds up the items behind it, and a slow one is interrupted
 //! after [`ITEM_DEADLINE`]. A conversion whose rates are missing is parked as `fx_pending`; `convapi
-//! rates import` makes parked items due again, and the worker notices within [`POLL`].
+//! rates import` makes parked items due again, and the worker notices within [`POLL`]. A conversion
+//! without a value needs no rate: it is processed with no reporting value.
 //!
 //! Tests drive [`drain_once`] in-process against the database file of a server started with
 //! `--pipeline off`.

@@ -66,6 +66,9 @@ fn usd_to_eur_uses_the_days_rate() {
     // Thursday's order uses Thursday's rate: 100 / 1.04 = 96.153846... → 96.15
     let v = converted(&app, json!(100), "USD", "2026-11-12T08:00:00Z");
     assert_fx(&v, 96.15, "EUR", 0.9615384615, "2026-11-12");
+    // Exactly on a midpoint: 0.00525 / 1.05 = 0.005 → 0.01 (half away from zero, not to even).
+    let v = converted(&app, json!(0.00525), "USD", FRIDAY_3PM);
+    assert_fx(&v, 0.01, "EUR", 0.9523809524, "2026-11-13");
 }
 
 #[test]
