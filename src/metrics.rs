@@ -25,7 +25,7 @@ struct Inner {
     processed: AtomicU64,
     dead_lettered: AtomicU64,
     connections_open: AtomicU64,
-    connections_shut: [AtomicU64; 4],
+    connections_shut: [AtomicU64; 5],
     accept_restarts: AtomicU64,
     undrainable: AtomicU64,
 }
@@ -41,14 +41,17 @@ pub enum ShutReason {
     Head,
     /// Over the connection limit.
     OverLimit,
+    /// Idle, and its thread is needed by a connection tiny_http left without one.
+    Reclaim,
 }
 
 impl ShutReason {
-    const ALL: [ShutReason; 4] = [
+    const ALL: [ShutReason; 5] = [
         ShutReason::Idle,
         ShutReason::Slow,
         ShutReason::Head,
         ShutReason::OverLimit,
+        ShutReason::Reclaim,
     ];
 
     fn label(self) -> &'static str {
@@ -57,6 +60,7 @@ impl ShutReason {
             ShutReason::Slow => "slow",
             ShutReason::Head => "head_too_large",
             ShutReason::OverLimit => "over_limit",
+            ShutReason::Reclaim => "reclaimed_for_queued",
         }
     }
 }

@@ -268,6 +268,46 @@ fn a_slow_body_does_not_pin_the_only_worker() {
 }
 
 #[test]
+fn a_burst_of_keep_alive_connections_is_served_promptly() {
+    // tiny_http's pool loses wakeups when connections arrive together: some wait for a thread
+    // until another connection ends, and the keep-alive connections held here never end by
+    // themselves. 16 threads connect at once, 4 times, keeping every connection open.
+    let app = app_with(&[]);
+    let addr = app.addr();
+    let mut held = Vec::new();
+    for round in 0..4 {
+        let barrier = std::sync::Barrier::new(16);
+        let results: Vec<(Option<u16>, Duration, TcpStream)> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..16)
+                .map(|_| {
+                    let (addr, barrier) = (&addr, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        let started = Instant::now();
+                        let mut c = TcpStream::connect(addr).expect("connect");
+                        c.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+                            .unwrap();
+                        c.set_read_timeout(Some(PATIENCE)).unwrap();
+                        let mut buf = [0u8; 1024];
+                        let n = c.read(&mut buf).unwrap_or(0);
+                        (status_of(&buf[..n]), started.elapsed(), c)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (status, took, c) in results {
+            assert_eq!(status, Some(200), "round {round}: no answer after {took:?}");
+            assert!(
+                took < Duration::from_secs(5),
+                "round {round}: answered after {took:?}"
+            );
+            held.push(c);
+        }
+    }
+}
+
+#[test]
 fn five_hundred_half_open_connections_neither_block_a_request_nor_grow_without_bound() {
     const MAX: usize = 64;
     let mut app = app_with(&[("CONVAPI_MAX_CONNECTIONS", "64")]);

@@ -148,6 +148,8 @@ pub struct SockInfo {
     pub inode: u64,
     pub peer: SocketAddr,
     pub bytes_received: u64,
+    /// Bytes received by the kernel that nobody has read yet.
+    pub unread: u32,
 }
 
 /// The open `/proc/self/fd` directory.
@@ -311,6 +313,17 @@ pub fn accept_queue_len(listener: &std::net::TcpListener) -> Option<u32> {
     }
 }
 
+fn unread(fd: libc::c_int) -> u32 {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
+    if rc == 0 {
+        n.max(0) as u32
+    } else {
+        0
+    }
+}
+
 fn inode(fd: libc::c_int) -> u64 {
     // SAFETY: fstat fills the zeroed struct.
     unsafe {
@@ -342,6 +355,8 @@ struct Track {
     base_bytes: u64,
     /// Consecutive scans that found it over the head budget.
     over_budget: u32,
+    /// Consecutive scans that found unread bytes and no request of it in our hands.
+    unread_scans: u32,
     shut: bool,
 }
 
@@ -399,6 +414,7 @@ impl Supervisor {
                     inode: inode(s),
                     peer,
                     bytes_received: bytes_received(s),
+                    unread: unread(s),
                 })
             });
             if let Some(Some(info)) = info {
@@ -489,6 +505,7 @@ impl Supervisor {
         };
         let mut to_shut: Vec<(SocketAddr, ShutReason)> = Vec::new();
         let mut idle_candidates: Vec<(Instant, SocketAddr, u64)> = Vec::new();
+        let mut starving = 0usize;
         let mut open = 0usize;
         {
             let mut tracks = self.tracks.lock().unwrap_or_else(|p| p.into_inner());
@@ -498,6 +515,7 @@ impl Supervisor {
                     first_seen: now,
                     base_bytes: 0,
                     over_budget: 0,
+                    unread_scans: 0,
                     shut: false,
                 });
                 if t.shut {
@@ -507,6 +525,7 @@ impl Supervisor {
                 if let Some(flights) = busy.get(&s.peer) {
                     t.base_bytes = s.bytes_received;
                     t.over_budget = 0;
+                    t.unread_scans = 0;
                     let slow = flights.iter().any(|(phase, since)| {
                         matches!(phase, Phase::Body | Phase::Writing) && now - *since > idle
                     });
@@ -535,20 +554,37 @@ impl Supervisor {
                 } else {
                     t.over_budget = 0;
                 }
-                idle_candidates.push((idle_since, s.peer, s.inode));
-            }
-            let live = open - to_shut.len();
-            if live > self.limits.max_connections {
-                idle_candidates.sort_by_key(|c| c.0);
-                for (_, peer, inode) in idle_candidates
-                    .into_iter()
-                    .take(live - self.limits.max_connections)
-                {
-                    if let Some(t) = tracks.get_mut(&inode) {
-                        t.shut = true;
+                if s.unread > 0 {
+                    t.unread_scans += 1;
+                    // tiny_http's thread for a connection reads whatever arrives at once: bytes
+                    // left unread across two scans mean the connection has no thread (see below).
+                    if t.unread_scans >= 2 {
+                        starving += 1;
                     }
-                    to_shut.push((peer, ShutReason::OverLimit));
+                } else {
+                    t.unread_scans = 0;
+                    idle_candidates.push((idle_since, s.peer, s.inode));
                 }
+            }
+            // Longest idle first: idle keep-alive connections whose client sends nothing.
+            idle_candidates.sort_by_key(|c| c.0);
+            let mut candidates = idle_candidates.into_iter();
+            let live = open - to_shut.len();
+            let over = live.saturating_sub(self.limits.max_connections);
+            // tiny_http's pool wakes one waiting thread per new connection but counts threads that
+            // were merely notified as still waiting, so in a burst some connections stay queued
+            // without a thread while every pool thread is held by an idle keep-alive connection
+            // (a lost wakeup). Shutting idle connections down frees their threads for them.
+            for (i, (_, peer, inode)) in candidates.by_ref().take(over.max(starving)).enumerate() {
+                if let Some(t) = tracks.get_mut(&inode) {
+                    t.shut = true;
+                }
+                let reason = if i < over {
+                    ShutReason::OverLimit
+                } else {
+                    ShutReason::Reclaim
+                };
+                to_shut.push((peer, reason));
             }
         }
         {
