@@ -37,6 +37,11 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// dropped (see [`refuse_undrainable`]).
 pub const DRAIN_SAFE_BYTES: usize = 16 * 1024 * 1024;
 
+/// Largest unread body left for tiny_http to drain so the connection can stay open: the client
+/// finishes sending and reads its answer (a client still writing a body that the server stopped
+/// reading gets a broken pipe instead of the 413). Larger unread bodies close the connection.
+pub const LINGER_BYTES: usize = 1024 * 1024;
+
 /// Requests refused that way since start; each costs a parked tiny_http thread and two
 /// descriptors until the process restarts. Past this many, the server asks to be restarted.
 pub const UNDRAINABLE_LIMIT: u64 = 256;
