@@ -468,6 +468,43 @@ fn request_heads_over_the_limit_get_431() {
 }
 
 #[test]
+fn a_connection_that_sent_a_large_body_is_not_taken_for_an_oversized_head() {
+    // Regression: the supervisor counted a fast request's 200 KB body against the next head of the
+    // same keep-alive connection and cut it off with a 431.
+    let app = app_with(&[]);
+    let mut s = TcpStream::connect(app.addr()).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    let body = format!("{{\"pad\":\"{}\"}}", "x".repeat(200_000));
+    let req = |body: &str| {
+        format!(
+            "POST /api/collect HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    s.write_all(req(&body).as_bytes()).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).unwrap();
+    assert_eq!(
+        status_of(&buf[..n]),
+        Some(400),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    // Quiet for several supervisor scans (200 ms each), well within the idle timeout.
+    std::thread::sleep(Duration::from_millis(800));
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let n = s.read(&mut buf).unwrap();
+    assert_eq!(
+        status_of(&buf[..n]),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+}
+
+#[test]
 fn deep_json_is_a_400_not_a_stack_overflow() {
     let mut app = app_with(&[]);
     for depth in [33usize, 100_000] {

@@ -351,8 +351,11 @@ fn shutdown_fd(fd: libc::c_int, how: Shutdown) {
 /// Tracking of one connection across scans.
 struct Track {
     first_seen: Instant,
-    /// `bytes_received` when the connection last had a request in our hands.
+    /// `bytes_received` when the connection was last seen with, or just after, a request in our
+    /// hands: what it sent since then is the next request head.
     base_bytes: u64,
+    /// The end of its last request when the last scan looked.
+    last_done_seen: Option<Instant>,
     /// Consecutive scans that found it over the head budget.
     over_budget: u32,
     /// Consecutive scans that found unread bytes and no request of it in our hands.
@@ -516,8 +519,17 @@ impl Supervisor {
                     base_bytes: 0,
                     over_budget: 0,
                     unread_scans: 0,
+                    last_done_seen: None,
                     shut: false,
                 });
+                // A request of it ended since the last scan (maybe too fast for any scan to see it
+                // in flight): the bytes so far belonged to it.
+                let done = last_done.get(&s.peer).copied();
+                if done != t.last_done_seen {
+                    t.last_done_seen = done;
+                    t.base_bytes = s.bytes_received;
+                    t.over_budget = 0;
+                }
                 if t.shut {
                     continue;
                 }
