@@ -412,14 +412,23 @@ fn handle(w: &Worker, inc: Incoming) {
         }
     };
     let status = reply.status;
-    // Close instead of keeping the connection when part of the body was left unread (tiny_http
-    // would read and discard all of it first), when the head was refused, and when the request
-    // came through a retired accept generation (so that the generation drains).
-    let has_body =
-        ctx.req.body_length().is_some_and(|n| n > 0) || ctx.header("Transfer-Encoding").is_some();
-    let close = (has_body && !ctx.body_done)
-        || head_too_large
-        || generation != w.front.current_generation();
+    // Close instead of keeping the connection when a large or chunked body was left unread
+    // (tiny_http would read and discard all of it first; a small one is drained, bounded by the
+    // supervisor's transfer timeout), when the head was refused, and when the request came through
+    // a retired accept generation (so that the generation drains).
+    let unread_large = !ctx.body_done
+        && match ctx.req.body_length() {
+            Some(n) => n > LINGER_BYTES,
+            None => ctx.header("Transfer-Encoding").is_some(),
+        };
+    let retired = generation != w.front.current_generation();
+    let close = unread_large || head_too_large || retired;
+    if close {
+        log::debug!(
+            "request {request_id}: closing the connection (unread body: {unread_large}, \
+             head too large: {head_too_large}, retired accept generation: {retired})"
+        );
+    }
     let mut response = tiny_http::Response::from_data(reply.body).with_status_code(status);
     for (name, value) in reply.headers {
         if let Ok(h) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
