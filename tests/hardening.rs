@@ -573,17 +573,17 @@ fn after_running_out_of_descriptors_the_server_accepts_again_by_itself() {
         },
         |seen| *seen,
     );
-    // Descriptors free up again: the clients leave.
+    // Descriptors free up again: the clients leave. While the server works off the connections
+    // still queued, a new one may be accepted into the last free descriptor and lost with tiny_http's
+    // accept thread; a client retries, and so does this test (bounded).
     drop(held);
-    let started = Instant::now();
-    let (status, took) = quick_health(&addr, Duration::from_secs(30));
-    assert_eq!(
-        status,
-        Some(200),
-        "no answer after descriptors freed ({took:?}); log:\n{}",
-        app.log()
+    let (status, took) = wait_until(
+        "a normal request answered after descriptors freed up",
+        Duration::from_secs(30),
+        || quick_health(&addr, Duration::from_secs(5)),
+        |(status, _)| *status == Some(200),
     );
-    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(status, Some(200), "{took:?}");
     let metrics = app.get("/metrics").text();
     let restarts: u64 = metrics
         .lines()
