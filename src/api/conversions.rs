@@ -14,7 +14,7 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 
 /// A report that passed every field rule.
 #[derive(Debug)]
-struct Report {
+pub struct Report {
     client_id: Option<String>,
     visitor_id: Option<String>,
     session_id: Option<String>,
@@ -25,7 +25,9 @@ struct Report {
     occurred_at: i64,
 }
 
-fn parse_report(obj: &Map<String, Value>, now_ms: i64) -> Result<Report, ApiError> {
+/// Applies the contract's field rules (check 7) to a parsed body. Public so that the benchmark's
+/// no-op server (`examples/noop_server.rs`) does exactly this work.
+pub fn parse_report(obj: &Map<String, Value>, now_ms: i64) -> Result<Report, ApiError> {
     let id = |name: &str| validate::opt_string(obj, name, name, validate::MAX_ID_CHARS);
     let client_id = id("clientId")?;
     let visitor_id = id("visitorId")?;

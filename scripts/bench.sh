@@ -1,0 +1,343 @@
+#!/usr/bin/env bash
+# The benchmark of issue 6: convapi's write path against a no-op server, side by side, in one run.
+#
+#   scripts/bench.sh [--quick] [--runs N] [--duration SECONDS] [--strict] [--keep] [--no-install]
+#
+# What it does (BENCHMARKS.md explains the method and keeps the figures):
+#   1. builds the release binary and the examples `noop_server` and `seed`;
+#   2. seeds a template database (120k sessions, 60k visitors, 10k identified users) through the
+#      crate's own store, and a file of real identifiers for the load;
+#   3. RUNS rounds, each driving three targets with wrk (2 threads, 16 connections, DURATION s), in a
+#      rotating order so that the machine's noise spreads over all three:
+#        noop         examples/noop_server.rs: same parsing and validation, no database
+#        group        convapi serve (group commit, the default) on a fresh copy of the template
+#        per-request  convapi serve --write-mode per-request (one transaction per request)
+#      every request has a unique orderId and a real identifier (scripts/bench/conversions.lua);
+#   4. an open-loop run at 2,000 requests/s with latency correction (oha), RUNS times;
+#   5. a duplicate-heavy run (every orderId sent twice, often concurrently);
+#   6. start-up to healthy on an existing database, and idle CPU after the load;
+#   7. correctness checks with sqlite3 after every convapi run: #conversions == #202s the server
+#      sent (its own counter) with distinct orderIds, within the 202s wrk saw and the requests it
+#      sent; one row per order in the duplicate-heavy run. A failed check exits 1, loudly.
+# It prints a table of medians and the acceptance lines of issue 6 (PASS/MISS). Performance misses
+# exit 0 unless --strict; errors, non-2xx answers and correctness failures always exit 1.
+#
+# Needs: cargo, curl, python3 (on every machine of this project); wrk and sqlite3 (Debian packages,
+# installed here with apt-get when missing and running as root); oha (crates.io, `cargo install oha`,
+# several minutes on 2 cores; with --no-install or when that fails the open-loop part is SKIPPED
+# with a loud message).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+RUNS=5
+DURATION=10
+OPEN_RATE=2000
+STRICT=0
+KEEP=0
+INSTALL=1
+QUICK=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) QUICK=1; RUNS=3; DURATION=3 ;;
+        --runs) RUNS=$2; shift ;;
+        --duration) DURATION=$2; shift ;;
+        --strict) STRICT=1 ;;
+        --keep) KEEP=1 ;;
+        --no-install) INSTALL=0 ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        *) echo "bench: unknown argument $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ "$RUNS" -ge 1 ] || { echo "bench: --runs must be at least 1" >&2; exit 2; }
+OPEN_DURATION=$DURATION
+DUP_DURATION=$DURATION
+IDLE_SECONDS=$(( QUICK ? 5 : 10 ))
+CONNS=16
+WRK_THREADS=2
+
+say() { printf '\n== %s\n' "$*" >&2; }
+loud() {
+    printf '\n' >&2
+    printf '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n' >&2
+    printf '!!! %s\n' "$@" >&2
+    printf '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n' >&2
+}
+die() { loud "BENCH FAILED: $*"; exit 1; }
+
+# ---------------------------------------------------------------------------------------- tools
+apt_install() {
+    if [ "$INSTALL" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing $* (apt-get)"
+        apt-get update -qq >/dev/null 2>&1 || true
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 "$@" >/dev/null
+    fi
+}
+for tool in cargo curl python3; do
+    command -v "$tool" >/dev/null || die "$tool is required"
+done
+command -v wrk >/dev/null || apt_install wrk
+command -v wrk >/dev/null || die "wrk is required (Debian package wrk)"
+command -v sqlite3 >/dev/null || apt_install sqlite3
+command -v sqlite3 >/dev/null || die "sqlite3 is required (Debian package sqlite3)"
+OHA=$(command -v oha || true)
+if [ -z "$OHA" ] && [ -x "$HOME/.cargo/bin/oha" ]; then OHA=$HOME/.cargo/bin/oha; fi
+if [ -z "$OHA" ] && [ "$INSTALL" = 1 ]; then
+    say "installing oha from crates.io (cargo install oha --locked; several minutes on 2 cores)"
+    if cargo install oha --locked >"${TMPDIR:-/tmp}/convapi-bench-oha-install.log" 2>&1; then
+        OHA=$(command -v oha || echo "$HOME/.cargo/bin/oha")
+    else
+        tail -5 "${TMPDIR:-/tmp}/convapi-bench-oha-install.log" >&2 || true
+    fi
+fi
+if [ -z "$OHA" ] || [ ! -x "$OHA" ]; then
+    OHA=""
+    loud "oha is not installed: the OPEN-LOOP run (2,000 req/s p99) is SKIPPED." \
+         "Install it with 'cargo install oha --locked' and run this script again."
+fi
+
+say "building (release)"
+(cd "$ROOT" && cargo build --release --quiet --bin convapi --example noop_server --example seed)
+TARGET_DIR=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+CONVAPI=$TARGET_DIR/release/convapi
+NOOP=$TARGET_DIR/release/examples/noop_server
+SEED=$TARGET_DIR/release/examples/seed
+LUA=$ROOT/scripts/bench/conversions.lua
+SUMMARIZE=$ROOT/scripts/bench/summarize.py
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/convapi-bench.XXXXXX")
+RESULTS=$WORK/results.jsonl
+: >"$RESULTS"
+SERVER_PID=""
+cleanup() {
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+    if [ "$KEEP" = 1 ]; then echo "bench: kept $WORK" >&2; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+# ---------------------------------------------------------------------------------------- seed
+say "seeding the template database"
+SEED_START=$(date +%s%N)
+"$SEED" --db "$WORK/template.db" --ids "$WORK/ids.txt" --sessions 120000 --users 10000 >"$WORK/seed.json"
+SEED_MS=$(( ($(date +%s%N) - SEED_START) / 1000000 ))
+read -r SITE_ID KEY < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["siteId"], d["key"])' "$WORK/seed.json")
+counts=$(sqlite3 "$WORK/template.db" "SELECT (SELECT COUNT(*) FROM sessions), (SELECT COUNT(DISTINCT client_id) FROM visitor_clients), (SELECT COUNT(*) FROM visitors)")
+echo "seeded in ${SEED_MS} ms: sessions|users|visitors = $counts ($(du -h "$WORK/template.db" | cut -f1))" >&2
+export BENCH_SITE=$SITE_ID BENCH_KEY=$KEY BENCH_IDS=$WORK/ids.txt
+
+# ---------------------------------------------------------------------------------------- helpers
+# start_server NAME CMD...: starts a server printing "listening on http://ADDR", sets SERVER_PID/URL.
+start_server() {
+    local name=$1; shift
+    "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    SERVER_PID=$!
+    local i
+    for i in $(seq 1 1000); do
+        if grep -q '^listening on ' "$WORK/$name.out" 2>/dev/null; then
+            URL=$(sed -n 's/^listening on //p' "$WORK/$name.out" | head -1)
+            return 0
+        fi
+        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/$name.err" >&2; die "$name did not start"; }
+        sleep 0.01
+    done
+    die "$name did not print its address within 10 s"
+}
+stop_server() {
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+}
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+peak_rss_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
+metric() { # metric NAME_WITH_LABELS: value from /metrics, 0 when absent
+    curl -s "$URL/metrics" | awk -v m="$1" '$1 == m {print $2; found=1} END {if (!found) print 0}'
+}
+# field KEY LINE: the value of KEY=VALUE in a "BENCH ..." line
+field() { sed -n "s/.*[ ]$1=\([0-9]*\).*/\1/p" <<<"$2"; }
+
+# run_wrk TARGET ROUND MODE: drives the running server and appends one JSON result line.
+run_wrk() {
+    local target=$1 round=$2 mode=$3 run_tag="r${2}${1:0:1}$$"
+    local before after line out=$WORK/wrk-$target-$round-$mode.txt
+    before=$(cpu_ticks "$SERVER_PID")
+    BENCH_RUN=$run_tag BENCH_MODE=$mode wrk -t$WRK_THREADS -c$CONNS -d"${DURATION}s" --timeout 10s \
+        -s "$LUA" "$URL" >"$out" 2>"$out.err" || die "wrk failed against $target: $(cat "$out.err")"
+    after=$(cpu_ticks "$SERVER_PID")
+    line=$(grep '^BENCH ' "$out") || die "wrk printed no result against $target: $(cat "$out" "$out.err")"
+    if [ -s "$out.err" ]; then sed 's/^/  wrk: /' "$out.err" >&2; fi
+    local rss; rss=$(peak_rss_kb "$SERVER_PID")
+    LAST_LINE=$line
+    python3 - "$target" "$round" "$mode" "$line" "$rss" "$((after - before))" "$(getconf CLK_TCK)" >>"$RESULTS" <<'EOF'
+import json, sys
+target, rnd, mode, line, rss, ticks, hz = sys.argv[1:]
+kv = dict(p.split("=") for p in line.split()[1:])
+kv = {k: int(v) for k, v in kv.items()}
+secs = kv["duration_us"] / 1e6
+print(json.dumps({
+    "kind": "closed", "target": target, "round": int(rnd), "mode": mode,
+    "rps": kv["requests"] / secs, "accepted_per_s": kv["accepted"] / secs,
+    "p50_ms": kv["p50_us"] / 1000, "p90_ms": kv["p90_us"] / 1000, "p99_ms": kv["p99_us"] / 1000,
+    "max_ms": kv["max_us"] / 1000, "requests": kv["requests"], "accepted": kv["accepted"],
+    "non2xx": kv["non2xx"], "errors": kv["errors"], "sent": kv["sent"], "maxsent": kv["maxsent"],
+    "rss_kb": int(rss), "server_cpu_s": int(ticks) / int(hz),
+}))
+EOF
+    local r; r=$(tail -1 "$RESULTS")
+    python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("  %-12s round %s %-6s %8.0f req/s  accepted %8.0f/s  p50 %6.2f ms  p99 %7.2f ms  rss %5.1f MB  errors %d non-2xx %d" % (d["target"], d["round"], d["mode"], d["rps"], d["accepted_per_s"], d["p50_ms"], d["p99_ms"], d["rss_kb"]/1024, d["errors"], d["non2xx"]))' "$r" >&2
+}
+
+# check_convapi DB MODE: the correctness checks after a convapi run (server still up for /metrics).
+check_convapi() {
+    local db=$1 mode=$2 line=$LAST_LINE
+    local served accepted dedup
+    served=$(metric 'convapi_requests_total{route="conversions_report",status="202"}')
+    accepted=$(metric convapi_conversions_accepted_total)
+    dedup=$(metric convapi_conversions_deduplicated_total)
+    stop_server
+    local rows distinct dupes
+    read -r rows distinct dupes < <(sqlite3 -separator ' ' "$db" \
+        "SELECT COUNT(*), COUNT(DISTINCT order_id), (SELECT COUNT(*) FROM (SELECT 1 FROM conversions GROUP BY site_id, order_id HAVING COUNT(*) > 1)) FROM conversions")
+    local wrk_accepted sent requests maxsent non2xx errors
+    wrk_accepted=$(field accepted "$line"); sent=$(field sent "$line"); requests=$(field requests "$line")
+    maxsent=$(field maxsent "$line"); non2xx=$(field non2xx "$line"); errors=$(field errors "$line")
+    local inflight=$(( sent - requests ))
+    [ "$non2xx" = 0 ] || die "$mode run: $non2xx non-2xx answers"
+    [ "$errors" = 0 ] || die "$mode run: $errors socket errors or timeouts"
+    [ "$dupes" = 0 ] || die "$mode run: $dupes orders have more than one conversion row"
+    [ "$rows" = "$distinct" ] || die "$mode run: $rows rows but $distinct distinct orderIds"
+    if [ "$mode" = unique ]; then
+        # Every 202 the server sent created exactly one row, and nothing else did.
+        [ "$rows" = "$served" ] || die "unique run: $rows conversions but the server answered $served 202s"
+        [ "$rows" = "$accepted" ] || die "unique run: $rows conversions but the server counted $accepted accepted"
+        # wrk saw every 202 except those in flight when it stopped (at most one per connection).
+        [ "$rows" -ge "$wrk_accepted" ] && [ "$rows" -le $(( wrk_accepted + inflight )) ] \
+            || die "unique run: $rows conversions, wrk saw $wrk_accepted 202s with $inflight in flight at the end"
+        echo "  check ok: $rows conversions == $served 202s (server) with distinct orderIds; wrk saw $wrk_accepted, $inflight in flight at stop" >&2
+    else
+        # Every orderId was sent by both wrk threads; each answered 202, so each has exactly one row.
+        [ "$rows" = "$accepted" ] || die "dup run: $rows rows but the server counted $accepted created"
+        [ "$served" = $(( accepted + dedup )) ] || die "dup run: $served 202s != $accepted created + $dedup repeats"
+        [ "$rows" -le "$maxsent" ] && [ "$rows" -ge $(( maxsent - CONNS )) ] \
+            || die "dup run: $rows rows for $maxsent distinct orderIds sent"
+        echo "  check ok: $sent requests for $maxsent distinct orderIds -> $rows rows, one per order; $dedup repeats answered with the original" >&2
+        DUP_SUMMARY="$sent requests, $maxsent distinct orderIds, $rows rows, $dedup repeats deduplicated, 0 non-2xx"
+    fi
+}
+
+run_target() { # run_target TARGET ROUND
+    local target=$1 round=$2
+    case "$target" in
+        noop)
+            start_server noop "$NOOP" --addr 127.0.0.1:0 --threads 8
+            run_wrk noop "$round" unique
+            stop_server ;;
+        group|per-request)
+            local db=$WORK/$target-$round.db
+            cp "$WORK/template.db" "$db"
+            local extra=(); [ "$target" = per-request ] && extra=(--write-mode per-request)
+            start_server "$target" "$CONVAPI" --db "$db" serve --addr 127.0.0.1:0 "${extra[@]}"
+            run_wrk "$target" "$round" unique
+            if [ "$target" = group ] && [ "$round" = "$RUNS" ]; then measure_idle; fi
+            check_convapi "$db" unique
+            [ "$target" = group ] && LAST_GROUP_DB=$db
+            ;;
+    esac
+}
+
+measure_idle() {
+    sleep 1
+    local t0 t1 hz; hz=$(getconf CLK_TCK)
+    t0=$(cpu_ticks "$SERVER_PID"); sleep "$IDLE_SECONDS"; t1=$(cpu_ticks "$SERVER_PID")
+    local threads; threads=$(ls "/proc/$SERVER_PID/task" | wc -l)
+    echo "{\"kind\": \"idle\", \"seconds\": $IDLE_SECONDS, \"cpu_s\": $(python3 -c "print(($t1-$t0)/$hz)"), \"threads\": $threads}" >>"$RESULTS"
+    echo "  idle: $((t1 - t0)) ticks of CPU in ${IDLE_SECONDS} s after the load ($threads threads)" >&2
+}
+
+# ---------------------------------------------------------------------------------------- closed loop
+ORDERS=("noop group per-request" "per-request noop group" "group per-request noop")
+for round in $(seq 1 "$RUNS"); do
+    say "round $round/$RUNS: wrk -t$WRK_THREADS -c$CONNS -d${DURATION}s"
+    for target in ${ORDERS[$(( (round - 1) % 3 ))]}; do
+        run_target "$target" "$round"
+    done
+done
+
+# ---------------------------------------------------------------------------------------- open loop
+if [ -n "$OHA" ]; then
+    say "open loop: oha -q $OPEN_RATE for ${OPEN_DURATION}s with latency correction, $RUNS runs"
+    for round in $(seq 1 "$RUNS"); do
+        db=$WORK/open-$round.db
+        cp "$WORK/template.db" "$db"
+        start_server open "$CONVAPI" --db "$db" serve --addr 127.0.0.1:0
+        BENCH_RUN="o${round}x$$" python3 "$ROOT/scripts/bench/bodies.py" "$WORK/ids.txt" \
+            $(( OPEN_RATE * OPEN_DURATION + OPEN_RATE )) >"$WORK/bodies-$round.txt"
+        "$OHA" --no-tui --output-format json -q "$OPEN_RATE" --latency-correction -z "${OPEN_DURATION}s" \
+            -c 64 -m POST -H "Authorization: Bearer $KEY" -T application/json \
+            -Z "$WORK/bodies-$round.txt" "$URL/api/sites/$SITE_ID/conversions" \
+            >"$WORK/oha-$round.json" 2>"$WORK/oha-$round.err" \
+            || die "oha failed: $(tail -5 "$WORK/oha-$round.err")"
+        rss=$(peak_rss_kb "$SERVER_PID")
+        served=$(metric 'convapi_requests_total{route="conversions_report",status="202"}')
+        stop_server
+        rows=$(sqlite3 "$db" "SELECT COUNT(*) FROM conversions")
+        python3 - "$WORK/oha-$round.json" "$round" "$rss" "$rows" "$served" >>"$RESULTS" <<'EOF'
+import json, sys
+path, rnd, rss, rows, served = sys.argv[1:]
+d = json.load(open(path))
+s, p = d["summary"], d["latencyPercentiles"]
+codes = {str(k): v for k, v in d.get("statusCodeDistribution", {}).items()}
+errors = sum(d.get("errorDistribution", {}).values())
+print(json.dumps({
+    "kind": "open", "round": int(rnd), "rps": s["requestsPerSec"],
+    "p50_ms": p["p50"] * 1000, "p99_ms": p["p99"] * 1000, "p999_ms": p["p99.9"] * 1000,
+    "max_ms": s["slowest"] * 1000, "codes": codes, "errors": errors, "rss_kb": int(rss),
+    "rows": int(rows), "served": int(served),
+}))
+EOF
+        r=$(tail -1 "$RESULTS")
+        python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("  open loop round %d: %.0f req/s  p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  codes %s errors %d" % (d["round"], d["rps"], d["p50_ms"], d["p99_ms"], d["p999_ms"], d["codes"], d["errors"]))' "$r" >&2
+        python3 -c 'import json,sys; d=json.loads(sys.argv[1]); ok = set(d["codes"]) <= {"202"} and d["errors"] == 0 and d["rows"] == d["served"] == d["codes"].get("202", 0); sys.exit(0 if ok else 1)' "$r" \
+            || die "open loop round $round: non-2xx answers, errors, or rows != 202s: $r"
+    done
+fi
+
+# ---------------------------------------------------------------------------------------- duplicates
+say "duplicate-heavy run: every orderId sent twice (group commit)"
+DUP_SUMMARY=""
+db=$WORK/dup.db
+cp "$WORK/template.db" "$db"
+start_server dup "$CONVAPI" --db "$db" serve --addr 127.0.0.1:0
+run_wrk group-dup 1 dup
+check_convapi "$db" dup
+
+# ---------------------------------------------------------------------------------------- start-up
+say "start-up to healthy on an existing database ($(du -h "$LAST_GROUP_DB" | cut -f1), $(sqlite3 "$LAST_GROUP_DB" 'SELECT COUNT(*) FROM conversions') conversions)"
+for i in 1 2 3 4 5; do
+    t0=$(date +%s%N)
+    "$CONVAPI" --db "$LAST_GROUP_DB" serve --addr 127.0.0.1:0 >"$WORK/startup.out" 2>"$WORK/startup.err" &
+    SERVER_PID=$!
+    URL=""
+    for _ in $(seq 1 5000); do
+        if [ -z "$URL" ]; then
+            URL=$(sed -n 's/^listening on //p' "$WORK/startup.out" 2>/dev/null | head -1)
+        fi
+        if [ -n "$URL" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/healthz")" = 200 ]; then
+            break
+        fi
+        kill -0 "$SERVER_PID" 2>/dev/null || die "convapi exited during start-up: $(cat "$WORK/startup.err")"
+    done
+    t1=$(date +%s%N)
+    stop_server
+    echo "{\"kind\": \"startup\", \"ms\": $(( (t1 - t0) / 1000000 ))}" >>"$RESULTS"
+    echo "  start-up $i: $(( (t1 - t0) / 1000000 )) ms" >&2
+done
+
+# ---------------------------------------------------------------------------------------- report
+say "summary"
+LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+python3 "$SUMMARIZE" "$RESULTS" --runs "$RUNS" --duration "$DURATION" --open-rate "$OPEN_RATE" \
+    --strict "$STRICT" --dup "$DUP_SUMMARY" --load "$LOAD" --seed-ms "$SEED_MS"
