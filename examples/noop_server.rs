@@ -26,13 +26,13 @@ use convapi::http::{ApiError, Reply};
 const SESSION_ID: &str = "00000000-0000-4000-8000-000000000000";
 
 fn report(rq: &mut tiny_http::Request, site_id: &str) -> Result<Reply, ApiError> {
-    let header = |name: &str| {
+    let header = |rq: &tiny_http::Request, name: &str| {
         rq.headers()
             .iter()
             .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
             .map(|h| h.value.as_str().to_owned())
     };
-    let token = header("Authorization")
+    let token = header(rq, "Authorization")
         .and_then(|h| {
             let (scheme, rest) = h.trim().split_once(' ')?;
             scheme
@@ -56,7 +56,7 @@ fn report(rq: &mut tiny_http::Request, site_id: &str) -> Result<Reply, ApiError>
     if body.len() > limit {
         return Err(ApiError::PayloadTooLarge(limit));
     }
-    if !validate::media_type_is(header("Content-Type").as_deref(), &["application/json"]) {
+    if !validate::media_type_is(header(rq, "Content-Type").as_deref(), &["application/json"]) {
         return Err(ApiError::UnsupportedMediaType("application/json"));
     }
     let obj = validate::json_object(&body)?;

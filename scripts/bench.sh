@@ -105,6 +105,7 @@ NOOP=$TARGET_DIR/release/examples/noop_server
 SEED=$TARGET_DIR/release/examples/seed
 LUA=$ROOT/scripts/bench/conversions.lua
 SUMMARIZE=$ROOT/scripts/bench/summarize.py
+RECORD=$ROOT/scripts/bench/record.py
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/convapi-bench.XXXXXX")
 RESULTS=$WORK/results.jsonl
@@ -171,23 +172,9 @@ run_wrk() {
     if [ -s "$out.err" ]; then sed 's/^/  wrk: /' "$out.err" >&2; fi
     local rss; rss=$(peak_rss_kb "$SERVER_PID")
     LAST_LINE=$line
-    python3 - "$target" "$round" "$mode" "$line" "$rss" "$((after - before))" "$(getconf CLK_TCK)" >>"$RESULTS" <<'EOF'
-import json, sys
-target, rnd, mode, line, rss, ticks, hz = sys.argv[1:]
-kv = dict(p.split("=") for p in line.split()[1:])
-kv = {k: int(v) for k, v in kv.items()}
-secs = kv["duration_us"] / 1e6
-print(json.dumps({
-    "kind": "closed", "target": target, "round": int(rnd), "mode": mode,
-    "rps": kv["requests"] / secs, "accepted_per_s": kv["accepted"] / secs,
-    "p50_ms": kv["p50_us"] / 1000, "p90_ms": kv["p90_us"] / 1000, "p99_ms": kv["p99_us"] / 1000,
-    "max_ms": kv["max_us"] / 1000, "requests": kv["requests"], "accepted": kv["accepted"],
-    "non2xx": kv["non2xx"], "errors": kv["errors"], "sent": kv["sent"], "maxsent": kv["maxsent"],
-    "rss_kb": int(rss), "server_cpu_s": int(ticks) / int(hz),
-}))
-EOF
-    local r; r=$(tail -1 "$RESULTS")
-    python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("  %-12s round %s %-6s %8.0f req/s  accepted %8.0f/s  p50 %6.2f ms  p99 %7.2f ms  rss %5.1f MB  errors %d non-2xx %d" % (d["target"], d["round"], d["mode"], d["rps"], d["accepted_per_s"], d["p50_ms"], d["p99_ms"], d["rss_kb"]/1024, d["errors"], d["non2xx"]))' "$r" >&2
+    python3 "$RECORD" wrk "$target" "$round" "$mode" "$line" "$rss" "$((after - before))" \
+        "$(getconf CLK_TCK)" >>"$RESULTS"
+    python3 "$RECORD" show "$(tail -1 "$RESULTS")" >&2
 }
 
 # check_convapi DB MODE: the correctness checks after a convapi run (server still up for /metrics).
@@ -238,12 +225,13 @@ run_target() { # run_target TARGET ROUND
         group|per-request)
             local db=$WORK/$target-$round.db
             cp "$WORK/template.db" "$db"
-            local extra=(); [ "$target" = per-request ] && extra=(--write-mode per-request)
+            local extra=()
+            if [ "$target" = per-request ]; then extra=(--write-mode per-request); fi
             start_server "$target" "$CONVAPI" --db "$db" serve --addr 127.0.0.1:0 "${extra[@]}"
             run_wrk "$target" "$round" unique
             if [ "$target" = group ] && [ "$round" = "$RUNS" ]; then measure_idle; fi
             check_convapi "$db" unique
-            [ "$target" = group ] && LAST_GROUP_DB=$db
+            if [ "$target" = group ]; then LAST_GROUP_DB=$db; fi
             ;;
     esac
 }
@@ -269,40 +257,30 @@ done
 # ---------------------------------------------------------------------------------------- open loop
 if [ -n "$OHA" ]; then
     say "open loop: oha -q $OPEN_RATE for ${OPEN_DURATION}s with latency correction, $RUNS runs"
+    # oha picks a random line per request: 50 lines per request keeps repeats near 1%.
+    BENCH_RUN="o$$" python3 "$ROOT/scripts/bench/bodies.py" "$WORK/ids.txt" \
+        $(( 50 * OPEN_RATE * OPEN_DURATION )) >"$WORK/bodies.txt"
     for round in $(seq 1 "$RUNS"); do
         db=$WORK/open-$round.db
         cp "$WORK/template.db" "$db"
         start_server open "$CONVAPI" --db "$db" serve --addr 127.0.0.1:0
-        BENCH_RUN="o${round}x$$" python3 "$ROOT/scripts/bench/bodies.py" "$WORK/ids.txt" \
-            $(( OPEN_RATE * OPEN_DURATION + OPEN_RATE )) >"$WORK/bodies-$round.txt"
         "$OHA" --no-tui --output-format json -q "$OPEN_RATE" --latency-correction -z "${OPEN_DURATION}s" \
-            -c 64 -m POST -H "Authorization: Bearer $KEY" -T application/json \
-            -Z "$WORK/bodies-$round.txt" "$URL/api/sites/$SITE_ID/conversions" \
+            -c 32 -m POST -H "Authorization: Bearer $KEY" -T application/json \
+            -Z "$WORK/bodies.txt" "$URL/api/sites/$SITE_ID/conversions" \
             >"$WORK/oha-$round.json" 2>"$WORK/oha-$round.err" \
             || die "oha failed: $(tail -5 "$WORK/oha-$round.err")"
         rss=$(peak_rss_kb "$SERVER_PID")
         served=$(metric 'convapi_requests_total{route="conversions_report",status="202"}')
+        accepted=$(metric convapi_conversions_accepted_total)
         stop_server
         rows=$(sqlite3 "$db" "SELECT COUNT(*) FROM conversions")
-        python3 - "$WORK/oha-$round.json" "$round" "$rss" "$rows" "$served" >>"$RESULTS" <<'EOF'
-import json, sys
-path, rnd, rss, rows, served = sys.argv[1:]
-d = json.load(open(path))
-s, p = d["summary"], d["latencyPercentiles"]
-codes = {str(k): v for k, v in d.get("statusCodeDistribution", {}).items()}
-errors = sum(d.get("errorDistribution", {}).values())
-print(json.dumps({
-    "kind": "open", "round": int(rnd), "rps": s["requestsPerSec"],
-    "p50_ms": p["p50"] * 1000, "p99_ms": p["p99"] * 1000, "p999_ms": p["p99.9"] * 1000,
-    "max_ms": s["slowest"] * 1000, "codes": codes, "errors": errors, "rss_kb": int(rss),
-    "rows": int(rows), "served": int(served),
-}))
-EOF
+        python3 "$RECORD" oha "$round" "$WORK/oha-$round.json" "$rss" "$rows" "$served" "$accepted" >>"$RESULTS"
         r=$(tail -1 "$RESULTS")
-        python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("  open loop round %d: %.0f req/s  p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  codes %s errors %d" % (d["round"], d["rps"], d["p50_ms"], d["p99_ms"], d["p999_ms"], d["codes"], d["errors"]))' "$r" >&2
-        python3 -c 'import json,sys; d=json.loads(sys.argv[1]); ok = set(d["codes"]) <= {"202"} and d["errors"] == 0 and d["rows"] == d["served"] == d["codes"].get("202", 0); sys.exit(0 if ok else 1)' "$r" \
-            || die "open loop round $round: non-2xx answers, errors, or rows != 202s: $r"
+        python3 "$RECORD" show "$r" >&2
+        python3 "$RECORD" open-ok "$r" \
+            || die "open loop round $round: non-2xx answers, errors, or rows != created: $r"
     done
+    rm -f "$WORK/bodies.txt"
 fi
 
 # ---------------------------------------------------------------------------------------- duplicates

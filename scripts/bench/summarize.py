@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Turns bench.sh's results.jsonl into the table of medians and the acceptance lines of issue 6.
+
+Ratios are paired: each round's convapi figure is divided by the same round's no-op (or
+per-request) figure, measured minutes apart on the same machine, and the median of those ratios is
+reported, so that load from other processes cancels as far as it can.
+"""
+import argparse
+import json
+import statistics
+import sys
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def fmt_range(xs, f="%.0f"):
+    return (f % median(xs)) + " (" + ", ".join(f % x for x in xs) + ")"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("results")
+    ap.add_argument("--runs", type=int, required=True)
+    ap.add_argument("--duration", type=int, required=True)
+    ap.add_argument("--open-rate", type=int, required=True)
+    ap.add_argument("--strict", type=int, default=0)
+    ap.add_argument("--dup", default="")
+    ap.add_argument("--load", default="")
+    ap.add_argument("--seed-ms", default="")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+
+    rows = [json.loads(l) for l in open(a.results) if l.strip()]
+    closed = [r for r in rows if r["kind"] == "closed" and r["mode"] == "unique"]
+    by = {t: [r for r in closed if r["target"] == t] for t in ("noop", "group", "per-request")}
+    opened = [r for r in rows if r["kind"] == "open"]
+    idle = [r for r in rows if r["kind"] == "idle"]
+    startup = [r["ms"] for r in rows if r["kind"] == "startup"]
+
+    out = []
+    p = out.append
+    p(f"wrk -t2 -c16 -d{a.duration}s, {a.runs} rounds; medians, all runs in brackets.")
+    if a.load:
+        p(f"load average at the end (1/5/15 min): {a.load}")
+    p("")
+    p("| target | req/s | accepted/s | p50 ms | p99 ms | peak RSS MB | server CPU µs/req |")
+    p("|---|---|---|---|---|---|---|")
+    for t, rs in by.items():
+        if not rs:
+            continue
+        cpu_us = [r["server_cpu_s"] * 1e6 / max(r["requests"], 1) for r in rs]
+        p("| %s | %s | %s | %s | %s | %.1f | %.0f |" % (
+            t, fmt_range([r["rps"] for r in rs]), fmt_range([r["accepted_per_s"] for r in rs]),
+            fmt_range([r["p50_ms"] for r in rs], "%.2f"), fmt_range([r["p99_ms"] for r in rs], "%.1f"),
+            max(r["rss_kb"] for r in rs) / 1024, median(cpu_us)))
+
+    def paired(num, den, key_den):
+        ratios = []
+        for r in by[num]:
+            d = [x for x in by[den] if x["round"] == r["round"]]
+            if d and d[0][key_den] > 0:
+                ratios.append(r["accepted_per_s"] / d[0][key_den])
+        return ratios
+
+    vs_noop = paired("group", "noop", "rps")
+    vs_per = paired("group", "per-request", "accepted_per_s")
+    p("")
+    if vs_noop:
+        p("group accepted/s ÷ noop req/s, per round: " + fmt_range(vs_noop, "%.2f"))
+    if vs_per:
+        p("group ÷ per-request accepted/s, per round: " + fmt_range(vs_per, "%.1f"))
+
+    if opened:
+        p("")
+        p(f"open loop (oha -q {a.open_rate}, latency correction), medians (all runs):")
+        p("| achieved req/s | p50 ms | p99 ms | p99.9 ms | max ms | peak RSS MB | repeats |")
+        p("|---|---|---|---|---|---|---|")
+        p("| %s | %s | %s | %s | %s | %.1f | %s |" % (
+            fmt_range([r["rps"] for r in opened]), fmt_range([r["p50_ms"] for r in opened], "%.2f"),
+            fmt_range([r["p99_ms"] for r in opened], "%.2f"), fmt_range([r["p999_ms"] for r in opened], "%.1f"),
+            fmt_range([r["max_ms"] for r in opened], "%.1f"), max(r["rss_kb"] for r in opened) / 1024,
+            ", ".join("%d/%d" % (r["served"] - r["rows"], r["served"]) for r in opened)))
+    else:
+        p("")
+        p("open loop: SKIPPED (oha not installed)")
+    idle_pct = None
+    if idle:
+        i = idle[-1]
+        idle_pct = 100 * i["cpu_s"] / i["seconds"]
+        p("")
+        p("idle CPU after the load: %.2f s in %d s (%.2f%% of one core), %d threads"
+          % (i["cpu_s"], i["seconds"], idle_pct, i["threads"]))
+    if startup:
+        p("start-up to first healthy /healthz on the bench's database: " + fmt_range(startup) + " ms")
+    if a.dup:
+        p("duplicate-heavy run: " + a.dup)
+    if a.seed_ms:
+        p(f"seeding took {a.seed_ms} ms")
+
+    # Acceptance lines of issue 6.
+    checks = []
+    def check(name, ok, got):
+        checks.append((name, ok, got))
+    g = by["group"]
+    if vs_noop:
+        check("accepted/s >= 0.40 x noop req/s", median(vs_noop) >= 0.40, "%.2f" % median(vs_noop))
+    if vs_per:
+        check("accepted/s >= 3 x per-request", median(vs_per) >= 3, "%.1f x" % median(vs_per))
+    if g:
+        p99 = median([r["p99_ms"] for r in g])
+        check("closed-loop p99 <= 15 ms at 16 connections", p99 <= 15, "%.1f ms" % p99)
+        errs = sum(r["errors"] + r["non2xx"] for r in closed if r["target"] != "noop")
+        check("0 errors, 0 non-2xx (closed loop)", errs == 0, str(errs))
+    if opened:
+        op99 = median([r["p99_ms"] for r in opened])
+        check(f"open-loop p99 <= 5 ms at {a.open_rate} req/s", op99 <= 5, "%.2f ms" % op99)
+    else:
+        check(f"open-loop p99 <= 5 ms at {a.open_rate} req/s", False, "SKIPPED: oha missing")
+    rss = [r["rss_kb"] for r in g + opened]
+    if rss:
+        check("peak RSS <= 64 MB", max(rss) <= 64 * 1024, "%.1f MB" % (max(rss) / 1024))
+    if idle_pct is not None:
+        check("idle CPU ~0 (< 0.5% of a core)", idle_pct < 0.5, "%.2f%%" % idle_pct)
+    if startup:
+        check("start-up to healthy <= 200 ms", median(startup) <= 200, "%.0f ms" % median(startup))
+    check("correctness: #conversions == #202s, one row per order", True, "checked after every run")
+    check("medians of >= 3 runs", a.runs >= 3, str(a.runs))
+    p("")
+    p("| acceptance (issue 6) | result | measured |")
+    p("|---|---|---|")
+    for name, ok, got in checks:
+        p("| %s | %s | %s |" % (name, "PASS" if ok else "MISS", got))
+
+    text = "\n".join(out)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+    missed = [c for c in checks if not c[1]]
+    if missed:
+        print("\n%d acceptance line(s) missed: %s" % (len(missed), "; ".join(c[0] for c in missed)),
+              file=sys.stderr)
+        if a.strict:
+            sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
