@@ -60,10 +60,7 @@ fn report(rq: &mut tiny_http::Request, site_id: &str) -> Result<Reply, ApiError>
         return Err(ApiError::UnsupportedMediaType("application/json"));
     }
     let obj = validate::json_object(&body)?;
-    std::hint::black_box(conversions::parse_report(
-        &obj,
-        convapi::store::now_ms(),
-    )?);
+    std::hint::black_box(conversions::parse_report(&obj, convapi::store::now_ms())?);
     Ok(Reply::json(
         202,
         &serde_json::json!({

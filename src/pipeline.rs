@@ -29,6 +29,7 @@ use crate::metrics::Metrics;
 use crate::store::pipeline::{Attributed, Item, Reported};
 use crate::store::sessions::Identifier;
 use crate::store::{self, StoreError};
+use crate::writer::WriteGate;
 
 /// Failed tries after which an item is dead-lettered.
 pub const MAX_ATTEMPTS: i64 = 10;
@@ -41,6 +42,9 @@ pub const BACKOFF_CAP_MS: i64 = 15 * 60 * 1_000;
 pub const POLL: Duration = Duration::from_secs(1);
 /// Longest time one item may take before it is interrupted and counted as a failed try.
 pub const ITEM_DEADLINE: Duration = Duration::from_secs(10);
+/// Longest an item waits for queued requests to be written first (see [`WriteGate`]): under a
+/// burst the pipeline slows to about one item per this interval, and catches up afterwards.
+pub const MAX_YIELD: Duration = Duration::from_millis(20);
 
 /// How one drain pass runs.
 #[derive(Debug, Clone)]
@@ -49,6 +53,8 @@ pub struct Options {
     pub batch: usize,
     /// See [`ITEM_DEADLINE`].
     pub item_deadline: Duration,
+    /// Taken around each item's transaction when the request writer runs in the same process.
+    pub gate: Option<WriteGate>,
 }
 
 impl Default for Options {
@@ -56,6 +62,7 @@ impl Default for Options {
         Options {
             batch: 64,
             item_deadline: ITEM_DEADLINE,
+            gate: None,
         }
     }
 }
@@ -106,6 +113,7 @@ pub fn drain(
             if stop() {
                 return Ok(stats);
             }
+            let _held = opts.gate.as_ref().map(|g| g.background(MAX_YIELD));
             match handle(conn, &item, now_ms, opts.item_deadline) {
                 Ok(Handled::Processed) => {
                     stats.processed += 1;
@@ -387,20 +395,27 @@ impl Waker {
     }
 }
 
-/// Opens the worker's own connection and starts its thread.
-pub fn spawn(db: &Path, metrics: Metrics) -> store::Result<(Waker, JoinHandle<()>)> {
+/// Opens the worker's own connection and starts its thread; `gate` is the request writer's.
+pub fn spawn(
+    db: &Path,
+    metrics: Metrics,
+    gate: WriteGate,
+) -> store::Result<(Waker, JoinHandle<()>)> {
     let conn = store::open(db)?;
     let shared = Arc::new(Shared::default());
     let s = shared.clone();
     let handle = std::thread::Builder::new()
         .name("pipeline".into())
-        .spawn(move || run(conn, &metrics, &s))
+        .spawn(move || run(conn, &metrics, &s, gate))
         .map_err(|e| StoreError::Other(e.to_string()))?;
     Ok((Waker(Some(shared)), handle))
 }
 
-fn run(mut conn: Connection, metrics: &Metrics, s: &Shared) {
-    let opts = Options::default();
+fn run(mut conn: Connection, metrics: &Metrics, s: &Shared, gate: WriteGate) {
+    let opts = Options {
+        gate: Some(gate),
+        ..Options::default()
+    };
     let stop = || s.stopping.load(Ordering::SeqCst);
     loop {
         {

@@ -11,14 +11,18 @@
 //! holds `max_backlog` waiting items or more. The count is cached: the writer thread refreshes it
 //! after every commit, before answering the batch (a query bounded by the limit), so admission
 //! costs one atomic load and a client that got its 202 sees the count that includes its item.
+//!
+//! The [`WriteGate`] keeps the other writer in this process (the pipeline) from meeting this one in
+//! SQLite's busy handler, which sleeps in steps of up to 100 ms: both take the gate around their
+//! write transactions, and the pipeline lets queued requests go first.
 
 use std::any::Any;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
@@ -60,6 +64,40 @@ impl From<StoreError> for WriteError {
     }
 }
 
+/// Serialises the write transactions of this process: the request writer and background writers
+/// (the pipeline) hold it while they hold SQLite's write lock, so they wait for each other on a
+/// mutex, woken the moment the other commits, instead of polling in SQLite's busy handler.
+/// Background writers also give way while requests are queued. Cheap to clone.
+#[derive(Clone, Default, Debug)]
+pub struct WriteGate(Arc<GateInner>);
+
+#[derive(Default, Debug)]
+struct GateInner {
+    lock: Mutex<()>,
+    /// Jobs submitted to the request writer and not yet answered.
+    pending: AtomicUsize,
+}
+
+impl WriteGate {
+    /// How often a background writer looks again while requests are queued.
+    const YIELD_STEP: Duration = Duration::from_micros(500);
+
+    /// For a background writer: waits while the request writer has work queued, for at most
+    /// `max_yield` (so background work is delayed under load, never starved), then takes the gate.
+    pub fn background(&self, max_yield: Duration) -> MutexGuard<'_, ()> {
+        let until = Instant::now() + max_yield;
+        while self.0.pending.load(Ordering::Acquire) > 0 && Instant::now() < until {
+            std::thread::sleep(Self::YIELD_STEP);
+        }
+        self.lock()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        // The guarded data is `()`: a panic while holding it leaves nothing inconsistent.
+        self.0.lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// Tuning of the writer.
 #[derive(Debug, Clone)]
 pub struct WriterConfig {
@@ -96,6 +134,7 @@ pub struct Writer {
     max_backlog: u64,
     /// Waiting outbox items at the last refresh.
     backlog: Arc<AtomicU64>,
+    gate: WriteGate,
 }
 
 impl Writer {
@@ -111,10 +150,11 @@ impl Writer {
             &conn,
             config.max_backlog,
         )?));
-        let (h, b) = (healthy.clone(), backlog.clone());
+        let gate = WriteGate::default();
+        let (h, b, g) = (healthy.clone(), backlog.clone(), gate.clone());
         let handle = std::thread::Builder::new()
             .name("writer".into())
-            .spawn(move || run(conn, rx, config, h, b))
+            .spawn(move || run(conn, rx, config, h, b, g))
             .map_err(|e| StoreError::Other(format!("cannot start writer: {e}")))?;
         Ok((
             Writer {
@@ -123,9 +163,15 @@ impl Writer {
                 healthy,
                 max_backlog,
                 backlog,
+                gate,
             },
             handle,
         ))
+    }
+
+    /// The gate other writers of this process take around their write transactions.
+    pub fn gate(&self) -> WriteGate {
+        self.gate.clone()
     }
 
     /// Runs `f` inside the next group transaction and returns its result once committed.
@@ -188,7 +234,13 @@ impl Writer {
     }
 
     fn enqueue(&self, job: Job) -> Result<(), WriteError> {
-        match self.tx.try_send(job) {
+        let pending = &self.gate.0.pending;
+        pending.fetch_add(1, Ordering::AcqRel);
+        let sent = self.tx.try_send(job);
+        if sent.is_err() {
+            pending.fetch_sub(1, Ordering::AcqRel);
+        }
+        match sent {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(WriteError::Unavailable("write queue full".into())),
             Err(TrySendError::Disconnected(_)) => {
@@ -204,6 +256,7 @@ fn run(
     config: WriterConfig,
     healthy: Arc<AtomicBool>,
     backlog: Arc<AtomicU64>,
+    gate: WriteGate,
 ) {
     let cap = if config.per_request {
         1
@@ -227,7 +280,12 @@ fn run(
                 Err(_) => break,
             }
         }
-        let ok = commit_batch(&conn, &mut batch, &refresh);
+        let n = batch.len();
+        let ok = {
+            let _held = gate.lock();
+            commit_batch(&conn, &mut batch, &refresh)
+        };
+        gate.0.pending.fetch_sub(n, Ordering::AcqRel);
         healthy.store(ok, Ordering::Relaxed);
     }
     log::debug!("writer stopped");
