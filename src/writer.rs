@@ -304,7 +304,7 @@ fn commit_batch(
     let mut jobs = batch.drain(..).collect::<std::collections::VecDeque<Job>>();
     let mut all_ok = true;
     while !jobs.is_empty() {
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
             let err = StoreError::from(e);
             log::warn!("writer cannot begin a transaction: {err}");
             for job in jobs.drain(..) {
@@ -315,13 +315,13 @@ fn commit_batch(
         let mut done: Vec<(Option<Reply>, Value)> = Vec::with_capacity(jobs.len());
         let mut lost: Option<StoreError> = None;
         while let Some(job) = jobs.pop_front() {
-            if let Err(e) = conn.execute_batch("SAVEPOINT job") {
+            if let Err(e) = exec(conn, "SAVEPOINT job") {
                 answer(job.reply, Err(WriteError::from(StoreError::from(e))));
                 continue;
             }
             match (job.run)(conn) {
                 Ok(v) => {
-                    let _ = conn.execute_batch("RELEASE job");
+                    let _ = exec(conn, "RELEASE job");
                     done.push((job.reply, v));
                 }
                 Err(e) => {
@@ -330,7 +330,8 @@ fn commit_batch(
                     }
                     let rolled_back = conn.is_autocommit();
                     if !rolled_back {
-                        let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
+                        let _ =
+                            exec(conn, "ROLLBACK TO job").and_then(|()| exec(conn, "RELEASE job"));
                     }
                     answer(job.reply, Err(WriteError::from(e.clone())));
                     if rolled_back {
@@ -353,7 +354,7 @@ fn commit_batch(
             all_ok = false;
             continue;
         }
-        match conn.execute_batch("COMMIT") {
+        match exec(conn, "COMMIT") {
             Ok(()) => {
                 after_commit(conn);
                 for (reply, v) in done {
@@ -374,6 +375,12 @@ fn commit_batch(
         }
     }
     all_ok
+}
+
+/// Runs a transaction-control statement through the statement cache: parsed once per connection,
+/// not four times per job.
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 fn answer(reply: Option<Reply>, r: Result<Value, WriteError>) {
