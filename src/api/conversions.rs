@@ -103,19 +103,28 @@ pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     let r = parse_report(&obj, now)?;
 
     let conn = app.pool.get().map_err(StoreError::from)?;
-    // A repeat already reported by this source needs no write at all.
-    let mut order_known = false;
-    if let Some(order_id) = &r.order_id {
-        match store::conversions::find_order(&conn, &site.id, order_id, Source::Api)? {
-            Some((rec, true)) => {
-                app.metrics.inc_deduplicated();
-                return Ok(accepted(&rec));
+    // The order lookup and session resolution in one read transaction (see `store::read`).
+    let (known, resolved) = store::read(&conn, |conn| {
+        let known = match &r.order_id {
+            Some(order_id) => {
+                store::conversions::find_order(conn, &site.id, order_id, Source::Api)?
             }
-            found => order_known = found.is_some(),
+            None => None,
+        };
+        // A repeat already reported by this source needs no write at all.
+        if let Some((_, true)) = known {
+            return Ok::<_, StoreError>((known, Err(ApiError::NoSession)));
         }
-    }
-    let resolved = resolve_session(&conn, &site, &r);
+        Ok((known, resolve_session(conn, &site, &r)))
+    })?;
     drop(conn);
+    let order_known = match known {
+        Some((rec, true)) => {
+            app.metrics.inc_deduplicated();
+            return Ok(accepted(&rec));
+        }
+        found => found.is_some(),
+    };
     let (session_id, visitor_id) = match resolved {
         Ok(s) => s,
         // A known order is answered even when its session has since left the window. An unknown

@@ -25,16 +25,20 @@ pub fn authorize(app: &App, ctx: &Ctx, site_id: &str) -> Result<(AuthKey, Site),
         .filter(|t| t.starts_with(crate::keys::PREFIX))
         .ok_or(ApiError::Unauthorized)?;
     let conn = app.pool.get().map_err(store::StoreError::from)?;
-    let key = store::keys::by_hash(&conn, &crate::keys::hash(token))?
-        .filter(|k| !k.revoked)
-        .ok_or(ApiError::Unauthorized)?;
-    let site = uuid::Uuid::parse_str(site_id)
-        .ok()
-        .map(|u| u.hyphenated().to_string())
-        .map(|id| store::sites::by_id(&conn, &id))
-        .transpose()?
-        .flatten()
-        .ok_or(ApiError::SiteNotFound)?;
+    // Both lookups in one read transaction (see `store::read`).
+    let (key, site) = store::read(&conn, |conn| {
+        let key = store::keys::by_hash(conn, &crate::keys::hash(token))?
+            .filter(|k| !k.revoked)
+            .ok_or(ApiError::Unauthorized)?;
+        let site = uuid::Uuid::parse_str(site_id)
+            .ok()
+            .map(|u| u.hyphenated().to_string())
+            .map(|id| store::sites::by_id(conn, &id))
+            .transpose()?
+            .flatten()
+            .ok_or(ApiError::SiteNotFound)?;
+        Ok::<_, ApiError>((key, site))
+    })?;
     if site.tenant_id != key.tenant_id {
         return Err(ApiError::Forbidden);
     }

@@ -171,6 +171,36 @@ fn migrate(conn: &mut Connection) -> Result<()> {
     }
 }
 
+/// Runs `f`'s reads in one read transaction: one snapshot, and one WAL read lock and page-cache
+/// check instead of one per statement. (Every commit by the writer empties a reader's page cache at
+/// its next transaction, so statements in separate transactions each start cold.)
+pub fn read<T, E: From<StoreError>>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
+    struct End<'a>(&'a Connection);
+    impl Drop for End<'_> {
+        fn drop(&mut self) {
+            // Nothing was written: ending the transaction either way is the same. A pooled
+            // connection must never go back to the pool inside one, even after a panic.
+            if !self.0.is_autocommit()
+                && self
+                    .0
+                    .prepare_cached("COMMIT")
+                    .and_then(|mut s| s.execute([]))
+                    .is_err()
+            {
+                let _ = self.0.execute_batch("ROLLBACK");
+            }
+        }
+    }
+    conn.prepare_cached("BEGIN")
+        .and_then(|mut s| s.execute([]))
+        .map_err(StoreError::from)?;
+    let _end = End(conn);
+    f(conn)
+}
+
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
