@@ -124,6 +124,18 @@ trap cleanup EXIT
 say "seeding the template database"
 SEED_START=$(date +%s%N)
 "$SEED" --db "$WORK/template.db" --ids "$WORK/ids.txt" --sessions 120000 --users 10000 >"$WORK/seed.json"
+# Reference rates for the non-EUR orders, so that the pipeline finishes every conversion (without
+# them it parks them as fx_pending); imported through the real `rates import`.
+python3 - "$WORK/rates.csv" <<'PY'
+import datetime, sys
+today = datetime.date.today()
+with open(sys.argv[1], "w") as f:
+    f.write("Date,USD,GBP,CHF,\n")
+    for d in range(120):
+        day = today - datetime.timedelta(days=d)
+        f.write("%s,%.4f,%.5f,%.4f,\n" % (day.isoformat(), 1.08 + d % 7 / 1000, 0.85 + d % 5 / 1000, 0.94 + d % 3 / 1000))
+PY
+"$CONVAPI" --db "$WORK/template.db" rates import "$WORK/rates.csv" --json >/dev/null
 SEED_MS=$(( ($(date +%s%N) - SEED_START) / 1000000 ))
 read -r SITE_ID KEY < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["siteId"], d["key"])' "$WORK/seed.json")
 counts=$(sqlite3 "$WORK/template.db" "SELECT (SELECT COUNT(*) FROM sessions), (SELECT COUNT(DISTINCT client_id) FROM visitor_clients), (SELECT COUNT(*) FROM visitors)")
@@ -237,12 +249,25 @@ run_target() { # run_target TARGET ROUND
 }
 
 measure_idle() {
+    # The pipeline works through the outbox the burst left behind: wait for it, then measure idle.
+    local backlog t0 t1 hz depth
+    backlog=$(metric convapi_outbox_depth)
+    t0=$(date +%s%N)
+    depth=$backlog
+    for _ in $(seq 1 1800); do
+        depth=$(metric convapi_outbox_depth)
+        [ "$depth" = 0 ] && break
+        sleep 0.1
+    done
+    t1=$(date +%s%N)
+    local drain_ms=$(( (t1 - t0) / 1000000 ))
+    echo "  pipeline: outbox of $backlog drained in $drain_ms ms after the load (left: $depth)" >&2
     sleep 1
-    local t0 t1 hz; hz=$(getconf CLK_TCK)
+    hz=$(getconf CLK_TCK)
     t0=$(cpu_ticks "$SERVER_PID"); sleep "$IDLE_SECONDS"; t1=$(cpu_ticks "$SERVER_PID")
     local threads; threads=$(ls "/proc/$SERVER_PID/task" | wc -l)
-    echo "{\"kind\": \"idle\", \"seconds\": $IDLE_SECONDS, \"cpu_s\": $(python3 -c "print(($t1-$t0)/$hz)"), \"threads\": $threads}" >>"$RESULTS"
-    echo "  idle: $((t1 - t0)) ticks of CPU in ${IDLE_SECONDS} s after the load ($threads threads)" >&2
+    echo "{\"kind\": \"idle\", \"seconds\": $IDLE_SECONDS, \"cpu_s\": $(python3 -c "print(($t1-$t0)/$hz)"), \"threads\": $threads, \"backlog\": $backlog, \"drain_ms\": $drain_ms, \"left\": $depth}" >>"$RESULTS"
+    echo "  idle: $((t1 - t0)) ticks of CPU in ${IDLE_SECONDS} s once the outbox was empty ($threads threads)" >&2
 }
 
 # ---------------------------------------------------------------------------------------- closed loop
@@ -264,7 +289,7 @@ if [ -n "$OHA" ]; then
         db=$WORK/open-$round.db
         cp "$WORK/template.db" "$db"
         start_server open "$CONVAPI" --db "$db" serve --addr 127.0.0.1:0
-        "$OHA" --no-tui --output-format json -q "$OPEN_RATE" --latency-correction -z "${OPEN_DURATION}s" \
+        "$OHA" --no-tui --output-format json -q "$OPEN_RATE" --latency-correction -z "${OPEN_DURATION}s" -w \
             -c 32 -m POST -H "Authorization: Bearer $KEY" -T application/json \
             -Z "$WORK/bodies.txt" "$URL/api/sites/$SITE_ID/conversions" \
             >"$WORK/oha-$round.json" 2>"$WORK/oha-$round.err" \
@@ -294,25 +319,9 @@ check_convapi "$db" dup
 
 # ---------------------------------------------------------------------------------------- start-up
 say "start-up to healthy on an existing database ($(du -h "$LAST_GROUP_DB" | cut -f1), $(sqlite3 "$LAST_GROUP_DB" 'SELECT COUNT(*) FROM conversions') conversions)"
-for i in 1 2 3 4 5; do
-    t0=$(date +%s%N)
-    "$CONVAPI" --db "$LAST_GROUP_DB" serve --addr 127.0.0.1:0 >"$WORK/startup.out" 2>"$WORK/startup.err" &
-    SERVER_PID=$!
-    URL=""
-    for _ in $(seq 1 5000); do
-        if [ -z "$URL" ]; then
-            URL=$(sed -n 's/^listening on //p' "$WORK/startup.out" 2>/dev/null | head -1)
-        fi
-        if [ -n "$URL" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/healthz")" = 200 ]; then
-            break
-        fi
-        kill -0 "$SERVER_PID" 2>/dev/null || die "convapi exited during start-up: $(cat "$WORK/startup.err")"
-    done
-    t1=$(date +%s%N)
-    stop_server
-    echo "{\"kind\": \"startup\", \"ms\": $(( (t1 - t0) / 1000000 ))}" >>"$RESULTS"
-    echo "  start-up $i: $(( (t1 - t0) / 1000000 )) ms" >&2
-done
+python3 "$ROOT/scripts/bench/startup.py" "$CONVAPI" "$LAST_GROUP_DB" 5 >>"$RESULTS" \
+    || die "start-up measurement failed"
+grep '"startup"' "$RESULTS" | python3 -c 'import json,sys; print("  start-up to healthy: " + ", ".join("%.0f ms" % json.loads(l)["ms"] for l in sys.stdin))' >&2
 
 # ---------------------------------------------------------------------------------------- report
 say "summary"

@@ -90,7 +90,9 @@ def main():
         i = idle[-1]
         idle_pct = 100 * i["cpu_s"] / i["seconds"]
         p("")
-        p("idle CPU after the load: %.2f s in %d s (%.2f%% of one core), %d threads"
+        p("pipeline: the outbox of %d conversions left by the last group round drained in %.1f s%s"
+          % (i["backlog"], i["drain_ms"] / 1000, "" if i["left"] == 0 else " (NOT drained: %d left)" % i["left"]))
+        p("idle CPU once drained: %.2f s in %d s (%.2f%% of one core), %d threads"
           % (i["cpu_s"], i["seconds"], idle_pct, i["threads"]))
     if startup:
         p("start-up to first healthy /healthz on the bench's database: " + fmt_range(startup) + " ms")
