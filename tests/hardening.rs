@@ -430,6 +430,20 @@ fn a_huge_declared_length_is_refused_and_the_server_survives() {
 }
 
 #[test]
+fn after_256_undrainable_requests_the_server_drains_and_exits_1_to_be_restarted() {
+    // Each refused undrainable request keeps a tiny_http thread and two descriptors (see
+    // docs/hardening.md); past 256 the server stops gracefully with a failure status.
+    let mut app = app_with(&[]);
+    let req = b"GET /healthz HTTP/1.1\r\nHost: t\r\nContent-Length: 100000000000000\r\n\r\n";
+    for i in 0..257 {
+        let (raw, _, _) = exchange(&app.addr(), req, PATIENCE);
+        assert_eq!(status_of(&raw), Some(413), "request {i}");
+    }
+    assert_eq!(app.wait_exit(), Some(1), "log:\n{}", app.log());
+    assert!(app.log().contains("asking to be restarted"));
+}
+
+#[test]
 fn request_heads_over_the_limit_get_431() {
     let mut app = app_with(&[]);
     // Over 16 KiB: parsed by tiny_http, refused by us with the contract's body.

@@ -346,6 +346,16 @@ impl TestApp {
         self.base.trim_start_matches("http://").to_owned()
     }
 
+    /// Waits (bounded by [`WAIT`]) for the server to exit on its own; returns its exit code.
+    pub fn wait_exit(&mut self) -> Option<i32> {
+        let mut child = self.child.take().expect("server running");
+        wait_bounded(&mut child).unwrap_or_else(|| {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("server did not exit within {WAIT:?}; log:\n{}", self.log())
+        })
+    }
+
     /// Whether the server process has exited (reaping it if so); for tests that try to crash it.
     pub fn has_exited(&mut self) -> bool {
         match self.child.as_mut().map(|c| c.try_wait().expect("try_wait")) {
