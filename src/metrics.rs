@@ -28,6 +28,7 @@ struct Inner {
     connections_shut: [AtomicU64; 5],
     accept_restarts: AtomicU64,
     undrainable: AtomicU64,
+    in_flight: AtomicU64,
 }
 
 /// Why the connection supervisor shut a connection down.
@@ -69,7 +70,22 @@ impl ShutReason {
 #[derive(Clone, Default)]
 pub struct Metrics(Arc<Inner>);
 
+/// Counts a request as in flight until dropped (panics included).
+pub struct InFlight(Metrics);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0 .0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Metrics {
+    /// Marks a request as being handled until the returned guard is dropped.
+    pub fn in_flight(&self) -> InFlight {
+        self.0.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self.clone())
+    }
+
     pub fn observe_request(&self, route: &'static str, status: u16, elapsed: Duration) {
         *self
             .0
@@ -207,6 +223,11 @@ impl Metrics {
                 &self.0.undrainable,
             ),
         ];
+        let _ = writeln!(
+            out,
+            "# HELP convapi_requests_in_flight Requests a worker is handling now.\n# TYPE convapi_requests_in_flight gauge\nconvapi_requests_in_flight {}",
+            load(&self.0.in_flight)
+        );
         for (name, help, v) in counters {
             let _ = writeln!(
                 out,

@@ -353,6 +353,7 @@ fn handle(w: &Worker, inc: Incoming) {
         generation,
     } = inc;
     w.registry.phase(request_id, Phase::Handling);
+    let _in_flight = app.metrics.in_flight();
     let peer = rq.remote_addr().copied();
     let method = rq.method().as_str().to_owned();
     let raw_url = rq.url().to_owned();

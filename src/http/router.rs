@@ -1,8 +1,17 @@
 //! The route table: one line per route. Unknown path: 404 `NOT_FOUND`; known path with another
 //! method: 405 `METHOD_NOT_ALLOWED` with `Allow`.
 
+use std::sync::OnceLock;
+
 use super::{ApiError, App, Ctx, Reply};
 use crate::api;
+
+/// `CONVAPI_TEST_ROUTES=1` adds `GET /__test/panic`, a handler that panics, so tests can check that
+/// a panic is a 500 and never a dead worker. Off unless set; not part of the API.
+fn test_routes() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("CONVAPI_TEST_ROUTES").is_ok_and(|v| v == "1"))
+}
 
 /// Sends the request to its handler; `route` receives the route's name for logs and metrics.
 pub fn dispatch(app: &App, ctx: &mut Ctx, route: &mut &'static str) -> Result<Reply, ApiError> {
@@ -48,6 +57,10 @@ pub fn dispatch(app: &App, ctx: &mut Ctx, route: &mut &'static str) -> Result<Re
         }
         (_, ["pixel.js"] | ["openapi.yaml"] | ["healthz"] | ["metrics"]) => {
             Err(ApiError::MethodNotAllowed("GET, HEAD"))
+        }
+        ("GET", ["__test", "panic"]) if test_routes() => {
+            *route = "test_panic";
+            panic!("a handler panicked on purpose (CONVAPI_TEST_ROUTES)")
         }
         _ => Err(ApiError::NotFound),
     }

@@ -14,6 +14,13 @@
 //! - `keys.rs`: key storage, revocation, tenancy, `lastUsedAt`, CLI output and exit codes.
 //! - `browser.rs`: the pixel end to end in headless Chromium (needs `chromium`; fails loudly without).
 //! - `js.rs`: runs the pixel's Node tests, `node --test tests/js/` (needs `node`).
+//! - `server.rs`: the server loop: a panicking handler is a 500, SIGTERM drains the request in flight.
+//! - `pipeline.rs`, `currency.rs`, `report.rs`, `crash.rs`: the background pipeline (attribution,
+//!   currency conversion, dead letters, the report, `kill -9` mid-drain); helpers in `pipeline_support/`.
+//! - `hardening.rs`: tiny_http's gaps closed around it (timeouts, connection bound, accept restarts,
+//!   body and head limits, deep JSON); `backpressure.rs`: 503 on a full disk, a busy database, a
+//!   backlog or a full queue; `faults.rs`: 20 `kill -9` cycles under load; `security.rs`: keys, logs,
+//!   SQL parameters, tenant isolation.
 //!
 //! Keep this API stable: other test files rely on it. Add, don't break.
 
