@@ -26,6 +26,7 @@ struct Inner {
     dead_lettered: AtomicU64,
     connections_open: AtomicU64,
     connections_shut: [AtomicU64; 5],
+    pool_pokes: AtomicU64,
     accept_restarts: AtomicU64,
     undrainable: AtomicU64,
     in_flight: AtomicU64,
@@ -129,6 +130,9 @@ impl Metrics {
     }
     pub fn inc_connections_shut(&self, reason: ShutReason) {
         self.0.connections_shut[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn inc_pool_pokes(&self) {
+        self.0.pool_pokes.fetch_add(1, Ordering::Relaxed);
     }
     pub fn connections_shut(&self, reason: ShutReason) -> u64 {
         self.0.connections_shut[reason as usize].load(Ordering::Relaxed)
@@ -245,6 +249,11 @@ impl Metrics {
                 self.connections_shut(r)
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP convapi_http_pool_pokes_total Connections opened to our own listener to hand a thread to a connection tiny_http's pool left waiting.\n# TYPE convapi_http_pool_pokes_total counter\nconvapi_http_pool_pokes_total {}",
+            load(&self.0.pool_pokes)
+        );
         let _ = writeln!(
             out,
             "# HELP convapi_http_connections_open Open client connections at the last scan.\n# TYPE convapi_http_connections_open gauge\nconvapi_http_connections_open {}",

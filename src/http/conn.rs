@@ -34,6 +34,10 @@ use std::time::{Duration, Instant};
 
 use crate::metrics::{Metrics, ShutReason};
 
+/// How long a connection must have been without a request before it may be shut down to free its
+/// thread for a connection tiny_http's pool left without one.
+pub const RECLAIM_MIN_IDLE: Duration = Duration::from_secs(1);
+
 /// What the supervisor enforces.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -585,9 +589,25 @@ impl Supervisor {
             let over = live.saturating_sub(self.limits.max_connections);
             // tiny_http's pool wakes one waiting thread per new connection but counts threads that
             // were merely notified as still waiting, so in a burst some connections stay queued
-            // without a thread while every pool thread is held by an idle keep-alive connection
-            // (a lost wakeup). Shutting idle connections down frees their threads for them.
-            for (i, (_, peer, inode)) in candidates.by_ref().take(over.max(starving)).enumerate() {
+            // without a thread while every pool thread is held by a keep-alive connection (a lost
+            // wakeup). First remedy: a connection of our own, closed at once (`poke`): with no
+            // thread waiting, the pool starts a new one for it, which then takes the queued
+            // connection; nobody's connection is closed. Second, for connections still starving
+            // later: shutting idle connections down frees their threads.
+            for _ in 0..starving {
+                self.poke();
+            }
+            for (i, (since, peer, inode)) in
+                candidates.by_ref().take(over.max(starving)).enumerate()
+            {
+                // Reclaim only connections quiet for a while: an active keep-alive connection is
+                // idle for the moment between an answer and its client's next request, and shutting
+                // it down then breaks the request the client is sending (wrk saw read errors under
+                // load). A starving connection waits a little longer instead. Longest idle first,
+                // so the rest are younger still.
+                if i >= over && now - since < RECLAIM_MIN_IDLE {
+                    break;
+                }
                 if let Some(t) = tracks.get_mut(&inode) {
                     t.shut = true;
                 }
@@ -625,6 +645,24 @@ impl Supervisor {
         let open = open - to_shut.len();
         self.metrics.set_open_connections(open as u64);
         open
+    }
+
+    /// Opens a connection to our own listener and closes it at once (see `scan`).
+    fn poke(&self) {
+        let mut to = self.local;
+        if to.ip().is_unspecified() {
+            to.set_ip(match to {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        match std::net::TcpStream::connect_timeout(&to, Duration::from_millis(100)) {
+            Ok(c) => {
+                self.metrics.inc_pool_pokes();
+                drop(c);
+            }
+            Err(e) => log::debug!("cannot poke the listener at {to}: {e}"),
+        }
     }
 
     /// Starts the scanning thread; it ends after [`Supervisor::stop`].
