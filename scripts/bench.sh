@@ -2,6 +2,7 @@
 # The benchmark of issue 6: convapi's write path against a no-op server, side by side, in one run.
 #
 #   scripts/bench.sh [--quick] [--runs N] [--duration SECONDS] [--strict] [--keep] [--no-install]
+#                    [--out FILE]   (also writes the summary, as markdown, to FILE)
 #
 # What it does (BENCHMARKS.md explains the method and keeps the figures):
 #   1. builds the release binary and the examples `noop_server` and `seed`;
@@ -36,6 +37,7 @@ STRICT=0
 KEEP=0
 INSTALL=1
 QUICK=0
+OUT=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) QUICK=1; RUNS=3; DURATION=3 ;;
@@ -44,6 +46,7 @@ while [ $# -gt 0 ]; do
         --strict) STRICT=1 ;;
         --keep) KEEP=1 ;;
         --no-install) INSTALL=0 ;;
+        --out) OUT=$2; shift ;;
         -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "bench: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -327,4 +330,4 @@ grep '"startup"' "$RESULTS" | python3 -c 'import json,sys; print("  start-up to 
 say "summary"
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 python3 "$SUMMARIZE" "$RESULTS" --runs "$RUNS" --duration "$DURATION" --open-rate "$OPEN_RATE" \
-    --strict "$STRICT" --dup "$DUP_SUMMARY" --load "$LOAD" --seed-ms "$SEED_MS"
+    --strict "$STRICT" --dup "$DUP_SUMMARY" --load "$LOAD" --seed-ms "$SEED_MS" --out "$OUT"
