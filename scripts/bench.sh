@@ -14,7 +14,8 @@
 #        group        convapi serve (group commit, the default) on a fresh copy of the template
 #        per-request  convapi serve --write-mode per-request (one transaction per request)
 #      every request has a unique orderId and a real identifier (scripts/bench/conversions.lua);
-#   4. an open-loop run at 2,000 requests/s with latency correction (oha), RUNS times;
+#   4. an open-loop run at 2,000 requests/s with latency correction (oha), RUNS times, each followed
+#      by the same load against the no-op server (the floor the machine allows at that moment);
 #   5. a duplicate-heavy run (every orderId sent twice, often concurrently);
 #   6. start-up to healthy on an existing database, and idle CPU after the load;
 #   7. correctness checks with sqlite3 after every convapi run: #conversions == #202s the server
@@ -307,6 +308,17 @@ if [ -n "$OHA" ]; then
         python3 "$RECORD" show "$r" >&2
         python3 "$RECORD" open-ok "$r" \
             || die "open loop round $round: non-2xx answers, errors, or rows != created: $r"
+        # The same load against the no-op server: the floor this machine allows right now.
+        start_server noop "$NOOP" --addr 127.0.0.1:0 --threads 8
+        "$OHA" --no-tui --output-format json -q "$OPEN_RATE" --latency-correction -z "${OPEN_DURATION}s" -w \
+            -c 32 -m POST -H "Authorization: Bearer $KEY" -T application/json \
+            -Z "$WORK/bodies.txt" "$URL/api/sites/$SITE_ID/conversions" \
+            >"$WORK/oha-noop-$round.json" 2>"$WORK/oha-noop-$round.err" \
+            || die "oha failed: $(tail -5 "$WORK/oha-noop-$round.err")"
+        rss=$(peak_rss_kb "$SERVER_PID")
+        stop_server
+        python3 "$RECORD" oha "$round" "$WORK/oha-noop-$round.json" "$rss" 0 0 0 noop >>"$RESULTS"
+        python3 "$RECORD" show "$(tail -1 "$RESULTS")" >&2
     done
     rm -f "$WORK/bodies.txt"
 fi

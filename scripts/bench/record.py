@@ -2,7 +2,7 @@
 """Turns one load-generator result into one JSON line of results.jsonl (used by bench.sh).
 
     record.py wrk TARGET ROUND MODE "BENCH ..." RSS_KB SERVER_CPU_TICKS CLK_TCK
-    record.py oha ROUND OHA_JSON RSS_KB ROWS SERVED_202 ACCEPTED
+    record.py oha ROUND OHA_JSON RSS_KB ROWS SERVED_202 ACCEPTED [TARGET]   (TARGET: convapi, noop)
     record.py show JSON_LINE      (one human line, on stdout)
 """
 import json
@@ -22,12 +22,12 @@ def wrk(target, rnd, mode, line, rss, ticks, hz):
     }
 
 
-def oha(rnd, path, rss, rows, served, accepted):
+def oha(rnd, path, rss, rows, served, accepted, target="convapi"):
     d = json.load(open(path))
     s, p = d["summary"], d["latencyPercentiles"]
     codes = {str(k): v for k, v in d.get("statusCodeDistribution", {}).items()}
     return {
-        "kind": "open", "round": int(rnd), "rps": s["requestsPerSec"],
+        "kind": "open", "target": target, "round": int(rnd), "rps": s["requestsPerSec"],
         "p50_ms": p["p50"] * 1000, "p99_ms": p["p99"] * 1000, "p999_ms": p["p99.9"] * 1000,
         "max_ms": s["slowest"] * 1000, "codes": codes,
         "errors": sum(d.get("errorDistribution", {}).values()), "rss_kb": int(rss),
@@ -42,9 +42,9 @@ def show(d):
                     d["target"], d["round"], d["mode"], d["rps"], d["accepted_per_s"], d["p50_ms"],
                     d["p99_ms"], d["rss_kb"] / 1024, d["server_cpu_s"] * 1e6 / max(d["requests"], 1),
                     d["errors"], d["non2xx"]))
-    return ("  open loop round %d: %.0f req/s  p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.1f ms"
+    return ("  open loop %-7s round %d: %.0f req/s  p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.1f ms"
             "  rss %.1f MB  codes %s  errors %d  rows %d (repeats %d)" % (
-                d["round"], d["rps"], d["p50_ms"], d["p99_ms"], d["p999_ms"], d["max_ms"],
+                d.get("target", "convapi"), d["round"], d["rps"], d["p50_ms"], d["p99_ms"], d["p999_ms"], d["max_ms"],
                 d["rss_kb"] / 1024, d["codes"], d["errors"], d["rows"], d["served"] - d["accepted"]))
 
 
