@@ -303,7 +303,8 @@ if [ -n "$OHA" ]; then
         accepted=$(metric convapi_conversions_accepted_total)
         stop_server
         rows=$(sqlite3 "$db" "SELECT COUNT(*) FROM conversions")
-        python3 "$RECORD" oha "$round" "$WORK/oha-$round.json" "$rss" "$rows" "$served" "$accepted" >>"$RESULTS"
+        python3 "$RECORD" oha "$round" "$WORK/oha-$round.json" "$rss" "$rows" "$served" "$accepted" \
+            convapi "$WORK/open.err" >>"$RESULTS"
         r=$(tail -1 "$RESULTS")
         python3 "$RECORD" show "$r" >&2
         python3 "$RECORD" open-ok "$r" \

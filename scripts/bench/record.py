@@ -2,7 +2,9 @@
 """Turns one load-generator result into one JSON line of results.jsonl (used by bench.sh).
 
     record.py wrk TARGET ROUND MODE "BENCH ..." RSS_KB SERVER_CPU_TICKS CLK_TCK
-    record.py oha ROUND OHA_JSON RSS_KB ROWS SERVED_202 ACCEPTED [TARGET]   (TARGET: convapi, noop)
+    record.py oha ROUND OHA_JSON RSS_KB ROWS SERVED_202 ACCEPTED [TARGET [SERVER_LOG]]
+              (TARGET: convapi, noop; SERVER_LOG: convapi's stderr, whose access log gives the time
+              each request spent in the server, from a worker taking it to its answer written)
     record.py show JSON_LINE      (one human line, on stdout)
 """
 import json
@@ -22,7 +24,18 @@ def wrk(target, rnd, mode, line, rss, ticks, hz):
     }
 
 
-def oha(rnd, path, rss, rows, served, accepted, target="convapi"):
+def server_times(log_path):
+    """Milliseconds of each 202 to a conversion, from the access log (`... POST /api/sites/.../conversions 202 1.234ms`)."""
+    ms = []
+    for line in open(log_path, errors="replace"):
+        parts = line.split()
+        if len(parts) >= 3 and parts[-2] == "202" and parts[-3].endswith("/conversions") and parts[-1].endswith("ms"):
+            ms.append(float(parts[-1][:-2]))
+    ms.sort()
+    return ms
+
+
+def oha(rnd, path, rss, rows, served, accepted, target="convapi", log_path=None):
     d = json.load(open(path))
     s, p = d["summary"], d["latencyPercentiles"]
     codes = {str(k): v for k, v in d.get("statusCodeDistribution", {}).items()}
@@ -32,7 +45,18 @@ def oha(rnd, path, rss, rows, served, accepted, target="convapi"):
         "max_ms": s["slowest"] * 1000, "codes": codes,
         "errors": sum(d.get("errorDistribution", {}).values()), "rss_kb": int(rss),
         "rows": int(rows), "served": int(served), "accepted": int(accepted),
+        **server_percentiles(log_path),
     }
+
+
+def server_percentiles(log_path):
+    if not log_path:
+        return {}
+    ms = server_times(log_path)
+    if not ms:
+        return {}
+    at = lambda q: ms[min(len(ms) - 1, int(q * len(ms)))]
+    return {"server_p50_ms": at(0.5), "server_p99_ms": at(0.99), "server_max_ms": ms[-1]}
 
 
 def show(d):
@@ -42,10 +66,14 @@ def show(d):
                     d["target"], d["round"], d["mode"], d["rps"], d["accepted_per_s"], d["p50_ms"],
                     d["p99_ms"], d["rss_kb"] / 1024, d["server_cpu_s"] * 1e6 / max(d["requests"], 1),
                     d["errors"], d["non2xx"]))
+    inside = ""
+    if "server_p99_ms" in d:
+        inside = "  (in the server: p50 %.2f p99 %.2f max %.1f ms)" % (
+            d["server_p50_ms"], d["server_p99_ms"], d["server_max_ms"])
     return ("  open loop %-7s round %d: %.0f req/s  p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.1f ms"
-            "  rss %.1f MB  codes %s  errors %d  rows %d (repeats %d)" % (
+            "  rss %.1f MB  codes %s  errors %d  rows %d (repeats %d)%s" % (
                 d.get("target", "convapi"), d["round"], d["rps"], d["p50_ms"], d["p99_ms"], d["p999_ms"], d["max_ms"],
-                d["rss_kb"] / 1024, d["codes"], d["errors"], d["rows"], d["served"] - d["accepted"]))
+                d["rss_kb"] / 1024, d["codes"], d["errors"], d["rows"], d["served"] - d["accepted"], inside))
 
 
 def open_ok(d):

@@ -87,6 +87,13 @@ def main():
                 fmt_range([r["max_ms"] for r in rs], "%.1f"), max(r["rss_kb"] for r in rs) / 1024,
                 "-" if name == "noop" else
                 ", ".join("%d/%d" % (r["served"] - r["rows"], r["served"]) for r in rs)))
+        inside = [r for r in opened if "server_p99_ms" in r]
+        if inside:
+            p("")
+            p("the same convapi requests timed inside the server (access log: from a worker taking the "
+              "request to its answer written): p50 %s ms, p99 %s ms" % (
+                  fmt_range([r["server_p50_ms"] for r in inside], "%.2f"),
+                  fmt_range([r["server_p99_ms"] for r in inside], "%.1f")))
     else:
         p("")
         p("open loop: SKIPPED (oha not installed)")
