@@ -168,6 +168,7 @@ stop_server() {
     wait "$SERVER_PID" 2>/dev/null || true
     SERVER_PID=""
 }
+discard_db() { if [ "$KEEP" != 1 ]; then rm -f "$1" "$1-wal" "$1-shm"; fi; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 peak_rss_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
 metric() { # metric NAME_WITH_LABELS: value from /metrics, 0 when absent
@@ -247,7 +248,13 @@ run_target() { # run_target TARGET ROUND
             run_wrk "$target" "$round" unique
             if [ "$target" = group ] && [ "$round" = "$RUNS" ]; then measure_idle; fi
             check_convapi "$db" unique
-            if [ "$target" = group ]; then LAST_GROUP_DB=$db; fi
+            # ~100 MB each: keep only the last group database (start-up is measured on it).
+            if [ "$target" = group ]; then
+                if [ -n "${LAST_GROUP_DB:-}" ]; then discard_db "$LAST_GROUP_DB"; fi
+                LAST_GROUP_DB=$db
+            else
+                discard_db "$db"
+            fi
             ;;
     esac
 }
@@ -303,6 +310,7 @@ if [ -n "$OHA" ]; then
         accepted=$(metric convapi_conversions_accepted_total)
         stop_server
         rows=$(sqlite3 "$db" "SELECT COUNT(*) FROM conversions")
+        discard_db "$db"
         python3 "$RECORD" oha "$round" "$WORK/oha-$round.json" "$rss" "$rows" "$served" "$accepted" \
             convapi "$WORK/open.err" >>"$RESULTS"
         r=$(tail -1 "$RESULTS")
@@ -332,6 +340,7 @@ cp "$WORK/template.db" "$db"
 start_server dup "$CONVAPI" --db "$db" serve --addr 127.0.0.1:0
 run_wrk group-dup 1 dup
 check_convapi "$db" dup
+discard_db "$db"
 
 # ---------------------------------------------------------------------------------------- start-up
 say "start-up to healthy on an existing database ($(du -h "$LAST_GROUP_DB" | cut -f1), $(sqlite3 "$LAST_GROUP_DB" 'SELECT COUNT(*) FROM conversions') conversions)"
