@@ -54,8 +54,9 @@ struct ServeArgs {
     /// Address to listen on (port 0 picks a free port; the chosen address is printed).
     #[arg(long, env = "CONVAPI_ADDR", default_value = "127.0.0.1:8080")]
     addr: String,
-    /// Request threads.
-    #[arg(long, env = "CONVAPI_THREADS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    /// Request threads. Each waits for its write's group commit, so there should be more of them than
+    /// concurrent writers: with 8, no commit could hold more than 8 writes (see BENCHMARKS.md).
+    #[arg(long, env = "CONVAPI_THREADS", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: u16,
     /// Writes waiting for the writer before requests get 503.
     #[arg(long, env = "CONVAPI_QUEUE", default_value_t = 1024)]
