@@ -236,7 +236,7 @@ run_target() { # run_target TARGET ROUND
     local target=$1 round=$2
     case "$target" in
         noop)
-            start_server noop "$NOOP" --addr 127.0.0.1:0 --threads 8
+            start_server noop "$NOOP" --addr 127.0.0.1:0 --threads 32
             run_wrk noop "$round" unique
             stop_server ;;
         group|per-request)
@@ -318,7 +318,7 @@ if [ -n "$OHA" ]; then
         python3 "$RECORD" open-ok "$r" \
             || die "open loop round $round: non-2xx answers, errors, or rows != created: $r"
         # The same load against the no-op server: the floor this machine allows right now.
-        start_server noop "$NOOP" --addr 127.0.0.1:0 --threads 8
+        start_server noop "$NOOP" --addr 127.0.0.1:0 --threads 32
         "$OHA" --no-tui --output-format json -q "$OPEN_RATE" --latency-correction -z "${OPEN_DURATION}s" -w \
             -c 32 -m POST -H "Authorization: Bearer $KEY" -T application/json \
             -Z "$WORK/bodies.txt" "$URL/api/sites/$SITE_ID/conversions" \
