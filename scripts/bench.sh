@@ -150,6 +150,9 @@ export BENCH_SITE=$SITE_ID BENCH_KEY=$KEY BENCH_IDS=$WORK/ids.txt
 # start_server NAME CMD...: starts a server printing "listening on http://ADDR", sets SERVER_PID/URL.
 start_server() {
     local name=$1; shift
+    # Gone first: the background redirection truncates it only when the child starts, and the
+    # previous run's "listening on" line must not be read in between.
+    rm -f "$WORK/$name.out"
     "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     SERVER_PID=$!
     local i
