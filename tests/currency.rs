@@ -10,8 +10,6 @@
 mod common;
 mod pipeline_support;
 
-use std::time::{Duration, Instant};
-
 use common::*;
 use pipeline_support::*;
 use serde_json::{json, Value};
@@ -185,23 +183,6 @@ fn a_running_server_picks_up_fx_pending_orders_after_an_import_by_another_proces
     import_rates(&app, &hist());
     let v = await_status(&app, &order, "processed");
     assert_fx(&v, 95.24, "EUR", 0.9523809524, "2026-11-13");
-}
-
-/// Waits (bounded) until `order` shows `want`: the worker is another process, so there is no hook
-/// to call, only its result to watch.
-fn await_status(app: &TestApp, order: &str, want: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let v = status(app, order);
-        if v["status"] == want {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{order} never became {want}: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

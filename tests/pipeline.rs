@@ -578,23 +578,6 @@ fn a_slow_item_is_interrupted_and_retried_later() {
     assert_eq!(touch(&v).0, "s199", "the latest of the 200 sessions: {v}");
 }
 
-/// Waits (bounded) until `order` shows `want`; returns its status.
-fn await_status(app: &TestApp, order: &str, want: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let v = status(app, order);
-        if v["status"] == want {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{order} never became {want}: {v}"
-        );
-        // The worker is another process: there is no hook to call, only its result to watch.
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn the_server_processes_work_as_it_arrives_past_a_poison_item() {
     let app = TestApp::start();

@@ -38,6 +38,23 @@ pub fn status(app: &TestApp, order_id: &str) -> Value {
     app.order_status(order_id).expect(200)
 }
 
+/// Waits (bounded) until `order` shows `want`; returns its status. The worker is another process,
+/// so there is no hook to call, only its result to watch.
+pub fn await_status(app: &TestApp, order: &str, want: &str) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let v = status(app, order);
+        if v["status"] == want {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{order} never became {want}: {v}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// `(source, medium, campaign, sessionId)` of a processed order's attribution.
 #[track_caller]
 pub fn touch(v: &Value) -> (String, String, Option<String>, Option<String>) {
