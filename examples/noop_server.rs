@@ -97,17 +97,7 @@ fn handle(mut rq: tiny_http::Request, request_id: u64) {
         _ => Err(ApiError::NotFound),
     }
     .unwrap_or_else(|e| e.to_reply());
-    let mut response = tiny_http::Response::from_data(reply.body).with_status_code(reply.status);
-    for (name, value) in reply.headers {
-        if let Ok(h) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-            response.add_header(h);
-        }
-    }
-    if let Ok(h) =
-        tiny_http::Header::from_bytes(&b"X-Request-Id"[..], request_id.to_string().as_bytes())
-    {
-        response.add_header(h);
-    }
+    let response = reply.into_response(request_id);
     let _ = rq.respond(response);
 }
 

@@ -95,6 +95,19 @@ impl Reply {
         }
     }
 
+    /// The tiny_http response for this reply, tagged with `X-Request-Id`.
+    pub fn into_response(self, request_id: u64) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+        let mut response = tiny_http::Response::from_data(self.body).with_status_code(self.status);
+        let request_id = request_id.to_string();
+        let headers = self.headers.iter().map(|(n, v)| (*n, v.as_str()));
+        for (name, value) in headers.chain([("X-Request-Id", request_id.as_str())]) {
+            if let Ok(h) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+                response.add_header(h);
+            }
+        }
+        response
+    }
+
     pub fn header(mut self, name: &'static str, value: &str) -> Reply {
         self.headers.push((name, value.to_owned()));
         self
@@ -430,17 +443,7 @@ fn handle(w: &Worker, inc: Incoming) {
              head too large: {head_too_large}, retired accept generation: {retired})"
         );
     }
-    let mut response = tiny_http::Response::from_data(reply.body).with_status_code(status);
-    for (name, value) in reply.headers {
-        if let Ok(h) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-            response.add_header(h);
-        }
-    }
-    if let Ok(h) =
-        tiny_http::Header::from_bytes(&b"X-Request-Id"[..], request_id.to_string().as_bytes())
-    {
-        response.add_header(h);
-    }
+    let response = reply.into_response(request_id);
     let Ctx { req, method, .. } = ctx;
     w.registry.phase(request_id, Phase::Writing);
     if close {
