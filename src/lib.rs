@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod attribution;
+pub mod checkpoint;
 pub mod cli;
 pub mod fx;
 pub mod http;

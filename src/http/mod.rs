@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 pub use error::ApiError;
 
+use crate::checkpoint::Checkpointer;
 use crate::metrics::Metrics;
 use crate::store::{self, DbPool};
 use crate::writer::{Writer, WriterConfig};
@@ -172,6 +173,7 @@ pub struct Running {
     app: Arc<App>,
     writer_thread: Option<JoinHandle<()>>,
     pipeline_thread: Option<JoinHandle<()>>,
+    checkpointer: Option<Checkpointer>,
 }
 
 impl Running {
@@ -192,12 +194,18 @@ impl Running {
             let _ = t.join();
         }
         let Running {
-            app, writer_thread, ..
+            app,
+            writer_thread,
+            checkpointer,
+            ..
         } = self;
         // The writer thread ends once the last handle (inside `app`) is gone and its queue is empty.
         drop(app);
         if let Some(t) = writer_thread {
             let _ = t.join();
+        }
+        if let Some(c) = checkpointer {
+            c.stop();
         }
     }
 
@@ -226,6 +234,7 @@ pub fn start(
     let pool = store::open_pool(&config.db, threads as u32 + 2).map_err(|e| e.to_string())?;
     let (writer, writer_thread) =
         Writer::start(&config.db, config.writer.clone()).map_err(|e| e.to_string())?;
+    let checkpointer = Checkpointer::start(&config.db).map_err(|e| e.to_string())?;
     let listener = TcpListener::bind(&config.addr)
         .map_err(|e| format!("cannot listen on {}: {e}", config.addr))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -287,6 +296,7 @@ pub fn start(
         app,
         writer_thread: Some(writer_thread),
         pipeline_thread,
+        checkpointer: Some(checkpointer),
     })
 }
 

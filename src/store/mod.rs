@@ -107,16 +107,26 @@ pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(busy_timeout())?;
     // WAL lets readers run beside the single writer; FULL fsyncs the WAL on every commit so that an
     // acknowledged conversion survives power loss, not just a process crash.
+    // No checkpoint inside a commit: in `serve` the checkpointer thread does it (see
+    // `checkpoint.rs`); elsewhere SQLite checkpoints when the last connection closes.
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
-         PRAGMA foreign_keys = ON;",
+         PRAGMA foreign_keys = ON;
+         PRAGMA wal_autocheckpoint = 0;",
     )?;
     conn.set_prepared_statement_cache_capacity(64);
     let pages = MAX_PAGE_COUNT.load(Ordering::Relaxed);
     if pages > 0 {
         conn.pragma_update(None, "max_page_count", pages as i64)?;
     }
+    Ok(())
+}
+
+/// Copies what the WAL holds into the database file as far as no reader needs the old pages, without
+/// waiting for the writer or readers (`PRAGMA wal_checkpoint(PASSIVE)`).
+pub fn checkpoint_passive(conn: &Connection) -> Result<()> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
     Ok(())
 }
 
@@ -134,6 +144,8 @@ pub fn open_pool(path: &Path, size: u32) -> Result<DbPool> {
     let manager = SqliteConnectionManager::file(path).with_init(|c| configure(c));
     Pool::builder()
         .max_size(size.max(1))
+        // A local file does not go stale: r2d2's check would run a statement per checkout.
+        .test_on_check_out(false)
         .connection_timeout(busy_timeout())
         .build(manager)
         .map_err(|e| StoreError::Other(format!("cannot open {}: {e}", path.display())))
