@@ -105,7 +105,7 @@ pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
         };
         let session = if starts_new {
             let s = Session {
-                id: uuid::Uuid::new_v4().to_string(),
+                id: uuid::Uuid::now_v7().to_string(),
                 visitor_id: b.visitor_id.clone(),
                 client_id: None,
                 started_at: ev.ts,
@@ -122,7 +122,7 @@ pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
             s.last_activity_at = s.last_activity_at.max(ev.ts);
             s
         };
-        let event_id = uuid::Uuid::new_v4().to_string();
+        let event_id = uuid::Uuid::now_v7().to_string();
         let mut event = NewEvent {
             id: &event_id,
             site_id: &b.site_id,

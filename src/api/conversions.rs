@@ -159,7 +159,7 @@ pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
         .admit_outbox_work()
         .inspect_err(|_| app.metrics.inc_unavailable())?;
     let conversion = NewConversion {
-        id: uuid::Uuid::new_v4().to_string(),
+        id: uuid::Uuid::now_v7().to_string(),
         site_id: site.id.clone(),
         order_id: r.order_id,
         kind: r.kind,
