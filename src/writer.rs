@@ -232,7 +232,7 @@ impl Writer {
 
     /// Whether the last transaction committed (the health check reports this).
     pub fn healthy(&self) -> bool {
-        self.healthy.load(Ordering::Relaxed)
+        self.healthy.load(Ordering::SeqCst)
     }
 
     fn enqueue(&self, job: Job) -> Result<(), WriteError> {
@@ -298,17 +298,17 @@ fn run(
             }
         }
         let n = batch.len();
-        let ok = {
+        {
             let _held = gate.lock();
-            commit_batch(&conn, &mut batch, &refresh)
-        };
+            commit_batch(&conn, &mut batch, &healthy, &refresh);
+        }
         gate.0.pending.fetch_sub(n, Ordering::AcqRel);
-        healthy.store(ok, Ordering::Relaxed);
     }
     log::debug!("writer stopped");
 }
 
-/// Runs and commits one batch, answering every job. Returns whether the commit succeeded.
+/// Runs and commits one batch, answering every job. `healthy` is set before the jobs are answered,
+/// so that a client that got its answer sees the health that goes with it.
 ///
 /// SQLite may roll back the whole transaction by itself when a statement fails with
 /// `SQLITE_FULL`, `SQLITE_BUSY` or `SQLITE_NOMEM`: the jobs already run in it are then lost, are
@@ -316,18 +316,19 @@ fn run(
 fn commit_batch(
     conn: &Connection,
     batch: &mut Vec<Job>,
+    healthy: &AtomicBool,
     after_commit: &dyn Fn(&Connection),
-) -> bool {
+) {
     let mut jobs = batch.drain(..).collect::<std::collections::VecDeque<Job>>();
-    let mut all_ok = true;
     while !jobs.is_empty() {
         if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
             let err = StoreError::from(e);
             log::warn!("writer cannot begin a transaction: {err}");
+            healthy.store(false, Ordering::SeqCst);
             for job in jobs.drain(..) {
                 answer(job.reply, Err(WriteError::from(err.clone())));
             }
-            return false;
+            return;
         }
         let mut done: Vec<(Option<Reply>, Value)> = Vec::with_capacity(jobs.len());
         let mut lost: Option<StoreError> = None;
@@ -360,6 +361,7 @@ fn commit_batch(
         }
         if let Some(e) = lost {
             log::warn!("writer transaction rolled back by SQLite ({e}); its jobs are retried by their callers");
+            healthy.store(false, Ordering::SeqCst);
             for (reply, _) in done {
                 answer(
                     reply,
@@ -368,12 +370,12 @@ fn commit_batch(
                     ))),
                 );
             }
-            all_ok = false;
             continue;
         }
         match exec(conn, "COMMIT") {
             Ok(()) => {
                 after_commit(conn);
+                healthy.store(true, Ordering::SeqCst);
                 for (reply, v) in done {
                     answer(reply, Ok(v));
                 }
@@ -384,14 +386,13 @@ fn commit_batch(
                 if !conn.is_autocommit() {
                     let _ = conn.execute_batch("ROLLBACK");
                 }
+                healthy.store(false, Ordering::SeqCst);
                 for (reply, _) in done {
                     answer(reply, Err(WriteError::from(err.clone())));
                 }
-                all_ok = false;
             }
         }
     }
-    all_ok
 }
 
 /// Runs a transaction-control statement through the statement cache: parsed once per connection,
