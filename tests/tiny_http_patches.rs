@@ -89,5 +89,8 @@ fn dropping_a_request_that_declares_a_huge_body_does_not_allocate_it() {
     rq.respond(tiny_http::Response::from_string("refused").with_status_code(413))
         .expect("respond");
     let answer = client.join().unwrap();
-    assert!(answer.starts_with("HTTP/1.1 413"), "client read: {answer:?}");
+    assert!(
+        answer.starts_with("HTTP/1.1 413"),
+        "client read: {answer:?}"
+    );
 }
