@@ -97,8 +97,6 @@ struct RegistryState {
 #[derive(Default)]
 pub struct Registry {
     state: Mutex<RegistryState>,
-    /// Signalled when a request leaves our hands (generation drains wait on it).
-    done: Condvar,
 }
 
 impl Registry {
@@ -132,8 +130,6 @@ impl Registry {
                 st.last_done.insert(peer, Instant::now());
             }
         }
-        drop(st);
-        self.done.notify_all();
     }
 
     /// Requests of `generation` still in our hands.
