@@ -1,11 +1,13 @@
 //! The background pipeline (CONTRACT §5): drains the outbox after the 202 — attribution, then
 //! currency conversion — at least once, every step idempotent. It never sees a request.
 //!
-//! One thread with its own connection (never the request writer's). Items are handled in chunks:
-//! one `BEGIN IMMEDIATE` transaction (one fsync) for as many items as fit in [`CHUNK_BUDGET`], each
-//! item in its own savepoint that re-reads the item, computes, stores the result and deletes (or
-//! parks) the outbox row: a crash before the commit leaves the chunk's items due, a crash after
-//! leaves them done, so nothing is lost or counted twice. A failing item is rescheduled with
+//! One thread. It reads with its own connection and writes through the request writer: items are
+//! handled in chunks of as many as are decided within [`CHUNK_BUDGET`] (one read transaction),
+//! and each chunk goes to the writer as one job, committed with whatever requests share its batch
+//! — no transaction, fsync or write lock of its own. Inside the job each item has a savepoint that
+//! claims the item again (still due, same number of tries), stores the result and deletes (or
+//! parks) the outbox row: a crash before the commit leaves the items due, a crash after leaves
+//! them done, so nothing is lost or counted twice. A failing item is rescheduled with
 //! exponential backoff and jitter and, after [`MAX_ATTEMPTS`] tries, dead-lettered (conversion
 //! `failed`, last error kept); it never holds up the items behind it, and a slow one is interrupted
 //! after [`ITEM_DEADLINE`]. A conversion whose rates are missing is parked as `fx_pending`; `convapi
@@ -13,7 +15,8 @@
 //! without a value needs no rate: it is processed with no reporting value.
 //!
 //! Tests drive [`drain_once`] in-process against the database file of a server started with
-//! `--pipeline off`.
+//! `--pipeline off`; without a writer, each chunk is written in a `BEGIN IMMEDIATE` transaction of
+//! the pipeline's own connection instead.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -30,7 +33,7 @@ use crate::metrics::Metrics;
 use crate::store::pipeline::{Attributed, Item, Reported};
 use crate::store::sessions::Identifier;
 use crate::store::{self, StoreError};
-use crate::writer::WriteGate;
+use crate::writer::{WriteError, Writer};
 
 /// Failed tries after which an item is dead-lettered.
 pub const MAX_ATTEMPTS: i64 = 10;
@@ -43,23 +46,26 @@ pub const BACKOFF_CAP_MS: i64 = 15 * 60 * 1_000;
 pub const POLL: Duration = Duration::from_secs(1);
 /// Longest time one item may take before it is interrupted and counted as a failed try.
 pub const ITEM_DEADLINE: Duration = Duration::from_secs(10);
-/// Longest a chunk of items waits for queued requests to be written first (see [`WriteGate`]):
-/// under a burst the pipeline slows to about one chunk per this interval, and catches up afterwards.
+/// Longest a chunk waits for queued requests to be written first (see
+/// [`Writer::yield_to_queued`]): under a burst the pipeline slows to about one chunk per this
+/// interval, and catches up afterwards.
 pub const MAX_YIELD: Duration = Duration::from_millis(20);
-/// Items are committed in chunks: one transaction (so one fsync) for as many items as are handled
-/// within this time, each in its own savepoint. It bounds how long the request writer waits behind
-/// the pipeline.
+/// Items are decided and written in chunks: as many items as are decided within this time go to
+/// the writer as one job (see [`drain`]). It bounds how long one job holds up the request writer.
 pub const CHUNK_BUDGET: Duration = Duration::from_millis(2);
 
 /// How one drain pass runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Options {
     /// Items read from the outbox per query.
     pub batch: usize,
     /// See [`ITEM_DEADLINE`].
     pub item_deadline: Duration,
-    /// Taken around each chunk's transaction when the request writer runs in the same process.
-    pub gate: Option<WriteGate>,
+    /// Where results are written. `Some` in `serve`: each chunk becomes one job of the request
+    /// writer, committed with the requests of its batch (no transaction or fsync of its own).
+    /// `None`: one `BEGIN IMMEDIATE` transaction per chunk on the pipeline's own connection
+    /// (tests, and any caller without a writer).
+    pub writer: Option<Writer>,
 }
 
 impl Default for Options {
@@ -67,7 +73,7 @@ impl Default for Options {
         Options {
             batch: 64,
             item_deadline: ITEM_DEADLINE,
-            gate: None,
+            writer: None,
         }
     }
 }
@@ -95,8 +101,14 @@ pub fn drain_once(
     drain(conn, metrics, now_ms, &Options::default(), &|| false)
 }
 
-/// [`drain_once`] with options, stopping early (between items) when `stop` says so.
-/// Returns `Err(Busy)` when the database stays locked; what was committed before stays done.
+/// [`drain_once`] with options, stopping early (between chunks) when `stop` says so.
+/// Returns `Err(Busy)` when the database stays locked or the writer refuses work; what was
+/// committed before stays done.
+///
+/// Each chunk is decided first — attribution and currency for as many items as fit in
+/// [`CHUNK_BUDGET`], read in one read transaction of the pipeline's connection — and then written
+/// in one go by [`apply`], which re-checks every item inside the write transaction, so an item
+/// that changed in between is left alone.
 pub fn drain(
     conn: &mut Connection,
     metrics: &Metrics,
@@ -108,8 +120,8 @@ pub fn drain(
     let mut seen = HashSet::new();
     loop {
         let items = store::pipeline::due(conn, now_ms, opts.batch.max(1))?;
-        // An item still due after its turn (its failure could not be recorded) is not retried in
-        // this pass: the pass always ends.
+        // An item still due after its turn (its failure could not be recorded, or rates arrived
+        // while it was being parked) is not taken again in this pass: the pass always ends.
         let fresh: Vec<Item> = items.into_iter().filter(|i| seen.insert(i.id)).collect();
         if fresh.is_empty() {
             return Ok(stats);
@@ -119,68 +131,292 @@ pub fn drain(
             if stop() {
                 return Ok(stats);
             }
-            let _held = opts.gate.as_ref().map(|g| g.background(MAX_YIELD));
-            let chunk = drain_chunk(conn, &mut fresh, now_ms, opts, stop)?;
-            // Counted once committed.
-            (0..chunk.processed).for_each(|_| metrics.inc_processed());
-            (0..chunk.dead_lettered).for_each(|_| metrics.inc_dead_lettered());
-            stats.processed += chunk.processed;
-            stats.fx_pending += chunk.fx_pending;
-            stats.retried += chunk.retried;
-            stats.dead_lettered += chunk.dead_lettered;
+            if let Some(w) = &opts.writer {
+                w.yield_to_queued(MAX_YIELD);
+            }
+            let outcomes = decide_chunk(conn, &mut fresh, opts)?;
+            let applied = match &opts.writer {
+                Some(w) => w
+                    .submit(move |c| apply(c, outcomes, now_ms))
+                    .map_err(|e| match e {
+                        WriteError::Unavailable(m) => {
+                            log::debug!("pipeline: writer unavailable: {m}");
+                            StoreError::Busy
+                        }
+                        WriteError::Failed(e) => e,
+                    })?,
+                None => apply_in_transaction(conn, outcomes, now_ms)?,
+            };
+            // Counted and logged once committed.
+            for a in applied {
+                match a {
+                    Applied::Processed => {
+                        stats.processed += 1;
+                        metrics.inc_processed();
+                    }
+                    Applied::FxPending => stats.fx_pending += 1,
+                    Applied::Again | Applied::Gone => {}
+                    Applied::Retried {
+                        conversion_id,
+                        attempts,
+                        error,
+                    } => {
+                        stats.retried += 1;
+                        log::warn!(
+                            "pipeline: conversion {conversion_id} failed (try {attempts} of {MAX_ATTEMPTS}): {error}"
+                        );
+                    }
+                    Applied::DeadLettered {
+                        conversion_id,
+                        attempts,
+                        error,
+                    } => {
+                        stats.dead_lettered += 1;
+                        metrics.inc_dead_lettered();
+                        log::error!(
+                            "pipeline: conversion {conversion_id} dead-lettered after {attempts} tries: {error}"
+                        );
+                    }
+                }
+            }
         }
     }
 }
 
-/// Handles items from `items` in one transaction until [`CHUNK_BUDGET`] is spent, `opts.batch`
-/// items are done or `stop` says so, then commits. Each item runs in a savepoint, so a failing one
-/// is rolled back alone; a transient failure rolls the chunk back (its items stay due) and ends
-/// the pass.
-fn drain_chunk(
-    conn: &mut Connection,
+/// Decides items from `items` until [`CHUNK_BUDGET`] is spent or `opts.batch` items are decided,
+/// in one read transaction. A transient failure (busy, full) ends the pass; nothing is written.
+fn decide_chunk(
+    conn: &Connection,
     items: &mut std::iter::Peekable<std::vec::IntoIter<Item>>,
-    now_ms: i64,
     opts: &Options,
-    stop: &dyn Fn() -> bool,
-) -> store::Result<DrainStats> {
-    let mut stats = DrainStats::default();
+) -> store::Result<Vec<Outcome>> {
     let started = Instant::now();
-    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-    let outcome = (|| {
-        let mut n = 0;
+    store::read(conn, |conn| {
+        let mut outcomes = Vec::new();
         for item in items.by_ref() {
-            match handle(conn, &item, now_ms, opts.item_deadline) {
-                Ok(Handled::Processed) => stats.processed += 1,
-                Ok(Handled::FxPending) => stats.fx_pending += 1,
-                Ok(Handled::Gone) => {}
+            let outcome = match decide_item(conn, &item.conversion_id, opts.item_deadline) {
+                Ok(decision) => decision.into_outcome(item),
                 Err(Failure::Transient(e)) => return Err(e),
-                Err(Failure::Item(msg)) => match record_failure(conn, &item, &msg, now_ms)? {
-                    true => stats.dead_lettered += 1,
-                    false => stats.retried += 1,
-                },
-            }
-            n += 1;
-            if n >= opts.batch.max(1) || started.elapsed() >= CHUNK_BUDGET || stop() {
+                Err(Failure::Item(error)) => Outcome::Fail { item, error },
+            };
+            outcomes.push(outcome);
+            if outcomes.len() >= opts.batch.max(1) || started.elapsed() >= CHUNK_BUDGET {
                 break;
             }
         }
-        conn.prepare_cached("COMMIT")?.execute([])?;
-        Ok(())
-    })();
-    if let Err(e) = outcome {
-        if !conn.is_autocommit() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        return Err(e);
-    }
-    Ok(stats)
+        Ok(outcomes)
+    })
 }
 
-enum Handled {
+/// [`decide`] for one item, interrupted after `deadline`.
+fn decide_item(
+    conn: &Connection,
+    conversion_id: &str,
+    deadline: Duration,
+) -> Result<Decision, Failure> {
+    let until = Instant::now() + deadline;
+    conn.progress_handler(1_000, Some(move || Instant::now() > until))?;
+    let decided = decide(conn, conversion_id);
+    conn.progress_handler(0, None::<fn() -> bool>)?;
+    decided.map_err(|f| match f {
+        Failure::Item(msg) if Instant::now() > until => Failure::Item(format!(
+            "took longer than {}s ({msg})",
+            deadline.as_secs_f32()
+        )),
+        other => other,
+    })
+}
+
+/// What was decided for one item, to be written by [`apply`].
+enum Outcome {
+    Finish {
+        item: Item,
+        attribution: Attribution,
+        fx: Reported,
+    },
+    /// No rate yet for `from` or `to` on `day`: park as `fx_pending`.
+    Park {
+        item: Item,
+        attribution: Attribution,
+        from: String,
+        to: String,
+        day: String,
+    },
+    Fail {
+        item: Item,
+        error: String,
+    },
+}
+
+/// The attribution to store, owned (it travels to the writer thread).
+struct Attribution {
+    model: &'static str,
+    session_id: Option<String>,
+    source: String,
+    medium: String,
+    campaign: Option<String>,
+}
+
+impl Attribution {
+    fn borrowed(&self) -> Attributed<'_> {
+        Attributed {
+            model: self.model,
+            session_id: self.session_id.as_deref(),
+            source: &self.source,
+            medium: &self.medium,
+            campaign: self.campaign.as_deref(),
+        }
+    }
+}
+
+/// What [`apply`] did with one outcome.
+enum Applied {
     Processed,
     FxPending,
+    /// Left due: rates for it arrived after it was decided; the next pass takes it again.
+    Again,
     /// Finished, parked or rescheduled by someone else since it was listed.
     Gone,
+    Retried {
+        conversion_id: String,
+        attempts: i64,
+        error: String,
+    },
+    DeadLettered {
+        conversion_id: String,
+        attempts: i64,
+        error: String,
+    },
+}
+
+/// Writes a chunk's outcomes inside the caller's write transaction, each in its own savepoint.
+/// Every item is claimed again first: one that is no longer due, or whose tries changed since it
+/// was decided, is left alone. An item whose write fails is rolled back alone and counted as a
+/// failed try; a transient error (busy, full) fails the whole chunk, which then stays due.
+fn apply(conn: &Connection, outcomes: Vec<Outcome>, now_ms: i64) -> store::Result<Vec<Applied>> {
+    let mut applied = Vec::with_capacity(outcomes.len());
+    for outcome in outcomes {
+        exec(conn, "SAVEPOINT item")?;
+        let done = match apply_one(conn, &outcome, now_ms) {
+            Ok(a) => a,
+            Err(e @ (StoreError::Busy | StoreError::Full)) => return Err(e),
+            Err(e) => {
+                exec(conn, "ROLLBACK TO item")?;
+                let item = outcome.item();
+                match claim_unchanged(conn, item, now_ms)? {
+                    Some(current) => record_failure(conn, &current, &e.to_string(), now_ms)?,
+                    None => Applied::Gone,
+                }
+            }
+        };
+        exec(conn, "RELEASE item")?;
+        applied.push(done);
+    }
+    Ok(applied)
+}
+
+fn apply_one(conn: &Connection, outcome: &Outcome, now_ms: i64) -> store::Result<Applied> {
+    let Some(item) = claim_unchanged(conn, outcome.item(), now_ms)? else {
+        return Ok(Applied::Gone);
+    };
+    Ok(match outcome {
+        Outcome::Finish {
+            attribution, fx, ..
+        } => {
+            let a = attribution.borrowed();
+            store::pipeline::finish(conn, item.id, &item.conversion_id, &a, fx, now_ms)?;
+            Applied::Processed
+        }
+        Outcome::Park {
+            attribution,
+            from,
+            to,
+            day,
+            ..
+        } => {
+            // `rates import` makes parked items due in its own transaction: had it committed
+            // after this item was decided, parking it now would leave it parked until the next
+            // import. With both rates present now, the item stays due instead.
+            let has = |currency: &str| -> store::Result<bool> {
+                Ok(currency == fx::BASE
+                    || store::rates::on_or_before(conn, currency, day)?.is_some())
+            };
+            if has(from)? && has(to)? {
+                Applied::Again
+            } else {
+                let a = attribution.borrowed();
+                store::pipeline::park(conn, item.id, &item.conversion_id, &a)?;
+                Applied::FxPending
+            }
+        }
+        Outcome::Fail { error, .. } => record_failure(conn, &item, error, now_ms)?,
+    })
+}
+
+impl Outcome {
+    fn item(&self) -> &Item {
+        match self {
+            Outcome::Finish { item, .. }
+            | Outcome::Park { item, .. }
+            | Outcome::Fail { item, .. } => item,
+        }
+    }
+}
+
+/// The item as it is now, if it is still due and has the tries it had when it was decided.
+fn claim_unchanged(conn: &Connection, listed: &Item, now_ms: i64) -> store::Result<Option<Item>> {
+    Ok(store::pipeline::claim(conn, listed.id, now_ms)?.filter(|i| i.attempts == listed.attempts))
+}
+
+/// Records a failed try; the item is dead-lettered at [`MAX_ATTEMPTS`].
+fn record_failure(
+    conn: &Connection,
+    item: &Item,
+    error: &str,
+    now_ms: i64,
+) -> store::Result<Applied> {
+    let attempts = item.attempts + 1;
+    let conversion_id = item.conversion_id.clone();
+    let error = error.to_owned();
+    if attempts >= MAX_ATTEMPTS {
+        store::pipeline::dead_letter(conn, item.id, &conversion_id, attempts, &error, now_ms)?;
+        Ok(Applied::DeadLettered {
+            conversion_id,
+            attempts,
+            error,
+        })
+    } else {
+        let next = now_ms.saturating_add(backoff_ms(attempts, jitter()));
+        store::pipeline::retry_later(conn, item.id, attempts, next, &error)?;
+        Ok(Applied::Retried {
+            conversion_id,
+            attempts,
+            error,
+        })
+    }
+}
+
+/// [`apply`] in a `BEGIN IMMEDIATE` transaction of its own (no writer in this process).
+fn apply_in_transaction(
+    conn: &Connection,
+    outcomes: Vec<Outcome>,
+    now_ms: i64,
+) -> store::Result<Vec<Applied>> {
+    exec(conn, "BEGIN IMMEDIATE")?;
+    let result = apply(conn, outcomes, now_ms).and_then(|a| {
+        exec(conn, "COMMIT")?;
+        Ok(a)
+    });
+    if result.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    result
+}
+
+/// Runs a transaction-control statement through the statement cache.
+fn exec(conn: &Connection, sql: &str) -> store::Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
 }
 
 enum Failure {
@@ -205,56 +441,39 @@ impl From<rusqlite::Error> for Failure {
     }
 }
 
-/// The decision for one conversion, computed inside its transaction.
+/// The decision for one conversion, computed on a snapshot and written by [`apply`].
 struct Decision {
     model: Model,
     touch: attribution::Touch,
-    /// `None`: no rate yet (`fx_pending`).
-    fx: Option<Reported>,
+    /// `Err((from, to, day))`: no rate yet for one of them (`fx_pending`).
+    fx: Result<Reported, (String, String, String)>,
 }
 
-fn handle(
-    conn: &mut Connection,
-    listed: &Item,
-    now_ms: i64,
-    deadline: Duration,
-) -> Result<Handled, Failure> {
-    // Inside the chunk's transaction (see `drain_chunk`).
-    let tx = conn.savepoint()?;
-    let Some(item) = store::pipeline::claim(&tx, listed.id, now_ms)? else {
-        return Ok(Handled::Gone);
-    };
-    let until = Instant::now() + deadline;
-    tx.progress_handler(1_000, Some(move || Instant::now() > until))?;
-    let decided = decide(&tx, &item.conversion_id);
-    tx.progress_handler(0, None::<fn() -> bool>)?;
-    let d = decided.map_err(|f| match f {
-        Failure::Item(msg) if Instant::now() > until => Failure::Item(format!(
-            "took longer than {}s ({msg})",
-            deadline.as_secs_f32()
-        )),
-        other => other,
-    })?;
-    let campaign = d.touch.channel.campaign.as_deref();
-    let attributed = Attributed {
-        model: d.model.as_str(),
-        session_id: d.touch.session_id.as_deref(),
-        source: &d.touch.channel.source,
-        medium: &d.touch.channel.medium,
-        campaign,
-    };
-    let handled = match &d.fx {
-        Some(fx) => {
-            store::pipeline::finish(&tx, item.id, &item.conversion_id, &attributed, fx, now_ms)?;
-            Handled::Processed
+impl Decision {
+    fn into_outcome(self, item: Item) -> Outcome {
+        let channel = self.touch.channel;
+        let attribution = Attribution {
+            model: self.model.as_str(),
+            session_id: self.touch.session_id,
+            source: channel.source,
+            medium: channel.medium,
+            campaign: channel.campaign,
+        };
+        match self.fx {
+            Ok(fx) => Outcome::Finish {
+                item,
+                attribution,
+                fx,
+            },
+            Err((from, to, day)) => Outcome::Park {
+                item,
+                attribution,
+                from,
+                to,
+                day,
+            },
         }
-        None => {
-            store::pipeline::park(&tx, item.id, &item.conversion_id, &attributed)?;
-            Handled::FxPending
-        }
-    };
-    tx.commit()?;
-    Ok(handled)
+    }
 }
 
 /// Attribution and currency for one conversion; reads only.
@@ -288,14 +507,14 @@ fn decide(conn: &Connection, conversion_id: &str) -> Result<Decision, Failure> {
     let touch = attribution::attribute(model, &sessions, site.domain.as_deref());
 
     let fx = match &w.value {
-        None => Some(Reported::default()),
+        None => Ok(Reported::default()),
         Some(text) => {
             let amount =
                 fx::decimal(text).map_err(|e| Failure::Item(format!("stored value {e}")))?;
             let target = site.currency.as_str();
             let minor = fx::minor_units(target);
             if w.currency == target {
-                Some(Reported {
+                Ok(Reported {
                     value: Some(fx::round_to_minor(amount, minor).to_string()),
                     currency: Some(target.to_owned()),
                     rate: Some("1".into()),
@@ -312,14 +531,14 @@ fn decide(conn: &Connection, conversion_id: &str) -> Result<Decision, Failure> {
                 match (leg(conn, &w.currency, &day)?, leg(conn, target, &day)?) {
                     (Some(from), Some(to)) => {
                         let c = fx::convert(amount, &from, &to, minor).map_err(Failure::Item)?;
-                        Some(Reported {
+                        Ok(Reported {
                             value: Some(c.value.to_string()),
                             currency: Some(target.to_owned()),
                             rate: Some(c.rate.to_string()),
                             date: c.date.map(|d| d.format("%Y-%m-%d").to_string()),
                         })
                     }
-                    _ => None,
+                    _ => Err((w.currency.clone(), target.to_owned(), day)),
                 }
             }
         }
@@ -343,41 +562,6 @@ fn leg(conn: &Connection, currency: &str, day: &str) -> Result<Option<Leg>, Fail
         ))
     })?;
     Ok(Some(Leg::Quoted { per_eur, date }))
-}
-
-/// Records a failed try in its own transaction; returns whether the item is now dead-lettered.
-fn record_failure(
-    conn: &mut Connection,
-    listed: &Item,
-    error: &str,
-    now_ms: i64,
-) -> store::Result<bool> {
-    // Inside the chunk's transaction (see `drain_chunk`).
-    let tx = conn.savepoint()?;
-    let Some(item) = store::pipeline::claim(&tx, listed.id, now_ms)? else {
-        return Ok(false);
-    };
-    let attempts = item.attempts + 1;
-    let dead = attempts >= MAX_ATTEMPTS;
-    if dead {
-        store::pipeline::dead_letter(&tx, item.id, &item.conversion_id, attempts, error, now_ms)?;
-    } else {
-        let next = now_ms.saturating_add(backoff_ms(attempts, jitter()));
-        store::pipeline::retry_later(&tx, item.id, attempts, next, error)?;
-    }
-    tx.commit()?;
-    if dead {
-        log::error!(
-            "pipeline: conversion {} dead-lettered after {attempts} tries: {error}",
-            item.conversion_id
-        );
-    } else {
-        log::warn!(
-            "pipeline: conversion {} failed (try {attempts} of {MAX_ATTEMPTS}): {error}",
-            item.conversion_id
-        );
-    }
-    Ok(dead)
 }
 
 /// The delay after the `attempts`-th failure: `BASE × 2^(attempts-1)`, capped, scaled by
@@ -445,25 +629,26 @@ impl Waker {
     }
 }
 
-/// Opens the worker's own connection and starts its thread; `gate` is the request writer's.
+/// Opens the worker's own connection (for its reads) and starts its thread; results are written
+/// through `writer`.
 pub fn spawn(
     db: &Path,
     metrics: Metrics,
-    gate: WriteGate,
+    writer: Writer,
 ) -> store::Result<(Waker, JoinHandle<()>)> {
     let conn = store::open(db)?;
     let shared = Arc::new(Shared::default());
     let s = shared.clone();
     let handle = std::thread::Builder::new()
         .name("pipeline".into())
-        .spawn(move || run(conn, &metrics, &s, gate))
+        .spawn(move || run(conn, &metrics, &s, writer))
         .map_err(|e| StoreError::Other(e.to_string()))?;
     Ok((Waker(Some(shared)), handle))
 }
 
-fn run(mut conn: Connection, metrics: &Metrics, s: &Shared, gate: WriteGate) {
+fn run(mut conn: Connection, metrics: &Metrics, s: &Shared, writer: Writer) {
     let opts = Options {
-        gate: Some(gate),
+        writer: Some(writer),
         ..Options::default()
     };
     let stop = || s.stopping.load(Ordering::SeqCst);
@@ -514,6 +699,115 @@ fn run(mut conn: Connection, metrics: &Metrics, s: &Shared, gate: WriteGate) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::conversions::{self, NewConversion, Source};
+    use crate::store::sessions::{self, Session};
+    use crate::store::{sites, tenants};
+
+    const DAY_MS: i64 = 86_400_000;
+
+    /// A database with one EUR site and one USD conversion waiting in the outbox (no rates yet).
+    fn one_usd_conversion(dir: &std::path::Path) -> (Connection, i64) {
+        let conn = store::open(&dir.join("t.db")).unwrap();
+        let now = store::now_ms();
+        tenants::create(&conn, "t1", "T", now).unwrap();
+        let site = sites::NewSite {
+            id: "11111111-1111-4111-8111-111111111111",
+            tenant_id: "t1",
+            tracker_id: "trk",
+            name: "S",
+            domain: None,
+            currency: "EUR",
+            window_days: 30,
+            model: "last_touch",
+        };
+        sites::create(&conn, &site, now).unwrap();
+        sessions::ensure_visitor(&conn, site.id, "v1", now).unwrap();
+        let session = Session {
+            id: "s1".into(),
+            visitor_id: "v1".into(),
+            client_id: None,
+            started_at: now - DAY_MS,
+            last_activity_at: now - DAY_MS,
+            landing_url: None,
+            referrer: None,
+            campaign: Default::default(),
+        };
+        sessions::insert(&conn, site.id, &session).unwrap();
+        let c = NewConversion {
+            id: "c1".into(),
+            site_id: site.id.into(),
+            order_id: Some("o1".into()),
+            kind: "purchase".into(),
+            session_id: "s1".into(),
+            visitor_id: "v1".into(),
+            client_id: None,
+            value: Some("10.00".into()),
+            currency: "USD".into(),
+            occurred_at: now,
+            source: Source::Api,
+        };
+        conversions::record(&conn, &c, now).unwrap();
+        (conn, now)
+    }
+
+    fn due_now(conn: &Connection, now: i64) -> std::iter::Peekable<std::vec::IntoIter<Item>> {
+        store::pipeline::due(conn, now, 10)
+            .unwrap()
+            .into_iter()
+            .peekable()
+    }
+
+    #[test]
+    fn an_item_decided_without_rates_is_not_parked_when_rates_arrived_before_it_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, now) = one_usd_conversion(dir.path());
+        let outcomes = decide_chunk(&conn, &mut due_now(&conn, now), &Options::default()).unwrap();
+        assert!(matches!(outcomes.as_slice(), [Outcome::Park { .. }]));
+        // `rates import` commits in between: the rate, and every parked item made due.
+        let day = chrono::DateTime::from_timestamp_millis(now)
+            .unwrap()
+            .date_naive();
+        store::rates::upsert(&conn, "USD", &day.to_string(), "1.1").unwrap();
+        store::pipeline::unpark(&conn, now).unwrap();
+
+        let applied = apply_in_transaction(&conn, outcomes, now).unwrap();
+        assert!(matches!(applied.as_slice(), [Applied::Again]));
+        let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
+        assert_eq!(state.next_attempt_at, Some(now), "left due, not parked");
+        // The next pass finishes it with the rate.
+        let mut conn = conn;
+        let stats = drain_once(&mut conn, &Metrics::default(), now).unwrap();
+        assert_eq!(stats.processed, 1);
+        assert!(store::pipeline::item_state(&conn, "c1").unwrap().is_none());
+    }
+
+    #[test]
+    fn an_item_decided_without_rates_is_parked_when_none_arrived() {
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, now) = one_usd_conversion(dir.path());
+        let outcomes = decide_chunk(&conn, &mut due_now(&conn, now), &Options::default()).unwrap();
+        let applied = apply_in_transaction(&conn, outcomes, now).unwrap();
+        assert!(matches!(applied.as_slice(), [Applied::FxPending]));
+        let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
+        assert_eq!(state.next_attempt_at, None, "parked");
+    }
+
+    #[test]
+    fn an_item_whose_tries_changed_after_it_was_decided_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, now) = one_usd_conversion(dir.path());
+        store::rates::upsert(&conn, "USD", "2000-01-01", "1.1").unwrap();
+        let outcomes = decide_chunk(&conn, &mut due_now(&conn, now), &Options::default()).unwrap();
+        assert!(matches!(outcomes.as_slice(), [Outcome::Finish { .. }]));
+        // Someone else recorded a failed try in between (still due).
+        let item = store::pipeline::due(&conn, now, 1).unwrap().remove(0);
+        store::pipeline::retry_later(&conn, item.id, 1, now, "elsewhere").unwrap();
+        let applied = apply_in_transaction(&conn, outcomes, now).unwrap();
+        assert!(matches!(applied.as_slice(), [Applied::Gone]));
+        let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
+        assert_eq!(state.attempts, 1);
+        assert_eq!(state.last_error.as_deref(), Some("elsewhere"));
+    }
 
     #[test]
     fn backoff_doubles_within_its_jitter_and_is_capped() {

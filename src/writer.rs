@@ -13,17 +13,16 @@
 //! counted exactly only when the bound reaches the limit), so admission costs one atomic load and a
 //! client that got its 202 sees a count that includes its item.
 //!
-//! The [`WriteGate`] keeps the other writer in this process (the pipeline) from meeting this one in
-//! SQLite's busy handler, which sleeps in steps of up to 100 ms: both take the gate around their
-//! write transactions, and the pipeline lets queued requests go first.
+//! It is the only writer in the process: the pipeline's results come as jobs too (one per chunk of
+//! items), so they share the requests' commits and nobody waits in SQLite's busy handler.
 
 use std::any::Any;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rusqlite::Connection;
 
@@ -65,40 +64,6 @@ impl From<StoreError> for WriteError {
     }
 }
 
-/// Serialises the write transactions of this process: the request writer and background writers
-/// (the pipeline) hold it while they hold SQLite's write lock, so they wait for each other on a
-/// mutex, woken the moment the other commits, instead of polling in SQLite's busy handler.
-/// Background writers also give way while requests are queued. Cheap to clone.
-#[derive(Clone, Default, Debug)]
-pub struct WriteGate(Arc<GateInner>);
-
-#[derive(Default, Debug)]
-struct GateInner {
-    lock: Mutex<()>,
-    /// Jobs submitted to the request writer and not yet answered.
-    pending: AtomicUsize,
-}
-
-impl WriteGate {
-    /// How often a background writer looks again while requests are queued.
-    const YIELD_STEP: Duration = Duration::from_micros(500);
-
-    /// For a background writer: waits while the request writer has work queued, for at most
-    /// `max_yield` (so background work is delayed under load, never starved), then takes the gate.
-    pub fn background(&self, max_yield: Duration) -> MutexGuard<'_, ()> {
-        let until = Instant::now() + max_yield;
-        while self.0.pending.load(Ordering::Acquire) > 0 && Instant::now() < until {
-            std::thread::sleep(Self::YIELD_STEP);
-        }
-        self.lock()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, ()> {
-        // The guarded data is `()`: a panic while holding it leaves nothing inconsistent.
-        self.0.lock.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 /// Tuning of the writer.
 #[derive(Debug, Clone)]
 pub struct WriterConfig {
@@ -135,7 +100,8 @@ pub struct Writer {
     max_backlog: u64,
     /// Waiting outbox items at the last refresh (an upper bound while under the limit).
     backlog: Arc<AtomicU64>,
-    gate: WriteGate,
+    /// Jobs submitted and not yet answered.
+    pending: Arc<AtomicUsize>,
 }
 
 impl Writer {
@@ -151,11 +117,11 @@ impl Writer {
             &conn,
             config.max_backlog,
         )?));
-        let gate = WriteGate::default();
-        let (h, b, g) = (healthy.clone(), backlog.clone(), gate.clone());
+        let pending = Arc::new(AtomicUsize::new(0));
+        let (h, b, p) = (healthy.clone(), backlog.clone(), pending.clone());
         let handle = std::thread::Builder::new()
             .name("writer".into())
-            .spawn(move || run(conn, rx, config, h, b, g))
+            .spawn(move || run(conn, rx, config, h, b, &p))
             .map_err(|e| StoreError::Other(format!("cannot start writer: {e}")))?;
         Ok((
             Writer {
@@ -164,15 +130,10 @@ impl Writer {
                 healthy,
                 max_backlog,
                 backlog,
-                gate,
+                pending,
             },
             handle,
         ))
-    }
-
-    /// The gate other writers of this process take around their write transactions.
-    pub fn gate(&self) -> WriteGate {
-        self.gate.clone()
     }
 
     /// Runs `f` inside the next group transaction and returns its result once committed.
@@ -235,12 +196,21 @@ impl Writer {
         self.healthy.load(Ordering::SeqCst)
     }
 
+    /// For background work (the pipeline): waits while jobs are queued, so that requests go
+    /// first, but for at most `max_wait`, so that background work is delayed, never starved.
+    pub fn yield_to_queued(&self, max_wait: Duration) {
+        const STEP: Duration = Duration::from_micros(500);
+        let until = std::time::Instant::now() + max_wait;
+        while self.pending.load(Ordering::Acquire) > 0 && std::time::Instant::now() < until {
+            std::thread::sleep(STEP);
+        }
+    }
+
     fn enqueue(&self, job: Job) -> Result<(), WriteError> {
-        let pending = &self.gate.0.pending;
-        pending.fetch_add(1, Ordering::AcqRel);
+        self.pending.fetch_add(1, Ordering::AcqRel);
         let sent = self.tx.try_send(job);
         if sent.is_err() {
-            pending.fetch_sub(1, Ordering::AcqRel);
+            self.pending.fetch_sub(1, Ordering::AcqRel);
         }
         match sent {
             Ok(()) => Ok(()),
@@ -258,7 +228,7 @@ fn run(
     config: WriterConfig,
     healthy: Arc<AtomicBool>,
     backlog: Arc<AtomicU64>,
-    gate: WriteGate,
+    pending: &AtomicUsize,
 ) {
     let cap = if config.per_request {
         1
@@ -298,11 +268,8 @@ fn run(
             }
         }
         let n = batch.len();
-        {
-            let _held = gate.lock();
-            commit_batch(&conn, &mut batch, &healthy, &refresh);
-        }
-        gate.0.pending.fetch_sub(n, Ordering::AcqRel);
+        commit_batch(&conn, &mut batch, &healthy, &refresh);
+        pending.fetch_sub(n, Ordering::AcqRel);
     }
     log::debug!("writer stopped");
 }

@@ -240,7 +240,7 @@ pub fn start(
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let metrics = Metrics::default();
     let (pipeline, pipeline_thread) = if config.pipeline {
-        let (w, t) = crate::pipeline::spawn(&config.db, metrics.clone(), writer.gate())
+        let (w, t) = crate::pipeline::spawn(&config.db, metrics.clone(), writer.clone())
             .map_err(|e| e.to_string())?;
         (w, Some(t))
     } else {
