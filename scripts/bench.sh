@@ -204,6 +204,10 @@ check_convapi() {
     served=$(metric 'convapi_requests_total{route="conversions_report",status="202"}')
     accepted=$(metric convapi_conversions_accepted_total)
     dedup=$(metric convapi_conversions_deduplicated_total)
+    # The pipeline shares the writer with the requests: how much of its work the run included.
+    local finished; finished=$(metric convapi_pipeline_processed_total)
+    echo "{\"kind\": \"pipeline_during\", \"mode\": \"$mode\", \"target\": \"${CURRENT_TARGET:-}\", \"processed\": $finished, \"accepted\": $accepted}" >>"$RESULTS"
+    echo "  pipeline: $finished of $accepted conversions processed by the time the load stopped" >&2
     stop_server
     local rows distinct dupes
     read -r rows distinct dupes < <(sqlite3 -separator ' ' "$db" \
@@ -243,6 +247,7 @@ run_target() { # run_target TARGET ROUND
             run_wrk noop "$round" unique
             stop_server ;;
         group|per-request)
+            CURRENT_TARGET=$target
             local db=$WORK/$target-$round.db
             cp "$WORK/template.db" "$db"
             local extra=()

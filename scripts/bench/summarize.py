@@ -108,6 +108,12 @@ def main():
           % (i["cpu_s"], i["seconds"], idle_pct, i["threads"]))
     if startup:
         p("start-up to first healthy /healthz on the bench's database: " + fmt_range(startup) + " ms")
+    during = [r for r in rows if r["kind"] == "pipeline_during" and r.get("target") == "group"
+              and r["mode"] == "unique" and r["accepted"] > 0]
+    if during:
+        p("pipeline work inside the closed-loop group rounds (it shares the writer with the requests): "
+          "%s %% of the accepted conversions processed by the time wrk stopped"
+          % fmt_range([100 * r["processed"] / r["accepted"] for r in during]))
     if a.dup:
         p("duplicate-heavy run: " + a.dup)
     if a.seed_ms:
