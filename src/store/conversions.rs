@@ -53,12 +53,18 @@ pub fn find_order(
     order_id: &str,
     source: Source,
 ) -> Result<Option<(Recorded, bool)>> {
-    let sql = format!(
-        "SELECT id, session_id, {} FROM conversions WHERE site_id = ?1 AND order_id = ?2",
-        source.column()
-    );
+    // One literal per source: the statement cache is keyed by the SQL text, and this runs for
+    // every report.
+    let sql = match source {
+        Source::Api => {
+            "SELECT id, session_id, source_api FROM conversions WHERE site_id = ?1 AND order_id = ?2"
+        }
+        Source::Pixel => {
+            "SELECT id, session_id, source_pixel FROM conversions WHERE site_id = ?1 AND order_id = ?2"
+        }
+    };
     Ok(conn
-        .prepare_cached(&sql)?
+        .prepare_cached(sql)?
         .query_row(params![site_id, order_id], |r| {
             Ok((
                 Recorded {
