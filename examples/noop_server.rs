@@ -13,11 +13,8 @@
 //! the same body shape and headers (`Content-Type`, `X-Request-Id`) written back.
 //! Not done: the key/site lookups, session resolution, the write, the access log and the metrics.
 //!
-//! tiny_http's connection pool loses wakeups when connections arrive together (wrk opens its 16 at
-//! once): some connections then wait for a thread until another connection ends, which keep-alive
-//! connections never do (4 of wrk's 16 were seen stuck after their first request). convapi's
-//! connection supervisor hands them a thread by opening a connection to its own listener and
-//! closing it (`http/conn.rs`); this server does the same every 100 ms, so that both serve all 16.
+//! It links the same vendored tiny_http as convapi (`vendor/tiny_http`), whose pool no longer
+//! loses wakeups when wrk opens its 16 connections at once, so every connection is served.
 //!
 //! Prints `listening on http://ADDR` on stdout, like `convapi serve`, and serves until killed.
 
@@ -126,14 +123,6 @@ fn main() {
             .to_ip()
             .expect("a TCP listener has an IP address")
     );
-    let local = server
-        .server_addr()
-        .to_ip()
-        .expect("a TCP listener has an IP address");
-    std::thread::spawn(move || loop {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        let _ = std::net::TcpStream::connect(local);
-    });
     let next_id = Arc::new(AtomicU64::new(1));
     let workers: Vec<_> = (0..threads.max(1))
         .map(|_| {
