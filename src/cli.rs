@@ -491,12 +491,7 @@ fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
             ..Default::default()
         },
     };
-    // The server asks for a restart when it holds resources only a restart frees; the signal
-    // loop below then drains as for SIGTERM, and the exit status tells the supervisor.
-    let on_restart_wanted: std::sync::Arc<dyn Fn() + Send + Sync> = std::sync::Arc::new(|| {
-        let _ = signal_hook::low_level::raise(SIGTERM);
-    });
-    let running = crate::http::start(&config, on_restart_wanted)?;
+    let running = crate::http::start(&config)?;
     log::info!(
         "serving {} with {} threads, write mode {}",
         config.db.display(),
@@ -513,12 +508,8 @@ fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     if let Some(sig) = signals.forever().next() {
         log::info!("signal {sig}: draining and stopping");
     }
-    let restart = running.wants_restart();
     running.shutdown();
     log::info!("stopped");
-    if restart {
-        return Err("stopped to be restarted: too many undrainable requests held resources".into());
-    }
     Ok(())
 }
 

@@ -28,7 +28,6 @@ struct Inner {
     connections_shut: [AtomicU64; 5],
     pool_pokes: AtomicU64,
     accept_restarts: AtomicU64,
-    undrainable: AtomicU64,
     in_flight: AtomicU64,
 }
 
@@ -140,12 +139,6 @@ impl Metrics {
     pub fn inc_accept_restarts(&self) {
         self.0.accept_restarts.fetch_add(1, Ordering::Relaxed);
     }
-    pub fn inc_undrainable(&self) {
-        self.0.undrainable.fetch_add(1, Ordering::Relaxed);
-    }
-    pub fn undrainable(&self) -> u64 {
-        self.0.undrainable.load(Ordering::Relaxed)
-    }
 
     /// The exposition text; `outbox_depth`/`dead_letters` are read from the database by the caller.
     pub fn render(&self, outbox_depth: i64, dead_letters: i64) -> String {
@@ -220,11 +213,6 @@ impl Metrics {
                 "convapi_http_accept_restarts_total",
                 "Times the accept loop was restarted after an accept error (e.g. EMFILE).",
                 &self.0.accept_restarts,
-            ),
-            (
-                "convapi_http_undrainable_total",
-                "Requests refused for a declared body too large to drain (each holds a thread until restart).",
-                &self.0.undrainable,
             ),
         ];
         let _ = writeln!(

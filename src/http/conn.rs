@@ -449,7 +449,7 @@ impl Supervisor {
     }
 
     /// Writes `bytes` to the connection from `peer` directly (bypassing tiny_http); used only for
-    /// requests tiny_http must never see answered (see `http::refuse_undrainable`).
+    /// connections of which no request is in our hands (the supervisor's 431 for an oversized head).
     pub fn write_peer(&self, peer: SocketAddr, bytes: &[u8]) -> bool {
         let mut fds = self.fds();
         let local = self.local;

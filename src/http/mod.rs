@@ -32,20 +32,16 @@ use front::{Front, Incoming};
 /// Largest request head (request line plus header lines) answered normally; more is 431.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 
-/// Largest declared body that may be left unread. tiny_http drains an unread body when the request
-/// is dropped, allocating the whole declared length at once (`EqualReader`'s `Drop`): a huge
-/// `Content-Length` would abort the process. Above this, the request is refused without ever being
-/// dropped (see [`refuse_undrainable`]).
-pub const DRAIN_SAFE_BYTES: usize = 16 * 1024 * 1024;
+/// Largest declared body any request may have, whatever its route: above this, the request is
+/// answered `413 PAYLOAD_TOO_LARGE` before it reaches a handler, and its connection is closed (see
+/// [`handle`]). No route takes bodies anywhere near this size; routes that ignore their body would
+/// otherwise answer normally and leave tiny_http to discard it.
+pub const MAX_DECLARED_BODY: usize = 16 * 1024 * 1024;
 
 /// Largest unread body left for tiny_http to drain so the connection can stay open: the client
 /// finishes sending and reads its answer (a client still writing a body that the server stopped
 /// reading gets a broken pipe instead of the 413). Larger unread bodies close the connection.
 pub const LINGER_BYTES: usize = 1024 * 1024;
-
-/// Requests refused that way since start; each costs a parked tiny_http thread and two
-/// descriptors until the process restarts. Past this many, the server asks to be restarted.
-pub const UNDRAINABLE_LIMIT: u64 = 256;
 
 /// Everything a handler may use: the read pool, the writer, metrics and limits.
 pub struct App {
@@ -208,11 +204,6 @@ impl Running {
             c.stop();
         }
     }
-
-    /// Set when the server should be restarted by its supervisor (see [`UNDRAINABLE_LIMIT`]).
-    pub fn wants_restart(&self) -> bool {
-        self.app.metrics.undrainable() > UNDRAINABLE_LIMIT
-    }
 }
 
 /// What a worker needs besides the app.
@@ -221,15 +212,10 @@ struct Worker {
     registry: Arc<Registry>,
     supervisor: Arc<Supervisor>,
     front: Arc<Front>,
-    on_restart_wanted: Arc<dyn Fn() + Send + Sync>,
 }
 
 /// Opens the database, starts the writer, the pipeline, the accept side and the request threads.
-/// `on_restart_wanted` is called (once per event) when the process should be restarted.
-pub fn start(
-    config: &ServeConfig,
-    on_restart_wanted: Arc<dyn Fn() + Send + Sync>,
-) -> Result<Running, String> {
+pub fn start(config: &ServeConfig) -> Result<Running, String> {
     let threads = config.threads.max(1);
     let pool = store::open_pool(&config.db, threads as u32 + 2).map_err(|e| e.to_string())?;
     let (writer, writer_thread) =
@@ -278,7 +264,6 @@ pub fn start(
             registry: registry.clone(),
             supervisor: supervisor.clone(),
             front: front.clone(),
-            on_restart_wanted: on_restart_wanted.clone(),
         };
         let rx = rx.clone();
         let t = std::thread::Builder::new()
@@ -326,50 +311,11 @@ fn head_bytes(rq: &tiny_http::Request) -> usize {
         + line
 }
 
-/// Refuses a request whose declared body tiny_http cannot be allowed to drain: the answer is
-/// written to the socket directly, the connection shut down, and the request never dropped.
-fn refuse_undrainable(w: &Worker, inc: Incoming, started: Instant) {
-    let Incoming { rq, id, .. } = inc;
-    let err = ApiError::PayloadTooLarge(DRAIN_SAFE_BYTES);
-    let reply = err.to_reply();
-    let mut raw = format!(
-        "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\nX-Request-Id: {id}\r\n\r\n",
-        reply.body.len()
-    )
-    .into_bytes();
-    raw.extend_from_slice(&reply.body);
-    if let Some(peer) = rq.remote_addr().copied() {
-        w.supervisor.write_peer(peer, &raw);
-        w.supervisor.shutdown_peer(peer, Shutdown::Both);
-    }
-    let method = rq.method().as_str().to_owned();
-    let path = rq.url().split('?').next().unwrap_or("").to_owned();
-    // Dropping `rq` would make tiny_http allocate the declared length in one piece.
-    std::mem::forget(rq);
-    w.app.metrics.inc_undrainable();
-    w.app
-        .metrics
-        .observe_request("unknown", 413, started.elapsed());
-    log::warn!(
-        "request {id}: {method} {path}: declared body over {DRAIN_SAFE_BYTES} bytes refused"
-    );
-    if w.app.metrics.undrainable() == UNDRAINABLE_LIMIT + 1 {
-        log::error!(
-            "{UNDRAINABLE_LIMIT} requests with undrainable bodies refused; asking to be restarted \
-             to release their threads and descriptors"
-        );
-        (w.on_restart_wanted)();
-    }
-}
-
 /// Runs one request through the router, with the access log, metrics and panic catching, and
 /// decides whether the connection stays open afterwards.
 fn handle(w: &Worker, inc: Incoming) {
     let started = Instant::now();
     let app = &*w.app;
-    if inc.rq.body_length().is_some_and(|n| n > DRAIN_SAFE_BYTES) {
-        return refuse_undrainable(w, inc, started);
-    }
     let Incoming {
         rq,
         id: request_id,
@@ -396,6 +342,9 @@ fn handle(w: &Worker, inc: Incoming) {
     // Bodies of up to 1 KiB are read by tiny_http before we see the request: nothing to drain.
     let small_body = rq.body_length().is_some_and(|n| n <= 1024);
     let head_too_large = head_bytes(&rq) > MAX_HEAD_BYTES;
+    // Refused on every route, even one that never reads its body: the body is left unread, so the
+    // connection is closed below (`unread_large`).
+    let body_too_large = rq.body_length().is_some_and(|n| n > MAX_DECLARED_BODY);
     let mut ctx = Ctx {
         req: rq,
         method,
@@ -408,6 +357,8 @@ fn handle(w: &Worker, inc: Incoming) {
     let mut route = "unknown";
     let outcome = if head_too_large {
         Ok(Err(ApiError::HeadersTooLarge))
+    } else if body_too_large {
+        Ok(Err(ApiError::PayloadTooLarge(MAX_DECLARED_BODY)))
     } else {
         catch_unwind(AssertUnwindSafe(|| {
             router::dispatch(app, &mut ctx, &mut route)
@@ -462,8 +413,8 @@ fn handle(w: &Worker, inc: Incoming) {
             w.supervisor.shutdown_peer(peer, Shutdown::Read);
         }
     }
-    // Responding drops the request, which drains the unread body: a panic there (a declared length
-    // too large to allocate) must not take the worker with it.
+    // Responding drops the request, which drains the unread body (through a bounded buffer in the
+    // vendored tiny_http, vendor/tiny_http/PATCHES.md); a panic there must not take the worker.
     match catch_unwind(AssertUnwindSafe(|| req.respond(response))) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => log::debug!("request {request_id}: cannot write response: {e}"),
