@@ -197,6 +197,16 @@ run_wrk() {
     python3 "$RECORD" show "$(tail -1 "$RESULTS")" >&2
 }
 
+# pipeline_during TARGET MODE: right after the load stops, how much of the pipeline's work the run
+# included (the pipeline shares the writer with the requests).
+pipeline_during() {
+    local finished accepted
+    finished=$(metric convapi_pipeline_processed_total)
+    accepted=$(metric convapi_conversions_accepted_total)
+    echo "{\"kind\": \"pipeline_during\", \"mode\": \"$2\", \"target\": \"$1\", \"processed\": $finished, \"accepted\": $accepted}" >>"$RESULTS"
+    echo "  pipeline: $finished of $accepted conversions processed by the time the load stopped" >&2
+}
+
 # check_convapi DB MODE: the correctness checks after a convapi run (server still up for /metrics).
 check_convapi() {
     local db=$1 mode=$2 line=$LAST_LINE
@@ -204,10 +214,6 @@ check_convapi() {
     served=$(metric 'convapi_requests_total{route="conversions_report",status="202"}')
     accepted=$(metric convapi_conversions_accepted_total)
     dedup=$(metric convapi_conversions_deduplicated_total)
-    # The pipeline shares the writer with the requests: how much of its work the run included.
-    local finished; finished=$(metric convapi_pipeline_processed_total)
-    echo "{\"kind\": \"pipeline_during\", \"mode\": \"$mode\", \"target\": \"${CURRENT_TARGET:-}\", \"processed\": $finished, \"accepted\": $accepted}" >>"$RESULTS"
-    echo "  pipeline: $finished of $accepted conversions processed by the time the load stopped" >&2
     stop_server
     local rows distinct dupes
     read -r rows distinct dupes < <(sqlite3 -separator ' ' "$db" \
@@ -247,13 +253,13 @@ run_target() { # run_target TARGET ROUND
             run_wrk noop "$round" unique
             stop_server ;;
         group|per-request)
-            CURRENT_TARGET=$target
             local db=$WORK/$target-$round.db
             cp "$WORK/template.db" "$db"
             local extra=()
             if [ "$target" = per-request ]; then extra=(--write-mode per-request); fi
             start_server "$target" "$CONVAPI" --db "$db" serve --addr 127.0.0.1:0 "${extra[@]}"
             run_wrk "$target" "$round" unique
+            pipeline_during "$target" unique
             if [ "$target" = group ] && [ "$round" = "$RUNS" ]; then measure_idle; fi
             check_convapi "$db" unique
             # ~100 MB each: keep only the last group database (start-up is measured on it).
