@@ -63,15 +63,27 @@ impl Drop for Checkpointer {
 
 fn run(conn: &Connection, stopping: &AtomicBool) {
     let mut seen = data_version(conn).ok();
+    let mut failing = false;
     loop {
         std::thread::park_timeout(EVERY);
         let stop = stopping.load(Ordering::SeqCst);
         let now = data_version(conn).ok();
-        if now.is_some() && now != seen {
+        // After a failure, try again at every look until it works, new commits or not.
+        if now.is_some() && (now != seen || failing) {
             seen = now;
-            if let Err(e) = store::checkpoint_passive(conn) {
-                // A busy or full disk: the frames stay in the WAL and the next pass tries again.
-                log::warn!("checkpoint failed, retrying later: {e}");
+            match store::checkpoint_passive(conn) {
+                // A busy or full disk: the frames stay in the WAL (durable there) and the next look
+                // tries again. Logged when it starts and when it ends, not five times a second.
+                Err(e) if !failing => {
+                    log::warn!("checkpoint failed, retrying every {EVERY:?}: {e}");
+                    failing = true;
+                }
+                Err(_) => {}
+                Ok(()) if failing => {
+                    log::info!("checkpoint works again");
+                    failing = false;
+                }
+                Ok(()) => {}
             }
         }
         if stop {
