@@ -78,15 +78,7 @@ fn handle(mut rq: tiny_http::Request, request_id: u64) {
     let method = rq.method().as_str().to_owned();
     let url = rq.url().to_owned();
     let path = url.split_once('?').map_or(url.as_str(), |(p, _)| p);
-    let segments: Vec<String> = path
-        .trim_start_matches('/')
-        .split('/')
-        .map(|s| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8_lossy()
-                .into_owned()
-        })
-        .collect();
+    let segments = convapi::http::path_segments(path);
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     let reply = match (method.as_str(), segs.as_slice()) {
         ("POST", ["api", "sites", site, "conversions"]) => report(&mut rq, site),

@@ -301,6 +301,19 @@ fn serve_loop(w: &Worker, rx: &Mutex<Receiver<Incoming>>) {
     }
 }
 
+/// The percent-decoded segments of a request path, without the leading empty one. Public so that
+/// the benchmark's no-op server (`examples/noop_server.rs`) splits paths exactly this way.
+pub fn path_segments(path: &str) -> Vec<String> {
+    path.trim_start_matches('/')
+        .split('/')
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
 /// Size of the request head as the client sent it (request line and header lines).
 fn head_bytes(rq: &tiny_http::Request) -> usize {
     let line = rq.method().as_str().len() + rq.url().len() + 12;
@@ -330,15 +343,7 @@ fn handle(w: &Worker, inc: Incoming) {
         Some((p, q)) => (p.to_owned(), q.to_owned()),
         None => (raw_url.clone(), String::new()),
     };
-    let segments = path
-        .trim_start_matches('/')
-        .split('/')
-        .map(|s| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8_lossy()
-                .into_owned()
-        })
-        .collect();
+    let segments = path_segments(&path);
     // Bodies of up to 1 KiB are read by tiny_http before we see the request: nothing to drain.
     let small_body = rq.body_length().is_some_and(|n| n <= 1024);
     let head_too_large = head_bytes(&rq) > MAX_HEAD_BYTES;
