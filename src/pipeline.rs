@@ -296,12 +296,12 @@ enum Applied {
 fn apply(conn: &Connection, outcomes: Vec<Outcome>, now_ms: i64) -> store::Result<Vec<Applied>> {
     let mut applied = Vec::with_capacity(outcomes.len());
     for outcome in outcomes {
-        exec(conn, "SAVEPOINT item")?;
+        store::tx_control(conn, "SAVEPOINT item")?;
         let done = match apply_one(conn, &outcome, now_ms) {
             Ok(a) => a,
             Err(e @ (StoreError::Busy | StoreError::Full)) => return Err(e),
             Err(e) => {
-                exec(conn, "ROLLBACK TO item")?;
+                store::tx_control(conn, "ROLLBACK TO item")?;
                 let item = outcome.item();
                 match claim_unchanged(conn, item, now_ms)? {
                     Some(current) => record_failure(conn, &current, &e.to_string(), now_ms)?,
@@ -309,7 +309,7 @@ fn apply(conn: &Connection, outcomes: Vec<Outcome>, now_ms: i64) -> store::Resul
                 }
             }
         };
-        exec(conn, "RELEASE item")?;
+        store::tx_control(conn, "RELEASE item")?;
         applied.push(done);
     }
     Ok(applied)
@@ -402,21 +402,15 @@ fn apply_in_transaction(
     outcomes: Vec<Outcome>,
     now_ms: i64,
 ) -> store::Result<Vec<Applied>> {
-    exec(conn, "BEGIN IMMEDIATE")?;
+    store::tx_control(conn, "BEGIN IMMEDIATE")?;
     let result = apply(conn, outcomes, now_ms).and_then(|a| {
-        exec(conn, "COMMIT")?;
+        store::tx_control(conn, "COMMIT")?;
         Ok(a)
     });
     if result.is_err() && !conn.is_autocommit() {
         let _ = conn.execute_batch("ROLLBACK");
     }
     result
-}
-
-/// Runs a transaction-control statement through the statement cache.
-fn exec(conn: &Connection, sql: &str) -> store::Result<()> {
-    conn.prepare_cached(sql)?.execute([])?;
-    Ok(())
 }
 
 enum Failure {

@@ -288,7 +288,7 @@ fn commit_batch(
 ) {
     let mut jobs = batch.drain(..).collect::<std::collections::VecDeque<Job>>();
     while !jobs.is_empty() {
-        if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
+        if let Err(e) = store::tx_control(conn, "BEGIN IMMEDIATE") {
             let err = StoreError::from(e);
             log::warn!("writer cannot begin a transaction: {err}");
             healthy.store(false, Ordering::SeqCst);
@@ -300,13 +300,13 @@ fn commit_batch(
         let mut done: Vec<(Option<Reply>, Value)> = Vec::with_capacity(jobs.len());
         let mut lost: Option<StoreError> = None;
         while let Some(job) = jobs.pop_front() {
-            if let Err(e) = exec(conn, "SAVEPOINT job") {
+            if let Err(e) = store::tx_control(conn, "SAVEPOINT job") {
                 answer(job.reply, Err(WriteError::from(StoreError::from(e))));
                 continue;
             }
             match (job.run)(conn) {
                 Ok(v) => {
-                    let _ = exec(conn, "RELEASE job");
+                    let _ = store::tx_control(conn, "RELEASE job");
                     done.push((job.reply, v));
                 }
                 Err(e) => {
@@ -315,8 +315,8 @@ fn commit_batch(
                     }
                     let rolled_back = conn.is_autocommit();
                     if !rolled_back {
-                        let _ =
-                            exec(conn, "ROLLBACK TO job").and_then(|()| exec(conn, "RELEASE job"));
+                        let _ = store::tx_control(conn, "ROLLBACK TO job")
+                            .and_then(|()| store::tx_control(conn, "RELEASE job"));
                     }
                     answer(job.reply, Err(WriteError::from(e.clone())));
                     if rolled_back {
@@ -339,7 +339,7 @@ fn commit_batch(
             }
             continue;
         }
-        match exec(conn, "COMMIT") {
+        match store::tx_control(conn, "COMMIT") {
             Ok(()) => {
                 after_commit(conn);
                 healthy.store(true, Ordering::SeqCst);
@@ -360,12 +360,6 @@ fn commit_batch(
             }
         }
     }
-}
-
-/// Runs a transaction-control statement through the statement cache: parsed once per connection,
-/// not four times per job.
-fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 fn answer(reply: Option<Reply>, r: Result<Value, WriteError>) {

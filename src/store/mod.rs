@@ -183,6 +183,12 @@ fn migrate(conn: &mut Connection) -> Result<()> {
     }
 }
 
+/// Runs a transaction-control statement (`BEGIN`, `SAVEPOINT x`, `COMMIT`...) through the
+/// connection's statement cache: parsed once per connection, not once per use.
+pub fn tx_control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
 /// Runs `f`'s reads in one read transaction: one snapshot, and one WAL read lock and page-cache
 /// check instead of one per statement. (Every commit by the writer empties a reader's page cache at
 /// its next transaction, so statements in separate transactions each start cold.)
@@ -195,20 +201,12 @@ pub fn read<T, E: From<StoreError>>(
         fn drop(&mut self) {
             // Nothing was written: ending the transaction either way is the same. A pooled
             // connection must never go back to the pool inside one, even after a panic.
-            if !self.0.is_autocommit()
-                && self
-                    .0
-                    .prepare_cached("COMMIT")
-                    .and_then(|mut s| s.execute([]))
-                    .is_err()
-            {
+            if !self.0.is_autocommit() && tx_control(self.0, "COMMIT").is_err() {
                 let _ = self.0.execute_batch("ROLLBACK");
             }
         }
     }
-    conn.prepare_cached("BEGIN")
-        .and_then(|mut s| s.execute([]))
-        .map_err(StoreError::from)?;
+    tx_control(conn, "BEGIN").map_err(StoreError::from)?;
     let _end = End(conn);
     f(conn)
 }
