@@ -25,7 +25,7 @@ use crate::store::{self, StoreError};
 /// How often the checkpointer looks for new commits.
 pub const EVERY: Duration = Duration::from_millis(200);
 
-/// The running checkpointer; stopping or dropping it runs a last checkpoint and joins the thread.
+/// The running checkpointer; dropping it runs a last checkpoint and joins the thread.
 pub struct Checkpointer {
     stopping: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -46,11 +46,9 @@ impl Checkpointer {
             thread: Some(thread),
         })
     }
-
-    /// Stops the thread after one last checkpoint (dropping it does the same).
-    pub fn stop(self) {}
 }
 
+/// Dropping it stops the thread after one last checkpoint.
 impl Drop for Checkpointer {
     fn drop(&mut self) {
         self.stopping.store(true, Ordering::SeqCst);

@@ -93,11 +93,7 @@ pub struct DrainStats {
 
 /// Handles every item due at `now_ms`, each once, in order of due time. Items that fail are
 /// rescheduled after `now_ms`, so they wait for a later pass. The hook tests use.
-pub fn drain_once(
-    conn: &mut Connection,
-    metrics: &Metrics,
-    now_ms: i64,
-) -> store::Result<DrainStats> {
+pub fn drain_once(conn: &Connection, metrics: &Metrics, now_ms: i64) -> store::Result<DrainStats> {
     drain(conn, metrics, now_ms, &Options::default(), &|| false)
 }
 
@@ -110,7 +106,7 @@ pub fn drain_once(
 /// in one go by [`apply`], which re-checks every item inside the write transaction, so an item
 /// that changed in between is left alone.
 pub fn drain(
-    conn: &mut Connection,
+    conn: &Connection,
     metrics: &Metrics,
     now_ms: i64,
     opts: &Options,
@@ -640,7 +636,7 @@ pub fn spawn(
     Ok((Waker(Some(shared)), handle))
 }
 
-fn run(mut conn: Connection, metrics: &Metrics, s: &Shared, writer: Writer) {
+fn run(conn: Connection, metrics: &Metrics, s: &Shared, writer: Writer) {
     let opts = Options {
         writer: Some(writer),
         ..Options::default()
@@ -657,7 +653,7 @@ fn run(mut conn: Connection, metrics: &Metrics, s: &Shared, writer: Writer) {
             s.wake_pending.store(false, Ordering::Release);
         }
         let now = store::now_ms();
-        let wait = match drain(&mut conn, metrics, now, &opts, &stop) {
+        let wait = match drain(&conn, metrics, now, &opts, &stop) {
             Ok(stats) => {
                 if stats != DrainStats::default() {
                     log::debug!("pipeline: {stats:?}");
@@ -769,8 +765,7 @@ mod tests {
         let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
         assert_eq!(state.next_attempt_at, Some(now), "left due, not parked");
         // The next pass finishes it with the rate.
-        let mut conn = conn;
-        let stats = drain_once(&mut conn, &Metrics::default(), now).unwrap();
+        let stats = drain_once(&conn, &Metrics::default(), now).unwrap();
         assert_eq!(stats.processed, 1);
         assert!(store::pipeline::item_state(&conn, "c1").unwrap().is_none());
     }

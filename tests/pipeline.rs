@@ -543,13 +543,13 @@ fn a_slow_item_is_interrupted_and_retried_later() {
     let (order, _) = report_for(&app, &app.site.id, "busy");
     let event = status(&app, &order)["eventId"].as_str().unwrap().to_owned();
 
-    let mut conn = convapi::store::open(&app.db).unwrap();
+    let conn = convapi::store::open(&app.db).unwrap();
     let impatient = Options {
         item_deadline: Duration::ZERO,
         ..Options::default()
     };
     let t0 = now_ms();
-    let stats = pipeline::drain(&mut conn, &Metrics::default(), t0, &impatient, &|| false).unwrap();
+    let stats = pipeline::drain(&conn, &Metrics::default(), t0, &impatient, &|| false).unwrap();
     assert_eq!(
         stats,
         DrainStats {
@@ -567,12 +567,8 @@ fn a_slow_item_is_interrupted_and_retried_later() {
     );
     assert_eq!(status(&app, &order)["status"], "queued");
 
-    let stats = pipeline::drain_once(
-        &mut conn,
-        &Metrics::default(),
-        state.next_attempt_at.unwrap(),
-    )
-    .unwrap();
+    let stats =
+        pipeline::drain_once(&conn, &Metrics::default(), state.next_attempt_at.unwrap()).unwrap();
     assert_eq!(stats.processed, 1);
     let v = status(&app, &order);
     assert_eq!(touch(&v).0, "s199", "the latest of the 200 sessions: {v}");

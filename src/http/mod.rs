@@ -169,7 +169,7 @@ pub struct Running {
     app: Arc<App>,
     writer_thread: Option<JoinHandle<()>>,
     pipeline_thread: Option<JoinHandle<()>>,
-    checkpointer: Option<Checkpointer>,
+    checkpointer: Checkpointer,
 }
 
 impl Running {
@@ -200,9 +200,8 @@ impl Running {
         if let Some(t) = writer_thread {
             let _ = t.join();
         }
-        if let Some(c) = checkpointer {
-            c.stop();
-        }
+        // Last: one more checkpoint once nothing else writes.
+        drop(checkpointer);
     }
 }
 
@@ -281,7 +280,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
         app,
         writer_thread: Some(writer_thread),
         pipeline_thread,
-        checkpointer: Some(checkpointer),
+        checkpointer,
     })
 }
 

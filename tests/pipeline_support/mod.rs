@@ -28,8 +28,8 @@ pub fn drain_at(app: &TestApp, now_ms: i64) -> DrainStats {
 }
 
 pub fn drain_with(app: &TestApp, now_ms: i64, metrics: &Metrics) -> DrainStats {
-    let mut conn = convapi::store::open(&app.db).expect("open db");
-    pipeline::drain_once(&mut conn, metrics, now_ms).expect("drain")
+    let conn = convapi::store::open(&app.db).expect("open db");
+    pipeline::drain_once(&conn, metrics, now_ms).expect("drain")
 }
 
 /// `GET .../conversions/{orderId}`, asserting 200.
