@@ -15,6 +15,10 @@
 //!
 //! It is the only writer in the process: the pipeline's results come as jobs too (one per chunk of
 //! items), so they share the requests' commits and nobody waits in SQLite's busy handler.
+//!
+//! Between two batches it also does the checkpointer's last step when asked ([`CatchUp`]): under
+//! steady load only a checkpoint that leaves no frame behind lets the next commit start the WAL
+//! over, and only this thread can run one with no commit in between (see `checkpoint.rs`).
 
 use std::any::Any;
 use std::path::Path;
@@ -91,6 +95,22 @@ impl Default for WriterConfig {
     }
 }
 
+/// Asks the writer thread to checkpoint the frames committed since the checkpointer's last pass,
+/// after its next commit, so that the commit after it starts the WAL over. Holds no channel: the
+/// writer stops whether or not the checkpointer still has one.
+#[derive(Clone, Default)]
+pub struct CatchUp(Arc<AtomicBool>);
+
+impl CatchUp {
+    pub fn request(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    fn take(&self) -> bool {
+        self.0.swap(false, Ordering::AcqRel)
+    }
+}
+
 /// A handle to the writer thread; cheap to clone.
 #[derive(Clone)]
 pub struct Writer {
@@ -102,6 +122,7 @@ pub struct Writer {
     backlog: Arc<AtomicU64>,
     /// Jobs submitted and not yet answered.
     pending: Arc<AtomicUsize>,
+    catch_up: CatchUp,
 }
 
 impl Writer {
@@ -118,10 +139,16 @@ impl Writer {
             config.max_backlog,
         )?));
         let pending = Arc::new(AtomicUsize::new(0));
-        let (h, b, p) = (healthy.clone(), backlog.clone(), pending.clone());
+        let catch_up = CatchUp::default();
+        let (h, b, p, c) = (
+            healthy.clone(),
+            backlog.clone(),
+            pending.clone(),
+            catch_up.clone(),
+        );
         let handle = std::thread::Builder::new()
             .name("writer".into())
-            .spawn(move || run(conn, rx, config, h, b, &p))
+            .spawn(move || run(conn, rx, config, h, b, &p, &c))
             .map_err(|e| StoreError::Other(format!("cannot start writer: {e}")))?;
         Ok((
             Writer {
@@ -131,6 +158,7 @@ impl Writer {
                 max_backlog,
                 backlog,
                 pending,
+                catch_up,
             },
             handle,
         ))
@@ -191,6 +219,11 @@ impl Writer {
         self.backlog.load(Ordering::Relaxed)
     }
 
+    /// The checkpointer's way to ask for a [`CatchUp`].
+    pub fn catch_up(&self) -> CatchUp {
+        self.catch_up.clone()
+    }
+
     /// Whether the last transaction committed (the health check reports this).
     pub fn healthy(&self) -> bool {
         self.healthy.load(Ordering::SeqCst)
@@ -229,6 +262,7 @@ fn run(
     healthy: Arc<AtomicBool>,
     backlog: Arc<AtomicU64>,
     pending: &AtomicUsize,
+    catch_up: &CatchUp,
 ) {
     let cap = if config.per_request {
         1
@@ -270,6 +304,13 @@ fn run(
         let n = batch.len();
         commit_batch(&conn, &mut batch, &healthy, &refresh);
         pending.fetch_sub(n, Ordering::AcqRel);
+        if catch_up.take() {
+            // Outside any transaction, after the batch was answered. A failure only means the WAL
+            // does not start over this time; the checkpointer logs lasting ones.
+            if let Err(e) = store::checkpoint_passive(&conn) {
+                log::debug!("writer checkpoint: {e}");
+            }
+        }
     }
     log::debug!("writer stopped");
 }
@@ -366,5 +407,98 @@ fn answer(reply: Option<Reply>, r: Result<Value, WriteError>) {
     if let Some(reply) = reply {
         // The caller may have timed out and gone; that is its business.
         let _ = reply.try_send(r);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The checkpoint sequence number in the WAL header: SQLite adds one each time the WAL
+    /// starts over from its beginning.
+    fn wal_generation(db: &Path) -> u32 {
+        let mut wal = db.as_os_str().to_owned();
+        wal.push("-wal");
+        let header = std::fs::read(wal).expect("the WAL exists while the writer runs");
+        u32::from_be_bytes(header[12..16].try_into().unwrap())
+    }
+
+    /// The race of a running server, one step at a time: a reader holds a snapshot while another
+    /// commit lands, so the checkpointer's pass leaves frames behind. Returns how often the WAL
+    /// started over in the two commits after that, with or without asking for a catch-up.
+    fn restarts_after_a_partial_checkpoint(ask: bool) -> u32 {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("w.db");
+        let checkpointer = store::open(&db).unwrap();
+        let reader = store::open(&db).unwrap();
+        let (writer, thread) = Writer::start(&db, WriterConfig::default()).unwrap();
+        let write = |n: u32| {
+            writer
+                .submit(move |c| store::tenants::create(c, &format!("t{n}"), "t", 0).map(drop))
+                .unwrap()
+        };
+        write(1);
+        store::read(&reader, |r| {
+            store::tenants::exists(r, "t1")?;
+            write(2);
+            // The reader's snapshot holds the checkpoint back to before write 2.
+            store::checkpoint_passive(&checkpointer)
+        })
+        .unwrap();
+        let before = wal_generation(&db);
+        if ask {
+            writer.catch_up().request();
+        }
+        write(3);
+        write(4);
+        let restarts = wal_generation(&db) - before;
+        drop(writer);
+        thread.join().unwrap();
+        restarts
+    }
+
+    #[test]
+    fn a_wal_that_grew_past_its_limit_is_cut_back_when_it_starts_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("w.db");
+        let wal_len = || {
+            std::fs::metadata(dir.path().join("w.db-wal"))
+                .unwrap()
+                .len()
+        };
+        let checkpointer = store::open(&db).unwrap();
+        let (writer, thread) = Writer::start(&db, WriterConfig::default()).unwrap();
+        let big = "x".repeat(1 << 20);
+        let n = store::WAL_SIZE_LIMIT / (1 << 20) + 8;
+        writer
+            .submit(move |c| {
+                for i in 0..n {
+                    store::tenants::create(c, &format!("big{i}"), &big, 0)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert!(wal_len() > store::WAL_SIZE_LIMIT);
+        store::checkpoint_passive(&checkpointer).unwrap();
+        writer
+            .submit(|c| store::tenants::create(c, "small", "t", 0).map(drop))
+            .unwrap();
+        assert!(
+            wal_len() <= store::WAL_SIZE_LIMIT,
+            "WAL is {} bytes",
+            wal_len()
+        );
+        drop(writer);
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_requested_catch_up_lets_the_next_commit_start_the_wal_over() {
+        assert_eq!(restarts_after_a_partial_checkpoint(true), 1);
+    }
+
+    #[test]
+    fn without_a_catch_up_the_wal_keeps_growing_after_a_partial_checkpoint() {
+        assert_eq!(restarts_after_a_partial_checkpoint(false), 0);
     }
 }

@@ -219,7 +219,8 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
     let pool = store::open_pool(&config.db, threads as u32 + 2).map_err(|e| e.to_string())?;
     let (writer, writer_thread) =
         Writer::start(&config.db, config.writer.clone()).map_err(|e| e.to_string())?;
-    let checkpointer = Checkpointer::start(&config.db).map_err(|e| e.to_string())?;
+    let checkpointer =
+        Checkpointer::start(&config.db, writer.catch_up()).map_err(|e| e.to_string())?;
     let listener = TcpListener::bind(&config.addr)
         .map_err(|e| format!("cannot listen on {}: {e}", config.addr))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;

@@ -34,6 +34,9 @@ pub const SCHEMA_VERSION: i64 = 1 + MIGRATIONS.len() as i64;
 /// How long a connection waits for SQLite's write lock before giving up with `Busy`, by default.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Bytes the WAL file is truncated to when it starts over after growing past them.
+pub const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
+
 static BUSY_TIMEOUT_MS: AtomicU64 = AtomicU64::new(BUSY_TIMEOUT.as_millis() as u64);
 static MAX_PAGE_COUNT: AtomicU64 = AtomicU64::new(0);
 
@@ -109,12 +112,15 @@ pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
     // acknowledged conversion survives power loss, not just a process crash.
     // No checkpoint inside a commit: in `serve` the checkpointer thread does it (see
     // `checkpoint.rs`); elsewhere SQLite checkpoints when the last connection closes.
-    conn.execute_batch(
+    // A WAL that grew during a burst is cut back to `WAL_SIZE_LIMIT` when it next starts over
+    // (without it the file keeps its largest size for as long as the server runs).
+    conn.execute_batch(&format!(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
          PRAGMA foreign_keys = ON;
-         PRAGMA wal_autocheckpoint = 0;",
-    )?;
+         PRAGMA wal_autocheckpoint = 0;
+         PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};"
+    ))?;
     conn.set_prepared_statement_cache_capacity(64);
     let pages = MAX_PAGE_COUNT.load(Ordering::Relaxed);
     if pages > 0 {
@@ -124,10 +130,10 @@ pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 /// Copies what the WAL holds into the database file as far as no reader needs the old pages, without
-/// waiting for the writer or readers (`PRAGMA wal_checkpoint(PASSIVE)`).
-pub fn checkpoint_passive(conn: &Connection) -> Result<()> {
-    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
-    Ok(())
+/// waiting for the writer or readers (`PRAGMA wal_checkpoint(PASSIVE)`). Returns how many frames
+/// the WAL holds since it last started over.
+pub fn checkpoint_passive(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))?)
 }
 
 /// Opens one connection, creating the file and its schema on first use.
