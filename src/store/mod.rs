@@ -114,13 +114,13 @@ pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
     // `checkpoint.rs`); elsewhere SQLite checkpoints when the last connection closes.
     // A WAL that grew during a burst is cut back to `WAL_SIZE_LIMIT` when it next starts over
     // (without it the file keeps its largest size for as long as the server runs).
-    conn.execute_batch(&format!(
+    conn.execute_batch(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
          PRAGMA foreign_keys = ON;
-         PRAGMA wal_autocheckpoint = 0;
-         PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};"
-    ))?;
+         PRAGMA wal_autocheckpoint = 0;",
+    )?;
+    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT as i64)?;
     conn.set_prepared_statement_cache_capacity(64);
     let pages = MAX_PAGE_COUNT.load(Ordering::Relaxed);
     if pages > 0 {
