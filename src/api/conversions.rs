@@ -92,19 +92,28 @@ fn accepted(rec: &Recorded) -> Reply {
     )
 }
 
-pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError> {
-    let (_key, site) = super::authorize(app, ctx, site_id)?;
+/// Checks 4 to 7: the body as a report.
+fn read_report(ctx: &mut Ctx, now_ms: i64) -> Result<Report, ApiError> {
     let body = ctx.body(BODY_LIMIT)?;
     if !validate::media_type_is(ctx.header("Content-Type"), &["application/json"]) {
         return Err(ApiError::UnsupportedMediaType("application/json"));
     }
-    let obj = validate::json_object(&body)?;
+    parse_report(&validate::json_object(&body)?, now_ms)
+}
+
+pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError> {
+    let key_hash = super::bearer_key_hash(ctx)?;
+    // The body is read before the database, so that no read transaction stays open while a client
+    // sends it; its errors still come after the key's and the site's (checks 1 to 3 first).
     let now = store::now_ms();
-    let r = parse_report(&obj, now)?;
+    let parsed = read_report(ctx, now);
 
     let conn = app.pool.get().map_err(StoreError::from)?;
-    // The order lookup and session resolution in one read transaction (see `store::read`).
-    let (known, resolved) = store::read(&conn, |conn| {
+    // Key, site, order and session in one read transaction (see `store::read`).
+    let (site, r, known, resolved) = store::read(&conn, |conn| {
+        let (key, site) = super::authorize(conn, &key_hash, site_id)?;
+        super::touch_key(app, &key);
+        let r = parsed?;
         let known = match &r.order_id {
             Some(order_id) => {
                 store::conversions::find_order(conn, &site.id, order_id, Source::Api)?
@@ -112,10 +121,11 @@ pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
             None => None,
         };
         // A repeat already reported by this source needs no write at all.
-        if let Some((_, true)) = known {
-            return Ok::<_, StoreError>((known, Err(ApiError::NoSession)));
-        }
-        Ok((known, resolve_session(conn, &site, &r)))
+        let resolved = match known {
+            Some((_, true)) => Err(ApiError::NoSession),
+            _ => resolve_session(conn, &site, &r),
+        };
+        Ok::<_, ApiError>((site, r, known, resolved))
     })?;
     drop(conn);
     let order_known = match known {
@@ -189,9 +199,13 @@ pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
 }
 
 pub fn status(app: &App, ctx: &mut Ctx, site_id: &str, order_id: &str) -> Result<Reply, ApiError> {
-    let (_key, site) = super::authorize(app, ctx, site_id)?;
+    let key_hash = super::bearer_key_hash(ctx)?;
     let conn = app.pool.get().map_err(StoreError::from)?;
-    let view =
-        store::conversions::status(&conn, &site.id, order_id)?.ok_or(ApiError::OrderNotFound)?;
-    Ok(Reply::json(200, &view))
+    let view = store::read(&conn, |conn| {
+        let (key, site) = super::authorize(conn, &key_hash, site_id)?;
+        super::touch_key(app, &key);
+        Ok::<_, ApiError>(store::conversions::status(conn, &site.id, order_id)?)
+    })?;
+    drop(conn);
+    Ok(Reply::json(200, &view.ok_or(ApiError::OrderNotFound)?))
 }

@@ -7,48 +7,53 @@ pub mod health;
 pub mod static_files;
 pub mod validate;
 
+use rusqlite::Connection;
+
 use crate::http::{ApiError, App, Ctx};
 use crate::store::{self, keys::AuthKey, sites::Site};
 
 /// How often `lastUsedAt` is written per key at most.
 const KEY_TOUCH_INTERVAL_MS: i64 = 60_000;
 
-/// The contract's checks 1 to 3, in order: a valid key (401), a known site (404), the key's tenant
-/// owns the site (403).
-pub fn authorize(app: &App, ctx: &Ctx, site_id: &str) -> Result<(AuthKey, Site), ApiError> {
-    let token = ctx
-        .header("Authorization")
+/// Check 1 without the database: the hash of a well-formed `Authorization: Bearer ask_...` key.
+pub fn bearer_key_hash(ctx: &Ctx) -> Result<Vec<u8>, ApiError> {
+    ctx.header("Authorization")
         .and_then(|h| {
             let (scheme, rest) = h.trim().split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
         })
         .filter(|t| t.starts_with(crate::keys::PREFIX))
+        .map(crate::keys::hash)
+        .ok_or(ApiError::Unauthorized)
+}
+
+/// The contract's checks 1 to 3, in order: a valid key (401), a known site (404), the key's tenant
+/// owns the site (403). Runs inside the caller's read transaction (see `store::read`), so that a
+/// request reads its key, site and whatever else it needs in one. The caller then calls
+/// [`touch_key`] with the key.
+pub fn authorize(
+    conn: &Connection,
+    key_hash: &[u8],
+    site_id: &str,
+) -> Result<(AuthKey, Site), ApiError> {
+    let key = store::keys::by_hash(conn, key_hash)?
+        .filter(|k| !k.revoked)
         .ok_or(ApiError::Unauthorized)?;
-    let conn = app.pool.get().map_err(store::StoreError::from)?;
-    // Both lookups in one read transaction (see `store::read`).
-    let (key, site) = store::read(&conn, |conn| {
-        let key = store::keys::by_hash(conn, &crate::keys::hash(token))?
-            .filter(|k| !k.revoked)
-            .ok_or(ApiError::Unauthorized)?;
-        let site = uuid::Uuid::parse_str(site_id)
-            .ok()
-            .map(|u| u.hyphenated().to_string())
-            .map(|id| store::sites::by_id(conn, &id))
-            .transpose()?
-            .flatten()
-            .ok_or(ApiError::SiteNotFound)?;
-        Ok::<_, ApiError>((key, site))
-    })?;
+    let site = uuid::Uuid::parse_str(site_id)
+        .ok()
+        .map(|u| u.hyphenated().to_string())
+        .map(|id| store::sites::by_id(conn, &id))
+        .transpose()?
+        .flatten()
+        .ok_or(ApiError::SiteNotFound)?;
     if site.tenant_id != key.tenant_id {
         return Err(ApiError::Forbidden);
     }
-    drop(conn);
-    touch_key(app, &key);
     Ok((key, site))
 }
 
 /// Records `lastUsedAt`, at most once a minute per key, without delaying the request.
-fn touch_key(app: &App, key: &AuthKey) {
+pub fn touch_key(app: &App, key: &AuthKey) {
     let now = store::now_ms();
     if key
         .last_used_at
