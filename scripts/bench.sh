@@ -17,7 +17,8 @@
 #   4. an open-loop run at 2,000 requests/s with latency correction (oha), RUNS times, each followed
 #      by the same load against the no-op server (the floor the machine allows at that moment);
 #   5. a duplicate-heavy run (every orderId sent twice, often concurrently);
-#   6. start-up to healthy on an existing database, and idle CPU after the load;
+#   6. start-up to healthy on an existing database, idle CPU after the load, and the largest the
+#      WAL file got during each convapi closed-loop run;
 #   7. correctness checks with sqlite3 after every convapi run: #conversions == #202s the server
 #      sent (its own counter) with distinct orderIds, within the 202s wrk saw and the requests it
 #      sent; one row per order in the duplicate-heavy run. A failed check exits 1, loudly.
@@ -197,6 +198,26 @@ run_wrk() {
     python3 "$RECORD" show "$(tail -1 "$RESULTS")" >&2
 }
 
+# wal_watch_start DB / wal_watch_stop TARGET MODE: the largest the database's WAL file got while
+# the load ran (sampled every 0.2 s). Without checkpoints that keep up and let it start over, it
+# grows for as long as the load lasts.
+wal_watch_start() {
+    local wal=$1-wal
+    ( peak=0; while :; do
+        s=$(stat -c %s "$wal" 2>/dev/null || echo 0)
+        if [ "$s" -gt "$peak" ]; then peak=$s; echo "$peak" >"$WORK/wal-peak"; fi
+        sleep 0.2
+      done ) &
+    WAL_WATCH_PID=$!
+}
+wal_watch_stop() {
+    kill "$WAL_WATCH_PID" 2>/dev/null || true
+    wait "$WAL_WATCH_PID" 2>/dev/null || true
+    local peak; peak=$(cat "$WORK/wal-peak" 2>/dev/null || echo 0); rm -f "$WORK/wal-peak"
+    echo "{\"kind\": \"wal_peak\", \"target\": \"$1\", \"mode\": \"$2\", \"bytes\": $peak}" >>"$RESULTS"
+    echo "  WAL: at most $(( peak / 1048576 )) MiB during the run" >&2
+}
+
 # pipeline_during TARGET MODE: right after the load stops, how much of the pipeline's work the run
 # included (the pipeline shares the writer with the requests).
 pipeline_during() {
@@ -258,7 +279,9 @@ run_target() { # run_target TARGET ROUND
             local extra=()
             if [ "$target" = per-request ]; then extra=(--write-mode per-request); fi
             start_server "$target" "$CONVAPI" --db "$db" serve --addr 127.0.0.1:0 "${extra[@]}"
+            wal_watch_start "$db"
             run_wrk "$target" "$round" unique
+            wal_watch_stop "$target" unique
             pipeline_during "$target" unique
             if [ "$target" = group ] && [ "$round" = "$RUNS" ]; then measure_idle; fi
             check_convapi "$db" unique

@@ -114,6 +114,9 @@ def main():
         p("pipeline work inside the closed-loop group rounds (it shares the writer with the requests): "
           "%s %% of the accepted conversions processed by the time wrk stopped"
           % fmt_range([100 * r["processed"] / r["accepted"] for r in during]))
+    wal = [r["bytes"] / 1048576 for r in rows if r["kind"] == "wal_peak" and r["target"] == "group"]
+    if wal:
+        p("largest WAL file during the closed-loop group rounds: " + fmt_range(wal) + " MiB")
     if a.dup:
         p("duplicate-heavy run: " + a.dup)
     if a.seed_ms:
