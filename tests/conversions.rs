@@ -499,6 +499,35 @@ fn a_body_of_exactly_64_kib_is_accepted() {
 }
 
 #[test]
+fn a_value_beyond_the_range_of_a_float_is_a_validation_error_on_value() {
+    // Valid JSON numbers that are not finite as doubles: CONTRACT §3 asks for a finite number, so
+    // these are field errors (400 VALIDATION_ERROR on `value`), not unreadable JSON.
+    let app = TestApp::start();
+    known_visitor(&app);
+    let post = |number: &str| {
+        let body = format!(
+            r#"{{"visitorId": "v-known", "orderId": "{}", "value": {number}, "currency": "EUR"}}"#,
+            unique("huge")
+        );
+        app.post_conversion_raw(
+            &[
+                ("Authorization", &bearer(&app.key.key)),
+                ("Content-Type", JSON),
+            ],
+            &app.site.id,
+            body.as_bytes(),
+        )
+    };
+    for number in ["1e400", "-1e400", "1.5e309", "123456789e999999"] {
+        let r = post(number);
+        assert_eq!(r.status, 400, "value {number}");
+        expect_invalid(&r, "value");
+    }
+    // More digits than a double keeps, within the range: accepted.
+    post("12.500000000000000000000000001").accepted();
+}
+
+#[test]
 fn every_field_rule_names_its_field() {
     let app = TestApp::start();
     known_visitor(&app);
