@@ -113,6 +113,27 @@ pub fn order_at(
     order
 }
 
+/// One order, `order_id` for 49.90 EUR, from both sources: visitor `v`'s pixel sends a pageview
+/// from `news` / `email` a minute ago and the purchase 30 s ago; then the API reports the same
+/// order `api_sends` times, each answered 202.
+#[track_caller]
+pub fn order_from_pixel_and_api(app: &TestApp, order_id: &str, api_sends: usize) {
+    let now = now_ms();
+    app.pixel(
+        "v",
+        json!([
+            {"type": "pageview", "url": "https://shop.example/?utm_source=news&utm_medium=email", "ts": now - MINUTE},
+            {"type": "purchase", "orderId": order_id, "value": 49.9, "currency": "EUR", "ts": now - 30_000},
+        ]),
+    );
+    for _ in 0..api_sends {
+        app.post_conversion(
+            &json!({"visitorId": "v", "orderId": order_id, "value": 49.9, "currency": "EUR"}),
+        )
+        .accepted();
+    }
+}
+
 /// `convapi report --site SITE ARGS... --json`: the rows, and the raw `revenue` number texts in
 /// row order (the JSON parser here would turn `1.10` into a float).
 #[track_caller]
