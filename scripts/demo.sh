@@ -4,19 +4,12 @@
 # shows its status once the pipeline has processed it, and stops the server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/server.sh
 
 cargo build --release --quiet
 bin=$PWD/target/release/convapi
-work=$(mktemp -d)
-export CONVAPI_DB=$work/demo.db
-server_pid=""
-cleanup() {
-    [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+tmp_db demo.db
 
-json_field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "tenant, site and API key"
@@ -32,11 +25,7 @@ step "exchange rates (ECB reference rates shipped for the demo)"
 "$bin" rates import scripts/data/eurofxref-demo.csv --json
 
 step "start the server"
-"$bin" serve --addr 127.0.0.1:0 >"$work/stdout" 2>"$work/server.log" &
-server_pid=$!
-for _ in $(seq 100); do grep -q listening "$work/stdout" 2>/dev/null && break; sleep 0.05; done
-base=$(sed -n 's/^listening on //p' "$work/stdout")
-[ -n "$base" ] || { echo "server did not start:"; cat "$work/server.log"; exit 1; }
+start_server "$bin"
 echo "$base"
 
 step "the pixel: a visit from a newsletter, identify(), a purchase (POST /api/collect)"

@@ -5,31 +5,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
+. scripts/lib/server.sh
 
 command -v st >/dev/null 2>&1 || { echo "schemathesis missing: run scripts/install-test-deps.sh" >&2; exit 1; }
 cargo build --quiet
 bin=$repo/target/debug/convapi
-work=$(mktemp -d)
-export CONVAPI_DB=$work/st.db
-server_pid=""
-cleanup() {
-    [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+tmp_db st.db
 
-tenant_id=$("$bin" tenant create "schemathesis" --json | field id)
+tenant_id=$("$bin" tenant create "schemathesis" --json | json_field id)
 site=$("$bin" site create --tenant "$tenant_id" --name "fuzzed shop" --domain shop.example --json)
-site_id=$(field id <<<"$site")
-tracker_id=$(field trackerId <<<"$site")
-key=$("$bin" key create --tenant "$tenant_id" --json | field key)
+site_id=$(json_field id <<<"$site")
+tracker_id=$(json_field trackerId <<<"$site")
+key=$("$bin" key create --tenant "$tenant_id" --json | json_field key)
 
-RUST_LOG=warn "$bin" serve --addr 127.0.0.1:0 >"$work/stdout" 2>"$work/server.log" &
-server_pid=$!
-for _ in $(seq 200); do grep -q listening "$work/stdout" 2>/dev/null && break; sleep 0.05; done
-base=$(sed -n 's/^listening on //p' "$work/stdout")
-[ -n "$base" ] || { echo "server did not start:" >&2; cat "$work/server.log" >&2; exit 1; }
+RUST_LOG=warn start_server "$bin"
 
 # A visitor identified as user-42 with a purchase A-1001: the ids the spec's examples use.
 curl -fsS -X POST "$base/api/collect" -H 'Content-Type: application/json' -d "{

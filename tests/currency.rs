@@ -289,17 +289,7 @@ fn the_report_sum_is_the_exact_decimal_sum() {
     ));
     assert_eq!(drain(&app).processed, 21);
     // 1.00 + 0.60 + 133.28 + 95.24
-    let (rows, revenues) = report(&app, &app.site.id, &[]);
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!(
-        (
-            rows[0]["key"].as_str(),
-            rows[0]["conversions"].as_i64(),
-            rows[0]["unconverted"].as_i64()
-        ),
-        (Some("(direct)"), Some(21), Some(0))
-    );
-    assert_eq!(revenues, ["230.12"]);
+    assert_one_report_row(&app, "(direct)", 21, "230.12");
     // The same total from the per-order values the status endpoint shows, summed exactly.
     let mut cents = 0i64;
     for o in &orders {

@@ -248,6 +248,21 @@ fn all_at_once<T: Send + 'static>(
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
+/// `POST /api/sites/{site}/conversions` of `body` with the app's key, through `agent`: a sender
+/// with a client of its own has a connection of its own (the app's client is shared).
+fn post_conversion_via(agent: &ureq::Agent, app: &TestApp, body: &Value) -> Resp {
+    send(
+        agent,
+        "POST",
+        &format!("{}/api/sites/{}/conversions", app.base, app.site.id),
+        &[
+            ("Authorization", &format!("Bearer {}", app.key.key)),
+            ("Content-Type", "application/json"),
+        ],
+        Some(&serde_json::to_vec(body).unwrap()),
+    )
+}
+
 #[test]
 fn thirty_two_concurrent_sends_of_one_new_order_make_one_conversion() {
     let app = Arc::new(app());
@@ -258,18 +273,8 @@ fn thirty_two_concurrent_sends_of_one_new_order_make_one_conversion() {
         let (a, o) = (app.clone(), order.clone());
         let answers = all_at_once(32, move |_| {
             // Each sender has its own client, so each has its own connection.
-            let agent = agent();
             let body = json!({"visitorId": "v-1", "orderId": o, "value": 1});
-            send(
-                &agent,
-                "POST",
-                &format!("{}/api/sites/{}/conversions", a.base, a.site.id),
-                &[
-                    ("Authorization", &format!("Bearer {}", a.key.key)),
-                    ("Content-Type", "application/json"),
-                ],
-                Some(&serde_json::to_vec(&body).unwrap()),
-            )
+            post_conversion_via(&agent(), &a, &body)
         });
         let pairs: Vec<(String, String)> = answers.iter().map(Resp::accepted).collect();
         assert_eq!(pairs.len(), 32);
@@ -297,16 +302,7 @@ fn concurrent_pixel_and_api_sends_of_one_order_make_one_conversion_with_both_sou
         let agent = agent();
         if i % 2 == 0 {
             let body = json!({"visitorId": "v-1", "orderId": "M-1", "value": 3});
-            send(
-                &agent,
-                "POST",
-                &format!("{}/api/sites/{}/conversions", a.base, a.site.id),
-                &[
-                    ("Authorization", &format!("Bearer {}", a.key.key)),
-                    ("Content-Type", "application/json"),
-                ],
-                Some(&serde_json::to_vec(&body).unwrap()),
-            )
+            post_conversion_via(&agent, &a, &body)
         } else {
             let body = json!({
                 "trackerId": a.site.tracker_id, "visitorId": "v-1",

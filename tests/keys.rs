@@ -360,6 +360,13 @@ fn uuid_like(s: &str) -> bool {
         })
 }
 
+/// The arguments `site create --tenant TENANT --name NAME`, then `extra`.
+fn site_create<'a>(tenant: &'a str, name: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["site", "create", "--tenant", tenant, "--name", name];
+    args.extend_from_slice(extra);
+    args
+}
+
 #[test]
 fn exit_status_is_2_on_usage_errors_and_1_on_failures_with_the_message_on_stderr() {
     let dir = tempfile::tempdir().unwrap();
@@ -375,29 +382,9 @@ fn exit_status_is_2_on_usage_errors_and_1_on_failures_with_the_message_on_stderr
         vec!["tenant", "create"],
         vec!["tenant", "create", "x", "--bogus"],
         vec!["site", "create", "--name", "x"],
-        vec![
-            "site",
-            "create",
-            "--tenant",
-            &tenant_id,
-            "--name",
-            "x",
-            "--window-days",
-            "0",
-        ],
-        vec![
-            "site",
-            "create",
-            "--tenant",
-            &tenant_id,
-            "--name",
-            "x",
-            "--window-days",
-            "many",
-        ],
-        vec![
-            "site", "create", "--tenant", &tenant_id, "--name", "x", "--model", "linear",
-        ],
+        site_create(&tenant_id, "x", &["--window-days", "0"]),
+        site_create(&tenant_id, "x", &["--window-days", "many"]),
+        site_create(&tenant_id, "x", &["--model", "linear"]),
         vec!["key", "create"],
         vec!["key", "revoke"],
         vec!["serve", "--threads", "0"],
@@ -421,23 +408,9 @@ fn exit_status_is_2_on_usage_errors_and_1_on_failures_with_the_message_on_stderr
     }
 
     let failures: Vec<Vec<&str>> = vec![
-        vec![
-            "site", "create", "--tenant", missing, "--name", "x", "--json",
-        ],
-        vec![
-            "site",
-            "create",
-            "--tenant",
-            &tenant_id,
-            "--name",
-            "x",
-            "--currency",
-            "XYZ",
-            "--json",
-        ],
-        vec![
-            "site", "create", "--tenant", &tenant_id, "--name", "   ", "--json",
-        ],
+        site_create(missing, "x", &["--json"]),
+        site_create(&tenant_id, "x", &["--currency", "XYZ", "--json"]),
+        site_create(&tenant_id, "   ", &["--json"]),
         vec!["key", "create", "--tenant", missing, "--json"],
         vec!["key", "list", "--tenant", missing, "--json"],
         vec!["key", "revoke", missing, "--json"],

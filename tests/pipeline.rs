@@ -365,18 +365,7 @@ fn a_conversion_without_a_value_is_processed_without_money() {
 #[test]
 fn passes_are_idempotent_and_an_order_from_both_sources_is_processed_once() {
     let app = manual().start();
-    let now = now_ms();
-    app.pixel(
-        "v",
-        json!([
-            {"type": "pageview", "url": "https://shop.example/?utm_source=news&utm_medium=email", "ts": now - MINUTE},
-            {"type": "purchase", "orderId": "A-1", "value": 49.9, "currency": "EUR", "ts": now - 30_000},
-        ]),
-    );
-    app.post_conversion(
-        &json!({"visitorId": "v", "orderId": "A-1", "value": 49.9, "currency": "EUR"}),
-    )
-    .accepted();
+    order_from_pixel_and_api(&app, "A-1", 1);
     let metrics = Metrics::default();
     assert_eq!(drain_with(&app, now_ms(), &metrics).processed, 1);
     assert_eq!(drain_with(&app, now_ms(), &metrics), DrainStats::default());

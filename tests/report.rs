@@ -168,20 +168,7 @@ fn from_and_to_are_inclusive_utc_days() {
 #[test]
 fn an_order_from_the_pixel_and_the_api_is_counted_once() {
     let app = manual().start();
-    let now = now_ms();
-    app.pixel(
-        "v",
-        json!([
-            {"type": "pageview", "url": "https://shop.example/?utm_source=news&utm_medium=email", "ts": now - MINUTE},
-            {"type": "purchase", "orderId": "A-1001", "value": 49.9, "currency": "EUR", "ts": now - 30_000},
-        ]),
-    );
-    for _ in 0..2 {
-        app.post_conversion(
-            &json!({"visitorId": "v", "orderId": "A-1001", "value": 49.9, "currency": "EUR"}),
-        )
-        .accepted();
-    }
+    order_from_pixel_and_api(&app, "A-1001", 2);
     drain(&app);
     let (rows, revenues) = report(&app, &app.site.id, &[]);
     assert_eq!(keyed(&rows, &revenues), [row("news", 1, "49.90", 0)]);

@@ -113,6 +113,44 @@ pub fn order_at(
     order
 }
 
+/// One order, `order_id` for 49.90 EUR, from both sources: visitor `v`'s pixel sends a pageview
+/// from `news` / `email` a minute ago and the purchase 30 s ago; then the API reports the same
+/// order `api_sends` times, each answered 202.
+#[track_caller]
+pub fn order_from_pixel_and_api(app: &TestApp, order_id: &str, api_sends: usize) {
+    let now = now_ms();
+    app.pixel(
+        "v",
+        json!([
+            {"type": "pageview", "url": "https://shop.example/?utm_source=news&utm_medium=email", "ts": now - MINUTE},
+            {"type": "purchase", "orderId": order_id, "value": 49.9, "currency": "EUR", "ts": now - 30_000},
+        ]),
+    );
+    for _ in 0..api_sends {
+        app.post_conversion(
+            &json!({"visitorId": "v", "orderId": order_id, "value": 49.9, "currency": "EUR"}),
+        )
+        .accepted();
+    }
+}
+
+/// Asserts that the report of the default site over all days is exactly one row: `key`, with
+/// `conversions` orders, none unconverted, and the revenue text `revenue`.
+#[track_caller]
+pub fn assert_one_report_row(app: &TestApp, key: &str, conversions: i64, revenue: &str) {
+    let (rows, revenues) = report(app, &app.site.id, &[]);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (
+            rows[0]["key"].as_str(),
+            rows[0]["conversions"].as_i64(),
+            rows[0]["unconverted"].as_i64()
+        ),
+        (Some(key), Some(conversions), Some(0))
+    );
+    assert_eq!(revenues, [revenue]);
+}
+
 /// `convapi report --site SITE ARGS... --json`: the rows, and the raw `revenue` number texts in
 /// row order (the JSON parser here would turn `1.10` into a float).
 #[track_caller]
