@@ -39,6 +39,9 @@ pub const EVERY: Duration = Duration::from_millis(200);
 /// automatic-checkpoint threshold, about 4 MB.
 pub const RESTART_AFTER_FRAMES: i64 = 1000;
 
+/// Busy passes in a row after which the checkpointer reports a failure (about a second).
+const BUSY_PASSES: u32 = 5;
+
 /// The running checkpointer; dropping it runs a last checkpoint and joins the thread.
 pub struct Checkpointer {
     stopping: Arc<AtomicBool>,
@@ -75,26 +78,25 @@ impl Drop for Checkpointer {
 
 fn run(conn: &Connection, stopping: &AtomicBool, catch_up: &CatchUp) {
     let mut seen = data_version(conn).ok();
-    let mut failing = false;
+    let mut failures = Failures::default();
     loop {
         std::thread::park_timeout(EVERY);
         let stop = stopping.load(Ordering::SeqCst);
         let now = data_version(conn).ok();
         // After a failure, try again at every look until it works, new commits or not.
-        if now.is_some() && (now != seen || failing) {
+        if now.is_some() && (now != seen || failures.in_a_row > 0) {
             seen = now;
             match store::checkpoint_passive(conn) {
                 // A busy or full disk: the frames stay in the WAL (durable there) and the next look
-                // tries again. Logged when it starts and when it ends, not five times a second.
-                Err(e) if !failing => {
-                    log::warn!("checkpoint failed, retrying every {EVERY:?}: {e}");
-                    failing = true;
+                // tries again.
+                Err(e) => {
+                    if failures.failed(matches!(e, StoreError::Busy)) {
+                        log::warn!("checkpoint failed, retrying every {EVERY:?}: {e}");
+                    }
                 }
-                Err(_) => {}
                 Ok(frames) => {
-                    if failing {
+                    if failures.worked() {
                         log::info!("checkpoint works again");
-                        failing = false;
                     }
                     if frames > RESTART_AFTER_FRAMES {
                         catch_up.request();
@@ -108,7 +110,65 @@ fn run(conn: &Connection, stopping: &AtomicBool, catch_up: &CatchUp) {
     }
 }
 
+/// When a failing checkpoint is worth a log line: when failures start and when they end, not five
+/// times a second. A busy checkpoint lock is mostly another checkpoint at work (the writer's
+/// catch-up, a CLI closing its connection), so only one that lasts [`BUSY_PASSES`] is reported.
+#[derive(Default)]
+struct Failures {
+    in_a_row: u32,
+    reported: bool,
+}
+
+impl Failures {
+    /// Counts a failed pass; true when it is to be reported now.
+    fn failed(&mut self, busy: bool) -> bool {
+        self.in_a_row += 1;
+        let report = !self.reported && (!busy || self.in_a_row >= BUSY_PASSES);
+        self.reported |= report;
+        report
+    }
+
+    /// Counts a pass that worked; true when failures had been reported.
+    fn worked(&mut self) -> bool {
+        let was = self.reported;
+        *self = Failures::default();
+        was
+    }
+}
+
 /// Changes whenever another connection commits (SQLite's `PRAGMA data_version`).
 fn data_version(conn: &Connection) -> store::Result<i64> {
     Ok(conn.query_row("PRAGMA data_version", [], |r| r.get(0))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_busy_spell_is_not_reported_a_lasting_one_is_once() {
+        let mut f = Failures::default();
+        for _ in 1..BUSY_PASSES {
+            assert!(!f.failed(true));
+        }
+        assert!(!f.worked(), "nothing was reported, so nothing ends");
+        for _ in 1..BUSY_PASSES {
+            assert!(!f.failed(true));
+        }
+        assert!(
+            f.failed(true),
+            "reported on the {BUSY_PASSES}th busy pass in a row"
+        );
+        assert!(!f.failed(true) && !f.failed(false), "and only once");
+        assert!(f.worked(), "its end is reported");
+    }
+
+    #[test]
+    fn any_other_failure_is_reported_at_once() {
+        let mut f = Failures::default();
+        assert!(f.failed(false));
+        assert!(!f.failed(true));
+        assert!(f.worked());
+        assert!(!f.worked());
+    }
 }
