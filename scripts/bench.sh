@@ -17,8 +17,8 @@
 #   4. an open-loop run at 2,000 requests/s with latency correction (oha), RUNS times, each followed
 #      by the same load against the no-op server (the floor the machine allows at that moment);
 #   5. a duplicate-heavy run (every orderId sent twice, often concurrently);
-#   6. start-up to healthy on an existing database, idle CPU after the load, and the largest the
-#      WAL file got during each convapi closed-loop run;
+#   6. start-up to healthy on an existing database, idle CPU after the load, the largest the WAL
+#      file got during each convapi closed-loop run, and each server's CPU per request by thread;
 #   7. correctness checks with sqlite3 after every convapi run: #conversions == #202s the server
 #      sent (its own counter) with distinct orderIds, within the 202s wrk saw and the requests it
 #      sent; one row per order in the duplicate-heavy run. A failed check exits 1, loudly.
@@ -111,6 +111,7 @@ SEED=$TARGET_DIR/release/examples/seed
 LUA=$ROOT/scripts/bench/conversions.lua
 SUMMARIZE=$ROOT/scripts/bench/summarize.py
 RECORD=$ROOT/scripts/bench/record.py
+THREADS=$ROOT/scripts/bench/threads.py
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/convapi-bench.XXXXXX")
 RESULTS=$WORK/results.jsonl
@@ -186,9 +187,11 @@ run_wrk() {
     local target=$1 round=$2 mode=$3 run_tag="r${2}${1:0:1}$$"
     local before after line out=$WORK/wrk-$target-$round-$mode.txt
     before=$(cpu_ticks "$SERVER_PID")
+    python3 "$THREADS" snapshot "$SERVER_PID" >"$WORK/threads-before.json"
     BENCH_RUN=$run_tag BENCH_MODE=$mode wrk -t$WRK_THREADS -c$CONNS -d"${DURATION}s" --timeout 10s \
         -s "$LUA" "$URL" >"$out" 2>"$out.err" || die "wrk failed against $target: $(cat "$out.err")"
     after=$(cpu_ticks "$SERVER_PID")
+    python3 "$THREADS" snapshot "$SERVER_PID" >"$WORK/threads-after.json"
     line=$(grep '^BENCH ' "$out") || die "wrk printed no result against $target: $(cat "$out" "$out.err")"
     if [ -s "$out.err" ]; then sed 's/^/  wrk: /' "$out.err" >&2; fi
     local rss; rss=$(peak_rss_kb "$SERVER_PID")
@@ -196,6 +199,8 @@ run_wrk() {
     python3 "$RECORD" wrk "$target" "$round" "$mode" "$line" "$rss" "$((after - before))" \
         "$(getconf CLK_TCK)" >>"$RESULTS"
     python3 "$RECORD" show "$(tail -1 "$RESULTS")" >&2
+    python3 "$THREADS" record "$target" "$round" "$mode" "$WORK/threads-before.json" \
+        "$WORK/threads-after.json" "$(field requests "$line")" "$(getconf CLK_TCK)" >>"$RESULTS"
 }
 
 # wal_watch_start DB / wal_watch_stop TARGET MODE: the largest the database's WAL file got while

@@ -114,6 +114,21 @@ def main():
         p("pipeline work inside the closed-loop group rounds (it shares the writer with the requests): "
           "%s %% of the accepted conversions processed by the time wrk stopped"
           % fmt_range([100 * r["processed"] / r["accepted"] for r in during]))
+    threads = [r for r in rows if r["kind"] == "threads" and r["mode"] == "unique"]
+    for target in ("noop", "group", "per-request"):
+        runs = [r["per_request"] for r in threads if r["target"] == target]
+        if not runs:
+            continue
+        names = sorted({n for run in runs for n in run},
+                       key=lambda n: -median([run.get(n, {}).get("user_us", 0) + run.get(n, {}).get("system_us", 0) for run in runs]))
+        cells = []
+        for n in names:
+            total = median([run.get(n, {}).get("user_us", 0) + run.get(n, {}).get("system_us", 0) for run in runs])
+            system = median([run.get(n, {}).get("system_us", 0) for run in runs])
+            if total >= 0.5:
+                cells.append("%s %.0f (system %.0f)" % (n, total, system))
+        p("%s server CPU per request by thread, µs, medians of the closed-loop rounds: %s"
+          % (target, ", ".join(cells)))
     wal = [r["bytes"] / 1048576 for r in rows if r["kind"] == "wal_peak" and r["target"] == "group"]
     if wal:
         p("largest WAL file during the closed-loop group rounds: " + fmt_range(wal) + " MiB")
