@@ -111,8 +111,7 @@ pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     let conn = app.pool.get().map_err(StoreError::from)?;
     // Key, site, order and session in one read transaction (see `store::read`).
     let (site, r, known, resolved) = store::read(&conn, |conn| {
-        let (key, site) = super::authorize(conn, &key_hash, site_id)?;
-        super::touch_key(app, &key);
+        let site = super::authorize(app, conn, &key_hash, site_id)?;
         let r = parsed?;
         let known = match &r.order_id {
             Some(order_id) => {
@@ -202,8 +201,7 @@ pub fn status(app: &App, ctx: &mut Ctx, site_id: &str, order_id: &str) -> Result
     let key_hash = super::bearer_key_hash(ctx)?;
     let conn = app.pool.get().map_err(StoreError::from)?;
     let view = store::read(&conn, |conn| {
-        let (key, site) = super::authorize(conn, &key_hash, site_id)?;
-        super::touch_key(app, &key);
+        let site = super::authorize(app, conn, &key_hash, site_id)?;
         Ok::<_, ApiError>(store::conversions::status(conn, &site.id, order_id)?)
     })?;
     drop(conn);

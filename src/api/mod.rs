@@ -28,14 +28,14 @@ pub fn bearer_key_hash(ctx: &Ctx) -> Result<Vec<u8>, ApiError> {
 }
 
 /// The contract's checks 1 to 3, in order: a valid key (401), a known site (404), the key's tenant
-/// owns the site (403). Runs inside the caller's read transaction (see `store::read`), so that a
-/// request reads its key, site and whatever else it needs in one. The caller then calls
-/// [`touch_key`] with the key.
+/// owns the site (403); then records the key's use. Runs inside the caller's read transaction (see
+/// `store::read`), so that a request reads its key, site and whatever else it needs in one.
 pub fn authorize(
+    app: &App,
     conn: &Connection,
     key_hash: &[u8],
     site_id: &str,
-) -> Result<(AuthKey, Site), ApiError> {
+) -> Result<Site, ApiError> {
     let key = store::keys::by_hash(conn, key_hash)?
         .filter(|k| !k.revoked)
         .ok_or(ApiError::Unauthorized)?;
@@ -49,11 +49,12 @@ pub fn authorize(
     if site.tenant_id != key.tenant_id {
         return Err(ApiError::Forbidden);
     }
-    Ok((key, site))
+    touch_key(app, &key);
+    Ok(site)
 }
 
 /// Records `lastUsedAt`, at most once a minute per key, without delaying the request.
-pub fn touch_key(app: &App, key: &AuthKey) {
+fn touch_key(app: &App, key: &AuthKey) {
     let now = store::now_ms();
     if key
         .last_used_at
