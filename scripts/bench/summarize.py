@@ -119,14 +119,11 @@ def main():
         runs = [r["per_request"] for r in threads if r["target"] == target]
         if not runs:
             continue
-        names = sorted({n for run in runs for n in run},
-                       key=lambda n: -median([run.get(n, {}).get("user_us", 0) + run.get(n, {}).get("system_us", 0) for run in runs]))
-        cells = []
-        for n in names:
-            total = median([run.get(n, {}).get("user_us", 0) + run.get(n, {}).get("system_us", 0) for run in runs])
-            system = median([run.get(n, {}).get("system_us", 0) for run in runs])
-            if total >= 0.5:
-                cells.append("%s %.0f (system %.0f)" % (n, total, system))
+        names = {n for run in runs for n in run}
+        total = {n: median([run.get(n, {}).get("user_us", 0) + run.get(n, {}).get("system_us", 0)
+                            for run in runs]) for n in names}
+        cells = ["%s %.0f (system %.0f)" % (n, total[n], median([run.get(n, {}).get("system_us", 0) for run in runs]))
+                 for n in sorted(names, key=lambda n: -total[n]) if total[n] >= 0.5]
         p("%s server CPU per request by thread, µs, medians of the closed-loop rounds: %s"
           % (target, ", ".join(cells)))
     wal = [r["bytes"] / 1048576 for r in rows if r["kind"] == "wal_peak" and r["target"] == "group"]
