@@ -22,8 +22,9 @@ use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use convapi::api::ApiError;
 use convapi::api::{conversions, validate};
-use convapi::http::{ApiError, Reply};
+use convapi::http::Reply;
 
 /// A stand-in for the session id the database would resolve.
 const SESSION_ID: &str = "00000000-0000-4000-8000-000000000000";
@@ -63,7 +64,10 @@ fn report(rq: &mut tiny_http::Request, site_id: &str) -> Result<Reply, ApiError>
         return Err(ApiError::UnsupportedMediaType("application/json"));
     }
     let obj = validate::json_object(&body)?;
-    std::hint::black_box(conversions::parse_report(&obj, convapi::store::now_ms())?);
+    std::hint::black_box(conversions::parse_submission(
+        &obj,
+        convapi::store::now_ms(),
+    )?);
     Ok(Reply::json(
         202,
         &serde_json::json!({

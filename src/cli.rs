@@ -473,9 +473,16 @@ fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     if let Some(pages) = a.test_max_page_count {
         store::set_max_page_count(pages);
     }
-    let config = crate::http::ServeConfig {
-        addr: a.addr,
-        threads: a.threads as usize,
+    let config = crate::server::ServeConfig {
+        http: crate::http::Config {
+            addr: a.addr,
+            threads: a.threads as usize,
+            limits: crate::http::Limits {
+                idle_timeout: std::time::Duration::from_secs_f64(a.idle_timeout),
+                max_connections: a.max_connections as usize,
+                ..Default::default()
+            },
+        },
         db,
         writer: crate::writer::WriterConfig {
             queue: a.queue.max(1),
@@ -485,17 +492,12 @@ fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
             ..Default::default()
         },
         pipeline: a.pipeline == "on",
-        limits: crate::http::conn::Limits {
-            idle_timeout: std::time::Duration::from_secs_f64(a.idle_timeout),
-            max_connections: a.max_connections as usize,
-            ..Default::default()
-        },
     };
-    let running = crate::http::start(&config)?;
+    let running = crate::server::start(&config)?;
     log::info!(
         "serving {} with {} threads, write mode {}",
         config.db.display(),
-        config.threads,
+        config.http.threads,
         if config.writer.per_request {
             "per-request"
         } else {

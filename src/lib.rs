@@ -12,6 +12,7 @@ pub mod keys;
 pub mod metrics;
 pub mod pipeline;
 pub mod report;
+pub mod server;
 pub mod store;
 pub mod tracking;
 pub mod writer;

@@ -3,7 +3,8 @@
 use serde_json::{json, Map, Value};
 
 use super::validate;
-use crate::http::{ApiError, App, Ctx, Reply};
+use super::{ApiError, App};
+use crate::http::{Ctx, Reply};
 use crate::store::{self, StoreError};
 use crate::tracking::{Batch, Event, EventKind};
 
@@ -21,33 +22,16 @@ const TS_RULE: &str = "ts must be epoch milliseconds (a non-negative integer)";
 /// Largest serialised `props` of a custom event.
 const MAX_PROPS_BYTES: usize = 4096;
 
-fn cors(reply: Reply) -> Reply {
-    reply
-        .header("Access-Control-Allow-Origin", "*")
-        .header("Vary", "Origin")
-}
-
+/// The CORS preflight; the CORS headers every answer of this route carries are added by the route
+/// table (`routes::Route::cors`).
 pub fn preflight() -> Reply {
-    cors(Reply::bytes(204, "text/plain", Vec::new()))
+    Reply::bytes(204, "text/plain", Vec::new())
         .header("Access-Control-Allow-Methods", "POST, OPTIONS")
         .header("Access-Control-Allow-Headers", "Content-Type")
         .header("Access-Control-Max-Age", "86400")
 }
 
-/// Every answer, errors included, carries CORS headers so the pixel can read it.
 pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
-    match collect_inner(app, ctx) {
-        Ok(r) => Ok(cors(r)),
-        Err(e) => {
-            if let Some(detail) = e.detail() {
-                log::warn!("request {}: collect: {detail}", ctx.request_id);
-            }
-            Ok(cors(e.to_reply()))
-        }
-    }
-}
-
-fn collect_inner(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let body = ctx.body(BODY_LIMIT)?;
     if !validate::media_type_is(
         ctx.header("Content-Type"),

@@ -4,7 +4,8 @@
 use serde_json::{json, Map, Value};
 
 use super::validate;
-use crate::http::{ApiError, App, Ctx, Reply};
+use super::{ApiError, App};
+use crate::http::{Ctx, Reply};
 use crate::store::conversions::{NewConversion, Recorded, Source};
 use crate::store::sessions::Identifier;
 use crate::store::{self, sites::Site, StoreError};
@@ -12,9 +13,9 @@ use crate::store::{self, sites::Site, StoreError};
 /// Largest accepted body.
 pub const BODY_LIMIT: usize = 64 * 1024;
 
-/// A report that passed every field rule.
+/// A conversion as the merchant's backend submitted it, once it passed every field rule.
 #[derive(Debug)]
-pub struct Report {
+pub struct Submission {
     client_id: Option<String>,
     visitor_id: Option<String>,
     session_id: Option<String>,
@@ -27,7 +28,7 @@ pub struct Report {
 
 /// Applies the contract's field rules (check 7) to a parsed body. Public so that the benchmark's
 /// no-op server (`examples/noop_server.rs`) does exactly this work.
-pub fn parse_report(obj: &Map<String, Value>, now_ms: i64) -> Result<Report, ApiError> {
+pub fn parse_submission(obj: &Map<String, Value>, now_ms: i64) -> Result<Submission, ApiError> {
     let id = |name: &str| validate::opt_string(obj, name, name, validate::MAX_ID_CHARS);
     let client_id = id("clientId")?;
     let visitor_id = id("visitorId")?;
@@ -46,7 +47,7 @@ pub fn parse_report(obj: &Map<String, Value>, now_ms: i64) -> Result<Report, Api
             "orderId is required for a purchase",
         ));
     }
-    Ok(Report {
+    Ok(Submission {
         client_id,
         visitor_id,
         session_id,
@@ -62,7 +63,7 @@ pub fn parse_report(obj: &Map<String, Value>, now_ms: i64) -> Result<Report, Api
 fn resolve_session(
     conn: &rusqlite::Connection,
     site: &Site,
-    r: &Report,
+    r: &Submission,
 ) -> Result<(String, String), ApiError> {
     let idents = [
         r.client_id.as_deref().map(Identifier::Client),
@@ -93,20 +94,20 @@ fn accepted(rec: &Recorded) -> Reply {
 }
 
 /// Checks 4 to 7: the body as a report.
-fn read_report(ctx: &mut Ctx, now_ms: i64) -> Result<Report, ApiError> {
+fn read_submission(ctx: &mut Ctx, now_ms: i64) -> Result<Submission, ApiError> {
     let body = ctx.body(BODY_LIMIT)?;
     if !validate::media_type_is(ctx.header("Content-Type"), &["application/json"]) {
         return Err(ApiError::UnsupportedMediaType("application/json"));
     }
-    parse_report(&validate::json_object(&body)?, now_ms)
+    parse_submission(&validate::json_object(&body)?, now_ms)
 }
 
-pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError> {
+pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError> {
     let key_hash = super::bearer_key_hash(ctx)?;
     // The body is read before the database, so that no read transaction stays open while a client
     // sends it; its errors still come after the key's and the site's (checks 1 to 3 first).
     let now = store::now_ms();
-    let parsed = read_report(ctx, now);
+    let parsed = read_submission(ctx, now);
 
     let conn = app.pool.get().map_err(StoreError::from)?;
     // Key, site, order and session in one read transaction (see `store::read`).
@@ -197,7 +198,12 @@ pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     Ok(accepted(&rec))
 }
 
-pub fn status(app: &App, ctx: &mut Ctx, site_id: &str, order_id: &str) -> Result<Reply, ApiError> {
+pub fn order_status(
+    app: &App,
+    ctx: &mut Ctx,
+    site_id: &str,
+    order_id: &str,
+) -> Result<Reply, ApiError> {
     let key_hash = super::bearer_key_hash(ctx)?;
     let conn = app.pool.get().map_err(StoreError::from)?;
     let view = store::read(&conn, |conn| {

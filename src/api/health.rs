@@ -2,7 +2,8 @@
 
 use serde_json::json;
 
-use crate::http::{ApiError, App, Reply};
+use super::{ApiError, App};
+use crate::http::Reply;
 use crate::store::{self, StoreError};
 
 /// 200 when the database answers a query and the writer's last commit succeeded.

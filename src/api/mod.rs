@@ -1,16 +1,72 @@
-//! Request handlers: plain functions from a [`Ctx`] to `Result<Reply, ApiError>`.
-//! They read through the pool and write only through the writer; they never see `tiny_http`.
+//! The application behind the HTTP front: the route table ([`routes`]) and its handlers, plain
+//! functions from a [`Ctx`] to `Result<Reply, ApiError>`. They read through the pool and write only
+//! through the writer; they never see `tiny_http`. [`Api`] is what `server.rs` hands the front.
 
 pub mod collect;
 pub mod conversions;
+pub mod error;
 pub mod health;
+pub mod routes;
 pub mod static_files;
 pub mod validate;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use rusqlite::Connection;
 
-use crate::http::{ApiError, App, Ctx};
-use crate::store::{self, keys::AuthKey, sites::Site};
+pub use error::ApiError;
+
+use crate::http::{Ctx, Handled, Refusal, Reply, Service};
+use crate::metrics::Metrics;
+use crate::store::{self, keys::AuthKey, sites::Site, DbPool};
+use crate::writer::Writer;
+
+/// Everything a handler may use: the read pool, the writer, metrics and the pipeline's waker.
+pub struct App {
+    pub pool: DbPool,
+    pub writer: Writer,
+    pub metrics: Metrics,
+    /// Keys whose `lastUsedAt` we wrote recently (key id -> epoch ms), to write at most once a minute.
+    pub key_touched: Mutex<HashMap<String, i64>>,
+    /// Wakes the pipeline worker when new work is committed.
+    pub pipeline: crate::pipeline::Waker,
+}
+
+/// The [`Service`] the HTTP front serves: routes each request, and renders every error once.
+pub struct Api(pub Arc<App>);
+
+impl Service for Api {
+    fn handle(&self, ctx: &mut Ctx) -> Handled {
+        let (route, result) = routes::dispatch(&self.0, ctx);
+        let reply = result.unwrap_or_else(|err| {
+            if let Some(detail) = err.detail() {
+                log::warn!(
+                    "request {}: {} {}: {detail}",
+                    ctx.request_id,
+                    ctx.method,
+                    ctx.path
+                );
+            }
+            err.to_reply()
+        });
+        let reply = if route.cors {
+            reply
+                .header("Access-Control-Allow-Origin", "*")
+                .header("Vary", "Origin")
+        } else {
+            reply
+        };
+        Handled {
+            reply,
+            route: route.name,
+        }
+    }
+
+    fn refusal(&self, why: Refusal) -> Reply {
+        ApiError::from(why).to_reply()
+    }
+}
 
 /// How often `lastUsedAt` is written per key at most.
 const KEY_TOUCH_INTERVAL_MS: i64 = 60_000;

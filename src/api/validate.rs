@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::http::ApiError;
+use super::ApiError;
 
 /// Deepest nesting of arrays/objects accepted in a body.
 pub const MAX_JSON_DEPTH: usize = 32;

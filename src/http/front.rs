@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::conn::Registry;
+use super::registry::Registry;
 use crate::metrics::Metrics;
 
 /// A request taken from tiny_http, on its way to a worker.
@@ -106,11 +106,6 @@ impl Front {
     /// The generation whose server currently accepts.
     pub fn current_generation(&self) -> u64 {
         self.current.load(Ordering::SeqCst)
-    }
-
-    /// Live generations (the current one plus retired ones still draining).
-    pub fn generations(&self) -> usize {
-        self.lock_generations().len()
     }
 
     fn lock_generations(&self) -> std::sync::MutexGuard<'_, Vec<Generation>> {
@@ -194,7 +189,7 @@ impl Front {
         loop {
             if !retired && last_check.elapsed() >= DEAF_CHECK {
                 last_check = Instant::now();
-                match super::conn::accept_queue_len(&self.listener) {
+                match super::sys::accept_queue_len(&self.listener) {
                     Some(n) if n > 0 => {
                         let since = *queue_stuck_since.get_or_insert(last_check);
                         if last_check - since >= DEAF_AFTER {

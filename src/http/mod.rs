@@ -1,41 +1,39 @@
-//! The HTTP front: the only module that touches `tiny_http`.
+//! The HTTP front: the only module that touches `tiny_http`. A library: it serves whatever
+//! [`Service`] it is handed and knows nothing of the handlers, the database or the pipeline.
 //!
-//! A fixed pool of threads pulls requests from one `tiny_http::Server`; each request becomes a
-//! [`Ctx`], goes through [`router::dispatch`] inside `catch_unwind`, and its [`Reply`] is written
-//! back here. Logging, timing, metrics and panic catching happen once, in [`handle`], not in
-//! handlers. Handlers never see `tiny_http` types.
+//! Accepting is `front.rs` (tiny_http servers on clones of one listener, each with a pump thread
+//! feeding one channel); a fixed pool of request threads takes requests from that channel, turns
+//! each into a [`Ctx`], calls [`Service::handle`] inside `catch_unwind`, and writes the [`Reply`]
+//! back. Logging, timing, metrics and panic catching happen once, in [`handle`], not in handlers.
+//! `supervisor.rs` (with `registry.rs` and the system calls of `sys.rs`) enforces the connection
+//! limits tiny_http lacks. Handlers never see `tiny_http` types.
 
-pub mod conn;
-pub mod error;
-pub mod front;
-pub mod router;
+mod front;
+mod registry;
+mod supervisor;
+mod sys;
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::net::{Shutdown, SocketAddr, TcpListener};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use error::ApiError;
-
-use crate::checkpoint::Checkpointer;
 use crate::metrics::Metrics;
-use crate::store::{self, DbPool};
-use crate::writer::{Writer, WriterConfig};
-use conn::{Limits, Phase, Registry, Supervisor};
 use front::{Front, Incoming};
+use registry::{Phase, Registry};
+pub use supervisor::Limits;
+use supervisor::Supervisor;
 
 /// Largest request head (request line plus header lines) answered normally; more is 431.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 
 /// Largest declared body any request may have, whatever its route: above this, the request is
-/// answered `413 PAYLOAD_TOO_LARGE` before it reaches a handler, and its connection is closed (see
-/// [`handle`]). No route takes bodies anywhere near this size; routes that ignore their body would
-/// otherwise answer normally and leave tiny_http to discard it.
+/// answered `413` before it reaches the service, and its connection is closed (see [`handle`]).
+/// No route takes bodies anywhere near this size; routes that ignore their body would otherwise
+/// answer normally and leave tiny_http to discard it.
 pub const MAX_DECLARED_BODY: usize = 16 * 1024 * 1024;
 
 /// Largest unread body left for tiny_http to drain so the connection can stay open: the client
@@ -43,26 +41,48 @@ pub const MAX_DECLARED_BODY: usize = 16 * 1024 * 1024;
 /// reading gets a broken pipe instead of the 413). Larger unread bodies close the connection.
 pub const LINGER_BYTES: usize = 1024 * 1024;
 
-/// Everything a handler may use: the read pool, the writer, metrics and limits.
-pub struct App {
-    pub pool: DbPool,
-    pub writer: Writer,
-    pub metrics: Metrics,
-    /// Keys whose `lastUsedAt` we wrote recently (key id -> epoch ms), to write at most once a minute.
-    pub key_touched: Mutex<HashMap<String, i64>>,
-    /// Wakes the pipeline worker when new work is committed.
-    pub pipeline: crate::pipeline::Waker,
+/// What the application behind the front answers with.
+pub trait Service: Send + Sync + 'static {
+    /// Answers one request.
+    fn handle(&self, ctx: &mut Ctx) -> Handled;
+    /// The answer to a request the front refuses or loses on its own.
+    fn refusal(&self, why: Refusal) -> Reply;
 }
 
-/// What `convapi serve` runs with.
+/// A service's answer to one request.
+pub struct Handled {
+    pub reply: Reply,
+    /// The route's name, for the access log and metrics (`"unknown"` when none matched).
+    pub route: &'static str,
+}
+
+/// Requests the front answers without the service's handlers.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The request head is over [`MAX_HEAD_BYTES`] (also written by the supervisor, raw, to a
+    /// connection that never completes its head).
+    HeadTooLarge,
+    /// The declared body is over the given limit.
+    BodyTooLarge(usize),
+    /// The handler panicked; the message is for the log only.
+    Panicked(String),
+}
+
+/// Why [`Ctx::body`] returned no body.
+#[derive(Debug)]
+pub enum BodyError {
+    /// Over the given limit (declared, or found while reading).
+    TooLarge(usize),
+    /// The client sent less than it declared, or the connection failed.
+    Unreadable(String),
+}
+
+/// What [`serve`] runs with.
 #[derive(Debug, Clone)]
-pub struct ServeConfig {
+pub struct Config {
     pub addr: String,
+    /// Request threads.
     pub threads: usize,
-    pub db: PathBuf,
-    pub writer: WriterConfig,
-    /// Run the background pipeline (tests switch it off to drive it by hand).
-    pub pipeline: bool,
     /// Connection limits enforced around tiny_http.
     pub limits: Limits,
 }
@@ -115,6 +135,8 @@ impl Reply {
 pub struct Ctx {
     req: tiny_http::Request,
     pub method: String,
+    /// The path as the client sent it, without the query.
+    pub path: String,
     /// Percent-decoded path segments, without the leading empty one.
     pub segments: Vec<String>,
     pub query: String,
@@ -133,13 +155,13 @@ impl Ctx {
             .map(|h| h.value.as_str())
     }
 
-    /// Reads the body, refusing (413) without reading it when the declared length exceeds `limit`,
-    /// and stopping at `limit + 1` bytes when no length is declared. A body that is not read to its
+    /// Reads the body, refusing without reading it when the declared length exceeds `limit`, and
+    /// stopping at `limit + 1` bytes when no length is declared. A body that is not read to its
     /// end makes the server close the connection after the response instead of draining it.
-    pub fn body(&mut self, limit: usize) -> Result<Vec<u8>, ApiError> {
+    pub fn body(&mut self, limit: usize) -> Result<Vec<u8>, BodyError> {
         if let Some(len) = self.req.body_length() {
             if len > limit {
-                return Err(ApiError::PayloadTooLarge(limit));
+                return Err(BodyError::TooLarge(limit));
             }
         }
         self.registry.phase(self.request_id, Phase::Body);
@@ -150,32 +172,28 @@ impl Ctx {
             .take(limit as u64 + 1)
             .read_to_end(&mut buf);
         self.registry.phase(self.request_id, Phase::Handling);
-        read.map_err(|e| ApiError::InvalidJson(format!("cannot read body: {e}")))?;
+        read.map_err(|e| BodyError::Unreadable(e.to_string()))?;
         if buf.len() > limit {
-            return Err(ApiError::PayloadTooLarge(limit));
+            return Err(BodyError::TooLarge(limit));
         }
         self.body_done = true;
         Ok(buf)
     }
 }
 
-/// A running server: its address, and a way to stop it.
-pub struct Running {
+/// A running front: its address, and a way to stop it.
+pub struct Server {
     pub addr: SocketAddr,
     front: Arc<Front>,
     supervisor: Arc<Supervisor>,
     supervisor_thread: Option<JoinHandle<()>>,
     threads: Vec<JoinHandle<()>>,
-    app: Arc<App>,
-    writer_thread: Option<JoinHandle<()>>,
-    pipeline_thread: Option<JoinHandle<()>>,
-    checkpointer: Checkpointer,
 }
 
-impl Running {
-    /// Stops accepting, finishes the requests already received, commits what the writer holds,
-    /// stops the pipeline, and returns once all of it is done.
-    pub fn shutdown(mut self) {
+impl Server {
+    /// Stops accepting, finishes the requests already received, and returns once every request
+    /// thread has ended.
+    pub fn stop(mut self) {
         self.front.stop();
         // The channel is closed now: workers finish what it holds and end.
         for t in self.threads.drain(..) {
@@ -185,60 +203,28 @@ impl Running {
         if let Some(t) = self.supervisor_thread.take() {
             let _ = t.join();
         }
-        self.app.pipeline.stop();
-        if let Some(t) = self.pipeline_thread.take() {
-            let _ = t.join();
-        }
-        let Running {
-            app,
-            writer_thread,
-            checkpointer,
-            ..
-        } = self;
-        // The writer thread ends once the last handle (inside `app`) is gone and its queue is empty.
-        drop(app);
-        if let Some(t) = writer_thread {
-            let _ = t.join();
-        }
-        // Last: one more checkpoint once nothing else writes.
-        drop(checkpointer);
     }
 }
 
-/// What a worker needs besides the app.
+/// What a request thread needs.
 struct Worker {
-    app: Arc<App>,
+    service: Arc<dyn Service>,
+    metrics: Metrics,
     registry: Arc<Registry>,
     supervisor: Arc<Supervisor>,
     front: Arc<Front>,
 }
 
-/// Opens the database, starts the writer, the pipeline, the accept side and the request threads.
-pub fn start(config: &ServeConfig) -> Result<Running, String> {
+/// Binds `config.addr` and serves `service` on it with `config.threads` request threads.
+pub fn serve(
+    config: &Config,
+    service: Arc<dyn Service>,
+    metrics: Metrics,
+) -> Result<Server, String> {
     let threads = config.threads.max(1);
-    let pool = store::open_pool(&config.db, threads as u32 + 2).map_err(|e| e.to_string())?;
-    let (writer, writer_thread) =
-        Writer::start(&config.db, config.writer.clone()).map_err(|e| e.to_string())?;
-    let checkpointer =
-        Checkpointer::start(&config.db, writer.catch_up()).map_err(|e| e.to_string())?;
     let listener = TcpListener::bind(&config.addr)
         .map_err(|e| format!("cannot listen on {}: {e}", config.addr))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let metrics = Metrics::default();
-    let (pipeline, pipeline_thread) = if config.pipeline {
-        let (w, t) = crate::pipeline::spawn(&config.db, metrics.clone(), writer.clone())
-            .map_err(|e| e.to_string())?;
-        (w, Some(t))
-    } else {
-        (crate::pipeline::Waker::disabled(), None)
-    };
-    let app = Arc::new(App {
-        pool,
-        writer,
-        metrics: metrics.clone(),
-        key_touched: Mutex::new(HashMap::new()),
-        pipeline,
-    });
     let registry = Arc::new(Registry::default());
     let supervisor = Arc::new(
         Supervisor::new(
@@ -246,6 +232,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
             config.limits.clone(),
             registry.clone(),
             metrics.clone(),
+            &service.refusal(Refusal::HeadTooLarge),
         )
         .map_err(|e| format!("cannot supervise connections: {e}"))?,
     );
@@ -255,12 +242,13 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
     // quiet for the idle timeout has been shut down by then (plus a scan period, plus slack).
     let drain_quiet =
         config.limits.idle_timeout + config.limits.scan_every * 2 + Duration::from_secs(1);
-    let front = Front::start(listener, tx, registry.clone(), metrics, drain_quiet)?;
+    let front = Front::start(listener, tx, registry.clone(), metrics.clone(), drain_quiet)?;
     let rx = Arc::new(Mutex::new(rx));
     let mut handles = Vec::with_capacity(threads);
     for i in 0..threads {
         let w = Worker {
-            app: app.clone(),
+            service: service.clone(),
+            metrics: metrics.clone(),
             registry: registry.clone(),
             supervisor: supervisor.clone(),
             front: front.clone(),
@@ -272,16 +260,12 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
             .map_err(|e| e.to_string())?;
         handles.push(t);
     }
-    Ok(Running {
+    Ok(Server {
         addr,
         front,
         supervisor,
         supervisor_thread: Some(supervisor_thread),
         threads: handles,
-        app,
-        writer_thread: Some(writer_thread),
-        pipeline_thread,
-        checkpointer,
     })
 }
 
@@ -324,18 +308,17 @@ fn head_bytes(rq: &tiny_http::Request) -> usize {
         + line
 }
 
-/// Runs one request through the router, with the access log, metrics and panic catching, and
+/// Runs one request through the service, with the access log, metrics and panic catching, and
 /// decides whether the connection stays open afterwards.
 fn handle(w: &Worker, inc: Incoming) {
     let started = Instant::now();
-    let app = &*w.app;
     let Incoming {
         rq,
         id: request_id,
         generation,
     } = inc;
     w.registry.phase(request_id, Phase::Handling);
-    let _in_flight = app.metrics.in_flight();
+    let _in_flight = w.metrics.in_flight();
     let peer = rq.remote_addr().copied();
     let method = rq.method().as_str().to_owned();
     let raw_url = rq.url().to_owned();
@@ -353,44 +336,33 @@ fn handle(w: &Worker, inc: Incoming) {
     let mut ctx = Ctx {
         req: rq,
         method,
+        path,
         segments,
         query,
         request_id,
         registry: w.registry.clone(),
         body_done: small_body,
     };
-    let mut route = "unknown";
-    let outcome = if head_too_large {
-        Ok(Err(ApiError::HeadersTooLarge))
+    let handled = if head_too_large {
+        Ok(refused(w, Refusal::HeadTooLarge))
     } else if body_too_large {
-        Ok(Err(ApiError::PayloadTooLarge(MAX_DECLARED_BODY)))
+        Ok(refused(w, Refusal::BodyTooLarge(MAX_DECLARED_BODY)))
     } else {
-        catch_unwind(AssertUnwindSafe(|| {
-            router::dispatch(app, &mut ctx, &mut route)
-        }))
+        catch_unwind(AssertUnwindSafe(|| w.service.handle(&mut ctx)))
     };
-    let reply = match outcome {
-        Ok(Ok(reply)) => reply,
-        Ok(Err(err)) => {
-            if let Some(detail) = err.detail() {
-                log::warn!("request {request_id}: {} {}: {detail}", ctx.method, path);
-            }
-            err.to_reply()
-        }
-        Err(panic) => {
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            log::error!(
-                "request {request_id}: {} {}: handler panicked: {msg}",
-                ctx.method,
-                path
-            );
-            ApiError::Internal(msg).to_reply()
-        }
-    };
+    let Handled { reply, route } = handled.unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        log::error!(
+            "request {request_id}: {} {}: handler panicked: {msg}",
+            ctx.method,
+            ctx.path
+        );
+        refused(w, Refusal::Panicked(msg))
+    });
     let status = reply.status;
     // Close instead of keeping the connection when a large or chunked body was left unread
     // (tiny_http would read and discard all of it first; a small one is drained, bounded by the
@@ -410,7 +382,9 @@ fn handle(w: &Worker, inc: Incoming) {
         );
     }
     let response = reply.into_response(request_id);
-    let Ctx { req, method, .. } = ctx;
+    let Ctx {
+        req, method, path, ..
+    } = ctx;
     w.registry.phase(request_id, Phase::Writing);
     if close {
         if let Some(peer) = peer {
@@ -431,10 +405,18 @@ fn handle(w: &Worker, inc: Incoming) {
         }
     }
     let elapsed = started.elapsed();
-    app.metrics.observe_request(route, status, elapsed);
+    w.metrics.observe_request(route, status, elapsed);
     log::info!(
         target: "access",
         "{request_id} {method} {path} {status} {:.3}ms",
         elapsed.as_secs_f64() * 1000.0
     );
+}
+
+/// The service's answer to a refusal, under the route name `"unknown"`.
+fn refused(w: &Worker, why: Refusal) -> Handled {
+    Handled {
+        reply: w.service.refusal(why),
+        route: "unknown",
+    }
 }

@@ -1,9 +1,10 @@
 //! `ApiError`: every failure a request can end in, with its one status, code and JSON body.
-//! The only place that turns an error into a response body.
+//! The only place that turns an error into a response body: handlers return it, the route table
+//! ([`super::routes`]) renders it once, and the HTTP front's own refusals come here too.
 
 use serde_json::json;
 
-use super::Reply;
+use crate::http::{BodyError, Refusal, Reply};
 use crate::store::StoreError;
 use crate::writer::WriteError;
 
@@ -144,6 +145,27 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Busy | StoreError::Full => ApiError::QueueUnavailable(e.to_string()),
             other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<BodyError> for ApiError {
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::TooLarge(limit) => ApiError::PayloadTooLarge(limit),
+            BodyError::Unreadable(detail) => {
+                ApiError::InvalidJson(format!("cannot read body: {detail}"))
+            }
+        }
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::HeadTooLarge => ApiError::HeadersTooLarge,
+            Refusal::BodyTooLarge(limit) => ApiError::PayloadTooLarge(limit),
+            Refusal::Panicked(msg) => ApiError::Internal(msg),
         }
     }
 }

@@ -9,29 +9,31 @@
 //! descriptor (tiny_http owns them): a shut-down socket makes tiny_http's blocked read return EOF,
 //! and its thread and descriptors go away on their own.
 //!
-//! It owns the project's only `unsafe` code: libc calls on file descriptors. It never duplicates
-//! or closes a descriptor: closing *any* descriptor of a file drops every POSIX lock the process
-//! holds on it, and SQLite's locks on the database, `-wal` and `-shm` files are such locks (an
+//! It never duplicates or closes a descriptor (see `sys.rs` for why: SQLite's POSIX locks; an
 //! earlier version that inspected descriptors through `dup3` let another process checkpoint and
-//! delete the WAL under the server). Descriptors are inspected in place (`fstat`, `getsockname`,
-//! `getpeername`, `getsockopt`), which needs no free descriptor, so the supervisor keeps working
-//! when the process has run out of them — exactly when it must free some. The directory handle on
-//! `/proc/self/fd` is opened once and rewound.
+//! delete the WAL under the server). Descriptors are inspected in place, which needs no free
+//! descriptor, so the supervisor keeps working when the process has run out of them — exactly when
+//! it must free some. The directory handle on `/proc/self/fd` is opened once and rewound.
 //!
 //! The price of working in place: between finding the socket of a peer and shutting it down,
 //! tiny_http could close that descriptor and the number could be reused by a newly accepted
 //! socket, which would then be shut down instead. The two calls follow each other directly, so the
 //! window is a few microseconds; the cost of a hit is one connection closed early (its client sees
 //! EOF and retries; every write of the API is idempotent).
+//!
+//! The policy lives here; the system calls it makes are in `sys.rs` (the crate's only `unsafe`
+//! code), the request bookkeeping in `registry.rs`.
 
 use std::collections::HashMap;
-use std::ffi::CStr;
 use std::io;
-use std::net::{Shutdown, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{Shutdown, SocketAddr};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::registry::{Phase, Registry};
+use super::sys::{self, address, bytes_received, inode, is_listening, shutdown_fd, unread, Fds};
+use super::Reply;
 use crate::metrics::{Metrics, ShutReason};
 
 /// How long a connection must have been without a request before it may be shut down to free its
@@ -66,82 +68,6 @@ impl Default for Limits {
     }
 }
 
-/// Where a request in our hands is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Taken from tiny_http, waiting for a worker.
-    Queued,
-    /// A handler reads its body from the client.
-    Body,
-    /// A handler works on it.
-    Handling,
-    /// The response goes out (and tiny_http drains an unread body).
-    Writing,
-}
-
-struct Flight {
-    peer: Option<SocketAddr>,
-    generation: u64,
-    phase: Phase,
-    since: Instant,
-}
-
-#[derive(Default)]
-struct RegistryState {
-    flights: HashMap<u64, Flight>,
-    /// When the last request of a connection left our hands.
-    last_done: HashMap<SocketAddr, Instant>,
-}
-
-/// Requests in our hands, by request id. Shared by the pumps, the workers and the supervisor.
-#[derive(Default)]
-pub struct Registry {
-    state: Mutex<RegistryState>,
-}
-
-impl Registry {
-    fn lock(&self) -> std::sync::MutexGuard<'_, RegistryState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn begin(&self, id: u64, peer: Option<SocketAddr>, generation: u64) {
-        self.lock().flights.insert(
-            id,
-            Flight {
-                peer,
-                generation,
-                phase: Phase::Queued,
-                since: Instant::now(),
-            },
-        );
-    }
-
-    pub fn phase(&self, id: u64, phase: Phase) {
-        if let Some(f) = self.lock().flights.get_mut(&id) {
-            f.phase = phase;
-            f.since = Instant::now();
-        }
-    }
-
-    pub fn end(&self, id: u64) {
-        let mut st = self.lock();
-        if let Some(f) = st.flights.remove(&id) {
-            if let Some(peer) = f.peer {
-                st.last_done.insert(peer, Instant::now());
-            }
-        }
-    }
-
-    /// Requests of `generation` still in our hands.
-    pub fn in_flight(&self, generation: u64) -> usize {
-        self.lock()
-            .flights
-            .values()
-            .filter(|f| f.generation == generation)
-            .count()
-    }
-}
-
 /// One accepted socket as seen by a scan.
 #[derive(Debug, Clone)]
 pub struct SockInfo {
@@ -150,202 +76,6 @@ pub struct SockInfo {
     pub bytes_received: u64,
     /// Bytes received by the kernel that nobody has read yet.
     pub unread: u32,
-}
-
-/// The open `/proc/self/fd` directory.
-struct Fds {
-    dir: *mut libc::DIR,
-}
-
-// SAFETY: the raw pointer is only used while the mutex around `Fds` is held.
-unsafe impl Send for Fds {}
-
-impl Drop for Fds {
-    fn drop(&mut self) {
-        // SAFETY: opened by `Fds::open` and owned by this struct alone.
-        unsafe {
-            libc::closedir(self.dir);
-        }
-    }
-}
-
-impl Fds {
-    fn open() -> io::Result<Fds> {
-        // SAFETY: a plain libc call with a valid NUL-terminated path; the result is checked.
-        let dir = unsafe { libc::opendir(c"/proc/self/fd".as_ptr()) };
-        if dir.is_null() {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Fds { dir })
-    }
-
-    /// Descriptor numbers open in this process (without the directory's own).
-    fn list(&mut self) -> Vec<libc::c_int> {
-        let mut out = Vec::new();
-        // SAFETY: `dir` is a valid DIR* owned by self; entries are read before the next readdir.
-        unsafe {
-            let own = libc::dirfd(self.dir);
-            libc::rewinddir(self.dir);
-            loop {
-                let ent = libc::readdir(self.dir);
-                if ent.is_null() {
-                    break;
-                }
-                let name = CStr::from_ptr((*ent).d_name.as_ptr());
-                if let Some(fd) = name
-                    .to_str()
-                    .ok()
-                    .and_then(|s| s.parse::<libc::c_int>().ok())
-                {
-                    if fd != own {
-                        out.push(fd);
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    /// Runs `f` on descriptor `fd` when it is a socket. Never duplicates or closes it.
-    fn with_socket<T>(&mut self, fd: libc::c_int, f: impl FnOnce(libc::c_int) -> T) -> Option<T> {
-        // SAFETY: fstat on a descriptor number only reads its metadata (EBADF if it is gone).
-        let is_socket = unsafe {
-            let mut st: libc::stat = std::mem::zeroed();
-            libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
-        };
-        is_socket.then(|| f(fd))
-    }
-}
-
-fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match ss.ss_family as libc::c_int {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in.
-            let a = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                u32::from_be(a.sin_addr.s_addr).into(),
-                u16::from_be(a.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says the storage holds a sockaddr_in6.
-            let a = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                a.sin6_addr.s6_addr.into(),
-                u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
-}
-
-/// Local or peer address of a socket.
-fn address(fd: libc::c_int, peer: bool) -> Option<SocketAddr> {
-    // SAFETY: the storage is large enough for any address and its length is passed along.
-    unsafe {
-        let mut ss: libc::sockaddr_storage = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        let p = &mut ss as *mut _ as *mut libc::sockaddr;
-        let rc = if peer {
-            libc::getpeername(fd, p, &mut len)
-        } else {
-            libc::getsockname(fd, p, &mut len)
-        };
-        (rc == 0).then(|| sockaddr_to_std(&ss)).flatten()
-    }
-}
-
-fn is_listening(fd: libc::c_int) -> bool {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `v` and `len` describe a valid int buffer.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_ACCEPTCONN,
-            &mut v as *mut _ as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    rc == 0 && v != 0
-}
-
-fn bytes_received(fd: libc::c_int) -> u64 {
-    // SAFETY: the kernel fills at most `len` bytes of the zeroed struct.
-    unsafe {
-        let mut info: libc::tcp_info = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-        let rc = libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            &mut info as *mut _ as *mut libc::c_void,
-            &mut len,
-        );
-        if rc == 0 {
-            info.tcpi_bytes_received
-        } else {
-            0
-        }
-    }
-}
-
-/// Connections waiting in a listening socket's accept queue (Linux reports it for a listener in
-/// `tcpi_unacked`). A healthy accept loop keeps it at zero; a queue that stays non-empty means
-/// nobody accepts any more.
-pub fn accept_queue_len(listener: &std::net::TcpListener) -> Option<u32> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: the kernel fills at most `len` bytes of the zeroed struct; the fd is borrowed.
-    unsafe {
-        let mut info: libc::tcp_info = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-        let rc = libc::getsockopt(
-            listener.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            &mut info as *mut _ as *mut libc::c_void,
-            &mut len,
-        );
-        (rc == 0 && info.tcpi_state == 10/* TCP_LISTEN */).then_some(info.tcpi_unacked)
-    }
-}
-
-fn unread(fd: libc::c_int) -> u32 {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int.
-    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
-    if rc == 0 {
-        n.max(0) as u32
-    } else {
-        0
-    }
-}
-
-fn inode(fd: libc::c_int) -> u64 {
-    // SAFETY: fstat fills the zeroed struct.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut st) == 0 {
-            st.st_ino
-        } else {
-            0
-        }
-    }
-}
-
-fn shutdown_fd(fd: libc::c_int, how: Shutdown) {
-    let how = match how {
-        Shutdown::Read => libc::SHUT_RD,
-        Shutdown::Write => libc::SHUT_WR,
-        Shutdown::Both => libc::SHUT_RDWR,
-    };
-    // SAFETY: shutdown(2) only changes the state of the socket; it closes no descriptor.
-    unsafe {
-        libc::shutdown(fd, how);
-    }
 }
 
 /// Tracking of one connection across scans.
@@ -373,6 +103,8 @@ pub struct Supervisor {
     metrics: Metrics,
     stop: Mutex<bool>,
     wake: Condvar,
+    /// The raw `431` answer written to a connection shut down for an oversized head.
+    head_refusal: Vec<u8>,
 }
 
 impl Supervisor {
@@ -381,6 +113,7 @@ impl Supervisor {
         limits: Limits,
         registry: Arc<Registry>,
         metrics: Metrics,
+        head_refusal: &Reply,
     ) -> io::Result<Supervisor> {
         Ok(Supervisor {
             local,
@@ -391,11 +124,8 @@ impl Supervisor {
             metrics,
             stop: Mutex::new(false),
             wake: Condvar::new(),
+            head_refusal: raw_close_response(head_refusal),
         })
-    }
-
-    pub fn limits(&self) -> &Limits {
-        &self.limits
     }
 
     fn fds(&self) -> std::sync::MutexGuard<'_, Fds> {
@@ -461,23 +191,7 @@ impl Supervisor {
                 {
                     return false;
                 }
-                let mut off = 0;
-                while off < bytes.len() {
-                    // SAFETY: writes from a valid slice; MSG_DONTWAIT: a full buffer drops the
-                    // answer rather than blocking (the connection is shut down right after).
-                    let n = unsafe {
-                        libc::send(
-                            s,
-                            bytes[off..].as_ptr() as *const libc::c_void,
-                            bytes.len() - off,
-                            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-                        )
-                    };
-                    if n <= 0 {
-                        break;
-                    }
-                    off += n as usize;
-                }
+                sys::send_nonblocking(s, bytes);
                 true
             });
             if hit == Some(true) {
@@ -623,15 +337,7 @@ impl Supervisor {
         for (peer, reason) in &to_shut {
             if *reason == ShutReason::Head {
                 // Nothing of this connection is in our hands, so nobody else writes to it.
-                let body = crate::http::ApiError::HeadersTooLarge.to_reply().body;
-                let mut raw = format!(
-                    "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: application/json\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                )
-                .into_bytes();
-                raw.extend_from_slice(&body);
-                self.write_peer(*peer, &raw);
+                self.write_peer(*peer, &self.head_refusal);
             }
             if self.shutdown_peer(*peer, Shutdown::Both) {
                 self.metrics.inc_connections_shut(*reason);
@@ -690,6 +396,25 @@ impl Supervisor {
     }
 }
 
+/// `reply` as bytes on the wire, with `Connection: close` (the connection is shut down after it).
+fn raw_close_response(reply: &Reply) -> Vec<u8> {
+    let mut raw = format!(
+        "HTTP/1.1 {} {}\r\n",
+        reply.status,
+        tiny_http::StatusCode(reply.status).default_reason_phrase()
+    );
+    for (name, value) in &reply.headers {
+        raw.push_str(&format!("{name}: {value}\r\n"));
+    }
+    raw.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        reply.body.len()
+    ));
+    let mut raw = raw.into_bytes();
+    raw.extend_from_slice(&reply.body);
+    raw
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -705,6 +430,7 @@ mod tests {
             Limits::default(),
             Arc::new(Registry::default()),
             Metrics::default(),
+            &Reply::bytes(431, "text/plain", Vec::new()),
         )
         .unwrap();
         let mut client = TcpStream::connect(local).unwrap();
@@ -725,11 +451,11 @@ mod tests {
     #[test]
     fn accept_queue_length_of_a_listener() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        assert_eq!(accept_queue_len(&listener), Some(0));
+        assert_eq!(sys::accept_queue_len(&listener), Some(0));
         let _c = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        assert_eq!(accept_queue_len(&listener), Some(1));
+        assert_eq!(sys::accept_queue_len(&listener), Some(1));
         let _s = listener.accept().unwrap();
-        assert_eq!(accept_queue_len(&listener), Some(0));
+        assert_eq!(sys::accept_queue_len(&listener), Some(0));
     }
 
     #[test]
@@ -742,7 +468,9 @@ mod tests {
             ..Limits::default()
         };
         let metrics = Metrics::default();
-        let sup = Supervisor::new(local, limits, registry.clone(), metrics.clone()).unwrap();
+        let refusal = Reply::bytes(431, "text/plain", Vec::new());
+        let sup =
+            Supervisor::new(local, limits, registry.clone(), metrics.clone(), &refusal).unwrap();
         let _idle = TcpStream::connect(local).unwrap();
         let (_s1, _) = listener.accept().unwrap();
         let _busy = TcpStream::connect(local).unwrap();

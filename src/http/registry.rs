@@ -1,0 +1,84 @@
+//! Requests in our hands, by request id: which connection (peer address) each came from, and where
+//! it is ([`Phase`]). The pumps register a request, the workers move it through its phases and end
+//! it; the supervisor reads it to tell connections with a request in our hands from idle ones.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Where a request in our hands is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Taken from tiny_http, waiting for a worker.
+    Queued,
+    /// A handler reads its body from the client.
+    Body,
+    /// A handler works on it.
+    Handling,
+    /// The response goes out (and tiny_http drains an unread body).
+    Writing,
+}
+
+pub(super) struct Flight {
+    pub(super) peer: Option<SocketAddr>,
+    pub(super) generation: u64,
+    pub(super) phase: Phase,
+    pub(super) since: Instant,
+}
+
+#[derive(Default)]
+pub(super) struct RegistryState {
+    pub(super) flights: HashMap<u64, Flight>,
+    /// When the last request of a connection left our hands.
+    pub(super) last_done: HashMap<SocketAddr, Instant>,
+}
+
+/// Requests in our hands, by request id. Shared by the pumps, the workers and the supervisor.
+#[derive(Default)]
+pub struct Registry {
+    state: Mutex<RegistryState>,
+}
+
+impl Registry {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, RegistryState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn begin(&self, id: u64, peer: Option<SocketAddr>, generation: u64) {
+        self.lock().flights.insert(
+            id,
+            Flight {
+                peer,
+                generation,
+                phase: Phase::Queued,
+                since: Instant::now(),
+            },
+        );
+    }
+
+    pub fn phase(&self, id: u64, phase: Phase) {
+        if let Some(f) = self.lock().flights.get_mut(&id) {
+            f.phase = phase;
+            f.since = Instant::now();
+        }
+    }
+
+    pub fn end(&self, id: u64) {
+        let mut st = self.lock();
+        if let Some(f) = st.flights.remove(&id) {
+            if let Some(peer) = f.peer {
+                st.last_done.insert(peer, Instant::now());
+            }
+        }
+    }
+
+    /// Requests of `generation` still in our hands.
+    pub fn in_flight(&self, generation: u64) -> usize {
+        self.lock()
+            .flights
+            .values()
+            .filter(|f| f.generation == generation)
+            .count()
+    }
+}
