@@ -13,14 +13,75 @@ pub const MAX_VALUE: f64 = 1e12;
 /// How far in the future `occurredAt` may lie.
 pub const MAX_FUTURE_MS: i64 = 5 * 60 * 1000;
 
-/// Parses a body that must be one JSON object, refusing deep nesting before serde recurses.
+/// Parses a body that must be one JSON object, refusing deep nesting before serde recurses, and
+/// refusing an object, at any depth, that names one member twice (serde would keep the last one
+/// silently, so `{"orderId": "A", "orderId": "B"}` would store B).
 pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     check_depth(body)?;
     match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(m)) => Ok(m),
+        Ok(Value::Object(m)) => {
+            check_duplicate_keys(body)?;
+            Ok(m)
+        }
         Ok(_) => Err(ApiError::InvalidJson("expected a JSON object".into())),
         Err(e) => Err(ApiError::InvalidJson(e.to_string())),
     }
+}
+
+/// Finds a member name that occurs twice in one object of `body`, which must be valid JSON.
+/// Names are compared decoded, so `"a"` and `"\u0061"` are the same name.
+fn check_duplicate_keys(body: &[u8]) -> Result<(), ApiError> {
+    use std::collections::HashSet;
+    enum Frame {
+        Object {
+            names: HashSet<String>,
+            expect_name: bool,
+        },
+        Array,
+    }
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut i = 0;
+    while i < body.len() {
+        match body[i] {
+            b'{' => stack.push(Frame::Object {
+                names: HashSet::new(),
+                expect_name: true,
+            }),
+            b'[' => stack.push(Frame::Array),
+            b'}' | b']' => {
+                stack.pop();
+            }
+            b',' => {
+                if let Some(Frame::Object { expect_name, .. }) = stack.last_mut() {
+                    *expect_name = true;
+                }
+            }
+            b'"' => {
+                let start = i;
+                i += 1;
+                while i < body.len() && body[i] != b'"' {
+                    i += if body[i] == b'\\' { 2 } else { 1 };
+                }
+                if let Some(Frame::Object { names, expect_name }) = stack.last_mut() {
+                    if *expect_name {
+                        *expect_name = false;
+                        let raw = &body[start..=i.min(body.len() - 1)];
+                        let name: String = serde_json::from_slice(raw)
+                            .map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+                        if !names.insert(name.clone()) {
+                            return Err(ApiError::InvalidJson(format!(
+                                "duplicate member name {}",
+                                serde_json::Value::String(name)
+                            )));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
 }
 
 fn check_depth(body: &[u8]) -> Result<(), ApiError> {
@@ -205,6 +266,25 @@ mod tests {
         assert!(check_depth(ok.as_bytes()).is_ok());
         let escaped = r#"{"a":"\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}"#;
         assert!(check_depth(escaped.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn a_member_named_twice_is_invalid_json_at_any_depth() {
+        let dup = |body: &str| match json_object(body.as_bytes()) {
+            Err(ApiError::InvalidJson(m)) => m,
+            other => panic!("{body}: {other:?}"),
+        };
+        assert!(dup(r#"{"orderId":"A","orderId":"B"}"#).contains("orderId"));
+        assert!(dup(r#"{"a":1,"\u0061":2}"#).contains("duplicate"));
+        assert!(dup(r#"{"events":[{"type":"x","type":"y"}]}"#).contains("type"));
+        // The same name in sibling objects, inside strings, or as a value is fine.
+        for ok in [
+            r#"{"events":[{"type":"x"},{"type":"y"}],"type":"z"}"#,
+            r#"{"a":"{\"a\":1,\"a\":2}","b":"a"}"#,
+            r#"{"a":{"b":1},"b":{"a":1}}"#,
+        ] {
+            assert!(json_object(ok.as_bytes()).is_ok(), "{ok}");
+        }
     }
 
     #[test]
