@@ -83,9 +83,41 @@ struct ServeArgs {
     /// Milliseconds a write waits for SQLite's lock before the request gets 503.
     #[arg(long, env = "CONVAPI_BUSY_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     busy_timeout_ms: u64,
+    /// Pixel events per second one client address may send (bursts up to 10 times this); 0: no limit.
+    #[arg(long, env = "CONVAPI_PIXEL_RATE", default_value_t = 20.0, value_parser = non_negative)]
+    pixel_rate: f64,
+    /// Pixel events per second one site's tracker may receive from all addresses together (bursts
+    /// up to 10 times this); 0: no limit.
+    #[arg(long, env = "CONVAPI_PIXEL_SITE_RATE", default_value_t = 500.0, value_parser = non_negative)]
+    pixel_site_rate: f64,
+    /// Hours a pixel event's `ts` may lie before the time it arrives; older ones are set to that bound.
+    #[arg(long, env = "CONVAPI_PIXEL_MAX_AGE_HOURS", default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..=876_000))]
+    pixel_max_age_hours: u32,
+    /// Reverse proxies (addresses or CIDR ranges, comma-separated) whose X-Forwarded-For header
+    /// names the client for the pixel's rate limits; other peers' headers are ignored.
+    #[arg(long, env = "CONVAPI_TRUSTED_PROXIES", value_delimiter = ',', value_parser = proxy_net)]
+    trusted_proxies: Vec<ipnet::IpNet>,
+    /// A token `GET /metrics` requires as `Authorization: Bearer TOKEN`; unset: /metrics is open.
+    #[arg(long, env = "CONVAPI_METRICS_TOKEN", hide_env_values = true)]
+    metrics_token: Option<String>,
     /// Test only: caps the database at this many pages to simulate a full disk.
     #[arg(long, env = "CONVAPI_TEST_MAX_PAGE_COUNT", hide = true)]
     test_max_page_count: Option<u64>,
+}
+
+fn non_negative(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a non-negative number")),
+    }
+}
+
+/// An address (a network of one) or a CIDR range.
+fn proxy_net(s: &str) -> Result<ipnet::IpNet, String> {
+    let s = s.trim();
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{s:?} is not an IP address or CIDR range"))
 }
 
 fn positive_secs(s: &str) -> Result<f64, String> {
@@ -492,6 +524,13 @@ fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
             ..Default::default()
         },
         pipeline: a.pipeline == "on",
+        pixel: crate::api::collect::PixelPolicy {
+            per_address: pixel_rate(a.pixel_rate),
+            per_tracker: pixel_rate(a.pixel_site_rate),
+            trusted_proxies: a.trusted_proxies,
+            max_event_age: std::time::Duration::from_secs(u64::from(a.pixel_max_age_hours) * 3600),
+        },
+        metrics_token: a.metrics_token.filter(|t| !t.is_empty()),
     };
     let running = crate::server::start(&config)?;
     log::info!(
@@ -513,6 +552,15 @@ fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     running.shutdown();
     log::info!("stopped");
     Ok(())
+}
+
+/// A pixel rate of `per_second` events, with bursts of ten seconds' worth.
+fn pixel_rate(per_second: f64) -> crate::ratelimit::Rate {
+    crate::ratelimit::Rate {
+        per_second,
+        burst: per_second * 10.0,
+        max_keys: 100_000,
+    }
 }
 
 fn open(db: &std::path::Path) -> Result<rusqlite::Connection, String> {

@@ -11,6 +11,7 @@ pub mod http;
 pub mod keys;
 pub mod metrics;
 pub mod pipeline;
+pub mod ratelimit;
 pub mod report;
 pub mod server;
 pub mod store;

@@ -24,6 +24,7 @@ struct Inner {
     unavailable: AtomicU64,
     processed: AtomicU64,
     dead_lettered: AtomicU64,
+    rate_limited: AtomicU64,
     connections_open: AtomicU64,
     connections_shut: [AtomicU64; 5],
     pool_pokes: AtomicU64,
@@ -121,6 +122,10 @@ impl Metrics {
     pub fn inc_processed(&self) {
         self.0.processed.fetch_add(1, Ordering::Relaxed);
     }
+    pub fn inc_rate_limited(&self) {
+        self.0.rate_limited.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn inc_dead_lettered(&self) {
         self.0.dead_lettered.fetch_add(1, Ordering::Relaxed);
     }
@@ -208,6 +213,11 @@ impl Metrics {
                 "convapi_pipeline_dead_lettered_total",
                 "Outbox items dead-lettered.",
                 &self.0.dead_lettered,
+            ),
+            (
+                "convapi_pixel_rate_limited_total",
+                "Pixel batches answered 429 RATE_LIMITED.",
+                &self.0.rate_limited,
             ),
             (
                 "convapi_http_accept_restarts_total",

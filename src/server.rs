@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crate::api::collect::{PixelGuard, PixelPolicy};
 use crate::api::{Api, App};
 use crate::checkpoint::Checkpointer;
 use crate::http;
@@ -28,6 +29,10 @@ pub struct ServeConfig {
     pub writer: WriterConfig,
     /// Run the background pipeline (tests switch it off to drive it by hand).
     pub pipeline: bool,
+    /// Rate limits and bounds of the public pixel endpoint.
+    pub pixel: PixelPolicy,
+    /// A bearer token `/metrics` asks for; `None`: open to whoever reaches the listener.
+    pub metrics_token: Option<String>,
 }
 
 /// A running server: its address, and a way to stop it.
@@ -62,6 +67,8 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
         metrics: metrics.clone(),
         key_touched: Mutex::new(HashMap::new()),
         pipeline,
+        pixel: PixelGuard::new(config.pixel.clone()),
+        metrics_token: config.metrics_token.clone(),
     });
     let http = http::serve(&config.http, Arc::new(Api(app.clone())), metrics)?;
     Ok(Running {

@@ -1,10 +1,17 @@
-//! `POST /api/collect` (pixel batches) and its CORS preflight. Public: the tracker id is not a secret.
+//! `POST /api/collect` (pixel batches) and its CORS preflight. Public and anonymous: the tracker id
+//! is not a secret, so everything a batch carries is treated as an attacker's (docs/decisions.md
+//! §4, §8). Batches are rate-limited per client address and per tracker, bounded in size, count,
+//! value and age, and never decide what an authenticated report says.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
 use super::validate;
 use super::{ApiError, App};
 use crate::http::{Ctx, Reply};
+use crate::ratelimit::{self, Limiter, Rate};
 use crate::store::{self, StoreError};
 use crate::tracking::{Batch, Event, EventKind};
 
@@ -12,8 +19,12 @@ use crate::tracking::{Batch, Event, EventKind};
 pub const BODY_LIMIT: usize = 256 * 1024;
 /// Most events in one batch.
 pub const MAX_EVENTS: usize = 100;
+/// Most purchases in one batch: a real page reports the one order it confirms.
+pub const MAX_PURCHASES: usize = 10;
+/// Largest `value` of a pixel purchase (the authenticated API takes up to 1e12).
+pub const MAX_PIXEL_VALUE: f64 = 1e9;
 /// Longest URL or referrer kept, in characters.
-const MAX_URL_CHARS: usize = 4096;
+const MAX_URL_CHARS: usize = 2048;
 /// Longest custom event name.
 const MAX_NAME_CHARS: usize = 128;
 /// Largest `ts` accepted: the largest integer a JSON number holds exactly (2^53 - 1).
@@ -21,6 +32,36 @@ const MAX_TS: i64 = (1 << 53) - 1;
 const TS_RULE: &str = "ts must be epoch milliseconds (a non-negative integer)";
 /// Largest serialised `props` of a custom event.
 const MAX_PROPS_BYTES: usize = 4096;
+
+/// How the pixel endpoint guards itself: `serve`'s options (defaults in `cli.rs`).
+#[derive(Debug, Clone)]
+pub struct PixelPolicy {
+    /// Events per second (and burst) one client address may send.
+    pub per_address: Rate,
+    /// Events per second (and burst) one tracker (site) may receive, from all addresses together.
+    pub per_tracker: Rate,
+    /// Reverse proxies whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Oldest `ts` kept as sent, before the time of receipt; older ones are clamped to it.
+    pub max_event_age: Duration,
+}
+
+/// A [`PixelPolicy`] with its buckets.
+pub struct PixelGuard {
+    pub policy: PixelPolicy,
+    by_address: Limiter<IpAddr>,
+    by_tracker: Limiter<String>,
+}
+
+impl PixelGuard {
+    pub fn new(policy: PixelPolicy) -> PixelGuard {
+        PixelGuard {
+            by_address: Limiter::new(policy.per_address),
+            by_tracker: Limiter::new(policy.per_tracker),
+            policy,
+        }
+    }
+}
 
 /// The CORS preflight; the CORS headers every answer of this route carries are added by the route
 /// table (`routes::Route::cors`).
@@ -32,6 +73,21 @@ pub fn preflight() -> Reply {
 }
 
 pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
+    let guard = &app.pixel;
+    let client = ctx.peer.map(|peer| {
+        ratelimit::address_key(ratelimit::client_address(
+            peer.ip(),
+            ctx.header("X-Forwarded-For"),
+            &guard.policy.trusted_proxies,
+        ))
+    });
+    // An address with no token left is refused before its body is read.
+    if let Some(client) = &client {
+        guard
+            .by_address
+            .peek(client, 1.0, Instant::now())
+            .map_err(|wait| limited(app, wait))?;
+    }
     let body = ctx.body(BODY_LIMIT)?;
     if !validate::media_type_is(
         ctx.header("Content-Type"),
@@ -54,7 +110,21 @@ pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let visitor_id = validate::opt_string(&obj, "visitorId", "visitorId", validate::MAX_ID_CHARS)?
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let now = store::now_ms();
-    let events = parse_events(&obj, now)?;
+    let oldest = now.saturating_sub(guard.policy.max_event_age.as_millis() as i64);
+    let events = parse_events(&obj, now, oldest)?;
+    // Each event costs one token of the address's bucket and one of the tracker's.
+    let cost = events.len() as f64;
+    let at = Instant::now();
+    if let Some(client) = &client {
+        guard
+            .by_address
+            .charge(client, cost, at)
+            .map_err(|wait| limited(app, wait))?;
+    }
+    guard
+        .by_tracker
+        .take(&tracker_id, cost, at)
+        .map_err(|wait| limited(app, wait))?;
     let site = {
         let conn = app.pool.get().map_err(StoreError::from)?;
         store::sites::by_tracker(&conn, &tracker_id)?.ok_or(ApiError::SiteNotFound)?
@@ -89,7 +159,17 @@ pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
     ))
 }
 
-fn parse_events(obj: &Map<String, Value>, now_ms: i64) -> Result<Vec<Event>, ApiError> {
+fn limited(app: &App, wait: Duration) -> ApiError {
+    app.metrics.inc_rate_limited();
+    ApiError::RateLimited(wait)
+}
+
+/// The batch's events; each `ts` is clamped to `[oldest, now_ms]`.
+fn parse_events(
+    obj: &Map<String, Value>,
+    now_ms: i64,
+    oldest: i64,
+) -> Result<Vec<Event>, ApiError> {
     let list = match validate::field(obj, "events") {
         Some(Value::Array(a)) if !a.is_empty() && a.len() <= MAX_EVENTS => a,
         _ => {
@@ -99,10 +179,26 @@ fn parse_events(obj: &Map<String, Value>, now_ms: i64) -> Result<Vec<Event>, Api
             ))
         }
     };
+    let mut purchases = 0;
     list.iter()
         .enumerate()
         .map(|(i, v)| {
-            parse_event(v, i, now_ms).map_err(|e| match e {
+            let event = parse_event(v, i, now_ms, oldest);
+            if let Ok(Event {
+                kind: EventKind::Purchase { .. },
+                ..
+            }) = &event
+            {
+                purchases += 1;
+                if purchases > MAX_PURCHASES {
+                    return Err(ApiError::BadEvent {
+                        index: i,
+                        field: format!("events[{i}]"),
+                        message: format!("at most {MAX_PURCHASES} purchases per batch"),
+                    });
+                }
+            }
+            event.map_err(|e| match e {
                 ApiError::Validation { field, message } => ApiError::BadEvent {
                     index: i,
                     field,
@@ -114,7 +210,7 @@ fn parse_events(obj: &Map<String, Value>, now_ms: i64) -> Result<Vec<Event>, Api
         .collect()
 }
 
-fn parse_event(v: &Value, i: usize, now_ms: i64) -> Result<Event, ApiError> {
+fn parse_event(v: &Value, i: usize, now_ms: i64, oldest: i64) -> Result<Event, ApiError> {
     let p = |name: &str| format!("events[{i}].{name}");
     let Value::Object(ev) = v else {
         return Err(ApiError::validation(
@@ -127,7 +223,7 @@ fn parse_event(v: &Value, i: usize, now_ms: i64) -> Result<Event, ApiError> {
         // JSON has one number type: an integral `1.7e12` or `1763800000000.0` is a valid timestamp.
         Some(Value::Number(n)) => match n.as_f64() {
             Some(t) if t.fract() == 0.0 && (0.0..=MAX_TS as f64).contains(&t) => {
-                (t as i64).min(now_ms)
+                (t as i64).clamp(oldest.min(now_ms), now_ms)
             }
             _ => return Err(ApiError::validation(p("ts"), TS_RULE)),
         },
@@ -159,7 +255,7 @@ fn parse_event(v: &Value, i: usize, now_ms: i64) -> Result<Event, ApiError> {
                 .ok_or_else(|| {
                 ApiError::validation(p("orderId"), "a purchase needs an orderId")
             })?,
-            value: validate::value(ev, &p("value"))?,
+            value: validate::value_at_most(ev, &p("value"), MAX_PIXEL_VALUE)?,
             currency: validate::currency(ev, &p("currency"))?,
         },
         "event" => EventKind::Custom {

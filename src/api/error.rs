@@ -32,6 +32,8 @@ pub enum ApiError {
         message: String,
     },
     NoSession,
+    /// The pixel endpoint's rate limit; retry after the given time.
+    RateLimited(std::time::Duration),
     /// The write path cannot take the request now; retry after the given seconds.
     QueueUnavailable(String),
     /// The database cannot answer (health check).
@@ -61,6 +63,7 @@ impl ApiError {
                 400
             }
             ApiError::NoSession => 422,
+            ApiError::RateLimited(_) => 429,
             ApiError::QueueUnavailable(_) | ApiError::Unhealthy => 503,
             ApiError::Internal(_) => 500,
         }
@@ -80,6 +83,7 @@ impl ApiError {
             ApiError::InvalidJson(_) => "INVALID_JSON",
             ApiError::Validation { .. } | ApiError::BadEvent { .. } => "VALIDATION_ERROR",
             ApiError::NoSession => "NO_SESSION",
+            ApiError::RateLimited(_) => "RATE_LIMITED",
             ApiError::QueueUnavailable(_) => "QUEUE_UNAVAILABLE",
             ApiError::Unhealthy => "UNAVAILABLE",
             ApiError::Internal(_) => "INTERNAL",
@@ -103,6 +107,7 @@ impl ApiError {
             ApiError::NoSession => "no session found for the given identifiers within the site's \
                                     attribution window; retry once after 1 to 2 minutes for a fresh order"
                 .into(),
+            ApiError::RateLimited(_) => "too many requests; retry after the time in Retry-After".into(),
             ApiError::QueueUnavailable(_) => "conversion queue unavailable; retry with exponential backoff".into(),
             ApiError::Unhealthy => "database unavailable".into(),
             ApiError::Internal(_) => "internal error".into(),
@@ -125,6 +130,10 @@ impl ApiError {
             ApiError::MethodNotAllowed(allow) => reply = reply.header("Allow", allow),
             ApiError::QueueUnavailable(_) | ApiError::Unhealthy => {
                 reply = reply.header("Retry-After", "1")
+            }
+            ApiError::RateLimited(wait) => {
+                let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+                reply = reply.header("Retry-After", &secs.to_string())
             }
             _ => {}
         }

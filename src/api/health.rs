@@ -3,7 +3,9 @@
 use serde_json::json;
 
 use super::{ApiError, App};
-use crate::http::Reply;
+use sha2::{Digest, Sha256};
+
+use crate::http::{Ctx, Reply};
 use crate::store::{self, StoreError};
 
 /// 200 when the database answers a query and the writer's last commit succeeded.
@@ -20,16 +22,31 @@ pub fn healthz(app: &App) -> Result<Reply, ApiError> {
     Ok(Reply::json(200, &json!({"status": "ok"})))
 }
 
-pub fn metrics(app: &App) -> Reply {
+/// Prometheus text. With a token configured (`serve --metrics-token`), only for a request that
+/// presents it as `Authorization: Bearer <token>`: order volume and outbox depth are the
+/// merchant's business, not every visitor's.
+pub fn metrics(app: &App, ctx: &Ctx) -> Result<Reply, ApiError> {
+    if let Some(token) = &app.metrics_token {
+        let presented = ctx
+            .header("Authorization")
+            .and_then(|h| h.trim().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim());
+        // Compared as digests, so the comparison's time says nothing about the token.
+        let digest = |s: &str| Sha256::digest(s.as_bytes());
+        if presented.map(digest) != Some(digest(token)) {
+            return Err(ApiError::Unauthorized);
+        }
+    }
     let (depth, dead) = app
         .pool
         .get()
         .ok()
         .and_then(|c| store::conversions::outbox_counts(&c).ok())
         .unwrap_or((-1, -1));
-    Reply::bytes(
+    Ok(Reply::bytes(
         200,
         "text/plain; version=0.0.4; charset=utf-8",
         app.metrics.render(depth, dead).into_bytes(),
-    )
+    ))
 }

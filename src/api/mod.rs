@@ -31,6 +31,10 @@ pub struct App {
     pub key_touched: Mutex<HashMap<String, i64>>,
     /// Wakes the pipeline worker when new work is committed.
     pub pipeline: crate::pipeline::Waker,
+    /// Rate limits and bounds of the public pixel endpoint.
+    pub pixel: collect::PixelGuard,
+    /// The bearer token `/metrics` asks for; `None`: open.
+    pub metrics_token: Option<String>,
 }
 
 /// The [`Service`] the HTTP front serves: routes each request, and renders every error once.

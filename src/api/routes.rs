@@ -49,7 +49,7 @@ pub fn dispatch(app: &App, ctx: &mut Ctx) -> (Route, Result<Reply, ApiError>) {
         ("GET" | "HEAD", ["pixel.js"]) => (private("pixel"), Ok(static_files::pixel(ctx))),
         ("GET" | "HEAD", ["openapi.yaml"]) => (private("openapi"), Ok(static_files::openapi(ctx))),
         ("GET" | "HEAD", ["healthz"]) => (private("healthz"), health::healthz(app)),
-        ("GET" | "HEAD", ["metrics"]) => (private("metrics"), Ok(health::metrics(app))),
+        ("GET" | "HEAD", ["metrics"]) => (private("metrics"), health::metrics(app, ctx)),
         (_, ["pixel.js"] | ["openapi.yaml"] | ["healthz"] | ["metrics"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("GET, HEAD"))),
         ("GET", ["__test", "panic"]) if test_routes() => panic!("a handler panicked on purpose (CONVAPI_TEST_ROUTES)"),
         _ => (UNKNOWN, Err(ApiError::NotFound)),

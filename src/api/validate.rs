@@ -173,16 +173,25 @@ fn is_type_name(s: &str) -> bool {
 
 /// An optional amount: a finite JSON number in `0..=1e12`, returned as decimal text.
 pub fn value(obj: &Map<String, Value>, path: &str) -> Result<Option<String>, ApiError> {
+    value_at_most(obj, path, MAX_VALUE)
+}
+
+/// [`value`] with another upper bound (the pixel's purchases have a lower one).
+pub fn value_at_most(
+    obj: &Map<String, Value>,
+    path: &str,
+    max: f64,
+) -> Result<Option<String>, ApiError> {
     match field(obj, "value") {
         None => Ok(None),
         Some(Value::Number(n)) => {
             let ok = n
                 .as_f64()
-                .is_some_and(|f| f.is_finite() && (0.0..=MAX_VALUE).contains(&f));
+                .is_some_and(|f| f.is_finite() && (0.0..=max).contains(&f));
             if !ok {
                 return Err(ApiError::validation(
                     path,
-                    format!("{path} must be a number between 0 and 1e12"),
+                    format!("{path} must be a number between 0 and {max:e}"),
                 ));
             }
             // Integers keep their digits; other numbers use the shortest text that reads back as the same f64.

@@ -141,6 +141,8 @@ pub struct Ctx {
     pub segments: Vec<String>,
     pub query: String,
     pub request_id: u64,
+    /// The connection's peer (a reverse proxy's address when there is one).
+    pub peer: Option<SocketAddr>,
     registry: Arc<Registry>,
     /// The body was read to its end (nothing left for tiny_http to drain).
     body_done: bool,
@@ -340,6 +342,7 @@ fn handle(w: &Worker, inc: Incoming) {
         segments,
         query,
         request_id,
+        peer,
         registry: w.registry.clone(),
         body_done: small_body,
     };
