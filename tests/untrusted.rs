@@ -287,3 +287,37 @@ fn metrics_asks_for_its_token_when_one_is_configured() {
     assert!(right.text().contains("convapi_pixel_rate_limited_total"));
     assert_eq!(TestApp::start().get("/metrics").status, 200);
 }
+
+/// Before: the conversions endpoint read the body before checking the key, so any `Bearer` value
+/// let a client hold a request thread for as long as it took to send the body. Now a bad key, or
+/// a site of another tenant, is answered at once, before any body byte arrives.
+#[test]
+fn a_bad_key_is_refused_before_the_body_is_read() {
+    use std::io::{Read, Write};
+    let app = TestApp::start();
+    let other = app.create_tenant("other");
+    let other_key = app.create_key(&other.id);
+    for (auth, want) in [
+        ("Bearer ask_not-a-real-key".to_owned(), "401"),
+        (format!("Bearer {}", other_key.key), "403"),
+    ] {
+        let mut s = std::net::TcpStream::connect(app.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let head = format!(
+            "POST /api/sites/{}/conversions HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n\
+             Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{{\"visitorId\"",
+            app.site.id
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        let started = Instant::now();
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).expect("an answer without the body");
+        let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(answer.starts_with(&format!("HTTP/1.1 {want}")), "{answer}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}

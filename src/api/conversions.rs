@@ -104,16 +104,17 @@ fn read_submission(ctx: &mut Ctx, now_ms: i64) -> Result<Submission, ApiError> {
 
 pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError> {
     let key_hash = super::bearer_key_hash(ctx)?;
-    // The body is read before the database, so that no read transaction stays open while a client
-    // sends it; its errors still come after the key's and the site's (checks 1 to 3 first).
-    let now = store::now_ms();
-    let parsed = read_submission(ctx, now);
-
     let conn = app.pool.get().map_err(StoreError::from)?;
-    // Key, site, order and session in one read transaction (see `store::read`).
-    let (site, r, known, resolved) = store::read(&conn, |conn| {
-        let site = super::authorize(app, conn, &key_hash, site_id)?;
-        let r = parsed?;
+    // Checks 1 to 3 before the body is read (docs/decisions.md §3): a client without a valid key
+    // for this site cannot make a request thread wait for its body. Their read transaction ends
+    // before the body is read, so no snapshot stays open while a client sends it.
+    let site = store::read(&conn, |conn| {
+        super::authorize(app, conn, &key_hash, site_id)
+    })?;
+    let now = store::now_ms();
+    let r = read_submission(ctx, now)?;
+    // Order and session in one read transaction (see `store::read`).
+    let (known, resolved) = store::read(&conn, |conn| {
         let known = match &r.order_id {
             Some(order_id) => {
                 store::conversions::find_order(conn, &site.id, order_id, Source::Api)?
@@ -125,7 +126,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
             Some((_, true)) => Err(ApiError::NoSession),
             _ => resolve_session(conn, &site, &r),
         };
-        Ok::<_, ApiError>((site, r, known, resolved))
+        Ok::<_, ApiError>((known, resolved))
     })?;
     drop(conn);
     let order_known = match known {
