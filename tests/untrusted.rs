@@ -321,3 +321,32 @@ fn a_bad_key_is_refused_before_the_body_is_read() {
         );
     }
 }
+
+/// Before: `/%6detrics` and `//metrics` served `/metrics`, so a proxy rule guarding one spelling
+/// could be walked around. Route words now match the path as sent; only parameters are decoded.
+#[test]
+fn a_route_has_one_spelling() {
+    let app = TestApp::start();
+    assert_eq!(app.get("/metrics").status, 200);
+    for path in [
+        "/%6detrics",
+        "//metrics",
+        "/metrics/",
+        "/%2Fmetrics",
+        "/./metrics",
+    ] {
+        expect_error(&app.get(path), 404, "NOT_FOUND");
+    }
+    let r = app.send(
+        "GET",
+        &format!("/api/%73ites/{}/conversions/x", app.site.id),
+        &[("Authorization", &format!("Bearer {}", app.key.key))],
+        None,
+    );
+    expect_error(&r, 404, "NOT_FOUND");
+    // Parameters are still percent-decoded: an order id with a slash and a space.
+    app.pageview("v", "https://shop.example/", now_ms());
+    app.post_conversion(&json!({"visitorId": "v", "orderId": "A/1 b"}))
+        .expect(202);
+    app.order_status("A/1 b").expect(200);
+}

@@ -4,7 +4,7 @@
 use std::sync::OnceLock;
 
 use super::{collect, conversions, health, static_files, ApiError, App};
-use crate::http::{Ctx, Reply};
+use crate::http::{decode_segment as decoded, Ctx, Reply};
 
 /// A matched route: its name for logs and metrics, and whether its answers, errors included,
 /// carry CORS headers (the pixel reads them from any page).
@@ -32,16 +32,17 @@ fn test_routes() -> bool {
     *ON.get_or_init(|| std::env::var("CONVAPI_TEST_ROUTES").is_ok_and(|v| v == "1"))
 }
 
-/// Sends the request to its handler. Kept one line per route on purpose (no rustfmt).
+/// Sends the request to its handler. Route words match the path as sent; parameters are
+/// percent-decoded here (see `http::path_segments`). Kept one line per route on purpose (no rustfmt).
 #[rustfmt::skip]
 pub fn dispatch(app: &App, ctx: &mut Ctx) -> (Route, Result<Reply, ApiError>) {
     let segs: Vec<String> = ctx.segments.clone();
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     let method = ctx.method.clone();
     match (method.as_str(), segs.as_slice()) {
-        ("POST", ["api", "sites", site, "conversions"]) => (private("conversions_report"), conversions::accept(app, ctx, site)),
+        ("POST", ["api", "sites", site, "conversions"]) => (private("conversions_report"), conversions::accept(app, ctx, &decoded(site))),
         (_, ["api", "sites", _, "conversions"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("POST"))),
-        ("GET" | "HEAD", ["api", "sites", site, "conversions", order]) => (private("conversions_status"), conversions::order_status(app, ctx, site, order)),
+        ("GET" | "HEAD", ["api", "sites", site, "conversions", order]) => (private("conversions_status"), conversions::order_status(app, ctx, &decoded(site), &decoded(order))),
         (_, ["api", "sites", _, "conversions", _]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("GET, HEAD"))),
         ("POST", ["api", "collect"]) => (public("collect"), collect::collect(app, ctx)),
         ("OPTIONS", ["api", "collect"]) => (public("collect_preflight"), Ok(collect::preflight())),

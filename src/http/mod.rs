@@ -137,7 +137,7 @@ pub struct Ctx {
     pub method: String,
     /// The path as the client sent it, without the query.
     pub path: String,
-    /// Percent-decoded path segments, without the leading empty one.
+    /// Path segments as sent (see [`path_segments`]).
     pub segments: Vec<String>,
     pub query: String,
     pub request_id: u64,
@@ -287,17 +287,24 @@ fn serve_loop(w: &Worker, rx: &Mutex<Receiver<Incoming>>) {
     }
 }
 
-/// The percent-decoded segments of a request path, without the leading empty one. Public so that
-/// the benchmark's no-op server (`examples/noop_server.rs`) splits paths exactly this way.
+/// The segments of a request path as sent, without the leading `/`: `/a//b` is `["a", "", "b"]`.
+/// Routes match these literally, so `/%6detrics` and `//metrics` are not `/metrics` (a proxy in
+/// front that guards one spelling must not be walked around by another); parameters are
+/// percent-decoded with [`decode_segment`] by whoever takes them. Public so that the benchmark's
+/// no-op server (`examples/noop_server.rs`) splits paths exactly this way.
 pub fn path_segments(path: &str) -> Vec<String> {
-    path.trim_start_matches('/')
+    path.strip_prefix('/')
+        .unwrap_or(path)
         .split('/')
-        .map(|s| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8_lossy()
-                .into_owned()
-        })
+        .map(str::to_owned)
         .collect()
+}
+
+/// A path segment with its percent-encoding decoded (invalid UTF-8 replaced).
+pub fn decode_segment(segment: &str) -> String {
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// Size of the request head as the client sent it (request line and header lines).
