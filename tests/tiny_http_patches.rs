@@ -1,5 +1,6 @@
-//! The two fixes convapi carries in its vendored tiny_http (vendor/tiny_http/PATCHES.md), tested on
-//! a bare `tiny_http::Server` — without convapi's connection supervisor, which worked around both.
+//! The first two fixes convapi carries in its vendored tiny_http (vendor/tiny_http/PATCHES.md, 1–2),
+//! tested on a bare `tiny_http::Server` — without convapi's connection supervisor, which worked
+//! around both. The framing fixes (3–12) are pinned by `tests/framing.rs`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -2,12 +2,13 @@ use ascii::AsciiString;
 
 use std::io::Error as IoError;
 use std::io::Result as IoResult;
-use std::io::{BufReader, BufWriter, ErrorKind, Read};
+use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 
 use std::net::SocketAddr;
-use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use crate::common::{HTTPVersion, Method};
+use crate::common::{HTTPVersion, Header, HeaderField, Method, StatusCode};
 use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
 use crate::Request;
@@ -34,17 +35,31 @@ pub struct ClientConnection {
 
     // true if the connection goes through SSL
     secure: bool,
+
+    // convapi: set by a request's body reader when that body ended early or was malformed: the
+    // stream is then not at the start of a request, so no further request is read.
+    framing_broken: Arc<AtomicBool>,
 }
 
 /// Error that can happen when reading a request.
 #[derive(Debug)]
 enum ReadError {
-    WrongRequestLine,
-    WrongHeader(HTTPVersion),
+    /// convapi: the request cannot be trusted or served. Answered with this status, an
+    /// explanation and `Connection: close`, then the connection is closed: where the next request
+    /// would start is unknown.
+    Refused(StatusCode, &'static str),
     /// the client sent an unrecognized `Expect` header
     ExpectationFailed(HTTPVersion),
     ReadIoError(IoError),
 }
+
+fn bad_request(why: &'static str) -> ReadError {
+    ReadError::Refused(StatusCode(400), why)
+}
+
+/// Empty lines accepted before a request line (RFC 9112 §2.2: some clients send a CRLF after a
+/// body).
+const MAX_EMPTY_LINES: usize = 4;
 
 impl ClientConnection {
     /// Creates a new `ClientConnection` that takes ownership of the `TcpStream`.
@@ -65,6 +80,7 @@ impl ClientConnection {
             next_header_source: first_header,
             no_more_requests: false,
             secure,
+            framing_broken: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -73,68 +89,98 @@ impl ClientConnection {
         self.secure
     }
 
-    /// Reads the next line from self.next_header_source.
+    /// Reads the next line of the request head from self.next_header_source, without its CRLF.
     ///
-    /// Reads until `CRLF` is reached. The next read will start
-    ///  at the first byte of the new line.
-    fn read_next_line(&mut self) -> IoResult<AsciiString> {
+    /// convapi: CRLF is the only line terminator. Upstream ended lines only at CRLF but kept a bare
+    /// LF or CR inside the line, so `X: a<LF>Y: b` was one header here and two for a proxy that
+    /// ends lines at LF. A bare CR or LF, any other control character than HTAB, and a non-ASCII
+    /// byte are refused (400) instead.
+    fn read_next_line(&mut self) -> Result<Vec<u8>, ReadError> {
         let mut buf = Vec::new();
-        let mut prev_byte_was_cr = false;
 
         loop {
-            let byte = self.next_header_source.by_ref().bytes().next();
-
-            let byte = match byte {
-                Some(b) => b?,
-                None => return Err(IoError::new(ErrorKind::ConnectionAborted, "Unexpected EOF")),
+            let byte = match self.next_header_source.by_ref().bytes().next() {
+                Some(b) => b.map_err(ReadError::ReadIoError)?,
+                None => {
+                    return Err(ReadError::ReadIoError(IoError::new(
+                        ErrorKind::ConnectionAborted,
+                        "Unexpected EOF",
+                    )))
+                }
             };
 
-            if byte == b'\n' && prev_byte_was_cr {
-                buf.pop(); // removing the '\r'
-                return AsciiString::from_ascii(buf)
-                    .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
+            match byte {
+                b'\r' => {
+                    let next = match self.next_header_source.by_ref().bytes().next() {
+                        Some(b) => b.map_err(ReadError::ReadIoError)?,
+                        None => {
+                            return Err(ReadError::ReadIoError(IoError::new(
+                                ErrorKind::ConnectionAborted,
+                                "Unexpected EOF",
+                            )))
+                        }
+                    };
+                    return if next == b'\n' {
+                        Ok(buf)
+                    } else {
+                        Err(bad_request("bare CR in the request head"))
+                    };
+                }
+                b'\n' => return Err(bad_request("bare LF in the request head")),
+                b'\t' => buf.push(byte),
+                0..=31 | 127 => return Err(bad_request("control character in the request head")),
+                128..=255 => return Err(bad_request("non-ASCII byte in the request head")),
+                _ => buf.push(byte),
             }
-
-            prev_byte_was_cr = byte == b'\r';
-
-            buf.push(byte);
         }
     }
 
     /// Reads a request from the stream.
     /// Blocks until the header has been read.
     fn read(&mut self) -> Result<Request, ReadError> {
-        let (method, path, version, headers) = {
-            // reading the request line
-            let (method, path, version) = {
-                let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+        // convapi: the previous request's body must have ended where its framing said; otherwise
+        // what follows is not a request head (and may be one the client smuggled in the body).
+        self.next_header_source.wait_turn();
+        if self.framing_broken.load(Ordering::SeqCst) {
+            return Err(ReadError::ReadIoError(IoError::new(
+                ErrorKind::InvalidData,
+                "the previous request's body ended early or was malformed",
+            )));
+        }
 
-                parse_request_line(
-                    line.as_str().trim(), // TODO: remove this conversion
-                )?
-            };
+        let mut line = self.read_next_line()?;
+        let mut empty_lines = 0;
+        while line.is_empty() {
+            empty_lines += 1;
+            if empty_lines > MAX_EMPTY_LINES {
+                return Err(bad_request("empty lines instead of a request line"));
+            }
+            line = self.read_next_line()?;
+        }
+        let (method, path, version) = parse_request_line(&line)?;
 
-            // getting all headers
-            let headers = {
-                let mut headers = Vec::new();
-                loop {
-                    let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+        let mut headers = Vec::new();
+        loop {
+            let line = self.read_next_line()?;
+            if line.is_empty() {
+                break;
+            }
+            headers.push(parse_header_line(&line)?);
+        }
 
-                    if line.is_empty() {
-                        break;
-                    };
-                    headers.push(match FromStr::from_str(line.as_str().trim()) {
-                        // TODO: remove this conversion
-                        Ok(h) => h,
-                        _ => return Err(ReadError::WrongHeader(version)),
-                    });
-                }
-
-                headers
-            };
-
-            (method, path, version, headers)
-        };
+        // RFC 9112 §3.2: a server MUST answer 400 to an HTTP/1.1 request without Host and to any
+        // request with more than one, or with an invalid value.
+        let mut hosts = headers.iter().filter(|h| h.field.equiv("Host"));
+        match (hosts.next(), hosts.next()) {
+            (None, _) if version >= HTTPVersion(1, 1) => {
+                return Err(bad_request("HTTP/1.1 request without Host"))
+            }
+            (Some(_), Some(_)) => return Err(bad_request("more than one Host")),
+            (Some(h), None) if !h.value.as_bytes().iter().all(|&b| is_host_byte(b)) => {
+                return Err(bad_request("invalid Host"))
+            }
+            _ => {}
+        }
 
         // building the writer for the request
         let writer = self.sink.next().unwrap();
@@ -153,6 +199,7 @@ impl ClientConnection {
             *self.remote_addr.as_ref().unwrap(),
             data_source,
             writer,
+            self.framing_broken.clone(),
         )
         .map_err(|e| {
             use crate::request;
@@ -161,11 +208,35 @@ impl ClientConnection {
                 request::RequestCreationError::ExpectationFailed => {
                     ReadError::ExpectationFailed(version)
                 }
+                request::RequestCreationError::BadFraming(why) => bad_request(why),
+                request::RequestCreationError::UnsupportedTransferCoding => ReadError::Refused(
+                    StatusCode(501),
+                    "the only transfer coding implemented is chunked",
+                ),
             }
         })?;
 
         // return the request
         Ok(request)
+    }
+
+    /// convapi: answers a request tiny_http refuses itself, saying the connection closes (the
+    /// caller closes it). Upstream sent no `Connection: close`, so a client could pipeline more.
+    fn refuse(&mut self, status: StatusCode, why: &str, version: HTTPVersion) {
+        use crate::Response;
+        let mut writer = self.sink.next().unwrap();
+        let response = if why.is_empty() {
+            Response::new_empty(status).boxed()
+        } else {
+            Response::from_string(format!("{}: {why}\n", status.default_reason_phrase()))
+                .with_status_code(status)
+                .boxed()
+        };
+        response
+            .with_connection_close()
+            .raw_print(writer.by_ref(), version, &[], false, None)
+            .ok();
+        writer.flush().ok();
     }
 }
 
@@ -175,135 +246,173 @@ impl Iterator for ClientConnection {
     /// Blocks until the next Request is available.
     /// Returns None when no new Requests will come from the client.
     fn next(&mut self) -> Option<Request> {
-        use crate::{Response, StatusCode};
-
         // the client sent a "connection: close" header in this previous request
         //  or is using HTTP 1.0, meaning that no new request will come
         if self.no_more_requests {
             return None;
         }
 
-        loop {
-            let rq = match self.read() {
-                Err(ReadError::WrongRequestLine) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(400));
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None; // we don't know where the next request would start,
-                                 // se we have to close
-                }
-
-                Err(ReadError::WrongHeader(ver)) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(400));
-                    response.raw_print(writer, ver, &[], false, None).ok();
-                    return None; // we don't know where the next request would start,
-                                 // se we have to close
-                }
-
-                Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::TimedOut => {
-                    // request timeout
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(408));
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None; // closing the connection
-                }
-
-                Err(ReadError::ExpectationFailed(ver)) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(417));
-                    response.raw_print(writer, ver, &[], true, None).ok();
-                    return None; // TODO: should be recoverable, but needs handling in case of body
-                }
-
-                Err(ReadError::ReadIoError(_)) => return None,
-
-                Ok(rq) => rq,
-            };
-
-            // checking HTTP version
-            if *rq.http_version() > (1, 1) {
-                let writer = self.sink.next().unwrap();
-                let response = Response::from_string(
-                    "This server only supports HTTP versions 1.0 and 1.1".to_owned(),
-                )
-                .with_status_code(StatusCode(505));
-                response
-                    .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                    .ok();
-                continue;
+        let rq = match self.read() {
+            Err(ReadError::Refused(status, why)) => {
+                self.refuse(status, why, HTTPVersion(1, 1));
+                return None; // we don't know where the next request would start,
+                             // se we have to close
             }
 
-            // updating the status of the connection
-            let connection_header = rq
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv("Connection"))
-                .map(|h| h.value.as_str());
+            Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::TimedOut => {
+                // request timeout
+                self.refuse(StatusCode(408), "", HTTPVersion(1, 1));
+                return None; // closing the connection
+            }
 
-            let lowercase = connection_header.map(|h| h.to_ascii_lowercase());
+            Err(ReadError::ExpectationFailed(ver)) => {
+                self.refuse(StatusCode(417), "", ver);
+                return None; // TODO: should be recoverable, but needs handling in case of body
+            }
 
-            match lowercase {
-                Some(ref val) if val.contains("close") => self.no_more_requests = true,
-                Some(ref val) if val.contains("upgrade") => self.no_more_requests = true,
-                Some(ref val)
-                    if !val.contains("keep-alive") && *rq.http_version() == HTTPVersion(1, 0) =>
-                {
-                    self.no_more_requests = true
-                }
-                None if *rq.http_version() == HTTPVersion(1, 0) => self.no_more_requests = true,
-                _ => (),
-            };
+            Err(ReadError::ReadIoError(_)) => return None,
 
-            // returning the request
-            return Some(rq);
-        }
+            Ok(rq) => rq,
+        };
+
+        // updating the status of the connection
+        let connection_header = rq
+            .headers()
+            .iter()
+            .find(|h| h.field.equiv("Connection"))
+            .map(|h| h.value.as_str());
+
+        let lowercase = connection_header.map(|h| h.to_ascii_lowercase());
+
+        match lowercase {
+            Some(ref val) if val.contains("close") => self.no_more_requests = true,
+            Some(ref val) if val.contains("upgrade") => self.no_more_requests = true,
+            Some(ref val)
+                if !val.contains("keep-alive") && *rq.http_version() == HTTPVersion(1, 0) =>
+            {
+                self.no_more_requests = true
+            }
+            None if *rq.http_version() == HTTPVersion(1, 0) => self.no_more_requests = true,
+            _ => (),
+        };
+
+        // returning the request
+        Some(rq)
     }
 }
 
-/// Parses a "HTTP/1.1" string.
-fn parse_http_version(version: &str) -> Result<HTTPVersion, ReadError> {
-    let (major, minor) = match version {
-        "HTTP/0.9" => (0, 9),
-        "HTTP/1.0" => (1, 0),
-        "HTTP/1.1" => (1, 1),
-        "HTTP/2.0" => (2, 0),
-        "HTTP/3.0" => (3, 0),
-        _ => return Err(ReadError::WrongRequestLine),
-    };
+/// tchar of RFC 9110 §5.6.2: what a method and a field name are made of.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
 
-    Ok(HTTPVersion(major, minor))
+/// What a Host value (uri-host [":" port], RFC 3986) is made of.
+fn is_host_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(&b)
 }
 
 /// Parses the request line of the request.
 /// eg. GET / HTTP/1.1
-fn parse_request_line(line: &str) -> Result<(Method, String, HTTPVersion), ReadError> {
-    let mut parts = line.split(' ');
+///
+/// convapi: exactly `method SP request-target SP HTTP-version` (RFC 9112 §3). Upstream trimmed
+/// the line and ignored anything after a third word. A well-formed version other than 1.0 and 1.1
+/// is refused with 505 here, before any request exists: upstream answered it through a second
+/// writer that waited for the request's own, forever, leaking the thread and the socket.
+fn parse_request_line(line: &[u8]) -> Result<(Method, String, HTTPVersion), ReadError> {
+    let mut parts = line.split(|&b| b == b' ');
+    let (method, target, version) = match (parts.next(), parts.next(), parts.next(), parts.next())
+    {
+        (Some(m), Some(t), Some(v), None) => (m, t, v),
+        _ => return Err(bad_request("malformed request line")),
+    };
+    if method.is_empty() || !method.iter().all(|&b| is_tchar(b)) {
+        return Err(bad_request("malformed method"));
+    }
+    if target.is_empty() || !target.iter().all(|b| b.is_ascii_graphic()) {
+        return Err(bad_request("malformed request target"));
+    }
+    let version = match version {
+        b"HTTP/1.1" => HTTPVersion(1, 1),
+        b"HTTP/1.0" => HTTPVersion(1, 0),
+        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+            if major.is_ascii_digit() && minor.is_ascii_digit() =>
+        {
+            return Err(ReadError::Refused(
+                StatusCode(505),
+                "this server only supports HTTP/1.0 and HTTP/1.1",
+            ))
+        }
+        _ => return Err(bad_request("malformed HTTP version")),
+    };
+    // Both are ASCII, checked above.
+    let method = std::str::from_utf8(method)
+        .ok()
+        .and_then(|m| m.parse().ok())
+        .ok_or_else(|| bad_request("malformed method"))?;
+    let target = String::from_utf8(target.to_vec()).map_err(|_| bad_request("malformed target"))?;
+    Ok((method, target, version))
+}
 
-    let method = parts.next().and_then(|w| w.parse().ok());
-    let path = parts.next().map(ToOwned::to_owned);
-    let version = parts.next().and_then(|w| parse_http_version(w).ok());
-
-    method
-        .and_then(|method| Some((method, path?, version?)))
-        .ok_or(ReadError::WrongRequestLine)
+/// Parses one field line: `field-name ":" OWS field-value OWS` (RFC 9112 §5).
+///
+/// convapi: a line starting with whitespace (obs-fold) and whitespace before the colon are
+/// refused (400), as RFC 9112 §5.1 and §5.2 require; upstream trimmed the line, so a folded line
+/// became a header of its own.
+fn parse_header_line(line: &[u8]) -> Result<Header, ReadError> {
+    let colon = line
+        .iter()
+        .position(|&b| b == b':')
+        .ok_or_else(|| bad_request("header line without a colon"))?;
+    let (name, value) = (&line[..colon], &line[colon + 1..]);
+    if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
+        return Err(if line[0] == b' ' || line[0] == b'\t' {
+            bad_request("obsolete line folding in the request head")
+        } else {
+            bad_request("malformed header name")
+        });
+    }
+    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = value.iter().position(|b| !is_ows(b)).unwrap_or(value.len());
+    let end = value.iter().rposition(|b| !is_ows(b)).map_or(start, |i| i + 1);
+    let value = &value[start..end];
+    match (
+        HeaderField::from_bytes(name.to_vec()),
+        AsciiString::from_ascii(value.to_vec()),
+    ) {
+        (Ok(field), Ok(value)) => Ok(Header { field, value }),
+        _ => Err(bad_request("malformed header")),
+    }
 }
 
 #[cfg(test)]
 mod test {
+    use super::ReadError;
+
     #[test]
     fn test_parse_request_line() {
-        let (method, path, ver) = super::parse_request_line("GET /hello HTTP/1.1").unwrap();
+        let (method, path, ver) = super::parse_request_line(b"GET /hello HTTP/1.1").unwrap();
 
         assert!(method == crate::Method::Get);
         assert!(path == "/hello");
         assert!(ver == crate::common::HTTPVersion(1, 1));
 
-        assert!(super::parse_request_line("GET /hello").is_err());
-        assert!(super::parse_request_line("qsd qsd qsd").is_err());
+        assert!(super::parse_request_line(b"GET /hello").is_err());
+        assert!(super::parse_request_line(b"qsd qsd qsd").is_err());
+        assert!(super::parse_request_line(b"GET /hello HTTP/1.1 x").is_err());
+        assert!(super::parse_request_line(b"GET  /hello HTTP/1.1").is_err());
+        assert!(matches!(
+            super::parse_request_line(b"PRI * HTTP/2.0"),
+            Err(ReadError::Refused(crate::StatusCode(505), _))
+        ));
+    }
+
+    #[test]
+    fn test_parse_header_line() {
+        let h = super::parse_header_line(b"Content-Type: \ta/b \t").unwrap();
+        assert!(h.field.equiv("content-type"));
+        assert_eq!(h.value.as_str(), "a/b");
+        assert!(super::parse_header_line(b" folded").is_err());
+        assert!(super::parse_header_line(b"Host : x").is_err());
+        assert!(super::parse_header_line(b": x").is_err());
     }
 }

@@ -5,11 +5,12 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 
-use crate::util::{EqualReader, FusedReader};
+use crate::util::{ChunkedReader, EqualReader, FusedReader};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
-use chunked_transfer::Decoder;
 
 /// Represents an HTTP request made by a client.
 ///
@@ -74,6 +75,10 @@ pub struct Request {
 
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
+
+    // convapi: set by the body reader when the body ended early or was malformed; the response
+    // then says `Connection: close` and the connection reads no further request.
+    framing_broken: Arc<AtomicBool>,
 }
 
 struct NotifyOnDrop<R> {
@@ -108,6 +113,68 @@ pub enum RequestCreationError {
 
     /// Error while reading data from the socket during the creation of the `Request`.
     CreationIoError(IoError),
+
+    /// convapi: the body's framing cannot be trusted (RFC 9112 §6); answered 400, then closed.
+    BadFraming(&'static str),
+
+    /// convapi: a transfer coding other than chunked; answered 501, then closed.
+    UnsupportedTransferCoding,
+}
+
+/// convapi: how the body of a request is delimited, decided strictly (RFC 9112 §6.3) because a
+/// server and a proxy in front of it that disagree on it see different requests (smuggling).
+enum Framing {
+    None,
+    Length(usize),
+    Chunked,
+}
+
+fn framing_of(headers: &[Header], version: &HTTPVersion) -> Result<Framing, RequestCreationError> {
+    use RequestCreationError::{BadFraming, UnsupportedTransferCoding};
+    let values = |name: &'static str| {
+        headers
+            .iter()
+            .filter(move |h| h.field.equiv(name))
+            .map(|h| h.value.as_str())
+    };
+    let lengths: Vec<&str> = values("Content-Length").collect();
+    let mut codings = values("Transfer-Encoding")
+        .flat_map(|v| v.split(','))
+        .map(|c| c.trim_matches([' ', '\t']))
+        .filter(|c| !c.is_empty())
+        .collect::<Vec<_>>();
+    if values("Transfer-Encoding").next().is_some() {
+        // Both: a proxy may have used the other one. RFC 9112 §6.1 allows processing with
+        // chunked and closing after; refusing is as compliant and leaves nothing half-trusted.
+        if !lengths.is_empty() {
+            return Err(BadFraming("both Transfer-Encoding and Content-Length"));
+        }
+        if *version < HTTPVersion(1, 1) {
+            return Err(BadFraming("Transfer-Encoding in an HTTP/1.0 request"));
+        }
+        let last = codings.pop();
+        if !last.is_some_and(|c| c.eq_ignore_ascii_case("chunked")) {
+            return Err(BadFraming("chunked is not the final transfer coding"));
+        }
+        if codings.iter().any(|c| c.eq_ignore_ascii_case("chunked")) {
+            return Err(BadFraming("chunked applied more than once"));
+        }
+        if !codings.is_empty() {
+            return Err(UnsupportedTransferCoding);
+        }
+        return Ok(Framing::Chunked);
+    }
+    match lengths.as_slice() {
+        [] => Ok(Framing::None),
+        // Content-Length = 1*DIGIT. A list, even of equal values, is refused (RFC 9110 §8.6
+        // allows either); so are signs, spaces, hexadecimal and values that overflow.
+        [v] if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => v
+            .parse::<usize>()
+            .map(Framing::Length)
+            .map_err(|_| BadFraming("Content-Length out of range")),
+        [_] => Err(BadFraming("invalid Content-Length")),
+        _ => Err(BadFraming("more than one Content-Length")),
+    }
 }
 
 impl From<IoError> for RequestCreationError {
@@ -135,27 +202,16 @@ pub fn new_request<R, W>(
     remote_addr: Option<SocketAddr>,
     mut source_data: R,
     writer: W,
+    framing_broken: Arc<AtomicBool>,
 ) -> Result<Request, RequestCreationError>
 where
     R: Read + Send + 'static,
     W: Write + Send + 'static,
 {
-    // finding the transfer-encoding header
-    let transfer_encoding = headers
-        .iter()
-        .find(|h: &&Header| h.field.equiv("Transfer-Encoding"))
-        .map(|h| h.value.clone());
-
-    // finding the content-length header
-    let content_length = if transfer_encoding.is_some() {
-        // if transfer-encoding is specified, the Content-Length
-        // header must be ignored (RFC2616 #4.4)
-        None
-    } else {
-        headers
-            .iter()
-            .find(|h: &&Header| h.field.equiv("Content-Length"))
-            .and_then(|h| FromStr::from_str(h.value.as_str()).ok())
+    let framing = framing_of(&headers, &version)?;
+    let content_length = match framing {
+        Framing::Length(n) => Some(n),
+        _ => None,
     };
 
     // true if the client sent a `Expect: 100-continue` header
@@ -200,11 +256,11 @@ where
             while offset != content_length {
                 let read = source_data.read(&mut buffer[offset..])?;
                 if read == 0 {
-                    // the socket returned EOF, but we were before the expected content-length
-                    // aborting
-                    let info = "Connection has been closed before we received enough data";
-                    let err = IoError::new(ErrorKind::ConnectionAborted, info);
-                    return Err(RequestCreationError::CreationIoError(err));
+                    // convapi: answered (400) rather than dropped: a client that half-closed
+                    // its side still reads, and learns its body was not taken.
+                    return Err(RequestCreationError::BadFraming(
+                        "the connection ended before the Content-Length of the body",
+                    ));
                 }
 
                 offset += read;
@@ -212,13 +268,17 @@ where
 
             Box::new(Cursor::new(buffer)) as Box<dyn Read + Send + 'static>
         } else {
-            let (data_reader, _) = EqualReader::new(source_data, content_length); // TODO:
+            let (data_reader, _) =
+                EqualReader::new(source_data, content_length, framing_broken.clone()); // TODO:
             Box::new(FusedReader::new(data_reader)) as Box<dyn Read + Send + 'static>
         }
-    } else if transfer_encoding.is_some() {
-        // if a transfer-encoding was specified, then "chunked" is ALWAYS applied
-        // over the message (RFC2616 #3.6)
-        Box::new(FusedReader::new(Decoder::new(source_data))) as Box<dyn Read + Send + 'static>
+    } else if let Framing::Chunked = framing {
+        // convapi: `framing_of` let through only exactly `chunked`; upstream decoded any
+        // Transfer-Encoding as chunked, with a decoder that took a truncated body for a whole one.
+        Box::new(FusedReader::new(ChunkedReader::new(
+            source_data,
+            framing_broken.clone(),
+        ))) as Box<dyn Read + Send + 'static>
     } else {
         // if we have neither a Content-Length nor a Transfer-Encoding,
         // assuming that we have no data
@@ -238,6 +298,7 @@ where
         body_length: content_length,
         must_send_continue: expects_continue,
         notify_when_responded: None,
+        framing_broken,
     })
 }
 
@@ -447,6 +508,14 @@ impl Request {
         let mut writer = self.extract_writer_impl();
 
         let do_not_send_body = self.method == Method::Head;
+
+        // convapi: the body ended early or was malformed, so this connection will read no
+        // further request (client.rs); the client is told so.
+        let response = if self.framing_broken.load(Ordering::SeqCst) {
+            response.with_connection_close()
+        } else {
+            response
+        };
 
         Self::ignore_client_closing_errors(response.raw_print(
             writer.by_ref(),

@@ -298,6 +298,16 @@ where
         self
     }
 
+    /// convapi: adds `Connection: close`, which `add_header` refuses (it is the server's to set):
+    /// for answers after which the server closes the connection.
+    pub(crate) fn with_connection_close(mut self) -> Response<R> {
+        if !self.headers.iter().any(|h| h.field.equiv("Connection")) {
+            self.headers
+                .push(Header::from_bytes(&b"Connection"[..], &b"close"[..]).unwrap());
+        }
+        self
+    }
+
     /// Returns the same request, but with a different status code.
     #[inline]
     pub fn with_status_code<S>(mut self, code: S) -> Response<R>

@@ -1,13 +1,19 @@
-use std::io::Read;
 use std::io::Result as IoResult;
+use std::io::{Error as IoError, ErrorKind, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 
 /// A `Reader` that reads exactly the number of bytes from a sub-reader.
 ///
 /// If the limit is reached, it returns EOF. If the limit is not reached
 /// when the destructor is called, the remaining bytes will be read and
 /// thrown away.
+///
+/// convapi: a stream that ends before the limit is an error (`UnexpectedEof`), not the end of the
+/// body, and any error marks the connection's framing as broken (`broken`) so that no further
+/// request is read from it.
 pub struct EqualReader<R>
 where
     R: Read,
@@ -15,19 +21,25 @@ where
     reader: R,
     size: usize,
     last_read_signal: Sender<IoResult<()>>,
+    broken: Arc<AtomicBool>,
 }
 
 impl<R> EqualReader<R>
 where
     R: Read,
 {
-    pub fn new(reader: R, size: usize) -> (EqualReader<R>, Receiver<IoResult<()>>) {
+    pub fn new(
+        reader: R,
+        size: usize,
+        broken: Arc<AtomicBool>,
+    ) -> (EqualReader<R>, Receiver<IoResult<()>>) {
         let (tx, rx) = channel();
 
         let r = EqualReader {
             reader,
             size,
             last_read_signal: tx,
+            broken,
         };
 
         (r, rx)
@@ -50,11 +62,25 @@ where
         };
 
         match self.reader.read(buf) {
+            // convapi: upstream returned this EOF as the end of the body, so a request cut short
+            // was handed to the application as if complete.
+            Ok(0) if !buf.is_empty() => {
+                self.broken.store(true, Ordering::SeqCst);
+                Err(IoError::new(
+                    ErrorKind::UnexpectedEof,
+                    "the connection ended before the Content-Length of the body",
+                ))
+            }
             Ok(len) => {
                 self.size -= len;
                 Ok(len)
             }
-            err @ Err(_) => err,
+            Err(e) => {
+                if e.kind() != ErrorKind::Interrupted {
+                    self.broken.store(true, Ordering::SeqCst);
+                }
+                Err(e)
+            }
         }
     }
 }
@@ -72,11 +98,15 @@ where
         while remaining_to_read > 0 {
             let want = remaining_to_read.min(buf.len());
             match self.reader.read(&mut buf[..want]) {
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
+                    self.broken.store(true, Ordering::SeqCst);
                     self.last_read_signal.send(Err(e)).ok();
                     break;
                 }
                 Ok(0) => {
+                    // convapi: the body ended early, so the stream is not at a request boundary.
+                    self.broken.store(true, Ordering::SeqCst);
                     self.last_read_signal.send(Ok(())).ok();
                     break;
                 }
@@ -100,7 +130,7 @@ mod tests {
         let mut org_reader = Cursor::new("hello world".to_string().into_bytes());
 
         {
-            let (mut equal_reader, _) = EqualReader::new(org_reader.by_ref(), 5);
+            let (mut equal_reader, _) = EqualReader::new(org_reader.by_ref(), 5, Default::default());
 
             let mut string = String::new();
             equal_reader.read_to_string(&mut string).unwrap();
@@ -119,7 +149,7 @@ mod tests {
         let mut org_reader = Cursor::new("hello world".to_string().into_bytes());
 
         {
-            let (mut equal_reader, _) = EqualReader::new(org_reader.by_ref(), 5);
+            let (mut equal_reader, _) = EqualReader::new(org_reader.by_ref(), 5, Default::default());
 
             let mut vec = [0];
             equal_reader.read_exact(&mut vec).unwrap();

@@ -124,6 +124,18 @@ impl<R: Read + Send> Read for SequentialReader<R> {
     }
 }
 
+impl<R: Read + Send> SequentialReader<R> {
+    /// convapi: blocks until the readers before this one are done with the stream, without
+    /// reading from it, so that the connection can learn how the previous request's body ended
+    /// before it waits for the next request's first byte.
+    pub fn wait_turn(&mut self) {
+        if let SequentialReaderInner::Waiting(ref mut recv) = self.inner {
+            let reader = recv.recv().unwrap();
+            self.inner = SequentialReaderInner::MyTurn(reader);
+        }
+    }
+}
+
 impl<W: Write + Send> Write for SequentialWriter<W> {
     fn write(&mut self, buf: &[u8]) -> IoResult<usize> {
         if let Some(v) = self.trigger.as_mut() {
