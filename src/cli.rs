@@ -270,7 +270,7 @@ fn run(cli: Cli) -> CliResult {
             json,
         }) => {
             let name = non_empty("site name", &name)?;
-            if !crate::api::validate::is_currency(&currency) {
+            if !crate::currency::is_iso_4217(&currency) {
                 return Err(format!(
                     "--currency {currency:?} is not an ISO 4217 code such as EUR"
                 ));
