@@ -1,0 +1,100 @@
+//! `convapi key ...`: API keys. A key is printed once, at creation; only its hash is stored.
+
+use std::path::Path;
+
+use clap::Subcommand;
+use serde_json::json;
+
+use super::{open, print, require_tenant, CliResult};
+use crate::store;
+
+#[derive(Subcommand)]
+pub(super) enum KeyCmd {
+    Create(CreateArgs),
+    List(ListArgs),
+    Revoke(RevokeArgs),
+}
+
+#[derive(clap::Args)]
+pub(super) struct CreateArgs {
+    #[arg(long)]
+    tenant: String,
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct ListArgs {
+    #[arg(long)]
+    tenant: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct RevokeArgs {
+    key_id: String,
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
+    let conn = open(db)?;
+    require_tenant(&conn, &a.tenant)?;
+    let (key, prefix) = crate::keys::generate().map_err(|e| format!("no OS randomness: {e}"))?;
+    let id = uuid::Uuid::new_v4().to_string();
+    store::keys::create(
+        &conn,
+        &id,
+        &a.tenant,
+        a.name.as_deref(),
+        &prefix,
+        &crate::keys::hash(&key),
+        store::now_ms(),
+    )
+    .map_err(|e| e.to_string())?;
+    let out = json!({"id": id, "key": key, "prefix": prefix, "tenantId": a.tenant, "name": a.name});
+    print(a.json, &out, || {
+        format!("created key {id}\n\n    {key}\n\nStore it now: it is shown only this once.")
+    })
+}
+
+pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+    let conn = open(db)?;
+    require_tenant(&conn, &a.tenant)?;
+    let keys = store::keys::list(&conn, &a.tenant).map_err(|e| e.to_string())?;
+    print(a.json, &keys, || {
+        let mut out = format!(
+            "{:<36}  {:<12}  {:<24}  {:<24}  NAME",
+            "ID", "PREFIX", "LAST USED", "REVOKED"
+        );
+        for k in &keys {
+            out.push_str(&format!(
+                "\n{:<36}  {:<12}  {:<24}  {:<24}  {}",
+                k.id,
+                k.prefix,
+                k.last_used_at.as_deref().unwrap_or("-"),
+                k.revoked_at.as_deref().unwrap_or("-"),
+                k.name.as_deref().unwrap_or("")
+            ));
+        }
+        out
+    })
+}
+
+pub(super) fn revoke(db: &Path, a: RevokeArgs) -> CliResult {
+    let conn = open(db)?;
+    let k = store::keys::revoke(&conn, &a.key_id, store::now_ms())
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no key with id {}", a.key_id))?;
+    let out = json!({"id": k.id, "revokedAt": k.revoked_at});
+    print(a.json, &out, || {
+        format!(
+            "revoked key {} at {}",
+            k.id,
+            k.revoked_at.as_deref().unwrap_or("")
+        )
+    })
+}

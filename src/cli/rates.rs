@@ -1,0 +1,69 @@
+//! `convapi rates ...`: ECB reference rates, which the pipeline converts currencies with.
+
+use std::path::{Path, PathBuf};
+
+use clap::Subcommand;
+use serde_json::json;
+
+use super::{open, print, CliResult};
+use crate::store;
+
+#[derive(Subcommand)]
+pub(super) enum RatesCmd {
+    /// Import an ECB reference-rate CSV (eurofxref.csv or eurofxref-hist.csv).
+    Import(ImportArgs),
+}
+
+#[derive(clap::Args)]
+pub(super) struct ImportArgs {
+    file: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+/// Reads an ECB CSV and stores its rates in one transaction, which also makes every `fx_pending`
+/// conversion due again (a running server's pipeline picks them up within a second or so).
+pub(super) fn import(db: &Path, a: ImportArgs) -> CliResult {
+    let file = &a.file;
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let rates = crate::fx::parse_ecb_csv(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut conn = open(db)?;
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(|e| store::StoreError::from(e).to_string())?;
+    for r in &rates {
+        store::rates::upsert(
+            &tx,
+            &r.currency,
+            &r.date.format("%Y-%m-%d").to_string(),
+            &r.rate.to_string(),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    let released = store::pipeline::unpark(&tx, store::now_ms()).map_err(|e| e.to_string())?;
+    tx.commit()
+        .map_err(|e| store::StoreError::from(e).to_string())?;
+    let (first, last) = (
+        rates.iter().map(|r| r.date).min(),
+        rates.iter().map(|r| r.date).max(),
+    );
+    let currencies: std::collections::BTreeSet<&str> =
+        rates.iter().map(|r| r.currency.as_str()).collect();
+    let out = json!({
+        "imported": rates.len(),
+        "currencies": currencies.len(),
+        "from": first.map(|d| d.to_string()),
+        "to": last.map(|d| d.to_string()),
+        "released": released,
+    });
+    print(a.json, &out, || {
+        match (first, last) {
+        (Some(a), Some(b)) => format!(
+            "imported {} rates for {} currencies, {a} to {b}; {released} conversions waiting for rates released",
+            rates.len(),
+            currencies.len()
+        ),
+        _ => "the file holds no rates".to_owned(),
+    }
+    })
+}

@@ -1,0 +1,35 @@
+//! `convapi tenant ...`: the organisations that own sites and keys.
+
+use std::path::Path;
+
+use clap::Subcommand;
+
+use super::{non_empty, open, print, CliResult};
+use crate::store;
+
+#[derive(Subcommand)]
+pub(super) enum TenantCmd {
+    Create(CreateArgs),
+}
+
+#[derive(clap::Args)]
+pub(super) struct CreateArgs {
+    name: String,
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
+    let name = non_empty("tenant name", &a.name)?;
+    let conn = open(db)?;
+    let t = store::tenants::create(
+        &conn,
+        &uuid::Uuid::new_v4().to_string(),
+        name,
+        store::now_ms(),
+    )
+    .map_err(|e| e.to_string())?;
+    print(a.json, &t, || {
+        format!("created tenant {} ({})", t.id, t.name)
+    })
+}
