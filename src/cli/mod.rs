@@ -74,8 +74,9 @@ pub fn main() -> i32 {
     }
 }
 
-/// `--help`/`--version` print as usual (exit 0); any other parse failure is a usage error: one line on
-/// stderr, exit 2.
+/// `--help`/`--version` print as usual (exit 0); any other parse failure is a usage error, exit 2.
+/// clap's message is kept whole (its possible values and "a similar ... exists" tip are what a
+/// mistyped word needs) but folded onto the one line every failure gets on stderr.
 fn usage_error(e: clap::Error) -> i32 {
     use clap::error::ErrorKind;
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
@@ -83,23 +84,98 @@ fn usage_error(e: clap::Error) -> i32 {
         return 0;
     }
     let rendered = e.render().to_string();
-    let mut lines = rendered
+    let path = command_path(&rendered);
+    let message = match e.kind() {
+        // clap renders the whole help here; its first lines are the about text, not an error.
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let names: Vec<String> = subcommand(&path)
+                .map(|c| {
+                    c.get_subcommands()
+                        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+                        .map(|s| s.get_name().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!("a subcommand is required: {}", names.join(", "))
+        }
+        _ => one_line(&rendered),
+    };
+    eprintln!(
+        "convapi: usage error: {message} (see {} --help)",
+        path.join(" ")
+    );
+    2
+}
+
+/// The command the error is about, e.g. `["convapi", "site", "create"]`: from clap's usage line
+/// when it printed one, else the subcommand names among the arguments.
+fn command_path(rendered: &str) -> Vec<String> {
+    if let Some(usage) = rendered
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Usage: "))
+    {
+        return usage
+            .split_whitespace()
+            .take_while(|w| !w.starts_with(['[', '<', '-']))
+            .map(str::to_owned)
+            .collect();
+    }
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let mut path = vec!["convapi".to_owned()];
+    for arg in std::env::args().skip(1) {
+        let Some(sub) = cmd.find_subcommand(&arg).cloned() else {
+            continue;
+        };
+        path.push(sub.get_name().to_owned());
+        cmd = sub;
+    }
+    path
+}
+
+/// The clap command at `path` (`path[0]` is the binary).
+fn subcommand(path: &[String]) -> Option<clap::Command> {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    for name in path.iter().skip(1) {
+        cmd = cmd.find_subcommand(name)?.clone();
+    }
+    Some(cmd)
+}
+
+/// clap's error text up to its usage section, on one line: a list announced by a trailing colon
+/// (the missing arguments) is joined with commas, anything after it with semicolons.
+fn one_line(rendered: &str) -> String {
+    let mut out = String::new();
+    let mut in_list = false;
+    for line in rendered
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("Usage:"));
-    let mut first = lines.next().unwrap_or("invalid arguments").to_owned();
-    // "the following required arguments were not provided:" names them on the next line.
-    if first.ends_with(':') {
-        if let Some(next) = lines.next() {
-            first = format!("{first} {next}");
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+    {
+        let line = line.strip_prefix("error: ").unwrap_or(line);
+        if out.is_empty() {
+            out.push_str(line);
+        } else if out.ends_with(':') {
+            out.push(' ');
+            out.push_str(line);
+            in_list = true;
+        } else if in_list && !line.starts_with("tip:") {
+            out.push_str(", ");
+            out.push_str(line);
+        } else if line.starts_with('[') {
+            out.push(' ');
+            out.push_str(line);
+        } else {
+            out.push_str("; ");
+            out.push_str(line);
+            in_list = false;
         }
     }
-    let first = match e.kind() {
-        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => "a subcommand is required",
-        _ => first.strip_prefix("error: ").unwrap_or(&first),
-    };
-    eprintln!("convapi: usage error: {first} (see convapi --help)");
-    2
+    if out.is_empty() {
+        "invalid arguments".to_owned()
+    } else {
+        out
+    }
 }
 
 fn init_logging() {
