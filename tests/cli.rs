@@ -75,3 +75,115 @@ fn usage_errors_keep_the_possible_values_and_the_suggestion() {
         );
     }
 }
+
+/// One entry of a help text's `Commands:`, `Arguments:` or `Options:` section.
+#[derive(Debug)]
+struct HelpEntry {
+    section: String,
+    /// The first word: a subcommand's name, `<ARG>`, `--option` (or `-h,`).
+    name: String,
+    /// The description with clap's `[default: ..]`, `[env: ..]` and `[possible values: ..]`
+    /// annotations taken out.
+    description: String,
+}
+
+/// Reads both of clap's layouts: the description on the entry's line after two spaces or more,
+/// or on the more deeply indented lines below it.
+fn help_entries(help: &str) -> Vec<HelpEntry> {
+    let mut entries: Vec<HelpEntry> = Vec::new();
+    let mut section: Option<String> = None;
+    for line in help.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let text = line.trim();
+        if indent == 0 {
+            section = ["Commands:", "Arguments:", "Options:"]
+                .contains(&text)
+                .then(|| text.trim_end_matches(':').to_owned());
+            continue;
+        }
+        let Some(section) = &section else { continue };
+        if indent > 6 {
+            let last = entries.last_mut().expect("a continuation follows an entry");
+            last.description.push(' ');
+            last.description.push_str(text);
+            continue;
+        }
+        let (spec, description) = text.split_once("  ").unwrap_or((text, ""));
+        entries.push(HelpEntry {
+            section: section.clone(),
+            name: spec.split_whitespace().next().unwrap_or("").to_owned(),
+            description: description.trim().to_owned(),
+        });
+    }
+    for e in &mut entries {
+        let mut plain = String::new();
+        let mut depth = 0;
+        for c in e.description.chars() {
+            match c {
+                '[' => depth += 1,
+                ']' if depth > 0 => depth -= 1,
+                _ if depth == 0 => plain.push(c),
+                _ => {}
+            }
+        }
+        e.description = plain.trim().to_owned();
+    }
+    entries
+}
+
+#[test]
+fn every_subcommand_and_option_has_a_description() {
+    let mut visited = Vec::new();
+    let mut pending: Vec<Vec<String>> = vec![vec![]];
+    while let Some(path) = pending.pop() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        // The top level through the `help` subcommand, the others through `--help`.
+        args.push(if path.is_empty() { "help" } else { "--help" });
+        let run = cli_run(None, &args);
+        assert_eq!(run.code, 0, "convapi {args:?}: {run:?}");
+        let entries = help_entries(&run.stdout);
+        assert!(
+            entries.iter().any(|e| e.name == "--db")
+                && entries
+                    .iter()
+                    .any(|e| e.section == "Options" && e.name == "-h,"),
+            "convapi {args:?}: help not understood: {entries:?}\n{}",
+            run.stdout
+        );
+        for e in &entries {
+            assert!(
+                e.description.chars().filter(|c| c.is_alphabetic()).count() >= 3,
+                "convapi {args:?}: {} {} has no description:\n{}",
+                e.section,
+                e.name,
+                run.stdout
+            );
+            if e.section == "Commands" && e.name != "help" {
+                let mut sub = path.clone();
+                sub.push(e.name.clone());
+                pending.push(sub);
+            }
+        }
+        visited.push(path.join(" "));
+    }
+    visited.sort();
+    assert_eq!(
+        visited,
+        [
+            "",
+            "key",
+            "key create",
+            "key list",
+            "key revoke",
+            "rates",
+            "rates import",
+            "report",
+            "serve",
+            "site",
+            "site create",
+            "site list",
+            "tenant",
+            "tenant create",
+        ]
+    );
+}

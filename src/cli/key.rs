@@ -10,32 +10,42 @@ use crate::store;
 
 #[derive(Subcommand)]
 pub(super) enum KeyCmd {
+    /// Create an API key for a tenant and print it (the only time it is shown).
     Create(CreateArgs),
+    /// List a tenant's keys (prefix, last use, revocation; never the key).
     List(ListArgs),
+    /// Revoke a key: its next request gets 401.
     Revoke(RevokeArgs),
 }
 
 #[derive(clap::Args)]
 pub(super) struct CreateArgs {
+    /// The id of the tenant the key acts for.
     #[arg(long)]
     tenant: String,
+    /// A label to tell keys apart, e.g. the backend using it.
     #[arg(long)]
     name: Option<String>,
+    /// Print the key as one JSON object.
     #[arg(long)]
     json: bool,
 }
 
 #[derive(clap::Args)]
 pub(super) struct ListArgs {
+    /// The id of the tenant whose keys to list.
     #[arg(long)]
     tenant: String,
+    /// Print the keys as one JSON array.
     #[arg(long)]
     json: bool,
 }
 
 #[derive(clap::Args)]
 pub(super) struct RevokeArgs {
+    /// The key's id (from `key list`), not the key itself.
     key_id: String,
+    /// Print the revocation as one JSON object.
     #[arg(long)]
     json: bool,
 }

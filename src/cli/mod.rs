@@ -42,13 +42,13 @@ enum Command {
     /// Tenants (organisations owning sites and keys).
     #[command(subcommand)]
     Tenant(tenant::TenantCmd),
-    /// Sites.
+    /// Sites: what the pixel and the backend report conversions for.
     #[command(subcommand)]
     Site(site::SiteCmd),
     /// API keys.
     #[command(subcommand)]
     Key(key::KeyCmd),
-    /// ECB reference rates.
+    /// ECB reference rates, for converting values into a site's currency.
     #[command(subcommand)]
     Rates(rates::RatesCmd),
     /// Conversions and revenue of a site, grouped.

@@ -16,7 +16,9 @@ pub(super) enum RatesCmd {
 
 #[derive(clap::Args)]
 pub(super) struct ImportArgs {
+    /// The CSV file, as downloaded from the ECB.
     file: PathBuf,
+    /// Print what was imported as one JSON object.
     #[arg(long)]
     json: bool,
 }

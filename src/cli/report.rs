@@ -16,6 +16,7 @@ pub(super) struct ReportArgs {
     /// Last day included (YYYY-MM-DD, UTC).
     #[arg(long, value_parser = parse_day)]
     to: Option<chrono::NaiveDate>,
+    /// What the rows group conversions by.
     #[arg(long, default_value = "source", value_parser = ["source", "medium", "campaign", "type"])]
     by: String,
     /// Print a JSON array of rows {key, conversions, revenue, unconverted}.

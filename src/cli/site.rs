@@ -9,14 +9,18 @@ use crate::store::{self, sites::NewSite};
 
 #[derive(Subcommand)]
 pub(super) enum SiteCmd {
+    /// Create a site of a tenant and print its id and tracker id.
     Create(CreateArgs),
+    /// List the sites, of every tenant or of one.
     List(ListArgs),
 }
 
 #[derive(clap::Args)]
 pub(super) struct CreateArgs {
+    /// The id of the tenant that owns the site.
     #[arg(long)]
     tenant: String,
+    /// The site's display name.
     #[arg(long)]
     name: String,
     /// The site's own domain (its pages are not counted as referrers).
@@ -28,16 +32,20 @@ pub(super) struct CreateArgs {
     /// Attribution window in days.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(i64).range(1..=3650))]
     window_days: i64,
+    /// Attribution model: which session of the visitor gets the credit.
     #[arg(long, default_value = "last_non_direct", value_parser = ["last_non_direct", "last_touch", "first_touch"])]
     model: String,
+    /// Print the site as one JSON object.
     #[arg(long)]
     json: bool,
 }
 
 #[derive(clap::Args)]
 pub(super) struct ListArgs {
+    /// Only this tenant's sites.
     #[arg(long)]
     tenant: Option<String>,
+    /// Print the sites as one JSON array.
     #[arg(long)]
     json: bool,
 }

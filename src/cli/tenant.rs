@@ -9,12 +9,15 @@ use crate::store;
 
 #[derive(Subcommand)]
 pub(super) enum TenantCmd {
+    /// Create a tenant and print its id.
     Create(CreateArgs),
 }
 
 #[derive(clap::Args)]
 pub(super) struct CreateArgs {
+    /// The tenant's display name.
     name: String,
+    /// Print the tenant as one JSON object.
     #[arg(long)]
     json: bool,
 }
