@@ -187,3 +187,51 @@ fn every_subcommand_and_option_has_a_description() {
         ]
     );
 }
+
+#[test]
+fn unknown_ids_fail_the_same_way_in_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cli.db");
+    let tenant = cli_run(Some(&db), &["tenant", "create", "Acme", "--json"]).json();
+    let tenant = tenant["id"].as_str().unwrap();
+    let missing_site = "00000000-0000-4000-8000-000000000000";
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (
+            vec!["site", "create", "--tenant", "nope", "--name", "Shop"],
+            "no tenant with id nope".into(),
+        ),
+        (
+            vec!["site", "list", "--tenant", "nope"],
+            "no tenant with id nope".into(),
+        ),
+        (
+            vec!["site", "list", "--tenant", "nope", "--json"],
+            "no tenant with id nope".into(),
+        ),
+        (
+            vec!["key", "create", "--tenant", "nope"],
+            "no tenant with id nope".into(),
+        ),
+        (
+            vec!["key", "list", "--tenant", "nope", "--json"],
+            "no tenant with id nope".into(),
+        ),
+        (vec!["key", "revoke", "nope"], "no key with id nope".into()),
+        (
+            vec!["report", "--site", missing_site],
+            format!("no site with id {missing_site}"),
+        ),
+    ];
+    for (args, message) in &cases {
+        let run = cli_run(Some(&db), args);
+        assert_fails(&run, 1, &[], &format!("convapi {args:?}"));
+        assert_eq!(
+            run.stderr.trim_end(),
+            format!("convapi: error: {message}"),
+            "convapi {args:?}"
+        );
+    }
+    // A tenant that exists but has no sites is not an error.
+    let run = cli_run(Some(&db), &["site", "list", "--tenant", tenant, "--json"]);
+    assert_eq!(run.json(), serde_json::json!([]));
+}

@@ -87,6 +87,10 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
 
 pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
     let conn = open(db)?;
+    // An unknown tenant is an error, as in every other command, not an empty list.
+    if let Some(tenant) = &a.tenant {
+        require_tenant(&conn, tenant)?;
+    }
     let sites = store::sites::list(&conn, a.tenant.as_deref()).map_err(|e| e.to_string())?;
     print(a.json, &sites, || {
         let mut out = format!(
