@@ -235,3 +235,37 @@ fn unknown_ids_fail_the_same_way_in_every_command() {
     let run = cli_run(Some(&db), &["site", "list", "--tenant", tenant, "--json"]);
     assert_eq!(run.json(), serde_json::json!([]));
 }
+
+#[test]
+fn a_missing_database_directory_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no/such");
+    let db = missing.join("x.db");
+    for args in [
+        &["tenant", "create", "Acme", "--json"][..],
+        &["site", "list"],
+        &["serve", "--addr", "127.0.0.1:0"],
+    ] {
+        let run = cli_run(Some(&db), args);
+        assert_fails(
+            &run,
+            1,
+            &[
+                &db.display().to_string(),
+                &format!("the directory {} does not exist", missing.display()),
+            ],
+            &format!("convapi {args:?}"),
+        );
+    }
+    assert!(!missing.exists(), "nothing created");
+    // A file where the directory should be.
+    let file = dir.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let run = cli_run(Some(&file.join("x.db")), &["site", "list"]);
+    assert_fails(
+        &run,
+        1,
+        &[&format!("{} is not a directory", file.display())],
+        "a file as the directory",
+    );
+}

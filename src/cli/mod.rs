@@ -205,7 +205,32 @@ fn run(cli: Cli) -> CliResult {
 }
 
 fn open(db: &Path) -> Result<rusqlite::Connection, String> {
+    check_db_dir(db)?;
     store::open(db).map_err(|e| format!("{}: {e}", db.display()))
+}
+
+/// SQLite creates the file but not its directory, and says only "unable to open database file"
+/// when the directory is missing: name it instead.
+fn check_db_dir(db: &Path) -> CliResult {
+    let dir = match db.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => return Ok(()),
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!(
+            "cannot open the database {}: {} is not a directory",
+            db.display(),
+            dir.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+            "cannot open the database {}: the directory {} does not exist",
+            db.display(),
+            dir.display()
+        )),
+        // Anything else (permissions, say) is SQLite's to report, with the path.
+        Err(_) => Ok(()),
+    }
 }
 
 fn require_tenant(conn: &rusqlite::Connection, id: &str) -> CliResult {

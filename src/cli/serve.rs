@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use super::CliResult;
+use super::{check_db_dir, CliResult};
 use crate::store;
 
 #[derive(clap::Args)]
@@ -57,6 +57,7 @@ fn positive_secs(s: &str) -> Result<f64, String> {
 pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     use signal_hook::consts::{SIGINT, SIGTERM};
     // Register before starting so that a signal during start-up is not lost.
+    check_db_dir(&db)?;
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(|e| e.to_string())?;
     store::set_busy_timeout(std::time::Duration::from_millis(a.busy_timeout_ms));
