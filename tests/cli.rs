@@ -269,3 +269,57 @@ fn a_missing_database_directory_is_named() {
         "a file as the directory",
     );
 }
+
+/// Rows of `fx_rates` in the database file.
+fn stored_rates(db: &std::path::Path) -> i64 {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .query_row("SELECT COUNT(*) FROM fx_rates", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn a_rates_column_that_is_no_iso_currency_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cli.db");
+    // The database and its schema, so that an empty fx_rates can be seen.
+    cli_run(Some(&db), &["tenant", "create", "Acme", "--json"]).json();
+    let cases = [
+        (
+            "rates.csv",
+            "Date,USD,XYZ,GBP,\n2026-11-13,1.05,2.5,0.875,\n",
+            "column 3 is \"XYZ\"",
+        ),
+        // A column without a single rate still says the file is not what it claims to be.
+        (
+            "empty-column.csv",
+            "Date, USD, JPY, QQQ,\n13 November 2026, 1.05, 162, N/A,\n",
+            "column 4 is \"QQQ\"",
+        ),
+    ];
+    for (name, text, needle) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let run = cli_run(
+            Some(&db),
+            &["rates", "import", path.to_str().unwrap(), "--json"],
+        );
+        assert_fails(&run, 1, &[name, needle, "ISO 4217"], name);
+        assert_eq!(stored_rates(&db), 0, "{name}: nothing imported");
+    }
+    // The ECB's history file has columns for currencies since replaced by the euro: they are
+    // ISO 4217 codes too (withdrawn ones) and the real file must import.
+    let path = dir.path().join("hist.csv");
+    std::fs::write(
+        &path,
+        "Date,USD,CYP,SIT,TRL,\n2026-11-13,1.05,N/A,N/A,N/A,\n2006-12-29,1.317,0.5782,239.64,N/A,\n",
+    )
+    .unwrap();
+    let out = cli_run(
+        Some(&db),
+        &["rates", "import", path.to_str().unwrap(), "--json"],
+    )
+    .json();
+    assert_eq!(out["imported"], serde_json::json!(4), "{out}");
+    assert_eq!(stored_rates(&db), 4);
+}

@@ -29,6 +29,16 @@ pub(super) fn import(db: &Path, a: ImportArgs) -> CliResult {
     let file = &a.file;
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let rates = crate::fx::parse_ecb_csv(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    // The parser accepts any three capital letters; a column that is no currency means a foreign
+    // or damaged file, refused whole like any other bad cell.
+    if let Some((n, code)) =
+        header_columns(&text).find(|(_, c)| !crate::currency::is_ecb_rate_currency(c))
+    {
+        return Err(format!(
+            "{}: line 1: column {n} is {code:?}, not an ISO 4217 currency code; nothing imported",
+            file.display()
+        ));
+    }
     let mut conn = open(db)?;
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
@@ -68,4 +78,19 @@ pub(super) fn import(db: &Path, a: ImportArgs) -> CliResult {
         _ => "the file holds no rates".to_owned(),
     }
     })
+}
+
+/// The currency columns of a file `parse_ecb_csv` accepted, numbered from 1 as it numbers them
+/// (the `Date` column is 1).
+fn header_columns(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.trim_start_matches('\u{feff}')
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .enumerate()
+        .skip(1)
+        .filter(|(_, c)| !c.is_empty())
+        .map(|(i, c)| (i + 1, c))
 }
