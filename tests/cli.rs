@@ -323,3 +323,73 @@ fn a_rates_column_that_is_no_iso_currency_is_refused() {
     assert_eq!(out["imported"], serde_json::json!(4), "{out}");
     assert_eq!(stored_rates(&db), 4);
 }
+
+/// `convapi rates import FILE` (human output) of a file holding `text`.
+fn import_text(app: &TestApp, dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    let run = app.cli(&["rates", "import", path.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{run:?}");
+    run.stdout.trim_end().to_owned()
+}
+
+#[test]
+fn counts_are_singular_or_plural() {
+    let app = TestApp::builder().serve_args(&["--threads", "1"]).start();
+    let dir = tempfile::tempdir().unwrap();
+    // A USD order on a EUR site before any rate: the pipeline parks it until rates arrive.
+    let now = now_ms();
+    app.pageview("v", "https://shop.example/", now - MINUTE);
+    let order = unique("order");
+    app.post_conversion(&serde_json::json!({
+        "visitorId": "v", "orderId": order, "value": 10, "currency": "USD", "occurredAt": iso(now),
+    }))
+    .accepted();
+    let deadline = std::time::Instant::now() + WAIT;
+    while app.order_status(&order).expect(200)["status"] != "fx_pending" {
+        assert!(std::time::Instant::now() < deadline, "never fx_pending");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Rates of a day before the order, so that it converts.
+    let day = &iso(now - DAY)[..10];
+    assert_eq!(
+        import_text(&app, dir.path(), "one.csv", &format!("Date,USD,\n{day},1.05,\n")),
+        format!("imported 1 rate for 1 currency, {day} to {day}; 1 conversion waiting for rates released")
+    );
+    assert_eq!(
+        import_text(
+            &app,
+            dir.path(),
+            "two.csv",
+            &format!("Date,USD,GBP,\n{day},1.05,0.875,\n")
+        ),
+        format!("imported 2 rates for 2 currencies, {day} to {day}; 0 conversions waiting for rates released")
+    );
+    let run = app.cli(&[
+        "site",
+        "create",
+        "--tenant",
+        &app.tenant.id,
+        "--name",
+        "Day",
+        "--window-days",
+        "1",
+    ]);
+    assert!(run.stdout.contains(", window 1 day, "), "{run:?}");
+    let run = app.cli(&[
+        "site",
+        "create",
+        "--tenant",
+        &app.tenant.id,
+        "--name",
+        "Days",
+        "--window-days",
+        "2",
+    ]);
+    assert!(run.stdout.contains(", window 2 days, "), "{run:?}");
+    assert!(
+        app.log().contains(" with 1 thread, "),
+        "serve's start-up line: {}",
+        app.log()
+    );
+}

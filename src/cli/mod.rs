@@ -250,6 +250,11 @@ fn non_empty<'a>(what: &str, s: &'a str) -> Result<&'a str, String> {
     }
 }
 
+/// `n` and the noun in the singular or the plural: "1 rate", "2 rates", "0 rates".
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Prints `value` as JSON with `--json`, else the human text.
 fn print<T: serde::Serialize>(
     as_json: bool,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{open, print, CliResult};
+use super::{count, open, print, CliResult};
 use crate::store;
 
 #[derive(Subcommand)]
@@ -68,15 +68,14 @@ pub(super) fn import(db: &Path, a: ImportArgs) -> CliResult {
         "to": last.map(|d| d.to_string()),
         "released": released,
     });
-    print(a.json, &out, || {
-        match (first, last) {
+    print(a.json, &out, || match (first, last) {
         (Some(a), Some(b)) => format!(
-            "imported {} rates for {} currencies, {a} to {b}; {released} conversions waiting for rates released",
-            rates.len(),
-            currencies.len()
+            "imported {} for {}, {a} to {b}; {} waiting for rates released",
+            count(rates.len(), "rate", "rates"),
+            count(currencies.len(), "currency", "currencies"),
+            count(released, "conversion", "conversions")
         ),
         _ => "the file holds no rates".to_owned(),
-    }
     })
 }
 

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use super::{check_db_dir, CliResult};
+use super::{check_db_dir, count, CliResult};
 use crate::store;
 
 #[derive(clap::Args)]
@@ -84,9 +84,9 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     };
     let running = crate::http::start(&config)?;
     log::info!(
-        "serving {} with {} threads, write mode {}",
+        "serving {} with {}, write mode {}",
         config.db.display(),
-        config.threads,
+        count(config.threads, "thread", "threads"),
         if config.writer.per_request {
             "per-request"
         } else {

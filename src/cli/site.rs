@@ -4,7 +4,7 @@ use std::path::Path;
 
 use clap::Subcommand;
 
-use super::{non_empty, open, print, require_tenant, CliResult};
+use super::{count, non_empty, open, print, require_tenant, CliResult};
 use crate::store::{self, sites::NewSite};
 
 #[derive(Subcommand)]
@@ -79,8 +79,13 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
     .map_err(|e| e.to_string())?;
     print(a.json, &site, || {
         format!(
-            "created site {} ({}): tracker id {}, currency {}, window {} days, model {}",
-            site.id, site.name, site.tracker_id, site.currency, site.window_days, site.model
+            "created site {} ({}): tracker id {}, currency {}, window {}, model {}",
+            site.id,
+            site.name,
+            site.tracker_id,
+            site.currency,
+            count(site.window_days as usize, "day", "days"),
+            site.model
         )
     })
 }
