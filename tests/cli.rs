@@ -53,7 +53,7 @@ fn usage_errors_keep_the_possible_values_and_the_suggestion() {
         (
             &["site"],
             &[
-                "a subcommand is required: create, list",
+                "a subcommand is required: create, list, update (see",
                 "(see convapi site --help)",
             ],
         ),
@@ -182,8 +182,10 @@ fn every_subcommand_and_option_has_a_description() {
             "site",
             "site create",
             "site list",
+            "site update",
             "tenant",
             "tenant create",
+            "tenant list",
         ]
     );
 }
@@ -220,6 +222,14 @@ fn unknown_ids_fail_the_same_way_in_every_command() {
         (
             vec!["report", "--site", missing_site],
             format!("no site with id {missing_site}"),
+        ),
+        (
+            vec!["site", "update", missing_site, "--name", "x"],
+            format!("no site with id {missing_site}"),
+        ),
+        (
+            vec!["site", "update", "nope", "--name", "x", "--json"],
+            "no site with id nope".into(),
         ),
     ];
     for (args, message) in &cases {
@@ -391,5 +401,181 @@ fn counts_are_singular_or_plural() {
         app.log().contains(" with 1 thread, "),
         "serve's start-up line: {}",
         app.log()
+    );
+}
+
+#[test]
+fn tenant_list_shows_every_tenant_oldest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cli.db");
+    let list = |json: bool| {
+        let mut args = vec!["tenant", "list"];
+        if json {
+            args.push("--json");
+        }
+        cli_run(Some(&db), &args)
+    };
+    assert_eq!(list(true).json(), serde_json::json!([]));
+    let acme = cli_run(Some(&db), &["tenant", "create", "Acme", "--json"]).json();
+    let other = cli_run(Some(&db), &["tenant", "create", "Other Co", "--json"]).json();
+    let listed = list(true).json();
+    assert_eq!(listed, serde_json::json!([acme, other]));
+    let created = listed[0]["createdAt"].as_str().expect("createdAt");
+    assert!(created.ends_with('Z') && created.len() >= 20, "{created}");
+
+    let run = list(false);
+    assert_eq!(run.code, 0, "{run:?}");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{:?}", run.stdout);
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("CREATED") && lines[0].ends_with("NAME"),
+        "{lines:?}"
+    );
+    for (line, tenant) in lines[1..].iter().zip([&acme, &other]) {
+        assert!(
+            line.starts_with(tenant["id"].as_str().unwrap())
+                && line.contains(tenant["createdAt"].as_str().unwrap())
+                && line.ends_with(tenant["name"].as_str().unwrap()),
+            "{line:?}"
+        );
+    }
+}
+
+#[test]
+fn site_update_changes_only_what_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cli.db");
+    let run = |args: &[&str]| cli_run(Some(&db), args);
+    let tenant = run(&["tenant", "create", "Acme", "--json"]).json();
+    let tenant = tenant["id"].as_str().unwrap();
+    let site = run(&[
+        "site",
+        "create",
+        "--tenant",
+        tenant,
+        "--name",
+        "Shop",
+        "--domain",
+        "shop.example",
+        "--json",
+    ])
+    .json();
+    let id = site["id"].as_str().unwrap();
+
+    let updated = run(&[
+        "site",
+        "update",
+        id,
+        "--name",
+        "  New shop ",
+        "--window-days",
+        "7",
+        "--model",
+        "first_touch",
+        "--json",
+    ])
+    .json();
+    let mut expected = site.clone();
+    expected["name"] = "New shop".into();
+    expected["windowDays"] = 7.into();
+    expected["model"] = "first_touch".into();
+    assert_eq!(updated, expected);
+    assert_eq!(
+        run(&["site", "list", "--json"]).json(),
+        serde_json::json!([expected])
+    );
+
+    // The id in upper case, a URL as the domain and a currency, with the human output.
+    let out = run(&[
+        "site",
+        "update",
+        &id.to_uppercase(),
+        "--domain",
+        "https://www.New.Example/shop",
+        "--currency",
+        "USD",
+        "--window-days",
+        "1",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        out.stdout.trim_end(),
+        format!(
+            "updated site {id} (New shop): tracker id {}, currency USD, window 1 day, model first_touch",
+            site["trackerId"].as_str().unwrap()
+        )
+    );
+    let listed = run(&["site", "list", "--json"]).json();
+    assert_eq!(
+        (&listed[0]["domain"], &listed[0]["currency"]),
+        (&"new.example".into(), &"USD".into())
+    );
+
+    // The same checks as `site create`.
+    for (args, code, needle) in [
+        (vec!["--name", " "], 1, "site name must not be empty"),
+        (
+            vec!["--currency", "XYZ"],
+            1,
+            "\"XYZ\" is not an ISO 4217 code",
+        ),
+        (vec!["--domain", "not a host"], 1, "is not a host name"),
+        (vec!["--window-days", "0"], 2, "0 is not in 1..=3650"),
+        (
+            vec!["--model", "linear"],
+            2,
+            "[possible values: last_non_direct, last_touch, first_touch]",
+        ),
+        (vec![], 2, "required arguments were not provided"),
+        (vec!["--json"], 2, "required arguments were not provided"),
+    ] {
+        let mut full = vec!["site", "update", id];
+        full.extend(&args);
+        assert_fails(&run(&full), code, &[needle], &format!("{args:?}"));
+    }
+    assert_eq!(
+        run(&["site", "list", "--json"]).json(),
+        listed,
+        "a refused update changes nothing"
+    );
+}
+
+#[test]
+fn a_site_currency_cannot_change_once_conversions_were_converted() {
+    let app = TestApp::start();
+    let now = now_ms();
+    app.pageview("v", "https://shop.example/", now - MINUTE);
+    let order = unique("order");
+    app.post_conversion(&serde_json::json!({
+        "visitorId": "v", "orderId": order, "value": 10, "currency": "EUR", "occurredAt": iso(now),
+    }))
+    .accepted();
+    let deadline = std::time::Instant::now() + WAIT;
+    while app.order_status(&order).expect(200)["status"] != "processed" {
+        assert!(std::time::Instant::now() < deadline, "never processed");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let site = &app.site.id;
+    let run = app.cli(&["site", "update", site, "--currency", "USD", "--json"]);
+    assert_fails(
+        &run,
+        1,
+        &["converted to EUR", "cannot change"],
+        "currency change",
+    );
+    // The same currency, and the other settings, still can.
+    let updated = app.cli_json(&[
+        "site",
+        "update",
+        site,
+        "--currency",
+        "EUR",
+        "--window-days",
+        "3",
+        "--json",
+    ]);
+    assert_eq!(
+        (&updated["currency"], &updated["windowDays"]),
+        (&"EUR".into(), &3.into())
     );
 }

@@ -194,8 +194,10 @@ fn run(cli: Cli) -> CliResult {
     match cli.command {
         Command::Serve(a) => serve::serve(db, a),
         Command::Tenant(TenantCmd::Create(a)) => tenant::create(&db, a),
+        Command::Tenant(TenantCmd::List(a)) => tenant::list(&db, a),
         Command::Site(SiteCmd::Create(a)) => site::create(&db, a),
         Command::Site(SiteCmd::List(a)) => site::list(&db, a),
+        Command::Site(SiteCmd::Update(a)) => site::update(&db, a),
         Command::Key(KeyCmd::Create(a)) => key::create(&db, a),
         Command::Key(KeyCmd::List(a)) => key::list(&db, a),
         Command::Key(KeyCmd::Revoke(a)) => key::revoke(&db, a),
@@ -239,6 +241,16 @@ fn require_tenant(conn: &rusqlite::Connection, id: &str) -> CliResult {
     } else {
         Err(format!("no tenant with id {id}"))
     }
+}
+
+/// The site with that id (a UUID, accepted in any case); an unknown id is an error.
+fn site_by_id(conn: &rusqlite::Connection, id: &str) -> Result<store::sites::Site, String> {
+    let key = uuid::Uuid::parse_str(id.trim())
+        .map(|u| u.hyphenated().to_string())
+        .unwrap_or_else(|_| id.to_owned());
+    store::sites::by_id(conn, &key)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no site with id {id}"))
 }
 
 fn non_empty<'a>(what: &str, s: &'a str) -> Result<&'a str, String> {

@@ -2,8 +2,7 @@
 
 use std::path::Path;
 
-use super::{open, CliResult};
-use crate::store;
+use super::{open, site_by_id, CliResult};
 
 #[derive(clap::Args)]
 pub(super) struct ReportArgs {
@@ -43,13 +42,10 @@ pub(super) fn report(db: &Path, a: ReportArgs) -> CliResult {
         _ => GroupBy::Source,
     };
     let conn = open(db)?;
-    let site_id = uuid::Uuid::parse_str(a.site.trim())
-        .map_err(|_| format!("--site {:?} is not a site id (a UUID)", a.site))?
-        .hyphenated()
-        .to_string();
-    let site = store::sites::by_id(&conn, &site_id)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no site with id {}", a.site))?;
+    if uuid::Uuid::parse_str(a.site.trim()).is_err() {
+        return Err(format!("--site {:?} is not a site id (a UUID)", a.site));
+    }
+    let site = site_by_id(&conn, &a.site)?;
     let rows = crate::report::build(&conn, &site, a.from, a.to, by)?;
     if a.json {
         println!("{}", crate::report::to_json(&rows));

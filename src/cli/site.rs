@@ -4,8 +4,11 @@ use std::path::Path;
 
 use clap::Subcommand;
 
-use super::{count, non_empty, open, print, require_tenant, CliResult};
-use crate::store::{self, sites::NewSite};
+use super::{count, non_empty, open, print, require_tenant, site_by_id, CliResult};
+use crate::store::{
+    self,
+    sites::{NewSite, Site, SiteChanges},
+};
 
 #[derive(Subcommand)]
 pub(super) enum SiteCmd {
@@ -13,7 +16,14 @@ pub(super) enum SiteCmd {
     Create(CreateArgs),
     /// List the sites, of every tenant or of one.
     List(ListArgs),
+    /// Change a site's name, domain, currency, attribution window or model.
+    Update(UpdateArgs),
 }
+
+/// The attribution models, as `--model` takes them.
+const MODELS: [&str; 3] = ["last_non_direct", "last_touch", "first_touch"];
+/// The longest attribution window, in days.
+const MAX_WINDOW_DAYS: i64 = 3650;
 
 #[derive(clap::Args)]
 pub(super) struct CreateArgs {
@@ -30,10 +40,10 @@ pub(super) struct CreateArgs {
     #[arg(long, default_value = "EUR")]
     currency: String,
     /// Attribution window in days.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(i64).range(1..=3650))]
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(i64).range(1..=MAX_WINDOW_DAYS))]
     window_days: i64,
     /// Attribution model: which session of the visitor gets the credit.
-    #[arg(long, default_value = "last_non_direct", value_parser = ["last_non_direct", "last_touch", "first_touch"])]
+    #[arg(long, default_value = "last_non_direct", value_parser = MODELS)]
     model: String,
     /// Print the site as one JSON object.
     #[arg(long)]
@@ -50,14 +60,35 @@ pub(super) struct ListArgs {
     json: bool,
 }
 
+/// At least one setting to change; the others keep their values.
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("changes").required(true).multiple(true)))]
+pub(super) struct UpdateArgs {
+    /// The site's id (UUID).
+    site_id: String,
+    /// A new display name.
+    #[arg(long, group = "changes")]
+    name: Option<String>,
+    /// A new own domain (its pages are not counted as referrers).
+    #[arg(long, group = "changes")]
+    domain: Option<String>,
+    /// A new reporting currency (ISO 4217); refused once conversions were converted to another.
+    #[arg(long, group = "changes")]
+    currency: Option<String>,
+    /// A new attribution window in days (applies to conversions from now on).
+    #[arg(long, group = "changes", value_parser = clap::value_parser!(i64).range(1..=MAX_WINDOW_DAYS))]
+    window_days: Option<i64>,
+    /// A new attribution model (applies to conversions from now on).
+    #[arg(long, group = "changes", value_parser = MODELS)]
+    model: Option<String>,
+    /// Print the site as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
 pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
     let name = non_empty("site name", &a.name)?;
-    if !crate::currency::is_iso_4217(&a.currency) {
-        return Err(format!(
-            "--currency {:?} is not an ISO 4217 code such as EUR",
-            a.currency
-        ));
-    }
+    check_currency(&a.currency)?;
     let domain = a.domain.as_deref().map(normalise_domain).transpose()?;
     let conn = open(db)?;
     require_tenant(&conn, &a.tenant)?;
@@ -77,17 +108,72 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
         store::now_ms(),
     )
     .map_err(|e| e.to_string())?;
-    print(a.json, &site, || {
-        format!(
-            "created site {} ({}): tracker id {}, currency {}, window {}, model {}",
-            site.id,
-            site.name,
-            site.tracker_id,
-            site.currency,
-            count(site.window_days as usize, "day", "days"),
-            site.model
-        )
-    })
+    print(a.json, &site, || describe("created", &site))
+}
+
+/// Runs in one write transaction, so that no conversion is converted into the old currency
+/// between the check and the change.
+pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
+    let name = a
+        .name
+        .as_deref()
+        .map(|n| non_empty("site name", n))
+        .transpose()?;
+    if let Some(currency) = &a.currency {
+        check_currency(currency)?;
+    }
+    let domain = a.domain.as_deref().map(normalise_domain).transpose()?;
+    let mut conn = open(db)?;
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(|e| store::StoreError::from(e).to_string())?;
+    let site = site_by_id(&tx, &a.site_id)?;
+    if let Some(currency) = &a.currency {
+        let other = store::sites::other_reporting_currency(&tx, &site.id, currency)
+            .map_err(|e| e.to_string())?;
+        if let Some(other) = other {
+            return Err(format!(
+                "site {} has conversions converted to {other} already: its reporting currency cannot change",
+                site.id
+            ));
+        }
+    }
+    let changes = SiteChanges {
+        name,
+        domain: domain.as_deref(),
+        currency: a.currency.as_deref(),
+        window_days: a.window_days,
+        model: a.model.as_deref(),
+    };
+    let site = store::sites::update(&tx, &site.id, &changes)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no site with id {}", a.site_id))?;
+    tx.commit()
+        .map_err(|e| store::StoreError::from(e).to_string())?;
+    print(a.json, &site, || describe("updated", &site))
+}
+
+/// The human line of `create` and `update`.
+fn describe(done: &str, site: &Site) -> String {
+    format!(
+        "{done} site {} ({}): tracker id {}, currency {}, window {}, model {}",
+        site.id,
+        site.name,
+        site.tracker_id,
+        site.currency,
+        count(site.window_days as usize, "day", "days"),
+        site.model
+    )
+}
+
+fn check_currency(currency: &str) -> CliResult {
+    if crate::currency::is_iso_4217(currency) {
+        Ok(())
+    } else {
+        Err(format!(
+            "--currency {currency:?} is not an ISO 4217 code such as EUR"
+        ))
+    }
 }
 
 pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {

@@ -11,6 +11,8 @@ use crate::store;
 pub(super) enum TenantCmd {
     /// Create a tenant and print its id.
     Create(CreateArgs),
+    /// List the tenants, oldest first.
+    List(ListArgs),
 }
 
 #[derive(clap::Args)]
@@ -18,6 +20,13 @@ pub(super) struct CreateArgs {
     /// The tenant's display name.
     name: String,
     /// Print the tenant as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct ListArgs {
+    /// Print the tenants as one JSON array.
     #[arg(long)]
     json: bool,
 }
@@ -34,5 +43,17 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
     .map_err(|e| e.to_string())?;
     print(a.json, &t, || {
         format!("created tenant {} ({})", t.id, t.name)
+    })
+}
+
+pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+    let conn = open(db)?;
+    let tenants = store::tenants::list(&conn).map_err(|e| e.to_string())?;
+    print(a.json, &tenants, || {
+        let mut out = format!("{:<36}  {:<24}  NAME", "ID", "CREATED");
+        for t in &tenants {
+            out.push_str(&format!("\n{:<36}  {:<24}  {}", t.id, t.created_at, t.name));
+        }
+        out
     })
 }
