@@ -579,3 +579,33 @@ fn a_site_currency_cannot_change_once_conversions_were_converted() {
         (&"EUR".into(), &3.into())
     );
 }
+
+#[test]
+fn a_usage_error_among_arguments_that_are_not_utf8_is_still_one_line() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join(OsStr::from_bytes(b"\xff.db"));
+    let bad = OsStr::from_bytes(b"\xff");
+    let cases: [&[&OsStr]; 2] = [
+        // A path may be any bytes: the error is about --threads, clap prints no usage line.
+        &["serve".as_ref(), "--threads".as_ref(), "0".as_ref()],
+        // A site id may not.
+        &["report".as_ref(), "--site".as_ref(), bad],
+    ];
+    for args in cases {
+        let out = std::process::Command::new(BIN)
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty());
+        assert!(
+            stderr.starts_with("convapi: usage error: ") && stderr.trim_end().lines().count() == 1,
+            "{args:?}: {stderr:?}"
+        );
+    }
+}

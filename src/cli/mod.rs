@@ -122,8 +122,9 @@ fn command_path(rendered: &str) -> Vec<String> {
     }
     let mut cmd = <Cli as clap::CommandFactory>::command();
     let mut path = vec!["convapi".to_owned()];
-    for arg in std::env::args().skip(1) {
-        let Some(sub) = cmd.find_subcommand(&arg).cloned() else {
+    // args_os: std::env::args panics on an argument that is not UTF-8, which a path may be.
+    for arg in std::env::args_os().skip(1) {
+        let Some(sub) = arg.to_str().and_then(|a| cmd.find_subcommand(a)).cloned() else {
             continue;
         };
         path.push(sub.get_name().to_owned());
