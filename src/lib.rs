@@ -6,6 +6,7 @@ pub mod api;
 pub mod attribution;
 pub mod checkpoint;
 pub mod cli;
+pub mod currency;
 pub mod fx;
 pub mod http;
 pub mod keys;

@@ -86,3 +86,45 @@ pub fn list(conn: &Connection, tenant_id: Option<&str>) -> Result<Vec<Site>> {
     let rows = stmt.query_map([tenant_id], from_row)?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
+
+/// The settings [`update`] changes; `None` keeps the stored value.
+#[derive(Debug, Default)]
+pub struct SiteChanges<'a> {
+    pub name: Option<&'a str>,
+    pub domain: Option<&'a str>,
+    pub currency: Option<&'a str>,
+    pub window_days: Option<i64>,
+    pub model: Option<&'a str>,
+}
+
+/// Changes a site's settings; `None` when there is no such site.
+pub fn update(conn: &Connection, id: &str, c: &SiteChanges<'_>) -> Result<Option<Site>> {
+    let changed = conn.execute(
+        "UPDATE sites SET name = COALESCE(?2, name), domain = COALESCE(?3, domain),
+             currency = COALESCE(?4, currency), window_days = COALESCE(?5, window_days),
+             model = COALESCE(?6, model)
+         WHERE id = ?1",
+        params![id, c.name, c.domain, c.currency, c.window_days, c.model],
+    )?;
+    if changed == 0 {
+        return Ok(None);
+    }
+    by_id(conn, id)
+}
+
+/// A reporting currency other than `currency` that some of the site's conversions were already
+/// converted to (the report sums reporting values, so they must all be in one currency).
+pub fn other_reporting_currency(
+    conn: &Connection,
+    site_id: &str,
+    currency: &str,
+) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT reporting_currency FROM conversions
+             WHERE site_id = ?1 AND reporting_currency IS NOT NULL AND reporting_currency <> ?2
+             LIMIT 1",
+        )?
+        .query_row([site_id, currency], |r| r.get(0))
+        .optional()?)
+}

@@ -32,3 +32,17 @@ pub fn exists(conn: &Connection, id: &str) -> Result<bool> {
         .optional()?
         .is_some())
 }
+
+/// Every tenant, oldest first.
+pub fn list(conn: &Connection) -> Result<Vec<Tenant>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT id, name, created_at FROM tenants ORDER BY created_at, id")?;
+    let rows = stmt.query_map([], |r| {
+        Ok(Tenant {
+            id: r.get(0)?,
+            name: r.get(1)?,
+            created_at: super::iso(r.get(2)?),
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}

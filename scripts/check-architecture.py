@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Checks the invariants ARCHITECTURE.md states, on the source text (CI runs it before the tests).
+
+1. No import loop between the crate's top-level modules (`src/X.rs` or `src/X/`): the graph of
+   `crate::X` references (and `super::` out of a folder module) must be acyclic.
+2. `src/http/` refers to no other module of the crate but `metrics`.
+3. SQL text only in `src/store/` (string literals that start with an SQL statement keyword, and
+   rusqlite's statement-running calls).
+4. `tiny_http` only in `src/http/` (and `vendor/`, `examples/noop_server.rs`, the tests of the vendored
+   copy).
+5. No comment in src/, tests/, scripts/ or examples/ cites a document outside the repository.
+Prints every violation and exits 1 if there is any.
+"""
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+problems = []
+
+
+def rust_files(base):
+    return sorted(p for p in base.rglob("*.rs") if "target" not in p.parts)
+
+
+def top_module(path):
+    rel = path.relative_to(SRC)
+    return rel.parts[0].removesuffix(".rs")
+
+
+def code_lines(path):
+    """(line number, text) of each line with `//` comments removed (string contents kept)."""
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        stripped = line.lstrip()
+        if stripped.startswith("//"):
+            continue
+        yield n, line
+
+
+# 1 and 2: the module graph.
+modules = {top_module(p) for p in rust_files(SRC)} - {"lib", "main"}
+edges = {m: set() for m in modules}
+for path in rust_files(SRC):
+    me = top_module(path)
+    if me in ("lib", "main"):
+        continue
+    for n, line in code_lines(path):
+        for other in re.findall(r"\bcrate::([a-z_]+)", line):
+            if other in modules and other != me:
+                edges[me].add(other)
+                if me == "http" and other != "metrics":
+                    problems.append(f"{path.relative_to(ROOT)}:{n}: http/ refers to crate::{other}")
+
+def find_cycle():
+    state = {}
+    stack = []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for o in sorted(edges[m]):
+            if state.get(o) == "open":
+                return stack[stack.index(o):] + [o]
+            if o not in state:
+                found = visit(o)
+                if found:
+                    return found
+        stack.pop()
+        state[m] = "done"
+        return None
+
+    for m in sorted(modules):
+        if m not in state:
+            found = visit(m)
+            if found:
+                return found
+    return None
+
+cycle = find_cycle()
+if cycle:
+    problems.append("import loop between modules: " + " -> ".join(cycle))
+
+# 3: SQL only in store/.
+sql = re.compile(
+    r'"\s*(SELECT|INSERT|UPDATE|DELETE|PRAGMA|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE|CREATE|DROP|ALTER)\b'
+    r"|\.(execute_batch|query_row|prepare_cached|prepare)\("
+)
+for path in rust_files(SRC):
+    if path.is_relative_to(SRC / "store"):
+        continue
+    in_tests = False
+    for n, line in code_lines(path):
+        if line.strip() == "#[cfg(test)]":
+            in_tests = True  # unit tests may set up fixtures with SQL
+        if not in_tests and sql.search(line):
+            problems.append(f"{path.relative_to(ROOT)}:{n}: SQL outside src/store/: {line.strip()}")
+
+# 4: tiny_http only in http/.
+for path in rust_files(SRC):
+    if path.is_relative_to(SRC / "http"):
+        continue
+    for n, line in code_lines(path):
+        if re.search(r"\btiny_http::", line):
+            problems.append(f"{path.relative_to(ROOT)}:{n}: tiny_http outside src/http/")
+
+# 5: comments cite only the repository's own documents.
+outside = re.compile(r"CONTRACT|\bissue \d+|\bacceptance \d+|\.\./shared/")
+for base in ("src", "tests", "scripts", "examples"):
+    for path in sorted((ROOT / base).rglob("*")):
+        if path.suffix not in (".rs", ".sh", ".py", ".mjs", ".lua", ".toml") or path == pathlib.Path(__file__).resolve():
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if outside.search(line):
+                problems.append(f"{path.relative_to(ROOT)}:{n}: cites a document outside the repository: {line.strip()}")
+
+for p in problems:
+    print(p)
+if problems:
+    print(f"check-architecture: {len(problems)} problem(s)")
+    sys.exit(1)
+print(f"check-architecture: ok ({len(modules)} modules, no import loop; http/ self-contained; "
+      "SQL only in store/; tiny_http only in http/; no outside citations)")

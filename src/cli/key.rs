@@ -1,0 +1,110 @@
+//! `convapi key ...`: API keys. A key is printed once, at creation; only its hash is stored.
+
+use std::path::Path;
+
+use clap::Subcommand;
+use serde_json::json;
+
+use super::{open, print, require_tenant, CliResult};
+use crate::store;
+
+#[derive(Subcommand)]
+pub(super) enum KeyCmd {
+    /// Create an API key for a tenant and print it (the only time it is shown).
+    Create(CreateArgs),
+    /// List a tenant's keys (prefix, last use, revocation; never the key).
+    List(ListArgs),
+    /// Revoke a key: its next request gets 401.
+    Revoke(RevokeArgs),
+}
+
+#[derive(clap::Args)]
+pub(super) struct CreateArgs {
+    /// The id of the tenant the key acts for.
+    #[arg(long)]
+    tenant: String,
+    /// A label to tell keys apart, e.g. the backend using it.
+    #[arg(long)]
+    name: Option<String>,
+    /// Print the key as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct ListArgs {
+    /// The id of the tenant whose keys to list.
+    #[arg(long)]
+    tenant: String,
+    /// Print the keys as one JSON array.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct RevokeArgs {
+    /// The key's id (from `key list`), not the key itself.
+    key_id: String,
+    /// Print the revocation as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
+    let conn = open(db)?;
+    require_tenant(&conn, &a.tenant)?;
+    let (key, prefix) = crate::keys::generate().map_err(|e| format!("no OS randomness: {e}"))?;
+    let id = uuid::Uuid::new_v4().to_string();
+    store::keys::create(
+        &conn,
+        &id,
+        &a.tenant,
+        a.name.as_deref(),
+        &prefix,
+        &crate::keys::hash(&key),
+        store::now_ms(),
+    )
+    .map_err(|e| e.to_string())?;
+    let out = json!({"id": id, "key": key, "prefix": prefix, "tenantId": a.tenant, "name": a.name});
+    print(a.json, &out, || {
+        format!("created key {id}\n\n    {key}\n\nStore it now: it is shown only this once.")
+    })
+}
+
+pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+    let conn = open(db)?;
+    require_tenant(&conn, &a.tenant)?;
+    let keys = store::keys::list(&conn, &a.tenant).map_err(|e| e.to_string())?;
+    print(a.json, &keys, || {
+        let mut out = format!(
+            "{:<36}  {:<12}  {:<24}  {:<24}  NAME",
+            "ID", "PREFIX", "LAST USED", "REVOKED"
+        );
+        for k in &keys {
+            out.push_str(&format!(
+                "\n{:<36}  {:<12}  {:<24}  {:<24}  {}",
+                k.id,
+                k.prefix,
+                k.last_used_at.as_deref().unwrap_or("-"),
+                k.revoked_at.as_deref().unwrap_or("-"),
+                k.name.as_deref().unwrap_or("")
+            ));
+        }
+        out
+    })
+}
+
+pub(super) fn revoke(db: &Path, a: RevokeArgs) -> CliResult {
+    let conn = open(db)?;
+    let k = store::keys::revoke(&conn, &a.key_id, store::now_ms())
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no key with id {}", a.key_id))?;
+    let out = json!({"id": k.id, "revokedAt": k.revoked_at});
+    print(a.json, &out, || {
+        format!(
+            "revoked key {} at {}",
+            k.id,
+            k.revoked_at.as_deref().unwrap_or("")
+        )
+    })
+}

@@ -1,0 +1,284 @@
+//! The command line (docs/decisions.md §1): argument parsing, the dispatch to one function per
+//! command (grouped in this folder's files by command group), exit codes and `--json` output.
+//! `--json` prints exactly one JSON value on stdout; errors are one line on stderr, exit 1;
+//! usage errors exit 2 (clap's own). Commands call `store` for SQL and never hold SQL themselves.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand};
+
+use crate::store;
+
+mod key;
+mod rates;
+mod report;
+mod serve;
+mod site;
+mod tenant;
+
+#[derive(Parser)]
+#[command(
+    name = "convapi",
+    version,
+    about = "A self-hosted Conversions API: one binary, one SQLite file."
+)]
+struct Cli {
+    /// The SQLite database file; created with its schema on first use.
+    #[arg(
+        long,
+        global = true,
+        env = "CONVAPI_DB",
+        default_value = "./convapi.db"
+    )]
+    db: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API until SIGINT/SIGTERM.
+    Serve(serve::ServeArgs),
+    /// Tenants (organisations owning sites and keys).
+    #[command(subcommand)]
+    Tenant(tenant::TenantCmd),
+    /// Sites: what the pixel and the backend report conversions for.
+    #[command(subcommand)]
+    Site(site::SiteCmd),
+    /// API keys.
+    #[command(subcommand)]
+    Key(key::KeyCmd),
+    /// ECB reference rates, for converting values into a site's currency.
+    #[command(subcommand)]
+    Rates(rates::RatesCmd),
+    /// Conversions and revenue of a site, grouped.
+    Report(report::ReportArgs),
+}
+
+/// A command's failure: the one line printed on stderr.
+pub type CliResult = Result<(), String>;
+
+/// Parses the arguments, runs the command, returns the exit status.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    init_logging();
+    match run(cli) {
+        Ok(()) => 0,
+        Err(msg) => {
+            eprintln!("convapi: error: {msg}");
+            1
+        }
+    }
+}
+
+/// `--help`/`--version` print as usual (exit 0); any other parse failure is a usage error, exit 2.
+/// clap's message is kept whole (its possible values and "a similar ... exists" tip are what a
+/// mistyped word needs) but folded onto the one line every failure gets on stderr.
+fn usage_error(e: clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return 0;
+    }
+    let rendered = e.render().to_string();
+    let path = command_path(&rendered);
+    let message = match e.kind() {
+        // clap renders the whole help here; its first lines are the about text, not an error.
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let names: Vec<String> = subcommand(&path)
+                .map(|c| {
+                    c.get_subcommands()
+                        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+                        .map(|s| s.get_name().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!("a subcommand is required: {}", names.join(", "))
+        }
+        _ => one_line(&rendered),
+    };
+    eprintln!(
+        "convapi: usage error: {message} (see {} --help)",
+        path.join(" ")
+    );
+    2
+}
+
+/// The command the error is about, e.g. `["convapi", "site", "create"]`: from clap's usage line
+/// when it printed one, else the subcommand names among the arguments.
+fn command_path(rendered: &str) -> Vec<String> {
+    if let Some(usage) = rendered
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Usage: "))
+    {
+        return usage
+            .split_whitespace()
+            .take_while(|w| !w.starts_with(['[', '<', '-']))
+            .map(str::to_owned)
+            .collect();
+    }
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let mut path = vec!["convapi".to_owned()];
+    // args_os: std::env::args panics on an argument that is not UTF-8, which a path may be.
+    for arg in std::env::args_os().skip(1) {
+        let Some(sub) = arg.to_str().and_then(|a| cmd.find_subcommand(a)).cloned() else {
+            continue;
+        };
+        path.push(sub.get_name().to_owned());
+        cmd = sub;
+    }
+    path
+}
+
+/// The clap command at `path` (`path[0]` is the binary).
+fn subcommand(path: &[String]) -> Option<clap::Command> {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    for name in path.iter().skip(1) {
+        cmd = cmd.find_subcommand(name)?.clone();
+    }
+    Some(cmd)
+}
+
+/// clap's error text up to its usage section, on one line: a list announced by a trailing colon
+/// (the missing arguments) is joined with commas, anything after it with semicolons.
+fn one_line(rendered: &str) -> String {
+    let mut out = String::new();
+    let mut in_list = false;
+    for line in rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+    {
+        let line = line.strip_prefix("error: ").unwrap_or(line);
+        if out.is_empty() {
+            out.push_str(line);
+        } else if out.ends_with(':') {
+            out.push(' ');
+            out.push_str(line);
+            in_list = true;
+        } else if in_list && !line.starts_with("tip:") {
+            out.push_str(", ");
+            out.push_str(line);
+        } else if line.starts_with('[') {
+            out.push(' ');
+            out.push_str(line);
+        } else {
+            out.push_str("; ");
+            out.push_str(line);
+            in_list = false;
+        }
+    }
+    if out.is_empty() {
+        "invalid arguments".to_owned()
+    } else {
+        out
+    }
+}
+
+fn init_logging() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .target(env_logger::Target::Stderr)
+        .init();
+}
+
+/// One line per command.
+fn run(cli: Cli) -> CliResult {
+    use key::KeyCmd;
+    use rates::RatesCmd;
+    use site::SiteCmd;
+    use tenant::TenantCmd;
+    let db = cli.db;
+    match cli.command {
+        Command::Serve(a) => serve::serve(db, a),
+        Command::Tenant(TenantCmd::Create(a)) => tenant::create(&db, a),
+        Command::Tenant(TenantCmd::List(a)) => tenant::list(&db, a),
+        Command::Site(SiteCmd::Create(a)) => site::create(&db, a),
+        Command::Site(SiteCmd::List(a)) => site::list(&db, a),
+        Command::Site(SiteCmd::Update(a)) => site::update(&db, a),
+        Command::Key(KeyCmd::Create(a)) => key::create(&db, a),
+        Command::Key(KeyCmd::List(a)) => key::list(&db, a),
+        Command::Key(KeyCmd::Revoke(a)) => key::revoke(&db, a),
+        Command::Rates(RatesCmd::Import(a)) => rates::import(&db, a),
+        Command::Report(a) => report::report(&db, a),
+    }
+}
+
+fn open(db: &Path) -> Result<rusqlite::Connection, String> {
+    check_db_dir(db)?;
+    store::open(db).map_err(|e| format!("{}: {e}", db.display()))
+}
+
+/// SQLite creates the file but not its directory, and says only "unable to open database file"
+/// when the directory is missing: name it instead.
+fn check_db_dir(db: &Path) -> CliResult {
+    let dir = match db.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => return Ok(()),
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!(
+            "cannot open the database {}: {} is not a directory",
+            db.display(),
+            dir.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+            "cannot open the database {}: the directory {} does not exist",
+            db.display(),
+            dir.display()
+        )),
+        // Anything else (permissions, say) is SQLite's to report, with the path.
+        Err(_) => Ok(()),
+    }
+}
+
+fn require_tenant(conn: &rusqlite::Connection, id: &str) -> CliResult {
+    if store::tenants::exists(conn, id).map_err(|e| e.to_string())? {
+        Ok(())
+    } else {
+        Err(format!("no tenant with id {id}"))
+    }
+}
+
+/// The site with that id (a UUID, accepted in any case); an unknown id is an error.
+fn site_by_id(conn: &rusqlite::Connection, id: &str) -> Result<store::sites::Site, String> {
+    let key = uuid::Uuid::parse_str(id.trim())
+        .map(|u| u.hyphenated().to_string())
+        .unwrap_or_else(|_| id.to_owned());
+    store::sites::by_id(conn, &key)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no site with id {id}"))
+}
+
+fn non_empty<'a>(what: &str, s: &'a str) -> Result<&'a str, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        Err(format!("{what} must not be empty"))
+    } else {
+        Ok(t)
+    }
+}
+
+/// `n` and the noun in the singular or the plural: "1 rate", "2 rates", "0 rates".
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Prints `value` as JSON with `--json`, else the human text.
+fn print<T: serde::Serialize>(
+    as_json: bool,
+    value: &T,
+    human: impl FnOnce() -> String,
+) -> CliResult {
+    let text = if as_json {
+        serde_json::to_string(value).map_err(|e| e.to_string())?
+    } else {
+        human()
+    };
+    println!("{text}");
+    Ok(())
+}

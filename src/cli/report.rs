@@ -1,0 +1,56 @@
+//! `convapi report`: its options and their checks; the grouping and sums are `crate::report`'s.
+
+use std::path::Path;
+
+use super::{open, site_by_id, CliResult};
+
+#[derive(clap::Args)]
+pub(super) struct ReportArgs {
+    /// The site's id (UUID).
+    #[arg(long)]
+    site: String,
+    /// First day included (YYYY-MM-DD, UTC), by the conversions' occurredAt.
+    #[arg(long, value_parser = parse_day)]
+    from: Option<chrono::NaiveDate>,
+    /// Last day included (YYYY-MM-DD, UTC).
+    #[arg(long, value_parser = parse_day)]
+    to: Option<chrono::NaiveDate>,
+    /// What the rows group conversions by.
+    #[arg(long, default_value = "source", value_parser = ["source", "medium", "campaign", "type"])]
+    by: String,
+    /// Print a JSON array of rows {key, conversions, revenue, unconverted}.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_day(s: &str) -> Result<chrono::NaiveDate, String> {
+    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .map_err(|_| format!("{s:?} is not a date like 2026-11-20"))
+}
+
+pub(super) fn report(db: &Path, a: ReportArgs) -> CliResult {
+    use crate::store::report::GroupBy;
+    if let (Some(from), Some(to)) = (a.from, a.to) {
+        if from > to {
+            return Err(format!("--from {from} is after --to {to}"));
+        }
+    }
+    let by = match a.by.as_str() {
+        "medium" => GroupBy::Medium,
+        "campaign" => GroupBy::Campaign,
+        "type" => GroupBy::Type,
+        _ => GroupBy::Source,
+    };
+    let conn = open(db)?;
+    if uuid::Uuid::parse_str(a.site.trim()).is_err() {
+        return Err(format!("--site {:?} is not a site id (a UUID)", a.site));
+    }
+    let site = site_by_id(&conn, &a.site)?;
+    let rows = crate::report::build(&conn, &site, a.from, a.to, by)?;
+    if a.json {
+        println!("{}", crate::report::to_json(&rows));
+    } else {
+        println!("{}", crate::report::to_table(&rows, by, &site.currency));
+    }
+    Ok(())
+}

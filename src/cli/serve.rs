@@ -1,0 +1,155 @@
+//! `convapi serve`: its options and the start-up and shutdown of the server.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use super::{check_db_dir, count, CliResult};
+use crate::store;
+
+#[derive(clap::Args)]
+pub(super) struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, env = "CONVAPI_ADDR", default_value = "127.0.0.1:8080")]
+    addr: String,
+    /// Request threads. Each waits for its write's group commit, so there should be more of them than
+    /// concurrent writers: with 8, no commit could hold more than 8 writes (see BENCHMARKS.md).
+    #[arg(long, env = "CONVAPI_THREADS", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: u16,
+    /// Writes waiting for the writer before requests get 503.
+    #[arg(long, env = "CONVAPI_QUEUE", default_value_t = 1024)]
+    queue: usize,
+    /// Most writes committed in one transaction.
+    #[arg(long, env = "CONVAPI_BATCH", default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
+    batch: u16,
+    /// `group` (group commit) or `per-request` (one transaction per request; for benchmarks only).
+    #[arg(long, env = "CONVAPI_WRITE_MODE", default_value = "group", value_parser = ["group", "per-request"])]
+    write_mode: String,
+    /// Run the background pipeline (`off` lets tests drive it by hand).
+    #[arg(long, env = "CONVAPI_PIPELINE", default_value = "on", value_parser = ["on", "off"])]
+    pipeline: String,
+    /// Seconds a connection may stay without a request in progress (silent, half a request, idle
+    /// keep-alive), or take to send a body or receive a response, before it is closed.
+    #[arg(long, env = "CONVAPI_IDLE_TIMEOUT", default_value_t = 10.0, value_parser = positive_secs)]
+    idle_timeout: f64,
+    /// Most open client connections; beyond it the longest-idle ones are closed.
+    #[arg(long, env = "CONVAPI_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// Outbox items waiting for the pipeline beyond which new conversions get 503 (0: no limit).
+    #[arg(long, env = "CONVAPI_MAX_BACKLOG", default_value_t = 100_000)]
+    max_backlog: u64,
+    /// Milliseconds a write waits for SQLite's lock before the request gets 503.
+    #[arg(long, env = "CONVAPI_BUSY_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    busy_timeout_ms: u64,
+    /// Pixel events per second one client address may send (bursts up to 10 times this); 0: no limit.
+    #[arg(long, env = "CONVAPI_PIXEL_RATE", default_value_t = 20.0, value_parser = non_negative)]
+    pixel_rate: f64,
+    /// Pixel events per second one site's tracker may receive from all addresses together (bursts
+    /// up to 10 times this); 0: no limit.
+    #[arg(long, env = "CONVAPI_PIXEL_SITE_RATE", default_value_t = 500.0, value_parser = non_negative)]
+    pixel_site_rate: f64,
+    /// Hours a pixel event's `ts` may lie before the time it arrives; older ones are set to that bound.
+    #[arg(long, env = "CONVAPI_PIXEL_MAX_AGE_HOURS", default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..=876_000))]
+    pixel_max_age_hours: u32,
+    /// Reverse proxies (addresses or CIDR ranges, comma-separated) whose X-Forwarded-For header
+    /// names the client for the pixel's rate limits; other peers' headers are ignored.
+    #[arg(long, env = "CONVAPI_TRUSTED_PROXIES", value_delimiter = ',', value_parser = proxy_net)]
+    trusted_proxies: Vec<ipnet::IpNet>,
+    /// A token `GET /metrics` requires as `Authorization: Bearer TOKEN`; unset: /metrics is open.
+    #[arg(long, env = "CONVAPI_METRICS_TOKEN", hide_env_values = true)]
+    metrics_token: Option<String>,
+    /// Test only: caps the database at this many pages to simulate a full disk.
+    #[arg(long, env = "CONVAPI_TEST_MAX_PAGE_COUNT", hide = true)]
+    test_max_page_count: Option<u64>,
+}
+
+fn non_negative(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a non-negative number")),
+    }
+}
+
+/// An address (a network of one) or a CIDR range.
+fn proxy_net(s: &str) -> Result<ipnet::IpNet, String> {
+    let s = s.trim();
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{s:?} is not an IP address or CIDR range"))
+}
+
+/// A pixel rate of `per_second` events, with bursts of ten seconds' worth.
+fn pixel_rate(per_second: f64) -> crate::ratelimit::Rate {
+    crate::ratelimit::Rate {
+        per_second,
+        burst: per_second * 10.0,
+        max_keys: 100_000,
+    }
+}
+
+fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a number of seconds between 0 and 86400"
+        )),
+    }
+}
+
+pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    // Register before starting so that a signal during start-up is not lost.
+    check_db_dir(&db)?;
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(|e| e.to_string())?;
+    store::set_busy_timeout(std::time::Duration::from_millis(a.busy_timeout_ms));
+    if let Some(pages) = a.test_max_page_count {
+        store::set_max_page_count(pages);
+    }
+    let config = crate::server::ServeConfig {
+        http: crate::http::Config {
+            addr: a.addr,
+            threads: a.threads as usize,
+            limits: crate::http::Limits {
+                idle_timeout: std::time::Duration::from_secs_f64(a.idle_timeout),
+                max_connections: a.max_connections as usize,
+                ..Default::default()
+            },
+        },
+        db,
+        writer: crate::writer::WriterConfig {
+            queue: a.queue.max(1),
+            batch: a.batch as usize,
+            per_request: a.write_mode == "per-request",
+            max_backlog: a.max_backlog,
+            ..Default::default()
+        },
+        pipeline: a.pipeline == "on",
+        pixel: crate::api::collect::PixelPolicy {
+            per_address: pixel_rate(a.pixel_rate),
+            per_tracker: pixel_rate(a.pixel_site_rate),
+            trusted_proxies: a.trusted_proxies,
+            max_event_age: std::time::Duration::from_secs(u64::from(a.pixel_max_age_hours) * 3600),
+        },
+        metrics_token: a.metrics_token.filter(|t| !t.is_empty()),
+    };
+    let running = crate::server::start(&config)?;
+    log::info!(
+        "serving {} with {}, write mode {}",
+        config.db.display(),
+        count(config.http.threads, "thread", "threads"),
+        if config.writer.per_request {
+            "per-request"
+        } else {
+            "group commit"
+        }
+    );
+    // The one line on stdout: scripts and tests read the chosen port from it.
+    println!("listening on http://{}", running.addr);
+    let _ = std::io::stdout().flush();
+    if let Some(sig) = signals.forever().next() {
+        log::info!("signal {sig}: draining and stopping");
+    }
+    running.shutdown();
+    log::info!("stopped");
+    Ok(())
+}

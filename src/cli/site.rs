@@ -1,0 +1,220 @@
+//! `convapi site ...`: the sites a tenant reports conversions for, and their settings.
+
+use std::path::Path;
+
+use clap::Subcommand;
+
+use super::{count, non_empty, open, print, require_tenant, site_by_id, CliResult};
+use crate::store::{
+    self,
+    sites::{NewSite, Site, SiteChanges},
+};
+
+#[derive(Subcommand)]
+pub(super) enum SiteCmd {
+    /// Create a site of a tenant and print its id and tracker id.
+    Create(CreateArgs),
+    /// List the sites, of every tenant or of one.
+    List(ListArgs),
+    /// Change a site's name, domain, currency, attribution window or model.
+    Update(UpdateArgs),
+}
+
+/// The attribution models, as `--model` takes them.
+const MODELS: [&str; 3] = ["last_non_direct", "last_touch", "first_touch"];
+/// The longest attribution window, in days.
+const MAX_WINDOW_DAYS: i64 = 3650;
+
+#[derive(clap::Args)]
+pub(super) struct CreateArgs {
+    /// The id of the tenant that owns the site.
+    #[arg(long)]
+    tenant: String,
+    /// The site's display name.
+    #[arg(long)]
+    name: String,
+    /// The site's own domain (its pages are not counted as referrers).
+    #[arg(long)]
+    domain: Option<String>,
+    /// Reporting currency (ISO 4217).
+    #[arg(long, default_value = "EUR")]
+    currency: String,
+    /// Attribution window in days.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(i64).range(1..=MAX_WINDOW_DAYS))]
+    window_days: i64,
+    /// Attribution model: which session of the visitor gets the credit.
+    #[arg(long, default_value = "last_non_direct", value_parser = MODELS)]
+    model: String,
+    /// Print the site as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct ListArgs {
+    /// Only this tenant's sites.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Print the sites as one JSON array.
+    #[arg(long)]
+    json: bool,
+}
+
+/// At least one setting to change; the others keep their values.
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("changes").required(true).multiple(true)))]
+pub(super) struct UpdateArgs {
+    /// The site's id (UUID).
+    site_id: String,
+    /// A new display name.
+    #[arg(long, group = "changes")]
+    name: Option<String>,
+    /// A new own domain (its pages are not counted as referrers).
+    #[arg(long, group = "changes")]
+    domain: Option<String>,
+    /// A new reporting currency (ISO 4217); refused once conversions were converted to another.
+    #[arg(long, group = "changes")]
+    currency: Option<String>,
+    /// A new attribution window in days (applies to conversions from now on).
+    #[arg(long, group = "changes", value_parser = clap::value_parser!(i64).range(1..=MAX_WINDOW_DAYS))]
+    window_days: Option<i64>,
+    /// A new attribution model (applies to conversions from now on).
+    #[arg(long, group = "changes", value_parser = MODELS)]
+    model: Option<String>,
+    /// Print the site as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
+    let name = non_empty("site name", &a.name)?;
+    check_currency(&a.currency)?;
+    let domain = a.domain.as_deref().map(normalise_domain).transpose()?;
+    let conn = open(db)?;
+    require_tenant(&conn, &a.tenant)?;
+    let tracker_id = crate::keys::random_base62(12).map_err(|e| e.to_string())?;
+    let site = store::sites::create(
+        &conn,
+        &NewSite {
+            id: &uuid::Uuid::new_v4().to_string(),
+            tenant_id: &a.tenant,
+            tracker_id: &tracker_id,
+            name,
+            domain: domain.as_deref(),
+            currency: &a.currency,
+            window_days: a.window_days,
+            model: &a.model,
+        },
+        store::now_ms(),
+    )
+    .map_err(|e| e.to_string())?;
+    print(a.json, &site, || describe("created", &site))
+}
+
+/// Runs in one write transaction, so that no conversion is converted into the old currency
+/// between the check and the change.
+pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
+    let name = a
+        .name
+        .as_deref()
+        .map(|n| non_empty("site name", n))
+        .transpose()?;
+    if let Some(currency) = &a.currency {
+        check_currency(currency)?;
+    }
+    let domain = a.domain.as_deref().map(normalise_domain).transpose()?;
+    let mut conn = open(db)?;
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(|e| store::StoreError::from(e).to_string())?;
+    let site = site_by_id(&tx, &a.site_id)?;
+    if let Some(currency) = &a.currency {
+        let other = store::sites::other_reporting_currency(&tx, &site.id, currency)
+            .map_err(|e| e.to_string())?;
+        if let Some(other) = other {
+            return Err(format!(
+                "site {} has conversions converted to {other} already: its reporting currency cannot change",
+                site.id
+            ));
+        }
+    }
+    let changes = SiteChanges {
+        name,
+        domain: domain.as_deref(),
+        currency: a.currency.as_deref(),
+        window_days: a.window_days,
+        model: a.model.as_deref(),
+    };
+    let site = store::sites::update(&tx, &site.id, &changes)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no site with id {}", a.site_id))?;
+    tx.commit()
+        .map_err(|e| store::StoreError::from(e).to_string())?;
+    print(a.json, &site, || describe("updated", &site))
+}
+
+/// The human line of `create` and `update`.
+fn describe(done: &str, site: &Site) -> String {
+    format!(
+        "{done} site {} ({}): tracker id {}, currency {}, window {}, model {}",
+        site.id,
+        site.name,
+        site.tracker_id,
+        site.currency,
+        count(site.window_days as usize, "day", "days"),
+        site.model
+    )
+}
+
+fn check_currency(currency: &str) -> CliResult {
+    if crate::currency::is_iso_4217(currency) {
+        Ok(())
+    } else {
+        Err(format!(
+            "--currency {currency:?} is not an ISO 4217 code such as EUR"
+        ))
+    }
+}
+
+pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+    let conn = open(db)?;
+    // An unknown tenant is an error, as in every other command, not an empty list.
+    if let Some(tenant) = &a.tenant {
+        require_tenant(&conn, tenant)?;
+    }
+    let sites = store::sites::list(&conn, a.tenant.as_deref()).map_err(|e| e.to_string())?;
+    print(a.json, &sites, || {
+        let mut out = format!(
+            "{:<36}  {:<12}  {:<8}  {:<6}  {}",
+            "ID", "TRACKER", "CURRENCY", "WINDOW", "NAME"
+        );
+        for s in &sites {
+            out.push_str(&format!(
+                "\n{:<36}  {:<12}  {:<8}  {:<6}  {}",
+                s.id, s.tracker_id, s.currency, s.window_days, s.name
+            ));
+        }
+        out
+    })
+}
+
+/// A bare host name, lower-cased; accepts a URL and keeps only its host.
+fn normalise_domain(d: &str) -> Result<String, String> {
+    let host = d
+        .trim()
+        .trim_start_matches("https://")
+        .trim_start_matches("http://")
+        .split(['/', ':'])
+        .next()
+        .unwrap_or("")
+        .trim_start_matches("www.")
+        .to_ascii_lowercase();
+    if host.is_empty()
+        || !host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+    {
+        return Err(format!("--domain {d:?} is not a host name"));
+    }
+    Ok(host)
+}

@@ -1,0 +1,611 @@
+//! The command line as a new user meets it (docs/decisions.md §1): every subcommand and option
+//! described in `--help`, usage errors that keep clap's possible values and suggestions, unknown
+//! ids refused the same way by every command, a missing database directory named, a rates file
+//! with a non-ISO currency refused, counts in the singular and plural, `tenant list` and
+//! `site update`. Exit statuses: 0 ok, 2 usage error, 1 anything else, with one line on stderr.
+
+mod common;
+
+use common::*;
+
+/// Asserts a failure: `code`, nothing on stdout, one line on stderr containing every needle.
+#[track_caller]
+fn assert_fails(run: &CliRun, code: i32, needles: &[&str], what: &str) {
+    assert_eq!(run.code, code, "{what}: {run:?}");
+    assert!(run.stdout.is_empty(), "{what}: stdout {:?}", run.stdout);
+    assert_eq!(
+        run.stderr.trim_end().lines().count(),
+        1,
+        "{what}: one line on stderr, got {:?}",
+        run.stderr
+    );
+    for needle in needles {
+        assert!(
+            run.stderr.contains(needle),
+            "{what}: {needle:?} missing from {:?}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn usage_errors_keep_the_possible_values_and_the_suggestion() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cli.db");
+    let cases: [(&[&str], &[&str]); 4] = [
+        (
+            &["report", "--site", "x", "--by", "sorce"],
+            &[
+                "'sorce'",
+                "[possible values: source, medium, campaign, type]",
+                "a similar value exists: 'source'",
+                "(see convapi report --help)",
+            ],
+        ),
+        (
+            &["site", "creat"],
+            &[
+                "unrecognized subcommand 'creat'",
+                "a similar subcommand exists: 'create'",
+                "(see convapi site --help)",
+            ],
+        ),
+        (
+            &["site"],
+            &[
+                "a subcommand is required: create, list, update (see",
+                "(see convapi site --help)",
+            ],
+        ),
+        (
+            &["site", "create"],
+            &[
+                "required arguments were not provided: --tenant <TENANT>, --name <NAME>",
+                "(see convapi site create --help)",
+            ],
+        ),
+    ];
+    for (args, needles) in cases {
+        let run = cli_run(Some(&db), args);
+        assert_fails(&run, 2, needles, &format!("convapi {args:?}"));
+        assert!(
+            run.stderr.starts_with("convapi: usage error: "),
+            "{:?}",
+            run.stderr
+        );
+    }
+}
+
+/// One entry of a help text's `Commands:`, `Arguments:` or `Options:` section.
+#[derive(Debug)]
+struct HelpEntry {
+    section: String,
+    /// The first word: a subcommand's name, `<ARG>`, `--option` (or `-h,`).
+    name: String,
+    /// The description with clap's `[default: ..]`, `[env: ..]` and `[possible values: ..]`
+    /// annotations taken out.
+    description: String,
+}
+
+/// Reads both of clap's layouts: the description on the entry's line after two spaces or more,
+/// or on the more deeply indented lines below it.
+fn help_entries(help: &str) -> Vec<HelpEntry> {
+    let mut entries: Vec<HelpEntry> = Vec::new();
+    let mut section: Option<String> = None;
+    for line in help.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let text = line.trim();
+        if indent == 0 {
+            section = ["Commands:", "Arguments:", "Options:"]
+                .contains(&text)
+                .then(|| text.trim_end_matches(':').to_owned());
+            continue;
+        }
+        let Some(section) = &section else { continue };
+        if indent > 6 {
+            let last = entries.last_mut().expect("a continuation follows an entry");
+            last.description.push(' ');
+            last.description.push_str(text);
+            continue;
+        }
+        let (spec, description) = text.split_once("  ").unwrap_or((text, ""));
+        entries.push(HelpEntry {
+            section: section.clone(),
+            name: spec.split_whitespace().next().unwrap_or("").to_owned(),
+            description: description.trim().to_owned(),
+        });
+    }
+    for e in &mut entries {
+        let mut plain = String::new();
+        let mut depth = 0;
+        for c in e.description.chars() {
+            match c {
+                '[' => depth += 1,
+                ']' if depth > 0 => depth -= 1,
+                _ if depth == 0 => plain.push(c),
+                _ => {}
+            }
+        }
+        e.description = plain.trim().to_owned();
+    }
+    entries
+}
+
+#[test]
+fn every_subcommand_and_option_has_a_description() {
+    let mut visited = Vec::new();
+    let mut pending: Vec<Vec<String>> = vec![vec![]];
+    while let Some(path) = pending.pop() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        // The top level through the `help` subcommand, the others through `--help`.
+        args.push(if path.is_empty() { "help" } else { "--help" });
+        let run = cli_run(None, &args);
+        assert_eq!(run.code, 0, "convapi {args:?}: {run:?}");
+        let entries = help_entries(&run.stdout);
+        assert!(
+            entries.iter().any(|e| e.name == "--db")
+                && entries
+                    .iter()
+                    .any(|e| e.section == "Options" && e.name == "-h,"),
+            "convapi {args:?}: help not understood: {entries:?}\n{}",
+            run.stdout
+        );
+        for e in &entries {
+            assert!(
+                e.description.chars().filter(|c| c.is_alphabetic()).count() >= 3,
+                "convapi {args:?}: {} {} has no description:\n{}",
+                e.section,
+                e.name,
+                run.stdout
+            );
+            if e.section == "Commands" && e.name != "help" {
+                let mut sub = path.clone();
+                sub.push(e.name.clone());
+                pending.push(sub);
+            }
+        }
+        visited.push(path.join(" "));
+    }
+    visited.sort();
+    assert_eq!(
+        visited,
+        [
+            "",
+            "key",
+            "key create",
+            "key list",
+            "key revoke",
+            "rates",
+            "rates import",
+            "report",
+            "serve",
+            "site",
+            "site create",
+            "site list",
+            "site update",
+            "tenant",
+            "tenant create",
+            "tenant list",
+        ]
+    );
+}
+
+#[test]
+fn unknown_ids_fail_the_same_way_in_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cli.db");
+    let tenant = cli_run(Some(&db), &["tenant", "create", "Acme", "--json"]).json();
+    let tenant = tenant["id"].as_str().unwrap();
+    let missing_site = "00000000-0000-4000-8000-000000000000";
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (
+            vec!["site", "create", "--tenant", "nope", "--name", "Shop"],
+            "no tenant with id nope".into(),
+        ),
+        (
+            vec!["site", "list", "--tenant", "nope"],
+            "no tenant with id nope".into(),
+        ),
+        (
+            vec!["site", "list", "--tenant", "nope", "--json"],
+            "no tenant with id nope".into(),
+        ),
+        (
+            vec!["key", "create", "--tenant", "nope"],
+            "no tenant with id nope".into(),
+        ),
+        (
+            vec!["key", "list", "--tenant", "nope", "--json"],
+            "no tenant with id nope".into(),
+        ),
+        (vec!["key", "revoke", "nope"], "no key with id nope".into()),
+        (
+            vec!["report", "--site", missing_site],
+            format!("no site with id {missing_site}"),
+        ),
+        (
+            vec!["site", "update", missing_site, "--name", "x"],
+            format!("no site with id {missing_site}"),
+        ),
+        (
+            vec!["site", "update", "nope", "--name", "x", "--json"],
+            "no site with id nope".into(),
+        ),
+    ];
+    for (args, message) in &cases {
+        let run = cli_run(Some(&db), args);
+        assert_fails(&run, 1, &[], &format!("convapi {args:?}"));
+        assert_eq!(
+            run.stderr.trim_end(),
+            format!("convapi: error: {message}"),
+            "convapi {args:?}"
+        );
+    }
+    // A tenant that exists but has no sites is not an error.
+    let run = cli_run(Some(&db), &["site", "list", "--tenant", tenant, "--json"]);
+    assert_eq!(run.json(), serde_json::json!([]));
+}
+
+#[test]
+fn a_missing_database_directory_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no/such");
+    let db = missing.join("x.db");
+    for args in [
+        &["tenant", "create", "Acme", "--json"][..],
+        &["site", "list"],
+        &["serve", "--addr", "127.0.0.1:0"],
+    ] {
+        let run = cli_run(Some(&db), args);
+        assert_fails(
+            &run,
+            1,
+            &[
+                &db.display().to_string(),
+                &format!("the directory {} does not exist", missing.display()),
+            ],
+            &format!("convapi {args:?}"),
+        );
+    }
+    assert!(!missing.exists(), "nothing created");
+    // A file where the directory should be.
+    let file = dir.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let run = cli_run(Some(&file.join("x.db")), &["site", "list"]);
+    assert_fails(
+        &run,
+        1,
+        &[&format!("{} is not a directory", file.display())],
+        "a file as the directory",
+    );
+}
+
+/// Rows of `fx_rates` in the database file.
+fn stored_rates(db: &std::path::Path) -> i64 {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .query_row("SELECT COUNT(*) FROM fx_rates", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn a_rates_column_that_is_no_iso_currency_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cli.db");
+    // The database and its schema, so that an empty fx_rates can be seen.
+    cli_run(Some(&db), &["tenant", "create", "Acme", "--json"]).json();
+    let cases = [
+        (
+            "rates.csv",
+            "Date,USD,XYZ,GBP,\n2026-11-13,1.05,2.5,0.875,\n",
+            "column 3 is \"XYZ\"",
+        ),
+        // A column without a single rate still says the file is not what it claims to be.
+        (
+            "empty-column.csv",
+            "Date, USD, JPY, QQQ,\n13 November 2026, 1.05, 162, N/A,\n",
+            "column 4 is \"QQQ\"",
+        ),
+    ];
+    for (name, text, needle) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let run = cli_run(
+            Some(&db),
+            &["rates", "import", path.to_str().unwrap(), "--json"],
+        );
+        assert_fails(&run, 1, &[name, needle, "ISO 4217"], name);
+        assert_eq!(stored_rates(&db), 0, "{name}: nothing imported");
+    }
+    // The ECB's history file has columns for currencies since replaced by the euro: they are
+    // ISO 4217 codes too (withdrawn ones) and the real file must import.
+    let path = dir.path().join("hist.csv");
+    std::fs::write(
+        &path,
+        "Date,USD,CYP,SIT,TRL,\n2026-11-13,1.05,N/A,N/A,N/A,\n2006-12-29,1.317,0.5782,239.64,N/A,\n",
+    )
+    .unwrap();
+    let out = cli_run(
+        Some(&db),
+        &["rates", "import", path.to_str().unwrap(), "--json"],
+    )
+    .json();
+    assert_eq!(out["imported"], serde_json::json!(4), "{out}");
+    assert_eq!(stored_rates(&db), 4);
+}
+
+/// `convapi rates import FILE` (human output) of a file holding `text`.
+fn import_text(app: &TestApp, dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    let run = app.cli(&["rates", "import", path.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{run:?}");
+    run.stdout.trim_end().to_owned()
+}
+
+#[test]
+fn counts_are_singular_or_plural() {
+    let app = TestApp::builder().serve_args(&["--threads", "1"]).start();
+    let dir = tempfile::tempdir().unwrap();
+    // A USD order on a EUR site before any rate: the pipeline parks it until rates arrive.
+    let now = now_ms();
+    app.pageview("v", "https://shop.example/", now - MINUTE);
+    let order = unique("order");
+    app.post_conversion(&serde_json::json!({
+        "visitorId": "v", "orderId": order, "value": 10, "currency": "USD", "occurredAt": iso(now),
+    }))
+    .accepted();
+    let deadline = std::time::Instant::now() + WAIT;
+    while app.order_status(&order).expect(200)["status"] != "fx_pending" {
+        assert!(std::time::Instant::now() < deadline, "never fx_pending");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Rates of a day before the order, so that it converts.
+    let day = &iso(now - DAY)[..10];
+    assert_eq!(
+        import_text(&app, dir.path(), "one.csv", &format!("Date,USD,\n{day},1.05,\n")),
+        format!("imported 1 rate for 1 currency, {day} to {day}; 1 conversion waiting for rates released")
+    );
+    assert_eq!(
+        import_text(
+            &app,
+            dir.path(),
+            "two.csv",
+            &format!("Date,USD,GBP,\n{day},1.05,0.875,\n")
+        ),
+        format!("imported 2 rates for 2 currencies, {day} to {day}; 0 conversions waiting for rates released")
+    );
+    let run = app.cli(&[
+        "site",
+        "create",
+        "--tenant",
+        &app.tenant.id,
+        "--name",
+        "Day",
+        "--window-days",
+        "1",
+    ]);
+    assert!(run.stdout.contains(", window 1 day, "), "{run:?}");
+    let run = app.cli(&[
+        "site",
+        "create",
+        "--tenant",
+        &app.tenant.id,
+        "--name",
+        "Days",
+        "--window-days",
+        "2",
+    ]);
+    assert!(run.stdout.contains(", window 2 days, "), "{run:?}");
+    assert!(
+        app.log().contains(" with 1 thread, "),
+        "serve's start-up line: {}",
+        app.log()
+    );
+}
+
+#[test]
+fn tenant_list_shows_every_tenant_oldest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cli.db");
+    let list = |json: bool| {
+        let mut args = vec!["tenant", "list"];
+        if json {
+            args.push("--json");
+        }
+        cli_run(Some(&db), &args)
+    };
+    assert_eq!(list(true).json(), serde_json::json!([]));
+    let acme = cli_run(Some(&db), &["tenant", "create", "Acme", "--json"]).json();
+    let other = cli_run(Some(&db), &["tenant", "create", "Other Co", "--json"]).json();
+    let listed = list(true).json();
+    assert_eq!(listed, serde_json::json!([acme, other]));
+    let created = listed[0]["createdAt"].as_str().expect("createdAt");
+    assert!(created.ends_with('Z') && created.len() >= 20, "{created}");
+
+    let run = list(false);
+    assert_eq!(run.code, 0, "{run:?}");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{:?}", run.stdout);
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("CREATED") && lines[0].ends_with("NAME"),
+        "{lines:?}"
+    );
+    for (line, tenant) in lines[1..].iter().zip([&acme, &other]) {
+        assert!(
+            line.starts_with(tenant["id"].as_str().unwrap())
+                && line.contains(tenant["createdAt"].as_str().unwrap())
+                && line.ends_with(tenant["name"].as_str().unwrap()),
+            "{line:?}"
+        );
+    }
+}
+
+#[test]
+fn site_update_changes_only_what_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cli.db");
+    let run = |args: &[&str]| cli_run(Some(&db), args);
+    let tenant = run(&["tenant", "create", "Acme", "--json"]).json();
+    let tenant = tenant["id"].as_str().unwrap();
+    let site = run(&[
+        "site",
+        "create",
+        "--tenant",
+        tenant,
+        "--name",
+        "Shop",
+        "--domain",
+        "shop.example",
+        "--json",
+    ])
+    .json();
+    let id = site["id"].as_str().unwrap();
+
+    let updated = run(&[
+        "site",
+        "update",
+        id,
+        "--name",
+        "  New shop ",
+        "--window-days",
+        "7",
+        "--model",
+        "first_touch",
+        "--json",
+    ])
+    .json();
+    let mut expected = site.clone();
+    expected["name"] = "New shop".into();
+    expected["windowDays"] = 7.into();
+    expected["model"] = "first_touch".into();
+    assert_eq!(updated, expected);
+    assert_eq!(
+        run(&["site", "list", "--json"]).json(),
+        serde_json::json!([expected])
+    );
+
+    // The id in upper case, a URL as the domain and a currency, with the human output.
+    let out = run(&[
+        "site",
+        "update",
+        &id.to_uppercase(),
+        "--domain",
+        "https://www.New.Example/shop",
+        "--currency",
+        "USD",
+        "--window-days",
+        "1",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        out.stdout.trim_end(),
+        format!(
+            "updated site {id} (New shop): tracker id {}, currency USD, window 1 day, model first_touch",
+            site["trackerId"].as_str().unwrap()
+        )
+    );
+    let listed = run(&["site", "list", "--json"]).json();
+    assert_eq!(
+        (&listed[0]["domain"], &listed[0]["currency"]),
+        (&"new.example".into(), &"USD".into())
+    );
+
+    // The same checks as `site create`.
+    for (args, code, needle) in [
+        (vec!["--name", " "], 1, "site name must not be empty"),
+        (
+            vec!["--currency", "XYZ"],
+            1,
+            "\"XYZ\" is not an ISO 4217 code",
+        ),
+        (vec!["--domain", "not a host"], 1, "is not a host name"),
+        (vec!["--window-days", "0"], 2, "0 is not in 1..=3650"),
+        (
+            vec!["--model", "linear"],
+            2,
+            "[possible values: last_non_direct, last_touch, first_touch]",
+        ),
+        (vec![], 2, "required arguments were not provided"),
+        (vec!["--json"], 2, "required arguments were not provided"),
+    ] {
+        let mut full = vec!["site", "update", id];
+        full.extend(&args);
+        assert_fails(&run(&full), code, &[needle], &format!("{args:?}"));
+    }
+    assert_eq!(
+        run(&["site", "list", "--json"]).json(),
+        listed,
+        "a refused update changes nothing"
+    );
+}
+
+#[test]
+fn a_site_currency_cannot_change_once_conversions_were_converted() {
+    let app = TestApp::start();
+    let now = now_ms();
+    app.pageview("v", "https://shop.example/", now - MINUTE);
+    let order = unique("order");
+    app.post_conversion(&serde_json::json!({
+        "visitorId": "v", "orderId": order, "value": 10, "currency": "EUR", "occurredAt": iso(now),
+    }))
+    .accepted();
+    let deadline = std::time::Instant::now() + WAIT;
+    while app.order_status(&order).expect(200)["status"] != "processed" {
+        assert!(std::time::Instant::now() < deadline, "never processed");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let site = &app.site.id;
+    let run = app.cli(&["site", "update", site, "--currency", "USD", "--json"]);
+    assert_fails(
+        &run,
+        1,
+        &["converted to EUR", "cannot change"],
+        "currency change",
+    );
+    // The same currency, and the other settings, still can.
+    let updated = app.cli_json(&[
+        "site",
+        "update",
+        site,
+        "--currency",
+        "EUR",
+        "--window-days",
+        "3",
+        "--json",
+    ]);
+    assert_eq!(
+        (&updated["currency"], &updated["windowDays"]),
+        (&"EUR".into(), &3.into())
+    );
+}
+
+#[test]
+fn a_usage_error_among_arguments_that_are_not_utf8_is_still_one_line() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join(OsStr::from_bytes(b"\xff.db"));
+    let bad = OsStr::from_bytes(b"\xff");
+    let cases: [&[&OsStr]; 2] = [
+        // A path may be any bytes: the error is about --threads, clap prints no usage line.
+        &["serve".as_ref(), "--threads".as_ref(), "0".as_ref()],
+        // A site id may not.
+        &["report".as_ref(), "--site".as_ref(), bad],
+    ];
+    for args in cases {
+        let out = std::process::Command::new(BIN)
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty());
+        assert!(
+            stderr.starts_with("convapi: usage error: ") && stderr.trim_end().lines().count() == 1,
+            "{args:?}: {stderr:?}"
+        );
+    }
+}
