@@ -130,10 +130,10 @@ pub fn drain(
             if let Some(w) = &opts.writer {
                 w.yield_to_queued(MAX_YIELD);
             }
-            let outcomes = decide_chunk(conn, &mut fresh, opts)?;
+            let decided = decide_chunk(conn, &mut fresh, opts)?;
             let applied = match &opts.writer {
                 Some(w) => w
-                    .submit(move |c| apply(c, outcomes, now_ms))
+                    .submit(move |c| apply(c, decided, now_ms))
                     .map_err(|e| match e {
                         WriteError::Unavailable(m) => {
                             log::debug!("pipeline: writer unavailable: {m}");
@@ -141,7 +141,7 @@ pub fn drain(
                         }
                         WriteError::Failed(e) => e,
                     })?,
-                None => apply_in_transaction(conn, outcomes, now_ms)?,
+                None => apply_in_transaction(conn, decided, now_ms)?,
             };
             // Counted and logged once committed.
             for a in applied {
@@ -185,22 +185,22 @@ fn decide_chunk(
     conn: &Connection,
     items: &mut std::iter::Peekable<std::vec::IntoIter<Item>>,
     opts: &Options,
-) -> store::Result<Vec<Outcome>> {
+) -> store::Result<Vec<Decided>> {
     let started = Instant::now();
     store::read(conn, |conn| {
-        let mut outcomes = Vec::new();
+        let mut decided = Vec::new();
         for item in items.by_ref() {
-            let outcome = match decide_item(conn, &item.conversion_id, opts.item_deadline) {
-                Ok(decision) => decision.into_outcome(item),
+            let d = match decide_item(conn, &item.conversion_id, opts.item_deadline) {
+                Ok(decision) => decision.into_decided(item),
                 Err(Failure::Transient(e)) => return Err(e),
-                Err(Failure::Item(error)) => Outcome::Fail { item, error },
+                Err(Failure::Item(error)) => Decided::Fail { item, error },
             };
-            outcomes.push(outcome);
-            if outcomes.len() >= opts.batch.max(1) || started.elapsed() >= CHUNK_BUDGET {
+            decided.push(d);
+            if decided.len() >= opts.batch.max(1) || started.elapsed() >= CHUNK_BUDGET {
                 break;
             }
         }
-        Ok(outcomes)
+        Ok(decided)
     })
 }
 
@@ -224,7 +224,7 @@ fn decide_item(
 }
 
 /// What was decided for one item, to be written by [`apply`].
-enum Outcome {
+enum Decided {
     Finish {
         item: Item,
         attribution: Attribution,
@@ -265,7 +265,7 @@ impl Attribution {
     }
 }
 
-/// What [`apply`] did with one outcome.
+/// What [`apply`] did with one decided item.
 enum Applied {
     Processed,
     FxPending,
@@ -285,20 +285,20 @@ enum Applied {
     },
 }
 
-/// Writes a chunk's outcomes inside the caller's write transaction, each in its own savepoint.
+/// Writes a chunk of decided items inside the caller's write transaction, each in its own savepoint.
 /// Every item is claimed again first: one that is no longer due, or whose tries changed since it
 /// was decided, is left alone. An item whose write fails is rolled back alone and counted as a
 /// failed try; a transient error (busy, full) fails the whole chunk, which then stays due.
-fn apply(conn: &Connection, outcomes: Vec<Outcome>, now_ms: i64) -> store::Result<Vec<Applied>> {
-    let mut applied = Vec::with_capacity(outcomes.len());
-    for outcome in outcomes {
+fn apply(conn: &Connection, decided: Vec<Decided>, now_ms: i64) -> store::Result<Vec<Applied>> {
+    let mut applied = Vec::with_capacity(decided.len());
+    for d in decided {
         store::tx_control(conn, "SAVEPOINT item")?;
-        let done = match apply_one(conn, &outcome, now_ms) {
+        let done = match apply_one(conn, &d, now_ms) {
             Ok(a) => a,
-            Err(e @ (StoreError::Busy | StoreError::Full)) => return Err(e),
+            Err(e) if e.is_transient() => return Err(e),
             Err(e) => {
                 store::tx_control(conn, "ROLLBACK TO item")?;
-                let item = outcome.item();
+                let item = d.item();
                 match claim_unchanged(conn, item, now_ms)? {
                     Some(current) => record_failure(conn, &current, &e.to_string(), now_ms)?,
                     None => Applied::Gone,
@@ -311,19 +311,19 @@ fn apply(conn: &Connection, outcomes: Vec<Outcome>, now_ms: i64) -> store::Resul
     Ok(applied)
 }
 
-fn apply_one(conn: &Connection, outcome: &Outcome, now_ms: i64) -> store::Result<Applied> {
-    let Some(item) = claim_unchanged(conn, outcome.item(), now_ms)? else {
+fn apply_one(conn: &Connection, d: &Decided, now_ms: i64) -> store::Result<Applied> {
+    let Some(item) = claim_unchanged(conn, d.item(), now_ms)? else {
         return Ok(Applied::Gone);
     };
-    Ok(match outcome {
-        Outcome::Finish {
+    Ok(match d {
+        Decided::Finish {
             attribution, fx, ..
         } => {
             let a = attribution.borrowed();
             store::pipeline::finish(conn, item.id, &item.conversion_id, &a, fx, now_ms)?;
             Applied::Processed
         }
-        Outcome::Park {
+        Decided::Park {
             attribution,
             from,
             to,
@@ -345,16 +345,16 @@ fn apply_one(conn: &Connection, outcome: &Outcome, now_ms: i64) -> store::Result
                 Applied::FxPending
             }
         }
-        Outcome::Fail { error, .. } => record_failure(conn, &item, error, now_ms)?,
+        Decided::Fail { error, .. } => record_failure(conn, &item, error, now_ms)?,
     })
 }
 
-impl Outcome {
+impl Decided {
     fn item(&self) -> &Item {
         match self {
-            Outcome::Finish { item, .. }
-            | Outcome::Park { item, .. }
-            | Outcome::Fail { item, .. } => item,
+            Decided::Finish { item, .. }
+            | Decided::Park { item, .. }
+            | Decided::Fail { item, .. } => item,
         }
     }
 }
@@ -395,11 +395,11 @@ fn record_failure(
 /// [`apply`] in a `BEGIN IMMEDIATE` transaction of its own (no writer in this process).
 fn apply_in_transaction(
     conn: &Connection,
-    outcomes: Vec<Outcome>,
+    decided: Vec<Decided>,
     now_ms: i64,
 ) -> store::Result<Vec<Applied>> {
     store::tx_control(conn, "BEGIN IMMEDIATE")?;
-    let result = apply(conn, outcomes, now_ms).and_then(|a| {
+    let result = apply(conn, decided, now_ms).and_then(|a| {
         store::tx_control(conn, "COMMIT")?;
         Ok(a)
     });
@@ -418,9 +418,10 @@ enum Failure {
 
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Busy | StoreError::Full => Failure::Transient(e),
-            other => Failure::Item(other.to_string()),
+        if e.is_transient() {
+            Failure::Transient(e)
+        } else {
+            Failure::Item(e.to_string())
         }
     }
 }
@@ -440,7 +441,7 @@ struct Decision {
 }
 
 impl Decision {
-    fn into_outcome(self, item: Item) -> Outcome {
+    fn into_decided(self, item: Item) -> Decided {
         let channel = self.touch.channel;
         let attribution = Attribution {
             model: self.model.as_str(),
@@ -450,12 +451,12 @@ impl Decision {
             campaign: channel.campaign,
         };
         match self.fx {
-            Ok(fx) => Outcome::Finish {
+            Ok(fx) => Decided::Finish {
                 item,
                 attribution,
                 fx,
             },
-            Err((from, to, day)) => Outcome::Park {
+            Err((from, to, day)) => Decided::Park {
                 item,
                 attribution,
                 from,
@@ -751,8 +752,8 @@ mod tests {
     fn an_item_decided_without_rates_is_not_parked_when_rates_arrived_before_it_is_written() {
         let dir = tempfile::tempdir().unwrap();
         let (conn, now) = one_usd_conversion(dir.path());
-        let outcomes = decide_chunk(&conn, &mut due_now(&conn, now), &Options::default()).unwrap();
-        assert!(matches!(outcomes.as_slice(), [Outcome::Park { .. }]));
+        let decided = decide_chunk(&conn, &mut due_now(&conn, now), &Options::default()).unwrap();
+        assert!(matches!(decided.as_slice(), [Decided::Park { .. }]));
         // `rates import` commits in between: the rate, and every parked item made due.
         let day = chrono::DateTime::from_timestamp_millis(now)
             .unwrap()
@@ -760,7 +761,7 @@ mod tests {
         store::rates::upsert(&conn, "USD", &day.to_string(), "1.1").unwrap();
         store::pipeline::unpark(&conn, now).unwrap();
 
-        let applied = apply_in_transaction(&conn, outcomes, now).unwrap();
+        let applied = apply_in_transaction(&conn, decided, now).unwrap();
         assert!(matches!(applied.as_slice(), [Applied::Again]));
         let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
         assert_eq!(state.next_attempt_at, Some(now), "left due, not parked");
@@ -774,8 +775,8 @@ mod tests {
     fn an_item_decided_without_rates_is_parked_when_none_arrived() {
         let dir = tempfile::tempdir().unwrap();
         let (conn, now) = one_usd_conversion(dir.path());
-        let outcomes = decide_chunk(&conn, &mut due_now(&conn, now), &Options::default()).unwrap();
-        let applied = apply_in_transaction(&conn, outcomes, now).unwrap();
+        let decided = decide_chunk(&conn, &mut due_now(&conn, now), &Options::default()).unwrap();
+        let applied = apply_in_transaction(&conn, decided, now).unwrap();
         assert!(matches!(applied.as_slice(), [Applied::FxPending]));
         let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
         assert_eq!(state.next_attempt_at, None, "parked");
@@ -786,12 +787,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (conn, now) = one_usd_conversion(dir.path());
         store::rates::upsert(&conn, "USD", "2000-01-01", "1.1").unwrap();
-        let outcomes = decide_chunk(&conn, &mut due_now(&conn, now), &Options::default()).unwrap();
-        assert!(matches!(outcomes.as_slice(), [Outcome::Finish { .. }]));
+        let decided = decide_chunk(&conn, &mut due_now(&conn, now), &Options::default()).unwrap();
+        assert!(matches!(decided.as_slice(), [Decided::Finish { .. }]));
         // Someone else recorded a failed try in between (still due).
         let item = store::pipeline::due(&conn, now, 1).unwrap().remove(0);
         store::pipeline::retry_later(&conn, item.id, 1, now, "elsewhere").unwrap();
-        let applied = apply_in_transaction(&conn, outcomes, now).unwrap();
+        let applied = apply_in_transaction(&conn, decided, now).unwrap();
         assert!(matches!(applied.as_slice(), [Applied::Gone]));
         let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
         assert_eq!(state.attempts, 1);

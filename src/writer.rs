@@ -34,11 +34,11 @@ use crate::store::{self, StoreError};
 
 type Value = Box<dyn Any + Send>;
 type JobFn = Box<dyn FnOnce(&Connection) -> store::Result<Value> + Send>;
-type Reply = SyncSender<Result<Value, WriteError>>;
+type ReplyTx = SyncSender<Result<Value, WriteError>>;
 
 struct Job {
     run: JobFn,
-    reply: Option<Reply>,
+    reply: Option<ReplyTx>,
 }
 
 /// Why a write did not happen.
@@ -61,9 +61,10 @@ impl std::fmt::Display for WriteError {
 
 impl From<StoreError> for WriteError {
     fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Busy | StoreError::Full => WriteError::Unavailable(e.to_string()),
-            other => WriteError::Failed(other),
+        if e.is_transient() {
+            WriteError::Unavailable(e.to_string())
+        } else {
+            WriteError::Failed(e)
         }
     }
 }
@@ -338,7 +339,7 @@ fn commit_batch(
             }
             return;
         }
-        let mut done: Vec<(Option<Reply>, Value)> = Vec::with_capacity(jobs.len());
+        let mut done: Vec<(Option<ReplyTx>, Value)> = Vec::with_capacity(jobs.len());
         let mut lost: Option<StoreError> = None;
         while let Some(job) = jobs.pop_front() {
             if let Err(e) = store::tx_control(conn, "SAVEPOINT job") {
@@ -351,7 +352,7 @@ fn commit_batch(
                     done.push((job.reply, v));
                 }
                 Err(e) => {
-                    if !matches!(e, StoreError::Busy | StoreError::Full) {
+                    if !e.is_transient() {
                         log::error!("write job failed: {e}");
                     }
                     let rolled_back = conn.is_autocommit();
@@ -403,7 +404,7 @@ fn commit_batch(
     }
 }
 
-fn answer(reply: Option<Reply>, r: Result<Value, WriteError>) {
+fn answer(reply: Option<ReplyTx>, r: Result<Value, WriteError>) {
     if let Some(reply) = reply {
         // The caller may have timed out and gone; that is its business.
         let _ = reply.try_send(r);

@@ -71,6 +71,14 @@ pub enum StoreError {
     Other(String),
 }
 
+impl StoreError {
+    /// Busy or full: the database, not the work, is at fault, and the same work may succeed
+    /// later. Callers answer these with "retry later" (503) and never count them against the work.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Busy | StoreError::Full)
+    }
+}
+
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
