@@ -15,8 +15,8 @@
 //! without a value needs no rate: it is processed with no reporting value.
 //!
 //! Tests drive [`drain_once`] in-process against the database file of a server started with
-//! `--pipeline off`; without a writer, each chunk is written in a `BEGIN IMMEDIATE` transaction of
-//! the pipeline's own connection instead.
+//! `--pipeline off`; without a writer, each chunk is written in a transaction of the pipeline's own
+//! connection instead ([`store::write_tx`]).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -63,7 +63,7 @@ pub struct Options {
     pub item_deadline: Duration,
     /// Where results are written. `Some` in `serve`: each chunk becomes one job of the request
     /// writer, committed with the requests of its batch (no transaction or fsync of its own).
-    /// `None`: one `BEGIN IMMEDIATE` transaction per chunk on the pipeline's own connection
+    /// `None`: one [`store::write_tx`] transaction per chunk on the pipeline's own connection
     /// (tests, and any caller without a writer).
     pub writer: Option<Writer>,
 }
@@ -141,7 +141,7 @@ pub fn drain(
                         }
                         WriteError::Failed(e) => e,
                     })?,
-                None => apply_in_transaction(conn, decided, now_ms)?,
+                None => store::write_tx(conn, |c| apply(c, decided, now_ms))?,
             };
             // Counted and logged once committed.
             for a in applied {
@@ -285,27 +285,22 @@ enum Applied {
     },
 }
 
-/// Writes a chunk of decided items inside the caller's write transaction, each in its own savepoint.
-/// Every item is claimed again first: one that is no longer due, or whose tries changed since it
-/// was decided, is left alone. An item whose write fails is rolled back alone and counted as a
-/// failed try; a transient error (busy, full) fails the whole chunk, which then stays due.
+/// Writes a chunk of decided items inside the caller's write transaction, each in its own
+/// savepoint. Every item is claimed again first: one that is no longer due, or whose tries changed
+/// since it was decided, is left alone. An item whose write fails is rolled back alone and counted
+/// as a failed try; a transient error (busy, full), or one that cost the whole transaction, fails
+/// the whole chunk, which then stays due.
 fn apply(conn: &Connection, decided: Vec<Decided>, now_ms: i64) -> store::Result<Vec<Applied>> {
     let mut applied = Vec::with_capacity(decided.len());
     for d in decided {
-        store::tx_control(conn, "SAVEPOINT item")?;
-        let done = match apply_one(conn, &d, now_ms) {
+        let done = match store::savepoint(conn, |conn| apply_one(conn, &d, now_ms)) {
             Ok(a) => a,
-            Err(e) if e.is_transient() => return Err(e),
-            Err(e) => {
-                store::tx_control(conn, "ROLLBACK TO item")?;
-                let item = d.item();
-                match claim_unchanged(conn, item, now_ms)? {
-                    Some(current) => record_failure(conn, &current, &e.to_string(), now_ms)?,
-                    None => Applied::Gone,
-                }
-            }
+            Err(e) if e.is_transient() || conn.is_autocommit() => return Err(e),
+            Err(e) => match claim_unchanged(conn, d.item(), now_ms)? {
+                Some(current) => record_failure(conn, &current, &e.to_string(), now_ms)?,
+                None => Applied::Gone,
+            },
         };
-        store::tx_control(conn, "RELEASE item")?;
         applied.push(done);
     }
     Ok(applied)
@@ -390,23 +385,6 @@ fn record_failure(
             error,
         })
     }
-}
-
-/// [`apply`] in a `BEGIN IMMEDIATE` transaction of its own (no writer in this process).
-fn apply_in_transaction(
-    conn: &Connection,
-    decided: Vec<Decided>,
-    now_ms: i64,
-) -> store::Result<Vec<Applied>> {
-    store::tx_control(conn, "BEGIN IMMEDIATE")?;
-    let result = apply(conn, decided, now_ms).and_then(|a| {
-        store::tx_control(conn, "COMMIT")?;
-        Ok(a)
-    });
-    if result.is_err() && !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
-    }
-    result
 }
 
 enum Failure {
@@ -761,7 +739,7 @@ mod tests {
         store::rates::upsert(&conn, "USD", &day.to_string(), "1.1").unwrap();
         store::pipeline::unpark(&conn, now).unwrap();
 
-        let applied = apply_in_transaction(&conn, decided, now).unwrap();
+        let applied = store::write_tx(&conn, |c| apply(c, decided, now)).unwrap();
         assert!(matches!(applied.as_slice(), [Applied::Again]));
         let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
         assert_eq!(state.next_attempt_at, Some(now), "left due, not parked");
@@ -776,7 +754,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (conn, now) = one_usd_conversion(dir.path());
         let decided = decide_chunk(&conn, &mut due_now(&conn, now), &Options::default()).unwrap();
-        let applied = apply_in_transaction(&conn, decided, now).unwrap();
+        let applied = store::write_tx(&conn, |c| apply(c, decided, now)).unwrap();
         assert!(matches!(applied.as_slice(), [Applied::FxPending]));
         let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
         assert_eq!(state.next_attempt_at, None, "parked");
@@ -792,7 +770,7 @@ mod tests {
         // Someone else recorded a failed try in between (still due).
         let item = store::pipeline::due(&conn, now, 1).unwrap().remove(0);
         store::pipeline::retry_later(&conn, item.id, 1, now, "elsewhere").unwrap();
-        let applied = apply_in_transaction(&conn, decided, now).unwrap();
+        let applied = store::write_tx(&conn, |c| apply(c, decided, now)).unwrap();
         assert!(matches!(applied.as_slice(), [Applied::Gone]));
         let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
         assert_eq!(state.attempts, 1);

@@ -199,8 +199,57 @@ fn migrate(conn: &mut Connection) -> Result<()> {
 
 /// Runs a transaction-control statement (`BEGIN`, `SAVEPOINT x`, `COMMIT`...) through the
 /// connection's statement cache: parsed once per connection, not once per use.
-pub fn tx_control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+fn tx_control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+/// Ends a failed write transaction, unless SQLite already did (it rolls the whole transaction back
+/// by itself when a statement fails with `SQLITE_FULL`, `SQLITE_BUSY` or `SQLITE_NOMEM`).
+fn roll_back(conn: &Connection) {
+    if !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+}
+
+/// The process's one write-transaction runner: runs `f` in a `BEGIN IMMEDIATE` transaction and
+/// commits when it succeeds; when `f` or the commit fails, nothing of it stays. In `serve` only
+/// the writer thread calls it (once per batch); without a writer the pipeline does (once per chunk).
+pub fn write_tx<T, E: From<StoreError>>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
+    tx_control(conn, "BEGIN IMMEDIATE").map_err(StoreError::from)?;
+    let result = f(conn).and_then(|v| {
+        tx_control(conn, "COMMIT").map_err(StoreError::from)?;
+        Ok(v)
+    });
+    if result.is_err() {
+        roll_back(conn);
+    }
+    result
+}
+
+/// Runs `f` in a savepoint of the caller's write transaction: `Ok` keeps what it wrote, `Err`
+/// leaves nothing of it. After an `Err` the rest of the transaction goes on, unless the whole
+/// transaction is gone — rolled back by SQLite itself (see [`roll_back`]) or, should the savepoint
+/// fail to roll back, here — which the caller must check with `conn.is_autocommit()` before
+/// writing anything more. Savepoints nest: the pipeline's, one per item, inside the writer's, one
+/// per job.
+pub fn savepoint<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    tx_control(conn, "SAVEPOINT work")?;
+    let result = f(conn).and_then(|v| {
+        tx_control(conn, "RELEASE work")?;
+        Ok(v)
+    });
+    if result.is_err() && !conn.is_autocommit() {
+        // `ROLLBACK TO` and `RELEASE` name the innermost savepoint called `work`: this one.
+        let undone =
+            tx_control(conn, "ROLLBACK TO work").and_then(|()| tx_control(conn, "RELEASE work"));
+        if undone.is_err() {
+            roll_back(conn);
+        }
+    }
+    result
 }
 
 /// Runs `f`'s reads in one read transaction: one snapshot, and one WAL read lock and page-cache
@@ -216,7 +265,7 @@ pub fn read<T, E: From<StoreError>>(
             // Nothing was written: ending the transaction either way is the same. A pooled
             // connection must never go back to the pool inside one, even after a panic.
             if !self.0.is_autocommit() && tx_control(self.0, "COMMIT").is_err() {
-                let _ = self.0.execute_batch("ROLLBACK");
+                roll_back(self.0);
             }
         }
     }

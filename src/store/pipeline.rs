@@ -1,6 +1,6 @@
 //! The pipeline's SQL: picking due outbox items, loading a conversion's work, and storing each
 //! outcome. Every outcome function runs inside a write transaction (the request writer's in `serve`,
-//! the pipeline's own `BEGIN IMMEDIATE` otherwise), after `claim` in the same transaction, so a
+//! the pipeline's own [`super::write_tx`] otherwise), after `claim` in the same transaction, so a
 //! result and the fate of its outbox row commit together or not at all.
 //!
 //! Outbox states: due (`next_attempt_at <= now`), backing off (`next_attempt_at` later), parked for
