@@ -144,6 +144,18 @@ pub fn checkpoint_passive(conn: &Connection) -> Result<i64> {
     Ok(conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))?)
 }
 
+/// Changes whenever another connection commits (SQLite's `PRAGMA data_version`): the
+/// checkpointer's cheap test for new frames in the WAL.
+pub fn data_version(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("PRAGMA data_version", [], |r| r.get(0))?)
+}
+
+/// Reads one table: the health check's proof that the file opens, has its schema and answers.
+pub fn ping(conn: &Connection) -> Result<()> {
+    conn.query_row("SELECT COUNT(*) FROM sites", [], |r| r.get::<_, i64>(0))?;
+    Ok(())
+}
+
 /// Opens one connection, creating the file and its schema on first use.
 pub fn open(path: &Path) -> Result<Connection> {
     let mut conn = Connection::open(path)?;
