@@ -5,7 +5,7 @@ use serde_json::{json, Map, Value};
 
 use super::validate;
 use crate::http::{ApiError, App, Ctx, Reply};
-use crate::store::conversions::{NewConversion, Recorded, Source};
+use crate::store::conversions::{NewConversion, OrderStatus, Recorded, Source};
 use crate::store::sessions::Identifier;
 use crate::store::{self, sites::Site, StoreError};
 
@@ -200,10 +200,59 @@ pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
 pub fn status(app: &App, ctx: &mut Ctx, site_id: &str, order_id: &str) -> Result<Reply, ApiError> {
     let key_hash = super::bearer_key_hash(ctx)?;
     let conn = app.pool.get().map_err(StoreError::from)?;
-    let view = store::read(&conn, |conn| {
+    let order = store::read(&conn, |conn| {
         let site = super::authorize(app, conn, &key_hash, site_id)?;
-        Ok::<_, ApiError>(store::conversions::status(conn, &site.id, order_id)?)
+        Ok::<_, ApiError>(store::conversions::order_status(conn, &site.id, order_id)?)
     })?;
     drop(conn);
-    Ok(Reply::json(200, &view.ok_or(ApiError::OrderNotFound)?))
+    Ok(Reply::json(
+        200,
+        &status_json(&order.ok_or(ApiError::OrderNotFound)?),
+    ))
+}
+
+/// The order status view's JSON: stored decimal texts as JSON numbers, times as RFC 3339.
+fn status_json(o: &OrderStatus) -> Value {
+    let number = |s: &Option<String>| -> Value {
+        s.as_deref()
+            .and_then(|t| serde_json::from_str::<serde_json::Number>(t).ok())
+            .map(Value::Number)
+            .unwrap_or(Value::Null)
+    };
+    let mut sources = Vec::new();
+    if o.by_pixel {
+        sources.push("pixel");
+    }
+    if o.by_api {
+        sources.push("api");
+    }
+    let attribution = match &o.attribution {
+        Some(a) => json!({
+            "model": a.model,
+            "sessionId": a.session_id,
+            "source": a.source,
+            "medium": a.medium,
+            "campaign": a.campaign,
+        }),
+        None => Value::Null,
+    };
+    json!({
+        "eventId": o.event_id,
+        "orderId": o.order_id,
+        "type": o.kind,
+        "sessionId": o.session_id,
+        "sources": sources,
+        "status": o.status,
+        "value": number(&o.value),
+        "currency": o.currency,
+        "reportingValue": number(&o.reporting_value),
+        "reportingCurrency": o.reporting_currency,
+        "fxRate": number(&o.fx_rate),
+        "fxDate": o.fx_date,
+        "attribution": attribution,
+        "occurredAt": store::iso(o.occurred_at),
+        "processedAt": o.processed_at.map(store::iso),
+        "attempts": o.attempts,
+        "lastError": o.last_error,
+    })
 }

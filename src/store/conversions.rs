@@ -162,18 +162,52 @@ pub fn add_source(
     Ok(Some(rec))
 }
 
-/// The public view of one order (`GET /api/sites/{siteId}/conversions/{orderId}`).
-pub fn status(
+/// One order as its status view shows it: the conversion, its pipeline result and its outbox
+/// bookkeeping. Money and rates stay the decimal text they are stored as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderStatus {
+    pub event_id: String,
+    pub order_id: String,
+    pub kind: String,
+    pub session_id: String,
+    /// Whether the pixel reported the order.
+    pub by_pixel: bool,
+    /// Whether the API reported the order.
+    pub by_api: bool,
+    /// `pending`, `processed`, `fx_pending` or `failed`.
+    pub status: String,
+    pub value: Option<String>,
+    pub currency: String,
+    pub reporting_value: Option<String>,
+    pub reporting_currency: Option<String>,
+    pub fx_rate: Option<String>,
+    pub fx_date: Option<String>,
+    /// `None` until the pipeline has attributed the conversion.
+    pub attribution: Option<StoredAttribution>,
+    pub occurred_at: i64,
+    pub processed_at: Option<i64>,
+    /// Failed pipeline tries so far (0 once processed), and the last one's error (kept on a dead
+    /// letter).
+    pub attempts: i64,
+    pub last_error: Option<String>,
+}
+
+/// The attribution stored with a conversion, as read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAttribution {
+    pub model: String,
+    pub session_id: Option<String>,
+    pub source: Option<String>,
+    pub medium: Option<String>,
+    pub campaign: Option<String>,
+}
+
+/// The order `order_id` of a site; `None` when the site has no such order.
+pub fn order_status(
     conn: &Connection,
     site_id: &str,
     order_id: &str,
-) -> Result<Option<serde_json::Value>> {
-    use serde_json::json;
-    let number = |s: Option<String>| -> serde_json::Value {
-        s.and_then(|t| serde_json::from_str::<serde_json::Number>(&t).ok())
-            .map(serde_json::Value::Number)
-            .unwrap_or(serde_json::Value::Null)
-    };
+) -> Result<Option<OrderStatus>> {
     Ok(conn
         .prepare_cached(
             "SELECT conversions.id, order_id, type, session_id, source_pixel, source_api, status, value, currency,
@@ -184,44 +218,36 @@ pub fn status(
              WHERE site_id = ?1 AND order_id = ?2",
         )?
         .query_row(params![site_id, order_id], |r| {
-            let mut sources = Vec::new();
-            if r.get::<_, bool>(4)? {
-                sources.push("pixel");
-            }
-            if r.get::<_, bool>(5)? {
-                sources.push("api");
-            }
-            let model: Option<String> = r.get(13)?;
-            let attribution = match model {
-                Some(model) => json!({
-                    "model": model,
-                    "sessionId": r.get::<_, Option<String>>(14)?,
-                    "source": r.get::<_, Option<String>>(15)?,
-                    "medium": r.get::<_, Option<String>>(16)?,
-                    "campaign": r.get::<_, Option<String>>(17)?,
+            let attribution = match r.get::<_, Option<String>>(13)? {
+                Some(model) => Some(StoredAttribution {
+                    model,
+                    session_id: r.get(14)?,
+                    source: r.get(15)?,
+                    medium: r.get(16)?,
+                    campaign: r.get(17)?,
                 }),
-                None => serde_json::Value::Null,
+                None => None,
             };
-            Ok(json!({
-                "eventId": r.get::<_, String>(0)?,
-                "orderId": r.get::<_, String>(1)?,
-                "type": r.get::<_, String>(2)?,
-                "sessionId": r.get::<_, String>(3)?,
-                "sources": sources,
-                "status": r.get::<_, String>(6)?,
-                "value": number(r.get(7)?),
-                "currency": r.get::<_, String>(8)?,
-                "reportingValue": number(r.get(9)?),
-                "reportingCurrency": r.get::<_, Option<String>>(10)?,
-                "fxRate": number(r.get(11)?),
-                "fxDate": r.get::<_, Option<String>>(12)?,
-                "attribution": attribution,
-                "occurredAt": super::iso(r.get(18)?),
-                "processedAt": r.get::<_, Option<i64>>(19)?.map(super::iso),
-                // Failed pipeline tries so far, and the last one's error (kept on a dead letter).
-                "attempts": r.get::<_, Option<i64>>(20)?.unwrap_or(0),
-                "lastError": r.get::<_, Option<String>>(21)?,
-            }))
+            Ok(OrderStatus {
+                event_id: r.get(0)?,
+                order_id: r.get(1)?,
+                kind: r.get(2)?,
+                session_id: r.get(3)?,
+                by_pixel: r.get(4)?,
+                by_api: r.get(5)?,
+                status: r.get(6)?,
+                value: r.get(7)?,
+                currency: r.get(8)?,
+                reporting_value: r.get(9)?,
+                reporting_currency: r.get(10)?,
+                fx_rate: r.get(11)?,
+                fx_date: r.get(12)?,
+                attribution,
+                occurred_at: r.get(18)?,
+                processed_at: r.get(19)?,
+                attempts: r.get::<_, Option<i64>>(20)?.unwrap_or(0),
+                last_error: r.get(21)?,
+            })
         })
         .optional()?)
 }
