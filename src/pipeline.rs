@@ -447,7 +447,7 @@ impl Decision {
 
 /// Attribution and currency for one conversion; reads only.
 fn decide(conn: &Connection, conversion_id: &str) -> Result<Decision, Failure> {
-    let w = store::pipeline::work(conn, conversion_id)?
+    let w = store::conversions::by_id(conn, conversion_id)?
         .ok_or_else(|| Failure::Item(format!("conversion {conversion_id} does not exist")))?;
     let site = store::sites::by_id(conn, &w.site_id)?
         .ok_or_else(|| Failure::Item(format!("site {} does not exist", w.site_id)))?;
@@ -668,7 +668,7 @@ fn run(conn: Connection, metrics: &Metrics, s: &Shared, writer: Writer) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::conversions::{self, NewConversion, Source};
+    use crate::store::conversions::{self, Conversion, Source};
     use crate::store::sessions::{self, Session};
     use crate::store::{sites, tenants};
 
@@ -702,7 +702,7 @@ mod tests {
             campaign: Default::default(),
         };
         sessions::insert(&conn, site.id, &session).unwrap();
-        let c = NewConversion {
+        let c = Conversion {
             id: "c1".into(),
             site_id: site.id.into(),
             order_id: Some("o1".into()),
@@ -713,9 +713,8 @@ mod tests {
             value: Some("10.00".into()),
             currency: "USD".into(),
             occurred_at: now,
-            source: Source::Api,
         };
-        conversions::record(&conn, &c, now).unwrap();
+        conversions::record(&conn, &c, Source::Api, now).unwrap();
         (conn, now)
     }
 

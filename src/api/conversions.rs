@@ -5,7 +5,7 @@ use serde_json::{json, Map, Value};
 
 use super::validate;
 use crate::http::{ApiError, App, Ctx, Reply};
-use crate::store::conversions::{NewConversion, OrderStatus, Recorded, Source};
+use crate::store::conversions::{Conversion, OrderStatus, Recorded, Source};
 use crate::store::sessions::Identifier;
 use crate::store::{self, sites::Site, StoreError};
 
@@ -167,7 +167,7 @@ pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     app.writer
         .admit_outbox_work()
         .inspect_err(|_| app.metrics.inc_unavailable())?;
-    let conversion = NewConversion {
+    let conversion = Conversion {
         id: uuid::Uuid::now_v7().to_string(),
         site_id: site.id.clone(),
         order_id: r.order_id,
@@ -178,11 +178,10 @@ pub fn report(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
         value: r.value,
         currency: r.currency,
         occurred_at: r.occurred_at,
-        source: Source::Api,
     };
     let rec = app
         .writer
-        .submit(move |c| store::conversions::record(c, &conversion, now))
+        .submit(move |c| store::conversions::record(c, &conversion, Source::Api, now))
         .inspect_err(|e| {
             if matches!(e, crate::writer::WriteError::Unavailable(_)) {
                 app.metrics.inc_unavailable();

@@ -21,8 +21,11 @@ impl Source {
     }
 }
 
+/// A conversion as reported and stored: what a report writes, and what the pipeline reads back to
+/// attribute and convert it. Which source reported it is not part of it: a stored conversion may
+/// have been reported by both (see [`Source`]).
 #[derive(Debug, Clone)]
-pub struct NewConversion {
+pub struct Conversion {
     pub id: String,
     pub site_id: String,
     pub order_id: Option<String>,
@@ -34,7 +37,6 @@ pub struct NewConversion {
     pub value: Option<String>,
     pub currency: String,
     pub occurred_at: i64,
-    pub source: Source,
 }
 
 /// The outcome of recording a report: the conversion it now belongs to.
@@ -78,15 +80,15 @@ pub fn find_order(
         .optional()?)
 }
 
-/// Records a report inside the caller's write transaction: a new conversion plus its outbox row, or,
-/// for a known order, just the repeat's source on the existing conversion.
-pub fn record(conn: &Connection, c: &NewConversion, now_ms: i64) -> Result<Recorded> {
+/// Records `source`'s report inside the caller's write transaction: a new conversion plus its outbox
+/// row, or, for a known order, just the repeat's source on the existing conversion.
+pub fn record(conn: &Connection, c: &Conversion, source: Source, now_ms: i64) -> Result<Recorded> {
     if let Some(order_id) = &c.order_id {
-        if let Some((existing, seen)) = find_order(conn, &c.site_id, order_id, c.source)? {
+        if let Some((existing, seen)) = find_order(conn, &c.site_id, order_id, source)? {
             if !seen {
                 conn.prepare_cached(&format!(
                     "UPDATE conversions SET {} = 1 WHERE id = ?1",
-                    c.source.column()
+                    source.column()
                 ))?
                 .execute([&existing.event_id])?;
             }
@@ -110,8 +112,8 @@ pub fn record(conn: &Connection, c: &NewConversion, now_ms: i64) -> Result<Recor
         c.currency,
         c.occurred_at,
         now_ms,
-        c.source == Source::Api,
-        c.source == Source::Pixel,
+        source == Source::Api,
+        source == Source::Pixel,
     ])?;
     conn.prepare_cached(
         "INSERT INTO outbox (conversion_id, next_attempt_at, created_at) VALUES (?1, ?2, ?2)",
@@ -122,6 +124,31 @@ pub fn record(conn: &Connection, c: &NewConversion, now_ms: i64) -> Result<Recor
         session_id: c.session_id.clone(),
         created: true,
     })
+}
+
+/// The conversion `id`, as the pipeline reads it back; `None` when there is none.
+pub fn by_id(conn: &Connection, id: &str) -> Result<Option<Conversion>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, site_id, order_id, type, session_id, visitor_id, client_id, value, currency,
+                    occurred_at
+             FROM conversions WHERE id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok(Conversion {
+                id: r.get(0)?,
+                site_id: r.get(1)?,
+                order_id: r.get(2)?,
+                kind: r.get(3)?,
+                session_id: r.get(4)?,
+                visitor_id: r.get(5)?,
+                client_id: r.get(6)?,
+                value: r.get(7)?,
+                currency: r.get(8)?,
+                occurred_at: r.get(9)?,
+            })
+        })
+        .optional()?)
 }
 
 /// Outbox rows waiting (dead letters excluded), and dead letters.

@@ -1,4 +1,4 @@
-//! The pipeline's SQL: picking due outbox items, loading a conversion's work, and storing each
+//! The pipeline's SQL: picking due outbox items and storing each
 //! outcome. Every outcome function runs inside a write transaction (the request writer's in `serve`,
 //! the pipeline's own [`super::write_tx`] otherwise), after `claim` in the same transaction, so a
 //! result and the fate of its outbox row commit together or not at all.
@@ -59,41 +59,6 @@ pub fn next_due(conn: &Connection) -> Result<Option<i64>> {
     Ok(conn
         .prepare_cached("SELECT MIN(next_attempt_at) FROM outbox WHERE dead_at IS NULL")?
         .query_row([], |r| r.get(0))?)
-}
-
-/// What the pipeline needs of a conversion.
-#[derive(Debug, Clone)]
-pub struct Work {
-    pub id: String,
-    pub site_id: String,
-    pub session_id: String,
-    pub visitor_id: String,
-    pub client_id: Option<String>,
-    /// Decimal text in `currency`.
-    pub value: Option<String>,
-    pub currency: String,
-    pub occurred_at: i64,
-}
-
-pub fn work(conn: &Connection, conversion_id: &str) -> Result<Option<Work>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT id, site_id, session_id, visitor_id, client_id, value, currency, occurred_at
-             FROM conversions WHERE id = ?1",
-        )?
-        .query_row([conversion_id], |r| {
-            Ok(Work {
-                id: r.get(0)?,
-                site_id: r.get(1)?,
-                session_id: r.get(2)?,
-                visitor_id: r.get(3)?,
-                client_id: r.get(4)?,
-                value: r.get(5)?,
-                currency: r.get(6)?,
-                occurred_at: r.get(7)?,
-            })
-        })
-        .optional()?)
 }
 
 /// The attribution stored with a conversion.
