@@ -491,12 +491,10 @@ fn decide(conn: &Connection, conversion_id: &str) -> Result<Decision, Failure> {
                 })
             } else {
                 let day = chrono::DateTime::from_timestamp_millis(w.occurred_at)
+                    .map(|t| fx::format_day(t.date_naive()))
                     .ok_or_else(|| {
                         Failure::Item(format!("occurred_at {} out of range", w.occurred_at))
-                    })?
-                    .date_naive()
-                    .format("%Y-%m-%d")
-                    .to_string();
+                    })?;
                 match (leg(conn, &w.currency, &day)?, leg(conn, target, &day)?) {
                     (Some(from), Some(to)) => {
                         let c = fx::convert(amount, &from, &to, minor).map_err(Failure::Item)?;
@@ -504,7 +502,7 @@ fn decide(conn: &Connection, conversion_id: &str) -> Result<Decision, Failure> {
                             value: Some(c.value.to_string()),
                             currency: Some(target.to_owned()),
                             rate: Some(c.rate.to_string()),
-                            date: c.date.map(|d| d.format("%Y-%m-%d").to_string()),
+                            date: c.date.map(fx::format_day),
                         })
                     }
                     _ => Err((w.currency.clone(), target.to_owned(), day)),
@@ -525,7 +523,7 @@ fn leg(conn: &Connection, currency: &str, day: &str) -> Result<Option<Leg>, Fail
     };
     let per_eur =
         fx::decimal(&rate).map_err(|e| Failure::Item(format!("stored {currency} rate {e}")))?;
-    let date = chrono::NaiveDate::parse_from_str(&date, "%Y-%m-%d").map_err(|_| {
+    let date = fx::parse_day(&date).map_err(|_| {
         Failure::Item(format!(
             "stored {currency} rate date {date:?} is not a date"
         ))
