@@ -1,5 +1,5 @@
-//! The pixel's session rules (CONTRACT §4): which session each event joins, what a new session
-//! carries, what `identify` links, and pixel purchases recorded as conversions.
+//! The pixel's session rules (docs/decisions.md §4): which session each event joins, what a new
+//! session carries, what `identify` links, and pixel purchases recorded as conversions.
 //!
 //! [`apply`] runs inside the writer's transaction, so a batch is sessionised atomically.
 

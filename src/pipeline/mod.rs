@@ -1,5 +1,5 @@
-//! The background pipeline (CONTRACT §5): drains the outbox after the 202 — attribution, then
-//! currency conversion — at least once, every step idempotent. It never sees a request.
+//! The background pipeline (docs/decisions.md §5): drains the outbox after the 202 — attribution,
+//! then currency conversion — at least once, every step idempotent. It never sees a request.
 //!
 //! One thread. It reads with its own connection and writes through the request writer: items are
 //! handled in chunks of as many as are decided within [`CHUNK_BUDGET`] (one read transaction),
