@@ -65,8 +65,7 @@ fn apply_one(conn: &Connection, d: &Decided, now_ms: i64) -> store::Result<Appli
         Decided::Finish {
             attribution, fx, ..
         } => {
-            let a = attribution.borrowed();
-            store::pipeline::finish(conn, item.id, &item.conversion_id, &a, fx, now_ms)?;
+            store::pipeline::finish(conn, item.id, &item.conversion_id, attribution, fx, now_ms)?;
             Applied::Processed
         }
         Decided::Park {
@@ -86,8 +85,7 @@ fn apply_one(conn: &Connection, d: &Decided, now_ms: i64) -> store::Result<Appli
             if has(from)? && has(to)? {
                 Applied::Again
             } else {
-                let a = attribution.borrowed();
-                store::pipeline::park(conn, item.id, &item.conversion_id, &a)?;
+                store::pipeline::park(conn, item.id, &item.conversion_id, attribution)?;
                 Applied::FxPending
             }
         }

@@ -10,7 +10,7 @@ use rusqlite::Connection;
 use super::{Options, CHUNK_BUDGET};
 use crate::attribution::{self, Model};
 use crate::fx::{self, Leg};
-use crate::store::pipeline::{Attributed, Item, Reported};
+use crate::store::pipeline::{Attribution, Item, Reported};
 use crate::store::sessions::Identifier;
 use crate::store::{self, StoreError};
 
@@ -77,27 +77,6 @@ pub(super) enum Decided {
         item: Item,
         error: String,
     },
-}
-
-/// The attribution to store, owned (it travels to the writer thread).
-pub(super) struct Attribution {
-    model: &'static str,
-    session_id: Option<String>,
-    source: String,
-    medium: String,
-    campaign: Option<String>,
-}
-
-impl Attribution {
-    pub(super) fn borrowed(&self) -> Attributed<'_> {
-        Attributed {
-            model: self.model,
-            session_id: self.session_id.as_deref(),
-            source: &self.source,
-            medium: &self.medium,
-            campaign: self.campaign.as_deref(),
-        }
-    }
 }
 
 impl Decided {

@@ -61,14 +61,15 @@ pub fn next_due(conn: &Connection) -> Result<Option<i64>> {
         .query_row([], |r| r.get(0))?)
 }
 
-/// The attribution stored with a conversion.
+/// The attribution stored with a conversion (owned: the pipeline decides it on its own thread and
+/// hands it to the writer's).
 #[derive(Debug, Clone)]
-pub struct Attributed<'a> {
-    pub model: &'a str,
-    pub session_id: Option<&'a str>,
-    pub source: &'a str,
-    pub medium: &'a str,
-    pub campaign: Option<&'a str>,
+pub struct Attribution {
+    pub model: &'static str,
+    pub session_id: Option<String>,
+    pub source: String,
+    pub medium: String,
+    pub campaign: Option<String>,
 }
 
 /// The currency conversion stored with a conversion (all `None` for a conversion without a value).
@@ -83,7 +84,7 @@ pub struct Reported {
 fn store_attribution(
     conn: &Connection,
     conversion_id: &str,
-    a: &Attributed<'_>,
+    a: &Attribution,
     status: &str,
 ) -> Result<()> {
     conn.prepare_cached(
@@ -100,7 +101,7 @@ pub fn finish(
     conn: &Connection,
     item_id: i64,
     conversion_id: &str,
-    a: &Attributed<'_>,
+    a: &Attribution,
     fx: &Reported,
     now_ms: i64,
 ) -> Result<()> {
@@ -124,12 +125,7 @@ pub fn finish(
 }
 
 /// Stores the attribution, marks the conversion `fx_pending` and parks its item until rates arrive.
-pub fn park(
-    conn: &Connection,
-    item_id: i64,
-    conversion_id: &str,
-    a: &Attributed<'_>,
-) -> Result<()> {
+pub fn park(conn: &Connection, item_id: i64, conversion_id: &str, a: &Attribution) -> Result<()> {
     store_attribution(conn, conversion_id, a, "fx_pending")?;
     conn.prepare_cached("UPDATE outbox SET next_attempt_at = NULL WHERE id = ?1")?
         .execute([item_id])?;
