@@ -84,14 +84,7 @@ pub fn find_order(
 /// row, or, for a known order, just the repeat's source on the existing conversion.
 pub fn record(conn: &Connection, c: &Conversion, source: Source, now_ms: i64) -> Result<Recorded> {
     if let Some(order_id) = &c.order_id {
-        if let Some((existing, seen)) = find_order(conn, &c.site_id, order_id, source)? {
-            if !seen {
-                conn.prepare_cached(&format!(
-                    "UPDATE conversions SET {} = 1 WHERE id = ?1",
-                    source.column()
-                ))?
-                .execute([&existing.event_id])?;
-            }
+        if let Some(existing) = add_source(conn, &c.site_id, order_id, source)? {
             return Ok(existing);
         }
     }

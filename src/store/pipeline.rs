@@ -26,13 +26,7 @@ pub fn due(conn: &Connection, now_ms: i64, limit: usize) -> Result<Vec<Item>> {
          WHERE dead_at IS NULL AND next_attempt_at <= ?1
          ORDER BY next_attempt_at, id LIMIT ?2",
     )?;
-    let rows = stmt.query_map(params![now_ms, limit as i64], |r| {
-        Ok(Item {
-            id: r.get(0)?,
-            conversion_id: r.get(1)?,
-            attempts: r.get(2)?,
-        })
-    })?;
+    let rows = stmt.query_map(params![now_ms, limit as i64], item)?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
@@ -44,14 +38,17 @@ pub fn claim(conn: &Connection, id: i64, now_ms: i64) -> Result<Option<Item>> {
             "SELECT id, conversion_id, attempts FROM outbox
              WHERE id = ?1 AND dead_at IS NULL AND next_attempt_at <= ?2",
         )?
-        .query_row(params![id, now_ms], |r| {
-            Ok(Item {
-                id: r.get(0)?,
-                conversion_id: r.get(1)?,
-                attempts: r.get(2)?,
-            })
-        })
+        .query_row(params![id, now_ms], item)
         .optional()?)
+}
+
+/// An [`Item`] from a row of `id, conversion_id, attempts`.
+fn item(r: &rusqlite::Row<'_>) -> rusqlite::Result<Item> {
+    Ok(Item {
+        id: r.get(0)?,
+        conversion_id: r.get(1)?,
+        attempts: r.get(2)?,
+    })
 }
 
 /// The earliest time an item becomes due (`None`: nothing waits but parked or dead items).
