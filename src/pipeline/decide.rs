@@ -125,7 +125,7 @@ impl Decision {
     fn into_decided(self, item: Item) -> Decided {
         let channel = self.touch.channel;
         let attribution = Attribution {
-            model: self.model.as_str(),
+            model: self.model.as_str().to_owned(),
             session_id: self.touch.session_id,
             source: channel.source,
             medium: channel.medium,

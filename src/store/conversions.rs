@@ -3,6 +3,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::pipeline::{Attribution, Reported};
 use super::Result;
 
 /// Where a conversion report came from.
@@ -119,6 +120,23 @@ pub fn record(conn: &Connection, c: &Conversion, source: Source, now_ms: i64) ->
     })
 }
 
+/// A [`Conversion`] from the first ten columns of a row: `conversions.id, site_id, order_id, type,
+/// session_id, visitor_id, client_id, value, currency, occurred_at`.
+fn conversion(r: &rusqlite::Row<'_>) -> rusqlite::Result<Conversion> {
+    Ok(Conversion {
+        id: r.get(0)?,
+        site_id: r.get(1)?,
+        order_id: r.get(2)?,
+        kind: r.get(3)?,
+        session_id: r.get(4)?,
+        visitor_id: r.get(5)?,
+        client_id: r.get(6)?,
+        value: r.get(7)?,
+        currency: r.get(8)?,
+        occurred_at: r.get(9)?,
+    })
+}
+
 /// The conversion `id`, as the pipeline reads it back; `None` when there is none.
 pub fn by_id(conn: &Connection, id: &str) -> Result<Option<Conversion>> {
     Ok(conn
@@ -127,20 +145,7 @@ pub fn by_id(conn: &Connection, id: &str) -> Result<Option<Conversion>> {
                     occurred_at
              FROM conversions WHERE id = ?1",
         )?
-        .query_row([id], |r| {
-            Ok(Conversion {
-                id: r.get(0)?,
-                site_id: r.get(1)?,
-                order_id: r.get(2)?,
-                kind: r.get(3)?,
-                session_id: r.get(4)?,
-                visitor_id: r.get(5)?,
-                client_id: r.get(6)?,
-                value: r.get(7)?,
-                currency: r.get(8)?,
-                occurred_at: r.get(9)?,
-            })
-        })
+        .query_row([id], conversion)
         .optional()?)
 }
 
@@ -184,42 +189,24 @@ pub fn add_source(
 
 /// One order as its status view shows it: the conversion, its pipeline result and its outbox
 /// bookkeeping. Money and rates stay the decimal text they are stored as.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct OrderStatus {
-    pub event_id: String,
-    pub order_id: String,
-    pub kind: String,
-    pub session_id: String,
+    pub conversion: Conversion,
     /// Whether the pixel reported the order.
     pub by_pixel: bool,
     /// Whether the API reported the order.
     pub by_api: bool,
     /// `pending`, `processed`, `fx_pending` or `failed`.
     pub status: String,
-    pub value: Option<String>,
-    pub currency: String,
-    pub reporting_value: Option<String>,
-    pub reporting_currency: Option<String>,
-    pub fx_rate: Option<String>,
-    pub fx_date: Option<String>,
+    /// The currency conversion (all `None` until processed, and for a conversion without a value).
+    pub fx: Reported,
     /// `None` until the pipeline has attributed the conversion.
-    pub attribution: Option<StoredAttribution>,
-    pub occurred_at: i64,
+    pub attribution: Option<Attribution>,
     pub processed_at: Option<i64>,
     /// Failed pipeline tries so far (0 once processed), and the last one's error (kept on a dead
     /// letter).
     pub attempts: i64,
     pub last_error: Option<String>,
-}
-
-/// The attribution stored with a conversion, as read back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredAttribution {
-    pub model: String,
-    pub session_id: Option<String>,
-    pub source: Option<String>,
-    pub medium: Option<String>,
-    pub campaign: Option<String>,
 }
 
 /// The order `order_id` of a site; `None` when the site has no such order.
@@ -230,43 +217,40 @@ pub fn order_status(
 ) -> Result<Option<OrderStatus>> {
     Ok(conn
         .prepare_cached(
-            "SELECT conversions.id, order_id, type, session_id, source_pixel, source_api, status, value, currency,
-                    reporting_value, reporting_currency, fx_rate, fx_date, attr_model, attr_session_id,
-                    attr_source, attr_medium, attr_campaign, occurred_at, processed_at,
-                    outbox.attempts, outbox.last_error
+            "SELECT conversions.id, site_id, order_id, type, session_id, visitor_id, client_id, value,
+                    currency, occurred_at,
+                    source_pixel, source_api, status, reporting_value, reporting_currency, fx_rate,
+                    fx_date, attr_model, attr_session_id, attr_source, attr_medium, attr_campaign,
+                    processed_at, outbox.attempts, outbox.last_error
              FROM conversions LEFT JOIN outbox ON outbox.conversion_id = conversions.id
              WHERE site_id = ?1 AND order_id = ?2",
         )?
         .query_row(params![site_id, order_id], |r| {
-            let attribution = match r.get::<_, Option<String>>(13)? {
-                Some(model) => Some(StoredAttribution {
+            let attribution = match r.get::<_, Option<String>>(17)? {
+                Some(model) => Some(Attribution {
                     model,
-                    session_id: r.get(14)?,
-                    source: r.get(15)?,
-                    medium: r.get(16)?,
-                    campaign: r.get(17)?,
+                    session_id: r.get(18)?,
+                    source: r.get(19)?,
+                    medium: r.get(20)?,
+                    campaign: r.get(21)?,
                 }),
                 None => None,
             };
             Ok(OrderStatus {
-                event_id: r.get(0)?,
-                order_id: r.get(1)?,
-                kind: r.get(2)?,
-                session_id: r.get(3)?,
-                by_pixel: r.get(4)?,
-                by_api: r.get(5)?,
-                status: r.get(6)?,
-                value: r.get(7)?,
-                currency: r.get(8)?,
-                reporting_value: r.get(9)?,
-                reporting_currency: r.get(10)?,
-                fx_rate: r.get(11)?,
-                fx_date: r.get(12)?,
+                conversion: conversion(r)?,
+                by_pixel: r.get(10)?,
+                by_api: r.get(11)?,
+                status: r.get(12)?,
+                fx: Reported {
+                    value: r.get(13)?,
+                    currency: r.get(14)?,
+                    rate: r.get(15)?,
+                    date: r.get(16)?,
+                },
                 attribution,
-                occurred_at: r.get(18)?,
-                processed_at: r.get(19)?,
-                attempts: r.get::<_, Option<i64>>(20)?.unwrap_or(0),
-                last_error: r.get(21)?,
+                processed_at: r.get(22)?,
+                attempts: r.get::<_, Option<i64>>(23)?.unwrap_or(0),
+                last_error: r.get(24)?,
             })
         })
         .optional()?)

@@ -58,11 +58,12 @@ pub fn next_due(conn: &Connection) -> Result<Option<i64>> {
         .query_row([], |r| r.get(0))?)
 }
 
-/// The attribution stored with a conversion (owned: the pipeline decides it on its own thread and
-/// hands it to the writer's).
+/// The attribution stored with a conversion: what the pipeline decides (on its own thread, for the
+/// writer's to store), and what the order status view reads back. Only [`finish`] and [`park`]
+/// write it, all five columns at once, so a stored one always has its source and medium.
 #[derive(Debug, Clone)]
 pub struct Attribution {
-    pub model: &'static str,
+    pub model: String,
     pub session_id: Option<String>,
     pub source: String,
     pub medium: String,
