@@ -1,9 +1,11 @@
 //! Storage: the SQLite file, its schema, and every SQL statement of the project.
 //!
 //! Owns connection set-up (WAL, `synchronous=FULL`, `foreign_keys`, `busy_timeout`), the schema and its
-//! migrations, and one module per table or concern. Nothing outside `store/` writes SQL. Functions take a
-//! `&Connection` (reads, or work inside a transaction opened by the caller) and never open their own
-//! transaction, so the writer can group many of them into one commit.
+//! migrations, the transaction runners ([`read`], [`write_tx`], [`savepoint`]), and one module per
+//! table or concern. Nothing outside `store/` writes SQL, transaction control included. The table
+//! functions take a `&Connection` (reads, or work inside a transaction the caller opened with a
+//! runner) and never open their own transaction, so the writer can group many of them into one
+//! commit.
 
 pub mod conversions;
 pub mod keys;
