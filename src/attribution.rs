@@ -1,4 +1,4 @@
-//! Attribution (CONTRACT §5, step 1): the channel of a session and the touch a model picks.
+//! Attribution (docs/decisions.md §5, step 1): the channel of a session and the touch a model picks.
 //!
 //! Pure code over [`Session`] values: no SQL, no clock. The pipeline loads the person's sessions in
 //! the window and calls [`attribute`]. Channel rules, first match wins:

@@ -77,12 +77,12 @@ impl Drop for Checkpointer {
 }
 
 fn run(conn: &Connection, stopping: &AtomicBool, catch_up: &CatchUp) {
-    let mut seen = data_version(conn).ok();
+    let mut seen = store::data_version(conn).ok();
     let mut failures = Failures::default();
     loop {
         std::thread::park_timeout(EVERY);
         let stop = stopping.load(Ordering::SeqCst);
-        let now = data_version(conn).ok();
+        let now = store::data_version(conn).ok();
         // After a failure, try again at every look until it works, new commits or not.
         if now.is_some() && (now != seen || failures.in_a_row > 0) {
             seen = now;
@@ -134,11 +134,6 @@ impl Failures {
         *self = Failures::default();
         was
     }
-}
-
-/// Changes whenever another connection commits (SQLite's `PRAGMA data_version`).
-fn data_version(conn: &Connection) -> store::Result<i64> {
-    Ok(conn.query_row("PRAGMA data_version", [], |r| r.get(0))?)
 }
 
 #[cfg(test)]

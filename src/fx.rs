@@ -12,6 +12,20 @@ use rust_decimal::{Decimal, RoundingStrategy};
 /// The ECB's base currency: every rate in its files is "units of X per 1 EUR".
 pub const BASE: &str = "EUR";
 
+/// How a day is written wherever one is stored or shown (a rate's date, `fxDate`, the report's
+/// days): `YYYY-MM-DD`.
+pub const DAY_FORMAT: &str = "%Y-%m-%d";
+
+/// `day` as [`DAY_FORMAT`] text.
+pub fn format_day(day: NaiveDate) -> String {
+    day.format(DAY_FORMAT).to_string()
+}
+
+/// Reads [`DAY_FORMAT`] text.
+pub fn parse_day(text: &str) -> chrono::ParseResult<NaiveDate> {
+    NaiveDate::parse_from_str(text, DAY_FORMAT)
+}
+
 /// Decimal places kept for a displayed cross rate (the amount itself is computed without it).
 const RATE_DP: u32 = 10;
 
@@ -110,7 +124,7 @@ pub fn parse_ecb_csv(text: &str) -> Result<Vec<Rate>, String> {
 
 /// `2026-11-20` (history file) or `20 November 2026` (daily file).
 fn parse_date(s: &str) -> Option<NaiveDate> {
-    NaiveDate::parse_from_str(s, "%Y-%m-%d")
+    parse_day(s)
         .or_else(|_| NaiveDate::parse_from_str(s, "%d %B %Y"))
         .ok()
 }
@@ -231,7 +245,7 @@ mod tests {
         Decimal::from_str_exact(s).unwrap()
     }
     fn day(s: &str) -> NaiveDate {
-        NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
+        parse_day(s).unwrap()
     }
     fn q(rate: &str, date: &str) -> Leg {
         Leg::Quoted {

@@ -1,9 +1,9 @@
-//! The pixel's session rules (CONTRACT §4): which session each event joins, what a new session
-//! carries, what `identify` links, and pixel purchases recorded as conversions.
+//! The pixel's session rules (docs/decisions.md §4): which session each event joins, what a new
+//! session carries, what `identify` links, and pixel purchases recorded as conversions.
 //!
 //! [`apply`] runs inside the writer's transaction, so a batch is sessionised atomically.
 
-use crate::store::conversions::{NewConversion, Source};
+use crate::store::conversions::{Conversion, Source};
 use crate::store::sessions::{self, Campaign, NewEvent, Session};
 use crate::store::{self};
 
@@ -157,7 +157,7 @@ pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
                 value,
                 currency,
             } => {
-                let c = NewConversion {
+                let c = Conversion {
                     id: event_id.clone(),
                     site_id: b.site_id.clone(),
                     order_id: Some(order_id.clone()),
@@ -168,9 +168,8 @@ pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
                     value: value.clone(),
                     currency: currency.clone(),
                     occurred_at: ev.ts,
-                    source: Source::Pixel,
                 };
-                if store::conversions::record(conn, &c, b.received_at)?.created {
+                if store::conversions::record(conn, &c, Source::Pixel, b.received_at)?.created {
                     created += 1;
                 } else {
                     repeated += 1;

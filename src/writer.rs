@@ -5,7 +5,8 @@
 //! Each job runs inside its own savepoint: a job that fails is rolled back alone and told so, the
 //! others still commit. A job's result is handed back only after the commit is durable. A full
 //! channel, a busy or full database: the caller gets `WriteError::Unavailable` (503), never a hang.
-//! This module owns no SQL of its own beyond transaction control; jobs call into `store/`.
+//! This module owns no SQL: the transaction and the savepoints are `store::write_tx` and
+//! `store::savepoint`, and jobs call into `store/`.
 //!
 //! Backpressure: besides the bounded channel, new outbox work is refused (503) while the outbox
 //! holds `max_backlog` waiting items or more. The count is cached: the writer thread refreshes it
@@ -34,11 +35,11 @@ use crate::store::{self, StoreError};
 
 type Value = Box<dyn Any + Send>;
 type JobFn = Box<dyn FnOnce(&Connection) -> store::Result<Value> + Send>;
-type Reply = SyncSender<Result<Value, WriteError>>;
+type ReplyTx = SyncSender<Result<Value, WriteError>>;
 
 struct Job {
     run: JobFn,
-    reply: Option<Reply>,
+    reply: Option<ReplyTx>,
 }
 
 /// Why a write did not happen.
@@ -61,9 +62,10 @@ impl std::fmt::Display for WriteError {
 
 impl From<StoreError> for WriteError {
     fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Busy | StoreError::Full => WriteError::Unavailable(e.to_string()),
-            other => WriteError::Failed(other),
+        if e.is_transient() {
+            WriteError::Unavailable(e.to_string())
+        } else {
+            WriteError::Failed(e)
         }
     }
 }
@@ -329,58 +331,27 @@ fn commit_batch(
 ) {
     let mut jobs = batch.drain(..).collect::<std::collections::VecDeque<Job>>();
     while !jobs.is_empty() {
-        if let Err(e) = store::tx_control(conn, "BEGIN IMMEDIATE") {
-            let err = StoreError::from(e);
-            log::warn!("writer cannot begin a transaction: {err}");
-            healthy.store(false, Ordering::SeqCst);
-            for job in jobs.drain(..) {
-                answer(job.reply, Err(WriteError::from(err.clone())));
-            }
-            return;
-        }
-        let mut done: Vec<(Option<Reply>, Value)> = Vec::with_capacity(jobs.len());
-        let mut lost: Option<StoreError> = None;
-        while let Some(job) = jobs.pop_front() {
-            if let Err(e) = store::tx_control(conn, "SAVEPOINT job") {
-                answer(job.reply, Err(WriteError::from(StoreError::from(e))));
-                continue;
-            }
-            match (job.run)(conn) {
-                Ok(v) => {
-                    let _ = store::tx_control(conn, "RELEASE job");
-                    done.push((job.reply, v));
-                }
-                Err(e) => {
-                    if !matches!(e, StoreError::Busy | StoreError::Full) {
-                        log::error!("write job failed: {e}");
-                    }
-                    let rolled_back = conn.is_autocommit();
-                    if !rolled_back {
-                        let _ = store::tx_control(conn, "ROLLBACK TO job")
-                            .and_then(|()| store::tx_control(conn, "RELEASE job"));
-                    }
-                    answer(job.reply, Err(WriteError::from(e.clone())));
-                    if rolled_back {
-                        lost = Some(e);
-                        break;
+        let mut began = false;
+        let mut done: Vec<(Option<ReplyTx>, Value)> = Vec::with_capacity(jobs.len());
+        let committed = store::write_tx(conn, |conn| {
+            began = true;
+            while let Some(Job { run, reply }) = jobs.pop_front() {
+                match store::savepoint(conn, run) {
+                    Ok(v) => done.push((reply, v)),
+                    Err(e) => {
+                        if !e.is_transient() {
+                            log::error!("write job failed: {e}");
+                        }
+                        answer(reply, Err(WriteError::from(e.clone())));
+                        if conn.is_autocommit() {
+                            return Err(BatchError::Lost(e));
+                        }
                     }
                 }
             }
-        }
-        if let Some(e) = lost {
-            log::warn!("writer transaction rolled back by SQLite ({e}); its jobs are retried by their callers");
-            healthy.store(false, Ordering::SeqCst);
-            for (reply, _) in done {
-                answer(
-                    reply,
-                    Err(WriteError::Unavailable(format!(
-                        "transaction rolled back: {e}"
-                    ))),
-                );
-            }
-            continue;
-        }
-        match store::tx_control(conn, "COMMIT") {
+            Ok(())
+        });
+        match committed {
             Ok(()) => {
                 after_commit(conn);
                 healthy.store(true, Ordering::SeqCst);
@@ -388,22 +359,53 @@ fn commit_batch(
                     answer(reply, Ok(v));
                 }
             }
-            Err(e) => {
-                let err = StoreError::from(e);
-                log::warn!("writer commit failed: {err}");
-                if !conn.is_autocommit() {
-                    let _ = conn.execute_batch("ROLLBACK");
-                }
+            Err(BatchError::Lost(e)) => {
+                log::warn!("writer transaction rolled back by SQLite ({e}); its jobs are retried by their callers");
                 healthy.store(false, Ordering::SeqCst);
                 for (reply, _) in done {
-                    answer(reply, Err(WriteError::from(err.clone())));
+                    answer(
+                        reply,
+                        Err(WriteError::Unavailable(format!(
+                            "transaction rolled back: {e}"
+                        ))),
+                    );
+                }
+            }
+            Err(BatchError::Store(err)) => {
+                healthy.store(false, Ordering::SeqCst);
+                if began {
+                    log::warn!("writer commit failed: {err}");
+                    for (reply, _) in done {
+                        answer(reply, Err(WriteError::from(err.clone())));
+                    }
+                } else {
+                    log::warn!("writer cannot begin a transaction: {err}");
+                    for job in jobs.drain(..) {
+                        answer(job.reply, Err(WriteError::from(err.clone())));
+                    }
+                    return;
                 }
             }
         }
     }
 }
 
-fn answer(reply: Option<Reply>, r: Result<Value, WriteError>) {
+/// Why a batch's transaction did not commit.
+enum BatchError {
+    /// `BEGIN` or `COMMIT` failed.
+    Store(StoreError),
+    /// A job's failure made SQLite roll back the whole transaction: the jobs run before it are
+    /// lost with it, and the rest of the batch goes on in a new transaction.
+    Lost(StoreError),
+}
+
+impl From<StoreError> for BatchError {
+    fn from(e: StoreError) -> Self {
+        BatchError::Store(e)
+    }
+}
+
+fn answer(reply: Option<ReplyTx>, r: Result<Value, WriteError>) {
     if let Some(reply) = reply {
         // The caller may have timed out and gone; that is its business.
         let _ = reply.try_send(r);

@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 use super::validate;
 use super::{ApiError, App};
 use crate::http::{Ctx, Reply};
-use crate::store::conversions::{NewConversion, Recorded, Source};
+use crate::store::conversions::{Conversion, OrderStatus, Recorded, Source};
 use crate::store::sessions::Identifier;
 use crate::store::{self, sites::Site, StoreError};
 
@@ -169,7 +169,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     app.writer
         .admit_outbox_work()
         .inspect_err(|_| app.metrics.inc_unavailable())?;
-    let conversion = NewConversion {
+    let conversion = Conversion {
         id: uuid::Uuid::now_v7().to_string(),
         site_id: site.id.clone(),
         order_id: r.order_id,
@@ -180,11 +180,10 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
         value: r.value,
         currency: r.currency,
         occurred_at: r.occurred_at,
-        source: Source::Api,
     };
     let rec = app
         .writer
-        .submit(move |c| store::conversions::record(c, &conversion, now))
+        .submit(move |c| store::conversions::record(c, &conversion, Source::Api, now))
         .inspect_err(|e| {
             if matches!(e, crate::writer::WriteError::Unavailable(_)) {
                 app.metrics.inc_unavailable();
@@ -207,10 +206,60 @@ pub fn order_status(
 ) -> Result<Reply, ApiError> {
     let key_hash = super::bearer_key_hash(ctx)?;
     let conn = app.pool.get().map_err(StoreError::from)?;
-    let view = store::read(&conn, |conn| {
+    let order = store::read(&conn, |conn| {
         let site = super::authorize(app, conn, &key_hash, site_id)?;
-        Ok::<_, ApiError>(store::conversions::status(conn, &site.id, order_id)?)
+        Ok::<_, ApiError>(store::conversions::order_status(conn, &site.id, order_id)?)
     })?;
     drop(conn);
-    Ok(Reply::json(200, &view.ok_or(ApiError::OrderNotFound)?))
+    Ok(Reply::json(
+        200,
+        &status_json(&order.ok_or(ApiError::OrderNotFound)?),
+    ))
+}
+
+/// The order status view's JSON: stored decimal texts as JSON numbers, times as RFC 3339.
+fn status_json(o: &OrderStatus) -> Value {
+    let number = |s: &Option<String>| -> Value {
+        s.as_deref()
+            .and_then(|t| serde_json::from_str::<serde_json::Number>(t).ok())
+            .map(Value::Number)
+            .unwrap_or(Value::Null)
+    };
+    let mut sources = Vec::new();
+    if o.by_pixel {
+        sources.push("pixel");
+    }
+    if o.by_api {
+        sources.push("api");
+    }
+    let attribution = match &o.attribution {
+        Some(a) => json!({
+            "model": a.model,
+            "sessionId": a.session_id,
+            "source": a.source,
+            "medium": a.medium,
+            "campaign": a.campaign,
+        }),
+        None => Value::Null,
+    };
+    let c = &o.conversion;
+    json!({
+        "eventId": c.id,
+        "orderId": c.order_id,
+        "type": c.kind,
+        "sessionId": c.session_id,
+        "sources": sources,
+        "status": o.status,
+        "value": number(&c.value),
+        "currency": c.currency,
+        "reportingValue": number(&o.fx.value),
+        "reportingCurrency": o.fx.currency,
+        "fxRate": number(&o.fx.rate),
+        "fxDate": o.fx.date,
+        "attribution": attribution,
+        "occurredAt": store::iso(c.occurred_at),
+        "processedAt": o.processed_at.map(store::iso),
+        "attempts": o.attempts,
+        "lastError": o.last_error,
+    })
 }

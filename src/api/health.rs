@@ -6,16 +6,15 @@ use super::{ApiError, App};
 use sha2::{Digest, Sha256};
 
 use crate::http::{Ctx, Reply};
-use crate::store::{self, StoreError};
+use crate::store;
 
 /// 200 when the database answers a query and the writer's last commit succeeded.
 pub fn healthz(app: &App) -> Result<Reply, ApiError> {
     let conn = app.pool.get().map_err(|_| ApiError::Unhealthy)?;
-    conn.query_row("SELECT COUNT(*) FROM sites", [], |r| r.get::<_, i64>(0))
-        .map_err(|e| {
-            log::warn!("health check: {}", StoreError::from(e));
-            ApiError::Unhealthy
-        })?;
+    store::ping(&conn).map_err(|e| {
+        log::warn!("health check: {e}");
+        ApiError::Unhealthy
+    })?;
     if !app.writer.healthy() {
         return Err(ApiError::Unhealthy);
     }

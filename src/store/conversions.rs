@@ -3,6 +3,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::pipeline::{Attribution, Reported};
 use super::Result;
 
 /// Where a conversion report came from.
@@ -21,8 +22,11 @@ impl Source {
     }
 }
 
+/// A conversion as reported and stored: what a report writes, and what the pipeline reads back to
+/// attribute and convert it. Which source reported it is not part of it: a stored conversion may
+/// have been reported by both (see [`Source`]).
 #[derive(Debug, Clone)]
-pub struct NewConversion {
+pub struct Conversion {
     pub id: String,
     pub site_id: String,
     pub order_id: Option<String>,
@@ -34,7 +38,6 @@ pub struct NewConversion {
     pub value: Option<String>,
     pub currency: String,
     pub occurred_at: i64,
-    pub source: Source,
 }
 
 /// The outcome of recording a report: the conversion it now belongs to.
@@ -78,18 +81,11 @@ pub fn find_order(
         .optional()?)
 }
 
-/// Records a report inside the caller's write transaction: a new conversion plus its outbox row, or,
-/// for a known order, just the repeat's source on the existing conversion.
-pub fn record(conn: &Connection, c: &NewConversion, now_ms: i64) -> Result<Recorded> {
+/// Records `source`'s report inside the caller's write transaction: a new conversion plus its outbox
+/// row, or, for a known order, just the repeat's source on the existing conversion.
+pub fn record(conn: &Connection, c: &Conversion, source: Source, now_ms: i64) -> Result<Recorded> {
     if let Some(order_id) = &c.order_id {
-        if let Some((existing, seen)) = find_order(conn, &c.site_id, order_id, c.source)? {
-            if !seen {
-                conn.prepare_cached(&format!(
-                    "UPDATE conversions SET {} = 1 WHERE id = ?1",
-                    c.source.column()
-                ))?
-                .execute([&existing.event_id])?;
-            }
+        if let Some(existing) = add_source(conn, &c.site_id, order_id, source)? {
             return Ok(existing);
         }
     }
@@ -110,8 +106,8 @@ pub fn record(conn: &Connection, c: &NewConversion, now_ms: i64) -> Result<Recor
         c.currency,
         c.occurred_at,
         now_ms,
-        c.source == Source::Api,
-        c.source == Source::Pixel,
+        source == Source::Api,
+        source == Source::Pixel,
     ])?;
     conn.prepare_cached(
         "INSERT INTO outbox (conversion_id, next_attempt_at, created_at) VALUES (?1, ?2, ?2)",
@@ -122,6 +118,35 @@ pub fn record(conn: &Connection, c: &NewConversion, now_ms: i64) -> Result<Recor
         session_id: c.session_id.clone(),
         created: true,
     })
+}
+
+/// A [`Conversion`] from the first ten columns of a row: `conversions.id, site_id, order_id, type,
+/// session_id, visitor_id, client_id, value, currency, occurred_at`.
+fn conversion(r: &rusqlite::Row<'_>) -> rusqlite::Result<Conversion> {
+    Ok(Conversion {
+        id: r.get(0)?,
+        site_id: r.get(1)?,
+        order_id: r.get(2)?,
+        kind: r.get(3)?,
+        session_id: r.get(4)?,
+        visitor_id: r.get(5)?,
+        client_id: r.get(6)?,
+        value: r.get(7)?,
+        currency: r.get(8)?,
+        occurred_at: r.get(9)?,
+    })
+}
+
+/// The conversion `id`, as the pipeline reads it back; `None` when there is none.
+pub fn by_id(conn: &Connection, id: &str) -> Result<Option<Conversion>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, site_id, order_id, type, session_id, visitor_id, client_id, value, currency,
+                    occurred_at
+             FROM conversions WHERE id = ?1",
+        )?
+        .query_row([id], conversion)
+        .optional()?)
 }
 
 /// Outbox rows waiting (dead letters excluded), and dead letters.
@@ -162,66 +187,71 @@ pub fn add_source(
     Ok(Some(rec))
 }
 
-/// The public view of one order (`GET /api/sites/{siteId}/conversions/{orderId}`).
-pub fn status(
+/// One order as its status view shows it: the conversion, its pipeline result and its outbox
+/// bookkeeping. Money and rates stay the decimal text they are stored as.
+#[derive(Debug, Clone)]
+pub struct OrderStatus {
+    pub conversion: Conversion,
+    /// Whether the pixel reported the order.
+    pub by_pixel: bool,
+    /// Whether the API reported the order.
+    pub by_api: bool,
+    /// `pending`, `processed`, `fx_pending` or `failed`.
+    pub status: String,
+    /// The currency conversion (all `None` until processed, and for a conversion without a value).
+    pub fx: Reported,
+    /// `None` until the pipeline has attributed the conversion.
+    pub attribution: Option<Attribution>,
+    pub processed_at: Option<i64>,
+    /// Failed pipeline tries so far (0 once processed), and the last one's error (kept on a dead
+    /// letter).
+    pub attempts: i64,
+    pub last_error: Option<String>,
+}
+
+/// The order `order_id` of a site; `None` when the site has no such order.
+pub fn order_status(
     conn: &Connection,
     site_id: &str,
     order_id: &str,
-) -> Result<Option<serde_json::Value>> {
-    use serde_json::json;
-    let number = |s: Option<String>| -> serde_json::Value {
-        s.and_then(|t| serde_json::from_str::<serde_json::Number>(&t).ok())
-            .map(serde_json::Value::Number)
-            .unwrap_or(serde_json::Value::Null)
-    };
+) -> Result<Option<OrderStatus>> {
     Ok(conn
         .prepare_cached(
-            "SELECT conversions.id, order_id, type, session_id, source_pixel, source_api, status, value, currency,
-                    reporting_value, reporting_currency, fx_rate, fx_date, attr_model, attr_session_id,
-                    attr_source, attr_medium, attr_campaign, occurred_at, processed_at,
-                    outbox.attempts, outbox.last_error
+            "SELECT conversions.id, site_id, order_id, type, session_id, visitor_id, client_id, value,
+                    currency, occurred_at,
+                    source_pixel, source_api, status, reporting_value, reporting_currency, fx_rate,
+                    fx_date, attr_model, attr_session_id, attr_source, attr_medium, attr_campaign,
+                    processed_at, outbox.attempts, outbox.last_error
              FROM conversions LEFT JOIN outbox ON outbox.conversion_id = conversions.id
              WHERE site_id = ?1 AND order_id = ?2",
         )?
         .query_row(params![site_id, order_id], |r| {
-            let mut sources = Vec::new();
-            if r.get::<_, bool>(4)? {
-                sources.push("pixel");
-            }
-            if r.get::<_, bool>(5)? {
-                sources.push("api");
-            }
-            let model: Option<String> = r.get(13)?;
-            let attribution = match model {
-                Some(model) => json!({
-                    "model": model,
-                    "sessionId": r.get::<_, Option<String>>(14)?,
-                    "source": r.get::<_, Option<String>>(15)?,
-                    "medium": r.get::<_, Option<String>>(16)?,
-                    "campaign": r.get::<_, Option<String>>(17)?,
+            let attribution = match r.get::<_, Option<String>>(17)? {
+                Some(model) => Some(Attribution {
+                    model,
+                    session_id: r.get(18)?,
+                    source: r.get(19)?,
+                    medium: r.get(20)?,
+                    campaign: r.get(21)?,
                 }),
-                None => serde_json::Value::Null,
+                None => None,
             };
-            Ok(json!({
-                "eventId": r.get::<_, String>(0)?,
-                "orderId": r.get::<_, String>(1)?,
-                "type": r.get::<_, String>(2)?,
-                "sessionId": r.get::<_, String>(3)?,
-                "sources": sources,
-                "status": r.get::<_, String>(6)?,
-                "value": number(r.get(7)?),
-                "currency": r.get::<_, String>(8)?,
-                "reportingValue": number(r.get(9)?),
-                "reportingCurrency": r.get::<_, Option<String>>(10)?,
-                "fxRate": number(r.get(11)?),
-                "fxDate": r.get::<_, Option<String>>(12)?,
-                "attribution": attribution,
-                "occurredAt": super::iso(r.get(18)?),
-                "processedAt": r.get::<_, Option<i64>>(19)?.map(super::iso),
-                // Failed pipeline tries so far, and the last one's error (kept on a dead letter).
-                "attempts": r.get::<_, Option<i64>>(20)?.unwrap_or(0),
-                "lastError": r.get::<_, Option<String>>(21)?,
-            }))
+            Ok(OrderStatus {
+                conversion: conversion(r)?,
+                by_pixel: r.get(10)?,
+                by_api: r.get(11)?,
+                status: r.get(12)?,
+                fx: Reported {
+                    value: r.get(13)?,
+                    currency: r.get(14)?,
+                    rate: r.get(15)?,
+                    date: r.get(16)?,
+                },
+                attribution,
+                processed_at: r.get(22)?,
+                attempts: r.get::<_, Option<i64>>(23)?.unwrap_or(0),
+                last_error: r.get(24)?,
+            })
         })
         .optional()?)
 }

@@ -1,9 +1,11 @@
 //! Storage: the SQLite file, its schema, and every SQL statement of the project.
 //!
 //! Owns connection set-up (WAL, `synchronous=FULL`, `foreign_keys`, `busy_timeout`), the schema and its
-//! migrations, and one module per table or concern. Nothing outside `store/` writes SQL. Functions take a
-//! `&Connection` (reads, or work inside a transaction opened by the caller) and never open their own
-//! transaction, so the writer can group many of them into one commit.
+//! migrations, the transaction runners ([`read`], [`write_tx`], [`savepoint`]), and one module per
+//! table or concern. Nothing outside `store/` writes SQL, transaction control included. The table
+//! functions take a `&Connection` (reads, or work inside a transaction the caller opened with a
+//! runner) and never open their own transaction, so the writer can group many of them into one
+//! commit.
 
 pub mod conversions;
 pub mod keys;
@@ -71,6 +73,14 @@ pub enum StoreError {
     Other(String),
 }
 
+impl StoreError {
+    /// Busy or full: the database, not the work, is at fault, and the same work may succeed
+    /// later. Callers answer these with "retry later" (503) and never count them against the work.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Busy | StoreError::Full)
+    }
+}
+
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -136,6 +146,18 @@ pub fn checkpoint_passive(conn: &Connection) -> Result<i64> {
     Ok(conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))?)
 }
 
+/// Changes whenever another connection commits (SQLite's `PRAGMA data_version`): the
+/// checkpointer's cheap test for new frames in the WAL.
+pub fn data_version(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("PRAGMA data_version", [], |r| r.get(0))?)
+}
+
+/// Reads one table: the health check's proof that the file opens, has its schema and answers.
+pub fn ping(conn: &Connection) -> Result<()> {
+    conn.query_row("SELECT COUNT(*) FROM sites", [], |r| r.get::<_, i64>(0))?;
+    Ok(())
+}
+
 /// Opens one connection, creating the file and its schema on first use.
 pub fn open(path: &Path) -> Result<Connection> {
     let mut conn = Connection::open(path)?;
@@ -191,8 +213,57 @@ fn migrate(conn: &mut Connection) -> Result<()> {
 
 /// Runs a transaction-control statement (`BEGIN`, `SAVEPOINT x`, `COMMIT`...) through the
 /// connection's statement cache: parsed once per connection, not once per use.
-pub fn tx_control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+fn tx_control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+/// Ends a failed write transaction, unless SQLite already did (it rolls the whole transaction back
+/// by itself when a statement fails with `SQLITE_FULL`, `SQLITE_BUSY` or `SQLITE_NOMEM`).
+fn roll_back(conn: &Connection) {
+    if !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+}
+
+/// The process's one write-transaction runner: runs `f` in a `BEGIN IMMEDIATE` transaction and
+/// commits when it succeeds; when `f` or the commit fails, nothing of it stays. In `serve` only
+/// the writer thread calls it (once per batch); without a writer the pipeline does (once per chunk).
+pub fn write_tx<T, E: From<StoreError>>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
+    tx_control(conn, "BEGIN IMMEDIATE").map_err(StoreError::from)?;
+    let result = f(conn).and_then(|v| {
+        tx_control(conn, "COMMIT").map_err(StoreError::from)?;
+        Ok(v)
+    });
+    if result.is_err() {
+        roll_back(conn);
+    }
+    result
+}
+
+/// Runs `f` in a savepoint of the caller's write transaction: `Ok` keeps what it wrote, `Err`
+/// leaves nothing of it. After an `Err` the rest of the transaction goes on, unless the whole
+/// transaction is gone — rolled back by SQLite itself (see [`roll_back`]) or, should the savepoint
+/// fail to roll back, here — which the caller must check with `conn.is_autocommit()` before
+/// writing anything more. Savepoints nest: the pipeline's, one per item, inside the writer's, one
+/// per job.
+pub fn savepoint<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    tx_control(conn, "SAVEPOINT work")?;
+    let result = f(conn).and_then(|v| {
+        tx_control(conn, "RELEASE work")?;
+        Ok(v)
+    });
+    if result.is_err() && !conn.is_autocommit() {
+        // `ROLLBACK TO` and `RELEASE` name the innermost savepoint called `work`: this one.
+        let undone =
+            tx_control(conn, "ROLLBACK TO work").and_then(|()| tx_control(conn, "RELEASE work"));
+        if undone.is_err() {
+            roll_back(conn);
+        }
+    }
+    result
 }
 
 /// Runs `f`'s reads in one read transaction: one snapshot, and one WAL read lock and page-cache
@@ -208,7 +279,7 @@ pub fn read<T, E: From<StoreError>>(
             // Nothing was written: ending the transaction either way is the same. A pooled
             // connection must never go back to the pool inside one, even after a panic.
             if !self.0.is_autocommit() && tx_control(self.0, "COMMIT").is_err() {
-                let _ = self.0.execute_batch("ROLLBACK");
+                roll_back(self.0);
             }
         }
     }

@@ -1,6 +1,6 @@
-//! The pipeline's SQL: picking due outbox items, loading a conversion's work, and storing each
+//! The pipeline's SQL: picking due outbox items and storing each
 //! outcome. Every outcome function runs inside a write transaction (the request writer's in `serve`,
-//! the pipeline's own `BEGIN IMMEDIATE` otherwise), after `claim` in the same transaction, so a
+//! the pipeline's own [`super::write_tx`] otherwise), after `claim` in the same transaction, so a
 //! result and the fate of its outbox row commit together or not at all.
 //!
 //! Outbox states: due (`next_attempt_at <= now`), backing off (`next_attempt_at` later), parked for
@@ -26,13 +26,7 @@ pub fn due(conn: &Connection, now_ms: i64, limit: usize) -> Result<Vec<Item>> {
          WHERE dead_at IS NULL AND next_attempt_at <= ?1
          ORDER BY next_attempt_at, id LIMIT ?2",
     )?;
-    let rows = stmt.query_map(params![now_ms, limit as i64], |r| {
-        Ok(Item {
-            id: r.get(0)?,
-            conversion_id: r.get(1)?,
-            attempts: r.get(2)?,
-        })
-    })?;
+    let rows = stmt.query_map(params![now_ms, limit as i64], item)?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
@@ -44,14 +38,17 @@ pub fn claim(conn: &Connection, id: i64, now_ms: i64) -> Result<Option<Item>> {
             "SELECT id, conversion_id, attempts FROM outbox
              WHERE id = ?1 AND dead_at IS NULL AND next_attempt_at <= ?2",
         )?
-        .query_row(params![id, now_ms], |r| {
-            Ok(Item {
-                id: r.get(0)?,
-                conversion_id: r.get(1)?,
-                attempts: r.get(2)?,
-            })
-        })
+        .query_row(params![id, now_ms], item)
         .optional()?)
+}
+
+/// An [`Item`] from a row of `id, conversion_id, attempts`.
+fn item(r: &rusqlite::Row<'_>) -> rusqlite::Result<Item> {
+    Ok(Item {
+        id: r.get(0)?,
+        conversion_id: r.get(1)?,
+        attempts: r.get(2)?,
+    })
 }
 
 /// The earliest time an item becomes due (`None`: nothing waits but parked or dead items).
@@ -61,49 +58,16 @@ pub fn next_due(conn: &Connection) -> Result<Option<i64>> {
         .query_row([], |r| r.get(0))?)
 }
 
-/// What the pipeline needs of a conversion.
+/// The attribution stored with a conversion: what the pipeline decides (on its own thread, for the
+/// writer's to store), and what the order status view reads back. Only [`finish`] and [`park`]
+/// write it, all five columns at once, so a stored one always has its source and medium.
 #[derive(Debug, Clone)]
-pub struct Work {
-    pub id: String,
-    pub site_id: String,
-    pub session_id: String,
-    pub visitor_id: String,
-    pub client_id: Option<String>,
-    /// Decimal text in `currency`.
-    pub value: Option<String>,
-    pub currency: String,
-    pub occurred_at: i64,
-}
-
-pub fn work(conn: &Connection, conversion_id: &str) -> Result<Option<Work>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT id, site_id, session_id, visitor_id, client_id, value, currency, occurred_at
-             FROM conversions WHERE id = ?1",
-        )?
-        .query_row([conversion_id], |r| {
-            Ok(Work {
-                id: r.get(0)?,
-                site_id: r.get(1)?,
-                session_id: r.get(2)?,
-                visitor_id: r.get(3)?,
-                client_id: r.get(4)?,
-                value: r.get(5)?,
-                currency: r.get(6)?,
-                occurred_at: r.get(7)?,
-            })
-        })
-        .optional()?)
-}
-
-/// The attribution stored with a conversion.
-#[derive(Debug, Clone)]
-pub struct Attributed<'a> {
-    pub model: &'a str,
-    pub session_id: Option<&'a str>,
-    pub source: &'a str,
-    pub medium: &'a str,
-    pub campaign: Option<&'a str>,
+pub struct Attribution {
+    pub model: String,
+    pub session_id: Option<String>,
+    pub source: String,
+    pub medium: String,
+    pub campaign: Option<String>,
 }
 
 /// The currency conversion stored with a conversion (all `None` for a conversion without a value).
@@ -118,7 +82,7 @@ pub struct Reported {
 fn store_attribution(
     conn: &Connection,
     conversion_id: &str,
-    a: &Attributed<'_>,
+    a: &Attribution,
     status: &str,
 ) -> Result<()> {
     conn.prepare_cached(
@@ -135,7 +99,7 @@ pub fn finish(
     conn: &Connection,
     item_id: i64,
     conversion_id: &str,
-    a: &Attributed<'_>,
+    a: &Attribution,
     fx: &Reported,
     now_ms: i64,
 ) -> Result<()> {
@@ -159,12 +123,7 @@ pub fn finish(
 }
 
 /// Stores the attribution, marks the conversion `fx_pending` and parks its item until rates arrive.
-pub fn park(
-    conn: &Connection,
-    item_id: i64,
-    conversion_id: &str,
-    a: &Attributed<'_>,
-) -> Result<()> {
+pub fn park(conn: &Connection, item_id: i64, conversion_id: &str, a: &Attribution) -> Result<()> {
     store_attribution(conn, conversion_id, a, "fx_pending")?;
     conn.prepare_cached("UPDATE outbox SET next_attempt_at = NULL WHERE id = ?1")?
         .execute([item_id])?;

@@ -1,0 +1,277 @@
+//! Writing what was decided: each item claimed again, then finished, parked, left due or counted
+//! as a failed try (rescheduled with backoff, or dead-lettered), in a savepoint of the caller's
+//! write transaction. It opens no transaction of its own: the writer's job, or
+//! [`store::write_tx`] where there is no writer, holds it, so a result and the fate of its outbox
+//! row commit together.
+
+use rusqlite::Connection;
+
+use super::decide::Decided;
+use super::{BACKOFF_BASE_MS, BACKOFF_CAP_MS, MAX_ATTEMPTS};
+use crate::fx;
+use crate::store;
+use crate::store::pipeline::Item;
+
+/// What [`apply`] did with one decided item.
+pub(super) enum Applied {
+    Processed,
+    FxPending,
+    /// Left due: rates for it arrived after it was decided; the next pass takes it again.
+    Again,
+    /// Finished, parked or rescheduled by someone else since it was listed.
+    Gone,
+    Retried {
+        conversion_id: String,
+        attempts: i64,
+        error: String,
+    },
+    DeadLettered {
+        conversion_id: String,
+        attempts: i64,
+        error: String,
+    },
+}
+
+/// Writes a chunk of decided items inside the caller's write transaction, each in its own
+/// savepoint. Every item is claimed again first: one that is no longer due, or whose tries changed
+/// since it was decided, is left alone. An item whose write fails is rolled back alone and counted
+/// as a failed try; a transient error (busy, full), or one that cost the whole transaction, fails
+/// the whole chunk, which then stays due.
+pub(super) fn apply(
+    conn: &Connection,
+    decided: Vec<Decided>,
+    now_ms: i64,
+) -> store::Result<Vec<Applied>> {
+    let mut applied = Vec::with_capacity(decided.len());
+    for d in decided {
+        let done = match store::savepoint(conn, |conn| apply_one(conn, &d, now_ms)) {
+            Ok(a) => a,
+            Err(e) if e.is_transient() || conn.is_autocommit() => return Err(e),
+            Err(e) => match claim_unchanged(conn, d.item(), now_ms)? {
+                Some(current) => record_failure(conn, &current, &e.to_string(), now_ms)?,
+                None => Applied::Gone,
+            },
+        };
+        applied.push(done);
+    }
+    Ok(applied)
+}
+
+fn apply_one(conn: &Connection, d: &Decided, now_ms: i64) -> store::Result<Applied> {
+    let Some(item) = claim_unchanged(conn, d.item(), now_ms)? else {
+        return Ok(Applied::Gone);
+    };
+    Ok(match d {
+        Decided::Finish {
+            attribution, fx, ..
+        } => {
+            store::pipeline::finish(conn, item.id, &item.conversion_id, attribution, fx, now_ms)?;
+            Applied::Processed
+        }
+        Decided::Park {
+            attribution,
+            from,
+            to,
+            day,
+            ..
+        } => {
+            // `rates import` makes parked items due in its own transaction: had it committed
+            // after this item was decided, parking it now would leave it parked until the next
+            // import. With both rates present now, the item stays due instead.
+            let has = |currency: &str| -> store::Result<bool> {
+                Ok(currency == fx::BASE
+                    || store::rates::on_or_before(conn, currency, day)?.is_some())
+            };
+            if has(from)? && has(to)? {
+                Applied::Again
+            } else {
+                store::pipeline::park(conn, item.id, &item.conversion_id, attribution)?;
+                Applied::FxPending
+            }
+        }
+        Decided::Fail { error, .. } => record_failure(conn, &item, error, now_ms)?,
+    })
+}
+
+/// The item as it is now, if it is still due and has the tries it had when it was decided.
+fn claim_unchanged(conn: &Connection, listed: &Item, now_ms: i64) -> store::Result<Option<Item>> {
+    Ok(store::pipeline::claim(conn, listed.id, now_ms)?.filter(|i| i.attempts == listed.attempts))
+}
+
+/// Records a failed try; the item is dead-lettered at [`MAX_ATTEMPTS`].
+fn record_failure(
+    conn: &Connection,
+    item: &Item,
+    error: &str,
+    now_ms: i64,
+) -> store::Result<Applied> {
+    let attempts = item.attempts + 1;
+    let conversion_id = item.conversion_id.clone();
+    let error = error.to_owned();
+    if attempts >= MAX_ATTEMPTS {
+        store::pipeline::dead_letter(conn, item.id, &conversion_id, attempts, &error, now_ms)?;
+        Ok(Applied::DeadLettered {
+            conversion_id,
+            attempts,
+            error,
+        })
+    } else {
+        let next = now_ms.saturating_add(backoff_ms(attempts, jitter()));
+        store::pipeline::retry_later(conn, item.id, attempts, next, &error)?;
+        Ok(Applied::Retried {
+            conversion_id,
+            attempts,
+            error,
+        })
+    }
+}
+
+/// The delay after the `attempts`-th failure: `BASE × 2^(attempts-1)`, capped, scaled by
+/// `jitter` in [0.5, 1] so that items failing together do not retry together.
+pub fn backoff_ms(attempts: i64, jitter: f64) -> i64 {
+    let exp = (attempts - 1).clamp(0, 30) as u32;
+    let full = BACKOFF_BASE_MS
+        .saturating_mul(1i64 << exp)
+        .min(BACKOFF_CAP_MS);
+    let j = jitter.clamp(0.5, 1.0);
+    ((full as f64) * j).round() as i64
+}
+
+/// A random factor in [0.5, 1] from the OS random source (0.75 if it fails: jitter is a courtesy).
+fn jitter() -> f64 {
+    getrandom::u32()
+        .map(|r| 0.5 + 0.5 * (r as f64 / u32::MAX as f64))
+        .unwrap_or(0.75)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::pipeline::decide::decide_chunk;
+    use crate::pipeline::{drain_once, Options};
+    use crate::store::conversions::{self, Conversion, Source};
+    use crate::store::sessions::{self, Session};
+    use crate::store::{sites, tenants};
+
+    const DAY_MS: i64 = 86_400_000;
+
+    /// A database with one EUR site and one USD conversion waiting in the outbox (no rates yet).
+    fn one_usd_conversion(dir: &std::path::Path) -> (Connection, i64) {
+        let conn = store::open(&dir.join("t.db")).unwrap();
+        let now = store::now_ms();
+        tenants::create(&conn, "t1", "T", now).unwrap();
+        let site = sites::NewSite {
+            id: "11111111-1111-4111-8111-111111111111",
+            tenant_id: "t1",
+            tracker_id: "trk",
+            name: "S",
+            domain: None,
+            currency: "EUR",
+            window_days: 30,
+            model: "last_touch",
+        };
+        sites::create(&conn, &site, now).unwrap();
+        sessions::ensure_visitor(&conn, site.id, "v1", now).unwrap();
+        let session = Session {
+            id: "s1".into(),
+            visitor_id: "v1".into(),
+            client_id: None,
+            started_at: now - DAY_MS,
+            last_activity_at: now - DAY_MS,
+            landing_url: None,
+            referrer: None,
+            campaign: Default::default(),
+        };
+        sessions::insert(&conn, site.id, &session).unwrap();
+        let c = Conversion {
+            id: "c1".into(),
+            site_id: site.id.into(),
+            order_id: Some("o1".into()),
+            kind: "purchase".into(),
+            session_id: "s1".into(),
+            visitor_id: "v1".into(),
+            client_id: None,
+            value: Some("10.00".into()),
+            currency: "USD".into(),
+            occurred_at: now,
+        };
+        conversions::record(&conn, &c, Source::Api, now).unwrap();
+        (conn, now)
+    }
+
+    fn due_now(conn: &Connection, now: i64) -> std::iter::Peekable<std::vec::IntoIter<Item>> {
+        store::pipeline::due(conn, now, 10)
+            .unwrap()
+            .into_iter()
+            .peekable()
+    }
+
+    #[test]
+    fn an_item_decided_without_rates_is_not_parked_when_rates_arrived_before_it_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, now) = one_usd_conversion(dir.path());
+        let decided = decide_chunk(&conn, &mut due_now(&conn, now), &Options::default()).unwrap();
+        assert!(matches!(decided.as_slice(), [Decided::Park { .. }]));
+        // `rates import` commits in between: the rate, and every parked item made due.
+        let day = chrono::DateTime::from_timestamp_millis(now)
+            .unwrap()
+            .date_naive();
+        store::rates::upsert(&conn, "USD", &day.to_string(), "1.1").unwrap();
+        store::pipeline::unpark(&conn, now).unwrap();
+
+        let applied = store::write_tx(&conn, |c| apply(c, decided, now)).unwrap();
+        assert!(matches!(applied.as_slice(), [Applied::Again]));
+        let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
+        assert_eq!(state.next_attempt_at, Some(now), "left due, not parked");
+        // The next pass finishes it with the rate.
+        let stats = drain_once(&conn, &Metrics::default(), now).unwrap();
+        assert_eq!(stats.processed, 1);
+        assert!(store::pipeline::item_state(&conn, "c1").unwrap().is_none());
+    }
+
+    #[test]
+    fn an_item_decided_without_rates_is_parked_when_none_arrived() {
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, now) = one_usd_conversion(dir.path());
+        let decided = decide_chunk(&conn, &mut due_now(&conn, now), &Options::default()).unwrap();
+        let applied = store::write_tx(&conn, |c| apply(c, decided, now)).unwrap();
+        assert!(matches!(applied.as_slice(), [Applied::FxPending]));
+        let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
+        assert_eq!(state.next_attempt_at, None, "parked");
+    }
+
+    #[test]
+    fn an_item_whose_tries_changed_after_it_was_decided_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, now) = one_usd_conversion(dir.path());
+        store::rates::upsert(&conn, "USD", "2000-01-01", "1.1").unwrap();
+        let decided = decide_chunk(&conn, &mut due_now(&conn, now), &Options::default()).unwrap();
+        assert!(matches!(decided.as_slice(), [Decided::Finish { .. }]));
+        // Someone else recorded a failed try in between (still due).
+        let item = store::pipeline::due(&conn, now, 1).unwrap().remove(0);
+        store::pipeline::retry_later(&conn, item.id, 1, now, "elsewhere").unwrap();
+        let applied = store::write_tx(&conn, |c| apply(c, decided, now)).unwrap();
+        assert!(matches!(applied.as_slice(), [Applied::Gone]));
+        let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
+        assert_eq!(state.attempts, 1);
+        assert_eq!(state.last_error.as_deref(), Some("elsewhere"));
+    }
+
+    #[test]
+    fn backoff_doubles_within_its_jitter_and_is_capped() {
+        assert_eq!(backoff_ms(1, 1.0), 1_000);
+        assert_eq!(backoff_ms(1, 0.5), 500);
+        assert_eq!(backoff_ms(2, 1.0), 2_000);
+        assert_eq!(backoff_ms(9, 1.0), 256_000);
+        assert_eq!(backoff_ms(11, 1.0), BACKOFF_CAP_MS);
+        assert_eq!(backoff_ms(60, 1.0), BACKOFF_CAP_MS);
+        // Out-of-range jitter is clamped, never zero or growing.
+        assert_eq!(backoff_ms(3, 0.0), 2_000);
+        assert_eq!(backoff_ms(3, 7.0), 4_000);
+        for _ in 0..100 {
+            let j = jitter();
+            assert!((0.5..=1.0).contains(&j), "{j}");
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Deciding an item: its attribution (the session the site's model picks) and its currency
+//! conversion (the ECB rates of its day), computed on one read snapshot of the pipeline's own
+//! connection. It only reads: what it decides is written by [`super::apply::apply`], which claims
+//! each item again first, so a decision on a snapshot that has since changed is never stored.
+
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+
+use super::{Options, CHUNK_BUDGET};
+use crate::attribution::{self, Model};
+use crate::fx::{self, Leg};
+use crate::store::pipeline::{Attribution, Item, Reported};
+use crate::store::sessions::Identifier;
+use crate::store::{self, StoreError};
+
+/// Decides items from `items` until [`CHUNK_BUDGET`] is spent or `opts.batch` items are decided,
+/// in one read transaction. A transient failure (busy, full) ends the pass; nothing is written.
+pub(super) fn decide_chunk(
+    conn: &Connection,
+    items: &mut std::iter::Peekable<std::vec::IntoIter<Item>>,
+    opts: &Options,
+) -> store::Result<Vec<Decided>> {
+    let started = Instant::now();
+    store::read(conn, |conn| {
+        let mut decided = Vec::new();
+        for item in items.by_ref() {
+            let d = match decide_item(conn, &item.conversion_id, opts.item_deadline) {
+                Ok(decision) => decision.into_decided(item),
+                Err(Failure::Transient(e)) => return Err(e),
+                Err(Failure::Item(error)) => Decided::Fail { item, error },
+            };
+            decided.push(d);
+            if decided.len() >= opts.batch.max(1) || started.elapsed() >= CHUNK_BUDGET {
+                break;
+            }
+        }
+        Ok(decided)
+    })
+}
+
+/// [`decide`] for one item, interrupted after `deadline`.
+fn decide_item(
+    conn: &Connection,
+    conversion_id: &str,
+    deadline: Duration,
+) -> Result<Decision, Failure> {
+    let until = Instant::now() + deadline;
+    conn.progress_handler(1_000, Some(move || Instant::now() > until))?;
+    let decided = decide(conn, conversion_id);
+    conn.progress_handler(0, None::<fn() -> bool>)?;
+    decided.map_err(|f| match f {
+        Failure::Item(msg) if Instant::now() > until => Failure::Item(format!(
+            "took longer than {}s ({msg})",
+            deadline.as_secs_f32()
+        )),
+        other => other,
+    })
+}
+
+/// What was decided for one item, to be written by [`super::apply::apply`].
+pub(super) enum Decided {
+    Finish {
+        item: Item,
+        attribution: Attribution,
+        fx: Reported,
+    },
+    /// No rate yet for `from` or `to` on `day`: park as `fx_pending`.
+    Park {
+        item: Item,
+        attribution: Attribution,
+        from: String,
+        to: String,
+        day: String,
+    },
+    Fail {
+        item: Item,
+        error: String,
+    },
+}
+
+impl Decided {
+    pub(super) fn item(&self) -> &Item {
+        match self {
+            Decided::Finish { item, .. }
+            | Decided::Park { item, .. }
+            | Decided::Fail { item, .. } => item,
+        }
+    }
+}
+
+enum Failure {
+    /// The database is busy or full: not the item's fault, so not counted as a try.
+    Transient(StoreError),
+    /// Processing this item failed; counted as a try.
+    Item(String),
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        if e.is_transient() {
+            Failure::Transient(e)
+        } else {
+            Failure::Item(e.to_string())
+        }
+    }
+}
+
+impl From<rusqlite::Error> for Failure {
+    fn from(e: rusqlite::Error) -> Self {
+        Failure::from(StoreError::from(e))
+    }
+}
+
+/// The decision for one conversion, computed on a snapshot and written by
+/// [`super::apply::apply`].
+struct Decision {
+    model: Model,
+    touch: attribution::Touch,
+    /// `Err((from, to, day))`: no rate yet for one of them (`fx_pending`).
+    fx: Result<Reported, (String, String, String)>,
+}
+
+impl Decision {
+    fn into_decided(self, item: Item) -> Decided {
+        let channel = self.touch.channel;
+        let attribution = Attribution {
+            model: self.model.as_str().to_owned(),
+            session_id: self.touch.session_id,
+            source: channel.source,
+            medium: channel.medium,
+            campaign: channel.campaign,
+        };
+        match self.fx {
+            Ok(fx) => Decided::Finish {
+                item,
+                attribution,
+                fx,
+            },
+            Err((from, to, day)) => Decided::Park {
+                item,
+                attribution,
+                from,
+                to,
+                day,
+            },
+        }
+    }
+}
+
+/// Attribution and currency for one conversion; reads only.
+fn decide(conn: &Connection, conversion_id: &str) -> Result<Decision, Failure> {
+    let w = store::conversions::by_id(conn, conversion_id)?
+        .ok_or_else(|| Failure::Item(format!("conversion {conversion_id} does not exist")))?;
+    let site = store::sites::by_id(conn, &w.site_id)?
+        .ok_or_else(|| Failure::Item(format!("site {} does not exist", w.site_id)))?;
+    let model: Model = site.model.parse().map_err(Failure::Item)?;
+
+    // The person: every visitor linked to the conversion's clientId, else its own visitor.
+    let mut visitors = match &w.client_id {
+        Some(c) => store::sessions::person(conn, &site.id, Identifier::Client(c))?,
+        None => Vec::new(),
+    };
+    if !visitors.contains(&w.visitor_id) {
+        visitors.push(w.visitor_id.clone());
+    }
+    let mut sessions = store::sessions::in_window(
+        conn,
+        &site.id,
+        &visitors,
+        w.occurred_at.saturating_sub(site.window_ms()),
+        w.occurred_at,
+    )?;
+    if !sessions.iter().any(|s| s.id == w.session_id) {
+        // The session the report was attached to always counts, even if the window rules
+        // would now leave it out.
+        sessions.extend(store::sessions::by_id(conn, &site.id, &w.session_id)?);
+    }
+    let touch = attribution::attribute(model, &sessions, site.domain.as_deref());
+
+    let fx = match &w.value {
+        None => Ok(Reported::default()),
+        Some(text) => {
+            let amount =
+                fx::decimal(text).map_err(|e| Failure::Item(format!("stored value {e}")))?;
+            let target = site.currency.as_str();
+            let minor = fx::minor_units(target);
+            if w.currency == target {
+                Ok(Reported {
+                    value: Some(fx::round_to_minor(amount, minor).to_string()),
+                    currency: Some(target.to_owned()),
+                    rate: Some("1".into()),
+                    date: None,
+                })
+            } else {
+                let day = chrono::DateTime::from_timestamp_millis(w.occurred_at)
+                    .map(|t| fx::format_day(t.date_naive()))
+                    .ok_or_else(|| {
+                        Failure::Item(format!("occurred_at {} out of range", w.occurred_at))
+                    })?;
+                match (leg(conn, &w.currency, &day)?, leg(conn, target, &day)?) {
+                    (Some(from), Some(to)) => {
+                        let c = fx::convert(amount, &from, &to, minor).map_err(Failure::Item)?;
+                        Ok(Reported {
+                            value: Some(c.value.to_string()),
+                            currency: Some(target.to_owned()),
+                            rate: Some(c.rate.to_string()),
+                            date: c.date.map(fx::format_day),
+                        })
+                    }
+                    _ => Err((w.currency.clone(), target.to_owned(), day)),
+                }
+            }
+        }
+    };
+    Ok(Decision { model, touch, fx })
+}
+
+/// A currency's rate against EUR on `day` or the latest earlier day; `None` when there is none.
+fn leg(conn: &Connection, currency: &str, day: &str) -> Result<Option<Leg>, Failure> {
+    if currency == fx::BASE {
+        return Ok(Some(Leg::Eur));
+    }
+    let Some((rate, date)) = store::rates::on_or_before(conn, currency, day)? else {
+        return Ok(None);
+    };
+    let per_eur =
+        fx::decimal(&rate).map_err(|e| Failure::Item(format!("stored {currency} rate {e}")))?;
+    let date = fx::parse_day(&date).map_err(|_| {
+        Failure::Item(format!(
+            "stored {currency} rate date {date:?} is not a date"
+        ))
+    })?;
+    Ok(Some(Leg::Quoted { per_eur, date }))
+}

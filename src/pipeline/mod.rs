@@ -1,0 +1,298 @@
+//! The background pipeline (docs/decisions.md §5): drains the outbox after the 202 — attribution,
+//! then currency conversion — at least once, every step idempotent. It never sees a request.
+//!
+//! One thread. It reads with its own connection and writes through the request writer: items are
+//! handled in chunks of as many as are decided within [`CHUNK_BUDGET`] (one read transaction),
+//! and each chunk goes to the writer as one job, committed with whatever requests share its batch
+//! — no transaction, fsync or write lock of its own. Inside the job each item has a savepoint that
+//! claims the item again (still due, same number of tries), stores the result and deletes (or
+//! parks) the outbox row: a crash before the commit leaves the items due, a crash after leaves
+//! them done, so nothing is lost or counted twice. A failing item is rescheduled with
+//! exponential backoff and jitter and, after [`MAX_ATTEMPTS`] tries, dead-lettered (conversion
+//! `failed`, last error kept); it never holds up the items behind it, and a slow one is interrupted
+//! after [`ITEM_DEADLINE`]. A conversion whose rates are missing is parked as `fx_pending`; `convapi
+//! rates import` makes parked items due again, and the worker notices within [`POLL`]. A conversion
+//! without a value needs no rate: it is processed with no reporting value.
+//!
+//! Tests drive [`drain_once`] in-process against the database file of a server started with
+//! `--pipeline off`; without a writer, each chunk is written in a transaction of the pipeline's own
+//! connection instead ([`store::write_tx`]).
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use crate::metrics::Metrics;
+use crate::store::pipeline::Item;
+use crate::store::{self, StoreError};
+use crate::writer::{WriteError, Writer};
+
+mod apply;
+mod decide;
+
+pub use apply::backoff_ms;
+use apply::{apply, Applied};
+use decide::decide_chunk;
+
+/// Failed tries after which an item is dead-lettered.
+pub const MAX_ATTEMPTS: i64 = 10;
+/// The delay after the first failure; it doubles with each further one.
+pub const BACKOFF_BASE_MS: i64 = 1_000;
+/// The longest delay between two tries.
+pub const BACKOFF_CAP_MS: i64 = 15 * 60 * 1_000;
+/// The longest the worker sleeps without looking at the outbox: rates imported by another
+/// process make parked items due, and nothing else would wake the worker for them.
+pub const POLL: Duration = Duration::from_secs(1);
+/// Longest time one item may take before it is interrupted and counted as a failed try.
+pub const ITEM_DEADLINE: Duration = Duration::from_secs(10);
+/// Longest a chunk waits for queued requests to be written first (see
+/// [`Writer::yield_to_queued`]): under a burst the pipeline slows to about one chunk per this
+/// interval, and catches up afterwards.
+pub const MAX_YIELD: Duration = Duration::from_millis(20);
+/// Items are decided and written in chunks: as many items as are decided within this time go to
+/// the writer as one job (see [`drain`]). It bounds how long one job holds up the request writer.
+pub const CHUNK_BUDGET: Duration = Duration::from_millis(2);
+
+/// How one drain pass runs.
+#[derive(Clone)]
+pub struct Options {
+    /// Items read from the outbox per query.
+    pub batch: usize,
+    /// See [`ITEM_DEADLINE`].
+    pub item_deadline: Duration,
+    /// Where results are written. `Some` in `serve`: each chunk becomes one job of the request
+    /// writer, committed with the requests of its batch (no transaction or fsync of its own).
+    /// `None`: one [`store::write_tx`] transaction per chunk on the pipeline's own connection
+    /// (tests, and any caller without a writer).
+    pub writer: Option<Writer>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            batch: 64,
+            item_deadline: ITEM_DEADLINE,
+            writer: None,
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainStats {
+    /// Items finished: attribution and currency stored, outbox row deleted.
+    pub processed: usize,
+    /// Items parked as `fx_pending` (attribution stored, no rate yet).
+    pub fx_pending: usize,
+    /// Items that failed and were rescheduled.
+    pub retried: usize,
+    /// Items that failed for the last time.
+    pub dead_lettered: usize,
+}
+
+/// Handles every item due at `now_ms`, each once, in order of due time. Items that fail are
+/// rescheduled after `now_ms`, so they wait for a later pass. The hook tests use.
+pub fn drain_once(conn: &Connection, metrics: &Metrics, now_ms: i64) -> store::Result<DrainStats> {
+    drain(conn, metrics, now_ms, &Options::default(), &|| false)
+}
+
+/// [`drain_once`] with options, stopping early (between chunks) when `stop` says so.
+/// Returns `Err(Busy)` when the database stays locked or the writer refuses work; what was
+/// committed before stays done.
+///
+/// Each chunk is decided first — attribution and currency for as many items as fit in
+/// [`CHUNK_BUDGET`], read in one read transaction of the pipeline's connection — and then written
+/// in one go by [`apply`], which re-checks every item inside the write transaction, so an item
+/// that changed in between is left alone.
+pub fn drain(
+    conn: &Connection,
+    metrics: &Metrics,
+    now_ms: i64,
+    opts: &Options,
+    stop: &dyn Fn() -> bool,
+) -> store::Result<DrainStats> {
+    let mut stats = DrainStats::default();
+    let mut seen = HashSet::new();
+    loop {
+        let items = store::pipeline::due(conn, now_ms, opts.batch.max(1))?;
+        // An item still due after its turn (its failure could not be recorded, or rates arrived
+        // while it was being parked) is not taken again in this pass: the pass always ends.
+        let fresh: Vec<Item> = items.into_iter().filter(|i| seen.insert(i.id)).collect();
+        if fresh.is_empty() {
+            return Ok(stats);
+        }
+        let mut fresh = fresh.into_iter().peekable();
+        while fresh.peek().is_some() {
+            if stop() {
+                return Ok(stats);
+            }
+            if let Some(w) = &opts.writer {
+                w.yield_to_queued(MAX_YIELD);
+            }
+            let decided = decide_chunk(conn, &mut fresh, opts)?;
+            let applied = match &opts.writer {
+                Some(w) => w
+                    .submit(move |c| apply(c, decided, now_ms))
+                    .map_err(|e| match e {
+                        WriteError::Unavailable(m) => {
+                            log::debug!("pipeline: writer unavailable: {m}");
+                            StoreError::Busy
+                        }
+                        WriteError::Failed(e) => e,
+                    })?,
+                None => store::write_tx(conn, |c| apply(c, decided, now_ms))?,
+            };
+            // Counted and logged once committed.
+            for a in applied {
+                match a {
+                    Applied::Processed => {
+                        stats.processed += 1;
+                        metrics.inc_processed();
+                    }
+                    Applied::FxPending => stats.fx_pending += 1,
+                    Applied::Again | Applied::Gone => {}
+                    Applied::Retried {
+                        conversion_id,
+                        attempts,
+                        error,
+                    } => {
+                        stats.retried += 1;
+                        log::warn!(
+                            "pipeline: conversion {conversion_id} failed (try {attempts} of {MAX_ATTEMPTS}): {error}"
+                        );
+                    }
+                    Applied::DeadLettered {
+                        conversion_id,
+                        attempts,
+                        error,
+                    } => {
+                        stats.dead_lettered += 1;
+                        metrics.inc_dead_lettered();
+                        log::error!(
+                            "pipeline: conversion {conversion_id} dead-lettered after {attempts} tries: {error}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    woken: bool,
+    stopped: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    cv: Condvar,
+    /// Set by the first wake since the worker last looked: later wakes (one per accepted request)
+    /// cost one atomic swap instead of a lock and a futex call.
+    wake_pending: AtomicBool,
+    /// Mirrors `state.stopped` for the drain loop's check between items, without the lock.
+    stopping: AtomicBool,
+}
+
+/// Wakes the worker when work is committed; stops it at shutdown. Cheap to clone.
+#[derive(Clone)]
+pub struct Waker(Option<Arc<Shared>>);
+
+impl Waker {
+    /// A waker with no worker behind it (the pipeline is switched off).
+    pub fn disabled() -> Waker {
+        Waker(None)
+    }
+
+    pub fn wake(&self) {
+        if let Some(s) = &self.0 {
+            if s.wake_pending.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            s.state.lock().unwrap_or_else(|p| p.into_inner()).woken = true;
+            s.cv.notify_one();
+        }
+    }
+
+    /// Asks the worker to stop after the item in hand.
+    pub fn stop(&self) {
+        if let Some(s) = &self.0 {
+            s.stopping.store(true, Ordering::SeqCst);
+            s.state.lock().unwrap_or_else(|p| p.into_inner()).stopped = true;
+            s.cv.notify_one();
+        }
+    }
+}
+
+/// Opens the worker's own connection (for its reads) and starts its thread; results are written
+/// through `writer`.
+pub fn spawn(
+    db: &Path,
+    metrics: Metrics,
+    writer: Writer,
+) -> store::Result<(Waker, JoinHandle<()>)> {
+    let conn = store::open(db)?;
+    let shared = Arc::new(Shared::default());
+    let s = shared.clone();
+    let handle = std::thread::Builder::new()
+        .name("pipeline".into())
+        .spawn(move || run(conn, &metrics, &s, writer))
+        .map_err(|e| StoreError::Other(e.to_string()))?;
+    Ok((Waker(Some(shared)), handle))
+}
+
+fn run(conn: Connection, metrics: &Metrics, s: &Shared, writer: Writer) {
+    let opts = Options {
+        writer: Some(writer),
+        ..Options::default()
+    };
+    let stop = || s.stopping.load(Ordering::SeqCst);
+    loop {
+        {
+            let mut st = s.state.lock().unwrap_or_else(|p| p.into_inner());
+            if st.stopped {
+                break;
+            }
+            // Cleared before the pass: a wake during the pass triggers another one.
+            st.woken = false;
+            s.wake_pending.store(false, Ordering::Release);
+        }
+        let now = store::now_ms();
+        let wait = match drain(&conn, metrics, now, &opts, &stop) {
+            Ok(stats) => {
+                if stats != DrainStats::default() {
+                    log::debug!("pipeline: {stats:?}");
+                }
+                match store::pipeline::next_due(&conn) {
+                    Ok(Some(due)) => {
+                        let ms = due.saturating_sub(store::now_ms()).max(0) as u64;
+                        Duration::from_millis(ms).min(POLL)
+                    }
+                    Ok(None) => POLL,
+                    Err(e) => {
+                        log::warn!("pipeline: cannot read the outbox: {e}");
+                        POLL
+                    }
+                }
+            }
+            Err(e) => {
+                log::warn!("pipeline: pass interrupted, retrying: {e}");
+                POLL
+            }
+        };
+        if wait.is_zero() {
+            continue;
+        }
+        let st = s.state.lock().unwrap_or_else(|p| p.into_inner());
+        let _ =
+            s.cv.wait_timeout_while(st, wait, |st| !st.woken && !st.stopped)
+                .unwrap_or_else(|p| p.into_inner());
+    }
+    log::debug!("pipeline stopped");
+}
