@@ -151,9 +151,10 @@ impl ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Busy | StoreError::Full => ApiError::QueueUnavailable(e.to_string()),
-            other => ApiError::Internal(other.to_string()),
+        if e.is_transient() {
+            ApiError::QueueUnavailable(e.to_string())
+        } else {
+            ApiError::Internal(e.to_string())
         }
     }
 }

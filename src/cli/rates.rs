@@ -39,22 +39,19 @@ pub(super) fn import(db: &Path, a: ImportArgs) -> CliResult {
             file.display()
         ));
     }
-    let mut conn = open(db)?;
-    let tx = conn
-        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-        .map_err(|e| store::StoreError::from(e).to_string())?;
-    for r in &rates {
-        store::rates::upsert(
-            &tx,
-            &r.currency,
-            &r.date.format("%Y-%m-%d").to_string(),
-            &r.rate.to_string(),
-        )
-        .map_err(|e| e.to_string())?;
-    }
-    let released = store::pipeline::unpark(&tx, store::now_ms()).map_err(|e| e.to_string())?;
-    tx.commit()
-        .map_err(|e| store::StoreError::from(e).to_string())?;
+    let conn = open(db)?;
+    let released = store::write_tx(&conn, |tx| {
+        for r in &rates {
+            store::rates::upsert(
+                tx,
+                &r.currency,
+                &crate::fx::format_day(r.date),
+                &r.rate.to_string(),
+            )?;
+        }
+        store::pipeline::unpark(tx, store::now_ms())
+    })
+    .map_err(|e| e.to_string())?;
     let (first, last) = (
         rates.iter().map(|r| r.date).min(),
         rates.iter().map(|r| r.date).max(),

@@ -24,8 +24,7 @@ pub(super) struct ReportArgs {
 }
 
 fn parse_day(s: &str) -> Result<chrono::NaiveDate, String> {
-    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
-        .map_err(|_| format!("{s:?} is not a date like 2026-11-20"))
+    crate::fx::parse_day(s).map_err(|_| format!("{s:?} is not a date like 2026-11-20"))
 }
 
 pub(super) fn report(db: &Path, a: ReportArgs) -> CliResult {

@@ -123,33 +123,28 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
         check_currency(currency)?;
     }
     let domain = a.domain.as_deref().map(normalise_domain).transpose()?;
-    let mut conn = open(db)?;
-    let tx = conn
-        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-        .map_err(|e| store::StoreError::from(e).to_string())?;
-    let site = site_by_id(&tx, &a.site_id)?;
-    if let Some(currency) = &a.currency {
-        let other = store::sites::other_reporting_currency(&tx, &site.id, currency)
-            .map_err(|e| e.to_string())?;
-        if let Some(other) = other {
-            return Err(format!(
+    let conn = open(db)?;
+    let site = store::write_tx(&conn, |tx| {
+        let site = site_by_id(tx, &a.site_id)?;
+        if let Some(currency) = &a.currency {
+            let other = store::sites::other_reporting_currency(tx, &site.id, currency)?;
+            if let Some(other) = other {
+                return Err(format!(
                 "site {} has conversions converted to {other} already: its reporting currency cannot change",
                 site.id
             ));
+            }
         }
-    }
-    let changes = SiteChanges {
-        name,
-        domain: domain.as_deref(),
-        currency: a.currency.as_deref(),
-        window_days: a.window_days,
-        model: a.model.as_deref(),
-    };
-    let site = store::sites::update(&tx, &site.id, &changes)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no site with id {}", a.site_id))?;
-    tx.commit()
-        .map_err(|e| store::StoreError::from(e).to_string())?;
+        let changes = SiteChanges {
+            name,
+            domain: domain.as_deref(),
+            currency: a.currency.as_deref(),
+            window_days: a.window_days,
+            model: a.model.as_deref(),
+        };
+        store::sites::update(tx, &site.id, &changes)?
+            .ok_or_else(|| format!("no site with id {}", a.site_id))
+    })?;
     print(a.json, &site, || describe("updated", &site))
 }
 
