@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark of issue 6: convapi's write path against a no-op server, side by side, in one run.
+# The write-path benchmark (targets in BENCHMARKS.md): convapi's write path against a no-op server, side by side, in one run.
 #
 #   scripts/bench.sh [--quick] [--runs N] [--duration SECONDS] [--strict] [--keep] [--no-install]
 #                    [--out FILE]   (also writes the summary, as markdown, to FILE)
@@ -22,7 +22,7 @@
 #   7. correctness checks with sqlite3 after every convapi run: #conversions == #202s the server
 #      sent (its own counter) with distinct orderIds, within the 202s wrk saw and the requests it
 #      sent; one row per order in the duplicate-heavy run. A failed check exits 1, loudly.
-# It prints a table of medians and the acceptance lines of issue 6 (PASS/MISS). Performance misses
+# It prints a table of medians and the targets of BENCHMARKS.md (PASS/MISS). Performance misses
 # exit 0 unless --strict; errors, non-2xx answers and correctness failures always exit 1.
 #
 # Needs: cargo, curl, python3 (on every machine of this project); wrk and sqlite3 (Debian packages,

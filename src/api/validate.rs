@@ -1,4 +1,4 @@
-//! Parsing and field rules shared by the conversions endpoint and pixel purchases (CONTRACT §3).
+//! Parsing and field rules shared by the conversions endpoint and pixel purchases (docs/decisions.md §3).
 
 use serde_json::{Map, Value};
 
