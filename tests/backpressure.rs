@@ -5,11 +5,9 @@
 //! Also here: `/metrics` counts what happened (requests by route and status, latency histogram,
 //! accepted, deduplicated, 422, 503, outbox depth, dead letters).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const VISITOR: &str = "v-bp";

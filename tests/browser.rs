@@ -10,8 +10,6 @@
 //! without having run. `CONVAPI_CHROMIUM` overrides the browser path; `CONVAPI_BROWSER_SCREENSHOT`
 //! (a `.png` path) saves a screenshot of the shop page, for looking at by hand.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -21,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::TestApp;
+use crate::common::TestApp;
 use serde_json::{json, Value};
 
 /// How long the browser and the server get for anything to happen. Bounded polling, not sleeping.

@@ -4,9 +4,7 @@
 //! and 404/405 routing. Session resolution lives in `sessions.rs`, deduplication in
 //! `idempotency.rs`, key storage in `keys.rs`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Map, Value};
 
 const JSON: &str = "application/json";

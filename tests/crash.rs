@@ -2,13 +2,10 @@
 //! on killed again and again while it drains, then restarted; every conversion ends processed
 //! exactly once and the report counts each once with the exact revenue.
 
-mod common;
-mod pipeline_support;
-
 use std::time::{Duration, Instant};
 
-use common::*;
-use pipeline_support::*;
+use crate::common::pipeline_support::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const BATCHES: i64 = 10;

@@ -7,11 +7,8 @@
 //! 11-16 (Mon); USD 1.04 / 1.05 / 1.06, GBP 0.87 / 0.875 / 0.88, JPY 161.5 / 162 / 163.1,
 //! ISK 150.5 / N/A / 151.2 per EUR. Every expected amount below is worked out from those by hand.
 
-mod common;
-mod pipeline_support;
-
-use common::*;
-use pipeline_support::*;
+use crate::common::pipeline_support::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const FRIDAY_3PM: &str = "2026-11-13T15:00:00Z";

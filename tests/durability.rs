@@ -6,12 +6,10 @@
 //! Bounded: each sender stops after a fixed number of requests, at a deadline, or at the first
 //! transport error (the kill); the whole test takes seconds.
 
-mod common;
-
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 const SENDERS: usize = 8;

@@ -8,14 +8,12 @@
 //! pipeline deletes a row in the transaction that stores its result). Bounded: each cycle kills
 //! after a few acknowledgements or at a deadline, senders stop at the first transport error.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 const CYCLES: usize = 20;

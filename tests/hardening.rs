@@ -1,6 +1,7 @@
 //! Hardening around tiny_http 0.12 (issue 5, acceptance 1; docs/hardening.md): each test pins one
 //! gap of a plain tiny_http server and fails on one. Run the file against another build with
-//! `CONVAPI_TEST_SERVER_BIN=/path/to/convapi cargo test --test hardening` to see which gaps it has.
+//! `CONVAPI_TEST_SERVER_BIN=/path/to/convapi cargo test --test integration hardening::` to see
+//! which gaps it has.
 //!
 //! - silent, half-sent and idle keep-alive connections are closed within the idle timeout, and a
 //!   slow body does not pin the worker that reads it;
@@ -15,13 +16,11 @@
 //!
 //! Waits are bounded loops over a deadline; timing assertions are generous (the machine is shared).
 
-mod common;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 /// The idle timeout the tests configure (seconds).

@@ -6,11 +6,9 @@
 //! The servers here run with `--pipeline off`, so each conversion's outbox row stays put and can be
 //! counted exactly.
 
-mod common;
-
 use std::sync::{Arc, Barrier};
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn app() -> TestApp {

@@ -4,9 +4,7 @@
 //! every `--json` output is exactly one JSON value, and exit statuses are 0 / 2 / 1 with the error
 //! on stderr.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 

@@ -6,15 +6,12 @@
 //! Most tests run the server with `--pipeline off` and call `convapi::pipeline::drain_once` on its
 //! database file, so every step is deterministic; the clock of a pass is a parameter.
 
-mod common;
-mod pipeline_support;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::pipeline_support::*;
+use crate::common::*;
 use convapi::metrics::Metrics;
 use convapi::pipeline::{self, DrainStats, Options};
-use pipeline_support::*;
 use serde_json::{json, Value};
 
 /// One pageview with `url` and `referrer` on the site with `tracker`; returns its session.

@@ -7,9 +7,7 @@
 //! - tenant isolation on both endpoints (POST report and GET status);
 //! - revoked keys and malformed `Authorization` headers get 401.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
