@@ -1,7 +1,8 @@
-//! Durability (CONTRACT §3: "a 202 that does not survive `kill -9` of the server one instant later
-//! is a bug"): concurrent senders get conversions acknowledged, the server is killed with SIGKILL
-//! while they are still sending, restarted on the same file, and every acknowledged `eventId` must
-//! be there, with its outbox work, and the file must pass `PRAGMA integrity_check`.
+//! Durability (docs/decisions.md §3 and §7: a 202 that does not survive `kill -9` of the server
+//! one instant later is a bug): concurrent senders get conversions acknowledged, the server is
+//! killed with SIGKILL while they are still sending, restarted on the same file, and every
+//! acknowledged `eventId` must be there, with its outbox work, and the file must pass
+//! `PRAGMA integrity_check`.
 //!
 //! Bounded: each sender stops after a fixed number of requests, at a deadline, or at the first
 //! transport error (the kill); the whole test takes seconds.

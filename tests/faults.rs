@@ -1,4 +1,4 @@
-//! Crash faults (issue 5, acceptance 2): 20 cycles of `kill -9` under concurrent load, on one
+//! Crash faults (docs/decisions.md §7): 20 cycles of `kill -9` under concurrent load, on one
 //! database file. Afterwards every acknowledged conversion is there exactly once with the
 //! `eventId` it was acknowledged with, every conversion has exactly one outbox row unless the
 //! pipeline finished it (then none, and its status says so), repeats of acknowledged orders keep

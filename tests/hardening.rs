@@ -1,4 +1,4 @@
-//! Hardening around tiny_http 0.12 (issue 5, acceptance 1; docs/hardening.md): each test pins one
+//! Hardening around tiny_http 0.12 (docs/decisions.md §8; docs/hardening.md): each test pins one
 //! gap of a plain tiny_http server and fails on one. Run the file against another build with
 //! `CONVAPI_TEST_SERVER_BIN=/path/to/convapi cargo test --test integration hardening::` to see
 //! which gaps it has.
@@ -480,7 +480,8 @@ fn hundreds_of_huge_declared_lengths_leave_nothing_behind_and_the_server_keeps_s
 #[test]
 fn request_heads_over_the_limit_get_431() {
     let mut app = app_with(&[]);
-    // Over 16 KiB: parsed by tiny_http, refused by us with the contract's body.
+    // Over 16 KiB: parsed by tiny_http, refused by us with the usual JSON error body
+    // (docs/decisions.md §2).
     let req = format!(
         "GET /healthz HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
         "a".repeat(20_000)

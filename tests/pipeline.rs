@@ -1,5 +1,5 @@
-//! The pipeline after the 202 (CONTRACT §5): each attribution model, each channel rule, the
-//! person across devices, the window edge, the status view before and after, idempotent passes,
+//! The pipeline after the 202 (docs/decisions.md §5): each attribution model, each channel rule,
+//! the person across devices, the window edge, the status view before and after, idempotent passes,
 //! failure handling (backoff, dead letters, a slow item) and the worker inside a running server.
 //! Currency lives in `currency.rs`, the report in `report.rs`, kill -9 mid-drain in `crash.rs`.
 //!
