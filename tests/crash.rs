@@ -18,6 +18,7 @@ fn outbox(app: &TestApp) -> i64 {
 
 #[test]
 fn kill_9_mid_drain_loses_nothing_and_counts_nothing_twice() {
+    let _load = heavy_load();
     // Load the queue with the pipeline off, so that the drain starts only once it is full.
     let mut app = manual().start();
     import_rates(&app, &fixture("eurofxref-hist-sample.csv"));

@@ -159,6 +159,7 @@ fn verify(app: &TestApp, session: &str, acked: &[(String, String)]) {
 
 #[test]
 fn every_acknowledged_conversion_survives_kill_9() {
+    let _load = heavy_load();
     let mut app = TestApp::start();
     let session = app.pageview("v-load", "https://shop.example/", now_ms() - HOUR);
     let mut acked = Vec::new();

@@ -110,6 +110,7 @@ fn cycle(app: &mut TestApp, n: usize, known: &HashMap<String, String>) -> (Acks,
 
 #[test]
 fn twenty_kill_9_cycles_under_load_lose_and_duplicate_nothing() {
+    let _load = heavy_load();
     let started = Instant::now();
     let mut app = TestApp::builder()
         .serve_args(&["--pipeline", "off"])

@@ -7,7 +7,8 @@
 //! - `client.rs`: HTTP exchanges ([`Resp`]) and shorthands for the API's routes;
 //! - `pixel.rs`: batches to `POST /api/collect`, as the browser pixel sends them;
 //! - `assert.rs`: assertions on answers (status, error code, field, a 202 acceptance);
-//! - `values.rs`: times in epoch ms and RFC 3339, unique names.
+//! - `values.rs`: times in epoch ms and RFC 3339, unique names;
+//! - `load.rs`: keeps the few heavy load tests apart from the timing-sensitive ones.
 //!
 //! Two reach behind it, on purpose:
 //! - `sql.rs` opens the server's database file with plain rusqlite (not the library) to check what
@@ -30,6 +31,7 @@ mod app;
 mod assert;
 mod cli;
 mod client;
+mod load;
 pub mod pipeline_support;
 mod pixel;
 mod sql;
@@ -39,4 +41,5 @@ pub use app::*;
 pub use assert::*;
 pub use cli::*;
 pub use client::*;
+pub use load::*;
 pub use values::*;
