@@ -1,15 +1,13 @@
-//! Backpressure (issue 5, acceptance 3; CONTRACT §3 row 9): when the write path cannot take a
+//! Backpressure (docs/decisions.md §3, check 9): when the write path cannot take a
 //! conversion — disk full, database busy past its timeout, outbox backlog over its limit, writer
 //! queue full — the answer is 503 `QUEUE_UNAVAILABLE` with `Retry-After`, never a 500 or a hang;
 //! nothing acknowledged is lost, and the server serves normally once the cause is gone.
 //! Also here: `/metrics` counts what happened (requests by route and status, latency histogram,
 //! accepted, deduplicated, 422, 503, outbox depth, dead letters).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const VISITOR: &str = "v-bp";

@@ -1,16 +1,14 @@
-//! End to end in a real browser (issue 4, acceptance 1): headless Chromium loads a shop page served
-//! from a second origin on 127.0.0.1 (so CORS is real), with the snippet of CONTRACT §4 pointing at a
-//! real `convapi serve`. The page calls `identify` before the pixel loads, lands with UTM parameters,
-//! tracks a purchase and is left; the backend then reports the same order. Checked: the `_svc_vid`
-//! cookie, the session row (landing URL, UTM fields, clientId), the backend's 202 with that session,
-//! and one conversion with sources `["pixel", "api"]`.
+//! End to end in a real browser (docs/decisions.md §4): headless Chromium loads a shop page served
+//! from a second origin on 127.0.0.1 (so CORS is real), with the snippet of docs/decisions.md §4
+//! pointing at a real `convapi serve`. The page calls `identify` before the pixel loads, lands with
+//! UTM parameters, tracks a purchase and is left; the backend then reports the same order. Checked:
+//! the `_svc_vid` cookie, the session row (landing URL, UTM fields, clientId), the backend's 202
+//! with that session, and one conversion with sources `["pixel", "api"]`.
 //!
 //! Chromium is driven over the Chrome DevTools Protocol with a small sync websocket client
 //! (`tungstenite`). Without a browser this test fails loudly, in CI and outside it: it never passes
 //! without having run. `CONVAPI_CHROMIUM` overrides the browser path; `CONVAPI_BROWSER_SCREENSHOT`
 //! (a `.png` path) saves a screenshot of the shop page, for looking at by hand.
-
-mod common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -21,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::TestApp;
+use crate::common::TestApp;
 use serde_json::{json, Value};
 
 /// How long the browser and the server get for anything to happen. Bounded polling, not sleeping.
@@ -346,7 +344,8 @@ impl Shop {
 }
 
 /// The merchant's page: its own early script queues `identify` on the stub (before `init`, before
-/// the async pixel can have loaded), then CONTRACT §4's snippet exactly as pasted, then a buy button.
+/// the async pixel can have loaded), then the snippet of docs/decisions.md §4 exactly as pasted,
+/// then a buy button.
 fn shop_page(convapi: &str, tracker_id: &str) -> String {
     format!(
         r#"<!doctype html>

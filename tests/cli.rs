@@ -4,9 +4,7 @@
 //! with a non-ISO currency refused, counts in the singular and plural, `tenant list` and
 //! `site update`. Exit statuses: 0 ok, 2 usage error, 1 anything else, with one line on stderr.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// Asserts a failure: `code`, nothing on stdout, one line on stderr containing every needle.
 #[track_caller]

@@ -1,12 +1,10 @@
-//! `POST /api/sites/{siteId}/conversions` through the front door: every row of CONTRACT §3's
-//! table (status and code, and the order in which the checks answer), every field rule with the
-//! `field` it names, what `null`/unknown fields/charset do, the order status endpoint's auth rules,
-//! and 404/405 routing. Session resolution lives in `sessions.rs`, deduplication in
-//! `idempotency.rs`, key storage in `keys.rs`.
+//! `POST /api/sites/{siteId}/conversions` through the front door: every row of the checks table of
+//! docs/decisions.md §3 (status and code, and the order in which the checks answer), every field
+//! rule with the `field` it names, what `null`/unknown fields/charset do, the order status
+//! endpoint's auth rules, and 404/405 routing. Session resolution lives in `sessions.rs`,
+//! deduplication in `idempotency.rs`, key storage in `keys.rs`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Map, Value};
 
 const JSON: &str = "application/json";
@@ -463,7 +461,7 @@ fn every_row_of_the_contract_table_answers_its_status_and_code_in_order() {
     // None of the refused requests wrote a conversion.
     assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", []), 0);
 
-    // The success row: 202 with exactly the seed's body, and it is stored.
+    // The success row: 202 with exactly the body of docs/decisions.md §3, and it is stored.
     let r = app.post_conversion_raw(
         &[("Authorization", &bearer(&key)), ("Content-Type", JSON)],
         &site,
@@ -500,8 +498,8 @@ fn a_body_of_exactly_64_kib_is_accepted() {
 
 #[test]
 fn a_value_beyond_the_range_of_a_float_is_a_validation_error_on_value() {
-    // Valid JSON numbers that are not finite as doubles: CONTRACT §3 asks for a finite number, so
-    // these are field errors (400 VALIDATION_ERROR on `value`), not unreadable JSON.
+    // Valid JSON numbers that are not finite as doubles: docs/decisions.md §3 asks for a finite
+    // number, so these are field errors (400 VALIDATION_ERROR on `value`), not unreadable JSON.
     let app = TestApp::start();
     known_visitor(&app);
     let post = |number: &str| {
@@ -1030,7 +1028,8 @@ fn a_busy_database_answers_503_with_retry_after_and_nothing_is_half_written() {
     app.post_conversion(&valid()).accepted();
 
     // Hold SQLite's write lock from outside the server: its writer waits its busy timeout, then
-    // gives up. Reads still work (WAL), so checks 1 to 8 are answered as usual meanwhile.
+    // gives up. Reads still work (WAL), so checks 1 to 8 (docs/decisions.md §3) are answered as
+    // usual meanwhile.
     let lock = app.sqlite();
     lock.execute_batch("BEGIN IMMEDIATE").unwrap();
     expect_error(

@@ -2,17 +2,15 @@
 //! on killed again and again while it drains, then restarted; every conversion ends processed
 //! exactly once and the report counts each once with the exact revenue.
 
-mod common;
-mod pipeline_support;
-
 use std::time::{Duration, Instant};
 
-use common::*;
-use pipeline_support::*;
+use crate::common::pipeline_support::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
-const BATCHES: i64 = 10;
-const PER_BATCH: i64 = 100;
+// A pixel batch carries at most 10 purchases.
+const BATCHES: i64 = 100;
+const PER_BATCH: i64 = 10;
 const N: i64 = BATCHES * PER_BATCH;
 
 fn outbox(app: &TestApp) -> i64 {
@@ -21,8 +19,10 @@ fn outbox(app: &TestApp) -> i64 {
 
 #[test]
 fn kill_9_mid_drain_loses_nothing_and_counts_nothing_twice() {
+    let _load = heavy_load();
     // Load the queue with the pipeline off, so that the drain starts only once it is full.
-    let mut app = manual().start();
+    // The pixel's per-address rate limit is off while it is loaded from this one address.
+    let mut app = manual().serve_args(&["--pixel-rate", "0"]).start();
     import_rates(&app, &fixture("eurofxref-hist-sample.csv"));
     let now = now_ms();
     app.pageview(

@@ -1,17 +1,15 @@
-//! Currency conversion (CONTRACT §5, step 2) through the front door: `convapi rates import` with
-//! both ECB layouts, conversion into the site currency with the day's rate or the latest earlier
-//! one (weekends, a currency missing that day), crossing through EUR, rounding to minor units,
-//! `fx_pending` until rates arrive (in-process and in a running server), and exact report sums.
+//! Currency conversion (docs/decisions.md §5, step 2) through the front door: `convapi rates
+//! import` with both ECB layouts, conversion into the site currency with the day's rate or the
+//! latest earlier one (weekends, a currency missing that day), crossing through EUR, rounding to
+//! minor units, `fx_pending` until rates arrive (in-process and in a running server), and exact
+//! report sums.
 //!
 //! Rates come from `tests/data/eurofxref-hist-sample.csv`: 2026-11-12 (Thu), 11-13 (Fri),
 //! 11-16 (Mon); USD 1.04 / 1.05 / 1.06, GBP 0.87 / 0.875 / 0.88, JPY 161.5 / 162 / 163.1,
 //! ISK 150.5 / N/A / 151.2 per EUR. Every expected amount below is worked out from those by hand.
 
-mod common;
-mod pipeline_support;
-
-use common::*;
-use pipeline_support::*;
+use crate::common::pipeline_support::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const FRIDAY_3PM: &str = "2026-11-13T15:00:00Z";

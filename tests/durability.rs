@@ -1,17 +1,16 @@
-//! Durability (CONTRACT §3: "a 202 that does not survive `kill -9` of the server one instant later
-//! is a bug"): concurrent senders get conversions acknowledged, the server is killed with SIGKILL
-//! while they are still sending, restarted on the same file, and every acknowledged `eventId` must
-//! be there, with its outbox work, and the file must pass `PRAGMA integrity_check`.
+//! Durability (docs/decisions.md §3 and §7: a 202 that does not survive `kill -9` of the server
+//! one instant later is a bug): concurrent senders get conversions acknowledged, the server is
+//! killed with SIGKILL while they are still sending, restarted on the same file, and every
+//! acknowledged `eventId` must be there, with its outbox work, and the file must pass
+//! `PRAGMA integrity_check`.
 //!
 //! Bounded: each sender stops after a fixed number of requests, at a deadline, or at the first
 //! transport error (the kill); the whole test takes seconds.
 
-mod common;
-
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 const SENDERS: usize = 8;
@@ -160,6 +159,7 @@ fn verify(app: &TestApp, session: &str, acked: &[(String, String)]) {
 
 #[test]
 fn every_acknowledged_conversion_survives_kill_9() {
+    let _load = heavy_load();
     let mut app = TestApp::start();
     let session = app.pageview("v-load", "https://shop.example/", now_ms() - HOUR);
     let mut acked = Vec::new();

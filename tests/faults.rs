@@ -1,4 +1,4 @@
-//! Crash faults (issue 5, acceptance 2): 20 cycles of `kill -9` under concurrent load, on one
+//! Crash faults (docs/decisions.md §7): 20 cycles of `kill -9` under concurrent load, on one
 //! database file. Afterwards every acknowledged conversion is there exactly once with the
 //! `eventId` it was acknowledged with, every conversion has exactly one outbox row unless the
 //! pipeline finished it (then none, and its status says so), repeats of acknowledged orders keep
@@ -8,14 +8,12 @@
 //! pipeline deletes a row in the transaction that stores its result). Bounded: each cycle kills
 //! after a few acknowledgements or at a deadline, senders stop at the first transport error.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 const CYCLES: usize = 20;
@@ -112,6 +110,7 @@ fn cycle(app: &mut TestApp, n: usize, known: &HashMap<String, String>) -> (Acks,
 
 #[test]
 fn twenty_kill_9_cycles_under_load_lose_and_duplicate_nothing() {
+    let _load = heavy_load();
     let started = Instant::now();
     let mut app = TestApp::builder()
         .serve_args(&["--pipeline", "off"])

@@ -11,15 +11,13 @@
 //!
 //! Every wait is bounded: reads have a timeout, loops a deadline.
 
-mod common;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// How long a raw exchange may take before the connection counts as left open.
 const PATIENCE: Duration = Duration::from_secs(5);

@@ -1,6 +1,7 @@
-//! Hardening around tiny_http 0.12 (issue 5, acceptance 1; docs/hardening.md): each test pins one
+//! Hardening around tiny_http 0.12 (docs/decisions.md §8; docs/hardening.md): each test pins one
 //! gap of a plain tiny_http server and fails on one. Run the file against another build with
-//! `CONVAPI_TEST_SERVER_BIN=/path/to/convapi cargo test --test hardening` to see which gaps it has.
+//! `CONVAPI_TEST_SERVER_BIN=/path/to/convapi cargo test --test integration hardening::` to see
+//! which gaps it has.
 //!
 //! - silent, half-sent and idle keep-alive connections are closed within the idle timeout, and a
 //!   slow body does not pin the worker that reads it;
@@ -15,13 +16,11 @@
 //!
 //! Waits are bounded loops over a deadline; timing assertions are generous (the machine is shared).
 
-mod common;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 /// The idle timeout the tests configure (seconds).
@@ -155,6 +154,7 @@ fn wait_until<T: std::fmt::Debug>(
 
 #[test]
 fn a_silent_connection_is_closed_within_the_idle_timeout() {
+    let _timing = timing_sensitive();
     let app = app_with(&[]);
     let (raw, end, took) = exchange(&app.addr(), b"", PATIENCE);
     assert_eq!(end, End::Closed, "still open after {took:?}");
@@ -168,6 +168,7 @@ fn a_silent_connection_is_closed_within_the_idle_timeout() {
 
 #[test]
 fn half_a_request_head_is_closed_within_the_idle_timeout() {
+    let _timing = timing_sensitive();
     let app = app_with(&[]);
     let (_, end, took) = exchange(
         &app.addr(),
@@ -180,6 +181,7 @@ fn half_a_request_head_is_closed_within_the_idle_timeout() {
 
 #[test]
 fn a_head_trickled_byte_by_byte_is_still_bounded_in_total() {
+    let _timing = timing_sensitive();
     let app = app_with(&[]);
     let mut s = TcpStream::connect(app.addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_millis(200)))
@@ -213,6 +215,7 @@ fn a_head_trickled_byte_by_byte_is_still_bounded_in_total() {
 
 #[test]
 fn an_idle_keep_alive_connection_is_closed_after_its_last_answer() {
+    let _timing = timing_sensitive();
     let app = app_with(&[]);
     let mut s = TcpStream::connect(app.addr()).unwrap();
     s.set_read_timeout(Some(PATIENCE)).unwrap();
@@ -241,6 +244,7 @@ fn an_idle_keep_alive_connection_is_closed_after_its_last_answer() {
 
 #[test]
 fn a_slow_body_does_not_pin_the_only_worker() {
+    let _timing = timing_sensitive();
     // One worker: while it waits for a body that never comes, nothing else would be answered.
     let app = app_with(&[("CONVAPI_THREADS", "1")]);
     let head = format!(
@@ -270,6 +274,7 @@ fn a_slow_body_does_not_pin_the_only_worker() {
 
 #[test]
 fn a_burst_of_keep_alive_connections_is_served_promptly() {
+    let _timing = timing_sensitive();
     // tiny_http's pool loses wakeups when connections arrive together: some wait for a thread
     // until another connection ends, and the keep-alive connections held here never end by
     // themselves. 16 threads connect at once, 4 times, keeping every connection open.
@@ -310,6 +315,7 @@ fn a_burst_of_keep_alive_connections_is_served_promptly() {
 
 #[test]
 fn five_hundred_half_open_connections_neither_block_a_request_nor_grow_without_bound() {
+    let _timing = timing_sensitive();
     const MAX: usize = 64;
     let mut app = app_with(&[("CONVAPI_MAX_CONNECTIONS", "64")]);
     let pid = app.pid();
@@ -368,6 +374,7 @@ fn five_hundred_half_open_connections_neither_block_a_request_nor_grow_without_b
 
 #[test]
 fn a_body_over_the_limit_is_refused_without_reading_it() {
+    let _timing = timing_sensitive();
     let app = app_with(&[("CONVAPI_THREADS", "1")]);
     let head = |len: &str| {
         format!(
@@ -397,6 +404,7 @@ fn a_body_over_the_limit_is_refused_without_reading_it() {
 
 #[test]
 fn a_huge_declared_length_is_refused_and_the_server_survives() {
+    let _timing = timing_sensitive();
     // Upstream tiny_http allocated the unread rest of a body in one piece when a request was
     // dropped: this length aborted the whole process on any route (fixed in vendor/tiny_http).
     // A declared body over 16 MiB is refused on every route, even one that ignores its body.
@@ -434,6 +442,7 @@ fn a_huge_declared_length_is_refused_and_the_server_survives() {
 
 #[test]
 fn hundreds_of_huge_declared_lengths_leave_nothing_behind_and_the_server_keeps_serving() {
+    let _timing = timing_sensitive();
     // The old workaround for tiny_http's drain parked a thread and two descriptors per such request
     // and stopped the server (exit 1, to be restarted) after 256 of them. With the bounded drain in
     // vendor/tiny_http they are answered and dropped like any other request.
@@ -480,8 +489,10 @@ fn hundreds_of_huge_declared_lengths_leave_nothing_behind_and_the_server_keeps_s
 
 #[test]
 fn request_heads_over_the_limit_get_431() {
+    let _timing = timing_sensitive();
     let mut app = app_with(&[]);
-    // Over 16 KiB: parsed by tiny_http, refused by us with the contract's body.
+    // Over 16 KiB: parsed by tiny_http, refused by us with the usual JSON error body
+    // (docs/decisions.md §2).
     let req = format!(
         "GET /healthz HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
         "a".repeat(20_000)
@@ -518,6 +529,7 @@ fn request_heads_over_the_limit_get_431() {
 
 #[test]
 fn a_connection_that_sent_a_large_body_is_not_taken_for_an_oversized_head() {
+    let _timing = timing_sensitive();
     // Regression: the supervisor counted a fast request's 200 KB body against the next head of the
     // same keep-alive connection and cut it off with a 431.
     let app = app_with(&[]);
@@ -555,6 +567,7 @@ fn a_connection_that_sent_a_large_body_is_not_taken_for_an_oversized_head() {
 
 #[test]
 fn deep_json_is_a_400_not_a_stack_overflow() {
+    let _timing = timing_sensitive();
     let mut app = app_with(&[]);
     for depth in [33usize, 100_000] {
         let body = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
@@ -593,6 +606,7 @@ fn deep_json_is_a_400_not_a_stack_overflow() {
 
 #[test]
 fn after_running_out_of_descriptors_the_server_accepts_again_by_itself() {
+    let _timing = timing_sensitive();
     let mut app = app_with(&[("CONVAPI_THREADS", "2")]);
     let pid = app.pid();
     let addr = app.addr();

@@ -1,16 +1,14 @@
-//! Idempotency and deduplication (CONTRACT §3, §4): one conversion per (site, orderId) whichever
-//! source came first; a repeat answers the original `eventId` and `sessionId`; the other source is
-//! recorded on the existing row; concurrent sends of one order make one row. Checked three ways:
-//! the answers, the database file, and `GET .../conversions/{orderId}`'s `sources`.
+//! Idempotency and deduplication (docs/decisions.md §3, §4): one conversion per (site, orderId)
+//! whichever source came first; a repeat answers the original `eventId` and `sessionId`; the other
+//! source is recorded on the existing row; concurrent sends of one order make one row. Checked
+//! three ways: the answers, the database file, and `GET .../conversions/{orderId}`'s `sources`.
 //!
 //! The servers here run with `--pipeline off`, so each conversion's outbox row stays put and can be
 //! counted exactly.
 
-mod common;
-
 use std::sync::{Arc, Barrier};
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn app() -> TestApp {

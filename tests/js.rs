@@ -1,4 +1,4 @@
-//! The pixel's own tests (issue 4, acceptance 2 and 3), run by `cargo test`: `node --test tests/js/`
+//! The pixel's own tests (docs/decisions.md §4), run by `cargo test`: `node --test tests/js/`
 //! covers the queue and batching semantics of `assets/pixel.js` in a fake browser, and its size.
 //! Without Node this test fails loudly; it never passes without having run them.
 

@@ -1,12 +1,10 @@
-//! API keys and the command line (CONTRACT §1, §6): only the SHA-256 of a key reaches the disk
-//! (the database and its WAL are read byte by byte), revocation takes effect on the next request,
-//! a key works only on its own tenant's sites, `lastUsedAt` is kept (at most one write a minute),
-//! every `--json` output is exactly one JSON value, and exit statuses are 0 / 2 / 1 with the error
-//! on stderr.
+//! API keys and the command line (docs/decisions.md §1, §6): only the SHA-256 of a key reaches the
+//! disk (the database and its WAL are read byte by byte), revocation takes effect on the next
+//! request, a key works only on its own tenant's sites, `lastUsedAt` is kept (at most one write a
+//! minute), every `--json` output is exactly one JSON value, and exit statuses are 0 / 2 / 1 with
+//! the error on stderr.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 

@@ -1,20 +1,17 @@
-//! The pipeline after the 202 (CONTRACT §5): each attribution model, each channel rule, the
-//! person across devices, the window edge, the status view before and after, idempotent passes,
+//! The pipeline after the 202 (docs/decisions.md §5): each attribution model, each channel rule,
+//! the person across devices, the window edge, the status view before and after, idempotent passes,
 //! failure handling (backoff, dead letters, a slow item) and the worker inside a running server.
 //! Currency lives in `currency.rs`, the report in `report.rs`, kill -9 mid-drain in `crash.rs`.
 //!
 //! Most tests run the server with `--pipeline off` and call `convapi::pipeline::drain_once` on its
 //! database file, so every step is deterministic; the clock of a pass is a parameter.
 
-mod common;
-mod pipeline_support;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::pipeline_support::*;
+use crate::common::*;
 use convapi::metrics::Metrics;
 use convapi::pipeline::{self, DrainStats, Options};
-use pipeline_support::*;
 use serde_json::{json, Value};
 
 /// One pageview with `url` and `referrer` on the site with `tracker`; returns its session.

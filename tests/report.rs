@@ -3,11 +3,8 @@
 //! reported by both sources counted once; the table and `--json` outputs; usage and lookup errors.
 //! Exact decimal sums with converted currencies are in `currency.rs`.
 
-mod common;
-mod pipeline_support;
-
-use common::*;
-use pipeline_support::*;
+use crate::common::pipeline_support::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// Reports an order on the latest session of `visitor`.

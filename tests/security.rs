@@ -1,4 +1,4 @@
-//! Security checks (issue 5, acceptance 5):
+//! Security checks (docs/decisions.md §3 for tenancy, §6 for keys):
 //! - keys are looked up by the SHA-256 of the presented key (an index lookup, no comparison of
 //!   secrets in our code) and only the hash is stored;
 //! - neither a key nor its hash ever reaches the server's log, even at `trace`;
@@ -7,9 +7,7 @@
 //! - tenant isolation on both endpoints (POST report and GET status);
 //! - revoked keys and malformed `Authorization` headers get 401.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 

@@ -1,14 +1,12 @@
 //! The server loop itself: a panicking handler is a 500 with a generic body and a log line, never a
 //! dead worker; SIGTERM stops accepting, lets the request in flight finish, and exits 0.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 #[test]

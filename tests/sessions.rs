@@ -7,9 +7,7 @@
 //! Time is simulated with pixel `ts` values in the past (the server clamps `ts` to its receive time,
 //! never the other way) and explicit `occurredAt` values, so no test waits for a clock.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// Reports a conversion and returns the session it was attached to (asserting 202).

@@ -67,7 +67,8 @@ fn a_burst_of_keep_alive_connections_each_gets_a_thread_without_help() {
 #[test]
 fn dropping_a_request_that_declares_a_huge_body_does_not_allocate_it() {
     // Upstream drained an unread body into one buffer of the declared length: 1 TB here, which
-    // aborts the process (this test binary) instead of reading the few bytes that really came.
+    // aborts the process (the whole integration test binary) instead of reading the few bytes that
+    // really came.
     let server = tiny_http::Server::http("127.0.0.1:0").expect("listen");
     let addr = server.server_addr().to_ip().expect("ip address");
     let client = std::thread::spawn(move || {

@@ -2,13 +2,11 @@
 //! address and per tracker, bounds on what a batch may carry, duplicate JSON members, and the
 //! optional `/metrics` token. Each test names the defect it pins.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// A batch of `n` pageviews with URLs of the longest kept length.
@@ -234,7 +232,10 @@ fn duplicate_json_members_are_invalid_json_on_both_endpoints() {
 /// `ts: 0` dated a pixel order 1970-01-01.
 #[test]
 fn pixel_purchases_are_bounded_in_count_value_and_age() {
-    let app = TestApp::start();
+    // The production default, which the harness raises for other tests.
+    let app = TestApp::builder()
+        .serve_args(&["--pixel-max-age-hours", "24"])
+        .start();
     let purchases: Vec<Value> = (0..11)
         .map(|i| json!({"type": "purchase", "orderId": format!("p-{i}"), "value": 1}))
         .collect();

@@ -1,8 +1,7 @@
 //! Helpers shared by the pipeline's test files (`pipeline.rs`, `currency.rs`, `report.rs`,
-//! `crash.rs`), on top of `common`: running the pipeline in-process on the test server's database
-//! file (the server runs with `--pipeline off`), reading order status, rates fixtures and reports.
-
-#![allow(dead_code)]
+//! `crash.rs`), on top of the rest of `common`: running the pipeline in-process on the test
+//! server's database file (the server runs with `--pipeline off`), reading order status, rates
+//! fixtures and reports.
 
 use std::path::PathBuf;
 

@@ -1,0 +1,62 @@
+//! The integration tests: one binary, so they link once and run as parallel threads of one process
+//! (`cargo test` runs as many at a time as there are cores; `cargo test --test integration NAME`
+//! picks some by name, e.g. `hardening::`). Each file starts with a comment saying what goes where;
+//! the shared harness is `common/`, whose header says which helpers go through the front door (the
+//! binary's CLI and HTTP) and which reach behind it, and why.
+//!
+//! Tests share the process, not state: each starts its own server on its own temp-dir database and
+//! port, and nothing may change process-wide state (environment, current directory, signal
+//! dispositions, the library's `store::set_*` settings).
+
+mod common;
+
+// `POST /api/sites/{siteId}/conversions`: every row of the checks table of docs/decisions.md §3 in
+// order, every field rule, null/unknown fields/charset, the order status endpoint's auth, 404/405.
+mod conversions;
+// Session resolution and sessionisation, attribution-window edges, `POST /api/collect`'s surface.
+mod sessions;
+// Repeats, pixel/API deduplication and the trust order, concurrent sends of one order.
+mod idempotency;
+// API keys (hash-only storage, revocation, tenancy, `lastUsedAt`), CLI output and exit codes.
+mod keys;
+// The command line: help on every command and option, usage errors, not-found answers, `tenant
+// list`, `site update`, `rates import` refusals.
+mod cli;
+// The pipeline: attribution models, channel rules, window edge, idempotent passes, backoff, dead
+// letters, slow items, the worker inside a running server.
+mod pipeline;
+// Currency conversion: `rates import`, the day's or latest earlier rate, crossing through EUR,
+// `fx_pending`, exact report sums.
+mod currency;
+// `convapi report`: grouping, revenue, unconverted orders, day ranges, table and `--json`.
+mod report;
+// The pipeline survives `kill -9` mid-drain: every conversion processed and counted once.
+mod crash;
+// Acknowledged conversions survive `kill -9` of the server; the WAL is checkpointed.
+mod durability;
+// 20 `kill -9` cycles under concurrent load on one database file.
+mod faults;
+// 503 `QUEUE_UNAVAILABLE` on a full disk, a busy database, a backlog or a full writer queue;
+// `/metrics` counts.
+mod backpressure;
+// tiny_http's gaps closed around it: timeouts, connection bound, accept restarts, body and head
+// limits, deep JSON (docs/hardening.md).
+mod hardening;
+// The first fixes of the vendored tiny_http (pool wakeups, bounded drains), on a bare
+// `tiny_http::Server` in this process.
+mod tiny_http_patches;
+// Strict HTTP/1.1 framing (RFC 9112) in the vendored tiny_http: Content-Length, Transfer-Encoding,
+// obs-fold, Host, other versions, bodies cut short; in process and against the binary.
+mod framing;
+// The public pixel endpoint as an attacker uses it: rate limits, batch bounds, duplicate JSON
+// members, one spelling per route, the key before the body, the `/metrics` token.
+mod untrusted;
+// Key hashing and logs, SQL built from bound parameters only, tenant isolation, 401s.
+mod security;
+// The server loop: a panicking handler is a 500, SIGTERM drains the request in flight, the test
+// route is off unless switched on.
+mod server;
+// The pixel end to end in headless Chromium (needs `chromium`; fails loudly without).
+mod browser;
+// The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without).
+mod js;
