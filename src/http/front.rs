@@ -65,6 +65,8 @@ pub struct Front {
     metrics: Metrics,
     /// How long a retired generation must stay quiet before it ends.
     drain_quiet: Duration,
+    /// How every generation's tiny_http server reads requests.
+    options: tiny_http::ServerOptions,
     generations: Mutex<Vec<Generation>>,
     current: AtomicU64,
     next_id: AtomicU64,
@@ -81,6 +83,7 @@ impl Front {
         registry: Arc<Registry>,
         metrics: Metrics,
         drain_quiet: Duration,
+        options: tiny_http::ServerOptions,
     ) -> Result<Arc<Front>, String> {
         let now = Instant::now();
         let front = Arc::new(Front {
@@ -89,6 +92,7 @@ impl Front {
             registry,
             metrics,
             drain_quiet,
+            options,
             generations: Mutex::new(Vec::new()),
             current: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
@@ -120,7 +124,7 @@ impl Front {
             .map_err(|e| format!("cannot clone the listener: {e}"))?;
         // tiny_http spawns its accept thread here; a failed spawn panics inside it.
         let server = catch_unwind(AssertUnwindSafe(|| {
-            tiny_http::Server::from_listener(listener, None)
+            tiny_http::Server::from_listener_with_options(listener, None, self.options.clone())
         }))
         .map_err(|_| "cannot start an accept thread".to_string())?
         .map_err(|e| format!("cannot serve: {e}"))?;
