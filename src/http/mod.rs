@@ -196,12 +196,23 @@ pub struct Server {
     supervisor: Arc<Supervisor>,
     supervisor_thread: Option<JoinHandle<()>>,
     threads: Vec<JoinHandle<()>>,
+    registry: Arc<Registry>,
+    /// Longest wait, when stopping, for bodies tiny_http is still reading.
+    body_drain: Duration,
 }
 
 impl Server {
-    /// Stops accepting, finishes the requests already received, and returns once every request
-    /// thread has ended.
+    /// Stops accepting, waits (at most the idle timeout) for bodies tiny_http is still reading,
+    /// finishes the requests received, and returns once every request thread has ended.
     pub fn stop(mut self) {
+        self.front.stop_accepting();
+        // A request whose body tiny_http is still reading was received as much as one a request
+        // thread holds: it is served too. The supervisor cuts off clients below the minimum rate;
+        // the wait is bounded for those above it.
+        let deadline = Instant::now() + self.body_drain;
+        while self.registry.bodies_in_transit() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         self.front.stop();
         // The channel is closed now: workers finish what it holds and end.
         for t in self.threads.drain(..) {
@@ -286,6 +297,8 @@ pub fn serve(
         supervisor,
         supervisor_thread: Some(supervisor_thread),
         threads: handles,
+        registry,
+        body_drain: config.limits.idle_timeout,
     })
 }
 

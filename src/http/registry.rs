@@ -116,6 +116,13 @@ impl Registry {
         }
     }
 
+    /// Connections whose request head tiny_http has read but whose request it has not handed over
+    /// yet: their bodies are being read.
+    pub fn bodies_in_transit(&self) -> usize {
+        let st = self.lock();
+        st.heads.keys().filter(|p| st.reading_body(p)).count()
+    }
+
     /// Requests of `generation` still in our hands.
     pub fn in_flight(&self, generation: u64) -> usize {
         self.lock()

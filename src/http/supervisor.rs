@@ -1,11 +1,13 @@
 //! Connection supervision from outside tiny_http (see `docs/hardening.md`).
 //!
 //! tiny_http 0.12 reads each connection in a thread of its own, with no timeout, no limit on the
-//! number of connections and no handle on the socket. This module closes those gaps without
-//! touching tiny_http: it finds the server's accepted sockets through `/proc/self/fd`, knows from
-//! the [`Registry`] which of them have a request in our hands (keyed by the peer address, which is
-//! unique per live connection), and `shutdown(2)`s the others when they idle too long, send too
-//! many bytes without completing a request head, or exceed the connection limit. It never closes a
+//! number of connections and no handle on the socket. This module closes those gaps from outside
+//! tiny_http: it finds the server's accepted sockets through `/proc/self/fd`, knows from the
+//! [`Registry`] which of them have a request in our hands (keyed by the peer address, which is
+//! unique per live connection) and which are sending a body tiny_http reads before handing the
+//! request over, and `shutdown(2)`s the others when they idle too long, send a request slower than
+//! the minimum rate, send too many bytes without completing a request head, or exceed the
+//! connection limit. It never closes a
 //! descriptor (tiny_http owns them): a shut-down socket makes tiny_http's blocked read return EOF,
 //! and its thread and descriptors go away on their own.
 //!
