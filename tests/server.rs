@@ -57,8 +57,8 @@ fn sigterm_lets_the_request_in_flight_finish_then_exits_0() {
     let mut app = TestApp::start();
     app.pageview("v-drain", "https://shop.example/", now_ms() - 60_000);
 
-    // A report whose body arrives in two halves, with SIGTERM in between. The body is over 1 KiB so
-    // that tiny_http hands the request over after its head, leaving the body to the handler.
+    // A report whose body arrives in two halves, with SIGTERM in between. tiny_http reads the body
+    // on the connection's thread before handing the request over; the server waits for it.
     let body = serde_json::to_vec(&json!({
         "visitorId": "v-drain", "orderId": "DRAIN-1", "value": 5,
         "padding": "x".repeat(4000),
@@ -80,15 +80,10 @@ fn sigterm_lets_the_request_in_flight_finish_then_exits_0() {
     conn.write_all(first).unwrap();
     conn.flush().unwrap();
 
-    // Wait until a worker holds the request (it and the metrics request: 2), bounded.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while in_flight(&app) < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the half-sent request never reached a worker"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Nothing outside shows when tiny_http has read the head; on loopback it takes microseconds.
+    std::thread::sleep(Duration::from_millis(500));
+    // No request thread waits for the rest of the body (only the metrics request is in flight).
+    assert_eq!(in_flight(&app), 1);
 
     let killed = Command::new("kill")
         .args(["-TERM", &app.pid().to_string()])

@@ -7,7 +7,7 @@
 //! exponential backoff while the error persists, and keeps pumping its own, now retired, server
 //! for the requests its open connections still send. A retired generation ends once none of its
 //! requests is in our hands and it has been quiet for longer than the idle timeout: the supervisor
-//! (`conn.rs`) shuts down every connection that stays quiet that long, so nothing can arrive later.
+//! (`supervisor.rs`) shuts down every connection that stays quiet that long, so nothing can arrive later.
 //! Workers never see which generation a request came from, except that requests of a retired one
 //! are answered with the connection closed.
 //!
@@ -65,10 +65,14 @@ pub struct Front {
     metrics: Metrics,
     /// How long a retired generation must stay quiet before it ends.
     drain_quiet: Duration,
+    /// How every generation's tiny_http server reads requests.
+    options: tiny_http::ServerOptions,
     generations: Mutex<Vec<Generation>>,
     current: AtomicU64,
     next_id: AtomicU64,
     stopping: AtomicBool,
+    /// Accepting has stopped for good (shutting down): an accept error is expected, not restarted.
+    no_accept: AtomicBool,
     backoff: Mutex<Backoff>,
 }
 
@@ -81,6 +85,7 @@ impl Front {
         registry: Arc<Registry>,
         metrics: Metrics,
         drain_quiet: Duration,
+        options: tiny_http::ServerOptions,
     ) -> Result<Arc<Front>, String> {
         let now = Instant::now();
         let front = Arc::new(Front {
@@ -89,10 +94,12 @@ impl Front {
             registry,
             metrics,
             drain_quiet,
+            options,
             generations: Mutex::new(Vec::new()),
             current: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
+            no_accept: AtomicBool::new(false),
             backoff: Mutex::new(Backoff {
                 delay: BACKOFF_MIN,
                 next_attempt: now,
@@ -120,7 +127,7 @@ impl Front {
             .map_err(|e| format!("cannot clone the listener: {e}"))?;
         // tiny_http spawns its accept thread here; a failed spawn panics inside it.
         let server = catch_unwind(AssertUnwindSafe(|| {
-            tiny_http::Server::from_listener(listener, None)
+            tiny_http::Server::from_listener_with_options(listener, None, self.options.clone())
         }))
         .map_err(|_| "cannot start an accept thread".to_string())?
         .map_err(|e| format!("cannot serve: {e}"))?;
@@ -187,7 +194,8 @@ impl Front {
         let mut last_check = Instant::now();
         let mut queue_stuck_since: Option<Instant> = None;
         loop {
-            if !retired && last_check.elapsed() >= DEAF_CHECK {
+            let no_accept = self.no_accept.load(Ordering::SeqCst);
+            if !retired && !no_accept && last_check.elapsed() >= DEAF_CHECK {
                 last_check = Instant::now();
                 match super::sys::accept_queue_len(&self.listener) {
                     Some(n) if n > 0 => {
@@ -204,7 +212,7 @@ impl Front {
                     _ => queue_stuck_since = None,
                 }
             }
-            if retired && !restarted && !self.stopping.load(Ordering::SeqCst) {
+            if retired && !restarted && !no_accept && !self.stopping.load(Ordering::SeqCst) {
                 restarted = self.try_restart();
             }
             let wait = if retired && !restarted {
@@ -250,6 +258,10 @@ impl Front {
                     if self.stopping.load(Ordering::SeqCst) {
                         return;
                     }
+                    if no_accept {
+                        // Our own doing (`stop_accepting`); requests of open connections still come.
+                        continue;
+                    }
                     // tiny_http's accept thread for this server has ended for good.
                     log::error!("accept failed: {e}; restarting the accept loop");
                     retired = true;
@@ -257,6 +269,14 @@ impl Front {
                 }
             }
         }
+    }
+
+    /// Stops accepting new connections, for every generation at once, while requests of open
+    /// connections are still pumped. Shutting the listening socket down makes every blocked
+    /// `accept` on it fail (tiny_http's accept threads then end) and refuses new connections.
+    pub fn stop_accepting(&self) {
+        self.no_accept.store(true, Ordering::SeqCst);
+        super::sys::shutdown_listener(&self.listener);
     }
 
     /// Stops every generation: no new connection is accepted, requests already parsed are handed

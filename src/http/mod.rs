@@ -41,6 +41,12 @@ pub const MAX_DECLARED_BODY: usize = 16 * 1024 * 1024;
 /// reading gets a broken pipe instead of the 413). Larger unread bodies close the connection.
 pub const LINGER_BYTES: usize = 1024 * 1024;
 
+/// Largest body read by tiny_http, on the connection's own thread, before the request is handed
+/// to a request thread (`vendor/tiny_http/PATCHES.md`): the largest body any route takes, so that
+/// no request thread waits on a client sending its body. A larger declared body is refused by its
+/// length without being read; a chunked one is handed over with this much read.
+pub const PREREAD_BODY_LIMIT: usize = 256 * 1024;
+
 /// What the application behind the front answers with.
 pub trait Service: Send + Sync + 'static {
     /// Answers one request.
@@ -190,12 +196,23 @@ pub struct Server {
     supervisor: Arc<Supervisor>,
     supervisor_thread: Option<JoinHandle<()>>,
     threads: Vec<JoinHandle<()>>,
+    registry: Arc<Registry>,
+    /// Longest wait, when stopping, for bodies tiny_http is still reading.
+    body_drain: Duration,
 }
 
 impl Server {
-    /// Stops accepting, finishes the requests already received, and returns once every request
-    /// thread has ended.
+    /// Stops accepting, waits (at most the idle timeout) for bodies tiny_http is still reading,
+    /// finishes the requests received, and returns once every request thread has ended.
     pub fn stop(mut self) {
+        self.front.stop_accepting();
+        // A request whose body tiny_http is still reading was received as much as one a request
+        // thread holds: it is served too. The supervisor cuts off clients below the minimum rate;
+        // the wait is bounded for those above it.
+        let deadline = Instant::now() + self.body_drain;
+        while self.registry.bodies_in_transit() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         self.front.stop();
         // The channel is closed now: workers finish what it holds and end.
         for t in self.threads.drain(..) {
@@ -244,7 +261,19 @@ pub fn serve(
     // quiet for the idle timeout has been shut down by then (plus a scan period, plus slack).
     let drain_quiet =
         config.limits.idle_timeout + config.limits.scan_every * 2 + Duration::from_secs(1);
-    let front = Front::start(listener, tx, registry.clone(), metrics.clone(), drain_quiet)?;
+    let on_head = registry.clone();
+    let options = tiny_http::ServerOptions {
+        preread_body_limit: PREREAD_BODY_LIMIT,
+        on_head: Some(Arc::new(move |peer| on_head.head_read(peer))),
+    };
+    let front = Front::start(
+        listener,
+        tx,
+        registry.clone(),
+        metrics.clone(),
+        drain_quiet,
+        options,
+    )?;
     let rx = Arc::new(Mutex::new(rx));
     let mut handles = Vec::with_capacity(threads);
     for i in 0..threads {
@@ -268,6 +297,8 @@ pub fn serve(
         supervisor,
         supervisor_thread: Some(supervisor_thread),
         threads: handles,
+        registry,
+        body_drain: config.limits.idle_timeout,
     })
 }
 
@@ -336,8 +367,9 @@ fn handle(w: &Worker, inc: Incoming) {
         None => (raw_url.clone(), String::new()),
     };
     let segments = path_segments(&path);
-    // Bodies of up to 1 KiB are read by tiny_http before we see the request: nothing to drain.
-    let small_body = rq.body_length().is_some_and(|n| n <= 1024);
+    // Bodies up to `PREREAD_BODY_LIMIT` are read by tiny_http before we see the request: nothing
+    // to drain.
+    let preread = rq.body_preread();
     let head_too_large = head_bytes(&rq) > MAX_HEAD_BYTES;
     // Refused on every route, even one that never reads its body: the body is left unread, so the
     // connection is closed below (`unread_large`).
@@ -351,7 +383,7 @@ fn handle(w: &Worker, inc: Incoming) {
         request_id,
         peer,
         registry: w.registry.clone(),
-        body_done: small_body,
+        body_done: preread,
     };
     let handled = if head_too_large {
         Ok(refused(w, Refusal::HeadTooLarge))

@@ -1,11 +1,13 @@
 //! Connection supervision from outside tiny_http (see `docs/hardening.md`).
 //!
 //! tiny_http 0.12 reads each connection in a thread of its own, with no timeout, no limit on the
-//! number of connections and no handle on the socket. This module closes those gaps without
-//! touching tiny_http: it finds the server's accepted sockets through `/proc/self/fd`, knows from
-//! the [`Registry`] which of them have a request in our hands (keyed by the peer address, which is
-//! unique per live connection), and `shutdown(2)`s the others when they idle too long, send too
-//! many bytes without completing a request head, or exceed the connection limit. It never closes a
+//! number of connections and no handle on the socket. This module closes those gaps from outside
+//! tiny_http: it finds the server's accepted sockets through `/proc/self/fd`, knows from the
+//! [`Registry`] which of them have a request in our hands (keyed by the peer address, which is
+//! unique per live connection) and which are sending a body tiny_http reads before handing the
+//! request over, and `shutdown(2)`s the others when they idle too long, send a request slower than
+//! the minimum rate, send too many bytes without completing a request head, or exceed the
+//! connection limit. It never closes a
 //! descriptor (tiny_http owns them): a shut-down socket makes tiny_http's blocked read return EOF,
 //! and its thread and descriptors go away on their own.
 //!
@@ -24,7 +26,7 @@
 //! The policy lives here; the system calls it makes are in `sys.rs` (the crate's only `unsafe`
 //! code), the request bookkeeping in `registry.rs`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{Shutdown, SocketAddr};
 use std::sync::{Arc, Condvar, Mutex};
@@ -43,15 +45,23 @@ pub const RECLAIM_MIN_IDLE: Duration = Duration::from_secs(1);
 /// What the supervisor enforces.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// A connection without a request in our hands (silent, sending half a request, or idle
-    /// between keep-alive requests) is shut down after this long; so is a request whose body
-    /// or response transfer takes longer.
+    /// A connection that has sent nothing since its last request ended (or since it was opened)
+    /// is shut down after this long; so is a request whose body or response transfer takes
+    /// longer.
     pub idle_timeout: Duration,
+    /// Least average rate, in bytes per second, at which a connection that has started sending a
+    /// request (head and body, until the request is in our hands) must send it, measured from
+    /// the scan that first saw its bytes; also the least rate of a body a handler reads.
+    pub min_rate: u64,
+    /// How long a request may take before [`Limits::min_rate`] applies: a head and a small body
+    /// come in one or two packets, so this only spares a few round trips on a slow link.
+    pub min_rate_grace: Duration,
     /// Most open connections; beyond it the longest-idle connections without a request in our
     /// hands are shut down.
     pub max_connections: usize,
-    /// Bytes a connection may send while no request of it is in our hands (a request head plus a
-    /// small body that tiny_http reads itself); more means an oversized head.
+    /// Bytes a connection may send while no request of it is in our hands and tiny_http has not
+    /// read a complete head (a request head plus slack); more means an oversized head. A body
+    /// tiny_http reads before handing the request over does not count: tiny_http bounds it.
     pub head_budget: u64,
     /// How often the sockets are scanned.
     pub scan_every: Duration,
@@ -61,6 +71,8 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             idle_timeout: Duration::from_secs(10),
+            min_rate: 1024,
+            min_rate_grace: Duration::from_secs(2),
             max_connections: 1024,
             head_budget: 64 * 1024,
             scan_every: Duration::from_millis(200),
@@ -90,6 +102,11 @@ struct Track {
     over_budget: u32,
     /// Consecutive scans that found unread bytes and no request of it in our hands.
     unread_scans: u32,
+    /// The scan that first saw bytes of its next request (more than `base_bytes`).
+    started: Option<Instant>,
+    /// A handler reading its body: when that phase began (the registry's `since`), when a scan
+    /// first saw it, and `bytes_received` then.
+    body_watch: Option<(Instant, Instant, u64)>,
     shut: bool,
 }
 
@@ -206,7 +223,7 @@ impl Supervisor {
         let now = Instant::now();
         let socks = self.sockets();
         let idle = self.limits.idle_timeout;
-        let (busy, last_done) = {
+        let (busy, last_done, reading_body) = {
             let st = self.registry.lock();
             let mut busy: HashMap<SocketAddr, Vec<(Phase, Instant)>> = HashMap::new();
             for f in st.flights.values() {
@@ -218,7 +235,12 @@ impl Supervisor {
                 .iter()
                 .filter_map(|s| st.last_done.get(&s.peer).map(|t| (s.peer, *t)))
                 .collect();
-            (busy, last_done)
+            let reading_body: HashSet<SocketAddr> = socks
+                .iter()
+                .filter(|s| st.reading_body(&s.peer))
+                .map(|s| s.peer)
+                .collect();
+            (busy, last_done, reading_body)
         };
         let mut to_shut: Vec<(SocketAddr, ShutReason)> = Vec::new();
         let mut idle_candidates: Vec<(Instant, SocketAddr, u64)> = Vec::new();
@@ -234,6 +256,8 @@ impl Supervisor {
                     over_budget: 0,
                     unread_scans: 0,
                     last_done_seen: None,
+                    started: None,
+                    body_watch: None,
                     shut: false,
                 });
                 // A request of it ended since the last scan (maybe too fast for any scan to see it
@@ -243,6 +267,7 @@ impl Supervisor {
                     t.last_done_seen = done;
                     t.base_bytes = s.bytes_received;
                     t.over_budget = 0;
+                    t.started = None;
                 }
                 if t.shut {
                     continue;
@@ -252,10 +277,29 @@ impl Supervisor {
                     t.base_bytes = s.bytes_received;
                     t.over_budget = 0;
                     t.unread_scans = 0;
-                    let slow = flights.iter().any(|(phase, since)| {
+                    t.started = None;
+                    let timed_out = flights.iter().any(|(phase, since)| {
                         matches!(phase, Phase::Body | Phase::Writing) && now - *since > idle
                     });
-                    if slow {
+                    // Only bodies over tiny_http's pre-read limit are read by a handler.
+                    let body = flights
+                        .iter()
+                        .find(|(phase, _)| *phase == Phase::Body)
+                        .map(|(_, since)| *since);
+                    let crawling = match body {
+                        Some(since) => {
+                            let (_, seen, bytes) = match t.body_watch {
+                                Some(w) if w.0 == since => w,
+                                _ => *t.body_watch.insert((since, now, s.bytes_received)),
+                            };
+                            self.below_min_rate(s.bytes_received.saturating_sub(bytes), now - seen)
+                        }
+                        None => {
+                            t.body_watch = None;
+                            false
+                        }
+                    };
+                    if timed_out || crawling {
                         t.shut = true;
                         to_shut.push((s.peer, ShutReason::Slow));
                     }
@@ -264,14 +308,30 @@ impl Supervisor {
                 let idle_since = last_done
                     .get(&s.peer)
                     .map_or(t.first_seen, |d| (*d).max(t.first_seen));
-                if now - idle_since > idle {
+                let sent = s.bytes_received.saturating_sub(t.base_bytes);
+                if sent > 0 && t.started.is_none() {
+                    t.started = Some(now);
+                }
+                let expired = match t.started {
+                    // Idle: nothing of a next request yet.
+                    None => (now - idle_since > idle).then_some(ShutReason::Idle),
+                    // Sending a request: it must keep up the minimum rate. Bytes still unread
+                    // mean tiny_http has not taken them (no thread yet): the delay is ours, and
+                    // only the idle timeout applies.
+                    Some(start) if s.unread == 0 => self
+                        .below_min_rate(sent, now - start)
+                        .then_some(ShutReason::Slow),
+                    Some(start) => (now - start > idle).then_some(ShutReason::Idle),
+                };
+                if let Some(reason) = expired {
                     t.shut = true;
-                    to_shut.push((s.peer, ShutReason::Idle));
+                    to_shut.push((s.peer, reason));
                     continue;
                 }
-                if s.bytes_received.saturating_sub(t.base_bytes) > self.limits.head_budget {
+                if sent > self.limits.head_budget && !reading_body.contains(&s.peer) {
                     t.over_budget += 1;
-                    // Twice in a row: a complete head is in our hands within a scan period.
+                    // Twice in a row: a complete head is reported by tiny_http (or its request
+                    // is in our hands) within a scan period.
                     if t.over_budget >= 2 {
                         t.shut = true;
                         to_shut.push((s.peer, ShutReason::Head));
@@ -331,8 +391,12 @@ impl Supervisor {
         }
         {
             let mut st = self.registry.lock();
-            st.last_done
-                .retain(|peer, _| socks.iter().any(|s| s.peer == *peer));
+            let live: HashSet<SocketAddr> = socks.iter().map(|s| s.peer).collect();
+            st.last_done.retain(|peer, _| live.contains(peer));
+            // A connection accepted after the sockets were listed may have reported a head
+            // already: kept until the next scan lists it.
+            st.heads
+                .retain(|peer, h| h.touched >= now || live.contains(peer));
         }
         for (peer, reason) in &to_shut {
             if *reason == ShutReason::Head {
@@ -347,6 +411,13 @@ impl Supervisor {
         let open = open - to_shut.len();
         self.metrics.set_open_connections(open as u64);
         open
+    }
+
+    /// Whether `sent` bytes in `elapsed` fall short of the minimum rate, once the grace period has
+    /// passed.
+    fn below_min_rate(&self, sent: u64, elapsed: Duration) -> bool {
+        elapsed > self.limits.min_rate_grace
+            && (sent as f64) < self.limits.min_rate as f64 * elapsed.as_secs_f64()
     }
 
     /// Opens a connection to our own listener and closes it at once (see `scan`).

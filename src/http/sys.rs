@@ -211,6 +211,13 @@ pub(super) fn shutdown_fd(fd: libc::c_int, how: Shutdown) {
     }
 }
 
+/// Shuts the listening socket down: blocked and later `accept`s on it fail, and new connections
+/// are refused. Its descriptors stay open (they are closed with their owners).
+pub(super) fn shutdown_listener(listener: &std::net::TcpListener) {
+    use std::os::fd::AsRawFd;
+    shutdown_fd(listener.as_raw_fd(), Shutdown::Read);
+}
+
 /// Sends `bytes` on socket `fd` without blocking (`MSG_DONTWAIT`): a full send buffer drops the rest
 /// rather than blocking the caller. Returns how many bytes went out.
 pub(super) fn send_nonblocking(fd: libc::c_int, bytes: &[u8]) -> usize {

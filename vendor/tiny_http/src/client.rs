@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::common::{HTTPVersion, Header, HeaderField, Method, StatusCode};
 use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
-use crate::Request;
+use crate::{Request, ServerOptions};
 
 /// A ClientConnection is an object that will store a socket to a client
 /// and return Request objects.
@@ -39,6 +39,9 @@ pub struct ClientConnection {
     // convapi: set by a request's body reader when that body ended early or was malformed: the
     // stream is then not at the start of a request, so no further request is read.
     framing_broken: Arc<AtomicBool>,
+
+    // convapi: the server's pre-read limit and head hook.
+    options: ServerOptions,
 }
 
 /// Error that can happen when reading a request.
@@ -66,6 +69,7 @@ impl ClientConnection {
     pub fn new(
         write_socket: RefinedTcpStream,
         mut read_socket: RefinedTcpStream,
+        options: ServerOptions,
     ) -> ClientConnection {
         let remote_addr = read_socket.peer_addr();
         let secure = read_socket.secure();
@@ -81,6 +85,7 @@ impl ClientConnection {
             no_more_requests: false,
             secure,
             framing_broken: Arc::new(AtomicBool::new(false)),
+            options,
         }
     }
 
@@ -182,6 +187,11 @@ impl ClientConnection {
             _ => {}
         }
 
+        // convapi: the head is complete; what the client sends next is the body, read below.
+        if let Some(on_head) = &self.options.on_head {
+            on_head(self.remote_addr.as_ref().ok().copied().flatten());
+        }
+
         // building the writer for the request
         let writer = self.sink.next().unwrap();
 
@@ -200,6 +210,7 @@ impl ClientConnection {
             data_source,
             writer,
             self.framing_broken.clone(),
+            self.options.preread_body_limit,
         )
         .map_err(|e| {
             use crate::request;

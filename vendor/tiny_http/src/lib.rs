@@ -179,6 +179,38 @@ pub struct ServerConfig {
     pub ssl: Option<SslConfig>,
 }
 
+/// convapi: how the server reads requests (see `PATCHES.md`).
+#[derive(Clone)]
+pub struct ServerOptions {
+    /// Bodies of at most this many bytes (by `Content-Length`, or chunked bodies that end within
+    /// it) are read on the connection's own thread before the request is handed over, so that
+    /// the threads that take requests never wait on a client's body. Larger bodies are handed
+    /// over unread, as upstream did for every body over 1 KiB (the default).
+    pub preread_body_limit: usize,
+    /// Called on the connection's thread with the client's address each time a request head has
+    /// been read, before its body is: from then until the request is handed over, what the client
+    /// sends is that body.
+    pub on_head: Option<Arc<dyn Fn(Option<std::net::SocketAddr>) + Send + Sync>>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            preread_body_limit: 1024,
+            on_head: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field("preread_body_limit", &self.preread_body_limit)
+            .field("on_head", &self.on_head.as_ref().map(|_| "Fn"))
+            .finish()
+    }
+}
+
 /// Configuration of the server for SSL.
 #[derive(Debug, Clone)]
 pub struct SslConfig {
@@ -242,6 +274,15 @@ impl Server {
     pub fn from_listener<L: Into<Listener>>(
         listener: L,
         ssl_config: Option<SslConfig>,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        Self::from_listener_with_options(listener, ssl_config, ServerOptions::default())
+    }
+
+    /// convapi: `from_listener` with the given [`ServerOptions`].
+    pub fn from_listener_with_options<L: Into<Listener>>(
+        listener: L,
+        ssl_config: Option<SslConfig>,
+        options: ServerOptions,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         let listener = listener.into();
         // building the "close" variable
@@ -311,7 +352,11 @@ impl Server {
                             Some(ref _ssl) => unreachable!(),
                         };
 
-                        Ok(ClientConnection::new(write_closable, read_closable))
+                        Ok(ClientConnection::new(
+                            write_closable,
+                            read_closable,
+                            options.clone(),
+                        ))
                     }
                     Err(e) => Err(e),
                 };

@@ -79,6 +79,34 @@ pub struct Request {
     // convapi: set by the body reader when the body ended early or was malformed; the response
     // then says `Connection: close` and the connection reads no further request.
     framing_broken: Arc<AtomicBool>,
+
+    // convapi: the whole body was read before the request was handed over (or there is none).
+    body_preread: bool,
+}
+
+/// convapi: reads `r` into `out` until its end or until `out` holds `max` bytes, growing `out` as
+/// bytes arrive (at most twice what was received is allocated). True if the end came first.
+fn read_growing<R: Read + ?Sized>(r: &mut R, max: usize, out: &mut Vec<u8>) -> io::Result<bool> {
+    let mut chunk = [0u8; 8 * 1024];
+    while out.len() < max {
+        let want = (max - out.len()).min(chunk.len());
+        match r.read(&mut chunk[..want]) {
+            Ok(0) => return Ok(true),
+            Ok(n) => out.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
+}
+
+/// convapi: a reader that fails with the error a pre-read body ended with.
+struct Failed(ErrorKind, String);
+
+impl Read for Failed {
+    fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+        Err(IoError::new(self.0, self.1.clone()))
+    }
 }
 
 struct NotifyOnDrop<R> {
@@ -203,6 +231,7 @@ pub fn new_request<R, W>(
     mut source_data: R,
     writer: W,
     framing_broken: Arc<AtomicBool>,
+    preread_limit: usize,
 ) -> Result<Request, RequestCreationError>
 where
     R: Read + Send + 'static,
@@ -239,35 +268,53 @@ where
         }
     };
 
+    // convapi: a body of at most `preread_limit` bytes is read here, on the connection's own
+    // thread, before the request is handed to the application (upstream: a Content-Length of at
+    // most 1 KiB, and never with `Expect: 100-continue`). The application's threads then never
+    // wait on a client that sends its body slowly. The buffer grows as bytes arrive, so a declared
+    // length costs nothing until it is sent.
+    let preread = !connection_upgrade
+        && match framing {
+            Framing::Length(n) => n <= preread_limit,
+            Framing::Chunked => true,
+            Framing::None => false,
+        };
+    let mut writer = writer;
+    let mut must_send_continue = expects_continue;
+    if preread && expects_continue && content_length != Some(0) {
+        // The client waits for this interim answer before it sends the body read below.
+        Response::new_empty(StatusCode(100)).raw_print(
+            &mut writer,
+            version.clone(),
+            &headers,
+            true,
+            None,
+        )?;
+        writer.flush()?;
+        must_send_continue = false;
+    }
+
     // we wrap `source_data` around a reading whose nature depends on the transfer-encoding and
     // content-length headers
+    let mut body_preread = !connection_upgrade;
     let reader = if connection_upgrade {
         // if we have a `Connection: upgrade`, always keeping the whole reader
         Box::new(source_data) as Box<dyn Read + Send + 'static>
     } else if let Some(content_length) = content_length {
         if content_length == 0 {
             Box::new(io::empty()) as Box<dyn Read + Send + 'static>
-        } else if content_length <= 1024 && !expects_continue {
-            // if the content-length is small enough, we just read everything into a buffer
-
-            let mut buffer = vec![0; content_length];
-            let mut offset = 0;
-
-            while offset != content_length {
-                let read = source_data.read(&mut buffer[offset..])?;
-                if read == 0 {
-                    // convapi: answered (400) rather than dropped: a client that half-closed
-                    // its side still reads, and learns its body was not taken.
-                    return Err(RequestCreationError::BadFraming(
-                        "the connection ended before the Content-Length of the body",
-                    ));
-                }
-
-                offset += read;
+        } else if preread {
+            let mut buffer = Vec::new();
+            if read_growing(&mut source_data, content_length, &mut buffer)? {
+                // convapi: answered (400) rather than dropped: a client that half-closed
+                // its side still reads, and learns its body was not taken.
+                return Err(RequestCreationError::BadFraming(
+                    "the connection ended before the Content-Length of the body",
+                ));
             }
-
             Box::new(Cursor::new(buffer)) as Box<dyn Read + Send + 'static>
         } else {
+            body_preread = false;
             let (data_reader, _) =
                 EqualReader::new(source_data, content_length, framing_broken.clone()); // TODO:
             Box::new(FusedReader::new(data_reader)) as Box<dyn Read + Send + 'static>
@@ -275,10 +322,26 @@ where
     } else if let Framing::Chunked = framing {
         // convapi: `framing_of` let through only exactly `chunked`; upstream decoded any
         // Transfer-Encoding as chunked, with a decoder that took a truncated body for a whole one.
-        Box::new(FusedReader::new(ChunkedReader::new(
-            source_data,
-            framing_broken.clone(),
-        ))) as Box<dyn Read + Send + 'static>
+        let mut chunked = ChunkedReader::new(source_data, framing_broken.clone());
+        let mut buffer = Vec::new();
+        // One byte past the limit tells a body over it from one exactly at it.
+        match read_growing(&mut chunked, preread_limit.saturating_add(1), &mut buffer) {
+            Ok(true) => Box::new(Cursor::new(buffer)) as Box<dyn Read + Send + 'static>,
+            // Over the limit: handed over with what was read put back in front of the rest, which
+            // the application reads (or drops, and the reader drains it) as before.
+            Ok(false) => {
+                body_preread = false;
+                Box::new(Cursor::new(buffer).chain(FusedReader::new(chunked)))
+                    as Box<dyn Read + Send + 'static>
+            }
+            // Malformed or cut short: the application reads what came, then this error, as it
+            // did when it read the body itself; the reader has marked the framing broken.
+            Err(e) => {
+                body_preread = false;
+                Box::new(Cursor::new(buffer).chain(Failed(e.kind(), e.to_string())))
+                    as Box<dyn Read + Send + 'static>
+            }
+        }
     } else {
         // if we have neither a Content-Length nor a Transfer-Encoding,
         // assuming that we have no data
@@ -296,7 +359,8 @@ where
         http_version: version,
         headers,
         body_length: content_length,
-        must_send_continue: expects_continue,
+        must_send_continue,
+        body_preread,
         notify_when_responded: None,
         framing_broken,
     })
@@ -339,6 +403,14 @@ impl Request {
     #[inline]
     pub fn body_length(&self) -> Option<usize> {
         self.body_length
+    }
+
+    /// convapi: true when the whole body was read before the request was handed over (see
+    /// `ServerOptions::preread_body_limit`), or there is none: reading it never waits on the
+    /// client, and nothing of it is left on the connection.
+    #[inline]
+    pub fn body_preread(&self) -> bool {
+        self.body_preread
     }
 
     /// Returns the address of the client that sent this request.

@@ -74,6 +74,7 @@ impl From<TestRequest> for Request {
             mock.body.as_bytes(),
             std::io::sink(),
             Default::default(),
+            crate::ServerOptions::default().preread_body_limit,
         )
         .unwrap()
     }
