@@ -51,6 +51,9 @@ mod framing;
 // The public pixel endpoint as an attacker uses it: rate limits, batch bounds, duplicate JSON
 // members, one spelling per route, the key before the body, the `/metrics` token.
 mod untrusted;
+// Slow clients: bodies read on the connection's thread before a request thread sees them, and a
+// minimum data rate; 64 slow bodies do not delay `/healthz` or a conversion.
+mod slow_bodies;
 // Key hashing and logs, SQL built from bound parameters only, tenant isolation, 401s.
 mod security;
 // The server loop: a panicking handler is a 500, SIGTERM drains the request in flight, the test
