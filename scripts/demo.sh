@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # From nothing to a reported conversion: builds convapi, creates a tenant, a site and a key in a
 # temporary database, starts the server, sends a pixel batch, reports the order from the "backend",
-# shows its status once the pipeline has processed it, and stops the server.
+# shows its status once the pipeline has processed it, shows that a second server on the same
+# database refuses to start, and stops the server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/server.sh
@@ -63,6 +64,15 @@ grep -q '"status":"processed"' <<<"$status" || { echo "not processed in time"; e
 
 step "report by source"
 "$bin" report --site "$site_id" --by source
+
+step "a second server on the same database refuses to start (exit 1)"
+if timeout 10 "$bin" serve --addr 127.0.0.1:0 >/dev/null 2>"$work/second.log"; then
+    echo "a second server started"; exit 1
+fi
+grep 'convapi: error:' "$work/second.log"
+
+step "the outbox is empty: nothing waiting, no dead letters"
+"$bin" outbox list
 
 step "stop the server (SIGTERM drains and exits 0)"
 kill -TERM "$server_pid"; wait "$server_pid"; server_pid=""

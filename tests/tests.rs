@@ -59,6 +59,10 @@ mod security;
 // The server loop: a panicking handler is a 500, SIGTERM drains the request in flight, the test
 // route is off unless switched on.
 mod server;
+// README.md's walk-through, run verbatim in bash: every block prints what the README shows.
+mod readme;
+// Operations: one server per database file, `outbox list` and `outbox retry` for dead letters.
+mod ops;
 // The pixel end to end in headless Chromium (needs `chromium`; fails loudly without).
 mod browser;
 // The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without).

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use crate::store;
 
 mod key;
+mod outbox;
 mod rates;
 mod report;
 mod serve;
@@ -53,6 +54,9 @@ enum Command {
     Rates(rates::RatesCmd),
     /// Conversions and revenue of a site, grouped.
     Report(report::ReportArgs),
+    /// The pipeline's outbox: waiting items and dead letters, and retrying them.
+    #[command(subcommand)]
+    Outbox(outbox::OutboxCmd),
 }
 
 /// A command's failure: the one line printed on stderr.
@@ -204,6 +208,8 @@ fn run(cli: Cli) -> CliResult {
         Command::Key(KeyCmd::Revoke(a)) => key::revoke(&db, a),
         Command::Rates(RatesCmd::Import(a)) => rates::import(&db, a),
         Command::Report(a) => report::report(&db, a),
+        Command::Outbox(outbox::OutboxCmd::List(a)) => outbox::list(&db, a),
+        Command::Outbox(outbox::OutboxCmd::Retry(a)) => outbox::retry(&db, a),
     }
 }
 

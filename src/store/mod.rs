@@ -9,6 +9,7 @@
 
 pub mod conversions;
 pub mod keys;
+pub mod outbox;
 pub mod pipeline;
 pub mod rates;
 pub mod report;

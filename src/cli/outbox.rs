@@ -1,0 +1,112 @@
+//! `convapi outbox ...`: what waits for the pipeline, and dead letters retried.
+//!
+//! A conversion whose processing failed 10 times is a dead letter: its status is `failed` and it
+//! stays in the outbox with its last error until `outbox retry` makes it due again (tries reset).
+//! The commands write with their own connection, beside a running server; its pipeline polls the
+//! outbox every second, so a retried item is picked up within about a second.
+
+use std::path::Path;
+
+use clap::Subcommand;
+use serde_json::json;
+
+use super::{count, open, print, site_by_id, CliResult};
+use crate::store;
+
+#[derive(Subcommand)]
+pub(super) enum OutboxCmd {
+    /// List the outbox: conversions waiting for the pipeline, parked for rates, or dead letters.
+    List(ListArgs),
+    /// Retry dead letters: make them due again with their tries reset.
+    Retry(RetryArgs),
+}
+
+#[derive(clap::Args)]
+pub(super) struct ListArgs {
+    /// Only this site's items.
+    #[arg(long)]
+    site: Option<String>,
+    /// Only dead letters (conversions with status `failed`).
+    #[arg(long)]
+    dead: bool,
+    /// Print the items as one JSON array.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["all", "conversion_ids"])))]
+pub(super) struct RetryArgs {
+    /// Every dead letter.
+    #[arg(long)]
+    all: bool,
+    /// The dead letters' conversion ids (the `eventId` of the 202, `CONVERSION` in `outbox list`).
+    #[arg(value_name = "CONVERSION_ID")]
+    conversion_ids: Vec<String>,
+    /// Print what was retried as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+    let conn = open(db)?;
+    let site = match &a.site {
+        Some(id) => Some(site_by_id(&conn, id)?.id),
+        None => None,
+    };
+    let items = store::read(&conn, |c| store::outbox::list(c, site.as_deref(), a.dead))?;
+    print(a.json, &items, || {
+        let mut out = format!(
+            "{:<36}  {:<16}  {:<10}  {:>5}  {:<24}  LAST ERROR",
+            "CONVERSION", "ORDER", "STATE", "TRIES", "NEXT TRY / DEAD AT"
+        );
+        for i in &items {
+            let when = i.dead_at.as_deref().or(i.next_attempt_at.as_deref());
+            out.push_str(&format!(
+                "\n{:<36}  {:<16}  {:<10}  {:>5}  {:<24}  {}",
+                i.conversion_id,
+                i.order_id.as_deref().unwrap_or("-"),
+                i.state,
+                i.attempts,
+                when.unwrap_or("-"),
+                i.last_error.as_deref().unwrap_or("")
+            ));
+        }
+        out
+    })
+}
+
+pub(super) fn retry(db: &Path, a: RetryArgs) -> CliResult {
+    let conn = open(db)?;
+    let retried = store::write_tx(&conn, |tx| {
+        if a.all {
+            return Ok(store::outbox::retry(tx, None, store::now_ms())?);
+        }
+        // All or nothing: one id that is no dead letter refuses the whole command.
+        for id in &a.conversion_ids {
+            match store::outbox::check_dead(tx, id)? {
+                Ok(()) => {}
+                Err(store::outbox::NotDead::Unknown) => {
+                    return Err(format!("no conversion with id {id}"))
+                }
+                Err(store::outbox::NotDead::Status(s)) => {
+                    return Err(format!(
+                        "conversion {id} is not a dead letter (its status is {s}); nothing retried"
+                    ))
+                }
+            }
+        }
+        Ok(store::outbox::retry(
+            tx,
+            Some(&a.conversion_ids),
+            store::now_ms(),
+        )?)
+    })?;
+    let out = json!({"retried": retried.len(), "conversionIds": retried});
+    print(a.json, &out, || {
+        format!(
+            "retried {}; a running server processes them within a second or so",
+            count(retried.len(), "dead letter", "dead letters")
+        )
+    })
+}

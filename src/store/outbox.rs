@@ -1,0 +1,117 @@
+//! The operator's view of the outbox (`convapi outbox list` and `outbox retry`): what waits for the
+//! pipeline, and dead letters made due again.
+//!
+//! The pipeline's own reads and outcomes live in `pipeline.rs`; this module never decides an
+//! outcome. Retrying only puts a dead letter back where a new conversion starts (due now, no tries,
+//! status `queued`), so the pipeline treats it like any other item and a running server's worker
+//! picks it up at its next poll. Like every table module, it opens no transaction of its own.
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::Result;
+
+/// One outbox row with the conversion it is for.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub conversion_id: String,
+    pub site_id: String,
+    pub order_id: Option<String>,
+    /// `due` (waiting for its first or next try, which may lie ahead: see `next_attempt_at`),
+    /// `fx_pending` (parked until a rates import) or `dead`.
+    pub state: &'static str,
+    /// The conversion's status (`queued`, `fx_pending`, `failed`).
+    pub status: String,
+    /// Failed tries so far.
+    pub attempts: i64,
+    pub next_attempt_at: Option<String>,
+    pub last_error: Option<String>,
+    pub dead_at: Option<String>,
+    pub created_at: String,
+}
+
+/// The outbox, oldest first: of one site or all, dead letters only or everything.
+pub fn list(conn: &Connection, site_id: Option<&str>, dead_only: bool) -> Result<Vec<Entry>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT o.conversion_id, c.site_id, c.order_id, c.status, o.attempts, o.next_attempt_at,
+                o.last_error, o.dead_at, o.created_at
+         FROM outbox o JOIN conversions c ON c.id = o.conversion_id
+         WHERE (?1 IS NULL OR c.site_id = ?1) AND (?2 = 0 OR o.dead_at IS NOT NULL)
+         ORDER BY o.created_at, o.id",
+    )?;
+    let rows = stmt.query_map(params![site_id, dead_only], |r| {
+        let next: Option<i64> = r.get(5)?;
+        let dead: Option<i64> = r.get(7)?;
+        Ok(Entry {
+            conversion_id: r.get(0)?,
+            site_id: r.get(1)?,
+            order_id: r.get(2)?,
+            state: match (dead, next) {
+                (Some(_), _) => "dead",
+                (None, None) => "fx_pending",
+                (None, Some(_)) => "due",
+            },
+            status: r.get(3)?,
+            attempts: r.get(4)?,
+            next_attempt_at: next.map(super::iso),
+            last_error: r.get(6)?,
+            dead_at: dead.map(super::iso),
+            created_at: super::iso(r.get(8)?),
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// Why a conversion cannot be retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotDead {
+    /// No conversion has that id.
+    Unknown,
+    /// The conversion is not a dead letter; its status.
+    Status(String),
+}
+
+/// Whether the conversion `id` is a dead letter (`Ok(())`), or why not.
+pub fn check_dead(conn: &Connection, id: &str) -> Result<std::result::Result<(), NotDead>> {
+    let row: Option<(String, Option<i64>)> = conn
+        .prepare_cached(
+            "SELECT c.status, o.dead_at FROM conversions c
+             LEFT JOIN outbox o ON o.conversion_id = c.id WHERE c.id = ?1",
+        )?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    Ok(match row {
+        None => Err(NotDead::Unknown),
+        Some((_, Some(_))) => Ok(()),
+        Some((status, None)) => Err(NotDead::Status(status)),
+    })
+}
+
+/// Makes the dead letters of these conversions (all of them with `None`) due at `now_ms` with no
+/// tries counted, and their conversions `queued` again. Returns the conversion ids retried.
+pub fn retry(conn: &Connection, ids: Option<&[String]>, now_ms: i64) -> Result<Vec<String>> {
+    let dead: Vec<String> = match ids {
+        Some(ids) => ids.to_vec(),
+        None => conn
+            .prepare_cached(
+                "SELECT conversion_id FROM outbox WHERE dead_at IS NOT NULL ORDER BY created_at, id",
+            )?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<String>>>()?,
+    };
+    let mut retried = Vec::with_capacity(dead.len());
+    for id in dead {
+        let n = conn
+            .prepare_cached(
+                "UPDATE outbox SET dead_at = NULL, attempts = 0, next_attempt_at = ?2, last_error = NULL
+                 WHERE conversion_id = ?1 AND dead_at IS NOT NULL",
+            )?
+            .execute(params![id, now_ms])?;
+        if n == 1 {
+            conn.prepare_cached("UPDATE conversions SET status = 'queued' WHERE id = ?1")?
+                .execute([&id])?;
+            retried.push(id);
+        }
+    }
+    Ok(retried)
+}
