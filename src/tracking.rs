@@ -103,6 +103,7 @@ pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
                     || (campaign.is_some() && campaign != s.campaign)
             }
         };
+        let event_id = uuid::Uuid::now_v7().to_string();
         let session = if starts_new {
             let s = Session {
                 id: uuid::Uuid::now_v7().to_string(),
@@ -114,7 +115,9 @@ pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
                 referrer: referrer.filter(|r| !r.is_empty()).map(str::to_owned),
                 campaign,
             };
-            sessions::insert(conn, &b.site_id, &s)?;
+            // The landing URL stays in the pageview's event row only.
+            let landing = url.is_some().then_some(event_id.as_str());
+            sessions::insert_with_landing(conn, &b.site_id, &s, landing)?;
             current.insert(s)
         } else {
             let s = current.as_mut().expect("joined an existing session");
@@ -122,7 +125,6 @@ pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
             s.last_activity_at = s.last_activity_at.max(ev.ts);
             s
         };
-        let event_id = uuid::Uuid::now_v7().to_string();
         let mut event = NewEvent {
             id: &event_id,
             site_id: &b.site_id,
