@@ -8,7 +8,7 @@ import { webcrypto } from 'node:crypto';
 export const PIXEL_PATH = new URL('../../assets/pixel.js', import.meta.url);
 export const PIXEL = readFileSync(PIXEL_PATH, 'utf8');
 
-// The snippet a site pastes (CONTRACT section 4), without the <script> tags.
+// The snippet a site pastes (docs/decisions.md §4), without the <script> tags.
 export const SNIPPET = `
   window.svc = window.svc || function () { (svc.q = svc.q || []).push(arguments); };
   svc('init', 'TRACKER_ID');

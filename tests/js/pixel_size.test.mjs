@@ -1,4 +1,5 @@
-// The pixel is served to every page view of every site: issue 4 caps it at 4 KB uncompressed.
+// The pixel is served to every page view of every site: docs/decisions.md §4 caps it at 4 KB
+// uncompressed.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { statSync } from 'node:fs';
