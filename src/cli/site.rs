@@ -185,10 +185,9 @@ pub(super) fn identity_secret(db: &Path, a: IdentitySecretArgs) -> CliResult {
         let mut text = format!("new identity secret of site {} ({})", site.id, site.name);
         text.push_str(&secret_shown_once(&secret));
         if !site.signed_identify {
-            text.push_str(&format!(
-                "\nSigned identify is off: turn it on with `convapi site update {} --signed-identify on`.",
-                site.id
-            ));
+            text.push_str(
+                "\nSigned identify is off: `convapi site update SITE_ID --signed-identify on`.",
+            );
         }
         text
     })
@@ -240,9 +239,9 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
         if changes.signed_identify == Some(true) {
             let check = store::sites::identify_check(tx, &site.id)?;
             if check.and_then(|c| c.secret).is_none() {
+                let id = &site.id;
                 return Err(format!(
-                    "site {} has no identity secret: create one with `convapi site identity-secret {}` first",
-                    site.id, site.id
+                    "site {id} has no identity secret: make one first with `convapi site identity-secret {id}`"
                 ));
             }
         }
