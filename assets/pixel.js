@@ -52,7 +52,8 @@ function send(ev, b) {
 var api = g(function (c, a, p) {
   if (c == 'sessionId') return sid;
   if (c == 'init') !tid && a && (tid = '' + a, sched());
-  if (c == 'identify' && a != null && a !== '') push({ type: 'identify', userId: '' + a });
+  // p: the backend's HMAC of the user id, for sites that require signed identify
+  if (c == 'identify' && a != null && a !== '') push({ type: 'identify', userId: '' + a, signature: p ? '' + p : void 0 });
   if (c != 'track' || !a) return;
   if (a == 'pageview') pv(1);
   else if (a != 'purchase') push({ type: 'event', name: '' + a, props: p && typeof p == 'object' ? JSON.parse(JSON.stringify(p)) : void 0 });

@@ -25,6 +25,7 @@ struct Inner {
     processed: AtomicU64,
     dead_lettered: AtomicU64,
     rate_limited: AtomicU64,
+    identify_rejected: AtomicU64,
     connections_open: AtomicU64,
     connections_shut: [AtomicU64; 5],
     pool_pokes: AtomicU64,
@@ -126,6 +127,10 @@ impl Metrics {
         self.0.rate_limited.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub fn add_identify_rejected(&self, n: u64) {
+        self.0.identify_rejected.fetch_add(n, Ordering::Relaxed);
+    }
+
     pub fn inc_dead_lettered(&self) {
         self.0.dead_lettered.fetch_add(1, Ordering::Relaxed);
     }
@@ -218,6 +223,11 @@ impl Metrics {
                 "convapi_pixel_rate_limited_total",
                 "Pixel batches answered 429 RATE_LIMITED.",
                 &self.0.rate_limited,
+            ),
+            (
+                "convapi_pixel_identify_rejected_total",
+                "Pixel identify events ignored for a missing or wrong signature.",
+                &self.0.identify_rejected,
             ),
             (
                 "convapi_http_accept_restarts_total",

@@ -1,7 +1,11 @@
 //! The pixel's session rules (docs/decisions.md §4): which session each event joins, what a new
-//! session carries, what `identify` links, and pixel purchases recorded as conversions.
+//! session carries, what `identify` links (and, on a site that requires it, the check of its
+//! signature), and pixel purchases recorded as conversions.
 //!
 //! [`apply`] runs inside the writer's transaction, so a batch is sessionised atomically.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 
 use crate::store::conversions::{Conversion, Source};
 use crate::store::sessions::{self, Campaign, NewEvent, Session};
@@ -18,6 +22,8 @@ pub enum EventKind {
     },
     Identify {
         user_id: String,
+        /// Hex `HMAC-SHA256(site identity secret, user_id)`, from the merchant's backend.
+        signature: Option<String>,
     },
     Purchase {
         order_id: String,
@@ -52,6 +58,54 @@ pub struct Outcome {
     /// Conversions newly created by pixel purchases (work for the pipeline).
     pub conversions_created: usize,
     pub conversions_repeated: usize,
+    /// `identify` events ignored for a missing or wrong signature.
+    pub identify_rejected: usize,
+}
+
+/// Prefix of an identity secret, so that it is recognisable in a config file or a leak scan.
+pub const IDENTITY_SECRET_PREFIX: &str = "isk_";
+
+/// A new identity secret: the prefix and 32 bytes from the OS random source as lower-case hex.
+/// The whole string, as printed, is the HMAC key.
+pub fn new_identity_secret() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    Ok(format!("{IDENTITY_SECRET_PREFIX}{}", hex(&bytes)))
+}
+
+/// `HMAC-SHA256(secret, user_id)` as lower-case hex: what the merchant's backend computes.
+pub fn identify_signature(secret: &str, user_id: &str) -> String {
+    hex(&mac(secret, user_id).finalize().into_bytes())
+}
+
+/// Whether `signature` (hex, either case) is `HMAC-SHA256(secret, user_id)`, compared in constant
+/// time so that the answer's timing tells an attacker nothing about the right signature.
+pub fn signature_matches(secret: &str, user_id: &str, signature: &str) -> bool {
+    match unhex(signature) {
+        Some(sig) => mac(secret, user_id).verify_slice(&sig).is_ok(),
+        None => false,
+    }
+}
+
+fn mac(secret: &str, user_id: &str) -> Hmac<Sha256> {
+    let mut m = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");
+    m.update(user_id.as_bytes());
+    m
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    // from_str_radix alone would also take a sign ("+f").
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    s.as_bytes()
+        .chunks(2)
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
+        .collect()
 }
 
 /// The UTM parameters and click ids of a URL's query string.
@@ -86,10 +140,29 @@ pub fn campaign_of(url: &str) -> Campaign {
 }
 
 /// Applies a batch: sessions, visitor links, events and pixel purchases.
+///
+/// On a site with signed identify, an `identify` without the right signature still counts as the
+/// visitor's activity, but links nothing, marks no session and is not stored.
 pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
     sessions::ensure_visitor(conn, &b.site_id, &b.visitor_id, b.received_at)?;
     let mut current = sessions::latest_for_visitor(conn, &b.site_id, &b.visitor_id)?;
-    let (mut created, mut repeated) = (0, 0);
+    let has_identify = b
+        .events
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::Identify { .. }));
+    let check = if has_identify {
+        store::sites::identify_check(conn, &b.site_id)?
+    } else {
+        None
+    };
+    let identify_ok = |user_id: &str, signature: Option<&str>| match &check {
+        Some(c) if c.signed => match (&c.secret, signature) {
+            (Some(secret), Some(sig)) => signature_matches(secret, user_id, sig),
+            _ => false,
+        },
+        _ => true,
+    };
+    let (mut created, mut repeated, mut rejected) = (0, 0, 0);
     for ev in &b.events {
         let (url, referrer) = match &ev.kind {
             EventKind::Pageview { url, referrer } => (url.as_deref(), referrer.as_deref()),
@@ -103,6 +176,7 @@ pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
                     || (campaign.is_some() && campaign != s.campaign)
             }
         };
+        let event_id = uuid::Uuid::now_v7().to_string();
         let session = if starts_new {
             let s = Session {
                 id: uuid::Uuid::now_v7().to_string(),
@@ -114,7 +188,9 @@ pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
                 referrer: referrer.filter(|r| !r.is_empty()).map(str::to_owned),
                 campaign,
             };
-            sessions::insert(conn, &b.site_id, &s)?;
+            // The landing URL stays in the pageview's event row only.
+            let landing = url.is_some().then_some(event_id.as_str());
+            sessions::insert_with_landing(conn, &b.site_id, &s, landing)?;
             current.insert(s)
         } else {
             let s = current.as_mut().expect("joined an existing session");
@@ -122,7 +198,6 @@ pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
             s.last_activity_at = s.last_activity_at.max(ev.ts);
             s
         };
-        let event_id = uuid::Uuid::now_v7().to_string();
         let mut event = NewEvent {
             id: &event_id,
             site_id: &b.site_id,
@@ -138,7 +213,11 @@ pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
                 event.url = url.as_deref();
                 sessions::insert_event(conn, &event)?;
             }
-            EventKind::Identify { user_id } => {
+            EventKind::Identify { user_id, signature } => {
+                if !identify_ok(user_id, signature.as_deref()) {
+                    rejected += 1;
+                    continue;
+                }
                 sessions::link_client(conn, &b.site_id, user_id, &b.visitor_id, b.received_at)?;
                 sessions::touch(conn, &session.id, ev.ts, Some(user_id))?;
                 session.client_id = Some(user_id.clone());
@@ -183,6 +262,7 @@ pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
             .expect("a batch has at least one event"),
         conversions_created: created,
         conversions_repeated: repeated,
+        identify_rejected: rejected,
     })
 }
 
@@ -201,5 +281,43 @@ mod tests {
         assert!(c.utm_campaign.is_none());
         assert!(!campaign_of("https://shop.example/p?x=1").is_some());
         assert!(!campaign_of("https://shop.example/p#utm_source=x").is_some());
+    }
+
+    #[test]
+    fn identify_signature_is_hmac_sha256_hex_checked_in_either_case() {
+        // The same value as Python's hmac.new(b"isk_test", b"user-42", "sha256").hexdigest().
+        let sig = "46b8effbef5ea430470a7a148f32eaf4d63c2edc12ea36dc0d108f591fb119c5";
+        assert_eq!(identify_signature("isk_test", "user-42"), sig);
+        assert!(signature_matches("isk_test", "user-42", sig));
+        assert!(signature_matches(
+            "isk_test",
+            "user-42",
+            &sig.to_uppercase()
+        ));
+        assert!(!signature_matches("isk_test", "user-43", sig));
+        assert!(!signature_matches("isk_other", "user-42", sig));
+        assert!(!signature_matches("isk_test", "user-42", &sig[..62]));
+        assert!(!signature_matches("isk_test", "user-42", ""));
+        assert!(!signature_matches(
+            "isk_test",
+            "user-42",
+            &format!("{}zz", &sig[..62])
+        ));
+        assert!(!signature_matches("isk_test", "user-42", "é"));
+        // Byte 9 is 0x0a: "+a" would read as the same byte.
+        let plus = format!("{}+{}", &sig[..18], &sig[19..]);
+        assert!(!signature_matches("isk_test", "user-42", &plus));
+    }
+
+    #[test]
+    fn identity_secrets_are_32_random_bytes() {
+        let (a, b) = (
+            new_identity_secret().unwrap(),
+            new_identity_secret().unwrap(),
+        );
+        assert_ne!(a, b);
+        let hex = a.strip_prefix(IDENTITY_SECRET_PREFIX).unwrap();
+        assert_eq!(unhex(hex).map(|b| b.len()), Some(32));
+        assert_eq!(hex, hex.to_ascii_lowercase());
     }
 }

@@ -189,8 +189,8 @@ fn pixel_in_chromium_then_backend_report_is_one_conversion() {
             .expect("open the database read-only");
     let sessions = rows(
         &db,
-        "SELECT id, client_id, landing_url, referrer, utm_source, utm_medium, utm_campaign,
-                utm_term, utm_content, gclid, fbclid
+        "SELECT id, client_id, (SELECT url FROM events WHERE id = landing_event_id) AS landing_url,
+                referrer, utm_source, utm_medium, utm_campaign, utm_term, utm_content, gclid, fbclid
          FROM sessions WHERE site_id = ?1 AND visitor_id = ?2",
         [&app.site.id, &visitor_id],
     );

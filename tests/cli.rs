@@ -51,7 +51,7 @@ fn usage_errors_keep_the_possible_values_and_the_suggestion() {
         (
             &["site"],
             &[
-                "a subcommand is required: create, list, update (see",
+                "a subcommand is required: create, list, update, identity-secret (see",
                 "(see convapi site --help)",
             ],
         ),
@@ -182,6 +182,7 @@ fn every_subcommand_and_option_has_a_description() {
             "serve",
             "site",
             "site create",
+            "site identity-secret",
             "site list",
             "site update",
             "tenant",
@@ -230,6 +231,10 @@ fn unknown_ids_fail_the_same_way_in_every_command() {
         ),
         (
             vec!["site", "update", "nope", "--name", "x", "--json"],
+            "no site with id nope".into(),
+        ),
+        (
+            vec!["site", "identity-secret", "nope", "--json"],
             "no site with id nope".into(),
         ),
     ];

@@ -250,7 +250,7 @@ fn a_new_campaign_starts_a_new_session_carrying_its_landing_page() {
     let c = app.sqlite();
     let row: [Option<String>; 8] = c
         .query_row(
-            "SELECT landing_url, referrer, utm_source, utm_medium, utm_campaign, utm_term, utm_content, gclid
+            "SELECT (SELECT url FROM events WHERE id = landing_event_id), referrer, utm_source, utm_medium, utm_campaign, utm_term, utm_content, gclid
              FROM sessions WHERE id = ?1",
             [&news],
             |r| Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?]),
@@ -275,7 +275,7 @@ fn a_new_campaign_starts_a_new_session_carrying_its_landing_page() {
         Some("abc123")
     );
     assert_eq!(
-        app.query_str("SELECT landing_url FROM sessions WHERE id = ?1", [&ad])
+        app.query_str("SELECT (SELECT url FROM events WHERE id = landing_event_id) FROM sessions WHERE id = ?1", [&ad])
             .as_deref(),
         Some(ad_url)
     );

@@ -54,6 +54,8 @@ mod untrusted;
 // Slow clients: bodies read on the connection's thread before a request thread sees them, and a
 // minimum data rate; 64 slow bodies do not delay `/healthz` or a conversion.
 mod slow_bodies;
+// Signed identify against attribution hijack, the cap on visitors per clientId, URLs stored once.
+mod identify;
 // Key hashing and logs, SQL built from bound parameters only, tenant isolation, 401s.
 mod security;
 // The server loop: a panicking handler is a 500, SIGTERM drains the request in flight, the test

@@ -30,6 +30,8 @@ const MAX_NAME_CHARS: usize = 128;
 /// Largest `ts` accepted: the largest integer a JSON number holds exactly (2^53 - 1).
 const MAX_TS: i64 = (1 << 53) - 1;
 const TS_RULE: &str = "ts must be epoch milliseconds (a non-negative integer)";
+/// Longest `signature` of an identify (an HMAC-SHA256 in hex is 64).
+const MAX_SIGNATURE_CHARS: usize = 128;
 /// Largest serialised `props` of a custom event.
 const MAX_PROPS_BYTES: usize = 4096;
 
@@ -150,6 +152,8 @@ pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
     for _ in 0..outcome.conversions_repeated {
         app.metrics.inc_deduplicated();
     }
+    app.metrics
+        .add_identify_rejected(outcome.identify_rejected as u64);
     if outcome.conversions_created > 0 {
         app.pipeline.wake();
     }
@@ -249,6 +253,7 @@ fn parse_event(v: &Value, i: usize, now_ms: i64, oldest: i64) -> Result<Event, A
         "identify" => EventKind::Identify {
             user_id: validate::opt_string(ev, "userId", &p("userId"), validate::MAX_ID_CHARS)?
                 .ok_or_else(|| ApiError::validation(p("userId"), "identify needs a userId"))?,
+            signature: validate::opt_string(ev, "signature", &p("signature"), MAX_SIGNATURE_CHARS)?,
         },
         "purchase" => EventKind::Purchase {
             order_id: validate::opt_string(ev, "orderId", &p("orderId"), validate::MAX_ID_CHARS)?

@@ -1,4 +1,5 @@
-//! `convapi site ...`: the sites a tenant reports conversions for, and their settings.
+//! `convapi site ...`: the sites a tenant reports conversions for, their settings, and the
+//! identity secret that signs the pixel's `identify` (printed when made, like an API key).
 
 use std::path::Path;
 
@@ -16,14 +17,18 @@ pub(super) enum SiteCmd {
     Create(CreateArgs),
     /// List the sites, of every tenant or of one.
     List(ListArgs),
-    /// Change a site's name, domain, currency, attribution window or model.
+    /// Change a site's name, domain, currency, attribution window, model or signed identify.
     Update(UpdateArgs),
+    /// Create or replace a site's identity secret and print it (the only time it is shown).
+    IdentitySecret(IdentitySecretArgs),
 }
 
 /// The attribution models, as `--model` takes them.
 const MODELS: [&str; 3] = ["last_non_direct", "last_touch", "first_touch"];
 /// The longest attribution window, in days.
 const MAX_WINDOW_DAYS: i64 = 3650;
+/// `--signed-identify` values.
+const ON_OFF: [&str; 2] = ["on", "off"];
 
 #[derive(clap::Args)]
 pub(super) struct CreateArgs {
@@ -45,6 +50,10 @@ pub(super) struct CreateArgs {
     /// Attribution model: which session of the visitor gets the credit.
     #[arg(long, default_value = "last_non_direct", value_parser = MODELS)]
     model: String,
+    /// Whether the pixel's identify must be signed with the site's identity secret; "on" also
+    /// creates the secret and prints it (the only time it is shown).
+    #[arg(long, default_value = "off", value_parser = ON_OFF)]
+    signed_identify: String,
     /// Print the site as one JSON object.
     #[arg(long)]
     json: bool,
@@ -81,9 +90,32 @@ pub(super) struct UpdateArgs {
     /// A new attribution model (applies to conversions from now on).
     #[arg(long, group = "changes", value_parser = MODELS)]
     model: Option<String>,
+    /// Whether the pixel's identify must be signed with the site's identity secret ("on" needs
+    /// one: see `site identity-secret`).
+    #[arg(long, group = "changes", value_parser = ON_OFF)]
+    signed_identify: Option<String>,
     /// Print the site as one JSON object.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct IdentitySecretArgs {
+    /// The site's id (UUID).
+    site_id: String,
+    /// Print the secret as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A site and, when it was just made, its identity secret.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WithSecret<'a> {
+    #[serde(flatten)]
+    site: &'a Site,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    identity_secret: Option<&'a str>,
 }
 
 pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
@@ -93,22 +125,83 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
     let conn = open(db)?;
     require_tenant(&conn, &a.tenant)?;
     let tracker_id = crate::keys::random_base62(12).map_err(|e| e.to_string())?;
-    let site = store::sites::create(
-        &conn,
-        &NewSite {
-            id: &uuid::Uuid::new_v4().to_string(),
-            tenant_id: &a.tenant,
-            tracker_id: &tracker_id,
-            name,
-            domain: domain.as_deref(),
-            currency: &a.currency,
-            window_days: a.window_days,
-            model: &a.model,
-        },
-        store::now_ms(),
+    let secret = match a.signed_identify.as_str() {
+        "on" => Some(new_secret()?),
+        _ => None,
+    };
+    let site = store::write_tx(&conn, |tx| -> Result<Site, String> {
+        let site = store::sites::create(
+            tx,
+            &NewSite {
+                id: &uuid::Uuid::new_v4().to_string(),
+                tenant_id: &a.tenant,
+                tracker_id: &tracker_id,
+                name,
+                domain: domain.as_deref(),
+                currency: &a.currency,
+                window_days: a.window_days,
+                model: &a.model,
+            },
+            store::now_ms(),
+        )?;
+        let Some(secret) = &secret else {
+            return Ok(site);
+        };
+        store::sites::set_identity_secret(tx, &site.id, secret)?;
+        let on = SiteChanges {
+            signed_identify: Some(true),
+            ..SiteChanges::default()
+        };
+        Ok(store::sites::update(tx, &site.id, &on)?.expect("site just created"))
+    })?;
+    let out = WithSecret {
+        site: &site,
+        identity_secret: secret.as_deref(),
+    };
+    print(a.json, &out, || {
+        let mut text = describe("created", &site);
+        if let Some(secret) = &secret {
+            text.push_str(&secret_shown_once(secret));
+        }
+        text
+    })
+}
+
+/// Creates or replaces the site's identity secret: the previous one stops verifying at once.
+pub(super) fn identity_secret(db: &Path, a: IdentitySecretArgs) -> CliResult {
+    let secret = new_secret()?;
+    let conn = open(db)?;
+    let site = store::write_tx(&conn, |tx| -> Result<Site, String> {
+        let site = site_by_id(tx, &a.site_id)?;
+        store::sites::set_identity_secret(tx, &site.id, &secret)?;
+        Ok(site)
+    })?;
+    let out = serde_json::json!({
+        "siteId": site.id,
+        "identitySecret": secret,
+        "signedIdentify": site.signed_identify,
+    });
+    print(a.json, &out, || {
+        let mut text = format!("new identity secret of site {} ({})", site.id, site.name);
+        text.push_str(&secret_shown_once(&secret));
+        if !site.signed_identify {
+            text.push_str(
+                "\nSigned identify is off: `convapi site update SITE_ID --signed-identify on`.",
+            );
+        }
+        text
+    })
+}
+
+fn new_secret() -> Result<String, String> {
+    crate::tracking::new_identity_secret().map_err(|e| format!("no OS randomness: {e}"))
+}
+
+fn secret_shown_once(secret: &str) -> String {
+    format!(
+        "\n\n    {secret}\n\nStore it with your backend's secrets now: it is shown only this once. \
+         It signs identify: HMAC-SHA256 with this whole string as the key, over the user id, in hex."
     )
-    .map_err(|e| e.to_string())?;
-    print(a.json, &site, || describe("created", &site))
 }
 
 /// Runs in one write transaction, so that no conversion is converted into the old currency
@@ -141,7 +234,17 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
             currency: a.currency.as_deref(),
             window_days: a.window_days,
             model: a.model.as_deref(),
+            signed_identify: a.signed_identify.as_deref().map(|v| v == "on"),
         };
+        if changes.signed_identify == Some(true) {
+            let check = store::sites::identify_check(tx, &site.id)?;
+            if check.and_then(|c| c.secret).is_none() {
+                let id = &site.id;
+                return Err(format!(
+                    "site {id} has no identity secret: make one first with `convapi site identity-secret {id}`"
+                ));
+            }
+        }
         store::sites::update(tx, &site.id, &changes)?
             .ok_or_else(|| format!("no site with id {}", a.site_id))
     })?;
@@ -151,13 +254,18 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
 /// The human line of `create` and `update`.
 fn describe(done: &str, site: &Site) -> String {
     format!(
-        "{done} site {} ({}): tracker id {}, currency {}, window {}, model {}",
+        "{done} site {} ({}): tracker id {}, currency {}, window {}, model {}{}",
         site.id,
         site.name,
         site.tracker_id,
         site.currency,
         count(site.window_days as usize, "day", "days"),
-        site.model
+        site.model,
+        if site.signed_identify {
+            ", signed identify"
+        } else {
+            ""
+        }
     )
 }
 

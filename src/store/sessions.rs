@@ -1,9 +1,18 @@
 //! Visitors, their `clientId` links, sessions and pixel events: what the pixel writes and what
 //! session resolution reads.
+//!
+//! A pageview's URL is stored once, in its event row; a session refers to its landing pageview
+//! (`landing_event_id`) and reads the landing URL from there. A `clientId` keeps at most
+//! [`MAX_VISITORS_PER_CLIENT`] visitors, so that resolving a person costs the same however often
+//! its id was claimed.
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::Result;
+
+/// Most visitors one `clientId` is linked to (docs/decisions.md §4); linking one more drops the
+/// link identified least recently. The migration that added the cap trims with the same number.
+pub const MAX_VISITORS_PER_CLIENT: usize = 50;
 
 /// The traffic-source fields a session carries from its first event.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -35,12 +44,15 @@ pub struct Session {
     pub client_id: Option<String>,
     pub started_at: i64,
     pub last_activity_at: i64,
+    /// The URL of the session's landing pageview: read through `landing_event_id`, never written
+    /// from here (see [`insert_with_landing`]).
     pub landing_url: Option<String>,
     pub referrer: Option<String>,
     pub campaign: Campaign,
 }
 
-const COLUMNS: &str = "id, visitor_id, client_id, started_at, last_activity_at, landing_url, referrer, \
+const COLUMNS: &str = "id, visitor_id, client_id, started_at, last_activity_at, \
+    (SELECT e.url FROM events e WHERE e.id = sessions.landing_event_id), referrer, \
     utm_source, utm_medium, utm_campaign, utm_term, utm_content, gclid, gbraid, wbraid, fbclid, msclkid, ttclid";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
@@ -82,7 +94,9 @@ pub fn ensure_visitor(
     Ok(())
 }
 
-/// Links a visitor to a merchant user id, for good.
+/// Links a visitor to a merchant user id as its most recently identified visitor, and drops the
+/// links beyond [`MAX_VISITORS_PER_CLIENT`], least recently identified first. A link's
+/// `created_at` stays the time of its first `identify`.
 pub fn link_client(
     conn: &Connection,
     site_id: &str,
@@ -90,10 +104,35 @@ pub fn link_client(
     visitor_id: &str,
     now_ms: i64,
 ) -> Result<()> {
+    // The common case, a person's browser identifying on every page, writes nothing.
+    let newest: Option<String> = conn
+        .prepare_cached(
+            "SELECT visitor_id FROM visitor_clients WHERE site_id = ?1 AND client_id = ?2
+             ORDER BY id DESC LIMIT 1",
+        )?
+        .query_row(params![site_id, client_id], |r| r.get(0))
+        .optional()?;
+    if newest.as_deref() == Some(visitor_id) {
+        return Ok(());
+    }
+    // A new row takes an id above every other row's: it becomes the newest link.
+    let first_linked: Option<i64> = conn
+        .prepare_cached(
+            "DELETE FROM visitor_clients WHERE site_id = ?1 AND client_id = ?2 AND visitor_id = ?3
+             RETURNING created_at",
+        )?
+        .query_row(params![site_id, client_id, visitor_id], |r| r.get(0))
+        .optional()?;
     conn.prepare_cached(
-        "INSERT OR IGNORE INTO visitor_clients (site_id, client_id, visitor_id, created_at) VALUES (?1, ?2, ?3, ?4)",
+        "INSERT INTO visitor_clients (site_id, client_id, visitor_id, created_at) VALUES (?1, ?2, ?3, ?4)",
     )?
-    .execute(params![site_id, client_id, visitor_id, now_ms])?;
+    .execute(params![site_id, client_id, visitor_id, first_linked.unwrap_or(now_ms)])?;
+    conn.prepare_cached(
+        "DELETE FROM visitor_clients WHERE site_id = ?1 AND client_id = ?2 AND id <= (
+             SELECT id FROM visitor_clients WHERE site_id = ?1 AND client_id = ?2
+             ORDER BY id DESC LIMIT 1 OFFSET ?3)",
+    )?
+    .execute(params![site_id, client_id, MAX_VISITORS_PER_CLIENT as i64])?;
     Ok(())
 }
 
@@ -121,16 +160,29 @@ pub fn by_id(conn: &Connection, site_id: &str, id: &str) -> Result<Option<Sessio
         .optional()?)
 }
 
+/// Inserts a session without a landing pageview (its `landing_url` is not stored).
 pub fn insert(conn: &Connection, site_id: &str, s: &Session) -> Result<()> {
+    insert_with_landing(conn, site_id, s, None)
+}
+
+/// Inserts a session whose landing URL is the `url` of the pageview event `landing_event_id`,
+/// which the caller inserts in the same transaction (after the session, which the event refers
+/// to). `s.landing_url` is not stored: the URL lives in the event row only.
+pub fn insert_with_landing(
+    conn: &Connection,
+    site_id: &str,
+    s: &Session,
+    landing_event_id: Option<&str>,
+) -> Result<()> {
     let c = &s.campaign;
     conn.prepare_cached(
-        "INSERT INTO sessions (id, site_id, visitor_id, client_id, started_at, last_activity_at, landing_url,
-            referrer, utm_source, utm_medium, utm_campaign, utm_term, utm_content, gclid, gbraid, wbraid,
-            fbclid, msclkid, ttclid)
+        "INSERT INTO sessions (id, site_id, visitor_id, client_id, started_at, last_activity_at,
+            landing_event_id, referrer, utm_source, utm_medium, utm_campaign, utm_term, utm_content,
+            gclid, gbraid, wbraid, fbclid, msclkid, ttclid)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
     )?
     .execute(params![
-        s.id, site_id, s.visitor_id, s.client_id, s.started_at, s.last_activity_at, s.landing_url,
+        s.id, site_id, s.visitor_id, s.client_id, s.started_at, s.last_activity_at, landing_event_id,
         s.referrer, c.utm_source, c.utm_medium, c.utm_campaign, c.utm_term, c.utm_content, c.gclid,
         c.gbraid, c.wbraid, c.fbclid, c.msclkid, c.ttclid
     ])?;
@@ -244,4 +296,114 @@ pub fn in_window(
     }
     out.sort_by(|a, b| (a.started_at, &a.id).cmp(&(b.started_at, &b.id)));
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database at schema version 1 (before the migrations), with the table rows the migration
+    /// rewrites.
+    fn version_1() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+        conn.execute_batch(super::super::SCHEMA).unwrap();
+        conn.execute_batch(
+            "PRAGMA user_version = 1;
+             INSERT INTO tenants VALUES ('t', 'T', 0);
+             INSERT INTO sites (id, tenant_id, tracker_id, name, currency, window_days, model, created_at)
+                 VALUES ('s', 't', 'trk', 'S', 'EUR', 30, 'last_touch', 0);
+             INSERT INTO visitors VALUES ('s', 'v', 0);
+             INSERT INTO sessions (id, site_id, visitor_id, started_at, last_activity_at, landing_url, utm_source)
+                 VALUES ('with-event', 's', 'v', 10, 20, 'https://a.example/?utm_source=x', 'x'),
+                        ('without-event', 's', 'v', 30, 40, 'https://b.example/', NULL),
+                        ('no-landing', 's', 'v', 50, 60, NULL, NULL);
+             INSERT INTO events (id, site_id, session_id, type, url, ts)
+                 VALUES ('e2', 's', 'with-event', 'pageview', 'https://a.example/?utm_source=x', 15),
+                        ('e1', 's', 'with-event', 'pageview', 'https://a.example/?utm_source=x', 10),
+                        ('e3', 's', 'without-event', 'pageview', 'https://b.example/other', 30);",
+        )
+        .unwrap();
+        for i in 0..60 {
+            conn.execute(
+                "INSERT INTO visitors VALUES ('s', ?1, 0)",
+                [format!("v{i:02}")],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO visitor_clients VALUES ('s', 'c', ?1, ?2)",
+                params![format!("v{i:02}"), 1000 - i],
+            )
+            .unwrap();
+        }
+        conn
+    }
+
+    fn landing(conn: &Connection, id: &str) -> Option<String> {
+        by_id(conn, "s", id).unwrap().unwrap().landing_url
+    }
+
+    #[test]
+    fn the_migration_keeps_landing_urls_and_trims_links() {
+        let mut conn = version_1();
+        super::super::migrate(&mut conn).unwrap();
+        assert_eq!(
+            landing(&conn, "with-event").as_deref(),
+            Some("https://a.example/?utm_source=x")
+        );
+        let landing_event: String = conn
+            .query_row(
+                "SELECT landing_event_id FROM sessions WHERE id = 'with-event'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(landing_event, "e1", "the earliest matching pageview");
+        assert_eq!(
+            landing(&conn, "without-event").as_deref(),
+            Some("https://b.example/")
+        );
+        assert_eq!(landing(&conn, "no-landing"), None);
+        let c = by_id(&conn, "s", "with-event").unwrap().unwrap().campaign;
+        assert_eq!(c.utm_source.as_deref(), Some("x"));
+        // Links were ordered by created_at, which here runs opposite to the visitor ids.
+        let mut kept = person(&conn, "s", Identifier::Client("c")).unwrap();
+        kept.sort();
+        let expected: Vec<String> = (0..50).map(|i| format!("v{i:02}")).collect();
+        assert_eq!(kept, expected);
+    }
+
+    #[test]
+    fn the_migration_trims_to_the_cap() {
+        let sql = super::super::PIXEL_TRUST_AND_STORAGE;
+        assert!(sql.contains(&format!("WHERE n > {MAX_VISITORS_PER_CLIENT})")));
+    }
+
+    #[test]
+    fn linking_again_makes_a_link_the_newest_and_keeps_its_first_time() {
+        let mut conn = version_1();
+        super::super::migrate(&mut conn).unwrap();
+        // v49 is the oldest link left (created_at 951); linking it again saves it from the cap.
+        link_client(&conn, "s", "c", "v49", 5000).unwrap();
+        ensure_visitor(&conn, "s", "new", 0).unwrap();
+        link_client(&conn, "s", "c", "new", 6000).unwrap();
+        let kept = person(&conn, "s", Identifier::Client("c")).unwrap();
+        assert_eq!(kept.len(), MAX_VISITORS_PER_CLIENT);
+        assert!(kept.contains(&"v49".to_owned()) && kept.contains(&"new".to_owned()));
+        assert!(!kept.contains(&"v48".to_owned()));
+        let first: i64 = conn
+            .query_row(
+                "SELECT created_at FROM visitor_clients WHERE visitor_id = 'v49'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(first, 951);
+        // The newest link identifying again writes nothing.
+        link_client(&conn, "s", "c", "new", 7000).unwrap();
+        assert_eq!(
+            person(&conn, "s", Identifier::Client("c")).unwrap().len(),
+            MAX_VISITORS_PER_CLIENT
+        );
+    }
 }

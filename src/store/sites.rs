@@ -1,4 +1,7 @@
 //! The `sites` table: what the backend addresses by UUID and the pixel by tracker id.
+//!
+//! A site's identity secret is read only by [`identify_check`] and written only by
+//! [`set_identity_secret`]: [`Site`] never carries it, so no listing or log can show it.
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
@@ -16,6 +19,8 @@ pub struct Site {
     pub currency: String,
     pub window_days: i64,
     pub model: String,
+    /// Whether the pixel's `identify` must be signed with the site's identity secret.
+    pub signed_identify: bool,
     pub created_at: String,
 }
 
@@ -27,7 +32,7 @@ impl Site {
 }
 
 const COLUMNS: &str =
-    "id, tenant_id, tracker_id, name, domain, currency, window_days, model, created_at";
+    "id, tenant_id, tracker_id, name, domain, currency, window_days, model, created_at, signed_identify";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Site> {
     Ok(Site {
@@ -40,6 +45,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Site> {
         window_days: r.get(6)?,
         model: r.get(7)?,
         created_at: super::iso(r.get(8)?),
+        signed_identify: r.get(9)?,
     })
 }
 
@@ -95,6 +101,7 @@ pub struct SiteChanges<'a> {
     pub currency: Option<&'a str>,
     pub window_days: Option<i64>,
     pub model: Option<&'a str>,
+    pub signed_identify: Option<bool>,
 }
 
 /// Changes a site's settings; `None` when there is no such site.
@@ -102,9 +109,17 @@ pub fn update(conn: &Connection, id: &str, c: &SiteChanges<'_>) -> Result<Option
     let changed = conn.execute(
         "UPDATE sites SET name = COALESCE(?2, name), domain = COALESCE(?3, domain),
              currency = COALESCE(?4, currency), window_days = COALESCE(?5, window_days),
-             model = COALESCE(?6, model)
+             model = COALESCE(?6, model), signed_identify = COALESCE(?7, signed_identify)
          WHERE id = ?1",
-        params![id, c.name, c.domain, c.currency, c.window_days, c.model],
+        params![
+            id,
+            c.name,
+            c.domain,
+            c.currency,
+            c.window_days,
+            c.model,
+            c.signed_identify
+        ],
     )?;
     if changed == 0 {
         return Ok(None);
@@ -127,4 +142,34 @@ pub fn other_reporting_currency(
         )?
         .query_row([site_id, currency], |r| r.get(0))
         .optional()?)
+}
+
+/// How a site checks the pixel's `identify`.
+pub struct IdentifyCheck {
+    /// An `identify` must carry `HMAC-SHA256(secret, userId)`.
+    pub signed: bool,
+    /// The identity secret, as the merchant's backend holds it (the HMAC key is its bytes).
+    pub secret: Option<String>,
+}
+
+/// `None` when there is no such site.
+pub fn identify_check(conn: &Connection, site_id: &str) -> Result<Option<IdentifyCheck>> {
+    Ok(conn
+        .prepare_cached("SELECT signed_identify, identity_secret FROM sites WHERE id = ?1")?
+        .query_row([site_id], |r| {
+            Ok(IdentifyCheck {
+                signed: r.get(0)?,
+                secret: r.get(1)?,
+            })
+        })
+        .optional()?)
+}
+
+/// Stores a site's new identity secret in place of the old one; false when there is no such site.
+/// Stored as given, unlike an API key: the server computes HMACs with it.
+pub fn set_identity_secret(conn: &Connection, site_id: &str, secret: &str) -> Result<bool> {
+    Ok(conn.execute(
+        "UPDATE sites SET identity_secret = ?2 WHERE id = ?1",
+        params![site_id, secret],
+    )? > 0)
 }

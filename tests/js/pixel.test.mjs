@@ -404,3 +404,25 @@ test('loading the script twice does not double-send', () => {
   b.tick();
   assert.deepEqual(b.sentEvents().map((e) => e.url), ['https://shop.example/p?utm_source=news', 'https://shop.example/next']);
 });
+
+test("identify passes the backend's signature when given, queued or not", async () => {
+  const sig = '46b8effbef5ea430470a7a148f32eaf4d63c2edc12ea36dc0d108f591fb119c5';
+  const b = browser();
+  b.run(STUB);
+  b.run(`svc('identify', 'user-42', '${sig}'); svc('init', 'TRK');`);
+  b.load();
+  b.svc('identify', 7, { toString: () => 'abc' });
+  b.svc('identify', 'user-9');
+  b.svc('identify', 'user-8', '');
+  b.tick();
+  await settle();
+  assert.equal(b.rec.fetches.length, 1);
+  const raw = b.rec.fetches[0].init.body;
+  assert.deepEqual(strip(b.sentEvents()).slice(1), [
+    { type: 'identify', userId: 'user-42', signature: sig },
+    { type: 'identify', userId: '7', signature: 'abc' },
+    { type: 'identify', userId: 'user-9' },
+    { type: 'identify', userId: 'user-8' },
+  ]);
+  assert.equal(raw.match(/"signature"/g).length, 2, 'no signature key without a signature');
+});
