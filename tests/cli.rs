@@ -356,16 +356,7 @@ fn counts_are_singular_or_plural() {
     // A USD order on a EUR site before any rate: the pipeline parks it until rates arrive.
     let now = now_ms();
     app.pageview("v", "https://shop.example/", now - MINUTE);
-    let order = unique("order");
-    app.post_conversion(&serde_json::json!({
-        "visitorId": "v", "orderId": order, "value": 10, "currency": "USD", "occurredAt": iso(now),
-    }))
-    .accepted();
-    let deadline = std::time::Instant::now() + WAIT;
-    while app.order_status(&order).expect(200)["status"] != "fx_pending" {
-        assert!(std::time::Instant::now() < deadline, "never fx_pending");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    report_and_wait_for(&app, "USD", now, "fx_pending");
     // Rates of a day before the order, so that it converts.
     let day = &iso(now - DAY)[..10];
     assert_eq!(
@@ -551,16 +542,7 @@ fn a_site_currency_cannot_change_once_conversions_were_converted() {
     let app = TestApp::start();
     let now = now_ms();
     app.pageview("v", "https://shop.example/", now - MINUTE);
-    let order = unique("order");
-    app.post_conversion(&serde_json::json!({
-        "visitorId": "v", "orderId": order, "value": 10, "currency": "EUR", "occurredAt": iso(now),
-    }))
-    .accepted();
-    let deadline = std::time::Instant::now() + WAIT;
-    while app.order_status(&order).expect(200)["status"] != "processed" {
-        assert!(std::time::Instant::now() < deadline, "never processed");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    report_and_wait_for(&app, "EUR", now, "processed");
     let site = &app.site.id;
     let run = app.cli(&["site", "update", site, "--currency", "USD", "--json"]);
     assert_fails(
@@ -613,5 +595,20 @@ fn a_usage_error_among_arguments_that_are_not_utf8_is_still_one_line() {
             stderr.starts_with("convapi: usage error: ") && stderr.trim_end().lines().count() == 1,
             "{args:?}: {stderr:?}"
         );
+    }
+}
+
+/// Reports an order of 10 `currency` at `now` for visitor `v` (who must have a session), and waits
+/// until the running pipeline brings it to `status`.
+fn report_and_wait_for(app: &TestApp, currency: &str, now: i64, status: &str) {
+    let order = unique("order");
+    app.post_conversion(&serde_json::json!({
+        "visitorId": "v", "orderId": order, "value": 10, "currency": currency, "occurredAt": iso(now),
+    }))
+    .accepted();
+    let deadline = std::time::Instant::now() + WAIT;
+    while app.order_status(&order).expect(200)["status"] != status {
+        assert!(std::time::Instant::now() < deadline, "never {status}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }

@@ -6,8 +6,9 @@ use crate::common::*;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::pipeline_support::one_failure;
 use convapi::metrics::Metrics;
-use convapi::pipeline::{self, DrainStats};
+use convapi::pipeline;
 use serde_json::{json, Value};
 
 /// `convapi --db DB serve --addr 127.0.0.1:0` that must exit on its own within `WAIT`; its exit
@@ -163,17 +164,7 @@ fn dead_letter(app: &TestApp, id: &str) {
     let metrics = Metrics::default();
     for attempt in 1..=pipeline::MAX_ATTEMPTS {
         let stats = pipeline::drain_once(&conn, &metrics, at).expect("drain");
-        let want = if attempt == pipeline::MAX_ATTEMPTS {
-            DrainStats {
-                dead_lettered: 1,
-                ..Default::default()
-            }
-        } else {
-            DrainStats {
-                retried: 1,
-                ..Default::default()
-            }
-        };
+        let want = one_failure(attempt == pipeline::MAX_ATTEMPTS);
         assert_eq!(stats, want, "try {attempt}");
         if let Some(next) = item(app, id).next_attempt_at {
             at = at.max(next);

@@ -471,17 +471,7 @@ fn a_poison_item_is_dead_lettered_after_ten_tries_without_holding_up_the_others(
         );
         now = next;
         let stats = drain_with(&app, now, &metrics);
-        let want = if attempt + 1 == pipeline::MAX_ATTEMPTS {
-            DrainStats {
-                dead_lettered: 1,
-                ..Default::default()
-            }
-        } else {
-            DrainStats {
-                retried: 1,
-                ..Default::default()
-            }
-        };
+        let want = one_failure(attempt + 1 == pipeline::MAX_ATTEMPTS);
         assert_eq!(stats, want, "try {}", attempt + 1);
     }
     let v = status(&app, &poison_order);

@@ -171,3 +171,18 @@ pub fn report(app: &TestApp, site: &str, args: &[&str]) -> (Vec<Value>, Vec<Stri
         .collect();
     (rows, revenues)
 }
+
+/// What one pass over a single failing item does: a retry, or on its last try a dead letter.
+pub fn one_failure(last_try: bool) -> DrainStats {
+    if last_try {
+        DrainStats {
+            dead_lettered: 1,
+            ..Default::default()
+        }
+    } else {
+        DrainStats {
+            retried: 1,
+            ..Default::default()
+        }
+    }
+}
