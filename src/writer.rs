@@ -8,7 +8,7 @@
 //! This module owns no SQL: the transaction and the savepoints are `store::write_tx` and
 //! `store::savepoint`, and jobs call into `store/`.
 //!
-//! Backpressure (docs/decisions.md §3 check 9, §8). Besides the bounded channel, new outbox work
+//! Backpressure (docs/decisions.md §3, check 9; §8). Besides the bounded channel, new outbox work
 //! is refused (503) while the outbox holds too many waiting items of its origin: the API's work
 //! counts against `max_backlog`, the anonymous pixel's against `max_pixel_backlog`, so a pixel
 //! flood can never refuse the API. Items parked for rates and dead letters wait for no one and do

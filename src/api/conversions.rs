@@ -1,5 +1,9 @@
 //! `POST /api/sites/{siteId}/conversions` (the seed's endpoint) and
 //! `GET /api/sites/{siteId}/conversions/{orderId}` (an order's status).
+//!
+//! A report is checked and its session resolved on a read snapshot; whether it creates the order,
+//! repeats it or takes over the pixel's (the trust order, docs/decisions.md §3) is decided again
+//! in the writer's transaction (`store::conversions::record_api`), never on the snapshot alone.
 
 use serde_json::{json, Map, Value};
 
@@ -26,7 +30,7 @@ pub struct Submission {
     occurred_at: i64,
 }
 
-/// Applies the contract's field rules (check 7) to a parsed body. Public so that the benchmark's
+/// Applies the field rules (docs/decisions.md §3, check 7) to a parsed body. Public so that the benchmark's
 /// no-op server (`examples/noop_server.rs`) does exactly this work.
 pub fn parse_submission(obj: &Map<String, Value>, now_ms: i64) -> Result<Submission, ApiError> {
     let id = |name: &str| validate::opt_string(obj, name, name, validate::MAX_ID_CHARS);
