@@ -8,11 +8,15 @@
 //! This module owns no SQL: the transaction and the savepoints are `store::write_tx` and
 //! `store::savepoint`, and jobs call into `store/`.
 //!
-//! Backpressure: besides the bounded channel, new outbox work is refused (503) while the outbox
-//! holds `max_backlog` waiting items or more. The count is cached: the writer thread refreshes it
-//! after every commit, before answering the batch (an upper bound kept from its own row changes,
-//! counted exactly only when the bound reaches the limit), so admission costs one atomic load and a
-//! client that got its 202 sees a count that includes its item.
+//! Backpressure (docs/decisions.md §3, check 9; §8). Besides the bounded channel, new outbox work
+//! is refused (503) while the outbox holds too many waiting items of its origin: the API's work
+//! counts against `max_backlog`, the anonymous pixel's against `max_pixel_backlog`, so a pixel
+//! flood can never refuse the API. Items parked for rates and dead letters wait for no one and do
+//! not count. The counts are cached: the writer thread refreshes them after every commit, before
+//! answering the batch (upper bounds kept from its own row changes, counted exactly only when a
+//! bound reaches its limit or another connection committed), so admission costs one atomic load
+//! and a client that got its 202 sees a count that includes its item. Pixel jobs may also hold at
+//! most a quarter of the channel ([`Writer::submit_pixel`]), so the API always finds room in it.
 //!
 //! It is the only writer in the process: the pipeline's results come as jobs too (one per chunk of
 //! items), so they share the requests' commits and nobody waits in SQLite's busy handler.
@@ -31,6 +35,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+use crate::store::conversions::Source;
 use crate::store::{self, StoreError};
 
 type Value = Box<dyn Any + Send>;
@@ -70,6 +75,9 @@ impl From<StoreError> for WriteError {
     }
 }
 
+/// How often an idle writer looks for outbox changes made by other processes.
+const IDLE_REFRESH: Duration = Duration::from_secs(1);
+
 /// Tuning of the writer.
 #[derive(Debug, Clone)]
 pub struct WriterConfig {
@@ -81,8 +89,12 @@ pub struct WriterConfig {
     pub per_request: bool,
     /// How long a caller waits for its result before giving up with `Unavailable`.
     pub reply_timeout: Duration,
-    /// Waiting outbox items beyond which new conversions are refused; 0: no limit.
+    /// Waiting outbox items created by the API beyond which new API conversions are refused;
+    /// 0: no limit.
     pub max_backlog: u64,
+    /// Waiting outbox items created by the pixel beyond which pixel purchases are refused;
+    /// 0: no limit.
+    pub max_pixel_backlog: u64,
 }
 
 impl Default for WriterConfig {
@@ -93,6 +105,7 @@ impl Default for WriterConfig {
             per_request: false,
             reply_timeout: Duration::from_secs(30),
             max_backlog: 100_000,
+            max_pixel_backlog: 10_000,
         }
     }
 }
@@ -113,15 +126,62 @@ impl CatchUp {
     }
 }
 
+/// One origin's outbox budget: its limit (0: none) and its waiting items at the last refresh
+/// (an upper bound while under the limit).
+#[derive(Clone)]
+struct Budget {
+    source: Source,
+    limit: u64,
+    waiting: Arc<AtomicU64>,
+}
+
+impl Budget {
+    fn start(conn: &Connection, source: Source, limit: u64) -> store::Result<Budget> {
+        let waiting = if limit == 0 {
+            0
+        } else {
+            store::conversions::outbox_waiting_capped(conn, source, limit)?
+        };
+        Ok(Budget {
+            source,
+            limit,
+            waiting: Arc::new(AtomicU64::new(waiting)),
+        })
+    }
+
+    fn admit(&self) -> Result<(), WriteError> {
+        if self.limit > 0 && self.waiting.load(Ordering::Relaxed) >= self.limit {
+            return Err(WriteError::Unavailable(format!(
+                "{} outbox backlog over its limit of {}",
+                self.source.origin(),
+                self.limit
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A pixel job's place in the channel, given back when the job is dropped: after it ran, or
+/// when it could not be queued.
+struct PixelSlot(Arc<AtomicUsize>);
+
+impl Drop for PixelSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// A handle to the writer thread; cheap to clone.
 #[derive(Clone)]
 pub struct Writer {
     tx: SyncSender<Job>,
     reply_timeout: Duration,
     healthy: Arc<AtomicBool>,
-    max_backlog: u64,
-    /// Waiting outbox items at the last refresh (an upper bound while under the limit).
-    backlog: Arc<AtomicU64>,
+    api: Budget,
+    pixel: Budget,
+    /// Pixel jobs queued or running, and how many may be.
+    pixel_jobs: Arc<AtomicUsize>,
+    max_pixel_jobs: usize,
     /// Jobs submitted and not yet answered.
     pending: Arc<AtomicUsize>,
     catch_up: CatchUp,
@@ -133,32 +193,32 @@ impl Writer {
     pub fn start(path: &Path, config: WriterConfig) -> store::Result<(Writer, JoinHandle<()>)> {
         let conn = store::open(path)?;
         let reply_timeout = config.reply_timeout;
-        let max_backlog = config.max_backlog;
-        let (tx, rx) = mpsc::sync_channel::<Job>(config.queue.max(1));
+        let queue = config.queue.max(1);
+        let (tx, rx) = mpsc::sync_channel::<Job>(queue);
         let healthy = Arc::new(AtomicBool::new(true));
-        let backlog = Arc::new(AtomicU64::new(store::conversions::outbox_waiting_capped(
-            &conn,
-            config.max_backlog,
-        )?));
+        let api = Budget::start(&conn, Source::Api, config.max_backlog)?;
+        let pixel = Budget::start(&conn, Source::Pixel, config.max_pixel_backlog)?;
         let pending = Arc::new(AtomicUsize::new(0));
         let catch_up = CatchUp::default();
-        let (h, b, p, c) = (
+        let (h, budgets, p, c) = (
             healthy.clone(),
-            backlog.clone(),
+            [api.clone(), pixel.clone()],
             pending.clone(),
             catch_up.clone(),
         );
         let handle = std::thread::Builder::new()
             .name("writer".into())
-            .spawn(move || run(conn, rx, config, h, b, &p, &c))
+            .spawn(move || run(conn, rx, config, h, budgets, &p, &c))
             .map_err(|e| StoreError::Other(format!("cannot start writer: {e}")))?;
         Ok((
             Writer {
                 tx,
                 reply_timeout,
                 healthy,
-                max_backlog,
-                backlog,
+                api,
+                pixel,
+                pixel_jobs: Arc::new(AtomicUsize::new(0)),
+                max_pixel_jobs: (queue / 4).max(1),
                 pending,
                 catch_up,
             },
@@ -168,6 +228,41 @@ impl Writer {
 
     /// Runs `f` inside the next group transaction and returns its result once committed.
     pub fn submit<T, F>(&self, f: F) -> Result<T, WriteError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> store::Result<T> + Send + 'static,
+    {
+        self.submit_job(f)
+    }
+
+    /// [`Writer::submit`] for the anonymous pixel: refused (`Unavailable`) while a quarter of the
+    /// channel already holds pixel jobs, so that a pixel flood cannot fill the channel the API's
+    /// reports need.
+    pub fn submit_pixel<T, F>(&self, f: F) -> Result<T, WriteError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> store::Result<T> + Send + 'static,
+    {
+        let taken = self
+            .pixel_jobs
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_pixel_jobs).then_some(n + 1)
+            });
+        if taken.is_err() {
+            return Err(WriteError::Unavailable(format!(
+                "{} pixel writes already queued",
+                self.max_pixel_jobs
+            )));
+        }
+        let slot = PixelSlot(self.pixel_jobs.clone());
+        self.submit_job(move |c| {
+            // Given back when the job ends, whether it ran or was never queued.
+            let _slot = slot;
+            f(c)
+        })
+    }
+
+    fn submit_job<T, F>(&self, f: F) -> Result<T, WriteError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> store::Result<T> + Send + 'static,
@@ -204,21 +299,23 @@ impl Writer {
         let _ = self.enqueue(job);
     }
 
-    /// Refuses new outbox work while the cached backlog is over its limit.
-    pub fn admit_outbox_work(&self) -> Result<(), WriteError> {
-        if self.max_backlog > 0 && self.backlog.load(Ordering::Relaxed) >= self.max_backlog {
-            return Err(WriteError::Unavailable(format!(
-                "outbox backlog over its limit of {}",
-                self.max_backlog
-            )));
+    /// Refuses new outbox work from `source` while its cached backlog is at its limit.
+    pub fn admit_outbox_work(&self, source: Source) -> Result<(), WriteError> {
+        match source {
+            Source::Api => self.api.admit(),
+            Source::Pixel => self.pixel.admit(),
         }
-        Ok(())
     }
 
-    /// Waiting outbox items at the last refresh: exact when at or over the limit, else an upper
-    /// bound (see `run`).
-    pub fn backlog(&self) -> u64 {
-        self.backlog.load(Ordering::Relaxed)
+    /// Waiting outbox items of `source` at the last refresh: exact when at or over its limit,
+    /// else an upper bound (see `run`).
+    pub fn backlog(&self, source: Source) -> u64 {
+        match source {
+            Source::Api => &self.api,
+            Source::Pixel => &self.pixel,
+        }
+        .waiting
+        .load(Ordering::Relaxed)
     }
 
     /// The checkpointer's way to ask for a [`CatchUp`].
@@ -262,7 +359,7 @@ fn run(
     rx: Receiver<Job>,
     config: WriterConfig,
     healthy: Arc<AtomicBool>,
-    backlog: Arc<AtomicU64>,
+    budgets: [Budget; 2],
     pending: &AtomicUsize,
     catch_up: &CatchUp,
 ) {
@@ -273,29 +370,56 @@ fn run(
     };
     let mut batch: Vec<Job> = Vec::with_capacity(cap);
     // Counting the outbox costs time in proportion to its size (3 ms at 36k waiting items), too
-    // much after every commit. Only this connection adds outbox rows, each with one row change,
-    // so the last exact count plus the rows changed here since is an upper bound: while it stays
-    // under the limit every admission decision is the one an exact count would give, and the exact
-    // count is taken only once the bound reaches the limit.
-    let counted = std::cell::Cell::new((backlog.load(Ordering::Relaxed), conn.total_changes()));
+    // much after every commit. In `serve` this connection makes every change that adds a waiting
+    // item (a new row, a re-queued one), each with a row change, so the last exact count plus the
+    // rows changed here since is an upper bound: while it stays under the limit every admission
+    // decision is the one an exact count would give, and the exact count is taken only once the
+    // bound reaches the limit. Another process can add waiting items too (`rates import` makes
+    // parked ones due): a commit by another connection changes `data_version`, and then every
+    // budget is counted exactly.
+    let changes_at_start = conn.total_changes();
+    let counted: Vec<std::cell::Cell<(u64, u64)>> = budgets
+        .iter()
+        .map(|b| std::cell::Cell::new((b.waiting.load(Ordering::Relaxed), changes_at_start)))
+        .collect();
+    let data_version = std::cell::Cell::new(store::data_version(&conn).ok());
     let refresh = |c: &Connection| {
-        if config.max_backlog == 0 {
-            return;
-        }
-        let (exact, changes_then) = counted.get();
-        let bound = exact.saturating_add(c.total_changes().saturating_sub(changes_then));
-        if bound < config.max_backlog {
-            backlog.store(bound, Ordering::Relaxed);
-            return;
-        }
-        let changes_now = c.total_changes();
-        if let Ok(n) = store::conversions::outbox_waiting_capped(c, config.max_backlog) {
-            counted.set((n, changes_now));
-            backlog.store(n, Ordering::Relaxed);
+        let version = store::data_version(c).ok();
+        let others_committed = version.is_none() || version != data_version.get();
+        data_version.set(version);
+        for (budget, counted) in budgets.iter().zip(&counted) {
+            if budget.limit == 0 {
+                continue;
+            }
+            let (exact, changes_then) = counted.get();
+            let bound = exact.saturating_add(c.total_changes().saturating_sub(changes_then));
+            if bound < budget.limit && !others_committed {
+                budget.waiting.store(bound, Ordering::Relaxed);
+                continue;
+            }
+            let changes_now = c.total_changes();
+            match store::conversions::outbox_waiting_capped(c, budget.source, budget.limit) {
+                Ok(n) => {
+                    counted.set((n, changes_now));
+                    budget.waiting.store(n, Ordering::Relaxed);
+                }
+                // Counted again after the next commit.
+                Err(_) => data_version.set(None),
+            }
         }
     };
-    // Blocks while idle; ends when every sender is gone and the channel is drained.
-    while let Ok(first) = rx.recv() {
+    // Ends when every sender is gone and the channel is drained. While idle, the counts are
+    // refreshed now and then, so that what another process changed (an import making parked
+    // items due, an operator clearing the outbox) is admitted on without waiting for a commit.
+    loop {
+        let first = match rx.recv_timeout(IDLE_REFRESH) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) => {
+                refresh(&conn);
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
         batch.push(first);
         while batch.len() < cap {
             match rx.try_recv() {
@@ -492,6 +616,77 @@ mod tests {
         );
         drop(writer);
         thread.join().unwrap();
+    }
+
+    #[test]
+    fn pixel_jobs_hold_at_most_a_quarter_of_the_channel() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = WriterConfig {
+            queue: 8,
+            ..WriterConfig::default()
+        };
+        let (writer, thread) = Writer::start(&dir.path().join("w.db"), config).unwrap();
+        // The writer is held inside a job until the test lets it go.
+        let (release, held) = mpsc::channel::<()>();
+        let (started, running) = mpsc::channel::<()>();
+        let w = writer.clone();
+        let blocker = std::thread::spawn(move || {
+            w.submit(move |_| {
+                started.send(()).unwrap();
+                held.recv().unwrap();
+                Ok(())
+            })
+        });
+        running.recv().unwrap();
+        let pixel: Vec<_> = (0..2)
+            .map(|_| {
+                let w = writer.clone();
+                std::thread::spawn(move || w.submit_pixel(|_| Ok(())))
+            })
+            .collect();
+        while writer.pixel_jobs.load(Ordering::Acquire) < 2 {
+            std::thread::yield_now();
+        }
+        // A third pixel job finds its share of 8 / 4 = 2 taken; other jobs still get in.
+        assert!(matches!(
+            writer.submit_pixel(|_| Ok(())),
+            Err(WriteError::Unavailable(_))
+        ));
+        let w = writer.clone();
+        let api = std::thread::spawn(move || w.submit(|_| Ok(7)));
+        release.send(()).unwrap();
+        blocker.join().unwrap().unwrap();
+        for p in pixel {
+            p.join().unwrap().unwrap();
+        }
+        assert_eq!(api.join().unwrap().unwrap(), 7);
+        assert_eq!(
+            writer.pixel_jobs.load(Ordering::Acquire),
+            0,
+            "slots given back"
+        );
+        writer.submit_pixel(|_| Ok(())).unwrap();
+        drop(writer);
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn another_connections_passive_checkpoint_does_not_look_like_a_commit() {
+        // The writer recounts its budgets exactly whenever `data_version` moves; the
+        // checkpointer's passes after every commit must not make it recount every time.
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("w.db");
+        let writer = store::open(&db).unwrap();
+        let checkpointer = store::open(&db).unwrap();
+        let other = store::open(&db).unwrap();
+        store::tenants::create(&writer, "t1", "t", 0).unwrap();
+        let before = store::data_version(&writer).unwrap();
+        store::checkpoint_passive(&checkpointer).unwrap();
+        store::tenants::create(&writer, "t2", "t", 0).unwrap();
+        store::checkpoint_passive(&checkpointer).unwrap();
+        assert_eq!(store::data_version(&writer).unwrap(), before);
+        store::tenants::create(&other, "t3", "t", 0).unwrap();
+        assert_ne!(store::data_version(&writer).unwrap(), before);
     }
 
     #[test]

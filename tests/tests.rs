@@ -17,6 +17,9 @@ mod conversions;
 mod sessions;
 // Repeats, pixel/API deduplication and the trust order, concurrent sends of one order.
 mod idempotency;
+// The API is authoritative: order poisoning by the pixel undone, API repeats, the pixel's session
+// kept; pixel work has its own backlog budget and parked items count toward none.
+mod trust;
 // API keys (hash-only storage, revocation, tenancy, `lastUsedAt`), CLI output and exit codes.
 mod keys;
 // The command line: help on every command and option, usage errors, not-found answers, `tenant

@@ -12,6 +12,7 @@ use super::validate;
 use super::{ApiError, App};
 use crate::http::{Ctx, Reply};
 use crate::ratelimit::{self, Limiter, Rate};
+use crate::store::conversions::Source;
 use crate::store::{self, StoreError};
 use crate::tracking::{Batch, Event, EventKind};
 
@@ -132,6 +133,17 @@ pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
         store::sites::by_tracker(&conn, &tracker_id)?.ok_or(ApiError::SiteNotFound)?
     };
     let accepted = events.len();
+    // Pixel work has its own budget (docs/decisions.md §8): a batch with a purchase is refused
+    // while the pixel's outbox backlog is at its limit, and pixel batches hold at most a quarter
+    // of the writer's channel, so a flood of them never makes the API answer 503.
+    if events
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::Purchase { .. }))
+    {
+        app.writer
+            .admit_outbox_work(Source::Pixel)
+            .inspect_err(|_| app.metrics.inc_unavailable())?;
+    }
     let batch = Batch {
         site_id: site.id,
         visitor_id: visitor_id.clone(),
@@ -140,7 +152,7 @@ pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
     };
     let outcome = app
         .writer
-        .submit(move |c| crate::tracking::apply(c, &batch))
+        .submit_pixel(move |c| crate::tracking::apply(c, &batch))
         .inspect_err(|e| {
             if matches!(e, crate::writer::WriteError::Unavailable(_)) {
                 app.metrics.inc_unavailable();

@@ -1,12 +1,16 @@
 //! `POST /api/sites/{siteId}/conversions` (the seed's endpoint) and
 //! `GET /api/sites/{siteId}/conversions/{orderId}` (an order's status).
+//!
+//! A report is checked and its session resolved on a read snapshot; whether it creates the order,
+//! repeats it or takes over the pixel's (the trust order, docs/decisions.md §3) is decided again
+//! in the writer's transaction (`store::conversions::record_api`), never on the snapshot alone.
 
 use serde_json::{json, Map, Value};
 
 use super::validate;
 use super::{ApiError, App};
 use crate::http::{Ctx, Reply};
-use crate::store::conversions::{Conversion, OrderStatus, Recorded, Source};
+use crate::store::conversions::{ApiRecorded, ApiReport, OrderStatus, Recorded, Source};
 use crate::store::sessions::Identifier;
 use crate::store::{self, sites::Site, StoreError};
 
@@ -26,7 +30,7 @@ pub struct Submission {
     occurred_at: i64,
 }
 
-/// Applies the contract's field rules (check 7) to a parsed body. Public so that the benchmark's
+/// Applies the field rules (docs/decisions.md §3, check 7) to a parsed body. Public so that the benchmark's
 /// no-op server (`examples/noop_server.rs`) does exactly this work.
 pub fn parse_submission(obj: &Map<String, Value>, now_ms: i64) -> Result<Submission, ApiError> {
     let id = |name: &str| validate::opt_string(obj, name, name, validate::MAX_ID_CHARS);
@@ -130,33 +134,20 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     })?;
     drop(conn);
     let order_known = match known {
+        // The trust order (docs/decisions.md §3): the API's repeat changes nothing. It is
+        // answered even when its session has left the window or the backlog is full.
         Some((rec, true)) => {
             app.metrics.inc_deduplicated();
             return Ok(accepted(&rec));
         }
         found => found.is_some(),
     };
-    let (session_id, visitor_id) = match resolved {
-        Ok(s) => s,
-        // A known order is answered even when its session has since left the window. An unknown
-        // one is a plain 422 that needs no write (so it is not a 503 when the database is busy).
-        Err(ApiError::NoSession) if order_known => {
-            return app
-                .writer
-                .submit({
-                    let (site_id, order_id) =
-                        (site.id.clone(), r.order_id.clone().unwrap_or_default());
-                    move |c| store::conversions::add_source(c, &site_id, &order_id, Source::Api)
-                })?
-                .map(|rec| {
-                    app.metrics.inc_deduplicated();
-                    accepted(&rec)
-                })
-                .ok_or_else(|| {
-                    app.metrics.inc_no_session();
-                    ApiError::NoSession
-                });
-        }
+    let session = match resolved {
+        Ok(s) => Some(s),
+        // A known order is taken over even when the API's identifiers resolve no session: it
+        // keeps the pixel's. An unknown one is a plain 422 that needs no write (so it is not a
+        // 503 when the database is busy).
+        Err(ApiError::NoSession) if order_known => None,
         Err(e) => {
             if matches!(e, ApiError::NoSession) {
                 app.metrics.inc_no_session();
@@ -165,36 +156,52 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
         }
     };
 
-    // A new conversion adds outbox work: refuse it while the backlog is over its limit.
+    // A new conversion, or the take-over of a pixel order, adds API outbox work: refuse it while
+    // the API's backlog is at its limit. The pixel's backlog has a budget of its own.
     app.writer
-        .admit_outbox_work()
+        .admit_outbox_work(Source::Api)
         .inspect_err(|_| app.metrics.inc_unavailable())?;
-    let conversion = Conversion {
+    let report = ApiReport {
         id: uuid::Uuid::now_v7().to_string(),
         site_id: site.id.clone(),
         order_id: r.order_id,
         kind: r.kind,
-        session_id,
-        visitor_id,
+        session,
         client_id: r.client_id,
         value: r.value,
         currency: r.currency,
         occurred_at: r.occurred_at,
     };
-    let rec = app
+    // Whether the order is new, the pixel's or already the API's is decided again inside the
+    // writer's transaction: the snapshot above may be stale.
+    let outcome = app
         .writer
-        .submit(move |c| store::conversions::record(c, &conversion, Source::Api, now))
+        .submit(move |c| store::conversions::record_api(c, &report, now))
         .inspect_err(|e| {
             if matches!(e, crate::writer::WriteError::Unavailable(_)) {
                 app.metrics.inc_unavailable();
             }
         })?;
-    if rec.created {
-        app.metrics.inc_accepted();
-        app.pipeline.wake();
-    } else {
-        app.metrics.inc_deduplicated();
-    }
+    let rec = match outcome {
+        ApiRecorded::Created(rec) => {
+            app.metrics.inc_accepted();
+            app.pipeline.wake();
+            rec
+        }
+        ApiRecorded::TakenOver(rec) => {
+            app.metrics.inc_deduplicated();
+            app.pipeline.wake();
+            rec
+        }
+        ApiRecorded::Repeat(rec) => {
+            app.metrics.inc_deduplicated();
+            rec
+        }
+        ApiRecorded::NoSession => {
+            app.metrics.inc_no_session();
+            return Err(ApiError::NoSession);
+        }
+    };
     Ok(accepted(&rec))
 }
 
@@ -261,5 +268,6 @@ fn status_json(o: &OrderStatus) -> Value {
         "processedAt": o.processed_at.map(store::iso),
         "attempts": o.attempts,
         "lastError": o.last_error,
+        "pendingReason": if o.status == "fx_pending" { o.parked_reason.clone() } else { None },
     })
 }

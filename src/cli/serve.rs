@@ -34,9 +34,14 @@ pub(super) struct ServeArgs {
     /// Most open client connections; beyond it the longest-idle ones are closed.
     #[arg(long, env = "CONVAPI_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
-    /// Outbox items waiting for the pipeline beyond which new conversions get 503 (0: no limit).
+    /// Outbox items of API conversions waiting for the pipeline beyond which new API conversions
+    /// get 503 (0: no limit). Items waiting for exchange rates do not count.
     #[arg(long, env = "CONVAPI_MAX_BACKLOG", default_value_t = 100_000)]
     max_backlog: u64,
+    /// Outbox items of pixel purchases waiting for the pipeline beyond which pixel batches with a
+    /// purchase get 503 (0: no limit). Items waiting for exchange rates do not count.
+    #[arg(long, env = "CONVAPI_MAX_PIXEL_BACKLOG", default_value_t = 10_000)]
+    max_pixel_backlog: u64,
     /// Milliseconds a write waits for SQLite's lock before the request gets 503.
     #[arg(long, env = "CONVAPI_BUSY_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     busy_timeout_ms: u64,
@@ -121,6 +126,7 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
             batch: a.batch as usize,
             per_request: a.write_mode == "per-request",
             max_backlog: a.max_backlog,
+            max_pixel_backlog: a.max_pixel_backlog,
             ..Default::default()
         },
         pipeline: a.pipeline == "on",

@@ -82,10 +82,17 @@ fn apply_one(conn: &Connection, d: &Decided, now_ms: i64) -> store::Result<Appli
                 Ok(currency == fx::BASE
                     || store::rates::on_or_before(conn, currency, day)?.is_some())
             };
-            if has(from)? && has(to)? {
+            let mut missing = Vec::new();
+            for currency in [from, to] {
+                if !has(currency)? && !missing.contains(&currency) {
+                    missing.push(currency);
+                }
+            }
+            if missing.is_empty() {
                 Applied::Again
             } else {
-                store::pipeline::park(conn, item.id, &item.conversion_id, attribution)?;
+                let reason = missing_rates(&missing, day);
+                store::pipeline::park(conn, item.id, &item.conversion_id, attribution, &reason)?;
                 Applied::FxPending
             }
         }
@@ -93,9 +100,21 @@ fn apply_one(conn: &Connection, d: &Decided, now_ms: i64) -> store::Result<Appli
     })
 }
 
-/// The item as it is now, if it is still due and has the tries it had when it was decided.
+/// Why a parked conversion waits, as its order status shows it: the ECB publishes rates per
+/// EUR, so each missing currency needs an EUR rate on or before the conversion's day.
+fn missing_rates(currencies: &[&String], day: &str) -> String {
+    let names: Vec<&str> = currencies.iter().map(|c| c.as_str()).collect();
+    format!(
+        "no EUR rate for {} on or before {day}: import ECB rates with `convapi rates import`",
+        names.join(" or ")
+    )
+}
+
+/// The item as it is now, if it is still due, for the same conversion, with the tries it had when
+/// it was decided.
 fn claim_unchanged(conn: &Connection, listed: &Item, now_ms: i64) -> store::Result<Option<Item>> {
-    Ok(store::pipeline::claim(conn, listed.id, now_ms)?.filter(|i| i.attempts == listed.attempts))
+    Ok(store::pipeline::claim(conn, listed.id, now_ms)?
+        .filter(|i| i.attempts == listed.attempts && i.conversion_id == listed.conversion_id))
 }
 
 /// Records a failed try; the item is dead-lettered at [`MAX_ATTEMPTS`].
@@ -158,6 +177,10 @@ mod tests {
 
     /// A database with one EUR site and one USD conversion waiting in the outbox (no rates yet).
     fn one_usd_conversion(dir: &std::path::Path) -> (Connection, i64) {
+        one_usd_conversion_from(dir, Source::Api)
+    }
+
+    fn one_usd_conversion_from(dir: &std::path::Path, source: Source) -> (Connection, i64) {
         let conn = store::open(&dir.join("t.db")).unwrap();
         let now = store::now_ms();
         tenants::create(&conn, "t1", "T", now).unwrap();
@@ -196,7 +219,7 @@ mod tests {
             currency: "USD".into(),
             occurred_at: now,
         };
-        conversions::record(&conn, &c, Source::Api, now).unwrap();
+        conversions::record(&conn, &c, source, now).unwrap();
         (conn, now)
     }
 
@@ -256,6 +279,71 @@ mod tests {
         let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
         assert_eq!(state.attempts, 1);
         assert_eq!(state.last_error.as_deref(), Some("elsewhere"));
+    }
+
+    #[test]
+    fn a_pixel_order_taken_over_by_the_api_after_it_was_decided_is_not_finished_with_the_pixels_details(
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, now) = one_usd_conversion_from(dir.path(), Source::Pixel);
+        store::rates::upsert(&conn, "USD", "2000-01-01", "1.1").unwrap();
+        let decided = decide_chunk(&conn, &mut due_now(&conn, now), &Options::default()).unwrap();
+        assert!(matches!(decided.as_slice(), [Decided::Finish { .. }]));
+        // The API reports the order in between, with its own amount.
+        let report = conversions::ApiReport {
+            id: "api-event".into(),
+            site_id: "11111111-1111-4111-8111-111111111111".into(),
+            order_id: Some("o1".into()),
+            kind: "purchase".into(),
+            session: None,
+            client_id: None,
+            value: Some("499.00".into()),
+            currency: "EUR".into(),
+            occurred_at: now,
+        };
+        let taken = conversions::record_api(&conn, &report, now).unwrap();
+        assert!(matches!(taken, conversions::ApiRecorded::TakenOver(ref r) if r.event_id == "c1"));
+        let applied = store::write_tx(&conn, |c| apply(c, decided, now)).unwrap();
+        assert!(matches!(applied.as_slice(), [Applied::Gone]));
+        let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
+        assert_eq!((state.attempts, state.next_attempt_at), (0, Some(now)));
+        // The next pass processes the API's amount.
+        assert_eq!(
+            drain_once(&conn, &Metrics::default(), now)
+                .unwrap()
+                .processed,
+            1
+        );
+        let status = conversions::order_status(&conn, "11111111-1111-4111-8111-111111111111", "o1")
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.fx.value.as_deref(), Some("499.00"));
+        assert!(status.by_api && status.by_pixel);
+    }
+
+    #[test]
+    fn a_parked_item_says_which_rate_it_waits_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, now) = one_usd_conversion(dir.path());
+        assert_eq!(
+            drain_once(&conn, &Metrics::default(), now)
+                .unwrap()
+                .fx_pending,
+            1
+        );
+        let status = conversions::order_status(&conn, "11111111-1111-4111-8111-111111111111", "o1")
+            .unwrap()
+            .unwrap();
+        let day = chrono::DateTime::from_timestamp_millis(now)
+            .unwrap()
+            .date_naive();
+        assert_eq!(
+            status.parked_reason,
+            Some(format!(
+                "no EUR rate for USD on or before {day}: import ECB rates with `convapi rates import`"
+            ))
+        );
+        assert_eq!((status.attempts, status.last_error), (0, None));
     }
 
     #[test]

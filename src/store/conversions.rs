@@ -1,5 +1,7 @@
 //! The `conversions` table and its `outbox` rows: one conversion per (site, orderId), whichever
-//! source reported it first, and the pipeline's work item written in the same transaction.
+//! source reported it first, and the pipeline's work item written in the same transaction. The
+//! trust order between the two sources (docs/decisions.md §3) is decided here, inside the
+//! writer's transaction: the API's first report of a pixel order replaces the pixel's details.
 
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -18,6 +20,15 @@ impl Source {
         match self {
             Source::Api => "source_api",
             Source::Pixel => "source_pixel",
+        }
+    }
+
+    /// The `outbox.origin` of the work this source creates: each origin has its own backlog
+    /// budget (docs/decisions.md §8).
+    pub fn origin(self) -> &'static str {
+        match self {
+            Source::Api => "api",
+            Source::Pixel => "pixel",
         }
     }
 }
@@ -109,15 +120,133 @@ pub fn record(conn: &Connection, c: &Conversion, source: Source, now_ms: i64) ->
         source == Source::Api,
         source == Source::Pixel,
     ])?;
-    conn.prepare_cached(
-        "INSERT INTO outbox (conversion_id, next_attempt_at, created_at) VALUES (?1, ?2, ?2)",
-    )?
-    .execute(params![c.id, now_ms])?;
+    queue(conn, &c.id, source, now_ms)?;
     Ok(Recorded {
         event_id: c.id.clone(),
         session_id: c.session_id.clone(),
         created: true,
     })
+}
+
+/// Adds the conversion's outbox row, due now, as `source`'s work.
+fn queue(conn: &Connection, conversion_id: &str, source: Source, now_ms: i64) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO outbox (conversion_id, next_attempt_at, created_at, origin) VALUES (?1, ?2, ?2, ?3)",
+    )?
+    .execute(params![conversion_id, now_ms, source.origin()])?;
+    Ok(())
+}
+
+/// A report from the authenticated API, before the writer decides what it becomes.
+#[derive(Debug, Clone)]
+pub struct ApiReport {
+    /// The eventId a new conversion gets.
+    pub id: String,
+    pub site_id: String,
+    pub order_id: Option<String>,
+    pub kind: String,
+    /// `(sessionId, visitorId)` the report's identifiers resolved to; `None`: no session.
+    pub session: Option<(String, String)>,
+    pub client_id: Option<String>,
+    pub value: Option<String>,
+    pub currency: String,
+    pub occurred_at: i64,
+}
+
+/// What [`record_api`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiRecorded {
+    /// A new conversion with its outbox row.
+    Created(Recorded),
+    /// The first API report of an order the pixel created: the API's details replaced the
+    /// pixel's and the conversion waits to be processed again.
+    TakenOver(Recorded),
+    /// The API had already reported the order: nothing changed.
+    Repeat(Recorded),
+    /// A new order whose identifiers resolved no session: nothing written.
+    NoSession,
+}
+
+/// Records an API report inside the caller's write transaction, in the trust order of
+/// docs/decisions.md §3: a new order is inserted; a repeat of an order the API reported changes
+/// nothing; the first API report of a pixel order takes it over (see [`take_over`]). Deciding it
+/// here, not on the request thread's snapshot, makes concurrent sends of one order produce one
+/// conversion and at most one take-over.
+pub fn record_api(conn: &Connection, r: &ApiReport, now_ms: i64) -> Result<ApiRecorded> {
+    if let Some(order_id) = &r.order_id {
+        if let Some((mut rec, by_api)) = find_order(conn, &r.site_id, order_id, Source::Api)? {
+            if by_api {
+                return Ok(ApiRecorded::Repeat(rec));
+            }
+            take_over(conn, &rec.event_id, r, now_ms)?;
+            if let Some((session_id, _)) = &r.session {
+                rec.session_id = session_id.clone();
+            }
+            return Ok(ApiRecorded::TakenOver(rec));
+        }
+    }
+    let Some((session_id, visitor_id)) = &r.session else {
+        return Ok(ApiRecorded::NoSession);
+    };
+    let c = Conversion {
+        id: r.id.clone(),
+        site_id: r.site_id.clone(),
+        order_id: r.order_id.clone(),
+        kind: r.kind.clone(),
+        session_id: session_id.clone(),
+        visitor_id: visitor_id.clone(),
+        client_id: r.client_id.clone(),
+        value: r.value.clone(),
+        currency: r.currency.clone(),
+        occurred_at: r.occurred_at,
+    };
+    Ok(ApiRecorded::Created(record(conn, &c, Source::Api, now_ms)?))
+}
+
+/// The API's first report of a conversion the pixel created: its `type`, `value`, `currency`
+/// and `occurredAt` replace the pixel's, and so do its session, visitor and clientId when its
+/// identifiers resolved a session (else the pixel's stay). The pipeline's results are cleared and
+/// the outbox row becomes new work of the API's, due now with no tries, under a new row id: a
+/// pipeline chunk decided on the pixel's details before this commit then finds its item gone (it
+/// claims items by row id) and stores nothing.
+fn take_over(conn: &Connection, conversion_id: &str, r: &ApiReport, now_ms: i64) -> Result<()> {
+    let (session_id, visitor_id) = match &r.session {
+        Some((s, v)) => (Some(s.as_str()), Some(v.as_str())),
+        None => (None, None),
+    };
+    conn.prepare_cached(
+        "UPDATE conversions SET type = ?2, value = ?3, currency = ?4, occurred_at = ?5,
+            session_id = COALESCE(?6, session_id), visitor_id = COALESCE(?7, visitor_id),
+            client_id = CASE WHEN ?6 IS NULL THEN client_id ELSE ?8 END,
+            source_api = 1, status = 'queued',
+            attr_model = NULL, attr_session_id = NULL, attr_source = NULL, attr_medium = NULL,
+            attr_campaign = NULL, reporting_value = NULL, reporting_currency = NULL,
+            fx_rate = NULL, fx_date = NULL, processed_at = NULL
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        conversion_id,
+        r.kind,
+        r.value,
+        r.currency,
+        r.occurred_at,
+        session_id,
+        visitor_id,
+        r.client_id,
+    ])?;
+    // A new row id, above every other: a plain delete and insert could get the old id back.
+    let requeued = conn
+        .prepare_cached(
+            "UPDATE outbox SET id = (SELECT MAX(id) + 1 FROM outbox), origin = 'api', attempts = 0,
+                next_attempt_at = ?2, last_error = NULL, dead_at = NULL, parked_reason = NULL,
+                created_at = ?2
+             WHERE conversion_id = ?1",
+        )?
+        .execute(params![conversion_id, now_ms])?;
+    if requeued == 0 {
+        queue(conn, conversion_id, Source::Api, now_ms)?;
+    }
+    Ok(())
 }
 
 /// A [`Conversion`] from the first ten columns of a row: `conversions.id, site_id, order_id, type,
@@ -156,19 +285,25 @@ pub fn outbox_counts(conn: &Connection) -> Result<(i64, i64)> {
         .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?)
 }
 
-/// Outbox rows waiting (dead letters excluded), counted up to `cap` only: the writer calls this
-/// after every commit to enforce the backlog limit, so its cost must stay bounded.
-pub fn outbox_waiting_capped(conn: &Connection, cap: u64) -> Result<u64> {
+/// Outbox rows `source` created that wait for the pipeline (due or backing off; dead letters and
+/// items parked for rates excluded), counted up to `cap` only: the writer calls this to enforce
+/// each source's backlog limit, so its cost must stay bounded.
+pub fn outbox_waiting_capped(conn: &Connection, source: Source, cap: u64) -> Result<u64> {
     Ok(conn
         .prepare_cached(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM outbox WHERE dead_at IS NULL LIMIT ?1)",
+            "SELECT COUNT(*) FROM (SELECT 1 FROM outbox
+                WHERE origin = ?1 AND dead_at IS NULL AND next_attempt_at IS NOT NULL LIMIT ?2)",
         )?
-        .query_row([cap.min(i64::MAX as u64) as i64], |r| r.get::<_, i64>(0))?
+        .query_row(
+            params![source.origin(), cap.min(i64::MAX as u64) as i64],
+            |r| r.get::<_, i64>(0),
+        )?
         .max(0) as u64)
 }
 
-/// Records `source` on an existing order; `None` when the site has no such order.
-pub fn add_source(
+/// Records `source` on an existing order and changes nothing else; `None` when the site has no
+/// such order.
+fn add_source(
     conn: &Connection,
     site_id: &str,
     order_id: &str,
@@ -207,6 +342,8 @@ pub struct OrderStatus {
     /// letter).
     pub attempts: i64,
     pub last_error: Option<String>,
+    /// Why the conversion waits for rates (set when it was last parked).
+    pub parked_reason: Option<String>,
 }
 
 /// The order `order_id` of a site; `None` when the site has no such order.
@@ -221,7 +358,7 @@ pub fn order_status(
                     currency, occurred_at,
                     source_pixel, source_api, status, reporting_value, reporting_currency, fx_rate,
                     fx_date, attr_model, attr_session_id, attr_source, attr_medium, attr_campaign,
-                    processed_at, outbox.attempts, outbox.last_error
+                    processed_at, outbox.attempts, outbox.last_error, outbox.parked_reason
              FROM conversions LEFT JOIN outbox ON outbox.conversion_id = conversions.id
              WHERE site_id = ?1 AND order_id = ?2",
         )?
@@ -251,6 +388,7 @@ pub fn order_status(
                 processed_at: r.get(22)?,
                 attempts: r.get::<_, Option<i64>>(23)?.unwrap_or(0),
                 last_error: r.get(24)?,
+                parked_reason: r.get(25)?,
             })
         })
         .optional()?)

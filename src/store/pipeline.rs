@@ -122,11 +122,21 @@ pub fn finish(
     Ok(())
 }
 
-/// Stores the attribution, marks the conversion `fx_pending` and parks its item until rates arrive.
-pub fn park(conn: &Connection, item_id: i64, conversion_id: &str, a: &Attribution) -> Result<()> {
+/// Stores the attribution, marks the conversion `fx_pending` and parks its item until rates
+/// arrive, with `reason` (which rate is missing) for the order status to show. Not a failed try:
+/// `attempts` and `last_error` stay.
+pub fn park(
+    conn: &Connection,
+    item_id: i64,
+    conversion_id: &str,
+    a: &Attribution,
+    reason: &str,
+) -> Result<()> {
     store_attribution(conn, conversion_id, a, "fx_pending")?;
-    conn.prepare_cached("UPDATE outbox SET next_attempt_at = NULL WHERE id = ?1")?
-        .execute([item_id])?;
+    conn.prepare_cached(
+        "UPDATE outbox SET next_attempt_at = NULL, parked_reason = ?2 WHERE id = ?1",
+    )?
+    .execute(params![item_id, reason])?;
     Ok(())
 }
 
