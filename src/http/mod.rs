@@ -6,7 +6,8 @@
 //! each into a [`Ctx`], calls [`Service::handle`] inside `catch_unwind`, and writes the [`Reply`]
 //! back. Logging, timing, metrics and panic catching happen once, in [`handle`], not in handlers.
 //! `supervisor.rs` (with `registry.rs` and the system calls of `sys.rs`) enforces the connection
-//! limits tiny_http lacks. Handlers never see `tiny_http` types.
+//! limits tiny_http lacks: from outside on Linux, through the vendored tiny_http's own bounds
+//! elsewhere (see its module doc). Handlers never see `tiny_http` types.
 
 mod front;
 mod registry;
@@ -262,10 +263,13 @@ pub fn serve(
     let drain_quiet =
         config.limits.idle_timeout + config.limits.scan_every * 2 + Duration::from_secs(1);
     let on_head = registry.clone();
-    let options = tiny_http::ServerOptions {
+    let mut options = tiny_http::ServerOptions {
         preread_body_limit: PREREAD_BODY_LIMIT,
         on_head: Some(Arc::new(move |peer| on_head.head_read(peer))),
+        ..tiny_http::ServerOptions::default()
     };
+    // Off Linux (or with `portable-supervision`), tiny_http keeps the connection bounds itself.
+    supervisor.configure(&mut options);
     let front = Front::start(
         listener,
         tx,

@@ -5,20 +5,29 @@
 //! closing *any* descriptor of a file drops every POSIX lock the process holds on it, and SQLite's
 //! locks on the database, `-wal` and `-shm` files are such locks. Working in place also needs no free
 //! descriptor, so the supervisor keeps working when the process has run out of them.
-//! Linux only: `/proc/self/fd` and `TCP_INFO`.
+//! Everything but `shutdown` is for the Linux supervisor (`/proc/self/fd`, `TCP_INFO`,
+//! `MSG_NOSIGNAL`) and is compiled only with it; elsewhere, and with the `portable-supervision`
+//! feature, only shutting the listener down is left (`shutdown(2)` exists on every Unix).
 
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
 use std::ffi::CStr;
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
 use std::io;
-use std::net::{Shutdown, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::Shutdown;
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
 /// The open `/proc/self/fd` directory.
 pub(super) struct Fds {
     dir: *mut libc::DIR,
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
 // SAFETY: the raw pointer is only used while the mutex around `Fds` is held.
 unsafe impl Send for Fds {}
 
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
 impl Drop for Fds {
     fn drop(&mut self) {
         // SAFETY: opened by `Fds::open` and owned by this struct alone.
@@ -28,6 +37,7 @@ impl Drop for Fds {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
 impl Fds {
     pub(super) fn open() -> io::Result<Fds> {
         // SAFETY: a plain libc call with a valid NUL-terminated path; the result is checked.
@@ -80,6 +90,7 @@ impl Fds {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
 fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match ss.ss_family as libc::c_int {
         libc::AF_INET => {
@@ -104,6 +115,7 @@ fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
 /// Local or peer address of a socket.
 pub(super) fn address(fd: libc::c_int, peer: bool) -> Option<SocketAddr> {
     // SAFETY: the storage is large enough for any address and its length is passed along.
@@ -120,6 +132,7 @@ pub(super) fn address(fd: libc::c_int, peer: bool) -> Option<SocketAddr> {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
 pub(super) fn is_listening(fd: libc::c_int) -> bool {
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -136,6 +149,7 @@ pub(super) fn is_listening(fd: libc::c_int) -> bool {
     rc == 0 && v != 0
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
 pub(super) fn bytes_received(fd: libc::c_int) -> u64 {
     // SAFETY: the kernel fills at most `len` bytes of the zeroed struct.
     unsafe {
@@ -156,6 +170,7 @@ pub(super) fn bytes_received(fd: libc::c_int) -> u64 {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
 /// Connections waiting in a listening socket's accept queue (Linux reports it for a listener in
 /// `tcpi_unacked`). A healthy accept loop keeps it at zero; a queue that stays non-empty means
 /// nobody accepts any more.
@@ -176,6 +191,7 @@ pub fn accept_queue_len(listener: &std::net::TcpListener) -> Option<u32> {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
 pub(super) fn unread(fd: libc::c_int) -> u32 {
     let mut n: libc::c_int = 0;
     // SAFETY: FIONREAD writes one int.
@@ -187,6 +203,7 @@ pub(super) fn unread(fd: libc::c_int) -> u32 {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
 pub(super) fn inode(fd: libc::c_int) -> u64 {
     // SAFETY: fstat fills the zeroed struct.
     unsafe {
@@ -218,6 +235,7 @@ pub(super) fn shutdown_listener(listener: &std::net::TcpListener) {
     shutdown_fd(listener.as_raw_fd(), Shutdown::Read);
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
 /// Sends `bytes` on socket `fd` without blocking (`MSG_DONTWAIT`): a full send buffer drops the rest
 /// rather than blocking the caller. Returns how many bytes went out.
 pub(super) fn send_nonblocking(fd: libc::c_int, bytes: &[u8]) -> usize {

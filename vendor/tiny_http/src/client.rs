@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::common::{HTTPVersion, Header, HeaderField, Method, StatusCode};
+use crate::connections::{Cut, PaceClock, PacedReader};
 use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
 use crate::{Request, ServerOptions};
@@ -21,14 +22,14 @@ pub struct ClientConnection {
 
     // sequence of Readers to the stream, so that the data is not read in
     //  the wrong order
-    source: SequentialReaderBuilder<BufReader<RefinedTcpStream>>,
+    source: SequentialReaderBuilder<BufReader<PacedReader<RefinedTcpStream>>>,
 
     // sequence of Writers to the stream, to avoid writing response #2 before
     //  response #1
     sink: SequentialWriterBuilder<BufWriter<RefinedTcpStream>>,
 
     // Reader to read the next header from
-    next_header_source: SequentialReader<BufReader<RefinedTcpStream>>,
+    next_header_source: SequentialReader<BufReader<PacedReader<RefinedTcpStream>>>,
 
     // set to true if we know that the previous request is the last one
     no_more_requests: bool,
@@ -42,6 +43,12 @@ pub struct ClientConnection {
 
     // convapi: the server's pre-read limit and head hook.
     options: ServerOptions,
+
+    // convapi: where the connection's current request is, and how fast it arrives.
+    clock: Arc<PaceClock>,
+
+    // convapi: bytes of the current request head so far (`ServerOptions::max_head_bytes`).
+    head_bytes: usize,
 }
 
 /// Error that can happen when reading a request.
@@ -70,10 +77,12 @@ impl ClientConnection {
         write_socket: RefinedTcpStream,
         mut read_socket: RefinedTcpStream,
         options: ServerOptions,
+        clock: Arc<PaceClock>,
     ) -> ClientConnection {
         let remote_addr = read_socket.peer_addr();
         let secure = read_socket.secure();
 
+        let read_socket = PacedReader::new(read_socket, clock.clone(), options.min_rate);
         let mut source = SequentialReaderBuilder::new(BufReader::with_capacity(1024, read_socket));
         let first_header = source.next().unwrap();
 
@@ -86,6 +95,8 @@ impl ClientConnection {
             secure,
             framing_broken: Arc::new(AtomicBool::new(false)),
             options,
+            clock,
+            head_bytes: 0,
         }
     }
 
@@ -113,6 +124,15 @@ impl ClientConnection {
                     )))
                 }
             };
+
+            // convapi: a head that never ends is refused instead of growing in memory.
+            self.head_bytes += 1;
+            if self.options.max_head_bytes.is_some_and(|max| self.head_bytes > max) {
+                return Err(ReadError::Refused(
+                    StatusCode(431),
+                    "request head too large",
+                ));
+            }
 
             match byte {
                 b'\r' => {
@@ -153,6 +173,15 @@ impl ClientConnection {
             )));
         }
 
+        // convapi: from here until the request is handed over, the client's time is measured.
+        self.clock.arm();
+        self.head_bytes = 0;
+        let request = self.read_request();
+        self.clock.disarm();
+        request
+    }
+
+    fn read_request(&mut self) -> Result<Request, ReadError> {
         let mut line = self.read_next_line()?;
         let mut empty_lines = 0;
         while line.is_empty() {
@@ -231,6 +260,13 @@ impl ClientConnection {
         Ok(request)
     }
 
+    /// convapi: reports a connection the server ends because of one of its bounds.
+    fn cut(&self, why: Cut) {
+        if let Some(on_cut) = &self.options.on_cut {
+            on_cut(why);
+        }
+    }
+
     /// convapi: answers a request tiny_http refuses itself, saying the connection closes (the
     /// caller closes it). Upstream sent no `Connection: close`, so a client could pipeline more.
     fn refuse(&mut self, status: StatusCode, why: &str, version: HTTPVersion) {
@@ -265,12 +301,16 @@ impl Iterator for ClientConnection {
 
         let rq = match self.read() {
             Err(ReadError::Refused(status, why)) => {
+                if status.0 == 431 {
+                    self.cut(Cut::HeadTooLarge);
+                }
                 self.refuse(status, why, HTTPVersion(1, 1));
                 return None; // we don't know where the next request would start,
                              // se we have to close
             }
 
             Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::TimedOut => {
+                self.cut(self.clock.cut_reason());
                 // request timeout
                 self.refuse(StatusCode(408), "", HTTPVersion(1, 1));
                 return None; // closing the connection
@@ -279,6 +319,16 @@ impl Iterator for ClientConnection {
             Err(ReadError::ExpectationFailed(ver)) => {
                 self.refuse(StatusCode(417), "", ver);
                 return None; // TODO: should be recoverable, but needs handling in case of body
+            }
+
+            // convapi: a socket timeout (`ServerOptions::socket_timeout`; EAGAIN where
+            // upstream's branch above expected TimedOut, as on Windows) or the minimum rate: the
+            // connection closes without an answer, as when nothing at all was sent.
+            Err(ReadError::ReadIoError(ref err))
+                if err.kind() == ErrorKind::WouldBlock || self.clock.too_slow() =>
+            {
+                self.cut(self.clock.cut_reason());
+                return None;
             }
 
             Err(ReadError::ReadIoError(_)) => return None,

@@ -95,6 +95,22 @@ impl Connection {
         }
     }
 
+    /// convapi: read and write timeouts of the socket (`ServerOptions::socket_timeout`). They are
+    /// options of the socket itself, so they hold for every clone of it.
+    pub(crate) fn set_timeouts(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
+        match self {
+            Self::Tcp(s) => {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            }
+            #[cfg(unix)]
+            Self::Unix(s) => {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            }
+        }
+    }
+
     pub(crate) fn try_clone(&self) -> std::io::Result<Self> {
         match self {
             Self::Tcp(s) => s.try_clone().map(Self::from),

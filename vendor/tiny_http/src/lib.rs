@@ -112,6 +112,7 @@ use util::MessagesQueue;
 
 pub use common::{HTTPVersion, Header, HeaderField, Method, StatusCode};
 pub use connection::{ConfigListenAddr, ListenAddr, Listener};
+pub use connections::{Connections, Cut, MinRate};
 pub use request::{ReadWrite, Request};
 pub use response::{Response, ResponseBox};
 pub use test::TestRequest;
@@ -119,6 +120,7 @@ pub use test::TestRequest;
 mod client;
 mod common;
 mod connection;
+mod connections;
 mod request;
 mod response;
 mod ssl;
@@ -191,6 +193,24 @@ pub struct ServerOptions {
     /// been read, before its body is: from then until the request is handed over, what the client
     /// sends is that body.
     pub on_head: Option<Arc<dyn Fn(Option<std::net::SocketAddr>) + Send + Sync>>,
+    /// Read and write timeout of every accepted socket: a connection that sends nothing for this
+    /// long while the server waits for a request head or a body, or that reads none of its answer
+    /// for this long, is closed (`None`: upstream, no timeout).
+    pub socket_timeout: Option<Duration>,
+    /// Least rate at which a request head, and a body read before the request is handed over,
+    /// must arrive (`None`: any rate).
+    pub min_rate: Option<MinRate>,
+    /// Largest request head, in bytes, read before refusing it with 431 and closing the
+    /// connection (`None`: no limit, as upstream).
+    pub max_head_bytes: Option<usize>,
+    /// The table every accepted connection is registered in, with a handle to shut it down.
+    pub connections: Option<Arc<Connections>>,
+    /// Most connections in `connections`: a new one beyond it first shuts down the one that has
+    /// waited longest for its next request; when every one has a request in the application's
+    /// hands, the new connection is closed at once.
+    pub max_connections: Option<usize>,
+    /// Called whenever the server ends a connection because of one of the bounds above.
+    pub on_cut: Option<Arc<dyn Fn(Cut) + Send + Sync>>,
 }
 
 impl Default for ServerOptions {
@@ -198,6 +218,12 @@ impl Default for ServerOptions {
         ServerOptions {
             preread_body_limit: 1024,
             on_head: None,
+            socket_timeout: None,
+            min_rate: None,
+            max_head_bytes: None,
+            connections: None,
+            max_connections: None,
+            on_cut: None,
         }
     }
 }
@@ -207,6 +233,12 @@ impl std::fmt::Debug for ServerOptions {
         f.debug_struct("ServerOptions")
             .field("preread_body_limit", &self.preread_body_limit)
             .field("on_head", &self.on_head.as_ref().map(|_| "Fn"))
+            .field("socket_timeout", &self.socket_timeout)
+            .field("min_rate", &self.min_rate)
+            .field("max_head_bytes", &self.max_head_bytes)
+            .field("connections", &self.connections.as_ref().map(|c| c.len()))
+            .field("max_connections", &self.max_connections)
+            .field("on_cut", &self.on_cut.as_ref().map(|_| "Fn"))
             .finish()
     }
 }
@@ -333,9 +365,54 @@ impl Server {
             log::debug!("Running accept thread");
             while !inside_close_trigger.load(Relaxed) {
                 let new_client = match server.accept() {
-                    Ok((sock, _)) => {
+                    Ok((sock, peer)) => {
                         use util::RefinedTcpStream;
+                        // convapi: bounds kept by the server itself (PATCHES.md, 15-17).
+                        if options.socket_timeout.is_some() {
+                            sock.set_timeouts(options.socket_timeout).ok();
+                        }
+                        let clock = Arc::new(connections::PaceClock::default());
+                        let mut registered = None;
+                        if let Some(table) = &options.connections {
+                            if let Some(max) = options.max_connections {
+                                match table.make_room(max) {
+                                    None => {
+                                        log::debug!("connection limit: closing a new one");
+                                        continue;
+                                    }
+                                    Some(true) => {
+                                        if let Some(on_cut) = &options.on_cut {
+                                            on_cut(Cut::OverLimit);
+                                        }
+                                    }
+                                    Some(false) => {}
+                                }
+                            }
+                            match table.register(&sock, peer, clock.clone()) {
+                                Ok(r) => registered = Some(r),
+                                // No descriptor left (EMFILE): handled as an accept error, which
+                                // ends this accept thread; the application starts another
+                                // (upstream's `try_clone().unwrap()` below would panic instead).
+                                Err(e) => {
+                                    log::error!("Error accepting new client: {}", e);
+                                    inside_messages.push(e.into());
+                                    break;
+                                }
+                            }
+                        }
                         let (read_closable, write_closable) = match ssl {
+                            // convapi: with a table of connections (the portable bounds), a
+                            // socket that cannot be cloned is an accept error, as above.
+                            None if options.connections.is_some() => {
+                                match RefinedTcpStream::try_new(sock) {
+                                    Ok(pair) => pair,
+                                    Err(e) => {
+                                        log::error!("Error accepting new client: {}", e);
+                                        inside_messages.push(e.into());
+                                        break;
+                                    }
+                                }
+                            }
                             None => RefinedTcpStream::new(sock),
                             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
                             Some(ref ssl) => {
@@ -352,20 +429,27 @@ impl Server {
                             Some(ref _ssl) => unreachable!(),
                         };
 
-                        Ok(ClientConnection::new(
-                            write_closable,
-                            read_closable,
-                            options.clone(),
+                        Ok((
+                            ClientConnection::new(
+                                write_closable,
+                                read_closable,
+                                options.clone(),
+                                clock,
+                            ),
+                            registered,
                         ))
                     }
                     Err(e) => Err(e),
                 };
 
                 match new_client {
-                    Ok(client) => {
+                    Ok((client, registered)) => {
                         let messages = inside_messages.clone();
                         let mut client = Some(client);
+                        let mut registered = registered;
                         tasks_pool.spawn(Box::new(move || {
+                            // convapi: the connection leaves the table when its thread is done.
+                            let _registered = registered.take();
                             if let Some(client) = client.take() {
                                 // Synchronization is needed for HTTPS requests to avoid a deadlock
                                 if client.secure() {

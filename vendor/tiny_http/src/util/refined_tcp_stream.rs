@@ -112,6 +112,24 @@ impl RefinedTcpStream {
         (read, write)
     }
 
+    /// convapi: `new` for a plain connection, failing instead of panicking when the socket cannot
+    /// be cloned (no descriptor left), so that the accept thread can report it.
+    pub(crate) fn try_new(stream: Connection) -> IoResult<(RefinedTcpStream, RefinedTcpStream)> {
+        let read = stream.try_clone()?;
+        Ok((
+            RefinedTcpStream {
+                stream: Stream::Http(read),
+                close_read: true,
+                close_write: false,
+            },
+            RefinedTcpStream {
+                stream: Stream::Http(stream),
+                close_read: false,
+                close_write: true,
+            },
+        ))
+    }
+
     /// Returns true if this struct wraps around a secure connection.
     #[inline]
     pub(crate) fn secure(&self) -> bool {
