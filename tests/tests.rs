@@ -59,6 +59,8 @@ mod untrusted;
 mod slow_bodies;
 // Signed identify against attribution hijack, the cap on visitors per clientId, URLs stored once.
 mod identify;
+// Request ids (`X-Request-Id` honoured or a UUIDv7) and the access log in text and JSON.
+mod logs;
 // Key hashing and logs, SQL built from bound parameters only, tenant isolation, 401s.
 mod security;
 // The server loop: a panicking handler is a 500, SIGTERM drains the request in flight, the test
