@@ -88,7 +88,7 @@ pub struct BackupDone {
     pub page_size: i64,
     /// The size of the written file.
     pub bytes: u64,
-    /// How often a commit to the source started the copy over.
+    /// Steps that got no nearer the end: a commit to the source had started the copy over.
     pub restarts: u32,
 }
 
@@ -112,7 +112,9 @@ pub fn backup(src: &Connection, dest: &Path) -> Result<BackupDone> {
             if result == StepResult::Done {
                 break (progress.pagecount, restarts);
             }
-            if progress.remaining > last_remaining {
+            // A restarted copy ends its step where the first step ended, not further back: a step
+            // that got no nearer the end is one that started over (or found the source busy).
+            if progress.remaining >= last_remaining {
                 restarts += 1;
             }
             last_remaining = progress.remaining;
