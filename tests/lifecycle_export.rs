@@ -373,6 +373,20 @@ fn sessions_days_and_errors() {
         run.stdout.lines().count()
     };
     let occurred = status(&app, "o-1")["occurredAt"].as_str().unwrap()[..10].to_owned();
+    // Another site's order of the same moment stays out of this site's export.
+    let other = app.create_site(&app.tenant.id, "Other", &[]);
+    app.sqlite()
+        .execute(
+            "INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id, currency,
+                 occurred_at, created_at)
+             SELECT 'other-1', ?1, 'o-1', type, session_id, visitor_id, currency, occurred_at,
+                 created_at
+             FROM conversions WHERE site_id = ?2 AND order_id = 'o-1'",
+            [&other.id, &app.site.id],
+        )
+        .unwrap();
+    let theirs = app.cli(&["export", "--site", &other.id, "--format", "ndjson"]);
+    assert_eq!(theirs.stdout.lines().count(), 1, "{}", theirs.stderr);
     assert_eq!(rows(&occurred, &occurred), 1);
     assert_eq!(rows(&yesterday, &occurred), 1);
     assert_eq!(rows(&tomorrow, &tomorrow), 0);
