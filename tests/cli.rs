@@ -169,6 +169,8 @@ fn every_subcommand_and_option_has_a_description() {
         visited,
         [
             "",
+            "backup",
+            "export",
             "key",
             "key create",
             "key list",

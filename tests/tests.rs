@@ -70,6 +70,9 @@ mod server;
 mod readme;
 // Operations: one server per database file, `outbox list` and `outbox retry` for dead letters.
 mod ops;
+// Getting data out: `convapi export` (CSV round trip, NDJSON, sessions, flat memory over 100,000
+// conversions), `convapi backup` under load, database and WAL sizes on `/metrics`.
+mod lifecycle_export;
 // The pixel end to end in headless Chromium (needs `chromium`; fails loudly without).
 mod browser;
 // The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without).

@@ -9,6 +9,8 @@ use clap::{Parser, Subcommand};
 
 use crate::store;
 
+mod backup;
+mod export;
 mod key;
 mod outbox;
 mod rates;
@@ -67,6 +69,10 @@ enum Command {
     /// The pipeline's outbox: waiting items and dead letters, and retrying them.
     #[command(subcommand)]
     Outbox(outbox::OutboxCmd),
+    /// A site's conversions or sessions as CSV or NDJSON on stdout, streamed row by row.
+    Export(export::ExportArgs),
+    /// A consistent copy of the database into a new file, safe while the server runs.
+    Backup(backup::BackupArgs),
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -324,6 +330,8 @@ fn run(cli: Cli) -> CliResult {
         Command::Report(a) => report::report(&db, a),
         Command::Outbox(outbox::OutboxCmd::List(a)) => outbox::list(&db, a),
         Command::Outbox(outbox::OutboxCmd::Retry(a)) => outbox::retry(&db, a),
+        Command::Export(a) => export::export(&db, a),
+        Command::Backup(a) => backup::backup(&db, a),
     }
 }
 

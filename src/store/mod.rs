@@ -8,6 +8,7 @@
 //! commit.
 
 pub mod conversions;
+pub mod export;
 pub mod keys;
 pub mod outbox;
 pub mod pipeline;
