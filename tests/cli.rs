@@ -169,6 +169,7 @@ fn every_subcommand_and_option_has_a_description() {
         visited,
         [
             "",
+            "forget",
             "key",
             "key create",
             "key list",

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 use crate::store;
 
+mod forget;
 mod key;
 mod outbox;
 mod rates;
@@ -57,6 +58,9 @@ enum Command {
     /// The pipeline's outbox: waiting items and dead letters, and retrying them.
     #[command(subcommand)]
     Outbox(outbox::OutboxCmd),
+    /// Erase one person of a site: visitors, links, sessions and pixel events; conversions lose
+    /// their identifiers (or go).
+    Forget(forget::ForgetArgs),
 }
 
 /// A command's failure: the one line printed on stderr.
@@ -211,6 +215,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Report(a) => report::report(&db, a),
         Command::Outbox(outbox::OutboxCmd::List(a)) => outbox::list(&db, a),
         Command::Outbox(outbox::OutboxCmd::Retry(a)) => outbox::retry(&db, a),
+        Command::Forget(a) => forget::forget(&db, a),
     }
 }
 
