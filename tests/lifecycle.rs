@@ -1,6 +1,7 @@
 //! Data lifecycle (docs/decisions.md §9): erasure of one person (`convapi forget`, `DELETE
-//! /api/sites/{siteId}/people/{clientId}`) down to the bytes of the database file, and the
-//! endpoint's key checks.
+//! /api/sites/{siteId}/people/{clientId}`) down to the bytes of the database file, the endpoint's
+//! key checks, and retention: old sessions and events pruned, conversions' status and the report
+//! unchanged, conversions expired only when asked.
 
 use crate::common::pipeline_support::*;
 use crate::common::*;
@@ -232,4 +233,78 @@ fn the_people_endpoint_checks_the_key_and_answers_what_it_removed() {
     // An id nobody ever used is a person with nothing to erase, not an error.
     let never = delete_person(&app, &key, &site, "never-seen", "").expect(200);
     assert_eq!(counts(&never), [0; 6]);
+}
+
+#[test]
+fn retention_prunes_old_pixel_data_and_keeps_what_conversions_show() {
+    let app = TestApp::builder()
+        .serve_args(&["--pipeline", "off", "--pixel-max-age-hours", "2400"])
+        .start();
+    let site = app.site.id.clone();
+    assert_eq!(app.site.json["retainDays"], json!(395), "{}", app.site.json);
+    assert_eq!(app.site.json["expireConversions"], json!(false));
+    let updated = app.cli_json(&["site", "update", &site, "--retain-days", "30", "--json"]);
+    assert_eq!(updated["retainDays"], json!(30), "{updated}");
+
+    let now = now_ms();
+    let (old, new) = (unique("visitor-old"), unique("visitor-new"));
+    app.identify(&old, &unique("client-old"), now - 40 * DAY);
+    let old_order = order_at(&app, &old, json!(12.5), "EUR", now - 40 * DAY + 2 * HOUR);
+    let new_order = order_at(&app, &new, json!(7), "EUR", now - DAY);
+    drain(&app);
+    let report_before = report(&app, &site, &[]);
+    let old_before = status(&app, &old_order);
+    let new_before = status(&app, &new_order);
+    assert_eq!(old_before["status"], json!("processed"), "{old_before}");
+    let sessions_of =
+        |v: &str| app.query_i64("SELECT COUNT(*) FROM sessions WHERE visitor_id = ?1", [v]);
+    assert!(sessions_of(&old) >= 1 && sessions_of(&new) >= 1);
+
+    let prune = |at: i64| {
+        let conn = convapi::store::open(&app.db).expect("open db");
+        convapi::retention::prune_once(&conn, at).expect("prune")
+    };
+    let pruned = prune(now_ms());
+    assert!(
+        pruned.sessions >= 1 && pruned.events >= 2 && pruned.visitors == 1 && pruned.links == 1,
+        "{pruned:?}"
+    );
+    assert_eq!(pruned.conversions, 0, "conversions are kept by default");
+    assert_eq!(sessions_of(&old), 0);
+    assert_eq!(sessions_of(&new), 1);
+    assert_eq!(
+        app.query_i64(
+            "SELECT COUNT(*) FROM events e JOIN sessions s ON s.id = e.session_id WHERE s.visitor_id = ?1",
+            [&new]
+        ),
+        1
+    );
+    assert_eq!(status(&app, &old_order), old_before);
+    assert_eq!(status(&app, &new_order), new_before);
+    assert_eq!(report(&app, &site, &[]), report_before);
+    assert_eq!(prune(now_ms()).rows(), 0, "nothing left to prune");
+
+    // 0 keeps pixel data forever, whatever the clock says.
+    app.cli(&["site", "update", &site, "--retain-days", "0"]);
+    assert_eq!(prune(now_ms() + 3650 * DAY).rows(), 0);
+    assert_eq!(sessions_of(&new), 1);
+
+    // Conversions go only when the site asks for it.
+    app.cli(&[
+        "site",
+        "update",
+        &site,
+        "--retain-days",
+        "30",
+        "--expire-conversions",
+        "on",
+    ]);
+    let expired = prune(now_ms());
+    assert_eq!(
+        (expired.conversions, expired.sessions),
+        (1, 0),
+        "{expired:?}"
+    );
+    expect_error(&app.order_status(&old_order), 404, "ORDER_NOT_FOUND");
+    assert_eq!(status(&app, &new_order), new_before);
 }
