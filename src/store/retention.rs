@@ -16,6 +16,8 @@ pub const DEFAULT_RETAIN_DAYS: i64 = 395;
 
 /// Free pages given back to the file system per [`reclaim`] call: 1,000 pages of 4 KiB.
 pub const RECLAIM_PAGES: i64 = 1_000;
+/// [`RECLAIM_PAGES`] as the statement takes it: a literal, so no SQL is built at run time.
+const INCREMENTAL_VACUUM: &str = "PRAGMA incremental_vacuum(1000)";
 
 /// Per-connection settings for the connections that delete (every connection [`super::open`]
 /// makes: the writer's, the pipeline's, the command line's), and the file's auto-vacuum mode.
@@ -43,7 +45,7 @@ pub fn prepare_deletes(conn: &Connection) -> Result<()> {
 pub fn reclaim(conn: &Connection) -> Result<i64> {
     let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
     if free > 0 {
-        conn.execute_batch(&format!("PRAGMA incremental_vacuum({RECLAIM_PAGES})"))?;
+        conn.execute_batch(INCREMENTAL_VACUUM)?;
     }
     Ok(free)
 }
@@ -255,6 +257,11 @@ mod tests {
             .query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
             .unwrap();
         assert_eq!(left, 0);
+    }
+
+    #[test]
+    fn the_vacuum_statement_frees_reclaim_pages() {
+        assert!(INCREMENTAL_VACUUM.ends_with(&format!("({RECLAIM_PAGES})")));
     }
 
     #[test]
