@@ -90,7 +90,7 @@ fn handle(mut rq: tiny_http::Request, request_id: u64) {
         _ => Err(ApiError::NotFound),
     }
     .unwrap_or_else(|e| e.to_reply());
-    let response = reply.into_response(request_id);
+    let response = reply.into_response(&request_id.to_string());
     let _ = rq.respond(response);
 }
 

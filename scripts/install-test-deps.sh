@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond cargo: Chromium (browser end-to-end test), Node.js
-# (the pixel's unit tests), curl and python3 (the README's walk-through, tests/readme.rs),
+# (the pixel's unit tests), curl and python3 (the README's walk-through, tests/readme.rs), GNU time
+# (peak memory of `convapi export`, tests/lifecycle_export.rs),
 # schemathesis (API fuzzing against openapi.yaml), and the packaging linters CI runs:
 # systemd-analyze (the systemd unit) and hadolint (the Containerfile). Idempotent.
 set -euo pipefail
@@ -9,6 +10,7 @@ need_apt=()
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+[ -x /usr/bin/time ] || need_apt+=(time)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 if [ ${#need_apt[@]} -gt 0 ]; then

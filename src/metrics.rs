@@ -31,6 +31,9 @@ struct Inner {
     pool_pokes: AtomicU64,
     accept_restarts: AtomicU64,
     in_flight: AtomicU64,
+    rows_pruned: AtomicU64,
+    db_bytes: AtomicU64,
+    wal_bytes: AtomicU64,
 }
 
 /// Why the connection supervisor shut a connection down.
@@ -149,6 +152,15 @@ impl Metrics {
     pub fn inc_accept_restarts(&self) {
         self.0.accept_restarts.fetch_add(1, Ordering::Relaxed);
     }
+    /// Rows deleted by retention, `n` at a time (one call per pruning pass and table).
+    pub fn inc_rows_pruned(&self, n: u64) {
+        self.0.rows_pruned.fetch_add(n, Ordering::Relaxed);
+    }
+    /// The sizes of the database file and its WAL, as the `/metrics` handler just read them.
+    pub fn set_db_sizes(&self, db_bytes: u64, wal_bytes: u64) {
+        self.0.db_bytes.store(db_bytes, Ordering::Relaxed);
+        self.0.wal_bytes.store(wal_bytes, Ordering::Relaxed);
+    }
 
     /// The exposition text; `outbox_depth`/`dead_letters` are read from the database by the caller.
     pub fn render(&self, outbox_depth: i64, dead_letters: i64) -> String {
@@ -230,6 +242,11 @@ impl Metrics {
                 &self.0.identify_rejected,
             ),
             (
+                "convapi_rows_pruned_total",
+                "Rows deleted by retention.",
+                &self.0.rows_pruned,
+            ),
+            (
                 "convapi_http_accept_restarts_total",
                 "Times the accept loop was restarted after an accept error (e.g. EMFILE).",
                 &self.0.accept_restarts,
@@ -274,6 +291,16 @@ impl Metrics {
         let _ = writeln!(
             out,
             "# HELP convapi_outbox_dead_letters Outbox items dead-lettered.\n# TYPE convapi_outbox_dead_letters gauge\nconvapi_outbox_dead_letters {dead_letters}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP convapi_database_size_bytes Size of the database file.\n# TYPE convapi_database_size_bytes gauge\nconvapi_database_size_bytes {}",
+            load(&self.0.db_bytes)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP convapi_wal_size_bytes Size of the database's write-ahead log (the -wal file).\n# TYPE convapi_wal_size_bytes gauge\nconvapi_wal_size_bytes {}",
+            load(&self.0.wal_bytes)
         );
         out
     }

@@ -30,14 +30,9 @@ pub struct Row {
     pub unconverted: u64,
 }
 
-/// The report's rows: highest revenue first, then most conversions, then by key.
-pub fn build(
-    conn: &rusqlite::Connection,
-    site: &Site,
-    from: Option<NaiveDate>,
-    to: Option<NaiveDate>,
-    by: GroupBy,
-) -> Result<Vec<Row>, String> {
+/// The epoch-ms range `[from, to)` of the inclusive UTC days `from..=to`; an open end is unbounded.
+/// `convapi export` reads its rows by the same range.
+pub fn day_range(from: Option<NaiveDate>, to: Option<NaiveDate>) -> (i64, i64) {
     let day_ms = |d: NaiveDate| {
         d.and_hms_opt(0, 0, 0)
             .expect("midnight exists")
@@ -49,6 +44,18 @@ pub fn build(
         .and_then(|d| d.succ_opt())
         .map(day_ms)
         .unwrap_or(i64::MAX);
+    (from_ms, to_ms)
+}
+
+/// The report's rows: highest revenue first, then most conversions, then by key.
+pub fn build(
+    conn: &rusqlite::Connection,
+    site: &Site,
+    from: Option<NaiveDate>,
+    to: Option<NaiveDate>,
+    by: GroupBy,
+) -> Result<Vec<Row>, String> {
+    let (from_ms, to_ms) = day_range(from, to);
     let lines =
         store::report::lines(conn, &site.id, from_ms, to_ms, by).map_err(|e| e.to_string())?;
     let mut groups: BTreeMap<String, Row> = BTreeMap::new();

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+use crate::metrics::Metrics;
 use crate::store::retention::{Pruned, RECLAIM_PAGES};
 use crate::store::{self, StoreError};
 use crate::writer::{WriteError, Writer};
@@ -39,7 +40,7 @@ const DAY_MS: i64 = 86_400_000;
 /// Deletes everything past its retention at `now_ms`, then gives the free pages back. The hook
 /// tests use.
 pub fn prune_once(conn: &Connection, now_ms: i64) -> store::Result<Pruned> {
-    prune(conn, now_ms, None, &|| false)
+    prune(conn, now_ms, None, &Metrics::default(), &|| false)
 }
 
 /// Runs one job: through the writer when there is one, else in a transaction of `conn`.
@@ -65,12 +66,14 @@ fn job<T: Send + 'static>(
     }
 }
 
-/// [`prune_once`], writing through `writer` when given and stopping between jobs when `stop`
-/// says so. What was committed before an error stays done; the next pass goes on from there.
+/// [`prune_once`], writing through `writer` when given, counting deleted rows in `metrics` as
+/// each job commits, and stopping between jobs when `stop` says so. What was committed before an
+/// error stays done; the next pass goes on from there.
 pub fn prune(
     conn: &Connection,
     now_ms: i64,
     writer: Option<&Writer>,
+    metrics: &Metrics,
     stop: &dyn Fn() -> bool,
 ) -> store::Result<Pruned> {
     let policies = store::read(conn, store::retention::policies)?;
@@ -86,6 +89,7 @@ pub fn prune(
                 store::retention::prune_sessions(c, &site, cutoff, BATCH_ROWS)
             })?;
             total.add(&done);
+            metrics.inc_rows_pruned(done.rows() as u64);
             if done.rows() == 0 {
                 break;
             }
@@ -102,6 +106,7 @@ pub fn prune(
                 store::retention::expire_conversions(c, &site, cutoff, BATCH_ROWS)
             })?;
             total.conversions += n;
+            metrics.inc_rows_pruned(n as u64);
             if n == 0 {
                 break;
             }
@@ -137,13 +142,13 @@ pub struct Pruner {
 impl Pruner {
     /// Opens the pruner's own connection (for its reads) and starts its thread; deletions go
     /// through `writer`.
-    pub fn start(db: &Path, writer: Writer) -> store::Result<Pruner> {
+    pub fn start(db: &Path, writer: Writer, metrics: Metrics) -> store::Result<Pruner> {
         let conn = store::open(db)?;
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("pruner".into())
-            .spawn(move || run(&conn, &s, &writer))
+            .spawn(move || run(&conn, &s, &writer, &metrics))
             .map_err(|e| StoreError::Other(e.to_string()))?;
         Ok(Pruner { shared, thread })
     }
@@ -160,7 +165,7 @@ impl Pruner {
     }
 }
 
-fn run(conn: &Connection, s: &Shared, writer: &Writer) {
+fn run(conn: &Connection, s: &Shared, writer: &Writer, metrics: &Metrics) {
     let stopped = || *s.stopped.lock().unwrap_or_else(|p| p.into_inner());
     loop {
         {
@@ -172,7 +177,7 @@ fn run(conn: &Connection, s: &Shared, writer: &Writer) {
                 return;
             }
         }
-        if let Err(e) = prune(conn, store::now_ms(), Some(writer), &stopped) {
+        if let Err(e) = prune(conn, store::now_ms(), Some(writer), metrics, &stopped) {
             log::warn!("pruner: {e}; trying again in {}s", EVERY.as_secs());
         }
     }

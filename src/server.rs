@@ -124,8 +124,8 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
     } else {
         (crate::pipeline::Waker::disabled(), None)
     };
-    let pruner =
-        crate::retention::Pruner::start(&config.db, writer.clone()).map_err(|e| e.to_string())?;
+    let pruner = crate::retention::Pruner::start(&config.db, writer.clone(), metrics.clone())
+        .map_err(|e| e.to_string())?;
     let app = Arc::new(App {
         pool,
         writer,

@@ -169,6 +169,8 @@ fn every_subcommand_and_option_has_a_description() {
         visited,
         [
             "",
+            "backup",
+            "export",
             "forget",
             "key",
             "key create",
@@ -373,28 +375,19 @@ fn counts_are_singular_or_plural() {
         ),
         format!("imported 2 rates for 2 currencies, {day} to {day}; 0 conversions waiting for rates released")
     );
-    let run = app.cli(&[
-        "site",
-        "create",
-        "--tenant",
-        &app.tenant.id,
-        "--name",
-        "Day",
-        "--window-days",
-        "1",
-    ]);
-    assert!(run.stdout.contains(", window 1 day, "), "{run:?}");
-    let run = app.cli(&[
-        "site",
-        "create",
-        "--tenant",
-        &app.tenant.id,
-        "--name",
-        "Days",
-        "--window-days",
-        "2",
-    ]);
-    assert!(run.stdout.contains(", window 2 days, "), "{run:?}");
+    for (days, said) in [("1", "window 1 day"), ("2", "window 2 days")] {
+        let run = app.cli(&[
+            "site",
+            "create",
+            "--tenant",
+            &app.tenant.id,
+            "--name",
+            "Shop",
+            "--window-days",
+            days,
+        ]);
+        assert!(run.stdout.contains(&format!(", {said}, ")), "{run:?}");
+    }
     assert!(
         app.log().contains(" with 1 thread, "),
         "serve's start-up line: {}",

@@ -264,7 +264,13 @@ fn retention_prunes_old_pixel_data_and_keeps_what_conversions_show() {
         let conn = convapi::store::open(&app.db).expect("open db");
         convapi::retention::prune_once(&conn, at).expect("prune")
     };
-    let pruned = prune(now_ms());
+    let metrics = convapi::metrics::Metrics::default();
+    let pruned = {
+        let conn = convapi::store::open(&app.db).expect("open db");
+        convapi::retention::prune(&conn, now_ms(), None, &metrics, &|| false).expect("prune")
+    };
+    let counted = format!("convapi_rows_pruned_total {}\n", pruned.rows());
+    assert!(metrics.render(0, 0).contains(&counted), "{counted}");
     assert!(
         pruned.sessions >= 1 && pruned.events >= 2 && pruned.visitors == 1 && pruned.links == 1,
         "{pruned:?}"

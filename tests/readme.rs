@@ -168,6 +168,8 @@ fn bin_dir(tmp: &Path) -> PathBuf {
 
 #[test]
 fn the_walk_through_prints_what_the_readme_shows() {
+    // The walk-through gives the pipeline `sleep 2` to process an order: not beside a heavy test.
+    let _timing = timing_sensitive();
     let steps = steps(&readme());
     assert!(
         steps.len() >= 8 && steps.iter().filter(|s| s.expected.is_some()).count() >= 6,

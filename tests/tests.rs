@@ -59,6 +59,8 @@ mod untrusted;
 mod slow_bodies;
 // Signed identify against attribution hijack, the cap on visitors per clientId, URLs stored once.
 mod identify;
+// Request ids (`X-Request-Id` honoured or a UUIDv7) and the access log in text and JSON.
+mod logs;
 // Key hashing and logs, SQL built from bound parameters only, tenant isolation, 401s.
 mod security;
 // The server loop: a panicking handler is a 500, SIGTERM drains the request in flight, the test
@@ -70,6 +72,9 @@ mod readme;
 mod lifecycle;
 // Operations: one server per database file, `outbox list` and `outbox retry` for dead letters.
 mod ops;
+// Getting data out: `convapi export` (CSV round trip, NDJSON, sessions, flat memory over 100,000
+// conversions), `convapi backup` under load, database and WAL sizes on `/metrics`.
+mod lifecycle_export;
 // The pixel end to end in headless Chromium (needs `chromium`; fails loudly without).
 mod browser;
 // The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without).

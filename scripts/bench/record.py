@@ -25,12 +25,15 @@ def wrk(target, rnd, mode, line, rss, ticks, hz):
 
 
 def server_times(log_path):
-    """Milliseconds of each 202 to a conversion, from the access log (`... POST /api/sites/.../conversions 202 1.234ms`)."""
+    """Milliseconds of each 202 to a conversion, from the access log (`... POST /api/sites/.../conversions 202 - 1.234ms`)."""
     ms = []
     for line in open(log_path, errors="replace"):
+        # `ID CLIENT METHOD PATH STATUS CODE 1.234ms [via PEER]`
         parts = line.split()
-        if len(parts) >= 3 and parts[-2] == "202" and parts[-3].endswith("/conversions") and parts[-1].endswith("ms"):
-            ms.append(float(parts[-1][:-2]))
+        for i, tok in enumerate(parts[:-3]):
+            if tok.endswith("/conversions") and parts[i + 1] == "202" and parts[i + 3].endswith("ms"):
+                ms.append(float(parts[i + 3][:-2]))
+                break
     ms.sort()
     return ms
 

@@ -225,7 +225,7 @@ pub fn order_status(
 }
 
 /// The order status view's JSON: stored decimal texts as JSON numbers, times as RFC 3339.
-fn status_json(o: &OrderStatus) -> Value {
+pub fn status_json(o: &OrderStatus) -> Value {
     let number = |s: &Option<String>| -> Value {
         s.as_deref()
             .and_then(|t| serde_json::from_str::<serde_json::Number>(t).ok())

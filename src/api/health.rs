@@ -37,12 +37,15 @@ pub fn metrics(app: &App, ctx: &Ctx) -> Result<Reply, ApiError> {
             return Err(ApiError::Unauthorized);
         }
     }
-    let (depth, dead) = app
-        .pool
-        .get()
-        .ok()
-        .and_then(|c| store::conversions::outbox_counts(&c).ok())
+    let conn = app.pool.get().ok();
+    let (depth, dead) = conn
+        .as_ref()
+        .and_then(|c| store::conversions::outbox_counts(c).ok())
         .unwrap_or((-1, -1));
+    if let Some(Ok((db, wal))) = conn.as_ref().map(|c| store::export::file_sizes(c)) {
+        app.metrics.set_db_sizes(db, wal);
+    }
+    drop(conn);
     Ok(Reply::bytes(
         200,
         "text/plain; version=0.0.4; charset=utf-8",

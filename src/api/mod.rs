@@ -12,6 +12,7 @@ pub mod static_files;
 pub mod validate;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
@@ -44,6 +45,7 @@ pub struct Api(pub Arc<App>);
 impl Service for Api {
     fn handle(&self, ctx: &mut Ctx) -> Handled {
         let (route, result) = routes::dispatch(&self.0, ctx);
+        let mut code = None;
         let reply = result.unwrap_or_else(|err| {
             if let Some(detail) = err.detail() {
                 log::warn!(
@@ -53,6 +55,7 @@ impl Service for Api {
                     ctx.path
                 );
             }
+            code = Some(err.code());
             err.to_reply()
         });
         let reply = if route.cors {
@@ -65,11 +68,37 @@ impl Service for Api {
         Handled {
             reply,
             route: route.name,
+            client: self.client(ctx),
+            code,
         }
     }
 
     fn refusal(&self, why: Refusal) -> Reply {
         ApiError::from(why).to_reply()
+    }
+
+    fn refused(&self, ctx: &Ctx, why: Refusal) -> Handled {
+        let err = ApiError::from(why);
+        Handled {
+            reply: err.to_reply(),
+            route: "unknown",
+            client: self.client(ctx),
+            code: Some(err.code()),
+        }
+    }
+}
+
+impl Api {
+    /// The client behind the request, for the access log: the address a trusted proxy forwarded,
+    /// as the pixel's rate limits see it, else the peer.
+    fn client(&self, ctx: &Ctx) -> Option<IpAddr> {
+        ctx.peer.map(|peer| {
+            crate::ratelimit::client_address(
+                peer.ip(),
+                ctx.header("X-Forwarded-For"),
+                &self.0.pixel.policy.trusted_proxies,
+            )
+        })
     }
 }
 

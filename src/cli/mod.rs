@@ -9,6 +9,8 @@ use clap::{Parser, Subcommand};
 
 use crate::store;
 
+mod backup;
+mod export;
 mod forget;
 mod key;
 mod outbox;
@@ -33,6 +35,16 @@ struct Cli {
         default_value = "./convapi.db"
     )]
     db: PathBuf,
+    /// How log lines on stderr are written: `text` (env_logger's lines) or `json` (one object per
+    /// line: ts, level, target, msg, and the access log's fields).
+    #[arg(
+        long,
+        global = true,
+        env = "CONVAPI_LOG_FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Text
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -58,9 +70,19 @@ enum Command {
     /// The pipeline's outbox: waiting items and dead letters, and retrying them.
     #[command(subcommand)]
     Outbox(outbox::OutboxCmd),
+    /// A site's conversions or sessions as CSV or NDJSON on stdout, streamed row by row.
+    Export(export::ExportArgs),
+    /// A consistent copy of the database into a new file, safe while the server runs.
+    Backup(backup::BackupArgs),
     /// Erase one person of a site: visitors, links, sessions and pixel events; conversions lose
     /// their identifiers (or go).
     Forget(forget::ForgetArgs),
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 /// A command's failure: the one line printed on stderr.
@@ -72,7 +94,7 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
-    init_logging();
+    init_logging(cli.log_format);
     match run(cli) {
         Ok(()) => 0,
         Err(msg) => {
@@ -187,10 +209,107 @@ fn one_line(rendered: &str) -> String {
     }
 }
 
-fn init_logging() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .target(env_logger::Target::Stderr)
-        .init();
+/// Logs go to stderr, filtered by `RUST_LOG` (default `info`).
+fn init_logging(format: LogFormat) {
+    let mut builder =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
+    builder.target(env_logger::Target::Stderr);
+    if let LogFormat::Json = format {
+        builder.format(|buf, record| {
+            use std::io::Write;
+            // One write per line: env_logger writes a record's buffer at once, so lines of
+            // different threads never interleave.
+            let mut line = json_line(record, chrono::Utc::now());
+            line.push('\n');
+            buf.write_all(line.as_bytes())
+        });
+    }
+    builder.init();
+}
+
+/// A log record as one JSON object on one line: `ts` (RFC 3339, UTC, milliseconds), `level`,
+/// `target`, `msg`, then the record's key-values under their own names, in the order logged (the
+/// access log's `requestId`, `client`, `peer`, `method`, `path`, `status`, `code`, `ms`; an absent
+/// one is `null`). Written member by member so that the four every line has come first.
+fn json_line(record: &log::Record, now: chrono::DateTime<chrono::Utc>) -> String {
+    use serde_json::Value;
+    let mut members = vec![
+        (
+            "ts".to_owned(),
+            Value::from(now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        ),
+        ("level".to_owned(), Value::from(record.level().as_str())),
+        ("target".to_owned(), Value::from(record.target())),
+        ("msg".to_owned(), Value::from(record.args().to_string())),
+    ];
+    let _ = record.key_values().visit(&mut JsonFields(&mut members));
+    let mut line = String::from("{");
+    for (i, (name, value)) in members.iter().enumerate() {
+        if i > 0 {
+            line.push(',');
+        }
+        line.push_str(&Value::from(name.as_str()).to_string());
+        line.push(':');
+        line.push_str(&value.to_string());
+    }
+    line.push('}');
+    line
+}
+
+/// Adds a record's key-values to its JSON object's members.
+struct JsonFields<'a>(&'a mut Vec<(String, serde_json::Value)>);
+
+impl<'kvs> log::kv::VisitSource<'kvs> for JsonFields<'_> {
+    fn visit_pair(
+        &mut self,
+        key: log::kv::Key<'kvs>,
+        value: log::kv::Value<'kvs>,
+    ) -> Result<(), log::kv::Error> {
+        // The first member of a name wins: the four every line has keep their meaning whatever a
+        // record carries, and the object has no duplicate names.
+        if !self.0.iter().any(|(name, _)| name == key.as_str()) {
+            let mut json = JsonValue(serde_json::Value::Null);
+            value.visit(&mut json)?;
+            self.0.push((key.as_str().to_owned(), json.0));
+        }
+        Ok(())
+    }
+}
+
+/// One key-value's value as JSON: numbers, booleans, strings and null as themselves, anything
+/// else as its text.
+struct JsonValue(serde_json::Value);
+
+impl<'v> log::kv::VisitValue<'v> for JsonValue {
+    fn visit_any(&mut self, value: log::kv::Value) -> Result<(), log::kv::Error> {
+        self.0 = value.to_string().into();
+        Ok(())
+    }
+    fn visit_null(&mut self) -> Result<(), log::kv::Error> {
+        self.0 = serde_json::Value::Null;
+        Ok(())
+    }
+    fn visit_u64(&mut self, value: u64) -> Result<(), log::kv::Error> {
+        self.0 = value.into();
+        Ok(())
+    }
+    fn visit_i64(&mut self, value: i64) -> Result<(), log::kv::Error> {
+        self.0 = value.into();
+        Ok(())
+    }
+    fn visit_f64(&mut self, value: f64) -> Result<(), log::kv::Error> {
+        // NaN and infinities have no JSON number: null.
+        self.0 = serde_json::Number::from_f64(value).map_or(serde_json::Value::Null, Into::into);
+        Ok(())
+    }
+    fn visit_bool(&mut self, value: bool) -> Result<(), log::kv::Error> {
+        self.0 = value.into();
+        Ok(())
+    }
+    fn visit_str(&mut self, value: &str) -> Result<(), log::kv::Error> {
+        self.0 = value.into();
+        Ok(())
+    }
 }
 
 /// One line per command.
@@ -215,6 +334,8 @@ fn run(cli: Cli) -> CliResult {
         Command::Report(a) => report::report(&db, a),
         Command::Outbox(outbox::OutboxCmd::List(a)) => outbox::list(&db, a),
         Command::Outbox(outbox::OutboxCmd::Retry(a)) => outbox::retry(&db, a),
+        Command::Export(a) => export::export(&db, a),
+        Command::Backup(a) => backup::backup(&db, a),
         Command::Forget(a) => forget::forget(&db, a),
     }
 }
@@ -293,4 +414,38 @@ fn print<T: serde::Serialize>(
     };
     println!("{text}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use log::kv::{ToValue, Value as KvValue};
+
+    #[test]
+    fn a_json_log_line_has_the_record_and_its_fields() {
+        let now = chrono::DateTime::parse_from_rfc3339("2024-05-06T07:08:09.123Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        let fields: [(&str, KvValue); 6] = [
+            ("requestId", KvValue::from("req-1")),
+            ("status", KvValue::from(422u16)),
+            ("code", KvValue::from("NO_SESSION")),
+            ("peer", Option::<&str>::None.to_value()),
+            ("ms", KvValue::from(1.25f64)),
+            ("msg", KvValue::from("not the message")),
+        ];
+        let line = json_line(
+            &log::Record::builder()
+                .level(log::Level::Info)
+                .target("access")
+                .args(format_args!("a \"quoted\"\nline"))
+                .key_values(&fields)
+                .build(),
+            now,
+        );
+        assert_eq!(
+            line,
+            r#"{"ts":"2024-05-06T07:08:09.123Z","level":"INFO","target":"access","msg":"a \"quoted\"\nline","requestId":"req-1","status":422,"code":"NO_SESSION","peer":null,"ms":1.25}"#
+        );
+    }
 }

@@ -23,7 +23,7 @@ pub(super) struct ReportArgs {
     json: bool,
 }
 
-fn parse_day(s: &str) -> Result<chrono::NaiveDate, String> {
+pub(super) fn parse_day(s: &str) -> Result<chrono::NaiveDate, String> {
     crate::fx::parse_day(s).map_err(|_| format!("{s:?} is not a date like 2026-11-20"))
 }
 

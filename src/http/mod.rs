@@ -4,7 +4,9 @@
 //! Accepting is `front.rs` (tiny_http servers on clones of one listener, each with a pump thread
 //! feeding one channel); a fixed pool of request threads takes requests from that channel, turns
 //! each into a [`Ctx`], calls [`Service::handle`] inside `catch_unwind`, and writes the [`Reply`]
-//! back. Logging, timing, metrics and panic catching happen once, in [`handle`], not in handlers.
+//! back. Logging, timing, metrics and panic catching happen once, in [`handle`], not in handlers;
+//! so does the request id ([`request_id`]), sent back as `X-Request-Id` and in every log line
+//! about the request.
 //! `supervisor.rs` (with `registry.rs` and the system calls of `sys.rs`) enforces the connection
 //! limits tiny_http lacks: from outside on Linux, through the vendored tiny_http's own bounds
 //! elsewhere (see its module doc). Handlers never see `tiny_http` types.
@@ -15,7 +17,7 @@ mod supervisor;
 mod sys;
 
 use std::io::Read;
-use std::net::{Shutdown, SocketAddr, TcpListener};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
@@ -48,12 +50,18 @@ pub const LINGER_BYTES: usize = 1024 * 1024;
 /// length without being read; a chunked one is handed over with this much read.
 pub const PREREAD_BODY_LIMIT: usize = 256 * 1024;
 
+/// Longest `X-Request-Id` a client may choose (see [`request_id`]).
+pub const MAX_REQUEST_ID: usize = 128;
+
 /// What the application behind the front answers with.
 pub trait Service: Send + Sync + 'static {
     /// Answers one request.
     fn handle(&self, ctx: &mut Ctx) -> Handled;
-    /// The answer to a request the front refuses or loses on its own.
+    /// The answer to a request the front refuses or loses on its own, without the request (the
+    /// supervisor writes it raw to a connection whose head never ends).
     fn refusal(&self, why: Refusal) -> Reply;
+    /// The same answer to a request in hand, with what the access log says about it.
+    fn refused(&self, ctx: &Ctx, why: Refusal) -> Handled;
 }
 
 /// A service's answer to one request.
@@ -61,6 +69,11 @@ pub struct Handled {
     pub reply: Reply,
     /// The route's name, for the access log and metrics (`"unknown"` when none matched).
     pub route: &'static str,
+    /// The client as the service sees it (behind a proxy it trusts, the address the proxy
+    /// forwarded), for the access log; `None`: the connection's peer.
+    pub client: Option<IpAddr>,
+    /// The error code of an error answer, for the access log.
+    pub code: Option<&'static str>,
 }
 
 /// Requests the front answers without the service's handlers.
@@ -120,11 +133,10 @@ impl Reply {
     }
 
     /// The tiny_http response for this reply, tagged with `X-Request-Id`.
-    pub fn into_response(self, request_id: u64) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    pub fn into_response(self, request_id: &str) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
         let mut response = tiny_http::Response::from_data(self.body).with_status_code(self.status);
-        let request_id = request_id.to_string();
         let headers = self.headers.iter().map(|(n, v)| (*n, v.as_str()));
-        for (name, value) in headers.chain([("X-Request-Id", request_id.as_str())]) {
+        for (name, value) in headers.chain([("X-Request-Id", request_id)]) {
             if let Ok(h) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
                 response.add_header(h);
             }
@@ -147,7 +159,10 @@ pub struct Ctx {
     /// Path segments as sent (see [`path_segments`]).
     pub segments: Vec<String>,
     pub query: String,
-    pub request_id: u64,
+    /// The id in `X-Request-Id` and in every log line about the request (see [`request_id`]).
+    pub request_id: String,
+    /// The registry's number for the request (the supervisor's view of it).
+    flight: u64,
     /// The connection's peer (a reverse proxy's address when there is one).
     pub peer: Option<SocketAddr>,
     registry: Arc<Registry>,
@@ -173,14 +188,14 @@ impl Ctx {
                 return Err(BodyError::TooLarge(limit));
             }
         }
-        self.registry.phase(self.request_id, Phase::Body);
+        self.registry.phase(self.flight, Phase::Body);
         let mut buf = Vec::with_capacity(self.req.body_length().unwrap_or(0).min(limit));
         let read = self
             .req
             .as_reader()
             .take(limit as u64 + 1)
             .read_to_end(&mut buf);
-        self.registry.phase(self.request_id, Phase::Handling);
+        self.registry.phase(self.flight, Phase::Handling);
         read.map_err(|e| BodyError::Unreadable(e.to_string()))?;
         if buf.len() > limit {
             return Err(BodyError::TooLarge(limit));
@@ -342,6 +357,25 @@ pub fn decode_segment(segment: &str) -> String {
         .into_owned()
 }
 
+/// The id of a request: the client's `X-Request-Id` when it is well-formed, 1 to
+/// [`MAX_REQUEST_ID`] characters of `A-Z a-z 0-9 . _ : -` (so that a proxy's or a client's id ties
+/// its logs to ours), else a fresh UUIDv7 (time-ordered: ids sort by arrival). The id is echoed in
+/// a header and written into log lines, so anything that could end either, or be taken for markup
+/// or a field separator, is refused rather than escaped.
+pub fn request_id(incoming: Option<&str>) -> String {
+    match incoming {
+        Some(id) if well_formed_request_id(id) => id.to_owned(),
+        _ => uuid::Uuid::now_v7().hyphenated().to_string(),
+    }
+}
+
+fn well_formed_request_id(id: &str) -> bool {
+    (1..=MAX_REQUEST_ID).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
 /// Size of the request head as the client sent it (request line and header lines).
 fn head_bytes(rq: &tiny_http::Request) -> usize {
     let line = rq.method().as_str().len() + rq.url().len() + 12;
@@ -358,10 +392,10 @@ fn handle(w: &Worker, inc: Incoming) {
     let started = Instant::now();
     let Incoming {
         rq,
-        id: request_id,
+        id: flight,
         generation,
     } = inc;
-    w.registry.phase(request_id, Phase::Handling);
+    w.registry.phase(flight, Phase::Handling);
     let _in_flight = w.metrics.in_flight();
     let peer = rq.remote_addr().copied();
     let method = rq.method().as_str().to_owned();
@@ -371,6 +405,12 @@ fn handle(w: &Worker, inc: Incoming) {
         None => (raw_url.clone(), String::new()),
     };
     let segments = path_segments(&path);
+    let request_id = request_id(
+        rq.headers()
+            .iter()
+            .find(|h| h.field.equiv("X-Request-Id"))
+            .map(|h| h.value.as_str()),
+    );
     // Bodies up to `PREREAD_BODY_LIMIT` are read by tiny_http before we see the request: nothing
     // to drain.
     let preread = rq.body_preread();
@@ -385,29 +425,37 @@ fn handle(w: &Worker, inc: Incoming) {
         segments,
         query,
         request_id,
+        flight,
         peer,
         registry: w.registry.clone(),
         body_done: preread,
     };
     let handled = if head_too_large {
-        Ok(refused(w, Refusal::HeadTooLarge))
+        Ok(w.service.refused(&ctx, Refusal::HeadTooLarge))
     } else if body_too_large {
-        Ok(refused(w, Refusal::BodyTooLarge(MAX_DECLARED_BODY)))
+        Ok(w.service
+            .refused(&ctx, Refusal::BodyTooLarge(MAX_DECLARED_BODY)))
     } else {
         catch_unwind(AssertUnwindSafe(|| w.service.handle(&mut ctx)))
     };
-    let Handled { reply, route } = handled.unwrap_or_else(|panic| {
+    let Handled {
+        reply,
+        route,
+        client,
+        code,
+    } = handled.unwrap_or_else(|panic| {
         let msg = panic
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_default();
         log::error!(
-            "request {request_id}: {} {}: handler panicked: {msg}",
+            "request {}: {} {}: handler panicked: {msg}",
+            ctx.request_id,
             ctx.method,
             ctx.path
         );
-        refused(w, Refusal::Panicked(msg))
+        w.service.refused(&ctx, Refusal::Panicked(msg))
     });
     let status = reply.status;
     // Close instead of keeping the connection when a large or chunked body was left unread
@@ -421,17 +469,21 @@ fn handle(w: &Worker, inc: Incoming) {
         };
     let retired = generation != w.front.current_generation();
     let close = unread_large || head_too_large || retired;
+    let Ctx {
+        req,
+        method,
+        path,
+        request_id,
+        ..
+    } = ctx;
     if close {
         log::debug!(
             "request {request_id}: closing the connection (unread body: {unread_large}, \
              head too large: {head_too_large}, retired accept generation: {retired})"
         );
     }
-    let response = reply.into_response(request_id);
-    let Ctx {
-        req, method, path, ..
-    } = ctx;
-    w.registry.phase(request_id, Phase::Writing);
+    let response = reply.into_response(&request_id);
+    w.registry.phase(flight, Phase::Writing);
     if close {
         if let Some(peer) = peer {
             // Reads now end at what already arrived, so tiny_http's drain stops there.
@@ -452,17 +504,91 @@ fn handle(w: &Worker, inc: Incoming) {
     }
     let elapsed = started.elapsed();
     w.metrics.observe_request(route, status, elapsed);
+    access_log(&Access {
+        request_id: &request_id,
+        client: client.or(peer.map(|p| p.ip())),
+        peer: peer.map(|p| p.ip()),
+        method: &method,
+        path: &path,
+        status,
+        code,
+        elapsed,
+    });
+}
+
+/// What the access log says about one request.
+struct Access<'a> {
+    request_id: &'a str,
+    client: Option<IpAddr>,
+    peer: Option<IpAddr>,
+    method: &'a str,
+    path: &'a str,
+    status: u16,
+    code: Option<&'a str>,
+    elapsed: Duration,
+}
+
+/// The one access line of a request (target `access`): its text is
+/// `ID CLIENT METHOD PATH STATUS CODE MSms`, with `-` for an unknown client or a code-less answer
+/// and ` via PEER` appended when the client is not the peer (a trusted proxy forwarded it); the
+/// same fields ride along as key-values, for the JSON log format.
+fn access_log(a: &Access) {
+    // Microsecond precision is what the text shows; the JSON number matches it.
+    let ms = (a.elapsed.as_secs_f64() * 1_000_000.0).round() / 1000.0;
+    let client = a.client.map(|c| c.to_string());
+    let peer = a.peer.map(|p| p.to_string());
+    let via = match (&peer, a.client != a.peer) {
+        (Some(p), true) => format!(" via {p}"),
+        _ => String::new(),
+    };
     log::info!(
         target: "access",
-        "{request_id} {method} {path} {status} {:.3}ms",
-        elapsed.as_secs_f64() * 1000.0
+        requestId = a.request_id,
+        client = client.as_deref(),
+        peer = peer.as_deref(),
+        method = a.method,
+        path = a.path,
+        status = a.status,
+        code = a.code,
+        ms = ms;
+        "{} {} {} {} {} {} {ms:.3}ms{via}",
+        a.request_id,
+        client.as_deref().unwrap_or("-"),
+        a.method,
+        a.path,
+        a.status,
+        a.code.unwrap_or("-"),
     );
 }
 
-/// The service's answer to a refusal, under the route name `"unknown"`.
-fn refused(w: &Worker, why: Refusal) -> Handled {
-    Handled {
-        reply: w.service.refusal(why),
-        route: "unknown",
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_well_formed_request_id_is_kept() {
+        for id in ["a", "req-1", "A.b_c:d-9", &"x".repeat(MAX_REQUEST_ID)] {
+            assert_eq!(request_id(Some(id)), id);
+        }
+    }
+
+    #[test]
+    fn anything_else_gets_a_fresh_uuid_v7() {
+        let long = "x".repeat(MAX_REQUEST_ID + 1);
+        for id in [
+            None,
+            Some(""),
+            Some(long.as_str()),
+            Some("a b"),
+            Some("<script>"),
+            Some("a\tb"),
+            Some("é"),
+            Some("a,b"),
+        ] {
+            let got = request_id(id);
+            let uuid = uuid::Uuid::parse_str(&got).unwrap_or_else(|e| panic!("{got:?}: {e}"));
+            assert_eq!(uuid.get_version_num(), 7, "{id:?} -> {got}");
+        }
+        assert_ne!(request_id(None), request_id(None));
     }
 }

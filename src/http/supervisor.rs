@@ -10,6 +10,9 @@
 //!   (`ServerOptions`: socket timeouts, minimum rate, head limit, a table of its connections),
 //!   which keeps them on each connection's own thread; the supervisor reads its table.
 
+use std::io;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 #[cfg(all(target_os = "linux", not(feature = "portable-supervision")))]
@@ -57,5 +60,47 @@ impl Default for Limits {
             head_budget: 64 * 1024,
             scan_every: Duration::from_millis(200),
         }
+    }
+}
+
+/// A thread that runs a task every period until stopped; both supervisors run theirs on one.
+#[derive(Default)]
+pub(super) struct Ticker {
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Ticker {
+    /// Starts a thread named `name` that runs `tick` at once and then every `every`, until
+    /// [`Ticker::stop`]; `ticker` is the one this thread watches.
+    pub(super) fn spawn(
+        ticker: Arc<Ticker>,
+        name: &str,
+        every: Duration,
+        mut tick: impl FnMut() + Send + 'static,
+    ) -> io::Result<JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let mut stopped = ticker.stop.lock().unwrap_or_else(|p| p.into_inner());
+                while !*stopped {
+                    drop(stopped);
+                    tick();
+                    stopped = ticker.stop.lock().unwrap_or_else(|p| p.into_inner());
+                    if *stopped {
+                        break;
+                    }
+                    stopped = ticker
+                        .wake
+                        .wait_timeout(stopped, every)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            })
+    }
+
+    pub(super) fn stop(&self) {
+        *self.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.wake.notify_all();
     }
 }

@@ -346,6 +346,45 @@ pub struct OrderStatus {
     pub parked_reason: Option<String>,
 }
 
+/// The columns [`status_row`] reads, from `conversions LEFT JOIN outbox`.
+pub(super) const STATUS_COLUMNS: &str =
+    "conversions.id, site_id, order_id, type, session_id, visitor_id, client_id, value,
+     currency, occurred_at,
+     source_pixel, source_api, status, reporting_value, reporting_currency, fx_rate,
+     fx_date, attr_model, attr_session_id, attr_source, attr_medium, attr_campaign,
+     processed_at, outbox.attempts, outbox.last_error, outbox.parked_reason";
+
+/// An [`OrderStatus`] from a row of [`STATUS_COLUMNS`].
+pub(super) fn status_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OrderStatus> {
+    let attribution = match r.get::<_, Option<String>>(17)? {
+        Some(model) => Some(Attribution {
+            model,
+            session_id: r.get(18)?,
+            source: r.get(19)?,
+            medium: r.get(20)?,
+            campaign: r.get(21)?,
+        }),
+        None => None,
+    };
+    Ok(OrderStatus {
+        conversion: conversion(r)?,
+        by_pixel: r.get(10)?,
+        by_api: r.get(11)?,
+        status: r.get(12)?,
+        fx: Reported {
+            value: r.get(13)?,
+            currency: r.get(14)?,
+            rate: r.get(15)?,
+            date: r.get(16)?,
+        },
+        attribution,
+        processed_at: r.get(22)?,
+        attempts: r.get::<_, Option<i64>>(23)?.unwrap_or(0),
+        last_error: r.get(24)?,
+        parked_reason: r.get(25)?,
+    })
+}
+
 /// The order `order_id` of a site; `None` when the site has no such order.
 pub fn order_status(
     conn: &Connection,
@@ -353,43 +392,11 @@ pub fn order_status(
     order_id: &str,
 ) -> Result<Option<OrderStatus>> {
     Ok(conn
-        .prepare_cached(
-            "SELECT conversions.id, site_id, order_id, type, session_id, visitor_id, client_id, value,
-                    currency, occurred_at,
-                    source_pixel, source_api, status, reporting_value, reporting_currency, fx_rate,
-                    fx_date, attr_model, attr_session_id, attr_source, attr_medium, attr_campaign,
-                    processed_at, outbox.attempts, outbox.last_error, outbox.parked_reason
+        .prepare_cached(&format!(
+            "SELECT {STATUS_COLUMNS}
              FROM conversions LEFT JOIN outbox ON outbox.conversion_id = conversions.id
-             WHERE site_id = ?1 AND order_id = ?2",
-        )?
-        .query_row(params![site_id, order_id], |r| {
-            let attribution = match r.get::<_, Option<String>>(17)? {
-                Some(model) => Some(Attribution {
-                    model,
-                    session_id: r.get(18)?,
-                    source: r.get(19)?,
-                    medium: r.get(20)?,
-                    campaign: r.get(21)?,
-                }),
-                None => None,
-            };
-            Ok(OrderStatus {
-                conversion: conversion(r)?,
-                by_pixel: r.get(10)?,
-                by_api: r.get(11)?,
-                status: r.get(12)?,
-                fx: Reported {
-                    value: r.get(13)?,
-                    currency: r.get(14)?,
-                    rate: r.get(15)?,
-                    date: r.get(16)?,
-                },
-                attribution,
-                processed_at: r.get(22)?,
-                attempts: r.get::<_, Option<i64>>(23)?.unwrap_or(0),
-                last_error: r.get(24)?,
-                parked_reason: r.get(25)?,
-            })
-        })
+             WHERE site_id = ?1 AND order_id = ?2"
+        ))?
+        .query_row(params![site_id, order_id], status_row)
         .optional()?)
 }

@@ -9,6 +9,7 @@
 
 pub mod conversions;
 pub mod erasure;
+pub mod export;
 pub mod keys;
 pub mod outbox;
 pub mod pipeline;

@@ -51,11 +51,11 @@ pub struct Session {
     pub campaign: Campaign,
 }
 
-const COLUMNS: &str = "id, visitor_id, client_id, started_at, last_activity_at, \
+pub(super) const COLUMNS: &str = "id, visitor_id, client_id, started_at, last_activity_at, \
     (SELECT e.url FROM events e WHERE e.id = sessions.landing_event_id), referrer, \
     utm_source, utm_medium, utm_campaign, utm_term, utm_content, gclid, gbraid, wbraid, fbclid, msclkid, ttclid";
 
-fn from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
+pub(super) fn from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
     Ok(Session {
         id: r.get(0)?,
         visitor_id: r.get(1)?,

@@ -29,11 +29,11 @@
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{Shutdown, SocketAddr};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::Limits;
+use super::{Limits, Ticker};
 use crate::http::registry::{Phase, Registry};
 use crate::http::sys::{
     self, address, bytes_received, inode, is_listening, shutdown_fd, unread, Fds,
@@ -83,8 +83,7 @@ pub struct Supervisor {
     registry: Arc<Registry>,
     tracks: Mutex<HashMap<u64, Track>>,
     metrics: Metrics,
-    stop: Mutex<bool>,
-    wake: Condvar,
+    ticker: Arc<Ticker>,
     /// The raw `431` answer written to a connection shut down for an oversized head.
     head_refusal: Vec<u8>,
 }
@@ -104,8 +103,7 @@ impl Supervisor {
             registry,
             tracks: Mutex::new(HashMap::new()),
             metrics,
-            stop: Mutex::new(false),
-            wake: Condvar::new(),
+            ticker: Arc::default(),
             head_refusal: raw_close_response(head_refusal),
         })
     }
@@ -409,29 +407,18 @@ impl Supervisor {
     /// Starts the scanning thread; it ends after [`Supervisor::stop`].
     pub fn spawn(self: &Arc<Self>) -> io::Result<JoinHandle<()>> {
         let me = self.clone();
-        std::thread::Builder::new()
-            .name("conn-supervisor".into())
-            .spawn(move || {
-                let mut stopped = me.stop.lock().unwrap_or_else(|p| p.into_inner());
-                while !*stopped {
-                    drop(stopped);
-                    me.scan();
-                    stopped = me.stop.lock().unwrap_or_else(|p| p.into_inner());
-                    if *stopped {
-                        break;
-                    }
-                    stopped = me
-                        .wake
-                        .wait_timeout(stopped, me.limits.scan_every)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
-                }
-            })
+        Ticker::spawn(
+            self.ticker.clone(),
+            "conn-supervisor",
+            self.limits.scan_every,
+            move || {
+                me.scan();
+            },
+        )
     }
 
     pub fn stop(&self) {
-        *self.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.wake.notify_all();
+        self.ticker.stop();
     }
 }
 

@@ -13,10 +13,10 @@
 
 use std::io;
 use std::net::{Shutdown, SocketAddr};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use super::Limits;
+use super::{Limits, Ticker};
 use crate::http::registry::Registry;
 use crate::http::Reply;
 use crate::metrics::{Metrics, ShutReason};
@@ -26,8 +26,7 @@ pub struct Supervisor {
     limits: Limits,
     connections: Arc<tiny_http::Connections>,
     metrics: Metrics,
-    stop: Mutex<bool>,
-    wake: Condvar,
+    ticker: Arc<Ticker>,
 }
 
 impl Supervisor {
@@ -45,8 +44,7 @@ impl Supervisor {
             limits,
             connections: Arc::new(tiny_http::Connections::default()),
             metrics,
-            stop: Mutex::new(false),
-            wake: Condvar::new(),
+            ticker: Arc::default(),
         })
     }
 
@@ -80,23 +78,15 @@ impl Supervisor {
     /// Starts the thread that keeps the open-connections gauge; it ends after [`Supervisor::stop`].
     pub fn spawn(self: &Arc<Self>) -> io::Result<JoinHandle<()>> {
         let me = self.clone();
-        std::thread::Builder::new()
-            .name("conn-supervisor".into())
-            .spawn(move || {
-                let mut stopped = me.stop.lock().unwrap_or_else(|p| p.into_inner());
-                while !*stopped {
-                    me.metrics.set_open_connections(me.connections.len() as u64);
-                    stopped = me
-                        .wake
-                        .wait_timeout(stopped, me.limits.scan_every)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
-                }
-            })
+        Ticker::spawn(
+            self.ticker.clone(),
+            "conn-supervisor",
+            self.limits.scan_every,
+            move || me.metrics.set_open_connections(me.connections.len() as u64),
+        )
     }
 
     pub fn stop(&self) {
-        *self.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.wake.notify_all();
+        self.ticker.stop();
     }
 }

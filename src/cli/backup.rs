@@ -1,0 +1,113 @@
+//! `convapi backup FILE`: a consistent copy of the database, safe to take while `serve` runs (the
+//! copy itself is `store::export::backup`). Owns what happens around it: refusing to overwrite,
+//! writing beside FILE first so that FILE is either absent, the old file, or the whole new copy.
+
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::{open, print, CliResult};
+use crate::store;
+
+#[derive(clap::Args)]
+pub(super) struct BackupArgs {
+    /// Where to write the copy; must not exist unless --force.
+    file: PathBuf,
+    /// Replace FILE if it exists.
+    #[arg(long)]
+    force: bool,
+    /// Print {file, pages, pageSize, bytes, restarts} as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) fn backup(db: &Path, a: BackupArgs) -> CliResult {
+    let dest = a.file;
+    if same_file(db, &dest) {
+        return Err(format!(
+            "{} is the database itself; back up to another file",
+            dest.display()
+        ));
+    }
+    if !a.force && dest.exists() {
+        return Err(format!(
+            "{} exists; use --force to replace it",
+            dest.display()
+        ));
+    }
+    let src = open(db)?;
+    let mut partial = dest.clone().into_os_string();
+    partial.push(format!(".partial-{}", std::process::id()));
+    let partial = PathBuf::from(partial);
+    // A leftover of an earlier run killed half-way would make the copy fail to open.
+    let _ = std::fs::remove_file(&partial);
+    let done = match store::export::backup(&src, &partial) {
+        Ok(done) => done,
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            return Err(format!("backup to {}: {e}", dest.display()));
+        }
+    };
+    drop(src);
+    if let Err(e) = put_in_place(&partial, &dest, a.force) {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
+    print(
+        a.json,
+        &json!({
+            "file": dest.display().to_string(),
+            "pages": done.pages,
+            "pageSize": done.page_size,
+            "bytes": done.bytes,
+            "restarts": done.restarts,
+        }),
+        || {
+            format!(
+                "wrote {}: {} of {} bytes, {} bytes",
+                dest.display(),
+                super::count(done.pages as usize, "page", "pages"),
+                done.page_size,
+                done.bytes
+            )
+        },
+    )
+}
+
+/// Moves the finished copy to `dest`. Without `force` through a hard link, which fails if `dest`
+/// appeared meanwhile instead of replacing it.
+fn put_in_place(partial: &Path, dest: &Path, force: bool) -> CliResult {
+    let fail = |e: std::io::Error| format!("{}: {e}", dest.display());
+    if force {
+        std::fs::rename(partial, dest).map_err(fail)?;
+    } else {
+        match std::fs::hard_link(partial, dest) {
+            Ok(()) => std::fs::remove_file(partial).map_err(fail)?,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                return Err(format!(
+                    "{} exists; use --force to replace it",
+                    dest.display()
+                ))
+            }
+            // A file system without hard links: the check before the copy has to do.
+            Err(_) if !dest.exists() => std::fs::rename(partial, dest).map_err(fail)?,
+            Err(e) => return Err(fail(e)),
+        }
+    }
+    // The new name must survive a crash as well as the bytes (which SQLite synced).
+    if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Whether both paths name one existing file.
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
