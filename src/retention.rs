@@ -80,7 +80,16 @@ pub fn prune(
     let mut total = Pruned::default();
     for p in policies {
         let cutoff = now_ms - p.retain_days * DAY_MS;
-        loop {
+        // Checked on the pruner's own connection first: a site with nothing to prune costs the
+        // writer no job.
+        let (mut sessions, mut conversions) = store::read(conn, |c| {
+            Ok::<_, StoreError>((
+                store::retention::has_old_sessions(c, &p.site_id, cutoff)?,
+                p.expire_conversions
+                    && store::retention::has_old_conversions(c, &p.site_id, cutoff)?,
+            ))
+        })?;
+        while sessions {
             if stop() {
                 return Ok(total);
             }
@@ -90,14 +99,9 @@ pub fn prune(
             })?;
             total.add(&done);
             metrics.inc_rows_pruned(done.rows() as u64);
-            if done.rows() == 0 {
-                break;
-            }
+            sessions = done.rows() > 0;
         }
-        if !p.expire_conversions {
-            continue;
-        }
-        loop {
+        while conversions {
             if stop() {
                 return Ok(total);
             }
@@ -107,9 +111,7 @@ pub fn prune(
             })?;
             total.conversions += n;
             metrics.inc_rows_pruned(n as u64);
-            if n == 0 {
-                break;
-            }
+            conversions = n > 0;
         }
     }
     if total.rows() > 0 {

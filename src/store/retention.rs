@@ -97,6 +97,26 @@ impl Pruned {
     }
 }
 
+/// Whether the site has a session [`prune_sessions`] would delete: a read, so that the pruner
+/// sends the writer no job for a site with nothing to prune.
+pub fn has_old_sessions(conn: &Connection, site_id: &str, cutoff_ms: i64) -> Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT 1 FROM sessions
+             WHERE site_id = ?1 AND started_at < ?2 AND last_activity_at < ?2 LIMIT 1",
+        )?
+        .exists(params![site_id, cutoff_ms])?)
+}
+
+/// Whether the site has a conversion [`expire_conversions`] would delete.
+pub fn has_old_conversions(conn: &Connection, site_id: &str, cutoff_ms: i64) -> Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT 1 FROM conversions WHERE site_id = ?1 AND occurred_at < ?2 LIMIT 1",
+        )?
+        .exists(params![site_id, cutoff_ms])?)
+}
+
 /// Deletes about `limit` rows of the site's sessions whose start and last activity both lie
 /// before `cutoff_ms`, with their events, oldest first; then the visitors of those sessions that
 /// have no session left (so none in the retention period), with their `clientId` links. A
