@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod ratelimit;
 pub mod report;
+pub mod retention;
 pub mod server;
 pub mod store;
 pub mod tracking;

@@ -1,7 +1,7 @@
 //! `convapi serve`: wires the process together and takes it apart again.
 //!
-//! Start order: the store (read pool), the writer, the checkpointer, the pipeline, then the HTTP
-//! front serving [`api::Api`]. Stop order is the reverse, so that every request already received
+//! Start order: the store (read pool), the writer, the checkpointer, the pipeline, the pruner
+//! (`retention.rs`), then the HTTP front serving [`api::Api`]. Stop order is the reverse, so that every request already received
 //! is answered and every write it queued is committed before the writer ends, and the last
 //! checkpoint runs once nothing else writes. This is the only module that knows all the parts;
 //! `http/` knows none of them.
@@ -51,6 +51,7 @@ pub struct Running {
     app: Arc<App>,
     writer_thread: JoinHandle<()>,
     pipeline_thread: Option<JoinHandle<()>>,
+    pruner: crate::retention::Pruner,
     checkpointer: Checkpointer,
     /// Held until the server has stopped; see the module doc.
     lock: File,
@@ -123,6 +124,8 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
     } else {
         (crate::pipeline::Waker::disabled(), None)
     };
+    let pruner = crate::retention::Pruner::start(&config.db, writer.clone(), metrics.clone())
+        .map_err(|e| e.to_string())?;
     let app = Arc::new(App {
         pool,
         writer,
@@ -139,6 +142,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
         app,
         writer_thread,
         pipeline_thread,
+        pruner,
         checkpointer,
         lock,
     })
@@ -153,6 +157,7 @@ impl Running {
             app,
             writer_thread,
             pipeline_thread,
+            pruner,
             checkpointer,
             lock,
             ..
@@ -163,6 +168,7 @@ impl Running {
         if let Some(t) = pipeline_thread {
             let _ = t.join();
         }
+        pruner.stop();
         // The writer thread ends once the last handle (inside `app`) is gone and its queue is empty.
         drop(app);
         let _ = writer_thread.join();

@@ -171,6 +171,7 @@ fn every_subcommand_and_option_has_a_description() {
             "",
             "backup",
             "export",
+            "forget",
             "key",
             "key create",
             "key list",

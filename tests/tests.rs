@@ -68,6 +68,8 @@ mod security;
 mod server;
 // README.md's walk-through, run verbatim in bash: every block prints what the README shows.
 mod readme;
+// Data lifecycle: erasure of a person (CLI and HTTP) down to the file's bytes, retention's pruner.
+mod lifecycle;
 // Operations: one server per database file, `outbox list` and `outbox retry` for dead letters.
 mod ops;
 // Getting data out: `convapi export` (CSV round trip, NDJSON, sessions, flat memory over 100,000

@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use super::{collect, conversions, health, static_files, ApiError, App};
+use super::{collect, conversions, health, people, static_files, ApiError, App};
 use crate::http::{decode_segment as decoded, Ctx, Reply};
 
 /// A matched route: its name for logs and metrics, and whether its answers, errors included,
@@ -44,6 +44,8 @@ pub fn dispatch(app: &App, ctx: &mut Ctx) -> (Route, Result<Reply, ApiError>) {
         (_, ["api", "sites", _, "conversions"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("POST"))),
         ("GET" | "HEAD", ["api", "sites", site, "conversions", order]) => (private("conversions_status"), conversions::order_status(app, ctx, &decoded(site), &decoded(order))),
         (_, ["api", "sites", _, "conversions", _]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("GET, HEAD"))),
+        ("DELETE", ["api", "sites", site, "people", client]) => (private("people_forget"), people::forget(app, ctx, &decoded(site), &decoded(client))),
+        (_, ["api", "sites", _, "people", _]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("DELETE"))),
         ("POST", ["api", "collect"]) => (public("collect"), collect::collect(app, ctx)),
         ("OPTIONS", ["api", "collect"]) => (public("collect_preflight"), Ok(collect::preflight())),
         (_, ["api", "collect"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("POST, OPTIONS"))),

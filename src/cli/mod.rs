@@ -11,6 +11,7 @@ use crate::store;
 
 mod backup;
 mod export;
+mod forget;
 mod key;
 mod outbox;
 mod rates;
@@ -73,6 +74,9 @@ enum Command {
     Export(export::ExportArgs),
     /// A consistent copy of the database into a new file, safe while the server runs.
     Backup(backup::BackupArgs),
+    /// Erase one person of a site: visitors, links, sessions and pixel events; conversions lose
+    /// their identifiers (or go).
+    Forget(forget::ForgetArgs),
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -332,6 +336,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Outbox(outbox::OutboxCmd::Retry(a)) => outbox::retry(&db, a),
         Command::Export(a) => export::export(&db, a),
         Command::Backup(a) => backup::backup(&db, a),
+        Command::Forget(a) => forget::forget(&db, a),
     }
 }
 

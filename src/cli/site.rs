@@ -17,7 +17,7 @@ pub(super) enum SiteCmd {
     Create(CreateArgs),
     /// List the sites, of every tenant or of one.
     List(ListArgs),
-    /// Change a site's name, domain, currency, attribution window, model or signed identify.
+    /// Change a site's name, domain, currency, attribution window, model, signed identify or retention.
     Update(UpdateArgs),
     /// Create or replace a site's identity secret and print it (the only time it is shown).
     IdentitySecret(IdentitySecretArgs),
@@ -27,8 +27,10 @@ pub(super) enum SiteCmd {
 const MODELS: [&str; 3] = ["last_non_direct", "last_touch", "first_touch"];
 /// The longest attribution window, in days.
 const MAX_WINDOW_DAYS: i64 = 3650;
-/// `--signed-identify` values.
+/// `--signed-identify` and `--expire-conversions` values.
 const ON_OFF: [&str; 2] = ["on", "off"];
+/// The longest retention that is not "forever", in days.
+const MAX_RETAIN_DAYS: i64 = 36_500;
 
 #[derive(clap::Args)]
 pub(super) struct CreateArgs {
@@ -54,6 +56,14 @@ pub(super) struct CreateArgs {
     /// creates the secret and prints it (the only time it is shown).
     #[arg(long, default_value = "off", value_parser = ON_OFF)]
     signed_identify: String,
+    /// Days the site's pixel data (sessions, events, visitor ids) is kept before the server
+    /// deletes it; 0 keeps it forever.
+    #[arg(long, default_value_t = store::retention::DEFAULT_RETAIN_DAYS, value_parser = clap::value_parser!(i64).range(0..=MAX_RETAIN_DAYS))]
+    retain_days: i64,
+    /// Whether conversions older than --retain-days are deleted too ("off" keeps them, without
+    /// their sessions, for the revenue totals).
+    #[arg(long, default_value = "off", value_parser = ON_OFF)]
+    expire_conversions: String,
     /// Print the site as one JSON object.
     #[arg(long)]
     json: bool,
@@ -94,6 +104,12 @@ pub(super) struct UpdateArgs {
     /// one: see `site identity-secret`).
     #[arg(long, group = "changes", value_parser = ON_OFF)]
     signed_identify: Option<String>,
+    /// New number of days the site's pixel data is kept; 0 keeps it forever.
+    #[arg(long, group = "changes", value_parser = clap::value_parser!(i64).range(0..=MAX_RETAIN_DAYS))]
+    retain_days: Option<i64>,
+    /// Whether conversions older than the retention are deleted too.
+    #[arg(long, group = "changes", value_parser = ON_OFF)]
+    expire_conversions: Option<String>,
     /// Print the site as one JSON object.
     #[arg(long)]
     json: bool,
@@ -144,15 +160,16 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
             },
             store::now_ms(),
         )?;
-        let Some(secret) = &secret else {
-            return Ok(site);
-        };
-        store::sites::set_identity_secret(tx, &site.id, secret)?;
-        let on = SiteChanges {
-            signed_identify: Some(true),
+        if let Some(secret) = &secret {
+            store::sites::set_identity_secret(tx, &site.id, secret)?;
+        }
+        let settings = SiteChanges {
+            signed_identify: Some(secret.is_some()),
+            retain_days: Some(a.retain_days),
+            expire_conversions: Some(a.expire_conversions == "on"),
             ..SiteChanges::default()
         };
-        Ok(store::sites::update(tx, &site.id, &on)?.expect("site just created"))
+        Ok(store::sites::update(tx, &site.id, &settings)?.expect("site just created"))
     })?;
     let out = WithSecret {
         site: &site,
@@ -235,6 +252,8 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
             window_days: a.window_days,
             model: a.model.as_deref(),
             signed_identify: a.signed_identify.as_deref().map(|v| v == "on"),
+            retain_days: a.retain_days,
+            expire_conversions: a.expire_conversions.as_deref().map(|v| v == "on"),
         };
         if changes.signed_identify == Some(true) {
             let check = store::sites::identify_check(tx, &site.id)?;

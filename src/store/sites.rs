@@ -21,6 +21,10 @@ pub struct Site {
     pub model: String,
     /// Whether the pixel's `identify` must be signed with the site's identity secret.
     pub signed_identify: bool,
+    /// Days pixel data (sessions, events, visitors without a newer session) is kept; 0: forever.
+    pub retain_days: i64,
+    /// Whether conversions older than `retain_days` are deleted too.
+    pub expire_conversions: bool,
     pub created_at: String,
 }
 
@@ -32,7 +36,8 @@ impl Site {
 }
 
 const COLUMNS: &str =
-    "id, tenant_id, tracker_id, name, domain, currency, window_days, model, created_at, signed_identify";
+    "id, tenant_id, tracker_id, name, domain, currency, window_days, model, created_at, \
+    signed_identify, retain_days, expire_conversions";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Site> {
     Ok(Site {
@@ -46,6 +51,8 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Site> {
         model: r.get(7)?,
         created_at: super::iso(r.get(8)?),
         signed_identify: r.get(9)?,
+        retain_days: r.get(10)?,
+        expire_conversions: r.get(11)?,
     })
 }
 
@@ -102,6 +109,8 @@ pub struct SiteChanges<'a> {
     pub window_days: Option<i64>,
     pub model: Option<&'a str>,
     pub signed_identify: Option<bool>,
+    pub retain_days: Option<i64>,
+    pub expire_conversions: Option<bool>,
 }
 
 /// Changes a site's settings; `None` when there is no such site.
@@ -109,7 +118,9 @@ pub fn update(conn: &Connection, id: &str, c: &SiteChanges<'_>) -> Result<Option
     let changed = conn.execute(
         "UPDATE sites SET name = COALESCE(?2, name), domain = COALESCE(?3, domain),
              currency = COALESCE(?4, currency), window_days = COALESCE(?5, window_days),
-             model = COALESCE(?6, model), signed_identify = COALESCE(?7, signed_identify)
+             model = COALESCE(?6, model), signed_identify = COALESCE(?7, signed_identify),
+             retain_days = COALESCE(?8, retain_days),
+             expire_conversions = COALESCE(?9, expire_conversions)
          WHERE id = ?1",
         params![
             id,
@@ -118,7 +129,9 @@ pub fn update(conn: &Connection, id: &str, c: &SiteChanges<'_>) -> Result<Option
             c.currency,
             c.window_days,
             c.model,
-            c.signed_identify
+            c.signed_identify,
+            c.retain_days,
+            c.expire_conversions
         ],
     )?;
     if changed == 0 {

@@ -1,0 +1,186 @@
+//! The pruner (docs/decisions.md §9): a background thread that deletes each site's pixel data —
+//! sessions, their events, visitors left without a session — once it is older than the site's
+//! `retain_days`, and the site's conversions as well when it set `expire_conversions`. Conversions
+//! that stay keep what the pipeline stored on them (attribution, reporting value), so the order
+//! status and the report read the same after their sessions are gone.
+//!
+//! It never holds the write lock long: it writes through the request writer in jobs of about
+//! [`BATCH_ROWS`] deleted rows, waits for queued requests before each job
+//! ([`Writer::yield_to_queued`]) and pauses [`PAUSE`] between jobs. After deleting it gives the
+//! freed pages back to the file system, [`store::retention::RECLAIM_PAGES`] per job. It wakes
+//! every [`EVERY`], the first time one interval after the server started. Its SQL is
+//! `store::retention`'s; it decides only what goes when.
+//!
+//! Tests call [`prune_once`] on a connection of their own: without a writer, each job is a
+//! transaction of that connection ([`store::write_tx`]).
+
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use crate::metrics::Metrics;
+use crate::store::retention::{Pruned, RECLAIM_PAGES};
+use crate::store::{self, StoreError};
+use crate::writer::{WriteError, Writer};
+
+/// How often the pruner looks for data past its retention.
+pub const EVERY: Duration = Duration::from_secs(60);
+/// Rows one job deletes at most (a session's events count one each).
+pub const BATCH_ROWS: usize = 500;
+/// The pause between two jobs, so that the pruner takes a small share of the writer's time even
+/// when no request is queued at the moment it looks.
+pub const PAUSE: Duration = Duration::from_millis(10);
+/// Longest the pruner waits for queued requests to be written before its next job.
+const MAX_YIELD: Duration = Duration::from_millis(20);
+const DAY_MS: i64 = 86_400_000;
+
+/// Deletes everything past its retention at `now_ms`, then gives the free pages back. The hook
+/// tests use.
+pub fn prune_once(conn: &Connection, now_ms: i64) -> store::Result<Pruned> {
+    prune(conn, now_ms, None, &Metrics::default(), &|| false)
+}
+
+/// Runs one job: through the writer when there is one, else in a transaction of `conn`.
+fn job<T: Send + 'static>(
+    conn: &Connection,
+    writer: Option<&Writer>,
+    f: impl FnOnce(&Connection) -> store::Result<T> + Send + 'static,
+) -> store::Result<T> {
+    match writer {
+        Some(w) => {
+            w.yield_to_queued(MAX_YIELD);
+            let out = w.submit(f).map_err(|e| match e {
+                WriteError::Unavailable(m) => {
+                    log::debug!("pruner: writer unavailable: {m}");
+                    StoreError::Busy
+                }
+                WriteError::Failed(e) => e,
+            });
+            std::thread::sleep(PAUSE);
+            out
+        }
+        None => store::write_tx(conn, f),
+    }
+}
+
+/// [`prune_once`], writing through `writer` when given, counting deleted rows in `metrics` as
+/// each job commits, and stopping between jobs when `stop` says so. What was committed before an
+/// error stays done; the next pass goes on from there.
+pub fn prune(
+    conn: &Connection,
+    now_ms: i64,
+    writer: Option<&Writer>,
+    metrics: &Metrics,
+    stop: &dyn Fn() -> bool,
+) -> store::Result<Pruned> {
+    let policies = store::read(conn, store::retention::policies)?;
+    let mut total = Pruned::default();
+    for p in policies {
+        let cutoff = now_ms - p.retain_days * DAY_MS;
+        // Checked on the pruner's own connection first: a site with nothing to prune costs the
+        // writer no job.
+        let (mut sessions, mut conversions) = store::read(conn, |c| {
+            Ok::<_, StoreError>((
+                store::retention::has_old_sessions(c, &p.site_id, cutoff)?,
+                p.expire_conversions
+                    && store::retention::has_old_conversions(c, &p.site_id, cutoff)?,
+            ))
+        })?;
+        while sessions {
+            if stop() {
+                return Ok(total);
+            }
+            let site = p.site_id.clone();
+            let done = job(conn, writer, move |c| {
+                store::retention::prune_sessions(c, &site, cutoff, BATCH_ROWS)
+            })?;
+            total.add(&done);
+            metrics.inc_rows_pruned(done.rows() as u64);
+            sessions = done.rows() > 0;
+        }
+        while conversions {
+            if stop() {
+                return Ok(total);
+            }
+            let site = p.site_id.clone();
+            let n = job(conn, writer, move |c| {
+                store::retention::expire_conversions(c, &site, cutoff, BATCH_ROWS)
+            })?;
+            total.conversions += n;
+            metrics.inc_rows_pruned(n as u64);
+            conversions = n > 0;
+        }
+    }
+    if total.rows() > 0 {
+        log::info!(
+            "pruner: deleted {} sessions, {} events, {} visitors, {} links, {} conversions",
+            total.sessions,
+            total.events,
+            total.visitors,
+            total.links,
+            total.conversions
+        );
+        // Each job returns the free pages it found and frees up to RECLAIM_PAGES of them.
+        while !stop() && job(conn, writer, store::retention::reclaim)? > RECLAIM_PAGES {}
+    }
+    Ok(total)
+}
+
+#[derive(Default)]
+struct Shared {
+    stopped: Mutex<bool>,
+    cv: Condvar,
+}
+
+/// The running pruner thread; [`Pruner::stop`] ends it after the job in hand.
+pub struct Pruner {
+    shared: Arc<Shared>,
+    thread: JoinHandle<()>,
+}
+
+impl Pruner {
+    /// Opens the pruner's own connection (for its reads) and starts its thread; deletions go
+    /// through `writer`.
+    pub fn start(db: &Path, writer: Writer, metrics: Metrics) -> store::Result<Pruner> {
+        let conn = store::open(db)?;
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("pruner".into())
+            .spawn(move || run(&conn, &s, &writer, &metrics))
+            .map_err(|e| StoreError::Other(e.to_string()))?;
+        Ok(Pruner { shared, thread })
+    }
+
+    /// Stops the thread and waits for it; its writer handle is dropped with it.
+    pub fn stop(self) {
+        *self
+            .shared
+            .stopped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = true;
+        self.shared.cv.notify_one();
+        let _ = self.thread.join();
+    }
+}
+
+fn run(conn: &Connection, s: &Shared, writer: &Writer, metrics: &Metrics) {
+    let stopped = || *s.stopped.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        {
+            let guard = s.stopped.lock().unwrap_or_else(|p| p.into_inner());
+            let (guard, _) =
+                s.cv.wait_timeout_while(guard, EVERY, |stopped| !*stopped)
+                    .unwrap_or_else(|p| p.into_inner());
+            if *guard {
+                return;
+            }
+        }
+        if let Err(e) = prune(conn, store::now_ms(), Some(writer), metrics, &stopped) {
+            log::warn!("pruner: {e}; trying again in {}s", EVERY.as_secs());
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! Retention (docs/decisions.md §9): the statements that delete a site's pixel data older than its
+//! `retain_days` (and, when the site asks for it, its old conversions), a few rows per call, and
+//! the settings that make deleted data leave the file.
+//!
+//! Every function here runs inside the caller's write transaction and does at most about
+//! `limit` row deletions, so that the writer is never held up long by one job. What the pruner
+//! removes and when is decided by `crate::retention`; nothing here loops over a whole table.
+
+use rusqlite::{params, Connection};
+
+use super::Result;
+
+/// `site create`'s default for `--retain-days`: 13 months, so a year-on-year comparison of a
+/// whole month still finds its sessions.
+pub const DEFAULT_RETAIN_DAYS: i64 = 395;
+
+/// Free pages given back to the file system per [`reclaim`] call: 1,000 pages of 4 KiB.
+pub const RECLAIM_PAGES: i64 = 1_000;
+/// [`RECLAIM_PAGES`] as the statement takes it: a literal, so no SQL is built at run time.
+const INCREMENTAL_VACUUM: &str = "PRAGMA incremental_vacuum(1000)";
+
+/// Per-connection settings for the connections that delete (every connection [`super::open`]
+/// makes: the writer's, the pipeline's, the command line's), and the file's auto-vacuum mode.
+///
+/// `secure_delete` overwrites deleted rows and freed pages with zeros, so an erased id does not
+/// linger in a free page or a page's unused space. Incremental auto-vacuum lets [`reclaim`] give
+/// free pages back to the file system a few at a time. The mode can only change on a file without
+/// tables or with a `VACUUM` (never inside a transaction), so a file made before it is vacuumed
+/// once, here, on the first open by this version; when the file is busy (another process writes)
+/// the `VACUUM` is tried again at the next open.
+pub fn prepare_deletes(conn: &Connection) -> Result<()> {
+    conn.pragma_update(None, "secure_delete", "ON")?;
+    let mode: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+    if mode != 2 {
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+        if let Err(e) = conn.execute_batch("VACUUM") {
+            log::warn!("cannot switch the database to incremental auto-vacuum yet: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// Gives up to [`RECLAIM_PAGES`] free pages back to the file system; returns how many were free
+/// before. Inside a write transaction, like any other job.
+pub fn reclaim(conn: &Connection) -> Result<i64> {
+    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+    if free > 0 {
+        conn.execute_batch(INCREMENTAL_VACUUM)?;
+    }
+    Ok(free)
+}
+
+/// A site's retention settings, as the pruner reads them.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub site_id: String,
+    pub retain_days: i64,
+    pub expire_conversions: bool,
+}
+
+/// The sites that keep pixel data for a limited time.
+pub fn policies(conn: &Connection) -> Result<Vec<Policy>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, retain_days, expire_conversions FROM sites WHERE retain_days > 0 ORDER BY id",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(Policy {
+            site_id: r.get(0)?,
+            retain_days: r.get(1)?,
+            expire_conversions: r.get(2)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// Rows one prune call deleted, per table.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Pruned {
+    pub sessions: usize,
+    pub events: usize,
+    pub visitors: usize,
+    pub links: usize,
+    pub conversions: usize,
+}
+
+impl Pruned {
+    pub fn rows(&self) -> usize {
+        self.sessions + self.events + self.visitors + self.links + self.conversions
+    }
+
+    pub fn add(&mut self, o: &Pruned) {
+        self.sessions += o.sessions;
+        self.events += o.events;
+        self.visitors += o.visitors;
+        self.links += o.links;
+        self.conversions += o.conversions;
+    }
+}
+
+/// Whether the site has a session [`prune_sessions`] would delete: a read, so that the pruner
+/// sends the writer no job for a site with nothing to prune.
+pub fn has_old_sessions(conn: &Connection, site_id: &str, cutoff_ms: i64) -> Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT 1 FROM sessions
+             WHERE site_id = ?1 AND started_at < ?2 AND last_activity_at < ?2 LIMIT 1",
+        )?
+        .exists(params![site_id, cutoff_ms])?)
+}
+
+/// Whether the site has a conversion [`expire_conversions`] would delete.
+pub fn has_old_conversions(conn: &Connection, site_id: &str, cutoff_ms: i64) -> Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT 1 FROM conversions WHERE site_id = ?1 AND occurred_at < ?2 LIMIT 1",
+        )?
+        .exists(params![site_id, cutoff_ms])?)
+}
+
+/// Deletes about `limit` rows of the site's sessions whose start and last activity both lie
+/// before `cutoff_ms`, with their events, oldest first; then the visitors of those sessions that
+/// have no session left (so none in the retention period), with their `clientId` links. A
+/// visitor and its first session are written in one transaction, so no new visitor is caught
+/// between the two.
+/// A session with more events than the budget left loses some of them now and goes in a later
+/// call. Returns nothing deleted once no such session is left.
+pub fn prune_sessions(
+    conn: &Connection,
+    site_id: &str,
+    cutoff_ms: i64,
+    limit: usize,
+) -> Result<Pruned> {
+    let mut out = Pruned::default();
+    let old: Vec<(String, String)> = {
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, visitor_id FROM sessions
+             WHERE site_id = ?1 AND started_at < ?2 AND last_activity_at < ?2
+             ORDER BY started_at LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![site_id, cutoff_ms, limit as i64], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()?
+    };
+    let mut visitors: Vec<String> = Vec::new();
+    for (session, visitor) in &old {
+        let budget = limit.saturating_sub(out.rows());
+        if budget == 0 {
+            break;
+        }
+        let events = conn
+            .prepare_cached(
+                "DELETE FROM events WHERE rowid IN
+                     (SELECT rowid FROM events WHERE session_id = ?1 LIMIT ?2)",
+            )?
+            .execute(params![session, budget as i64])?;
+        out.events += events;
+        if events == budget {
+            // Maybe more events: the session waits for the next call.
+            break;
+        }
+        out.sessions += conn
+            .prepare_cached("DELETE FROM sessions WHERE id = ?1")?
+            .execute([session])?;
+        visitors.push(visitor.clone());
+    }
+    visitors.sort();
+    visitors.dedup();
+    for v in &visitors {
+        let left = conn
+            .prepare_cached("SELECT 1 FROM sessions WHERE site_id = ?1 AND visitor_id = ?2")?
+            .exists(params![site_id, v])?;
+        if left {
+            continue;
+        }
+        out.links += conn
+            .prepare_cached("DELETE FROM visitor_clients WHERE site_id = ?1 AND visitor_id = ?2")?
+            .execute(params![site_id, v])?;
+        out.visitors += conn
+            .prepare_cached("DELETE FROM visitors WHERE site_id = ?1 AND id = ?2")?
+            .execute(params![site_id, v])?;
+    }
+    Ok(out)
+}
+
+/// Deletes up to `limit` of the site's conversions that occurred before `cutoff_ms`, with any
+/// pipeline work left for them.
+pub fn expire_conversions(
+    conn: &Connection,
+    site_id: &str,
+    cutoff_ms: i64,
+    limit: usize,
+) -> Result<usize> {
+    let ids: Vec<String> = {
+        let mut stmt = conn.prepare_cached(
+            "SELECT id FROM conversions WHERE site_id = ?1 AND occurred_at < ?2
+             ORDER BY occurred_at LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![site_id, cutoff_ms, limit as i64], |r| r.get(0))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()?
+    };
+    let mut deleted = 0;
+    for id in &ids {
+        conn.prepare_cached("DELETE FROM outbox WHERE conversion_id = ?1")?
+            .execute([id])?;
+        deleted += conn
+            .prepare_cached("DELETE FROM conversions WHERE id = ?1")?
+            .execute([id])?;
+    }
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file at schema version 1 with a conversion, its session and its outbox row.
+    fn version_1_with_a_conversion() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+        conn.execute_batch(super::super::SCHEMA).unwrap();
+        conn.execute_batch(
+            "PRAGMA user_version = 1;
+             INSERT INTO tenants VALUES ('t', 'T', 0);
+             INSERT INTO sites (id, tenant_id, tracker_id, name, currency, window_days, model, created_at)
+                 VALUES ('s', 't', 'trk', 'S', 'EUR', 30, 'last_touch', 0);
+             INSERT INTO visitors VALUES ('s', 'v', 0);
+             INSERT INTO sessions (id, site_id, visitor_id, started_at, last_activity_at)
+                 VALUES ('old', 's', 'v', 10, 20);
+             INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id, value,
+                     currency, occurred_at, created_at, source_api, status, reporting_value)
+                 VALUES ('c', 's', 'o1', 'purchase', 'old', 'v', '12.50', 'EUR', 15, 15, 1,
+                     'processed', '12.50');
+             INSERT INTO outbox (conversion_id, next_attempt_at, created_at) VALUES ('c', 15, 15);",
+        )
+        .unwrap();
+        conn
+    }
+
+    #[test]
+    fn the_migration_keeps_conversions_and_outbox_and_frees_sessions() {
+        let mut conn = version_1_with_a_conversion();
+        super::super::migrate(&mut conn).unwrap();
+        let violations: i64 = conn
+            .query_row("SELECT COUNT(*) FROM pragma_foreign_key_check", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(violations, 0);
+        let kept: (String, String, i64) = conn
+            .query_row(
+                "SELECT c.session_id, c.reporting_value, o.id FROM conversions c
+                 JOIN outbox o ON o.conversion_id = c.id",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(kept, ("old".to_owned(), "12.50".to_owned(), 1));
+        let (days, expire): (i64, bool) = conn
+            .query_row(
+                "SELECT retain_days, expire_conversions FROM sites",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((days, expire), (DEFAULT_RETAIN_DAYS, false));
+        // The outbox still refers to conversions: a conversion with work left cannot vanish.
+        assert!(conn
+            .execute("DELETE FROM conversions WHERE id = 'c'", [])
+            .is_err());
+        // The session can go; the conversion stays with what the pipeline stored.
+        let pruned = prune_sessions(&conn, "s", 1_000, 500).unwrap();
+        assert_eq!((pruned.sessions, pruned.visitors), (1, 1));
+        assert_eq!(expire_conversions(&conn, "s", 15, 500).unwrap(), 0);
+        assert_eq!(expire_conversions(&conn, "s", 16, 500).unwrap(), 1);
+        let left: i64 = conn
+            .query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(left, 0);
+    }
+
+    #[test]
+    fn the_vacuum_statement_frees_reclaim_pages() {
+        assert!(INCREMENTAL_VACUUM.ends_with(&format!("({RECLAIM_PAGES})")));
+    }
+
+    #[test]
+    fn a_session_with_more_events_than_the_budget_goes_over_several_calls() {
+        let mut conn = version_1_with_a_conversion();
+        super::super::migrate(&mut conn).unwrap();
+        for i in 0..7 {
+            conn.execute(
+                "INSERT INTO events (id, site_id, session_id, type, ts) VALUES (?1, 's', 'old', 'pageview', 12)",
+                [format!("e{i}")],
+            )
+            .unwrap();
+        }
+        let first = prune_sessions(&conn, "s", 1_000, 5).unwrap();
+        assert_eq!((first.events, first.sessions), (5, 0));
+        let second = prune_sessions(&conn, "s", 1_000, 5).unwrap();
+        assert_eq!((second.events, second.sessions, second.visitors), (2, 1, 1));
+        assert_eq!(
+            prune_sessions(&conn, "s", 1_000, 5).unwrap(),
+            Pruned::default()
+        );
+    }
+}
