@@ -8,7 +8,8 @@
 //! [`BATCH_ROWS`] deleted rows, waits for queued requests before each job
 //! ([`Writer::yield_to_queued`]) and pauses [`PAUSE`] between jobs. After deleting it gives the
 //! freed pages back to the file system, [`store::retention::RECLAIM_PAGES`] per job. It wakes
-//! every [`EVERY`], the first time one interval after the server started. Its SQL is
+//! every `serve --prune-every` ([`EVERY`] by default), the first time one interval after the server
+//! started. Its SQL is
 //! `store::retention`'s; it decides only what goes when.
 //!
 //! Tests call [`prune_once`] on a connection of their own: without a writer, each job is a
@@ -26,7 +27,7 @@ use crate::store::retention::{Pruned, RECLAIM_PAGES};
 use crate::store::{self, StoreError};
 use crate::writer::{WriteError, Writer};
 
-/// How often the pruner looks for data past its retention.
+/// How often the pruner looks for data past its retention, by default (`serve --prune-every`).
 pub const EVERY: Duration = Duration::from_secs(60);
 /// Rows one job deletes at most (a session's events count one each).
 pub const BATCH_ROWS: usize = 500;
@@ -144,13 +145,18 @@ pub struct Pruner {
 impl Pruner {
     /// Opens the pruner's own connection (for its reads) and starts its thread; deletions go
     /// through `writer`.
-    pub fn start(db: &Path, writer: Writer, metrics: Metrics) -> store::Result<Pruner> {
+    pub fn start(
+        db: &Path,
+        writer: Writer,
+        metrics: Metrics,
+        every: Duration,
+    ) -> store::Result<Pruner> {
         let conn = store::open(db)?;
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("pruner".into())
-            .spawn(move || run(&conn, &s, &writer, &metrics))
+            .spawn(move || run(&conn, &s, &writer, &metrics, every))
             .map_err(|e| StoreError::Other(e.to_string()))?;
         Ok(Pruner { shared, thread })
     }
@@ -167,20 +173,20 @@ impl Pruner {
     }
 }
 
-fn run(conn: &Connection, s: &Shared, writer: &Writer, metrics: &Metrics) {
+fn run(conn: &Connection, s: &Shared, writer: &Writer, metrics: &Metrics, every: Duration) {
     let stopped = || *s.stopped.lock().unwrap_or_else(|p| p.into_inner());
     loop {
         {
             let guard = s.stopped.lock().unwrap_or_else(|p| p.into_inner());
             let (guard, _) =
-                s.cv.wait_timeout_while(guard, EVERY, |stopped| !*stopped)
+                s.cv.wait_timeout_while(guard, every, |stopped| !*stopped)
                     .unwrap_or_else(|p| p.into_inner());
             if *guard {
                 return;
             }
         }
         if let Err(e) = prune(conn, store::now_ms(), Some(writer), metrics, &stopped) {
-            log::warn!("pruner: {e}; trying again in {}s", EVERY.as_secs());
+            log::warn!("pruner: {e}; trying again in {:.0}s", every.as_secs_f64());
         }
     }
 }

@@ -42,6 +42,8 @@ pub struct ServeConfig {
     pub pixel: PixelPolicy,
     /// A bearer token `/metrics` asks for; `None`: open to whoever reaches the listener.
     pub metrics_token: Option<String>,
+    /// How often the pruner looks for data past each site's retention.
+    pub prune_every: std::time::Duration,
 }
 
 /// A running server: its address, and a way to stop it.
@@ -124,8 +126,13 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
     } else {
         (crate::pipeline::Waker::disabled(), None)
     };
-    let pruner = crate::retention::Pruner::start(&config.db, writer.clone(), metrics.clone())
-        .map_err(|e| e.to_string())?;
+    let pruner = crate::retention::Pruner::start(
+        &config.db,
+        writer.clone(),
+        metrics.clone(),
+        config.prune_every,
+    )
+    .map_err(|e| e.to_string())?;
     let app = Arc::new(App {
         pool,
         writer,

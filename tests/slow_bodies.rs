@@ -164,6 +164,8 @@ fn fresh_health(addr: &str, patience: Duration) -> (Option<u16>, Duration) {
 
 #[test]
 fn sixty_four_slow_bodies_neither_slow_other_requests_nor_stay_open() {
+    // Floods the server and has deadlines of its own: alone, never beside a timing-sensitive test.
+    let _load = heavy_load();
     let app = TestApp::start();
     app.pageview("v-known", "https://shop.example/", now_ms() - HOUR);
     let mut trickle = Trickle::start(&app, 64);
@@ -225,6 +227,8 @@ fn sixty_four_slow_bodies_neither_slow_other_requests_nor_stay_open() {
 
 #[test]
 fn with_two_request_threads_eight_slow_bodies_do_not_block_healthz() {
+    // Floods the server and has deadlines of its own: alone, never beside a timing-sensitive test.
+    let _load = heavy_load();
     // Before bodies were read on the connection's thread, each slow body held a request thread
     // until the idle timeout: two of them were enough to stop the server answering.
     let app = TestApp::builder().serve_args(&["--threads", "2"]).start();

@@ -33,6 +33,8 @@ fn db_and_wal_bytes(app: &TestApp) -> u64 {
 /// accepted within a second.
 #[test]
 fn pixel_flood_from_one_address_is_rate_limited_and_conversions_still_answer_202() {
+    // Floods the server and has deadlines of its own: alone, never beside a timing-sensitive test.
+    let _load = heavy_load();
     let app = TestApp::start();
     let session_visitor = "v-real";
     app.pageview(session_visitor, "https://shop.example/", now_ms());

@@ -59,6 +59,9 @@ pub(super) struct ServeArgs {
     /// names the client for the pixel's rate limits; other peers' headers are ignored.
     #[arg(long, env = "CONVAPI_TRUSTED_PROXIES", value_delimiter = ',', value_parser = proxy_net)]
     trusted_proxies: Vec<ipnet::IpNet>,
+    /// Seconds between two looks of the pruner for pixel data past each site's --retain-days.
+    #[arg(long, env = "CONVAPI_PRUNE_EVERY", default_value_t = 60.0, value_parser = positive_secs)]
+    prune_every: f64,
     /// A token `GET /metrics` requires as `Authorization: Bearer TOKEN`; unset: /metrics is open.
     #[arg(long, env = "CONVAPI_METRICS_TOKEN", hide_env_values = true)]
     metrics_token: Option<String>,
@@ -137,6 +140,7 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
             max_event_age: std::time::Duration::from_secs(u64::from(a.pixel_max_age_hours) * 3600),
         },
         metrics_token: a.metrics_token.filter(|t| !t.is_empty()),
+        prune_every: std::time::Duration::from_secs_f64(a.prune_every),
     };
     let running = crate::server::start(&config)?;
     log::info!(
