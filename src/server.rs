@@ -159,29 +159,19 @@ impl Running {
     /// Stops accepting, finishes the requests already received, commits what the writer holds,
     /// stops the pipeline, and returns once all of it is done.
     pub fn shutdown(self) {
-        let Running {
-            http,
-            app,
-            writer_thread,
-            pipeline_thread,
-            pruner,
-            checkpointer,
-            lock,
-            ..
-        } = self;
         // Every request thread has ended when this returns, and with them their `App` handles.
-        http.stop();
-        app.pipeline.stop();
-        if let Some(t) = pipeline_thread {
+        self.http.stop();
+        self.app.pipeline.stop();
+        if let Some(t) = self.pipeline_thread {
             let _ = t.join();
         }
-        pruner.stop();
+        self.pruner.stop();
         // The writer thread ends once the last handle (inside `app`) is gone and its queue is empty.
-        drop(app);
-        let _ = writer_thread.join();
+        drop(self.app);
+        let _ = self.writer_thread.join();
         // Last: one more checkpoint once nothing else writes.
-        drop(checkpointer);
+        drop(self.checkpointer);
         // Only now may another server start on this file.
-        drop(lock);
+        drop(self.lock);
     }
 }
