@@ -69,19 +69,22 @@ pub fn forget(app: &App, ctx: &mut Ctx, site_id: &str, client_id: &str) -> Resul
                 app.metrics.inc_unavailable();
             }
         })?;
-    Ok(Reply::json(
-        200,
-        &json!({
-            "siteId": site.id,
-            "clientId": client_id,
-            "visitors": erased.visitors,
-            "links": erased.links,
-            "sessions": erased.sessions,
-            "events": erased.events,
-            "conversionsAnonymised": erased.conversions_anonymised,
-            "conversionsDeleted": erased.conversions_deleted,
-        }),
-    ))
+    let mut body = erased_json(&site.id, &erased);
+    body["clientId"] = json!(client_id);
+    Ok(Reply::json(200, &body))
+}
+
+/// What an erasure removed, as the API answers it and `convapi forget --json` prints it.
+pub fn erased_json(site_id: &str, erased: &store::erasure::Erased) -> serde_json::Value {
+    json!({
+        "siteId": site_id,
+        "visitors": erased.visitors,
+        "links": erased.links,
+        "sessions": erased.sessions,
+        "events": erased.events,
+        "conversionsAnonymised": erased.conversions_anonymised,
+        "conversionsDeleted": erased.conversions_deleted,
+    })
 }
 
 #[cfg(test)]

@@ -42,17 +42,9 @@ pub(super) fn forget(db: &Path, a: ForgetArgs) -> CliResult {
         store::retention::reclaim(tx)?;
         Ok((site, erased))
     })?;
-    let out = serde_json::json!({
-        "siteId": site.id,
-        "clientId": a.client_id,
-        "visitorId": a.visitor_id,
-        "visitors": erased.visitors,
-        "links": erased.links,
-        "sessions": erased.sessions,
-        "events": erased.events,
-        "conversionsAnonymised": erased.conversions_anonymised,
-        "conversionsDeleted": erased.conversions_deleted,
-    });
+    let mut out = crate::api::people::erased_json(&site.id, &erased);
+    out["clientId"] = serde_json::json!(a.client_id);
+    out["visitorId"] = serde_json::json!(a.visitor_id);
     print(a.json, &out, || {
         format!(
             "forgot on site {}: {}, {}, {}, {}; {} anonymised, {} deleted",

@@ -430,3 +430,21 @@ pub fn iso(ms: i64) -> String {
         .unwrap_or_default()
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
+
+/// A database at schema version 1 (before every migration) in memory, with a tenant `t`, its site
+/// `s` and a visitor `v`: the fixture the migrations' unit tests add their own rows to.
+#[cfg(test)]
+pub(crate) fn version_1_fixture() -> Connection {
+    let conn = Connection::open_in_memory().unwrap();
+    conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+    conn.execute_batch(SCHEMA).unwrap();
+    conn.execute_batch(
+        "PRAGMA user_version = 1;
+         INSERT INTO tenants VALUES ('t', 'T', 0);
+         INSERT INTO sites (id, tenant_id, tracker_id, name, currency, window_days, model, created_at)
+             VALUES ('s', 't', 'trk', 'S', 'EUR', 30, 'last_touch', 0);
+         INSERT INTO visitors VALUES ('s', 'v', 0);",
+    )
+    .unwrap();
+    conn
+}

@@ -216,16 +216,9 @@ mod tests {
 
     /// A file at schema version 1 with a conversion, its session and its outbox row.
     fn version_1_with_a_conversion() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
-        conn.execute_batch(super::super::SCHEMA).unwrap();
+        let conn = super::super::version_1_fixture();
         conn.execute_batch(
-            "PRAGMA user_version = 1;
-             INSERT INTO tenants VALUES ('t', 'T', 0);
-             INSERT INTO sites (id, tenant_id, tracker_id, name, currency, window_days, model, created_at)
-                 VALUES ('s', 't', 'trk', 'S', 'EUR', 30, 'last_touch', 0);
-             INSERT INTO visitors VALUES ('s', 'v', 0);
-             INSERT INTO sessions (id, site_id, visitor_id, started_at, last_activity_at)
+            "INSERT INTO sessions (id, site_id, visitor_id, started_at, last_activity_at)
                  VALUES ('old', 's', 'v', 10, 20);
              INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id, value,
                      currency, occurred_at, created_at, source_api, status, reporting_value)

@@ -305,16 +305,9 @@ mod tests {
     /// A database at schema version 1 (before the migrations), with the table rows the migration
     /// rewrites.
     fn version_1() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
-        conn.execute_batch(super::super::SCHEMA).unwrap();
+        let conn = super::super::version_1_fixture();
         conn.execute_batch(
-            "PRAGMA user_version = 1;
-             INSERT INTO tenants VALUES ('t', 'T', 0);
-             INSERT INTO sites (id, tenant_id, tracker_id, name, currency, window_days, model, created_at)
-                 VALUES ('s', 't', 'trk', 'S', 'EUR', 30, 'last_touch', 0);
-             INSERT INTO visitors VALUES ('s', 'v', 0);
-             INSERT INTO sessions (id, site_id, visitor_id, started_at, last_activity_at, landing_url, utm_source)
+            "INSERT INTO sessions (id, site_id, visitor_id, started_at, last_activity_at, landing_url, utm_source)
                  VALUES ('with-event', 's', 'v', 10, 20, 'https://a.example/?utm_source=x', 'x'),
                         ('without-event', 's', 'v', 30, 40, 'https://b.example/', NULL),
                         ('no-landing', 's', 'v', 50, 60, NULL, NULL);
