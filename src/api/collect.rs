@@ -77,13 +77,7 @@ pub fn preflight() -> Reply {
 
 pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let guard = &app.pixel;
-    let client = ctx.peer.map(|peer| {
-        ratelimit::address_key(ratelimit::client_address(
-            peer.ip(),
-            ctx.header("X-Forwarded-For"),
-            &guard.policy.trusted_proxies,
-        ))
-    });
+    let client = super::client_address(app, ctx).map(ratelimit::address_key);
     // An address with no token left is refused before its body is read.
     if let Some(client) = &client {
         guard

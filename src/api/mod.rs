@@ -68,7 +68,7 @@ impl Service for Api {
         Handled {
             reply,
             route: route.name,
-            client: self.client(ctx),
+            client: client_address(&self.0, ctx),
             code,
         }
     }
@@ -82,24 +82,22 @@ impl Service for Api {
         Handled {
             reply: err.to_reply(),
             route: "unknown",
-            client: self.client(ctx),
+            client: client_address(&self.0, ctx),
             code: Some(err.code()),
         }
     }
 }
 
-impl Api {
-    /// The client behind the request, for the access log: the address a trusted proxy forwarded,
-    /// as the pixel's rate limits see it, else the peer.
-    fn client(&self, ctx: &Ctx) -> Option<IpAddr> {
-        ctx.peer.map(|peer| {
-            crate::ratelimit::client_address(
-                peer.ip(),
-                ctx.header("X-Forwarded-For"),
-                &self.0.pixel.policy.trusted_proxies,
-            )
-        })
-    }
+/// The client behind the request: the address a trusted proxy forwarded, else the peer. The
+/// pixel's rate limits and the access log both go by it.
+pub fn client_address(app: &App, ctx: &Ctx) -> Option<IpAddr> {
+    ctx.peer.map(|peer| {
+        crate::ratelimit::client_address(
+            peer.ip(),
+            ctx.header("X-Forwarded-For"),
+            &app.pixel.policy.trusted_proxies,
+        )
+    })
 }
 
 /// How often `lastUsedAt` is written per key at most.
