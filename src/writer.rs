@@ -226,15 +226,6 @@ impl Writer {
         ))
     }
 
-    /// Runs `f` inside the next group transaction and returns its result once committed.
-    pub fn submit<T, F>(&self, f: F) -> Result<T, WriteError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> store::Result<T> + Send + 'static,
-    {
-        self.submit_job(f)
-    }
-
     /// [`Writer::submit`] for the anonymous pixel: refused (`Unavailable`) while a quarter of the
     /// channel already holds pixel jobs, so that a pixel flood cannot fill the channel the API's
     /// reports need.
@@ -255,14 +246,15 @@ impl Writer {
             )));
         }
         let slot = PixelSlot(self.pixel_jobs.clone());
-        self.submit_job(move |c| {
+        self.submit(move |c| {
             // Given back when the job ends, whether it ran or was never queued.
             let _slot = slot;
             f(c)
         })
     }
 
-    fn submit_job<T, F>(&self, f: F) -> Result<T, WriteError>
+    /// Runs `f` inside the next group transaction and returns its result once committed.
+    pub fn submit<T, F>(&self, f: F) -> Result<T, WriteError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> store::Result<T> + Send + 'static,
