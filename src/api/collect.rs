@@ -147,11 +147,7 @@ pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let outcome = app
         .writer
         .submit_pixel(move |c| crate::tracking::apply(c, &batch))
-        .inspect_err(|e| {
-            if matches!(e, crate::writer::WriteError::Unavailable(_)) {
-                app.metrics.inc_unavailable();
-            }
-        })?;
+        .inspect_err(|e| super::count_unavailable(app, e))?;
     for _ in 0..outcome.conversions_created {
         app.metrics.inc_accepted();
     }

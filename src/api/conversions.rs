@@ -177,11 +177,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     let outcome = app
         .writer
         .submit(move |c| store::conversions::record_api(c, &report, now))
-        .inspect_err(|e| {
-            if matches!(e, crate::writer::WriteError::Unavailable(_)) {
-                app.metrics.inc_unavailable();
-            }
-        })?;
+        .inspect_err(|e| super::count_unavailable(app, e))?;
     let rec = match outcome {
         ApiRecorded::Created(rec) => {
             app.metrics.inc_accepted();

@@ -88,6 +88,13 @@ impl Service for Api {
     }
 }
 
+/// Counts a write the writer could not take (`convapi_queue_unavailable_total`).
+pub fn count_unavailable(app: &App, e: &crate::writer::WriteError) {
+    if matches!(e, crate::writer::WriteError::Unavailable(_)) {
+        app.metrics.inc_unavailable();
+    }
+}
+
 /// The client behind the request: the address a trusted proxy forwarded, else the peer. The
 /// pixel's rate limits and the access log both go by it.
 pub fn client_address(app: &App, ctx: &Ctx) -> Option<IpAddr> {

@@ -64,11 +64,7 @@ pub fn forget(app: &App, ctx: &mut Ctx, site_id: &str, client_id: &str) -> Resul
             store::retention::reclaim(c)?;
             Ok(erased)
         })
-        .inspect_err(|e| {
-            if matches!(e, crate::writer::WriteError::Unavailable(_)) {
-                app.metrics.inc_unavailable();
-            }
-        })?;
+        .inspect_err(|e| super::count_unavailable(app, e))?;
     let mut body = erased_json(&site.id, &erased);
     body["clientId"] = json!(client_id);
     Ok(Reply::json(200, &body))
