@@ -25,14 +25,13 @@ if ! command -v wrk >/dev/null; then
     apt-get install -y -qq wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
 fi
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/convapi-compare.XXXXXX")
-SERVER_PID=""
-cleanup() {
-    [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
-    git -C "$ROOT" worktree remove --force "$WORK/old" 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/lib/server.sh
+. "$ROOT/scripts/lib/server.sh"
+# shellcheck source=scripts/bench/load.sh
+. "$ROOT/scripts/bench/load.sh"
+tmp_db run.db
+WORK=$work
+trap 'git -C "$ROOT" worktree remove --force "$WORK/old" 2>/dev/null || true; cleanup' EXIT
 
 echo "building $OLD_REV and the checkout (release)" >&2
 git -C "$ROOT" worktree add --quiet --detach "$WORK/old" "$OLD_REV"
@@ -55,16 +54,8 @@ for round in $(seq 1 "$ROUNDS"); do
         db=$WORK/run.db
         rm -f "$db" "$db-wal" "$db-shm" "$db.lock"
         cp "$WORK/template.db" "$db"
-        "${BIN[$target]}" --db "$db" serve --addr 127.0.0.1:0 >"$WORK/out" 2>"$WORK/err" &
-        SERVER_PID=$!
-        for _ in $(seq 1 1000); do grep -q '^listening on ' "$WORK/out" 2>/dev/null && break; sleep 0.01; done
-        url=$(sed -n 's/^listening on //p' "$WORK/out" | head -1)
-        [ -n "$url" ] || { cat "$WORK/err" >&2; die "$target did not start"; }
-        BENCH_RUN="c$round$target$$" wrk -t2 -c16 -d"${DURATION}s" --timeout 10s \
-            -s "$ROOT/scripts/bench/conversions.lua" "$url" >"$WORK/wrk.txt" 2>&1 || die "wrk failed: $(cat "$WORK/wrk.txt")"
-        kill -TERM "$SERVER_PID"; wait "$SERVER_PID" || true; SERVER_PID=""
-        line=$(grep '^BENCH ' "$WORK/wrk.txt") || die "no result: $(cat "$WORK/wrk.txt")"
-        echo "$target $line" | tee -a "$WORK/results.txt" >&2
+        load_run "${BIN[$target]}" "$db" "c$round$target$$" "$DURATION"
+        echo "$target $LOAD_LINE" | tee -a "$WORK/results.txt" >&2
     done
 done
 

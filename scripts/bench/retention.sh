@@ -24,13 +24,12 @@ if ! command -v wrk >/dev/null || ! command -v sqlite3 >/dev/null; then
     apt-get install -y -qq wrk sqlite3 >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk sqlite3 >/dev/null; }
 fi
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/convapi-retention.XXXXXX")
-SERVER_PID=""
-cleanup() {
-    [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/lib/server.sh
+. "$ROOT/scripts/lib/server.sh"
+# shellcheck source=scripts/bench/load.sh
+. "$ROOT/scripts/bench/load.sh"
+tmp_db run.db
+WORK=$work
 
 echo "building (release)" >&2
 (cd "$ROOT" && cargo build --release --quiet --bin convapi --example seed)
@@ -69,17 +68,9 @@ for round in $(seq 1 "$ROUNDS"); do
         db=$WORK/run.db
         rm -f "$db" "$db-wal" "$db-shm" "$db.lock"
         if [ "$target" = pruning ]; then cp "$WORK/template.db" "$db"; else cp "$WORK/idle-template.db" "$db"; fi
-        "$CONVAPI" --db "$db" serve --addr 127.0.0.1:0 --prune-every 1 >"$WORK/out" 2>"$WORK/err" &
-        SERVER_PID=$!
-        for _ in $(seq 1 1000); do grep -q '^listening on ' "$WORK/out" 2>/dev/null && break; sleep 0.01; done
-        url=$(sed -n 's/^listening on //p' "$WORK/out" | head -1)
-        [ -n "$url" ] || { cat "$WORK/err" >&2; die "$target did not start"; }
-        sleep 1.5   # the pruner's first look is one interval after the start
-        BENCH_RUN="r$round$target$$" wrk -t2 -c16 -d"${DURATION}s" --timeout 10s \
-            -s "$ROOT/scripts/bench/conversions.lua" "$url" >"$WORK/wrk.txt" 2>&1 || die "wrk failed: $(cat "$WORK/wrk.txt")"
-        kill -TERM "$SERVER_PID"; wait "$SERVER_PID" || true; SERVER_PID=""
-        line=$(grep '^BENCH ' "$WORK/wrk.txt") || die "no result: $(cat "$WORK/wrk.txt")"
-        echo "$target $line left=$(old_events "$db")" | tee -a "$WORK/results.txt" >&2
+        # The pruner's first look is one interval after the start.
+        LOAD_SETTLE=1.5 load_run "$CONVAPI" "$db" "r$round$target$$" "$DURATION" --prune-every 1
+        echo "$target $LOAD_LINE left=$(old_events "$db")" | tee -a "$WORK/results.txt" >&2
     done
 done
 

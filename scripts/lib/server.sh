@@ -1,4 +1,4 @@
-# Sourced by demo.sh and schemathesis.sh, from the repository root: a temporary database and a
+# Sourced by demo.sh, schemathesis.sh and the bench scripts compare.sh and retention.sh, from the repository root: a temporary database and a
 # convapi server on a free port, both gone when the script exits.
 
 # tmp_db NAME: a new temporary directory $work, CONVAPI_DB=$work/NAME; on exit, the server started
@@ -17,11 +17,12 @@ cleanup() {
 # json_field NAME: the field NAME of the JSON object on stdin.
 json_field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
 
-# start_server BIN: `BIN serve --addr 127.0.0.1:0` in the background (stdout to $work/stdout, the
-# log to $work/server.log); sets server_pid, waits up to 10 s for its "listening on URL" line and
-# sets base to URL. Exits 1 with the log on stderr if the line never comes.
+# start_server BIN [ARG...]: `BIN serve --addr 127.0.0.1:0 ARG...` in the background (stdout to
+# $work/stdout, the log to $work/server.log); sets server_pid, waits up to 10 s for its
+# "listening on URL" line and sets base to URL. Exits 1 with the log on stderr if the line never comes.
 start_server() {
-    "$1" serve --addr 127.0.0.1:0 >"$work/stdout" 2>"$work/server.log" &
+    rm -f "$work/stdout"
+    "$1" serve --addr 127.0.0.1:0 "${@:2}" >"$work/stdout" 2>"$work/server.log" &
     server_pid=$!
     for _ in $(seq 200); do grep -q listening "$work/stdout" 2>/dev/null && break; sleep 0.05; done
     base=$(sed -n 's/^listening on //p' "$work/stdout")
