@@ -300,6 +300,14 @@ fn dead_letters_are_listed_and_retried_and_a_running_server_processes_them() {
         "picked up {took:?} after the retry"
     );
     assert_eq!(app.cli_json(&["outbox", "list", "--json"]), json!([]));
+    // An empty table says so, rather than printing a header over nothing.
+    let empty = app.cli(&["outbox", "list"]);
+    assert_eq!(
+        (empty.code, empty.stdout.trim_end()),
+        (0, "the outbox is empty: the pipeline has nothing to do")
+    );
+    let empty = app.cli(&["outbox", "list", "--dead"]);
+    assert_eq!(empty.stdout.trim_end(), "no dead letters");
     assert_eq!(
         app.cli_json(&["outbox", "retry", "--all", "--json"]),
         json!({"retried": 0, "conversionIds": []})

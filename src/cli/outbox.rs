@@ -56,6 +56,13 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
     };
     let items = store::read(&conn, |c| store::outbox::list(c, site.as_deref(), a.dead))?;
     print(a.json, &items, || {
+        if items.is_empty() {
+            return match (a.dead, &site) {
+                (true, _) => "no dead letters".to_owned(),
+                (false, Some(_)) => "the outbox holds nothing of this site".to_owned(),
+                (false, None) => "the outbox is empty: the pipeline has nothing to do".to_owned(),
+            };
+        }
         let mut out = format!(
             "{:<36}  {:<16}  {:<10}  {:>5}  {:<24}  LAST ERROR",
             "CONVERSION", "ORDER", "STATE", "TRIES", "NEXT TRY / DEAD AT"
