@@ -329,6 +329,30 @@ fn login_sets_a_fresh_session_cookie_and_logout_ends_the_session() {
     );
     assert_eq!(r.header("location"), Some("/dashboard/"));
 
+    // A session idle for over 2 hours, or older than 7 days, is over.
+    for (column, age) in [
+        ("last_seen_at", 2 * HOUR + MINUTE),
+        ("created_at", 7 * DAY + MINUTE),
+    ] {
+        let other = DashClient::new(&app);
+        assert_eq!(other.login("owner@shop.example", PASSWORD).status, 303);
+        assert_eq!(other.get("/dashboard/").status, 200);
+        app.sqlite()
+            .execute(
+                &format!("UPDATE web_sessions SET {column} = {column} - ?1"),
+                [age],
+            )
+            .unwrap();
+        let r = other.get("/dashboard/");
+        assert_eq!(r.status, 303, "{column}");
+        assert_eq!(
+            c.get("/dashboard/").status,
+            303,
+            "{column}: every session aged"
+        );
+        assert_eq!(c.login("owner@shop.example", PASSWORD).status, 303);
+    }
+
     // Logout deletes the row: the old cookie, replayed, is nobody.
     let csrf = c.csrf();
     let kept = c.cookie("convapi_session").unwrap();
