@@ -8,6 +8,8 @@
 //! - `pixel.rs`: batches to `POST /api/collect`, as the browser pixel sends them;
 //! - `assert.rs`: assertions on answers (status, error code, field, a 202 acceptance);
 //! - `values.rs`: times in epoch ms and RFC 3339, unique names;
+//! - `dashboard.rs`: [`DashClient`], a cookie-keeping browser of the dashboard's forms, the
+//!   first-run token from the log, dashboard users through `convapi user create`;
 //! - `load.rs`: keeps the few heavy load tests apart from the timing-sensitive ones.
 //!
 //! Two reach behind it, on purpose:
@@ -31,6 +33,7 @@ mod app;
 mod assert;
 mod cli;
 mod client;
+mod dashboard;
 mod load;
 pub mod pipeline_support;
 mod pixel;
@@ -41,5 +44,6 @@ pub use app::*;
 pub use assert::*;
 pub use cli::*;
 pub use client::*;
+pub use dashboard::*;
 pub use load::*;
 pub use values::*;
