@@ -8,6 +8,7 @@
 //! commit.
 
 pub mod conversions;
+pub mod dashboard;
 pub mod erasure;
 pub mod export;
 pub mod keys;
