@@ -220,7 +220,7 @@ fn take_over(conn: &Connection, conversion_id: &str, r: &ApiReport, now_ms: i64)
             client_id = CASE WHEN ?6 IS NULL THEN client_id ELSE ?8 END,
             source_api = 1, status = 'queued',
             attr_model = NULL, attr_session_id = NULL, attr_source = NULL, attr_medium = NULL,
-            attr_campaign = NULL, reporting_value = NULL, reporting_currency = NULL,
+            attr_campaign = NULL, reporting_value = NULL, reporting_minor = NULL, reporting_currency = NULL,
             fx_rate = NULL, fx_date = NULL, processed_at = NULL
          WHERE id = ?1",
     )?
