@@ -329,7 +329,11 @@ mod tests {
             let close = rest[open..].find('>').expect("tag closed") + open;
             let tag = &rest[open + 1..close];
             assert!(!tag.contains('<'), "tag {tag:?} holds '<'");
-            assert_eq!(tag.matches('"').count() % 2, 0, "unbalanced quotes in {tag:?}");
+            assert_eq!(
+                tag.matches('"').count() % 2,
+                0,
+                "unbalanced quotes in {tag:?}"
+            );
             if let Some(name) = tag.strip_prefix('/') {
                 assert_eq!(stack.pop().as_deref(), Some(name), "closing {name}");
             } else if !tag.ends_with('/') {
@@ -451,8 +455,18 @@ mod tests {
     fn huge_values_keep_coordinates_finite_and_labels_short() {
         let svg = svg(
             &[
-                day("2026-11-01", u64::MAX / 4, "79228162514264337593543950335", 0),
-                day("2026-11-02", u64::MAX / 4, "79228162514264337593543950335", 0),
+                day(
+                    "2026-11-01",
+                    u64::MAX / 4,
+                    "79228162514264337593543950335",
+                    0,
+                ),
+                day(
+                    "2026-11-02",
+                    u64::MAX / 4,
+                    "79228162514264337593543950335",
+                    0,
+                ),
                 day("2026-11-03", 1, "0.01", 0),
             ],
             date("2026-11-01"),
@@ -480,7 +494,10 @@ mod tests {
     #[test]
     fn zero_revenue_draws_a_flat_line_on_the_axis() {
         let svg = svg(
-            &[day("2026-11-01", 5, "0", 5), day("2026-11-02", 1, "0.00", 1)],
+            &[
+                day("2026-11-01", 5, "0", 5),
+                day("2026-11-02", 1, "0.00", 1),
+            ],
             date("2026-11-01"),
             date("2026-11-02"),
             "EUR",

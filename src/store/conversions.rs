@@ -346,6 +346,30 @@ pub struct OrderStatus {
     pub parked_reason: Option<String>,
 }
 
+impl OrderStatus {
+    /// Which sources reported the order, pixel first: what the status view, the export and the
+    /// dashboard list.
+    pub fn sources(&self) -> Vec<&'static str> {
+        let mut out = Vec::with_capacity(2);
+        if self.by_pixel {
+            out.push("pixel");
+        }
+        if self.by_api {
+            out.push("api");
+        }
+        out
+    }
+
+    /// Why the conversion waits, while it is `fx_pending`.
+    pub fn pending_reason(&self) -> Option<&str> {
+        if self.status == "fx_pending" {
+            self.parked_reason.as_deref()
+        } else {
+            None
+        }
+    }
+}
+
 /// The columns [`status_row`] reads, from `conversions LEFT JOIN outbox`.
 pub(super) const STATUS_COLUMNS: &str =
     "conversions.id, site_id, order_id, type, session_id, visitor_id, client_id, value,
