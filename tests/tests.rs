@@ -75,6 +75,8 @@ mod ops;
 // Getting data out: `convapi export` (CSV round trip, NDJSON, sessions, flat memory over 100,000
 // conversions), `convapi backup` under load, database and WAL sizes on `/metrics`.
 mod lifecycle_export;
+// The dashboard's data pages: conversions list, pages and CSV, dead letters, report and chart.
+mod dashboard_data;
 // The pixel end to end in headless Chromium (needs `chromium`; fails loudly without).
 mod browser;
 // The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without).
