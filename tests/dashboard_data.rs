@@ -208,7 +208,10 @@ fn the_list_is_newest_first_in_pages_of_50_and_each_filter_applies() {
     assert_eq!(order_ids(&api_only).len(), 50);
     // Filters ride along on the Older link.
     let rest = d.page(&href(&api_only, "older").unwrap());
-    assert_eq!(order_ids(&rest), ["order-9", "order-8", "order-7", "order-6", "order-5"]);
+    assert_eq!(
+        order_ids(&rest),
+        ["order-9", "order-8", "order-7", "order-6", "order-5"]
+    );
     assert!(order_ids(&d.page(&format!("{base}?source=pixel"))).is_empty());
     assert_eq!(
         order_ids(&d.page(&format!("{base}?status=processed"))).len(),
