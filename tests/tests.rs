@@ -78,6 +78,8 @@ mod lifecycle_export;
 // The dashboard's accounts and forms: first-run token, `user create`, login cookie, logout, CSRF,
 // the login throttle, site create/edit, keys shown once and revoked, other tenants' ids are 404.
 mod dashboard;
+// The dashboard's data pages: conversions list, pages and CSV, dead letters, report and chart.
+mod dashboard_data;
 // The pixel end to end in headless Chromium (needs `chromium`; fails loudly without).
 mod browser;
 // The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without).
