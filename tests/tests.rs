@@ -77,5 +77,7 @@ mod ops;
 mod lifecycle_export;
 // The pixel end to end in headless Chromium (needs `chromium`; fails loudly without).
 mod browser;
+// The dashboard in headless Chromium: first run to a revoked key, screenshots of every page.
+mod dashboard_browser;
 // The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without).
 mod js;

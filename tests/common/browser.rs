@@ -188,6 +188,18 @@ impl Cdp {
 
     /// Sends a command and waits for its answer; events arriving meanwhile are not needed here.
     pub fn call(&mut self, method: &str, params: Value, session: Option<&str>) -> Value {
+        self.try_call(method, params, session)
+            .unwrap_or_else(|err| panic!("{method} failed: {err}"))
+    }
+
+    /// Like [`Cdp::call`], but an error answer is returned, not a failure: an evaluation that
+    /// lands while a page is being replaced by the next one answers an error, and a wait retries.
+    pub fn try_call(
+        &mut self,
+        method: &str,
+        params: Value,
+        session: Option<&str>,
+    ) -> Result<Value, Value> {
         let id = self.send(method, params, session);
         loop {
             let m = self
@@ -200,9 +212,9 @@ impl Cdp {
             let v: Value = serde_json::from_str(text.as_str()).expect("CDP speaks JSON");
             if v["id"] == json!(id) {
                 if let Some(err) = v.get("error") {
-                    panic!("{method} failed: {err}");
+                    return Err(err.clone());
                 }
-                return v["result"].clone();
+                return Ok(v["result"].clone());
             }
         }
     }
@@ -229,4 +241,20 @@ pub fn base64_decode(s: &str) -> Vec<u8> {
             out.into_iter().take(c.len() - 1)
         })
         .collect()
+}
+
+/// A new blank tab, attached with a flat session; its `sessionId`, with `Page` events enabled.
+pub fn open_page(cdp: &mut Cdp) -> String {
+    let target = cdp.call("Target.createTarget", json!({"url": "about:blank"}), None);
+    let attached = cdp.call(
+        "Target.attachToTarget",
+        json!({"targetId": target["targetId"], "flatten": true}),
+        None,
+    );
+    let page = attached["sessionId"]
+        .as_str()
+        .expect("attachToTarget gives a sessionId")
+        .to_owned();
+    cdp.call("Page.enable", json!({}), Some(&page));
+    page
 }
