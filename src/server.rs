@@ -44,6 +44,8 @@ pub struct ServeConfig {
     pub metrics_token: Option<String>,
     /// How often the pruner looks for data past each site's retention.
     pub prune_every: std::time::Duration,
+    /// Cookies and links of the dashboard for HTTPS (`--secure-cookies`).
+    pub secure_cookies: bool,
 }
 
 /// A running server: its address, and a way to stop it.
@@ -133,6 +135,16 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
         config.prune_every,
     )
     .map_err(|e| e.to_string())?;
+    let dashboard = crate::dashboard::Dashboard::new(
+        pool.clone(),
+        writer.clone(),
+        pipeline.clone(),
+        crate::dashboard::Settings {
+            secure_cookies: config.secure_cookies,
+            trusted_proxies: config.pixel.trusted_proxies.clone(),
+        },
+    );
+    let setup_token = crate::dashboard::setup::arm(&dashboard)?;
     let app = Arc::new(App {
         pool,
         writer,
@@ -141,8 +153,16 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
         pipeline,
         pixel: PixelGuard::new(config.pixel.clone()),
         metrics_token: config.metrics_token.clone(),
+        dashboard,
     });
     let http = http::serve(&config.http, Arc::new(Api(app.clone())), metrics)?;
+    if let Some(token) = setup_token {
+        log::warn!(
+            "no dashboard user yet: create the first at http://{}/dashboard/setup?token={token} \
+             (one-time link; or run convapi user create)",
+            http.addr
+        );
+    }
     Ok(Running {
         addr: http.addr,
         http,

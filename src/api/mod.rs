@@ -37,6 +37,8 @@ pub struct App {
     pub pixel: collect::PixelGuard,
     /// The bearer token `/metrics` asks for; `None`: open.
     pub metrics_token: Option<String>,
+    /// The HTML dashboard, which answers every path under `/dashboard`.
+    pub dashboard: crate::dashboard::Dashboard,
 }
 
 /// The [`Service`] the HTTP front serves: routes each request, and renders every error once.
@@ -45,7 +47,7 @@ pub struct Api(pub Arc<App>);
 impl Service for Api {
     fn handle(&self, ctx: &mut Ctx) -> Handled {
         let (route, result) = routes::dispatch(&self.0, ctx);
-        let mut code = None;
+        let mut code = route.code;
         let reply = result.unwrap_or_else(|err| {
             if let Some(detail) = err.detail() {
                 log::warn!(

@@ -12,14 +12,37 @@ use crate::http::{decode_segment as decoded, Ctx, Reply};
 pub struct Route {
     pub name: &'static str,
     pub cors: bool,
+    /// The error code of an answer rendered before it got here (a dashboard error page).
+    pub code: Option<&'static str>,
 }
 
 const fn private(name: &'static str) -> Route {
-    Route { name, cors: false }
+    Route {
+        name,
+        cors: false,
+        code: None,
+    }
 }
 
 const fn public(name: &'static str) -> Route {
-    Route { name, cors: true }
+    Route {
+        name,
+        cors: true,
+        code: None,
+    }
+}
+
+/// The dashboard answers its own paths, errors included, as HTML pages.
+fn dashboard(app: &App, ctx: &mut Ctx) -> (Route, Result<Reply, ApiError>) {
+    let page = crate::dashboard::handle(&app.dashboard, ctx);
+    (
+        Route {
+            name: page.route,
+            cors: false,
+            code: page.code,
+        },
+        Ok(page.reply),
+    )
 }
 
 /// No route matched (404, 405).
@@ -54,6 +77,7 @@ pub fn dispatch(app: &App, ctx: &mut Ctx) -> (Route, Result<Reply, ApiError>) {
         ("GET" | "HEAD", ["healthz"]) => (private("healthz"), health::healthz(app)),
         ("GET" | "HEAD", ["metrics"]) => (private("metrics"), health::metrics(app, ctx)),
         (_, ["pixel.js"] | ["openapi.yaml"] | ["healthz"] | ["metrics"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("GET, HEAD"))),
+        (_, ["dashboard", ..]) | ("GET" | "HEAD", [""]) => dashboard(app, ctx),
         ("GET", ["__test", "panic"]) if test_routes() => panic!("a handler panicked on purpose (CONVAPI_TEST_ROUTES)"),
         _ => (UNKNOWN, Err(ApiError::NotFound)),
     }

@@ -65,6 +65,10 @@ pub(super) struct ServeArgs {
     /// A token `GET /metrics` requires as `Authorization: Bearer TOKEN`; unset: /metrics is open.
     #[arg(long, env = "CONVAPI_METRICS_TOKEN", hide_env_values = true)]
     metrics_token: Option<String>,
+    /// The dashboard's cookies get `Secure` (browsers send them over HTTPS only) and its pixel
+    /// snippet says `https://`: set it when clients reach the server through a TLS proxy.
+    #[arg(long, env = "CONVAPI_SECURE_COOKIES", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
+    secure_cookies: bool,
     /// Test only: caps the database at this many pages to simulate a full disk.
     #[arg(long, env = "CONVAPI_TEST_MAX_PAGE_COUNT", hide = true)]
     test_max_page_count: Option<u64>,
@@ -141,6 +145,7 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
         },
         metrics_token: a.metrics_token.filter(|t| !t.is_empty()),
         prune_every: std::time::Duration::from_secs_f64(a.prune_every),
+        secure_cookies: a.secure_cookies,
     };
     let running = crate::server::start(&config)?;
     log::info!(

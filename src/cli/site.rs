@@ -5,7 +5,8 @@ use std::path::Path;
 
 use clap::Subcommand;
 
-use super::{count, non_empty, open, print, require_tenant, site_by_id, CliResult};
+use super::{count, open, print, require_tenant, site_by_id, CliResult};
+use crate::sites::{MAX_WINDOW_DAYS, MODELS};
 use crate::store::{
     self,
     sites::{NewSite, Site, SiteChanges},
@@ -23,10 +24,6 @@ pub(super) enum SiteCmd {
     IdentitySecret(IdentitySecretArgs),
 }
 
-/// The attribution models, as `--model` takes them.
-const MODELS: [&str; 3] = ["last_non_direct", "last_touch", "first_touch"];
-/// The longest attribution window, in days.
-const MAX_WINDOW_DAYS: i64 = 3650;
 /// `--signed-identify` and `--expire-conversions` values.
 const ON_OFF: [&str; 2] = ["on", "off"];
 /// The longest retention that is not "forever", in days.
@@ -135,7 +132,7 @@ struct WithSecret<'a> {
 }
 
 pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
-    let name = non_empty("site name", &a.name)?;
+    let name = crate::sites::name(&a.name)?;
     check_currency(&a.currency)?;
     let domain = a.domain.as_deref().map(normalise_domain).transpose()?;
     let conn = open(db)?;
@@ -224,11 +221,7 @@ fn secret_shown_once(secret: &str) -> String {
 /// Runs in one write transaction, so that no conversion is converted into the old currency
 /// between the check and the change.
 pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
-    let name = a
-        .name
-        .as_deref()
-        .map(|n| non_empty("site name", n))
-        .transpose()?;
+    let name = a.name.as_deref().map(crate::sites::name).transpose()?;
     if let Some(currency) = &a.currency {
         check_currency(currency)?;
     }
@@ -239,10 +232,7 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
         if let Some(currency) = &a.currency {
             let other = store::sites::other_reporting_currency(tx, &site.id, currency)?;
             if let Some(other) = other {
-                return Err(format!(
-                "site {} has conversions converted to {other} already: its reporting currency cannot change",
-                site.id
-            ));
+                return Err(crate::sites::currency_change_refused(&site.id, &other));
             }
         }
         let changes = SiteChanges {
@@ -289,13 +279,7 @@ fn describe(done: &str, site: &Site) -> String {
 }
 
 fn check_currency(currency: &str) -> CliResult {
-    if crate::currency::is_iso_4217(currency) {
-        Ok(())
-    } else {
-        Err(format!(
-            "--currency {currency:?} is not an ISO 4217 code such as EUR"
-        ))
-    }
+    crate::sites::check_currency(currency).map_err(|e| format!("--currency {e}"))
 }
 
 pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
@@ -320,23 +304,6 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
     })
 }
 
-/// A bare host name, lower-cased; accepts a URL and keeps only its host.
 fn normalise_domain(d: &str) -> Result<String, String> {
-    let host = d
-        .trim()
-        .trim_start_matches("https://")
-        .trim_start_matches("http://")
-        .split(['/', ':'])
-        .next()
-        .unwrap_or("")
-        .trim_start_matches("www.")
-        .to_ascii_lowercase();
-    if host.is_empty()
-        || !host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
-    {
-        return Err(format!("--domain {d:?} is not a host name"));
-    }
-    Ok(host)
+    crate::sites::normalise_domain(d).map_err(|e| format!("--domain {e}"))
 }

@@ -19,6 +19,8 @@ pub mod retention;
 pub mod sessions;
 pub mod sites;
 pub mod tenants;
+pub mod users;
+pub mod web_sessions;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,7 +46,35 @@ CREATE INDEX outbox_waiting_by_origin ON outbox(origin, next_attempt_at) WHERE d
 ";
 
 /// Migration steps after the initial schema. Step `i` takes `user_version` from `i + 1` to `i + 2`.
-const MIGRATIONS: &[&str] = &[PIXEL_TRUST_AND_STORAGE, OUTBOX_ORIGIN, DATA_LIFECYCLE];
+const MIGRATIONS: &[&str] = &[
+    PIXEL_TRUST_AND_STORAGE,
+    OUTBOX_ORIGIN,
+    DATA_LIFECYCLE,
+    DASHBOARD_ACCOUNTS,
+];
+
+/// Dashboard accounts and their logins (docs/decisions.md §10): a user belongs to one tenant, its
+/// email is unique in any case, its password is kept only as an Argon2id PHC string; a session row
+/// is keyed by the SHA-256 of the id in the browser's cookie, and goes with its user.
+const DASHBOARD_ACCOUNTS: &str = "
+CREATE TABLE users (
+    id                  TEXT PRIMARY KEY,
+    tenant_id           TEXT NOT NULL REFERENCES tenants(id),
+    email               TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    password_hash       TEXT NOT NULL,
+    created_at          INTEGER NOT NULL,
+    password_changed_at INTEGER NOT NULL
+);
+CREATE INDEX users_tenant ON users(tenant_id);
+CREATE TABLE web_sessions (
+    id_hash       BLOB PRIMARY KEY,
+    user_id       TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    csrf          TEXT NOT NULL,
+    created_at    INTEGER NOT NULL,
+    last_seen_at  INTEGER NOT NULL
+);
+CREATE INDEX web_sessions_user ON web_sessions(user_id);
+";
 
 /// Retention and erasure (docs/decisions.md §9):
 /// - `sites` gets how many days pixel data is kept (0: forever) and whether conversions expire too;

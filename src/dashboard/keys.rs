@@ -1,0 +1,174 @@
+//! Settings → API Keys: the tenant's keys (never the key itself: only its prefix is kept), a new
+//! key shown once, and revocation behind a confirmation page. Keys are made by `crate::keys` and
+//! stored by `store::keys`, as `convapi key` does.
+
+use maud::{html, Markup};
+
+use super::form::{self, field};
+use super::layout;
+use super::{Dashboard, PageError, PageResult, Viewer};
+use crate::http::Ctx;
+use crate::store::{self, keys::KeyInfo};
+
+/// The longest key name accepted.
+const MAX_NAME_CHARS: usize = 200;
+
+fn keys_page(
+    v: &Viewer,
+    keys: &[KeyInfo],
+    new_key: Option<&str>,
+    flash: Option<&str>,
+    error: Option<&str>,
+) -> Markup {
+    let body = html! {
+        p.crumbs { "Settings" }
+        h1 { "API Keys" }
+        (layout::flash(flash))
+        @if let Some(key) = new_key {
+            section.card.new-key {
+                h2 { "New key" }
+                p.warning #new-key-warning { "Copy this key now: it is not stored and will not be shown again." }
+                p { code #new-key { (key) } " " button.copy type="button" data-copy="#new-key" { "Copy" } }
+            }
+        }
+        section.card {
+            h2 { "Create a key" }
+            (layout::form_error(error))
+            form #key-form method="post" action="/dashboard/settings/api-keys" {
+                (layout::csrf_field(v))
+                label for="key-name" { "Name " span.hint { "(e.g. the backend that uses it)" } }
+                input #key-name type="text" name="name" maxlength=(MAX_NAME_CHARS);
+                button type="submit" { "Create key" }
+            }
+        }
+        @if keys.is_empty() {
+            p.empty { "No key yet." }
+        } @else {
+            div.table-wrap {
+                table #keys {
+                    thead { tr { th { "Name" } th { "Prefix" } th { "Created" } th { "Last used" } th { "Status" } th {} } }
+                    tbody {
+                        @for k in keys {
+                            tr {
+                                td { (k.name.as_deref().unwrap_or("")) }
+                                td { code { (k.prefix) "…" } }
+                                td { (layout::date_iso(&k.created_at)) }
+                                td { (k.last_used_at.as_deref().map(layout::date_iso).unwrap_or_else(|| "never".into())) }
+                                @match &k.revoked_at {
+                                    Some(at) => { td.revoked { "revoked " (layout::date_iso(at)) } td {} }
+                                    None => {
+                                        td.active { "active" }
+                                        td { a href={ "/dashboard/settings/api-keys/" (k.id) "/revoke" } { "Revoke" } }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout::page(Some(v), "API Keys", body)
+}
+
+/// `GET /dashboard/settings/api-keys`.
+pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
+    let q = form::query(ctx);
+    let flash = q.contains_key("revoked").then_some("Key revoked.");
+    let keys = d.read(|c| Ok(store::keys::list(c, &v.tenant_id)?))?;
+    Ok(layout::html(200, keys_page(v, &keys, None, flash, None)))
+}
+
+/// `POST /dashboard/settings/api-keys`: answers the page itself (no redirect) with the new key, the
+/// only time it is shown; `no-store` keeps it out of caches and history.
+pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
+    let form = form::post_form(ctx, v)?;
+    let name = field(&form, "name");
+    if name.chars().count() > MAX_NAME_CHARS {
+        let keys = d.read(|c| Ok(store::keys::list(c, &v.tenant_id)?))?;
+        let msg = format!("The name must have at most {MAX_NAME_CHARS} characters.");
+        return Ok(layout::html(
+            400,
+            keys_page(v, &keys, None, None, Some(&msg)),
+        ));
+    }
+    let name = (!name.is_empty()).then(|| name.to_owned());
+    let (key, prefix) = crate::keys::generate()
+        .map_err(|e| PageError::Internal(format!("no OS randomness: {e}")))?;
+    let hash = crate::keys::hash(&key);
+    let tenant = v.tenant_id.clone();
+    let keys = d.writer.submit(move |c| {
+        let id = uuid::Uuid::new_v4().to_string();
+        store::keys::create(
+            c,
+            &id,
+            &tenant,
+            name.as_deref(),
+            &prefix,
+            &hash,
+            store::now_ms(),
+        )?;
+        store::keys::list(c, &tenant)
+    })?;
+    Ok(layout::html(
+        200,
+        keys_page(v, &keys, Some(&key), None, None),
+    ))
+}
+
+/// The viewer's tenant's key with this id, else [`PageError::NotFound`].
+fn tenant_key(
+    conn: &rusqlite::Connection,
+    tenant: &str,
+    id: &str,
+) -> Result<Option<KeyInfo>, store::StoreError> {
+    Ok(store::keys::list(conn, tenant)?
+        .into_iter()
+        .find(|k| k.id == id))
+}
+
+/// `GET /dashboard/settings/api-keys/{id}/revoke`: the confirmation.
+pub fn revoke_form(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, id: &str) -> PageResult {
+    let key = d
+        .read(|c| Ok(tenant_key(c, &v.tenant_id, id)?))?
+        .ok_or(PageError::NotFound)?;
+    let body = html! {
+        p.crumbs { "Settings / " a href="/dashboard/settings/api-keys" { "API Keys" } }
+        h1 { "Revoke key" }
+        section.card {
+            @if let Some(at) = &key.revoked_at {
+                p { "This key was revoked " (layout::date_iso(at)) "." }
+            } @else {
+                p {
+                    "Revoke the key " code { (key.prefix) "…" }
+                    @if let Some(n) = &key.name { " (" (n) ")" }
+                    "? Requests with it get 401 at once. This cannot be undone."
+                }
+                form #revoke-form method="post" action={ "/dashboard/settings/api-keys/" (key.id) "/revoke" } {
+                    (layout::csrf_field(v))
+                    button.danger type="submit" { "Revoke key" }
+                    " " a href="/dashboard/settings/api-keys" { "Cancel" }
+                }
+            }
+        }
+    };
+    Ok(layout::html(200, layout::page(Some(v), "Revoke key", body)))
+}
+
+/// `POST /dashboard/settings/api-keys/{id}/revoke`: revokes, `303` to the list with "Key revoked.".
+/// The tenant is checked in the write's own transaction.
+pub fn revoke(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, id: &str) -> PageResult {
+    form::post_form(ctx, v)?;
+    let tenant = v.tenant_id.clone();
+    let id = id.to_owned();
+    let done = d.writer.submit(move |c| {
+        if tenant_key(c, &tenant, &id)?.is_none() {
+            return Ok(false);
+        }
+        Ok(store::keys::revoke(c, &id, store::now_ms())?.is_some())
+    })?;
+    if !done {
+        return Err(PageError::NotFound);
+    }
+    Ok(layout::redirect("/dashboard/settings/api-keys?revoked=1"))
+}

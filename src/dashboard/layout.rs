@@ -1,0 +1,178 @@
+//! The frame of every page (header, navigation, the site sub-navigation), the answers' security
+//! headers, and small rendering helpers (flash messages, the CSRF field, dates).
+//!
+//! Every value is written through maud's `(expr)`, which HTML-escapes it; `PreEscaped` is used
+//! only for constant text of this crate, never for stored data.
+
+use maud::{html, Markup, DOCTYPE};
+
+use super::Viewer;
+use crate::http::Reply;
+use crate::store::sites::Site;
+
+/// The Content-Security-Policy of every dashboard answer: no inline script or style, forms post
+/// only here, no framing (docs/decisions.md §10).
+pub const CSP: &str =
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                       form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// Adds the headers every dashboard answer carries.
+pub fn secure(reply: Reply) -> Reply {
+    reply
+        .header("Content-Security-Policy", CSP)
+        .header("X-Frame-Options", "DENY")
+        .header("X-Content-Type-Options", "nosniff")
+        .header("Referrer-Policy", "same-origin")
+}
+
+/// A whole page: header and navigation (for a logged-in viewer), `<main id="content">`.
+pub fn page(viewer: Option<&Viewer>, title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · convapi" }
+                link rel="stylesheet" href="/dashboard/static/style.css";
+                script src="/dashboard/static/dashboard.js" defer {}
+            }
+            body {
+                header.top {
+                    a.brand href="/dashboard/" { "convapi" }
+                    @if let Some(v) = viewer {
+                        nav.main aria-label="Main" {
+                            a href="/dashboard/" { "Sites" }
+                            span.nav-group {
+                                span.nav-label { "Settings" }
+                                a href="/dashboard/settings/api-keys" { "API Keys" }
+                            }
+                            a href="/dashboard/account" { "Account" }
+                        }
+                        form.logout method="post" action="/dashboard/logout" {
+                            (csrf_field(v))
+                            span.who { (v.email) }
+                            button type="submit" { "Log out" }
+                        }
+                    }
+                }
+                main #content { (body) }
+            }
+        }
+    }
+}
+
+/// The tabs of a site's pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SiteTab {
+    Overview,
+    Conversions,
+    Report,
+    DeadLetters,
+}
+
+/// A page of one site: the site's name, its sub-navigation with `tab` current, then `body`.
+pub fn site_page(viewer: &Viewer, site: &Site, tab: SiteTab, title: &str, body: Markup) -> Markup {
+    let base = format!("/dashboard/sites/{}", site.id);
+    let tabs = [
+        (SiteTab::Overview, base.clone(), "Overview"),
+        (
+            SiteTab::Conversions,
+            format!("{base}/conversions"),
+            "Conversions",
+        ),
+        (SiteTab::Report, format!("{base}/report"), "Report"),
+        (
+            SiteTab::DeadLetters,
+            format!("{base}/dead-letters"),
+            "Dead letters",
+        ),
+    ];
+    let inner = html! {
+        p.crumbs { a href="/dashboard/" { "Sites" } " / " span.site-name { (site.name) } }
+        nav.tabs aria-label="Site" {
+            @for (t, href, label) in &tabs {
+                @if *t == tab {
+                    a.current href=(href) aria-current="page" { (label) }
+                } @else {
+                    a href=(href) { (label) }
+                }
+            }
+        }
+        (body)
+    };
+    page(Some(viewer), title, inner)
+}
+
+/// An HTML answer with the security headers; never cached (pages show a tenant's data and carry
+/// CSRF tokens).
+pub fn html(status: u16, m: Markup) -> Reply {
+    secure(Reply::bytes(
+        status,
+        "text/html; charset=utf-8",
+        m.into_string().into_bytes(),
+    ))
+    .header("Cache-Control", "no-store")
+}
+
+/// `303 See Other` to a path of this site (after a form: the browser GETs it).
+pub fn redirect(to: &str) -> Reply {
+    secure(Reply {
+        status: 303,
+        headers: vec![("Location", to.to_owned())],
+        body: Vec::new(),
+    })
+    .header("Cache-Control", "no-store")
+}
+
+/// A CSV download.
+pub fn csv(filename: &str, body: Vec<u8>) -> Reply {
+    let safe: String = filename
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        .collect();
+    secure(Reply::bytes(200, "text/csv; charset=utf-8", body))
+        .header(
+            "Content-Disposition",
+            &format!("attachment; filename=\"{safe}\""),
+        )
+        .header("Cache-Control", "no-store")
+}
+
+/// The flash message of a page, when there is one.
+pub fn flash(msg: Option<&str>) -> Markup {
+    html! {
+        @if let Some(m) = msg {
+            p.flash #flash role="status" { (m) }
+        }
+    }
+}
+
+/// A form's error message, when there is one.
+pub fn form_error(msg: Option<&str>) -> Markup {
+    html! {
+        @if let Some(m) = msg {
+            p.error #form-error role="alert" { (m) }
+        }
+    }
+}
+
+/// The hidden CSRF field of a logged-in form.
+pub fn csrf_field(viewer: &Viewer) -> Markup {
+    html! { input type="hidden" name="csrf" value=(viewer.csrf); }
+}
+
+/// Epoch milliseconds as `YYYY-MM-DD HH:MM UTC`.
+pub fn date(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .format("%Y-%m-%d %H:%M UTC")
+        .to_string()
+}
+
+/// An RFC 3339 time (as `store` returns them) as `YYYY-MM-DD HH:MM UTC`.
+pub fn date_iso(rfc3339: &str) -> String {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .map(|t| date(t.timestamp_millis()))
+        .unwrap_or_else(|_| rfc3339.to_owned())
+}

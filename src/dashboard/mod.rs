@@ -1,0 +1,132 @@
+//! The dashboard: server-rendered HTML pages under `/dashboard` for a tenant's people — sites,
+//! API keys, conversions, the report — on the same listener as the API (docs/decisions.md §10).
+//!
+//! It owns its route table ([`routes`]), its HTML error pages ([`error`]), the layout and the
+//! security headers of every answer ([`layout`]), forms and CSRF ([`form`]), accounts, sessions and
+//! the login throttle ([`auth`], [`accounts`]), and the first-run page ([`setup`]). `api` hands it
+//! every `/dashboard` path; it must never refer to `crate::api` (no import loop). Like `api`, it
+//! reads through the pool and writes only through the writer; SQL stays in `store/`.
+
+pub mod account;
+pub mod accounts;
+pub mod auth;
+pub mod error;
+pub mod form;
+pub mod keys;
+pub mod layout;
+pub mod routes;
+pub mod setup;
+pub mod sites;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+pub use error::PageError;
+
+use crate::http::{Ctx, Reply};
+use crate::store::DbPool;
+use crate::writer::Writer;
+
+/// How the dashboard runs: set by `serve`'s options.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// Cookies get `Secure` (serve behind HTTPS: `--secure-cookies`); the pixel snippet's origin
+    /// is `https://`.
+    pub secure_cookies: bool,
+    /// Reverse proxies whose `X-Forwarded-For` names the client (for the login throttle).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+}
+
+/// Everything a dashboard handler may use.
+pub struct Dashboard {
+    pub pool: DbPool,
+    pub writer: Writer,
+    /// Wakes the pipeline after a write that gives it work (a dead letter queued again).
+    pub pipeline: crate::pipeline::Waker,
+    pub settings: Settings,
+    /// The first-run token while no user exists (see [`setup`]); kept in memory only.
+    pub setup_token: Mutex<Option<String>>,
+    /// Failed logins per account and per client address.
+    pub throttle: auth::Throttles,
+    /// Sessions whose `last_seen_at` we wrote recently (id hash -> epoch ms).
+    pub session_touched: Mutex<HashMap<Vec<u8>, i64>>,
+}
+
+impl Dashboard {
+    pub fn new(
+        pool: DbPool,
+        writer: Writer,
+        pipeline: crate::pipeline::Waker,
+        settings: Settings,
+    ) -> Dashboard {
+        Dashboard {
+            pool,
+            writer,
+            pipeline,
+            settings,
+            setup_token: Mutex::new(None),
+            throttle: auth::Throttles::default(),
+            session_touched: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Runs `f`'s reads in one read transaction on a pooled connection.
+    pub fn read<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Connection) -> Result<T, PageError>,
+    ) -> Result<T, PageError> {
+        let conn = self.pool.get().map_err(crate::store::StoreError::from)?;
+        crate::store::read(&conn, f)
+    }
+}
+
+/// The logged-in person a page is rendered for.
+#[derive(Debug, Clone)]
+pub struct Viewer {
+    pub user_id: String,
+    pub tenant_id: String,
+    pub email: String,
+    /// The session's CSRF token (the hidden `csrf` field of every form).
+    pub csrf: String,
+    /// The SHA-256 of the session id (logout, "log out my other sessions").
+    pub session_hash: Vec<u8>,
+}
+
+/// A dashboard answer with what the access log says about it.
+pub struct Page {
+    /// The route's name for logs and metrics.
+    pub route: &'static str,
+    pub reply: Reply,
+    /// The error's short code for the access log when the answer is an error page.
+    pub code: Option<&'static str>,
+}
+
+pub type PageResult = Result<Reply, PageError>;
+
+/// Answers one request whose path is `/`, `/dashboard` or under `/dashboard/`. Every answer,
+/// error pages included, carries the security headers ([`layout::secure`]).
+pub fn handle(d: &Dashboard, ctx: &mut Ctx) -> Page {
+    let (route, result) = routes::dispatch(d, ctx);
+    match result {
+        Ok(reply) => Page {
+            route,
+            reply,
+            code: None,
+        },
+        Err(err) => {
+            if let Some(detail) = err.detail() {
+                log::warn!(
+                    "request {}: {} {}: {detail}",
+                    ctx.request_id,
+                    ctx.method,
+                    ctx.path
+                );
+            }
+            Page {
+                route,
+                code: Some(err.code()),
+                reply: err.to_reply(),
+            }
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The dashboard's route table: one line per route. Pages that need a login go through
+//! [`viewer`] (no live session: `303` to the login page); pages of one site go through [`site`],
+//! which also loads the site and answers `404` — the same page as for a missing one — when it
+//! belongs to another tenant. Handlers of site pages have the signature
+//! `fn(&Dashboard, &mut Ctx, &Viewer, &Site) -> PageResult`.
+
+use std::sync::OnceLock;
+
+use sha2::{Digest, Sha256};
+
+use super::{account, auth, keys, layout, setup, sites, Dashboard, PageError, PageResult, Viewer};
+use crate::http::{decode_segment as decoded, Ctx, Reply};
+use crate::store::{self, sites::Site};
+
+/// Sends the request to its handler; returns the route's name for logs and metrics. Route words
+/// match the path as sent; parameters are percent-decoded here. One line per route (no rustfmt).
+#[rustfmt::skip]
+pub fn dispatch(d: &Dashboard, ctx: &mut Ctx) -> (&'static str, PageResult) {
+    let segs: Vec<String> = ctx.segments.clone();
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let method = ctx.method.clone();
+    match (method.as_str(), segs.as_slice()) {
+        ("GET" | "HEAD", [""] | ["dashboard"]) => ("dash_root", Ok(layout::redirect("/dashboard/"))),
+        ("GET" | "HEAD", ["dashboard", "static", "style.css"]) => ("dash_static", Ok(asset(ctx, STYLE_CSS, "text/css; charset=utf-8"))),
+        ("GET" | "HEAD", ["dashboard", "static", "dashboard.js"]) => ("dash_static", Ok(asset(ctx, DASHBOARD_JS, "application/javascript; charset=utf-8"))),
+        ("GET" | "HEAD", ["dashboard", "login"]) => ("dash_login", auth::login_form(d, ctx)),
+        ("POST", ["dashboard", "login"]) => ("dash_login", auth::login(d, ctx)),
+        ("GET" | "HEAD", ["dashboard", "setup"]) => ("dash_setup", setup::form(d, ctx)),
+        ("POST", ["dashboard", "setup"]) => ("dash_setup", setup::create(d, ctx)),
+        ("POST", ["dashboard", "logout"]) => ("dash_logout", viewer(d, ctx, auth::logout)),
+        ("GET" | "HEAD", ["dashboard", ""]) => ("dash_sites", viewer(d, ctx, sites::list)),
+        ("GET" | "HEAD", ["dashboard", "sites", "new"]) => ("dash_site_new", viewer(d, ctx, sites::new_form)),
+        ("POST", ["dashboard", "sites"]) => ("dash_site_create", viewer(d, ctx, sites::create)),
+        ("GET" | "HEAD", ["dashboard", "sites", id]) => ("dash_site", site(d, ctx, id, sites::overview)),
+        ("POST", ["dashboard", "sites", id]) => ("dash_site_update", site(d, ctx, id, sites::update)),
+        ("GET" | "HEAD", ["dashboard", "settings", "api-keys"]) => ("dash_keys", viewer(d, ctx, keys::list)),
+        ("POST", ["dashboard", "settings", "api-keys"]) => ("dash_key_create", viewer(d, ctx, keys::create)),
+        ("GET" | "HEAD", ["dashboard", "settings", "api-keys", id, "revoke"]) => ("dash_key_revoke", viewer(d, ctx, |d, ctx, v| keys::revoke_form(d, ctx, v, &decoded(id)))),
+        ("POST", ["dashboard", "settings", "api-keys", id, "revoke"]) => ("dash_key_revoke", viewer(d, ctx, |d, ctx, v| keys::revoke(d, ctx, v, &decoded(id)))),
+        ("GET" | "HEAD", ["dashboard", "account"]) => ("dash_account", viewer(d, ctx, account::form)),
+        ("POST", ["dashboard", "account"]) => ("dash_account", viewer(d, ctx, account::change)),
+        _ => ("dash_unknown", Err(PageError::NotFound)),
+    }
+}
+
+/// Runs `f` for the logged-in viewer; without a live session, `303` to the login page.
+pub fn viewer(
+    d: &Dashboard,
+    ctx: &mut Ctx,
+    f: impl FnOnce(&Dashboard, &mut Ctx, &Viewer) -> PageResult,
+) -> PageResult {
+    match auth::viewer(d, ctx)? {
+        Some(v) => f(d, ctx, &v),
+        None => Ok(auth::to_login(ctx)),
+    }
+}
+
+/// Runs `f` for the viewer and the site `id` of the viewer's tenant. An id that is not a UUID, a
+/// missing site and another tenant's site are the same `404`.
+pub fn site(
+    d: &Dashboard,
+    ctx: &mut Ctx,
+    id: &str,
+    f: impl FnOnce(&Dashboard, &mut Ctx, &Viewer, &Site) -> PageResult,
+) -> PageResult {
+    let id = decoded(id);
+    viewer(d, ctx, |d, ctx, v| {
+        let site = load_site(d, v, &id)?;
+        f(d, ctx, v, &site)
+    })
+}
+
+/// The viewer's tenant's site with this id, else [`PageError::NotFound`].
+pub fn load_site(d: &Dashboard, v: &Viewer, id: &str) -> Result<Site, PageError> {
+    let Ok(uuid) = uuid::Uuid::parse_str(id) else {
+        return Err(PageError::NotFound);
+    };
+    let key = uuid.hyphenated().to_string();
+    d.read(|c| Ok(store::sites::by_id(c, &key)?))?
+        .filter(|s| s.tenant_id == v.tenant_id)
+        .ok_or(PageError::NotFound)
+}
+
+const STYLE_CSS: &str = include_str!("../../assets/dashboard/style.css");
+const DASHBOARD_JS: &str = include_str!("../../assets/dashboard/dashboard.js");
+
+/// A compiled-in file with an `ETag` of its content; `304` when the browser has it.
+fn asset(ctx: &Ctx, body: &'static str, content_type: &str) -> Reply {
+    static TAGS: OnceLock<[String; 2]> = OnceLock::new();
+    let tags = TAGS.get_or_init(|| [etag(STYLE_CSS), etag(DASHBOARD_JS)]);
+    let tag = if std::ptr::eq(body, STYLE_CSS) {
+        &tags[0]
+    } else {
+        &tags[1]
+    };
+    let fresh = ctx
+        .header("If-None-Match")
+        .is_some_and(|h| h.split(',').any(|t| t.trim() == tag || t.trim() == "*"));
+    let reply = if fresh {
+        Reply {
+            status: 304,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    } else {
+        Reply::bytes(200, content_type, body.as_bytes().to_vec())
+    };
+    layout::secure(reply)
+        .header("ETag", tag)
+        .header("Cache-Control", "public, max-age=300")
+}
+
+fn etag(body: &str) -> String {
+    let digest = Sha256::digest(body.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("\"{hex}\"")
+}

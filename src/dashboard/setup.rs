@@ -1,0 +1,190 @@
+//! The first-run page: while no user exists, `serve` makes a one-time token (in memory only) and
+//! logs a link with it; the page at that link creates the first user, in a new tenant or an
+//! existing one. Without the token, or once any user exists (made here or by
+//! `convapi user create`), the page is the `404` of any missing page.
+
+use std::collections::HashMap;
+
+use maud::{html, Markup};
+
+use super::form::{self, field};
+use super::{accounts, auth, layout, Dashboard, PageError, PageResult};
+use crate::http::Ctx;
+use crate::store::{self, tenants::Tenant};
+
+/// Characters of the first-run token (base62).
+pub const TOKEN_CHARS: usize = 32;
+
+/// Makes the first-run token when the database has no user yet; returns it for the log line.
+pub fn arm(d: &Dashboard) -> Result<Option<String>, String> {
+    let any = d
+        .read(|c| Ok(store::users::any(c)?))
+        .map_err(|e| format!("cannot read the users: {e:?}"))?;
+    if any {
+        return Ok(None);
+    }
+    let token =
+        crate::keys::random_base62(TOKEN_CHARS).map_err(|e| format!("no OS randomness: {e}"))?;
+    *d.setup_token.lock().unwrap_or_else(|p| p.into_inner()) = Some(token.clone());
+    Ok(Some(token))
+}
+
+/// Whether `given` is the live first-run token (compared in constant time).
+fn token_matches(d: &Dashboard, given: &str) -> bool {
+    let held = d.setup_token.lock().unwrap_or_else(|p| p.into_inner());
+    held.as_deref().is_some_and(|t| form::same(t, given))
+}
+
+/// The token is live and no user exists; else the page does not exist.
+fn open(d: &Dashboard, given: &str) -> Result<Vec<Tenant>, PageError> {
+    if !token_matches(d, given) {
+        return Err(PageError::NotFound);
+    }
+    let (any, tenants) = d.read(|c| Ok((store::users::any(c)?, store::tenants::list(c)?)))?;
+    if any {
+        // A user was made some other way (the CLI): the token has done its work.
+        *d.setup_token.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        return Err(PageError::NotFound);
+    }
+    Ok(tenants)
+}
+
+struct Typed<'a> {
+    organization: &'a str,
+    tenant: &'a str,
+    email: &'a str,
+}
+
+fn setup_page(
+    token: &str,
+    csrf: &str,
+    tenants: &[Tenant],
+    t: &Typed<'_>,
+    error: Option<&str>,
+) -> Markup {
+    let body = html! {
+        section.card.narrow {
+            h1 { "Create the first user" }
+            p { "No one can log in to this convapi yet. Create the first account; more can be added with "
+                code { "convapi user create" } "." }
+            (layout::form_error(error))
+            form #setup-form method="post" action="/dashboard/setup" {
+                input type="hidden" name="token" value=(token);
+                input type="hidden" name="csrf" value=(csrf);
+                @if !tenants.is_empty() {
+                    label for="tenant" { "Organization" }
+                    select #tenant name="tenant" {
+                        option value="new" selected[t.tenant == "new" || t.tenant.is_empty()] { "A new organization (name below)" }
+                        @for tn in tenants {
+                            option value=(tn.id) selected[t.tenant == tn.id] { (tn.name) }
+                        }
+                    }
+                }
+                label for="organization" { "New organization's name" }
+                input #organization type="text" name="organization" value=(t.organization) maxlength="200";
+                label for="email" { "Email" }
+                input #email type="email" name="email" value=(t.email) autocomplete="username" required;
+                label for="password" { "Password " span.hint { "(at least " (accounts::MIN_PASSWORD_CHARS) " characters)" } }
+                input #password type="password" name="password" autocomplete="new-password" required;
+                label for="password_confirm" { "Password again" }
+                input #password_confirm type="password" name="password_confirm" autocomplete="new-password" required;
+                button type="submit" { "Create account" }
+            }
+        }
+    };
+    layout::page(None, "First run", body)
+}
+
+/// `GET /dashboard/setup?token=T`.
+pub fn form(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
+    let q = form::query(ctx);
+    let token = q.get("token").map(String::as_str).unwrap_or("");
+    let tenants = open(d, token)?;
+    let (csrf, set) = auth::form_token(d, ctx)?;
+    let typed = Typed {
+        organization: "",
+        tenant: "new",
+        email: "",
+    };
+    let reply = layout::html(200, setup_page(token, &csrf, &tenants, &typed, None));
+    Ok(match set {
+        Some(s) => reply.header("Set-Cookie", &s),
+        None => reply,
+    })
+}
+
+/// What the form asks for, checked; the message of the first problem otherwise.
+fn check<'a>(
+    f: &'a HashMap<String, String>,
+    tenants: &[Tenant],
+) -> Result<(Option<&'a str>, &'a str, &'a str), String> {
+    let tenant = match field(f, "tenant") {
+        "" | "new" => None,
+        id if tenants.iter().any(|t| t.id == id) => Some(id),
+        _ => return Err("Choose an organization from the list.".into()),
+    };
+    if tenant.is_none() && field(f, "organization").is_empty() {
+        return Err("Enter the name of the new organization.".into());
+    }
+    let email = accounts::check_email(field(f, "email"))?;
+    let password = f.get("password").map(String::as_str).unwrap_or("");
+    accounts::check_password(password)?;
+    if f.get("password_confirm").map(String::as_str) != Some(password) {
+        return Err("The two passwords differ.".into());
+    }
+    Ok((tenant, email, password))
+}
+
+/// `POST /dashboard/setup`: the tenant (when new) and the user, in one transaction that checks
+/// again that no user exists; `303` to the login page.
+pub fn create(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
+    let f = form::read_form(ctx)?;
+    let token = field(&f, "token").to_owned();
+    let tenants = open(d, &token)?;
+    let csrf = auth::check_form_token(ctx, &f)?;
+    let (tenant, email, password) = match check(&f, &tenants) {
+        Ok(c) => c,
+        Err(msg) => {
+            let typed = Typed {
+                organization: field(&f, "organization"),
+                tenant: field(&f, "tenant"),
+                email: field(&f, "email"),
+            };
+            return Ok(layout::html(
+                400,
+                setup_page(&token, &csrf, &tenants, &typed, Some(&msg)),
+            ));
+        }
+    };
+    let hash = accounts::hash_password(password).map_err(PageError::Internal)?;
+    let tenant = tenant.map(str::to_owned);
+    let organization = field(&f, "organization").to_owned();
+    let email = email.to_owned();
+    let made = d.writer.submit(move |c| {
+        if store::users::any(c)? {
+            return Ok(false);
+        }
+        let now = store::now_ms();
+        let tenant_id = match tenant {
+            Some(id) => id,
+            None => {
+                store::tenants::create(c, &uuid::Uuid::new_v4().to_string(), &organization, now)?.id
+            }
+        };
+        store::users::create(
+            c,
+            &uuid::Uuid::new_v4().to_string(),
+            &tenant_id,
+            &email,
+            &hash,
+            now,
+        )?;
+        Ok(true)
+    })?;
+    *d.setup_token.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    if !made {
+        return Err(PageError::NotFound);
+    }
+    log::info!("dashboard: the first user was created on the first-run page");
+    Ok(layout::redirect("/dashboard/login?setup=done"))
+}

@@ -1,0 +1,314 @@
+//! Sites: the tenant's list, a new site, and a site's overview (its ids, the pixel snippet) with
+//! its settings form. The settings obey the same rules as `convapi site` (`crate::sites`).
+
+use std::collections::HashMap;
+
+use maud::{html, Markup};
+
+use super::form::{self, field};
+use super::layout::{self, SiteTab};
+use super::{Dashboard, PageError, PageResult, Viewer};
+use crate::http::Ctx;
+use crate::store::{
+    self,
+    sites::{NewSite, Site, SiteChanges},
+};
+
+/// `GET /dashboard/`: the tenant's sites.
+pub fn list(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer) -> PageResult {
+    let sites = d.read(|c| Ok(store::sites::list(c, Some(&v.tenant_id))?))?;
+    let body = html! {
+        div.page-head {
+            h1 { "Sites" }
+            a.button #new-site href="/dashboard/sites/new" { "New site" }
+        }
+        @if sites.is_empty() {
+            p.empty { "No site yet. Create one to get its tracker id and pixel snippet." }
+        } @else {
+            div.table-wrap {
+                table #sites {
+                    thead { tr { th { "Name" } th { "Site id" } th { "Tracker id" } th { "Currency" } } }
+                    tbody {
+                        @for s in &sites {
+                            tr {
+                                td { a href={ "/dashboard/sites/" (s.id) } { (s.name) } }
+                                td { code { (s.id) } }
+                                td { code { (s.tracker_id) } }
+                                td { (s.currency) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(layout::html(200, layout::page(Some(v), "Sites", body)))
+}
+
+/// The values of a site form, as typed.
+struct Fields {
+    name: String,
+    domain: String,
+    currency: String,
+    window_days: String,
+    model: String,
+}
+
+impl Fields {
+    fn of_site(s: &Site) -> Fields {
+        Fields {
+            name: s.name.clone(),
+            domain: s.domain.clone().unwrap_or_default(),
+            currency: s.currency.clone(),
+            window_days: s.window_days.to_string(),
+            model: s.model.clone(),
+        }
+    }
+
+    fn of_form(f: &HashMap<String, String>) -> Fields {
+        Fields {
+            name: field(f, "name").to_owned(),
+            domain: field(f, "domain").to_owned(),
+            currency: field(f, "currency").to_ascii_uppercase(),
+            window_days: field(f, "window_days").to_owned(),
+            model: field(f, "model").to_owned(),
+        }
+    }
+}
+
+/// The checked settings of a form.
+struct Checked {
+    name: String,
+    domain: Option<String>,
+    currency: String,
+    window_days: i64,
+    model: String,
+}
+
+fn check(f: &Fields) -> Result<Checked, String> {
+    let name = crate::sites::name(&f.name)?.to_owned();
+    let domain = match f.domain.as_str() {
+        "" => None,
+        d => Some(crate::sites::normalise_domain(d).map_err(|e| format!("Domain: {e}."))?),
+    };
+    crate::sites::check_currency(&f.currency).map_err(|e| format!("Currency: {e}."))?;
+    let window_days: i64 = f.window_days.parse().map_err(|_| {
+        format!(
+            "Attribution window: {:?} is not a number of days.",
+            f.window_days
+        )
+    })?;
+    crate::sites::check_window_days(window_days)
+        .map_err(|e| format!("Attribution window: {e} days."))?;
+    crate::sites::check_model(&f.model).map_err(|e| format!("Model: {e}."))?;
+    Ok(Checked {
+        name,
+        domain,
+        currency: f.currency.clone(),
+        window_days,
+        model: f.model.clone(),
+    })
+}
+
+/// The fields of the new-site and settings forms.
+fn site_fields(f: &Fields) -> Markup {
+    html! {
+        label for="name" { "Name" }
+        input #name type="text" name="name" value=(f.name) required maxlength="200";
+        label for="domain" { "Domain " span.hint { "(optional: the shop's own host; its pages are not counted as referrers)" } }
+        input #domain type="text" name="domain" value=(f.domain) placeholder="shop.example";
+        label for="currency" { "Reporting currency " span.hint { "(ISO 4217)" } }
+        input #currency type="text" name="currency" value=(f.currency) required maxlength="3" pattern="[A-Za-z]{3}";
+        label for="window_days" { "Attribution window " span.hint { "(days, 1 to " (crate::sites::MAX_WINDOW_DAYS) ")" } }
+        input #window_days type="number" name="window_days" value=(f.window_days) min="1" max=(crate::sites::MAX_WINDOW_DAYS) required;
+        label for="model" { "Attribution model" }
+        select #model name="model" {
+            @for m in crate::sites::MODELS {
+                option value=(m) selected[m == f.model] { (m) }
+            }
+        }
+    }
+}
+
+fn new_page(v: &Viewer, f: &Fields, error: Option<&str>) -> Markup {
+    let body = html! {
+        h1 { "New site" }
+        section.card {
+            (layout::form_error(error))
+            form #site-form method="post" action="/dashboard/sites" {
+                (layout::csrf_field(v))
+                (site_fields(f))
+                button type="submit" { "Create site" }
+            }
+        }
+    };
+    layout::page(Some(v), "New site", body)
+}
+
+/// `GET /dashboard/sites/new`.
+pub fn new_form(_d: &Dashboard, _ctx: &mut Ctx, v: &Viewer) -> PageResult {
+    let f = Fields {
+        name: String::new(),
+        domain: String::new(),
+        currency: "EUR".into(),
+        window_days: crate::sites::DEFAULT_WINDOW_DAYS.to_string(),
+        model: crate::sites::MODELS[0].into(),
+    };
+    Ok(layout::html(200, new_page(v, &f, None)))
+}
+
+/// `POST /dashboard/sites`: creates the site in the viewer's tenant, `303` to its page.
+pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
+    let form = form::post_form(ctx, v)?;
+    let fields = Fields::of_form(&form);
+    let c = match check(&fields) {
+        Ok(c) => c,
+        Err(msg) => return Ok(layout::html(400, new_page(v, &fields, Some(&msg)))),
+    };
+    let tracker_id = crate::keys::random_base62(12)
+        .map_err(|e| PageError::Internal(format!("no OS randomness: {e}")))?;
+    let id = uuid::Uuid::new_v4().to_string();
+    let tenant = v.tenant_id.clone();
+    let site_id = id.clone();
+    d.writer.submit(move |conn| {
+        store::sites::create(
+            conn,
+            &NewSite {
+                id: &site_id,
+                tenant_id: &tenant,
+                tracker_id: &tracker_id,
+                name: &c.name,
+                domain: c.domain.as_deref(),
+                currency: &c.currency,
+                window_days: c.window_days,
+                model: &c.model,
+            },
+            store::now_ms(),
+        )
+    })?;
+    Ok(layout::redirect(&format!("/dashboard/sites/{id}")))
+}
+
+/// This server's origin as the browser reached it, for the snippet: the `Host` header when it is a
+/// plain host (and port), else a placeholder.
+fn origin(d: &Dashboard, ctx: &Ctx) -> String {
+    let scheme = if d.settings.secure_cookies {
+        "https"
+    } else {
+        "http"
+    };
+    match ctx.header("Host").map(str::trim) {
+        Some(h)
+            if !h.is_empty()
+                && h.len() <= 255
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b)) =>
+        {
+            format!("{scheme}://{h}")
+        }
+        _ => format!("{scheme}://YOUR-CONVAPI-HOST"),
+    }
+}
+
+/// The pixel snippet of docs/decisions.md §4 for this site and server.
+pub fn snippet(tracker_id: &str, origin: &str) -> String {
+    format!(
+        "<script>\n  window.svc = window.svc || function () {{ (svc.q = svc.q || []).push(arguments); }};\n  \
+         svc('init', '{tracker_id}');\n</script>\n<script async src=\"{origin}/pixel.js\"></script>"
+    )
+}
+
+fn overview_page(
+    d: &Dashboard,
+    ctx: &Ctx,
+    v: &Viewer,
+    site: &Site,
+    f: &Fields,
+    flash: Option<&str>,
+    error: Option<&str>,
+) -> Markup {
+    let snippet = snippet(&site.tracker_id, &origin(d, ctx));
+    let body = html! {
+        h1 { (site.name) }
+        (layout::flash(flash))
+        section.card {
+            h2 { "Identifiers" }
+            dl.ids {
+                dt { "Site id " span.hint { "(the API's URLs)" } }
+                dd {
+                    code #site-id { (site.id) }
+                    " " button.copy type="button" data-copy="#site-id" { "Copy" }
+                }
+                dt { "Tracker id " span.hint { "(the pixel's)" } }
+                dd { code #tracker-id { (site.tracker_id) } }
+            }
+        }
+        section.card {
+            h2 { "Pixel snippet" }
+            p { "Paste this on every page of the site." }
+            pre #snippet { code { (snippet) } }
+            button.copy type="button" data-copy="#snippet" { "Copy snippet" }
+        }
+        section.card {
+            h2 { "Settings" }
+            (layout::form_error(error))
+            form #settings-form method="post" action={ "/dashboard/sites/" (site.id) } {
+                (layout::csrf_field(v))
+                (site_fields(f))
+                button type="submit" { "Save" }
+            }
+        }
+    };
+    layout::site_page(v, site, SiteTab::Overview, &site.name, body)
+}
+
+/// `GET /dashboard/sites/{id}`.
+pub fn overview(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
+    let q = form::query(ctx);
+    let flash = q.contains_key("saved").then_some("Saved.");
+    let page = overview_page(d, ctx, v, site, &Fields::of_site(site), flash, None);
+    Ok(layout::html(200, page))
+}
+
+/// `POST /dashboard/sites/{id}`: saves the settings, `303` back with "Saved.". A new currency is
+/// refused once conversions were converted to another, checked in the write's own transaction.
+pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
+    let form = form::post_form(ctx, v)?;
+    let fields = Fields::of_form(&form);
+    let c = match check(&fields) {
+        Ok(c) => c,
+        Err(msg) => {
+            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg));
+            return Ok(layout::html(400, page));
+        }
+    };
+    let id = site.id.clone();
+    let old_currency = site.currency.clone();
+    let saved = d.writer.submit(move |conn| {
+        if c.currency != old_currency {
+            if let Some(other) = store::sites::other_reporting_currency(conn, &id, &c.currency)? {
+                return Ok(Err(crate::sites::currency_change_refused(&id, &other)));
+            }
+        }
+        let changes = SiteChanges {
+            name: Some(&c.name),
+            domain: c.domain.as_deref(),
+            currency: Some(&c.currency),
+            window_days: Some(c.window_days),
+            model: Some(&c.model),
+            ..SiteChanges::default()
+        };
+        Ok(store::sites::update(conn, &id, &changes)?.ok_or(String::new()))
+    })?;
+    match saved {
+        Ok(_) => Ok(layout::redirect(&format!(
+            "/dashboard/sites/{}?saved=1",
+            site.id
+        ))),
+        Err(msg) if msg.is_empty() => Err(PageError::NotFound),
+        Err(msg) => {
+            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg));
+            Ok(layout::html(400, page))
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The rules of a site's settings, shared by `convapi site` and the dashboard's site forms so that
+//! both accept and refuse the same values with the same words. Pure checks: no I/O, no SQL.
+
+/// The attribution models a site may use.
+pub const MODELS: [&str; 3] = ["last_non_direct", "last_touch", "first_touch"];
+/// The longest attribution window, in days.
+pub const MAX_WINDOW_DAYS: i64 = 3650;
+/// The attribution window a new site gets unless told otherwise.
+pub const DEFAULT_WINDOW_DAYS: i64 = 30;
+
+/// A site's display name, trimmed; empty is refused.
+pub fn name(n: &str) -> Result<&str, String> {
+    let t = n.trim();
+    if t.is_empty() {
+        Err("site name must not be empty".into())
+    } else {
+        Ok(t)
+    }
+}
+
+/// A reporting currency: an ISO 4217 code.
+pub fn check_currency(currency: &str) -> Result<(), String> {
+    if crate::currency::is_iso_4217(currency) {
+        Ok(())
+    } else {
+        Err(format!("{currency:?} is not an ISO 4217 code such as EUR"))
+    }
+}
+
+/// An attribution window in days, 1 to [`MAX_WINDOW_DAYS`].
+pub fn check_window_days(days: i64) -> Result<(), String> {
+    if (1..=MAX_WINDOW_DAYS).contains(&days) {
+        Ok(())
+    } else {
+        Err(format!("{days} is not in 1..={MAX_WINDOW_DAYS}"))
+    }
+}
+
+/// One of [`MODELS`].
+pub fn check_model(model: &str) -> Result<(), String> {
+    if MODELS.contains(&model) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{model:?} is not an attribution model: {}",
+            MODELS.join(", ")
+        ))
+    }
+}
+
+/// A bare host name, lower-cased; accepts a URL and keeps only its host.
+pub fn normalise_domain(d: &str) -> Result<String, String> {
+    let host = d
+        .trim()
+        .trim_start_matches("https://")
+        .trim_start_matches("http://")
+        .split(['/', ':'])
+        .next()
+        .unwrap_or("")
+        .trim_start_matches("www.")
+        .to_ascii_lowercase();
+    if host.is_empty()
+        || !host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+    {
+        return Err(format!("{d:?} is not a host name"));
+    }
+    Ok(host)
+}
+
+/// Why a site's reporting currency may not change: some conversions were converted to `other`
+/// already, and the report sums reporting values, which must all be in one currency.
+pub fn currency_change_refused(site_id: &str, other: &str) -> String {
+    format!(
+        "site {site_id} has conversions converted to {other} already: its reporting currency cannot change"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_rules() {
+        assert_eq!(name("  Shop "), Ok("Shop"));
+        assert!(name(" ").is_err());
+        assert!(check_currency("EUR").is_ok() && check_currency("eur").is_err());
+        assert!(check_window_days(1).is_ok() && check_window_days(MAX_WINDOW_DAYS).is_ok());
+        assert!(check_window_days(0).is_err() && check_window_days(MAX_WINDOW_DAYS + 1).is_err());
+        assert!(check_model("first_touch").is_ok() && check_model("linear").is_err());
+        assert_eq!(
+            normalise_domain("https://www.Shop.example/x").as_deref(),
+            Ok("shop.example")
+        );
+        assert!(normalise_domain("not a host").is_err());
+    }
+}
