@@ -191,6 +191,9 @@ fn every_subcommand_and_option_has_a_description() {
             "tenant",
             "tenant create",
             "tenant list",
+            "user",
+            "user create",
+            "user list",
         ]
     );
 }

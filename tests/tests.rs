@@ -75,6 +75,9 @@ mod ops;
 // Getting data out: `convapi export` (CSV round trip, NDJSON, sessions, flat memory over 100,000
 // conversions), `convapi backup` under load, database and WAL sizes on `/metrics`.
 mod lifecycle_export;
+// The dashboard's accounts and forms: first-run token, `user create`, login cookie, logout, CSRF,
+// the login throttle, site create/edit, keys shown once and revoked, other tenants' ids are 404.
+mod dashboard;
 // The pixel end to end in headless Chromium (needs `chromium`; fails loudly without).
 mod browser;
 // The dashboard in headless Chromium: first run to a revoked key, screenshots of every page.

@@ -19,6 +19,7 @@ mod report;
 mod serve;
 mod site;
 mod tenant;
+mod user;
 
 #[derive(Parser)]
 #[command(
@@ -74,6 +75,9 @@ enum Command {
     Export(export::ExportArgs),
     /// A consistent copy of the database into a new file, safe while the server runs.
     Backup(backup::BackupArgs),
+    /// Dashboard users: people who log in to the web pages of one tenant.
+    #[command(subcommand)]
+    User(user::UserCmd),
     /// Erase one person of a site: visitors, links, sessions and pixel events; conversions lose
     /// their identifiers (or go).
     Forget(forget::ForgetArgs),
@@ -337,6 +341,8 @@ fn run(cli: Cli) -> CliResult {
         Command::Export(a) => export::export(&db, a),
         Command::Backup(a) => backup::backup(&db, a),
         Command::Forget(a) => forget::forget(&db, a),
+        Command::User(user::UserCmd::Create(a)) => user::create(&db, a),
+        Command::User(user::UserCmd::List(a)) => user::list(&db, a),
     }
 }
 

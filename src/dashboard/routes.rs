@@ -39,7 +39,8 @@ pub fn dispatch(d: &Dashboard, ctx: &mut Ctx) -> (&'static str, PageResult) {
         ("POST", ["dashboard", "settings", "api-keys", id, "revoke"]) => ("dash_key_revoke", viewer(d, ctx, |d, ctx, v| keys::revoke(d, ctx, v, &decoded(id)))),
         ("GET" | "HEAD", ["dashboard", "account"]) => ("dash_account", viewer(d, ctx, account::form)),
         ("POST", ["dashboard", "account"]) => ("dash_account", viewer(d, ctx, account::change)),
-        _ => ("dash_unknown", Err(PageError::NotFound)),
+        // Logged out, every other path is the login page too: which pages exist is for the logged-in.
+        _ => ("dash_unknown", viewer(d, ctx, |_, _, _| Err(PageError::NotFound))),
     }
 }
 

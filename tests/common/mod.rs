@@ -9,6 +9,8 @@
 //! - `assert.rs`: assertions on answers (status, error code, field, a 202 acceptance);
 //! - `values.rs`: times in epoch ms and RFC 3339, unique names;
 //! - `browser.rs`: headless Chromium and a minimal DevTools Protocol client, for the browser tests;
+//! - `dashboard.rs`: [`DashClient`], a cookie-keeping browser of the dashboard's forms, the
+//!   first-run token from the log, dashboard users through `convapi user create`;
 //! - `load.rs`: keeps the few heavy load tests apart from the timing-sensitive ones.
 //!
 //! Two reach behind it, on purpose:
@@ -33,6 +35,7 @@ mod assert;
 pub mod browser;
 mod cli;
 mod client;
+mod dashboard;
 mod load;
 pub mod pipeline_support;
 mod pixel;
@@ -43,5 +46,6 @@ pub use app::*;
 pub use assert::*;
 pub use cli::*;
 pub use client::*;
+pub use dashboard::*;
 pub use load::*;
 pub use values::*;

@@ -1,0 +1,155 @@
+//! `convapi user ...`: dashboard accounts. The password is read from stdin (`--password-stdin`,
+//! or whenever stdin is not a terminal) or asked for on the terminal without echo; only its
+//! Argon2id hash is stored (docs/decisions.md §10).
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
+
+use clap::Subcommand;
+use serde_json::json;
+
+use super::{open, print, require_tenant, CliResult};
+use crate::dashboard::accounts;
+use crate::store::{self, StoreError};
+
+#[derive(Subcommand)]
+pub(super) enum UserCmd {
+    /// Create a dashboard user in a tenant (the password is asked for, or read from stdin).
+    Create(CreateArgs),
+    /// List the dashboard users, of every tenant or of one.
+    List(ListArgs),
+}
+
+#[derive(clap::Args)]
+pub(super) struct CreateArgs {
+    /// The id of the tenant whose sites and keys the user sees.
+    #[arg(long)]
+    tenant: String,
+    /// The email the user logs in with (unique, in any case).
+    #[arg(long)]
+    email: String,
+    /// Read the password from the first line of stdin instead of asking on the terminal.
+    #[arg(long)]
+    password_stdin: bool,
+    /// Print the user as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct ListArgs {
+    /// Only this tenant's users.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Print the users as one JSON array.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One line of stdin without its line ending.
+fn read_line(input: &mut impl BufRead) -> Result<String, String> {
+    let mut line = String::new();
+    let n = input
+        .read_line(&mut line)
+        .map_err(|e| format!("cannot read the password from stdin: {e}"))?;
+    if n == 0 {
+        return Err("no password on stdin".into());
+    }
+    let end = line.trim_end_matches(['\n', '\r']).len();
+    line.truncate(end);
+    Ok(line)
+}
+
+/// Asks on the terminal with echo off (through `stty`, which keeps this crate free of terminal
+/// system calls), twice.
+fn prompt_password() -> Result<String, String> {
+    let stty = |arg: &str| {
+        std::process::Command::new("stty")
+            .arg(arg)
+            .stdin(std::process::Stdio::inherit())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !stty("-echo") {
+        return Err("cannot turn off the terminal's echo: use --password-stdin".into());
+    }
+    let ask = |label: &str| {
+        eprint!("{label}");
+        let _ = std::io::stderr().flush();
+        let line = read_line(&mut std::io::stdin().lock());
+        eprintln!();
+        line
+    };
+    let first = ask("Password: ");
+    let second = first.as_ref().ok().map(|_| ask("Password again: "));
+    stty("echo");
+    let first = first?;
+    if second.transpose()?.as_deref() != Some(first.as_str()) {
+        return Err("the two passwords differ".into());
+    }
+    Ok(first)
+}
+
+pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
+    let email = accounts::check_email(&a.email)
+        .map_err(|_| format!("--email {:?} is not an email address", a.email))?
+        .to_owned();
+    let password = if a.password_stdin || !std::io::stdin().is_terminal() {
+        read_line(&mut std::io::stdin().lock())?
+    } else {
+        prompt_password()?
+    };
+    accounts::check_password(&password).map_err(|e| e.trim_end_matches('.').to_lowercase())?;
+    let conn = open(db)?;
+    require_tenant(&conn, &a.tenant)?;
+    // Hashed before the transaction: it takes a while, and holds no lock meanwhile.
+    let hash = accounts::hash_password(&password)?;
+    let id = uuid::Uuid::new_v4().to_string();
+    let user = store::write_tx(&conn, |tx| {
+        store::users::create(tx, &id, &a.tenant, &email, &hash, store::now_ms()).map_err(
+            |e| match e {
+                StoreError::Conflict(_) => format!("a user with email {email} exists already"),
+                other => other.to_string(),
+            },
+        )
+    })?;
+    let out = json!({
+        "id": user.id,
+        "tenantId": user.tenant_id,
+        "email": user.email,
+        "createdAt": store::iso(user.created_at),
+    });
+    print(a.json, &out, || {
+        format!(
+            "created user {} ({}) in tenant {}",
+            user.email, user.id, user.tenant_id
+        )
+    })
+}
+
+pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+    let conn = open(db)?;
+    if let Some(tenant) = &a.tenant {
+        require_tenant(&conn, tenant)?;
+    }
+    let users = store::users::list(&conn, a.tenant.as_deref()).map_err(|e| e.to_string())?;
+    let out: Vec<_> = users
+        .iter()
+        .map(|u| {
+            json!({
+                "id": u.id,
+                "tenantId": u.tenant_id,
+                "email": u.email,
+                "createdAt": store::iso(u.created_at),
+                "passwordChangedAt": store::iso(u.password_changed_at),
+            })
+        })
+        .collect();
+    print(a.json, &out, || {
+        let mut text = format!("{:<36}  {:<36}  EMAIL", "ID", "TENANT");
+        for u in &users {
+            text.push_str(&format!("\n{:<36}  {:<36}  {}", u.id, u.tenant_id, u.email));
+        }
+        text
+    })
+}

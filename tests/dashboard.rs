@@ -1,0 +1,889 @@
+//! The dashboard's accounts, sessions, forms, sites and API keys, through the front door with a
+//! cookie-keeping form client (`common/dashboard.rs`): the first-run token, `convapi user create`,
+//! login and its cookie, logout, CSRF, the login throttle, redirects to the login page, site
+//! create and edit, keys shown once and revoked, and another tenant's ids answering 404.
+
+use serde_json::json;
+
+use crate::common::*;
+
+const PASSWORD: &str = "correct horse battery";
+
+/// An app with a dashboard user in its default tenant, and a client logged in as that user.
+fn logged_in(app: &TestApp) -> DashClient<'_> {
+    create_user(app, &app.tenant.id, "owner@shop.example", PASSWORD);
+    let c = DashClient::new(app);
+    let r = c.login("owner@shop.example", PASSWORD);
+    assert_eq!(r.status, 303, "login: {}", r.text());
+    c
+}
+
+fn set_cookies(r: &Resp) -> Vec<String> {
+    r.headers
+        .iter()
+        .filter(|(k, _)| k == "set-cookie")
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+fn session_cookie(r: &Resp) -> String {
+    set_cookies(r)
+        .into_iter()
+        .find(|c| c.starts_with("convapi_session="))
+        .unwrap_or_else(|| panic!("no session cookie: {:?}", r.headers))
+}
+
+/// Reports a conversion of a visitor with a pixel session on `site`, with `key`.
+fn report(app: &TestApp, key: &str, site: &Site, order: &str) -> Resp {
+    let r = app.collect(&json!({
+        "trackerId": site.tracker_id,
+        "visitorId": "v-1",
+        "events": [{"type": "pageview", "url": "https://shop.example/", "ts": now_ms() - HOUR}],
+    }));
+    assert_eq!(r.status, 200, "{}", r.text());
+    app.post_conversion_as(
+        key,
+        &site.id,
+        &json!({"visitorId": "v-1", "orderId": order}),
+    )
+}
+
+#[test]
+fn the_first_run_token_creates_the_first_user_once() {
+    let app = TestApp::start();
+    let token = setup_token(&app);
+    assert_eq!(token.len(), 32, "{token}");
+    let c = DashClient::new(&app);
+
+    assert_eq!(c.get("/dashboard/setup").status, 404);
+    assert_eq!(c.get("/dashboard/setup?token=wrong").status, 404);
+    let form = c.get(&format!("/dashboard/setup?token={token}"));
+    assert_eq!(form.status, 200, "{}", form.text());
+    let csrf = DashClient::csrf_from(&form.text());
+    assert_eq!(c.cookie("convapi_csrf").as_deref(), Some(csrf.as_str()));
+    // Tenants exist already (the harness made one): the new one is the default choice.
+    assert!(
+        form.text().contains(r#"<option value="new" selected>"#),
+        "{}",
+        form.text()
+    );
+
+    let fields = |csrf: &str, password: &str| -> Vec<(String, String)> {
+        [
+            ("token", token.as_str()),
+            ("csrf", csrf),
+            ("tenant", "new"),
+            ("organization", "Shop & Co"),
+            ("email", "First@Shop.example"),
+            ("password", password),
+            ("password_confirm", password),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    };
+    let post = |f: Vec<(String, String)>| {
+        let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        c.post_form("/dashboard/setup", &f)
+    };
+    let users = || app.query_i64("SELECT COUNT(*) FROM users", []);
+    assert_eq!(post(fields("", PASSWORD)).status, 403);
+    assert_eq!(post(fields(&"0".repeat(64), PASSWORD)).status, 403);
+    let short = post(fields(&csrf, "short"));
+    assert_eq!(short.status, 400);
+    assert!(
+        short.text().contains("at least 10 characters"),
+        "{}",
+        short.text()
+    );
+    assert_eq!(users(), 0);
+
+    let done = post(fields(&csrf, PASSWORD));
+    assert_eq!(done.status, 303, "{}", done.text());
+    assert_eq!(done.header("location"), Some("/dashboard/login?setup=done"));
+    assert_eq!(users(), 1);
+    assert_eq!(
+        app.query_str(
+            "SELECT t.name FROM users u JOIN tenants t ON t.id = u.tenant_id",
+            []
+        )
+        .as_deref(),
+        Some("Shop & Co")
+    );
+    assert!(c
+        .get("/dashboard/login?setup=done")
+        .text()
+        .contains("Account created. Log in."));
+
+    // Used once: the same link, and a second post, find nothing.
+    assert_eq!(
+        c.get(&format!("/dashboard/setup?token={token}")).status,
+        404
+    );
+    assert_eq!(post(fields(&csrf, PASSWORD)).status, 404);
+    assert_eq!(users(), 1);
+    assert_eq!(c.login("first@shop.example", PASSWORD).status, 303);
+}
+
+#[test]
+fn the_first_run_page_is_gone_once_a_user_exists_and_joins_an_existing_tenant() {
+    // A user made by the CLI ends the token of a running server.
+    let app = TestApp::start();
+    let token = setup_token(&app);
+    create_user(&app, &app.tenant.id, "cli@shop.example", PASSWORD);
+    let c = DashClient::new(&app);
+    assert_eq!(
+        c.get(&format!("/dashboard/setup?token={token}")).status,
+        404
+    );
+
+    // A server started with a user logs no link at all.
+    let mut app = app;
+    app.restart();
+    assert_eq!(
+        app.log().matches("setup?token=").count(),
+        1,
+        "{}",
+        app.log()
+    );
+
+    // Joining the tenant that exists.
+    let app = TestApp::start();
+    let token = setup_token(&app);
+    let c = DashClient::new(&app);
+    let csrf = DashClient::csrf_from(&c.get(&format!("/dashboard/setup?token={token}")).text());
+    let r = c.post_form(
+        "/dashboard/setup",
+        &[
+            ("token", &token),
+            ("csrf", &csrf),
+            ("tenant", &app.tenant.id),
+            ("organization", ""),
+            ("email", "joiner@shop.example"),
+            ("password", PASSWORD),
+            ("password_confirm", PASSWORD),
+        ],
+    );
+    assert_eq!(r.status, 303, "{}", r.text());
+    assert_eq!(
+        app.query_str("SELECT tenant_id FROM users", []).as_deref(),
+        Some(app.tenant.id.as_str())
+    );
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM tenants", []), 1);
+}
+
+#[test]
+fn user_create_reads_the_password_from_stdin_and_stores_only_an_argon2id_hash() {
+    let app = TestApp::start();
+    let run = user_create_run(
+        &app,
+        &app.tenant.id,
+        "a@shop.example",
+        "long enough pw\n",
+        &[],
+    );
+    assert_eq!(run.code, 0, "{run:?}");
+    let id = app.query_str("SELECT id FROM users", []).expect("a user");
+    assert_eq!(
+        run.stdout.trim(),
+        format!(
+            "created user a@shop.example ({id}) in tenant {}",
+            app.tenant.id
+        )
+    );
+    let hash = app
+        .query_str("SELECT password_hash FROM users WHERE id = ?1", [&id])
+        .unwrap();
+    assert!(hash.starts_with("$argon2id$v=19$"), "{hash}");
+    assert!(!app.db_bytes().windows(14).any(|w| w == b"long enough pw"));
+
+    for (email, stdin, tenant, needle) in [
+        (
+            "b@shop.example",
+            "too short\n",
+            app.tenant.id.as_str(),
+            "at least 10 characters",
+        ),
+        (
+            "A@SHOP.example",
+            "long enough pw\n",
+            app.tenant.id.as_str(),
+            "exists already",
+        ),
+        (
+            "c@shop.example",
+            "long enough pw\n",
+            "no-such-tenant",
+            "no tenant with id no-such-tenant",
+        ),
+        (
+            "not-an-email",
+            "long enough pw\n",
+            app.tenant.id.as_str(),
+            "is not an email address",
+        ),
+        (
+            "d@shop.example",
+            "",
+            app.tenant.id.as_str(),
+            "no password on stdin",
+        ),
+    ] {
+        let run = user_create_run(&app, tenant, email, stdin, &[]);
+        assert_eq!(run.code, 1, "{email}: {run:?}");
+        assert!(run.stderr.contains(needle), "{email}: {:?}", run.stderr);
+    }
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM users", []), 1);
+
+    let listed = app.cli_json(&["user", "list", "--tenant", &app.tenant.id, "--json"]);
+    assert_eq!(listed[0]["email"], "a@shop.example");
+    assert!(!listed.to_string().contains("argon2"), "{listed}");
+}
+
+#[test]
+fn login_sets_a_fresh_session_cookie_and_logout_ends_the_session() {
+    let app = TestApp::start();
+    create_user(&app, &app.tenant.id, "owner@shop.example", PASSWORD);
+    let c = DashClient::new(&app);
+
+    let page = c.get("/dashboard/login");
+    let csrf_cookie = set_cookies(&page).join("\n");
+    for attr in [
+        "convapi_csrf=",
+        "Path=/dashboard",
+        "HttpOnly",
+        "SameSite=Lax",
+    ] {
+        assert!(csrf_cookie.contains(attr), "{csrf_cookie}");
+    }
+    assert!(!csrf_cookie.contains("Secure"), "{csrf_cookie}");
+
+    for (email, pw) in [
+        ("owner@shop.example", "wrong password"),
+        ("nobody@shop.example", PASSWORD),
+    ] {
+        let r = c.login(email, pw);
+        assert_eq!(r.status, 200, "{email}");
+        assert!(
+            r.text().contains("Wrong email or password."),
+            "{}",
+            r.text()
+        );
+        assert!(c.cookie("convapi_session").is_none());
+    }
+
+    let r = c.login("Owner@Shop.example", PASSWORD);
+    assert_eq!(r.status, 303);
+    assert_eq!(r.header("location"), Some("/dashboard/"));
+    let cookie = session_cookie(&r);
+    let attrs: Vec<&str> = cookie.split(';').map(str::trim).collect();
+    for attr in ["Path=/dashboard", "HttpOnly", "SameSite=Lax"] {
+        assert!(attrs.contains(&attr), "{cookie}");
+    }
+    assert!(!attrs.contains(&"Secure"), "{cookie}");
+    let first = c.cookie("convapi_session").unwrap();
+    assert_eq!(first.len(), 64);
+    // Only the hash is stored.
+    assert_eq!(
+        app.query_i64(
+            "SELECT COUNT(*) FROM web_sessions WHERE id_hash = ?1 OR hex(id_hash) = upper(?1)",
+            [&first]
+        ),
+        0
+    );
+    let home = c.get("/dashboard/");
+    assert_eq!(home.status, 200);
+    assert!(home.text().contains("owner@shop.example"));
+    assert_eq!(home.header("cache-control"), Some("no-store"));
+
+    // Every login makes a new id; the one the browser came with ends.
+    assert_eq!(c.login("owner@shop.example", PASSWORD).status, 303);
+    let second = c.cookie("convapi_session").unwrap();
+    assert_ne!(first, second);
+    let stale = DashClient::new(&app);
+    stale.set_cookie("convapi_session", &first);
+    assert_eq!(stale.get("/dashboard/").status, 303);
+
+    // The login returns to the page asked for, and only to a dashboard page.
+    let next = DashClient::new(&app);
+    let login = next.get("/dashboard/login?next=%2Fdashboard%2Faccount");
+    let csrf = DashClient::csrf_from(&login.text());
+    let r = next.post_form(
+        "/dashboard/login",
+        &[
+            ("csrf", &csrf),
+            ("email", "owner@shop.example"),
+            ("password", PASSWORD),
+            ("next", "/dashboard/account"),
+        ],
+    );
+    assert_eq!(r.header("location"), Some("/dashboard/account"));
+    let r = next.post_form(
+        "/dashboard/login",
+        &[
+            ("csrf", &csrf),
+            ("email", "owner@shop.example"),
+            ("password", PASSWORD),
+            ("next", "//evil.example/"),
+        ],
+    );
+    assert_eq!(r.header("location"), Some("/dashboard/"));
+
+    // A session idle for over 2 hours, or older than 7 days, is over.
+    for (column, age) in [
+        ("last_seen_at", 2 * HOUR + MINUTE),
+        ("created_at", 7 * DAY + MINUTE),
+    ] {
+        let other = DashClient::new(&app);
+        assert_eq!(other.login("owner@shop.example", PASSWORD).status, 303);
+        assert_eq!(other.get("/dashboard/").status, 200);
+        app.sqlite()
+            .execute(
+                &format!("UPDATE web_sessions SET {column} = {column} - ?1"),
+                [age],
+            )
+            .unwrap();
+        let r = other.get("/dashboard/");
+        assert_eq!(r.status, 303, "{column}");
+        assert_eq!(
+            c.get("/dashboard/").status,
+            303,
+            "{column}: every session aged"
+        );
+        assert_eq!(c.login("owner@shop.example", PASSWORD).status, 303);
+    }
+
+    // Logout deletes the row: the old cookie, replayed, is nobody.
+    let csrf = c.csrf();
+    let kept = c.cookie("convapi_session").unwrap();
+    let out = c.post_form("/dashboard/logout", &[("csrf", &csrf)]);
+    assert_eq!(out.status, 303);
+    assert_eq!(out.header("location"), Some("/dashboard/login"));
+    assert!(
+        session_cookie(&out).contains("Max-Age=0"),
+        "{:?}",
+        out.headers
+    );
+    assert!(c.cookie("convapi_session").is_none());
+    let replay = DashClient::new(&app);
+    replay.set_cookie("convapi_session", &kept);
+    let r = replay.get("/dashboard/");
+    assert_eq!(r.status, 303);
+    assert!(r
+        .header("location")
+        .unwrap()
+        .starts_with("/dashboard/login"));
+}
+
+#[test]
+fn secure_cookies_adds_secure_and_an_https_snippet() {
+    let app = TestApp::builder().serve_args(&["--secure-cookies"]).start();
+    create_user(&app, &app.tenant.id, "owner@shop.example", PASSWORD);
+    let c = DashClient::new(&app);
+    let page = c.get("/dashboard/login");
+    assert!(
+        set_cookies(&page).iter().all(|s| s.contains("; Secure")),
+        "{:?}",
+        page.headers
+    );
+    let r = c.login("owner@shop.example", PASSWORD);
+    assert!(session_cookie(&r).split(';').any(|a| a.trim() == "Secure"));
+    let site = c.get(&format!("/dashboard/sites/{}", app.site.id)).text();
+    assert!(
+        site.contains(&format!("https://{}/pixel.js", app.addr())),
+        "{site}"
+    );
+}
+
+#[test]
+fn forms_without_the_right_csrf_token_are_refused_and_change_nothing() {
+    let app = TestApp::start();
+    let c = logged_in(&app);
+    let sites = || app.query_i64("SELECT COUNT(*) FROM sites", []);
+    let keys = || app.query_i64("SELECT COUNT(*) FROM api_keys", []);
+    let (s0, k0) = (sites(), keys());
+    let wrong = "f".repeat(64);
+    for csrf in [None, Some(""), Some(wrong.as_str())] {
+        let mut site = vec![
+            ("name", "Evil"),
+            ("currency", "EUR"),
+            ("window_days", "30"),
+            ("model", "last_touch"),
+        ];
+        let mut key = vec![("name", "evil")];
+        if let Some(t) = csrf {
+            site.push(("csrf", t));
+            key.push(("csrf", t));
+        }
+        for (path, fields) in [
+            ("/dashboard/sites", &site),
+            ("/dashboard/settings/api-keys", &key),
+        ] {
+            let r = c.post_form(path, fields);
+            assert_eq!(r.status, 403, "{path} {csrf:?}");
+            assert!(r
+                .text()
+                .contains("The form expired or did not come from this site."));
+        }
+        let r = c.post_form(
+            &format!("/dashboard/settings/api-keys/{}/revoke", app.key.id),
+            &key,
+        );
+        assert_eq!(r.status, 403);
+        let r = c.post_form("/dashboard/logout", &key[1..]);
+        assert_eq!(r.status, 403);
+    }
+    assert_eq!((sites(), keys()), (s0, k0));
+    assert_eq!(
+        app.query_i64(
+            "SELECT COUNT(*) FROM api_keys WHERE revoked_at IS NOT NULL",
+            []
+        ),
+        0
+    );
+    assert_eq!(c.get("/dashboard/").status, 200, "still logged in");
+
+    // The login form's double-submit token: the field must equal the cookie.
+    let other = DashClient::new(&app);
+    let r = other.post_form(
+        "/dashboard/login",
+        &[
+            ("csrf", &wrong),
+            ("email", "owner@shop.example"),
+            ("password", PASSWORD),
+        ],
+    );
+    assert_eq!(r.status, 403);
+    other.get("/dashboard/login");
+    let r = other.post_form(
+        "/dashboard/login",
+        &[
+            ("csrf", &wrong),
+            ("email", "owner@shop.example"),
+            ("password", PASSWORD),
+        ],
+    );
+    assert_eq!(r.status, 403);
+    assert!(other.cookie("convapi_session").is_none());
+}
+
+#[test]
+fn failed_logins_are_throttled_per_account_and_per_address() {
+    let app = TestApp::start();
+    create_user(&app, &app.tenant.id, "owner@shop.example", PASSWORD);
+    create_user(&app, &app.tenant.id, "other@shop.example", PASSWORD);
+    let c = DashClient::new(&app);
+    for _ in 0..5 {
+        assert_eq!(c.login("owner@shop.example", "wrong password").status, 200);
+    }
+    // Over the account's limit: refused without looking at the password, even the right one.
+    let r = c.login("OWNER@shop.example", PASSWORD);
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("Too many failed logins. Try again in 15 minutes."),
+        "{}",
+        r.text()
+    );
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((800..=900).contains(&retry), "{retry}");
+    assert!(c.cookie("convapi_session").is_none());
+    // Another account from the same address still logs in.
+    assert_eq!(c.login("other@shop.example", PASSWORD).status, 303);
+
+    // 20 failures from one address, over many accounts, close it to every account.
+    for i in 5..20 {
+        assert_eq!(
+            c.login(&format!("guess{i}@shop.example"), "wrong password")
+                .status,
+            200
+        );
+    }
+    assert_eq!(c.login("other@shop.example", PASSWORD).status, 429);
+}
+
+#[test]
+fn logged_out_pages_redirect_to_the_login_page() {
+    let app = TestApp::start();
+    let c = DashClient::new(&app);
+    let r = c.get("/");
+    assert_eq!((r.status, r.header("location")), (303, Some("/dashboard/")));
+    let r = c.get("/dashboard");
+    assert_eq!((r.status, r.header("location")), (303, Some("/dashboard/")));
+    let site = &app.site.id;
+    for (path, next) in [
+        ("/dashboard/".to_owned(), "%2Fdashboard%2F".to_owned()),
+        (
+            format!("/dashboard/sites/{site}"),
+            format!("%2Fdashboard%2Fsites%2F{site}"),
+        ),
+        (
+            format!("/dashboard/sites/{site}/report?by=medium"),
+            format!("%2Fdashboard%2Fsites%2F{site}%2Freport%3Fby%3Dmedium"),
+        ),
+        (
+            "/dashboard/settings/api-keys".to_owned(),
+            "%2Fdashboard%2Fsettings%2Fapi-keys".to_owned(),
+        ),
+        (
+            "/dashboard/account".to_owned(),
+            "%2Fdashboard%2Faccount".to_owned(),
+        ),
+    ] {
+        let r = c.get(&path);
+        assert_eq!(r.status, 303, "{path}");
+        assert_eq!(
+            r.header("location"),
+            Some(format!("/dashboard/login?next={next}").as_str()),
+            "{path}"
+        );
+        assert_eq!(r.header("x-frame-options"), Some("DENY"));
+        assert!(r
+            .header("content-security-policy")
+            .unwrap()
+            .contains("frame-ancestors 'none'"));
+    }
+    for path in [
+        "/dashboard/sites",
+        "/dashboard/settings/api-keys",
+        "/dashboard/logout",
+    ] {
+        let r = c.post_form(path, &[("csrf", "x")]);
+        assert_eq!(r.status, 303, "{path}");
+        assert!(
+            r.header("location")
+                .unwrap()
+                .starts_with("/dashboard/login"),
+            "{path}"
+        );
+    }
+    assert_eq!(c.get("/dashboard/login").status, 200);
+    let css = c.get("/dashboard/static/style.css");
+    assert_eq!(css.status, 200);
+    assert!(css.header("content-type").unwrap().starts_with("text/css"));
+    let js = c.get("/dashboard/static/dashboard.js");
+    assert_eq!(js.status, 200);
+    assert!(js.text().contains("navigator.clipboard.writeText"));
+    // Which pages exist is not told to the logged-out either.
+    assert_eq!(c.get("/dashboard/no/such/page").status, 303);
+}
+
+#[test]
+fn sites_are_listed_created_and_edited() {
+    // The pipeline is off: the conversion planted below keeps the reporting currency it is given.
+    let app = TestApp::builder()
+        .serve_args(&["--pipeline", "off"])
+        .start();
+    let c = logged_in(&app);
+    let list = c.get("/dashboard/").text();
+    assert!(
+        list.contains(r#"<table id="sites">"#) && list.contains(&app.site.id),
+        "{list}"
+    );
+    assert!(list.contains(r#"id="new-site""#));
+    assert_eq!(c.get("/dashboard/sites/new").status, 200);
+
+    let csrf = c.csrf();
+    let form = |name: &'static str, currency: &'static str| {
+        vec![
+            ("csrf", csrf.clone()),
+            ("name", name.into()),
+            ("domain", "https://www.Shop.example/".into()),
+            ("currency", currency.into()),
+            ("window_days", "14".into()),
+            ("model", "first_touch".into()),
+        ]
+    };
+    let post = |path: &str, f: Vec<(&str, String)>| {
+        let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        c.post_form(path, &f)
+    };
+    let bad = post("/dashboard/sites", form("Shop", "XYZ"));
+    assert_eq!(bad.status, 400);
+    assert!(
+        bad.text().contains("is not an ISO 4217 code"),
+        "{}",
+        bad.text()
+    );
+    let made = post("/dashboard/sites", form("New shop", "USD"));
+    assert_eq!(made.status, 303, "{}", made.text());
+    let location = made.header("location").unwrap().to_owned();
+    let id = location
+        .strip_prefix("/dashboard/sites/")
+        .unwrap()
+        .to_owned();
+    let listed = app.cli_json(&["site", "list", "--tenant", &app.tenant.id, "--json"]);
+    let site = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id.as_str())
+        .expect("listed by the CLI");
+    assert_eq!(
+        (
+            &site["name"],
+            &site["domain"],
+            &site["currency"],
+            &site["windowDays"],
+            &site["model"]
+        ),
+        (
+            &json!("New shop"),
+            &json!("shop.example"),
+            &json!("USD"),
+            &json!(14),
+            &json!("first_touch")
+        )
+    );
+    let tracker = site["trackerId"].as_str().unwrap();
+
+    let page = c.get(&location).text();
+    assert!(
+        page.contains(&format!(r#"<code id="site-id">{id}</code>"#)),
+        "{page}"
+    );
+    assert!(page.contains(r##"data-copy="#site-id""##));
+    assert!(page.contains(&format!(r#"<code id="tracker-id">{tracker}</code>"#)));
+    let open_tag = r#"<pre id="snippet"><code>"#;
+    let start = page.find(open_tag).expect("snippet") + open_tag.len();
+    let shown = &page[start..start + page[start..].find("</code></pre>").unwrap()];
+    let shown = shown
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&");
+    // The README's snippet, with this site's tracker id and this server's origin.
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let at = readme
+        .find("<script>\n  window.svc")
+        .expect("README snippet");
+    let end = readme[at..].find("</script>\n```").unwrap() + at + "</script>".len();
+    let expected = readme[at..end].replace("TRACKER_ID", tracker).replace(
+        "https://YOUR-CONVAPI-HOST",
+        &format!("http://{}", app.addr()),
+    );
+    assert_eq!(shown, expected);
+
+    let saved = post(&location, form("Renamed <b>shop</b>", "USD"));
+    assert_eq!(
+        (saved.status, saved.header("location")),
+        (303, Some(format!("{location}?saved=1").as_str()))
+    );
+    let page = c.get(&format!("{location}?saved=1")).text();
+    assert!(
+        page.contains(r#"<p class="flash" id="flash" role="status">Saved.</p>"#),
+        "{page}"
+    );
+    assert!(
+        page.contains("Renamed &lt;b&gt;shop&lt;/b&gt;") && !page.contains("<b>shop"),
+        "{page}"
+    );
+    let bad = post(
+        &location,
+        form("Renamed", "EUR")
+            .into_iter()
+            .map(|(k, v)| {
+                if k == "window_days" {
+                    (k, "0".into())
+                } else {
+                    (k, v)
+                }
+            })
+            .collect(),
+    );
+    assert_eq!(bad.status, 400);
+
+    // The reporting currency is locked once a conversion was converted to it.
+    assert_eq!(report(&app, &app.key.key, &app.site, "o-1").status, 202);
+    app.sqlite()
+        .execute(
+            "UPDATE conversions SET reporting_currency = 'EUR', reporting_value = '10.00'",
+            [],
+        )
+        .unwrap();
+    let default_site = format!("/dashboard/sites/{}", app.site.id);
+    let r = post(&default_site, form("Test site", "USD"));
+    assert_eq!(r.status, 400);
+    assert!(
+        r.text().contains("its reporting currency cannot change"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        app.query_str("SELECT currency FROM sites WHERE id = ?1", [&app.site.id])
+            .as_deref(),
+        Some("EUR")
+    );
+}
+
+#[test]
+fn an_api_key_is_shown_once_works_and_stops_working_when_revoked() {
+    let app = TestApp::start();
+    let c = logged_in(&app);
+    let csrf = c.csrf();
+    let r = c.post_form(
+        "/dashboard/settings/api-keys",
+        &[("csrf", &csrf), ("name", "backend")],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    let page = r.text();
+    assert!(page.contains("Copy this key now: it is not stored and will not be shown again."));
+    let start =
+        page.find(r#"<code id="new-key">"#).expect("the new key") + r#"<code id="new-key">"#.len();
+    let key = page[start..start + page[start..].find('<').unwrap()].to_owned();
+    assert!(key.starts_with("ask_") && key.len() == 44, "{key}");
+    assert!(page.contains(r##"data-copy="#new-key""##));
+
+    assert_eq!(report(&app, &key, &app.site, "k-1").status, 202);
+    let list = c.get("/dashboard/settings/api-keys").text();
+    assert!(!list.contains(&key), "the key is never shown again");
+    assert!(
+        list.contains(r#"<table id="keys">"#)
+            && list.contains("backend")
+            && list.contains(&key[..12])
+    );
+    let key_id = app
+        .query_str("SELECT id FROM api_keys WHERE name = 'backend'", [])
+        .unwrap();
+
+    let confirm = c.get(&format!("/dashboard/settings/api-keys/{key_id}/revoke"));
+    assert_eq!(confirm.status, 200);
+    assert!(
+        confirm.text().contains(r#"<form id="revoke-form""#)
+            && confirm.text().contains("Revoke key")
+    );
+    let r = c.post_form(
+        &format!("/dashboard/settings/api-keys/{key_id}/revoke"),
+        &[("csrf", &csrf)],
+    );
+    assert_eq!(
+        (r.status, r.header("location")),
+        (303, Some("/dashboard/settings/api-keys?revoked=1"))
+    );
+    let list = c.get("/dashboard/settings/api-keys?revoked=1").text();
+    assert!(
+        list.contains("Key revoked.") && list.contains("revoked "),
+        "{list}"
+    );
+    assert_eq!(report(&app, &key, &app.site, "k-2").status, 401);
+    // The harness's own key is untouched.
+    assert_eq!(report(&app, &app.key.key, &app.site, "k-3").status, 202);
+}
+
+#[test]
+fn another_tenants_sites_and_keys_are_404_even_by_url() {
+    let app = TestApp::start();
+    let c = logged_in(&app);
+    let csrf = c.csrf();
+    let other = app.create_tenant("Other tenant");
+    let site = app.create_site(&other.id, "Their shop", &[]);
+    let key = app.create_key(&other.id);
+    let missing = c.get("/dashboard/sites/00000000-0000-4000-8000-000000000000");
+    assert_eq!(missing.status, 404);
+
+    let mut pages = vec![
+        format!("/dashboard/sites/{}", site.id),
+        format!("/dashboard/sites/{}", site.id.to_uppercase()),
+        format!("/dashboard/sites/{}/conversions", site.id),
+        format!("/dashboard/sites/{}/report", site.id),
+        format!("/dashboard/sites/{}/dead-letters", site.id),
+        format!("/dashboard/settings/api-keys/{}/revoke", key.id),
+    ];
+    pages.push("/dashboard/sites/not-a-uuid".into());
+    for path in &pages {
+        let r = c.get(path);
+        assert_eq!(r.status, 404, "{path}");
+        assert_eq!(
+            r.text(),
+            missing.text(),
+            "{path}: the same page as a missing one"
+        );
+    }
+    let r = c.post_form(
+        &format!("/dashboard/sites/{}", site.id),
+        &[
+            ("csrf", &csrf),
+            ("name", "Taken"),
+            ("currency", "EUR"),
+            ("window_days", "30"),
+            ("model", "last_touch"),
+        ],
+    );
+    assert_eq!(r.status, 404);
+    let r = c.post_form(
+        &format!("/dashboard/settings/api-keys/{}/revoke", key.id),
+        &[("csrf", &csrf)],
+    );
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        app.query_str("SELECT name FROM sites WHERE id = ?1", [&site.id])
+            .as_deref(),
+        Some("Their shop")
+    );
+    assert_eq!(report(&app, &key.key, &site, "theirs").status, 202);
+    let list = c.get("/dashboard/").text();
+    assert!(!list.contains(&site.id) && !list.contains("Their shop"));
+    assert!(!c
+        .get("/dashboard/settings/api-keys")
+        .text()
+        .contains(&key.prefix));
+}
+
+#[test]
+fn a_password_change_ends_the_users_other_sessions() {
+    let app = TestApp::start();
+    let c = logged_in(&app);
+    let elsewhere = DashClient::new(&app);
+    assert_eq!(elsewhere.login("owner@shop.example", PASSWORD).status, 303);
+    let csrf = c.csrf();
+    let change = |current: &str, new: &str, again: &str| {
+        c.post_form(
+            "/dashboard/account",
+            &[
+                ("csrf", &csrf),
+                ("current_password", current),
+                ("new_password", new),
+                ("new_password_confirm", again),
+            ],
+        )
+    };
+    assert_eq!(
+        change("wrong password", "a new password", "a new password").status,
+        400
+    );
+    assert_eq!(change(PASSWORD, "short", "short").status, 400);
+    assert_eq!(
+        change(PASSWORD, "a new password", "another one!").status,
+        400
+    );
+    let r = change(PASSWORD, "a new password", "a new password");
+    assert_eq!(
+        (r.status, r.header("location")),
+        (303, Some("/dashboard/account?changed=1"))
+    );
+    assert_eq!(
+        c.get("/dashboard/account?changed=1").status,
+        200,
+        "this session stays"
+    );
+    assert_eq!(
+        elsewhere.get("/dashboard/").status,
+        303,
+        "the other one ends"
+    );
+    assert_eq!(
+        DashClient::new(&app)
+            .login("owner@shop.example", PASSWORD)
+            .status,
+        200
+    );
+    assert_eq!(
+        DashClient::new(&app)
+            .login("owner@shop.example", "a new password")
+            .status,
+        303
+    );
+}
