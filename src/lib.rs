@@ -6,6 +6,7 @@ pub mod api;
 pub mod attribution;
 pub mod checkpoint;
 pub mod cli;
+pub mod csv;
 pub mod currency;
 pub mod dashboard;
 pub mod fx;

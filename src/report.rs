@@ -16,7 +16,7 @@ use rust_decimal::Decimal;
 
 use crate::attribution::NOT_SET;
 use crate::fx;
-use crate::store::report::GroupBy;
+use crate::store::report::{GroupBy, DAY_MS};
 use crate::store::{self, sites::Site};
 
 pub const UNATTRIBUTED: &str = "(unattributed)";
@@ -47,7 +47,32 @@ pub fn day_range(from: Option<NaiveDate>, to: Option<NaiveDate>) -> (i64, i64) {
     (from_ms, to_ms)
 }
 
+/// One UTC day of the report's chart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Day {
+    pub day: NaiveDate,
+    pub conversions: u64,
+    /// In the site currency, scaled to its minor units.
+    pub revenue: Decimal,
+    pub unconverted: u64,
+}
+
+/// The UTC day numbers `[from, to)` (days since 1970-01-01) of the inclusive days `from..=to`;
+/// the same conversions as [`day_range`]'s milliseconds, as the rollup keys them.
+fn day_numbers(from: Option<NaiveDate>, to: Option<NaiveDate>) -> (i64, i64) {
+    let (from_ms, to_ms) = day_range(from, to);
+    let to_day = if to_ms == i64::MAX {
+        i64::MAX
+    } else {
+        to_ms.div_euclid(DAY_MS)
+    };
+    (from_ms.div_euclid(DAY_MS), to_day)
+}
+
 /// The report's rows: highest revenue first, then most conversions, then by key.
+///
+/// Sums the site's daily rollup (a few rows per day and key, whatever the number of conversions);
+/// reads the conversions one by one only where the rollup cannot be exact (docs/decisions.md §11).
 pub fn build(
     conn: &rusqlite::Connection,
     site: &Site,
@@ -55,37 +80,21 @@ pub fn build(
     to: Option<NaiveDate>,
     by: GroupBy,
 ) -> Result<Vec<Row>, String> {
-    let (from_ms, to_ms) = day_range(from, to);
-    let lines =
-        store::report::lines(conn, &site.id, from_ms, to_ms, by).map_err(|e| e.to_string())?;
-    let mut groups: BTreeMap<String, Row> = BTreeMap::new();
-    for line in lines {
-        let key = match (by, line.key) {
-            (GroupBy::Type, Some(k)) => k,
-            (_, _) if !line.attributed => UNATTRIBUTED.to_owned(),
-            (_, Some(k)) => k,
-            (_, None) => NOT_SET.to_owned(),
-        };
-        let row = groups.entry(key.clone()).or_insert_with(|| Row {
-            key,
-            conversions: 0,
-            revenue: Decimal::ZERO,
-            unconverted: 0,
-        });
-        row.conversions += 1;
-        if line.status == "processed" {
-            if let Some(v) = line.reporting_value {
-                let v = fx::decimal(&v).map_err(|e| format!("stored reporting value {e}"))?;
-                row.revenue = row
-                    .revenue
-                    .checked_add(v)
-                    .ok_or("revenue exceeds the decimal range")?;
-            }
-        } else {
-            row.unconverted += 1;
-        }
-    }
     let minor = fx::minor_units(&site.currency);
+    let mut groups: BTreeMap<String, Row> = BTreeMap::new();
+    let summed = match minor {
+        Some(dp) => {
+            let (from_day, to_day) = day_numbers(from, to);
+            store::report::groups(conn, &site.id, from_day, to_day, by)?
+                .map(|sums| add_sums(&mut groups, by, dp, sums))
+                .transpose()?
+        }
+        None => None,
+    };
+    if summed.is_none() {
+        groups.clear();
+        add_lines(conn, site, from, to, by, &mut groups)?;
+    }
     let mut rows: Vec<Row> = groups
         .into_values()
         .map(|mut r| {
@@ -100,6 +109,160 @@ pub fn build(
             .then_with(|| a.key.cmp(&b.key))
     });
     Ok(rows)
+}
+
+/// The report's key for a conversion's grouping column.
+fn key(by: GroupBy, attributed: bool, column: Option<String>) -> String {
+    match (by, column) {
+        (GroupBy::Type, Some(k)) => k,
+        (_, _) if !attributed => UNATTRIBUTED.to_owned(),
+        (_, Some(k)) => k,
+        (_, None) => NOT_SET.to_owned(),
+    }
+}
+
+fn group(groups: &mut BTreeMap<String, Row>, key: String) -> &mut Row {
+    groups.entry(key.clone()).or_insert_with(|| Row {
+        key,
+        conversions: 0,
+        revenue: Decimal::ZERO,
+        unconverted: 0,
+    })
+}
+
+/// Counts a count read from the rollup; a negative one means the rollup is broken.
+fn count(n: i64) -> Result<u64, String> {
+    u64::try_from(n).map_err(|_| format!("the report rollup holds a negative count ({n})"))
+}
+
+/// Adds the rollup's sums (revenue in `dp`-place minor units) to the groups.
+fn add_sums(
+    groups: &mut BTreeMap<String, Row>,
+    by: GroupBy,
+    dp: u32,
+    sums: Vec<store::report::Sums<Option<String>>>,
+) -> Result<(), String> {
+    for s in sums {
+        let row = group(groups, key(by, s.attributed, s.key));
+        row.conversions += count(s.conversions)?;
+        row.unconverted += count(s.unconverted)?;
+        row.revenue = row
+            .revenue
+            .checked_add(Decimal::from_i128_with_scale(
+                i128::from(s.revenue_minor),
+                dp,
+            ))
+            .ok_or("revenue exceeds the decimal range")?;
+    }
+    Ok(())
+}
+
+/// Adds the site's conversions in the range one by one, with exact decimal sums of their stored
+/// reporting values.
+fn add_lines(
+    conn: &rusqlite::Connection,
+    site: &Site,
+    from: Option<NaiveDate>,
+    to: Option<NaiveDate>,
+    by: GroupBy,
+    groups: &mut BTreeMap<String, Row>,
+) -> Result<(), String> {
+    let (from_ms, to_ms) = day_range(from, to);
+    let lines = store::report::lines(conn, &site.id, from_ms, to_ms, by)?;
+    for line in lines {
+        let value = revenue(&line)?;
+        let processed = line.status == "processed";
+        let row = group(groups, key(by, line.attributed, line.key));
+        row.conversions += 1;
+        match value {
+            Some(v) => {
+                row.revenue = row
+                    .revenue
+                    .checked_add(v)
+                    .ok_or("revenue exceeds the decimal range")?;
+            }
+            None if !processed => row.unconverted += 1,
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// What a conversion adds to the revenue: its reporting value once processed.
+fn revenue(line: &store::report::Line) -> Result<Option<Decimal>, String> {
+    match (&line.reporting_value, line.status.as_str()) {
+        (Some(v), "processed") => fx::decimal(v)
+            .map(Some)
+            .map_err(|e| format!("stored reporting value {e}")),
+        _ => Ok(None),
+    }
+}
+
+/// Conversions, revenue and unconverted conversions per UTC day of the range (days with
+/// conversions only, ascending), by the same rules and the same read as [`build`].
+pub fn daily(
+    conn: &rusqlite::Connection,
+    site: &Site,
+    from: Option<NaiveDate>,
+    to: Option<NaiveDate>,
+) -> Result<Vec<Day>, String> {
+    let minor = fx::minor_units(&site.currency);
+    if let Some(dp) = minor {
+        let (from_day, to_day) = day_numbers(from, to);
+        if let Some(sums) = store::report::days(conn, &site.id, from_day, to_day)? {
+            return sums
+                .into_iter()
+                .map(|s| {
+                    Ok(Day {
+                        day: date_of(s.key)?,
+                        conversions: count(s.conversions)?,
+                        revenue: Decimal::from_i128_with_scale(i128::from(s.revenue_minor), dp),
+                        unconverted: count(s.unconverted)?,
+                    })
+                })
+                .collect();
+        }
+    }
+    let (from_ms, to_ms) = day_range(from, to);
+    let mut days: BTreeMap<i64, Day> = BTreeMap::new();
+    for line in store::report::lines(conn, &site.id, from_ms, to_ms, GroupBy::Type)? {
+        let n = line.occurred_at.div_euclid(DAY_MS);
+        let day = match days.entry(n) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(Day {
+                day: date_of(n)?,
+                conversions: 0,
+                revenue: Decimal::ZERO,
+                unconverted: 0,
+            }),
+        };
+        day.conversions += 1;
+        match revenue(&line)? {
+            Some(v) => {
+                day.revenue = day
+                    .revenue
+                    .checked_add(v)
+                    .ok_or("revenue exceeds the decimal range")?;
+            }
+            None if line.status != "processed" => day.unconverted += 1,
+            None => {}
+        }
+    }
+    Ok(days
+        .into_values()
+        .map(|mut d| {
+            d.revenue = fx::round_to_minor(d.revenue, minor);
+            d
+        })
+        .collect())
+}
+
+/// The date of a UTC day number.
+fn date_of(day: i64) -> Result<NaiveDate, String> {
+    day.checked_mul(86_400)
+        .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
+        .map(|t| t.date_naive())
+        .ok_or_else(|| format!("day {day} is out of range"))
 }
 
 /// The rows as one JSON array. `revenue` is a JSON number written with its exact decimal digits

@@ -243,3 +243,173 @@ fn usage_and_lookup_errors() {
     let (rows, _) = report(&app, &site.to_uppercase(), &[]);
     assert!(rows.is_empty());
 }
+
+/// The rollup's differences from an aggregation of every conversion from scratch (none when the
+/// triggers kept it exact), read on a connection of the library's own.
+fn rollup_drift(app: &TestApp) -> Vec<String> {
+    let conn = convapi::store::open(&app.db).expect("open db");
+    convapi::store::report::check_rollup(&conn).expect("check the rollup")
+}
+
+/// The report by every grouping, and the days of the chart, as the library builds them.
+fn all_reports(app: &TestApp) -> Vec<String> {
+    let conn = convapi::store::open(&app.db).expect("open db");
+    let site = convapi::store::sites::by_id(&conn, &app.site.id)
+        .expect("read the site")
+        .expect("the site");
+    let mut out: Vec<String> = ["source", "medium", "campaign", "type"]
+        .iter()
+        .map(|by| app.cli(&["report", "--site", &site.id, "--by", by]).stdout)
+        .collect();
+    out.push(format!(
+        "{:?}",
+        convapi::report::daily(&conn, &site, None, None).expect("daily")
+    ));
+    out
+}
+
+#[test]
+fn every_write_path_keeps_the_rollup_exact() {
+    let app = TestApp::builder()
+        .serve_args(&["--pipeline", "off", "--pixel-max-age-hours", "2400"])
+        .start();
+    let site = app.site.id.clone();
+    let now = now_ms();
+    let checked = |stage: &str| {
+        let drift = rollup_drift(&app);
+        assert!(drift.is_empty(), "after {stage}: {drift:#?}");
+    };
+
+    // API orders on attributed sessions, one without a value, one in another currency without
+    // rates (fx_pending), and pixel purchases, one of them taken over by the API before and one
+    // after its processing.
+    app.pageview(
+        "news",
+        "https://shop.example/?utm_source=newsletter&utm_medium=email&utm_campaign=bf",
+        now - HOUR,
+    );
+    app.pageview("ads", "https://shop.example/?gclid=g1", now - HOUR);
+    app.identify("gone", "client-gone", now - HOUR);
+    let kept = order(&app, "news", json!({"value": 10.5, "currency": "EUR"}));
+    order(&app, "ads", json!({"value": 20, "currency": "EUR"}));
+    order(&app, "news", json!({"type": "signup"}));
+    order(&app, "ads", json!({"value": 12, "currency": "USD"}));
+    order(&app, "gone", json!({"value": 3.3, "currency": "EUR"}));
+    let (early, late) = (unique("order"), unique("order"));
+    for (visitor, o) in [("px1", &early), ("px2", &late)] {
+        app.pixel(
+            visitor,
+            json!([
+                {"type": "pageview", "url": "https://shop.example/?utm_source=fb&utm_medium=cpc", "ts": now - HOUR},
+                {"type": "purchase", "orderId": o, "value": 99.99, "currency": "EUR", "ts": now - HOUR},
+            ]),
+        );
+    }
+    checked("the first writes");
+    app.post_conversion(
+        &json!({"visitorId": "ads", "orderId": early, "value": 50, "currency": "EUR"}),
+    )
+    .accepted();
+    checked("a takeover of a queued pixel order");
+    drain(&app);
+    assert_eq!(status(&app, &late)["status"], "processed");
+    checked("processing");
+    app.post_conversion(
+        &json!({"visitorId": "news", "orderId": late, "value": 7.77, "currency": "EUR"}),
+    )
+    .accepted();
+    checked("a takeover of a processed pixel order");
+    drain(&app);
+    checked("processing the takeovers");
+
+    // An old order (for retention), then an order whose processing fails until it is dead, then
+    // retried once fixed.
+    let old = unique("order");
+    app.pageview("old", "https://shop.example/", now - 40 * DAY);
+    app.post_conversion(&json!({
+        "visitorId": "old", "orderId": old, "value": 1, "currency": "EUR",
+        "occurredAt": iso(now - 40 * DAY),
+    }))
+    .accepted();
+    let broken = order(&app, "ads", json!({"value": 8, "currency": "EUR"}));
+    let id = status(&app, &broken)["eventId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.sqlite()
+        .execute(
+            "UPDATE conversions SET value = 'eight' WHERE id = ?1",
+            [&id],
+        )
+        .expect("break the value");
+    let mut at = now;
+    while status(&app, &broken)["status"] != "failed" {
+        at += 365 * DAY;
+        drain_at(&app, at);
+    }
+    checked("a dead letter");
+    app.sqlite()
+        .execute("UPDATE conversions SET value = '8' WHERE id = ?1", [&id])
+        .expect("fix the value");
+    app.cli_json(&["outbox", "retry", &id, "--json"]);
+    drain(&app);
+    assert_eq!(status(&app, &broken)["status"], "processed");
+    checked("a retry");
+
+    // The same reports when the rollup is bypassed: marking a cell inexact sends the report back
+    // to the conversions one by one.
+    let fast = all_reports(&app);
+    app.sqlite()
+        .execute(
+            "UPDATE report_daily SET inexact = inexact + 1 WHERE site_id = ?1",
+            [&site],
+        )
+        .expect("mark inexact");
+    assert_eq!(all_reports(&app), fast);
+    app.sqlite()
+        .execute(
+            "UPDATE report_daily SET inexact = inexact - 1 WHERE site_id = ?1",
+            [&site],
+        )
+        .expect("unmark");
+    checked("the comparison");
+
+    // Erasure keeping the conversion, then deleting them; retention's expiry.
+    app.cli_json(&["forget", "--site", &site, "--visitor-id", "news", "--json"]);
+    checked("an erasure");
+    let erased = app.cli_json(&[
+        "forget",
+        "--site",
+        &site,
+        "--client-id",
+        "client-gone",
+        "--delete-conversions",
+        "--json",
+    ]);
+    assert_eq!(erased["conversionsDeleted"], 1, "{erased}");
+    checked("an erasure with the conversions");
+    app.cli(&[
+        "site",
+        "update",
+        &site,
+        "--retain-days",
+        "30",
+        "--expire-conversions",
+        "on",
+    ]);
+    let conn = convapi::store::open(&app.db).expect("open db");
+    let expired = convapi::retention::prune_once(&conn, now_ms()).expect("prune");
+    assert_eq!(expired.conversions, 1, "{expired:?}");
+    expect_error(&app.order_status(&old), 404, "ORDER_NOT_FOUND");
+    checked("retention");
+    assert_eq!(status(&app, &kept)["status"], "processed");
+    let counted = app.query_i64(
+        "SELECT SUM(conversions) FROM report_daily WHERE site_id = ?1",
+        [&site],
+    );
+    let rows = app.query_i64(
+        "SELECT COUNT(*) FROM conversions WHERE site_id = ?1",
+        [&site],
+    );
+    assert_eq!((counted, rows), (7, 7));
+}

@@ -228,13 +228,7 @@ pub fn status_json(o: &OrderStatus) -> Value {
             .map(Value::Number)
             .unwrap_or(Value::Null)
     };
-    let mut sources = Vec::new();
-    if o.by_pixel {
-        sources.push("pixel");
-    }
-    if o.by_api {
-        sources.push("api");
-    }
+    let sources = o.sources();
     let attribution = match &o.attribution {
         Some(a) => json!({
             "model": a.model,
@@ -264,6 +258,6 @@ pub fn status_json(o: &OrderStatus) -> Value {
         "processedAt": o.processed_at.map(store::iso),
         "attempts": o.attempts,
         "lastError": o.last_error,
-        "pendingReason": if o.status == "fx_pending" { o.parked_reason.clone() } else { None },
+        "pendingReason": o.pending_reason(),
     })
 }

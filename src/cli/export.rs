@@ -2,11 +2,9 @@
 //! row as `store::export` reads them from one read transaction, so memory stays flat whatever the
 //! row count and the output can go straight into `gzip`. Must not collect rows.
 //!
-//! CSV is RFC 4180, written here rather than with the `csv` crate: quoting is the one rule needed
-//! (a field holding a comma, a quote, CR or LF is quoted, its quotes doubled), and a dozen lines
-//! are cheaper to keep than a dependency tree. Records end in CRLF, as the RFC says; a NULL is an
-//! empty field. NDJSON lines are the order status lookup's JSON (`api::conversions::status_json`)
-//! plus `visitorId` and `clientId`.
+//! CSV records and the conversion columns are `crate::csv`'s (the dashboard's download writes the
+//! same). NDJSON lines are the order status lookup's JSON (`api::conversions::status_json`) plus
+//! `visitorId` and `clientId`.
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -14,7 +12,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use super::{open, site_by_id, CliResult};
-use crate::store::{self, conversions::OrderStatus, sessions::Session};
+use crate::store::{self, sessions::Session};
 
 #[derive(clap::Args)]
 pub(super) struct ExportArgs {
@@ -34,32 +32,6 @@ pub(super) struct ExportArgs {
     #[arg(long)]
     sessions: bool,
 }
-
-const CONVERSION_COLUMNS: [&str; 23] = [
-    "eventId",
-    "orderId",
-    "type",
-    "status",
-    "sources",
-    "value",
-    "currency",
-    "reportingValue",
-    "reportingCurrency",
-    "fxRate",
-    "fxDate",
-    "occurredAt",
-    "processedAt",
-    "sessionId",
-    "visitorId",
-    "clientId",
-    "attributionModel",
-    "attributionSessionId",
-    "attributionSource",
-    "attributionMedium",
-    "attributionCampaign",
-    "attempts",
-    "lastError",
-];
 
 const SESSION_COLUMNS: [&str; 18] = [
     "sessionId",
@@ -98,11 +70,11 @@ pub(super) fn export(db: &Path, a: ExportArgs) -> CliResult {
     store::read(&conn, |conn| {
         if a.sessions {
             if csv {
-                csv_record(&mut out, SESSION_COLUMNS).map_err(io)?;
+                crate::csv::record(&mut out, SESSION_COLUMNS).map_err(io)?;
             }
             store::export::sessions(conn, &site.id, from_ms, to_ms, |s| {
                 if csv {
-                    csv_record(&mut out, session_fields(s))
+                    crate::csv::record(&mut out, session_fields(s))
                 } else {
                     json_line(&mut out, &session_json(s))
                 }
@@ -110,11 +82,11 @@ pub(super) fn export(db: &Path, a: ExportArgs) -> CliResult {
             })
         } else {
             if csv {
-                csv_record(&mut out, CONVERSION_COLUMNS).map_err(io)?;
+                crate::csv::record(&mut out, crate::csv::CONVERSION_COLUMNS).map_err(io)?;
             }
             store::export::conversions(conn, &site.id, from_ms, to_ms, |o| {
                 if csv {
-                    csv_record(&mut out, conversion_fields(o))
+                    crate::csv::record(&mut out, crate::csv::conversion_fields(o))
                 } else {
                     let mut v = crate::api::conversions::status_json(o);
                     v["visitorId"] = json!(o.conversion.visitor_id);
@@ -128,27 +100,6 @@ pub(super) fn export(db: &Path, a: ExportArgs) -> CliResult {
     out.flush().map_err(io)
 }
 
-/// One CSV record, CRLF-terminated; a field is quoted only when it must be.
-fn csv_record<S: AsRef<str>>(
-    out: &mut impl Write,
-    fields: impl IntoIterator<Item = S>,
-) -> std::io::Result<()> {
-    for (i, field) in fields.into_iter().enumerate() {
-        if i > 0 {
-            out.write_all(b",")?;
-        }
-        let f = field.as_ref();
-        if f.contains([',', '"', '\r', '\n']) {
-            out.write_all(b"\"")?;
-            out.write_all(f.replace('"', "\"\"").as_bytes())?;
-            out.write_all(b"\"")?;
-        } else {
-            out.write_all(f.as_bytes())?;
-        }
-    }
-    out.write_all(b"\r\n")
-}
-
 fn json_line(out: &mut impl Write, v: &Value) -> std::io::Result<()> {
     serde_json::to_writer(&mut *out, v)?;
     out.write_all(b"\n")
@@ -156,44 +107,6 @@ fn json_line(out: &mut impl Write, v: &Value) -> std::io::Result<()> {
 
 fn text(s: &Option<String>) -> String {
     s.clone().unwrap_or_default()
-}
-
-fn conversion_fields(o: &OrderStatus) -> [String; 23] {
-    let c = &o.conversion;
-    let sources = match (o.by_pixel, o.by_api) {
-        (true, true) => "pixel;api",
-        (true, false) => "pixel",
-        (false, true) => "api",
-        (false, false) => "",
-    };
-    let attr = |f: fn(&store::pipeline::Attribution) -> Option<String>| {
-        o.attribution.as_ref().and_then(f).unwrap_or_default()
-    };
-    [
-        c.id.clone(),
-        text(&c.order_id),
-        c.kind.clone(),
-        o.status.clone(),
-        sources.to_owned(),
-        text(&c.value),
-        c.currency.clone(),
-        text(&o.fx.value),
-        text(&o.fx.currency),
-        text(&o.fx.rate),
-        text(&o.fx.date),
-        store::iso(c.occurred_at),
-        o.processed_at.map(store::iso).unwrap_or_default(),
-        c.session_id.clone(),
-        c.visitor_id.clone(),
-        text(&c.client_id),
-        attr(|a| Some(a.model.clone())),
-        attr(|a| a.session_id.clone()),
-        attr(|a| Some(a.source.clone())),
-        attr(|a| Some(a.medium.clone())),
-        attr(|a| a.campaign.clone()),
-        o.attempts.to_string(),
-        text(&o.last_error),
-    ]
 }
 
 fn session_fields(s: &Session) -> [String; 18] {
@@ -242,24 +155,4 @@ fn session_json(s: &Session) -> Value {
         "msclkid": c.msclkid,
         "ttclid": c.ttclid,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::csv_record;
-
-    fn record(fields: &[&str]) -> String {
-        let mut out = Vec::new();
-        csv_record(&mut out, fields).unwrap();
-        String::from_utf8(out).unwrap()
-    }
-
-    #[test]
-    fn quotes_only_the_fields_that_need_it() {
-        assert_eq!(record(&["a", "", "b c"]), "a,,b c\r\n");
-        assert_eq!(
-            record(&["a,b", "say \"hi\"", "x\ny", "cr\r"]),
-            "\"a,b\",\"say \"\"hi\"\"\",\"x\ny\",\"cr\r\"\r\n"
-        );
-    }
 }

@@ -10,10 +10,13 @@
 pub mod account;
 pub mod accounts;
 pub mod auth;
+pub mod chart;
+pub mod conversions;
 pub mod error;
 pub mod form;
 pub mod keys;
 pub mod layout;
+pub mod report;
 pub mod routes;
 pub mod setup;
 pub mod sites;

@@ -8,7 +8,10 @@ use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
-use super::{account, auth, keys, layout, setup, sites, Dashboard, PageError, PageResult, Viewer};
+use super::{
+    account, auth, conversions, keys, layout, report, setup, sites, Dashboard, PageError,
+    PageResult, Viewer,
+};
 use crate::http::{decode_segment as decoded, Ctx, Reply};
 use crate::store::{self, sites::Site};
 
@@ -39,6 +42,13 @@ pub fn dispatch(d: &Dashboard, ctx: &mut Ctx) -> (&'static str, PageResult) {
         ("POST", ["dashboard", "settings", "api-keys", id, "revoke"]) => ("dash_key_revoke", viewer(d, ctx, |d, ctx, v| keys::revoke(d, ctx, v, &decoded(id)))),
         ("GET" | "HEAD", ["dashboard", "account"]) => ("dash_account", viewer(d, ctx, account::form)),
         ("POST", ["dashboard", "account"]) => ("dash_account", viewer(d, ctx, account::change)),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "conversions"]) => ("dash_conversions", site(d, ctx, id, conversions::list)),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "conversions.csv"]) => ("dash_conversions_csv", site(d, ctx, id, conversions::csv)),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "conversions", event]) => ("dash_conversion", site(d, ctx, id, |d, ctx, v, s| conversions::order(d, ctx, v, s, &decoded(event)))),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "dead-letters"]) => ("dash_dead_letters", site(d, ctx, id, conversions::dead_letters)),
+        ("POST", ["dashboard", "sites", id, "dead-letters", conversion, "retry"]) => ("dash_dead_letter_retry", site(d, ctx, id, |d, ctx, v, s| conversions::retry(d, ctx, v, s, &decoded(conversion)))),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "report"]) => ("dash_report", site(d, ctx, id, report::page)),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "report.csv"]) => ("dash_report_csv", site(d, ctx, id, report::csv)),
         // Logged out, every other path is the login page too: which pages exist is for the logged-in.
         _ => ("dash_unknown", viewer(d, ctx, |_, _, _| Err(PageError::NotFound))),
     }

@@ -220,7 +220,7 @@ fn take_over(conn: &Connection, conversion_id: &str, r: &ApiReport, now_ms: i64)
             client_id = CASE WHEN ?6 IS NULL THEN client_id ELSE ?8 END,
             source_api = 1, status = 'queued',
             attr_model = NULL, attr_session_id = NULL, attr_source = NULL, attr_medium = NULL,
-            attr_campaign = NULL, reporting_value = NULL, reporting_currency = NULL,
+            attr_campaign = NULL, reporting_value = NULL, reporting_minor = NULL, reporting_currency = NULL,
             fx_rate = NULL, fx_date = NULL, processed_at = NULL
          WHERE id = ?1",
     )?
@@ -344,6 +344,30 @@ pub struct OrderStatus {
     pub last_error: Option<String>,
     /// Why the conversion waits for rates (set when it was last parked).
     pub parked_reason: Option<String>,
+}
+
+impl OrderStatus {
+    /// Which sources reported the order, pixel first: what the status view, the export and the
+    /// dashboard list.
+    pub fn sources(&self) -> Vec<&'static str> {
+        let mut out = Vec::with_capacity(2);
+        if self.by_pixel {
+            out.push("pixel");
+        }
+        if self.by_api {
+            out.push("api");
+        }
+        out
+    }
+
+    /// Why the conversion waits, while it is `fx_pending`.
+    pub fn pending_reason(&self) -> Option<&str> {
+        if self.status == "fx_pending" {
+            self.parked_reason.as_deref()
+        } else {
+            None
+        }
+    }
 }
 
 /// The columns [`status_row`] reads, from `conversions LEFT JOIN outbox`.

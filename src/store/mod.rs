@@ -8,12 +8,14 @@
 //! commit.
 
 pub mod conversions;
+pub mod dashboard;
 pub mod erasure;
 pub mod export;
 pub mod keys;
 pub mod outbox;
 pub mod pipeline;
 pub mod rates;
+#[macro_use]
 pub mod report;
 pub mod retention;
 pub mod sessions;
@@ -28,6 +30,7 @@ use std::time::Duration;
 
 use r2d2::Pool;
 use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::functions::FunctionFlags;
 use rusqlite::{Connection, ErrorCode};
 
 /// The schema of a fresh database; see `schema.sql` at the top of the repository.
@@ -50,8 +53,28 @@ const MIGRATIONS: &[&str] = &[
     PIXEL_TRUST_AND_STORAGE,
     OUTBOX_ORIGIN,
     DATA_LIFECYCLE,
+    REPORT_ROLLUP,
     DASHBOARD_ACCOUNTS,
 ];
+
+/// The report reads a daily rollup instead of every conversion (docs/decisions.md §11):
+/// - `conversions.reporting_minor`: the reporting value in integer minor units of its currency,
+///   written by the pipeline with `reporting_value`; here computed for the rows there are by
+///   [`MINOR_AMOUNT_FN`] (Rust, exact), NULL where there is no exact integer (see
+///   `report::minor_amount`);
+/// - `report_daily` built from every conversion, and the triggers that keep it exact from now on
+///   (`report.rs`).
+const REPORT_ROLLUP: &str = concat!(
+    "ALTER TABLE conversions ADD COLUMN reporting_minor INTEGER;
+UPDATE conversions SET reporting_minor = convapi_minor_amount(reporting_value, reporting_currency)
+    WHERE reporting_value IS NOT NULL;
+",
+    rollup_schema!()
+);
+
+/// The SQL function [`REPORT_ROLLUP`] fills `reporting_minor` with: `report::minor_amount`.
+/// Registered on the migrating connection only while migrations run.
+const MINOR_AMOUNT_FN: &str = "convapi_minor_amount";
 
 /// Dashboard accounts and their logins (docs/decisions.md §10): a user belongs to one tenant, its
 /// email is unique in any case, its password is kept only as an Argon2id PHC string; a session row
@@ -359,6 +382,26 @@ fn migrate(conn: &mut Connection) -> Result<()> {
         }
         tx.commit()?;
     }
+    conn.create_scalar_function(
+        MINOR_AMOUNT_FN,
+        2,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            let value: Option<String> = ctx.get(0)?;
+            let currency: Option<String> = ctx.get(1)?;
+            Ok(match (value, currency) {
+                (Some(v), Some(c)) => report::minor_amount(&v, &c),
+                _ => None,
+            })
+        },
+    )?;
+    let done = run_migrations(conn);
+    conn.remove_function(MINOR_AMOUNT_FN, 2)?;
+    done
+}
+
+/// The steps of [`MIGRATIONS`] the file has not had yet, each in its own transaction.
+fn run_migrations(conn: &mut Connection) -> Result<()> {
     loop {
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         if version >= SCHEMA_VERSION {

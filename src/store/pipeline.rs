@@ -94,7 +94,8 @@ fn store_attribution(
     Ok(())
 }
 
-/// Stores the finished result and deletes the outbox row.
+/// Stores the finished result (with the reporting value in integer minor units for the report's
+/// rollup, `report::minor_amount`) and deletes the outbox row.
 pub fn finish(
     conn: &Connection,
     item_id: i64,
@@ -103,13 +104,32 @@ pub fn finish(
     fx: &Reported,
     now_ms: i64,
 ) -> Result<()> {
-    store_attribution(conn, conversion_id, a, "processed")?;
+    // One statement, so that the report's rollup trigger moves the conversion once (docs/decisions.md §11).
+    let minor = match (&fx.value, &fx.currency) {
+        (Some(v), Some(c)) => super::report::minor_amount(v, c),
+        _ => None,
+    };
     conn.prepare_cached(
-        "UPDATE conversions SET reporting_value = ?2, reporting_currency = ?3, fx_rate = ?4, fx_date = ?5,
-            processed_at = ?6
+        "UPDATE conversions SET status = 'processed', attr_model = ?2, attr_session_id = ?3,
+            attr_source = ?4, attr_medium = ?5, attr_campaign = ?6, reporting_value = ?7,
+            reporting_minor = ?8, reporting_currency = ?9, fx_rate = ?10, fx_date = ?11,
+            processed_at = ?12
          WHERE id = ?1",
     )?
-    .execute(params![conversion_id, fx.value, fx.currency, fx.rate, fx.date, now_ms])?;
+    .execute(params![
+        conversion_id,
+        a.model,
+        a.session_id,
+        a.source,
+        a.medium,
+        a.campaign,
+        fx.value,
+        minor,
+        fx.currency,
+        fx.rate,
+        fx.date,
+        now_ms
+    ])?;
     let deleted = conn
         .prepare_cached("DELETE FROM outbox WHERE id = ?1")?
         .execute([item_id])?;

@@ -1,9 +1,177 @@
-//! The report's read: one row per conversion of a site in a time range, with the grouping key and
-//! what the pipeline stored. Sums are made in Rust with exact decimals (SQLite would sum text as REAL).
+//! The report's reads, and the rollup they read: `report_daily`, one row per site, UTC day and
+//! grouping key (type, whether attribution ran, source, medium, campaign) with the number of
+//! conversions, their revenue in integer minor units of the site currency, and how many are not
+//! converted yet (docs/decisions.md §11). SQLite triggers on `conversions` keep it exact on every
+//! write, whoever writes; the SQL of the cell a conversion row falls in is written once, in the
+//! `rollup_*` macros below, for the triggers, the migration that builds the table and
+//! [`check_rollup`].
+//!
+//! The row-by-row read [`lines`] stays for what the rollup cannot sum exactly: a reporting value
+//! without integer minor units (a currency without them, such as XAU, or an amount past 64 bits),
+//! or a cell whose sum went past 64 bits (SQLite then stores it as an approximate REAL).
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, types::Value, Connection};
+use rust_decimal::prelude::ToPrimitive;
+use rust_decimal::Decimal;
 
 use super::Result;
+
+/// The key columns of the rollup cell of conversion row `$r` (`NEW`, `OLD`, or a table alias),
+/// in the order of `report_daily`'s primary key. `day` is the UTC day number (days since
+/// 1970-01-01, rounded down); a NULL attribution column is stored as `''` with its bit set in
+/// `nulls` (1 source, 2 medium, 4 campaign), so that `''` and NULL stay apart as the report keeps them.
+macro_rules! rollup_key {
+    ($r:literal) => {
+        concat!(
+            $r,
+            ".site_id, ",
+            $r,
+            ".occurred_at / 86400000 - (",
+            $r,
+            ".occurred_at % 86400000 < 0), ",
+            $r,
+            ".type, ",
+            $r,
+            ".attr_model IS NOT NULL, ",
+            "COALESCE(",
+            $r,
+            ".attr_source, ''), ",
+            "COALESCE(",
+            $r,
+            ".attr_medium, ''), ",
+            "COALESCE(",
+            $r,
+            ".attr_campaign, ''), ",
+            "(",
+            $r,
+            ".attr_source IS NULL) + 2 * (",
+            $r,
+            ".attr_medium IS NULL) + 4 * (",
+            $r,
+            ".attr_campaign IS NULL)"
+        )
+    };
+}
+
+/// What conversion row `$r` adds to its cell's `revenue_minor`: its reporting value once
+/// processed (a stale `reporting_minor` beside a NULL `reporting_value` counts nothing).
+macro_rules! rollup_revenue {
+    ($r:literal) => {
+        concat!(
+            "(CASE WHEN ",
+            $r,
+            ".status = 'processed' AND ",
+            $r,
+            ".reporting_value IS NOT NULL THEN COALESCE(",
+            $r,
+            ".reporting_minor, 0) ELSE 0 END)"
+        )
+    };
+}
+
+/// What conversion row `$r` adds to its cell's `unconverted`.
+macro_rules! rollup_unconverted {
+    ($r:literal) => {
+        concat!("(", $r, ".status <> 'processed')")
+    };
+}
+
+/// What conversion row `$r` adds to its cell's `inexact`: a processed reporting value that has
+/// no integer minor units, which only the row-by-row read sums exactly.
+macro_rules! rollup_inexact {
+    ($r:literal) => {
+        concat!(
+            "(",
+            $r,
+            ".status = 'processed' AND ",
+            $r,
+            ".reporting_value IS NOT NULL AND ",
+            $r,
+            ".reporting_minor IS NULL)"
+        )
+    };
+}
+
+/// The rollup table, its triggers, and its first fill from the rows there are (the migration step
+/// in `store/mod.rs` adds `reporting_minor` and fills it before this runs). The fill adds row by
+/// row with the triggers' own `+`, so a cell that outgrows 64 bits turns REAL the same way.
+/// A later migration that builds `conversions` again must create the triggers again.
+macro_rules! rollup_schema {
+    () => {
+        concat!(
+            "CREATE TABLE report_daily (
+    site_id        TEXT NOT NULL,
+    day            INTEGER NOT NULL,
+    type           TEXT NOT NULL,
+    attributed     INTEGER NOT NULL,
+    source         TEXT NOT NULL,
+    medium         TEXT NOT NULL,
+    campaign       TEXT NOT NULL,
+    nulls          INTEGER NOT NULL,
+    conversions    INTEGER NOT NULL,
+    revenue_minor  INTEGER NOT NULL,
+    unconverted    INTEGER NOT NULL,
+    inexact        INTEGER NOT NULL,
+    PRIMARY KEY (site_id, day, type, attributed, source, medium, campaign, nulls)
+) WITHOUT ROWID;
+INSERT INTO report_daily SELECT ", rollup_key!("c"), ", 1, ", rollup_revenue!("c"), ", ",
+            rollup_unconverted!("c"), ", ", rollup_inexact!("c"), " FROM conversions c WHERE true
+    ON CONFLICT DO UPDATE SET conversions = conversions + 1,
+        revenue_minor = revenue_minor + excluded.revenue_minor,
+        unconverted = unconverted + excluded.unconverted, inexact = inexact + excluded.inexact;
+CREATE TRIGGER report_daily_insert AFTER INSERT ON conversions BEGIN
+    INSERT INTO report_daily VALUES (", rollup_key!("NEW"), ", 1, ", rollup_revenue!("NEW"), ", ",
+            rollup_unconverted!("NEW"), ", ", rollup_inexact!("NEW"), ")
+        ON CONFLICT DO UPDATE SET conversions = conversions + 1,
+            revenue_minor = revenue_minor + excluded.revenue_minor,
+            unconverted = unconverted + excluded.unconverted, inexact = inexact + excluded.inexact;
+END;
+CREATE TRIGGER report_daily_delete AFTER DELETE ON conversions BEGIN
+    UPDATE report_daily SET conversions = conversions - 1,
+        revenue_minor = revenue_minor - ", rollup_revenue!("OLD"), ",
+        unconverted = unconverted - ", rollup_unconverted!("OLD"), ",
+        inexact = inexact - ", rollup_inexact!("OLD"), "
+    WHERE (site_id, day, type, attributed, source, medium, campaign, nulls) = (", rollup_key!("OLD"), ");
+END;
+CREATE TRIGGER report_daily_update AFTER UPDATE OF site_id, occurred_at, type, attr_model, attr_source,
+        attr_medium, attr_campaign, status, reporting_value, reporting_minor ON conversions
+    WHEN OLD.site_id IS NOT NEW.site_id OR OLD.occurred_at IS NOT NEW.occurred_at
+        OR OLD.type IS NOT NEW.type OR (OLD.attr_model IS NULL) <> (NEW.attr_model IS NULL)
+        OR OLD.attr_source IS NOT NEW.attr_source OR OLD.attr_medium IS NOT NEW.attr_medium
+        OR OLD.attr_campaign IS NOT NEW.attr_campaign OR OLD.status IS NOT NEW.status
+        OR OLD.reporting_value IS NOT NEW.reporting_value OR OLD.reporting_minor IS NOT NEW.reporting_minor
+BEGIN
+    UPDATE report_daily SET conversions = conversions - 1,
+        revenue_minor = revenue_minor - ", rollup_revenue!("OLD"), ",
+        unconverted = unconverted - ", rollup_unconverted!("OLD"), ",
+        inexact = inexact - ", rollup_inexact!("OLD"), "
+    WHERE (site_id, day, type, attributed, source, medium, campaign, nulls) = (", rollup_key!("OLD"), ");
+    INSERT INTO report_daily VALUES (", rollup_key!("NEW"), ", 1, ", rollup_revenue!("NEW"), ", ",
+            rollup_unconverted!("NEW"), ", ", rollup_inexact!("NEW"), ")
+        ON CONFLICT DO UPDATE SET conversions = conversions + 1,
+            revenue_minor = revenue_minor + excluded.revenue_minor,
+            unconverted = unconverted + excluded.unconverted, inexact = inexact + excluded.inexact;
+END;
+"
+        )
+    };
+}
+
+/// The milliseconds of a UTC day.
+pub const DAY_MS: i64 = 86_400_000;
+
+/// `value` (decimal text in `currency`) as an integer number of the currency's minor units, when
+/// that is exact and fits 64 bits; `None` otherwise (no minor units in ISO 4217, more decimals
+/// than the currency has, not a decimal, too large). What `reporting_minor` holds.
+pub fn minor_amount(value: &str, currency: &str) -> Option<i64> {
+    let dp = crate::fx::minor_units(currency)?;
+    let amount = crate::fx::decimal(value).ok()?;
+    let scaled = amount.checked_mul(Decimal::from(10i64.checked_pow(dp)?))?;
+    if !scaled.fract().is_zero() {
+        return None;
+    }
+    scaled.to_i64()
+}
 
 /// The column a report groups by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +191,16 @@ impl GroupBy {
             GroupBy::Type => "type",
         }
     }
+
+    /// The key of a `report_daily` row, NULL where the conversion's column was.
+    fn rollup_key(self) -> &'static str {
+        match self {
+            GroupBy::Source => "CASE WHEN nulls & 1 THEN NULL ELSE source END",
+            GroupBy::Medium => "CASE WHEN nulls & 2 THEN NULL ELSE medium END",
+            GroupBy::Campaign => "CASE WHEN nulls & 4 THEN NULL ELSE campaign END",
+            GroupBy::Type => "type",
+        }
+    }
 }
 
 /// One conversion as the report sees it.
@@ -35,9 +213,11 @@ pub struct Line {
     pub status: String,
     /// Decimal text in the site currency, once processed.
     pub reporting_value: Option<String>,
+    pub occurred_at: i64,
 }
 
-/// Conversions of `site_id` that occurred in `[from_ms, to_ms)`.
+/// Conversions of `site_id` that occurred in `[from_ms, to_ms)`, row by row: the exact read for
+/// what the rollup cannot sum (see the module's header).
 pub fn lines(
     conn: &Connection,
     site_id: &str,
@@ -46,7 +226,7 @@ pub fn lines(
     by: GroupBy,
 ) -> Result<Vec<Line>> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {}, attr_model IS NOT NULL, status, reporting_value FROM conversions
+        "SELECT {}, attr_model IS NOT NULL, status, reporting_value, occurred_at FROM conversions
          WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3",
         by.column()
     ))?;
@@ -56,7 +236,252 @@ pub fn lines(
             attributed: r.get(1)?,
             status: r.get(2)?,
             reporting_value: r.get(3)?,
+            occurred_at: r.get(4)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// The sums of some rollup rows (one group of the report, or one day).
+#[derive(Debug, Clone)]
+pub struct Sums<K> {
+    pub key: K,
+    /// For a group: whether attribution had run (`report_daily.attributed`).
+    pub attributed: bool,
+    pub conversions: i64,
+    pub revenue_minor: i64,
+    pub unconverted: i64,
+}
+
+/// Runs a rollup query whose rows are `key, attributed, conversions, revenue_minor, unconverted,
+/// inexact`; `None` as soon as a sum cannot be exact: a row counts inexact values, or its revenue
+/// is not an integer (a cell past 64 bits), or SQLite's `SUM` overflowed 64 bits.
+fn sums<K: rusqlite::types::FromSql>(
+    conn: &Connection,
+    sql: &str,
+    site_id: &str,
+    from_day: i64,
+    to_day: i64,
+) -> Result<Option<Vec<Sums<K>>>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let mut rows = stmt.query(params![site_id, from_day, to_day])?;
+    let mut out = Vec::new();
+    loop {
+        let row = match rows.next() {
+            Ok(Some(row)) => row,
+            Ok(None) => break,
+            Err(e) if is_integer_overflow(&e) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let Value::Integer(revenue_minor) = row.get::<_, Value>(3)? else {
+            return Ok(None);
+        };
+        if row.get::<_, i64>(5)? != 0 {
+            return Ok(None);
+        }
+        out.push(Sums {
+            key: row.get(0)?,
+            attributed: row.get(1)?,
+            conversions: row.get(2)?,
+            revenue_minor,
+            unconverted: row.get(4)?,
+        });
+    }
+    Ok(Some(out))
+}
+
+/// SQLite's `SUM()` fails with this message rather than lose integer precision.
+fn is_integer_overflow(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(_, Some(m)) if m == "integer overflow")
+}
+
+/// The rollup summed per grouping key over the UTC days `[from_day, to_day)`, one row per key and
+/// `attributed`, NULL keys as `None`; `None` when the sums cannot be exact (see [`sums`]).
+pub fn groups(
+    conn: &Connection,
+    site_id: &str,
+    from_day: i64,
+    to_day: i64,
+    by: GroupBy,
+) -> Result<Option<Vec<Sums<Option<String>>>>> {
+    let sql = format!(
+        "SELECT {} AS k, attributed, SUM(conversions), SUM(revenue_minor), SUM(unconverted),
+            SUM(inexact) + SUM(typeof(revenue_minor) <> 'integer')
+         FROM report_daily WHERE site_id = ?1 AND day >= ?2 AND day < ?3
+         GROUP BY k, attributed HAVING SUM(conversions) > 0",
+        by.rollup_key()
+    );
+    sums(conn, &sql, site_id, from_day, to_day)
+}
+
+/// The rollup summed per UTC day number over `[from_day, to_day)`, days with conversions only,
+/// ascending; `None` when the sums cannot be exact (see [`sums`]).
+pub fn days(
+    conn: &Connection,
+    site_id: &str,
+    from_day: i64,
+    to_day: i64,
+) -> Result<Option<Vec<Sums<i64>>>> {
+    sums(
+        conn,
+        "SELECT day, 1, SUM(conversions), SUM(revenue_minor), SUM(unconverted),
+            SUM(inexact) + SUM(typeof(revenue_minor) <> 'integer')
+         FROM report_daily WHERE site_id = ?1 AND day >= ?2 AND day < ?3
+         GROUP BY day HAVING SUM(conversions) > 0 ORDER BY day",
+        site_id,
+        from_day,
+        to_day,
+    )
+}
+
+/// The rollup's cells that differ from an aggregation of `conversions` from scratch, each as
+/// `missing: …` (in the aggregation, not in the rollup) or `extra: …` (the other way); empty when
+/// the triggers kept it exact. Cells whose counts all came back to 0 are not differences. For
+/// tests and for an operator's check; it reads every conversion.
+pub fn check_rollup(conn: &Connection) -> Result<Vec<String>> {
+    let sql = concat!(
+        "WITH scratch AS (
+            SELECT ",
+        rollup_key!("c"),
+        ", COUNT(*), SUM(",
+        rollup_revenue!("c"),
+        "), SUM(",
+        rollup_unconverted!("c"),
+        "), SUM(",
+        rollup_inexact!("c"),
+        ")
+            FROM conversions c GROUP BY 1, 2, 3, 4, 5, 6, 7, 8),
+        kept AS (
+            SELECT * FROM report_daily
+            WHERE conversions <> 0 OR revenue_minor <> 0 OR unconverted <> 0 OR inexact <> 0)
+        SELECT 'missing', * FROM (SELECT * FROM scratch EXCEPT SELECT * FROM kept)
+        UNION ALL
+        SELECT 'extra', * FROM (SELECT * FROM kept EXCEPT SELECT * FROM scratch)"
+    );
+    let mut stmt = conn.prepare(sql)?;
+    let rows = stmt.query_map([], |r| {
+        let cells: Vec<String> = (0..13)
+            .map(|i| match r.get::<_, Value>(i) {
+                Ok(Value::Text(t)) => format!("{t:?}"),
+                Ok(Value::Integer(n)) => n.to_string(),
+                Ok(Value::Real(x)) => format!("{x}"),
+                Ok(v) => format!("{v:?}"),
+                Err(e) => e.to_string(),
+            })
+            .collect();
+        Ok(format!(
+            "{}: {}",
+            cells[0].trim_matches('"'),
+            cells[1..].join(" ")
+        ))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_migration_fills_minor_units_and_builds_the_rollup_from_the_rows_there_are() {
+        let mut conn = super::super::version_1_fixture();
+        conn.execute_batch(
+            "INSERT INTO sessions (id, site_id, visitor_id, started_at, last_activity_at)
+                 VALUES ('x', 's', 'v', 0, 0);
+             INSERT INTO conversions (id, site_id, type, session_id, visitor_id, currency,
+                     occurred_at, created_at, status, attr_model, attr_source, attr_medium,
+                     attr_campaign, reporting_value, reporting_currency)
+                 VALUES ('a', 's', 'purchase', 'x', 'v', 'EUR', 86400000, 0, 'processed',
+                         'last_touch', 'news', 'email', NULL, '49.90', 'EUR'),
+                        ('b', 's', 'purchase', 'x', 'v', 'EUR', 86400001, 0, 'processed',
+                         'last_touch', 'news', 'email', NULL, '0.10', 'EUR'),
+                        ('c', 's', 'purchase', 'x', 'v', 'EUR', -1, 0, 'processed',
+                         'last_touch', 'news', 'email', '', '1.234', 'EUR'),
+                        ('d', 's', 'signup', 'x', 'v', 'EUR', 86400000, 0, 'queued',
+                         NULL, NULL, NULL, NULL, NULL, NULL);",
+        )
+        .unwrap();
+        super::super::migrate(&mut conn).unwrap();
+        let minor = |id: &str| -> Option<i64> {
+            conn.query_row(
+                "SELECT reporting_minor FROM conversions WHERE id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            (minor("a"), minor("b"), minor("c"), minor("d")),
+            (Some(4990), Some(10), None, None)
+        );
+        let cells: Vec<String> = conn
+            .prepare(
+                "SELECT day || ' ' || type || ' ' || quote(campaign) || ' ' || nulls || ' ' ||
+                    conversions || ' ' || revenue_minor || ' ' || unconverted || ' ' || inexact
+                 FROM report_daily ORDER BY day, type",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        // A millisecond before the epoch is on day -1; '' and NULL campaigns stay apart.
+        assert_eq!(
+            cells,
+            vec![
+                "-1 purchase '' 0 1 0 0 1",
+                "1 purchase '' 4 2 5000 0 0",
+                "1 signup '' 7 1 0 1 0",
+            ]
+        );
+        assert_eq!(check_rollup(&conn).unwrap(), Vec::<String>::new());
+        assert!(
+            groups(&conn, "s", -1, 2, GroupBy::Campaign)
+                .unwrap()
+                .is_none(),
+            "an inexact value sends the report to the rows"
+        );
+        let summed = groups(&conn, "s", 0, 2, GroupBy::Campaign)
+            .unwrap()
+            .unwrap();
+        assert_eq!(summed.len(), 2);
+        conn.execute("DELETE FROM conversions WHERE id = 'a'", [])
+            .unwrap();
+        conn.execute(
+            "UPDATE conversions SET status = 'processed', reporting_value = '2', reporting_minor = 200
+             WHERE id = 'd'",
+            [],
+        )
+        .unwrap();
+        assert_eq!(check_rollup(&conn).unwrap(), Vec::<String>::new());
+        assert!(
+            days(&conn, "s", i64::MIN, i64::MAX).unwrap().is_none(),
+            "day -1 is inexact"
+        );
+        assert_eq!(days_in(&conn, 0, 5), vec![(1, 2, 210, 0)]);
+    }
+
+    fn days_in(conn: &Connection, from: i64, to: i64) -> Vec<(i64, i64, i64, i64)> {
+        days(conn, "s", from, to)
+            .unwrap()
+            .unwrap()
+            .into_iter()
+            .map(|d| (d.key, d.conversions, d.revenue_minor, d.unconverted))
+            .collect()
+    }
+
+    #[test]
+    fn minor_amounts_are_exact_or_none() {
+        assert_eq!(minor_amount("49.90", "EUR"), Some(4990));
+        assert_eq!(minor_amount("49.9", "EUR"), Some(4990));
+        assert_eq!(minor_amount("0.00", "EUR"), Some(0));
+        assert_eq!(minor_amount("1234", "JPY"), Some(1234));
+        assert_eq!(minor_amount("1.234", "BHD"), Some(1234));
+        assert_eq!(minor_amount("1.234", "EUR"), None);
+        assert_eq!(minor_amount("1.5", "XAU"), None);
+        assert_eq!(minor_amount("nine", "EUR"), None);
+        assert_eq!(minor_amount("100000000000000000000", "EUR"), None);
+        assert_eq!(minor_amount("92233720368547758.07", "EUR"), Some(i64::MAX));
+        assert_eq!(minor_amount("92233720368547758.08", "EUR"), None);
+    }
 }

@@ -1,0 +1,529 @@
+//! A site's conversions: the filtered list newest first with its CSV download, one conversion's
+//! page (what the order status lookup shows), and the dead letters with their retry.
+//!
+//! Reads go through `store::dashboard`, whose list looks at no more than [`MAX_SCAN`] rows per
+//! page (docs/decisions.md §10, "The conversions list"); the retry is the same change as
+//! `convapi outbox retry`, made by the writer. Everything shown that the pixel sent (order ids,
+//! types, UTM values) is written through maud's escaping `(expr)`.
+
+use std::collections::HashMap;
+
+use maud::{html, Markup};
+
+use super::form;
+use super::layout::{self, SiteTab};
+use super::{Dashboard, PageError, PageResult, Viewer};
+use crate::http::Ctx;
+use crate::store::conversions::OrderStatus;
+use crate::store::dashboard::{self as list, Cursor, End, Filter, Sources};
+use crate::store::outbox::NotDead;
+use crate::store::{self, sites::Site};
+
+/// Rows per page.
+pub const PAGE_SIZE: usize = 50;
+/// Index rows one page looks at, at most: a filter that matches few rows stops here and offers to
+/// search on from where it stopped, instead of walking a million rows.
+pub const MAX_SCAN: u64 = 5_000;
+/// The type filter offers the types among this many latest conversions.
+const TYPES_FROM_LATEST: u64 = 1_000;
+/// Rows of a CSV download at most, and index rows it looks at for them.
+pub const CSV_MAX_ROWS: usize = 10_000;
+pub const CSV_MAX_SCAN: u64 = 200_000;
+
+const STATUSES: [&str; 4] = ["queued", "fx_pending", "processed", "failed"];
+/// A type longer than the API accepts matches nothing; refuse it rather than echo it.
+const MAX_TYPE_CHARS: usize = 200;
+
+/// The list's filters as given in the query, checked.
+struct Query {
+    status: Option<String>,
+    sources: Option<Sources>,
+    kind: Option<String>,
+    from: Option<chrono::NaiveDate>,
+    to: Option<chrono::NaiveDate>,
+    before: Option<Cursor>,
+}
+
+impl Query {
+    fn parse(q: &HashMap<String, String>) -> Result<Query, PageError> {
+        let get = |name: &str| {
+            q.get(name)
+                .map(|v| v.trim())
+                .filter(|v| !v.is_empty() && *v != "any")
+        };
+        let status = match get("status") {
+            None => None,
+            Some(s) if STATUSES.contains(&s) => Some(s.to_owned()),
+            Some(_) => {
+                return Err(PageError::BadRequest(
+                    "status must be one of any, queued, fx_pending, processed, failed.".into(),
+                ))
+            }
+        };
+        let sources = match get("source") {
+            None => None,
+            Some("api") => Some(Sources::Api),
+            Some("pixel") => Some(Sources::Pixel),
+            Some("both") => Some(Sources::Both),
+            Some(_) => {
+                return Err(PageError::BadRequest(
+                    "source must be one of any, api, pixel, both.".into(),
+                ))
+            }
+        };
+        let kind = get("type").map(str::to_owned);
+        if kind
+            .as_ref()
+            .is_some_and(|k| k.chars().count() > MAX_TYPE_CHARS)
+        {
+            return Err(PageError::BadRequest("type is too long.".into()));
+        }
+        let from = get("from").map(day).transpose()?;
+        let to = get("to").map(day).transpose()?;
+        if let (Some(f), Some(t)) = (from, to) {
+            if f > t {
+                return Err(PageError::BadRequest(format!(
+                    "from ({f}) is after to ({t})."
+                )));
+            }
+        }
+        let before = get("before").map(cursor).transpose()?;
+        Ok(Query {
+            status,
+            sources,
+            kind,
+            from,
+            to,
+            before,
+        })
+    }
+
+    fn filter(&self) -> Filter {
+        let (from_ms, to_ms) = crate::report::day_range(self.from, self.to);
+        Filter {
+            status: self.status.clone(),
+            sources: self.sources,
+            kind: self.kind.clone(),
+            from_ms,
+            to_ms,
+        }
+    }
+
+    /// The filters as a query string (without the cursor), for the CSV link and the next page.
+    fn filters_query(&self) -> String {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        if let Some(s) = &self.status {
+            q.append_pair("status", s);
+        }
+        if let Some(s) = self.sources {
+            q.append_pair("source", source_value(s));
+        }
+        if let Some(k) = &self.kind {
+            q.append_pair("type", k);
+        }
+        if let Some(d) = self.from {
+            q.append_pair("from", &d.to_string());
+        }
+        if let Some(d) = self.to {
+            q.append_pair("to", &d.to_string());
+        }
+        q.finish()
+    }
+}
+
+fn source_value(s: Sources) -> &'static str {
+    match s {
+        Sources::Api => "api",
+        Sources::Pixel => "pixel",
+        Sources::Both => "both",
+    }
+}
+
+fn day(text: &str) -> Result<chrono::NaiveDate, PageError> {
+    crate::fx::parse_day(text)
+        .map_err(|_| PageError::BadRequest(format!("{text:?} is not a date like 2026-11-20.")))
+}
+
+/// `before=<occurred_at_ms>:<event id>`.
+fn cursor(text: &str) -> Result<Cursor, PageError> {
+    let bad = || PageError::BadRequest("before is not a position in the list.".into());
+    let (at, id) = text.split_once(':').ok_or_else(bad)?;
+    Ok(Cursor {
+        occurred_at: at.parse().map_err(|_| bad())?,
+        id: id.to_owned(),
+    })
+}
+
+fn cursor_param(c: &Cursor) -> String {
+    format!("{}:{}", c.occurred_at, c.id)
+}
+
+fn base(site: &Site) -> String {
+    format!("/dashboard/sites/{}", site.id)
+}
+
+/// A decimal text with its currency, or "—".
+fn money(value: Option<&str>, currency: Option<&str>) -> String {
+    match (value, currency) {
+        (Some(v), Some(c)) => format!("{v} {c}"),
+        (Some(v), None) => v.to_owned(),
+        _ => "—".to_owned(),
+    }
+}
+
+fn sources_text(o: &OrderStatus) -> String {
+    o.sources().join(" + ")
+}
+
+fn attribution_text(o: &OrderStatus) -> String {
+    match &o.attribution {
+        Some(a) => format!(
+            "{} / {} / {}",
+            a.source,
+            a.medium,
+            a.campaign.as_deref().unwrap_or(crate::attribution::NOT_SET)
+        ),
+        None => crate::report::UNATTRIBUTED.to_owned(),
+    }
+}
+
+/// `GET /dashboard/sites/{id}/conversions`.
+pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
+    let q = Query::parse(&form::query(ctx))?;
+    let filter = q.filter();
+    let (rows, end, types) = d.read(|c| {
+        let mut rows = Vec::with_capacity(PAGE_SIZE + 1);
+        let end = list::conversions(
+            c,
+            &site.id,
+            &filter,
+            q.before.as_ref(),
+            Some(MAX_SCAN),
+            |o| {
+                rows.push(o);
+                rows.len() <= PAGE_SIZE
+            },
+        )?;
+        let types = list::recent_types(c, &site.id, TYPES_FROM_LATEST)?;
+        Ok((rows, end, types))
+    })?;
+    let mut rows = rows;
+    // The row past the page only tells that there is an older one.
+    let next = match end {
+        End::Enough => {
+            rows.truncate(PAGE_SIZE);
+            rows.last().map(|o| {
+                (
+                    Cursor {
+                        occurred_at: o.conversion.occurred_at,
+                        id: o.conversion.id.clone(),
+                    },
+                    false,
+                )
+            })
+        }
+        End::Bounded(c) => Some((c, true)),
+        End::Exhausted => None,
+    };
+    let filters = q.filters_query();
+    let base = base(site);
+    let with = |extra: &str| {
+        let joined = [filters.as_str(), extra]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join("&");
+        if joined.is_empty() {
+            String::new()
+        } else {
+            format!("?{joined}")
+        }
+    };
+    let body = html! {
+        div.page-head {
+            h1 { "Conversions" }
+            a.button.secondary #csv href={ (base) "/conversions.csv" (with("")) } { "Download CSV" }
+        }
+        (filters_form(&q, &types, &base))
+        @if q.before.is_some() {
+            p.hint { "Older conversions. " a href={ (base) "/conversions" (with("")) } { "Back to the newest" } }
+        }
+        @if rows.is_empty() {
+            p.empty #no-conversions { "No conversion matches." }
+        } @else {
+            div.table-wrap {
+                table #conversions {
+                    thead { tr {
+                        th { "Occurred" } th { "Order" } th { "Type" } th.num { "Value" }
+                        th.num { "Reporting value" } th { "Status" } th { "Sources" }
+                        th { "Source / medium / campaign" }
+                    } }
+                    tbody {
+                        @for o in &rows {
+                            (row(&base, o))
+                        }
+                    }
+                }
+            }
+        }
+        @if let Some((c, bounded)) = &next {
+            p.pager {
+                @if *bounded {
+                    span.hint { "Looked at " (MAX_SCAN) " conversions without finding more matches. " }
+                    a #older href={ (base) "/conversions" (with(&format!("before={}", enc(&cursor_param(c))))) } { "Search older" }
+                } @else {
+                    a #older href={ (base) "/conversions" (with(&format!("before={}", enc(&cursor_param(c))))) } { "Older" }
+                }
+            }
+        }
+        p.hint { "The CSV holds the newest " (CSV_MAX_ROWS) " matching conversions at most; "
+            code { "convapi export" } " on the server writes them all." }
+    };
+    Ok(layout::html(
+        200,
+        layout::site_page(v, site, SiteTab::Conversions, "Conversions", body),
+    ))
+}
+
+fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+fn row(base: &str, o: &OrderStatus) -> Markup {
+    let c = &o.conversion;
+    html! {
+        tr.conversion {
+            td.nowrap { (layout::date(c.occurred_at)) }
+            td {
+                @if let Some(order) = &c.order_id {
+                    a href={ (base) "/conversions/" (enc(&c.id)) } { (order) }
+                } @else {
+                    a href={ (base) "/conversions/" (enc(&c.id)) } aria-label="Conversion without an order id" { "—" }
+                }
+            }
+            td { (c.kind) }
+            td.num { (money(c.value.as_deref(), Some(&c.currency))) }
+            td.num { (money(o.fx.value.as_deref(), o.fx.currency.as_deref())) }
+            td { span class={ "status status-" (o.status) } { (o.status) } }
+            td { (sources_text(o)) }
+            td { (attribution_text(o)) }
+        }
+    }
+}
+
+fn filters_form(q: &Query, types: &[String], base: &str) -> Markup {
+    let status = q.status.as_deref().unwrap_or("any");
+    let source = q.sources.map(source_value).unwrap_or("any");
+    let kind = q.kind.as_deref().unwrap_or("any");
+    let mut kinds: Vec<&str> = types.iter().map(String::as_str).collect();
+    if kind != "any" && !kinds.contains(&kind) {
+        kinds.push(kind);
+    }
+    html! {
+        form.filters #filters method="get" action={ (base) "/conversions" } {
+            div.field {
+                label for="f-status" { "Status" }
+                select #f-status name="status" {
+                    @for s in ["any", "queued", "fx_pending", "processed", "failed"] {
+                        option value=(s) selected[s == status] { (s) }
+                    }
+                }
+            }
+            div.field {
+                label for="f-source" { "Source" }
+                select #f-source name="source" {
+                    @for (value, label) in [("any", "any"), ("api", "API only"), ("pixel", "pixel only"), ("both", "API and pixel")] {
+                        option value=(value) selected[value == source] { (label) }
+                    }
+                }
+            }
+            div.field {
+                label for="f-type" { "Type" }
+                select #f-type name="type" {
+                    option value="any" selected[kind == "any"] { "any" }
+                    @for k in &kinds {
+                        option value=(k) selected[*k == kind] { (k) }
+                    }
+                }
+            }
+            div.field {
+                label for="f-from" { "From" }
+                input #f-from type="date" name="from" value=(q.from.map(|d| d.to_string()).unwrap_or_default());
+            }
+            div.field {
+                label for="f-to" { "To" }
+                input #f-to type="date" name="to" value=(q.to.map(|d| d.to_string()).unwrap_or_default());
+            }
+            div.field.actions {
+                button type="submit" { "Filter" }
+                a.reset href={ (base) "/conversions" } { "Reset" }
+            }
+        }
+    }
+}
+
+/// `GET /dashboard/sites/{id}/conversions.csv`: the newest [`CSV_MAX_ROWS`] matching conversions
+/// in `convapi export`'s columns, newest first.
+pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult {
+    let q = Query::parse(&form::query(ctx))?;
+    let filter = q.filter();
+    let mut out = Vec::with_capacity(64 * 1024);
+    crate::csv::record(&mut out, crate::csv::CONVERSION_COLUMNS)
+        .map_err(|e| PageError::Internal(e.to_string()))?;
+    d.read(|c| {
+        let mut n = 0;
+        let mut failed = None;
+        list::conversions(
+            c,
+            &site.id,
+            &filter,
+            q.before.as_ref(),
+            Some(CSV_MAX_SCAN),
+            |o| {
+                if let Err(e) = crate::csv::record(&mut out, crate::csv::conversion_fields(&o)) {
+                    failed = Some(e);
+                    return false;
+                }
+                n += 1;
+                n < CSV_MAX_ROWS
+            },
+        )?;
+        match failed {
+            Some(e) => Err(PageError::Internal(e.to_string())),
+            None => Ok(()),
+        }
+    })?;
+    Ok(layout::csv(&format!("conversions-{}.csv", site.id), out))
+}
+
+/// `GET /dashboard/sites/{id}/conversions/{eventId}`: one conversion as the order status lookup
+/// shows it.
+pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
+    let o = d
+        .read(|c| Ok(list::conversion(c, &site.id, id)?))?
+        .ok_or(PageError::NotFound)?;
+    let c = &o.conversion;
+    let title = match &c.order_id {
+        Some(order) => format!("Order {order}"),
+        None => "Conversion".to_owned(),
+    };
+    let body = html! {
+        h1 { (title) }
+        div.card {
+            dl.ids #conversion {
+                dt { "Event id" } dd { code #event-id { (c.id) } }
+                dt { "Order id" } dd #order-id { (c.order_id.as_deref().unwrap_or("—")) }
+                dt { "Type" } dd #type { (c.kind) }
+                dt { "Sources" } dd #sources { (sources_text(&o)) }
+                dt { "Status" } dd #status {
+                    span class={ "status status-" (o.status) } { (o.status) }
+                    @if let Some(reason) = o.pending_reason() { " — " span #pending-reason { (reason) } }
+                }
+                dt { "Occurred" } dd { (layout::date(c.occurred_at)) }
+                dt { "Value" } dd #value { (money(c.value.as_deref(), Some(&c.currency))) }
+                dt { "Reporting value" } dd #reporting-value { (money(o.fx.value.as_deref(), o.fx.currency.as_deref())) }
+                dt { "Exchange rate" } dd #fx-rate {
+                    (o.fx.rate.as_deref().unwrap_or("—"))
+                    @if let Some(date) = &o.fx.date { " (ECB, " (date) ")" }
+                }
+                dt { "Processed" } dd { (o.processed_at.map(layout::date).unwrap_or_else(|| "—".into())) }
+                dt { "Session id" } dd { code { (c.session_id) } }
+            }
+        }
+        div.card {
+            h2 { "Attribution" }
+            @if let Some(a) = &o.attribution {
+                dl.ids #attribution {
+                    dt { "Model" } dd #attr-model { (a.model) }
+                    dt { "Session" } dd { code { (a.session_id.as_deref().unwrap_or("—")) } }
+                    dt { "Source" } dd #attr-source { (a.source) }
+                    dt { "Medium" } dd #attr-medium { (a.medium) }
+                    dt { "Campaign" } dd #attr-campaign { (a.campaign.as_deref().unwrap_or(crate::attribution::NOT_SET)) }
+                }
+            } @else {
+                p.empty #attribution { "Not attributed yet." }
+            }
+        }
+        @if o.attempts > 0 || o.last_error.is_some() {
+            div.card #processing {
+                h2 { "Processing" }
+                dl.ids {
+                    dt { "Failed tries" } dd #attempts { (o.attempts) }
+                    dt { "Last error" } dd #last-error { (o.last_error.as_deref().unwrap_or("—")) }
+                }
+            }
+        }
+        p { a href={ (base(site)) "/conversions" } { "All conversions" } }
+    };
+    Ok(layout::html(
+        200,
+        layout::site_page(v, site, SiteTab::Conversions, &title, body),
+    ))
+}
+
+/// `GET /dashboard/sites/{id}/dead-letters`.
+pub fn dead_letters(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
+    let q = form::query(ctx);
+    let flash = if q.contains_key("retried") {
+        Some("Queued again.")
+    } else if q.contains_key("not_dead") {
+        Some("Nothing to retry: that conversion is no longer a dead letter.")
+    } else {
+        None
+    };
+    let items = d.read(|c| Ok(store::outbox::list(c, Some(&site.id), true)?))?;
+    let base = base(site);
+    let body = html! {
+        h1 { "Dead letters" }
+        (layout::flash(flash))
+        p.hint { "Conversions the pipeline gave up on after 10 failed tries. Retry queues one again with its tries reset." }
+        @if items.is_empty() {
+            p.empty #no-dead-letters { "No dead letters." }
+        } @else {
+            div.table-wrap {
+                table #dead-letters {
+                    thead { tr { th { "Order" } th.num { "Tries" } th { "Last error" } th { "Dead since" } th { "" } } }
+                    tbody {
+                        @for i in &items {
+                            tr.dead-letter {
+                                td { a href={ (base) "/conversions/" (enc(&i.conversion_id)) } { (i.order_id.as_deref().unwrap_or("—")) } }
+                                td.num { (i.attempts) }
+                                td.error-text { (i.last_error.as_deref().unwrap_or("")) }
+                                td.nowrap { (i.dead_at.as_deref().map(layout::date_iso).unwrap_or_default()) }
+                                td {
+                                    form.inline method="post" action={ (base) "/dead-letters/" (enc(&i.conversion_id)) "/retry" } {
+                                        (layout::csrf_field(v))
+                                        button type="submit" { "Retry" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(layout::html(
+        200,
+        layout::site_page(v, site, SiteTab::DeadLetters, "Dead letters", body),
+    ))
+}
+
+/// `POST /dashboard/sites/{id}/dead-letters/{conversionId}/retry`: the same change as
+/// `convapi outbox retry`, then the pipeline is woken so it does not wait for its next poll.
+pub fn retry(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
+    form::post_form(ctx, v)?;
+    let (site_id, id) = (site.id.clone(), id.to_owned());
+    let done = d
+        .writer
+        .submit(move |c| list::retry_dead(c, &site_id, &id, store::now_ms()))?;
+    let base = base(site);
+    match done {
+        Ok(()) => {
+            d.pipeline.wake();
+            Ok(layout::redirect(&format!("{base}/dead-letters?retried=1")))
+        }
+        Err(NotDead::Unknown) => Err(PageError::NotFound),
+        Err(NotDead::Status(_)) => Ok(layout::redirect(&format!("{base}/dead-letters?not_dead=1"))),
+    }
+}
