@@ -5,27 +5,21 @@
 //! the `_svc_vid` cookie, the session row (landing URL, UTM fields, clientId), the backend's 202
 //! with that session, and one conversion with sources `["pixel", "api"]`.
 //!
-//! Chromium is driven over the Chrome DevTools Protocol with a small sync websocket client
-//! (`tungstenite`). Without a browser this test fails loudly, in CI and outside it: it never passes
+//! Chromium is driven over the Chrome DevTools Protocol with the small sync client of
+//! `common/browser.rs`. Without a browser this test fails loudly, in CI and outside it: it never passes
 //! without having run. `CONVAPI_CHROMIUM` overrides the browser path; `CONVAPI_BROWSER_SCREENSHOT`
 //! (a `.png` path) saves a screenshot of the shop page, for looking at by hand.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::common::browser::{base64_decode, cdp_eval, chromium_path, poll, Browser, PATIENCE};
 use crate::common::TestApp;
 use serde_json::{json, Value};
-
-/// How long the browser and the server get for anything to happen. Bounded polling, not sleeping.
-const PATIENCE: Duration = Duration::from_secs(10);
-/// Chromium's start-up on a busy CI machine is slower than anything else here.
-const BROWSER_START: Duration = Duration::from_secs(60);
 
 const TRACKER_CLIENT: &str = "user-42";
 const ORDER_ID: &str = "A-1001";
@@ -278,18 +272,6 @@ fn pixel_in_chromium_then_backend_report_is_one_conversion() {
     browser.close(&mut cdp);
 }
 
-fn cdp_eval(cdp: &mut Cdp, page: Option<&str>, expr: &str) -> Value {
-    let r = cdp.call(
-        "Runtime.evaluate",
-        json!({"expression": expr, "returnByValue": true}),
-        page,
-    );
-    if let Some(ex) = r.get("exceptionDetails") {
-        panic!("evaluating {expr:?} threw: {ex}");
-    }
-    r["result"].get("value").cloned().unwrap_or(Value::Null)
-}
-
 /// Every row of a query, each as a JSON object keyed by column name (text, integer or null).
 fn rows(db: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params) -> Vec<Value> {
     let mut stmt = db.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
@@ -310,18 +292,6 @@ fn rows(db: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params) -> 
     .unwrap_or_else(|e| panic!("{sql}: {e}"))
     .collect::<Result<_, _>>()
     .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-/// Polls `done` until it holds, for at most [`PATIENCE`].
-fn poll(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "gave up after {PATIENCE:?} waiting for {what}"
-        );
-        thread::sleep(Duration::from_millis(25));
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -542,185 +512,4 @@ impl Drop for Server {
         self.stop.store(true, Ordering::SeqCst);
         let _ = TcpStream::connect(self.addr); // wakes the accept loop
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Headless Chromium and a minimal DevTools Protocol client.
-
-/// The browser to drive: `CONVAPI_CHROMIUM` when set, else `chromium` (or a kin) on `PATH`.
-/// None found is a loud failure, in CI and outside it.
-fn chromium_path() -> PathBuf {
-    let found = match std::env::var_os("CONVAPI_CHROMIUM") {
-        Some(p) => Some(PathBuf::from(p)).filter(|p| p.is_file()),
-        None => {
-            let path = std::env::var_os("PATH").unwrap_or_default();
-            std::env::split_paths(&path)
-                .chain([PathBuf::from("/usr/bin")])
-                .flat_map(|dir| {
-                    ["chromium", "chromium-browser", "google-chrome"].map(|n| dir.join(n))
-                })
-                .find(|p| p.is_file())
-        }
-    };
-    found.unwrap_or_else(|| {
-        panic!(
-            "\n\n********************************************************************\n\
-             tests/browser.rs needs Chromium, and none was found{}.\n\
-             Install it:    apt-get install -y chromium\n\
-             or point CONVAPI_CHROMIUM at a Chrome or Chromium binary.\n\
-             This test never passes without a browser.\n\
-             ********************************************************************\n",
-            if std::env::var_os("CI").is_some() {
-                " (CI is set: .ci/run must install it)"
-            } else {
-                ""
-            }
-        )
-    })
-}
-
-struct Browser {
-    child: Child,
-    profile: tempfile::TempDir,
-}
-
-impl Browser {
-    fn launch(exe: &Path) -> Browser {
-        let profile = tempfile::tempdir().unwrap();
-        let log = std::fs::File::create(profile.path().join("chromium.log")).unwrap();
-        let child = Command::new(exe)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--remote-debugging-port=0",
-                "--window-size=800,600",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg("about:blank")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
-        Browser { child, profile }
-    }
-
-    /// Connects to the browser endpoint named in `DevToolsActivePort` (port, then path).
-    fn connect(&mut self) -> Cdp {
-        let file = self.profile.path().join("DevToolsActivePort");
-        let deadline = Instant::now() + BROWSER_START;
-        let (port, path) = loop {
-            if let Ok(text) = std::fs::read_to_string(&file) {
-                let mut lines = text.lines();
-                if let (Some(port), Some(path)) = (lines.next(), lines.next()) {
-                    break (port.trim().to_owned(), path.trim().to_owned());
-                }
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("Chromium exited at start-up ({status})");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "Chromium wrote no DevToolsActivePort within {BROWSER_START:?}"
-            );
-            thread::sleep(Duration::from_millis(50));
-        };
-        let stream = TcpStream::connect(format!("127.0.0.1:{port}")).expect("connect to DevTools");
-        stream.set_read_timeout(Some(BROWSER_START)).unwrap();
-        let (ws, _) = tungstenite::client(format!("ws://127.0.0.1:{port}{path}"), stream)
-            .expect("DevTools websocket handshake");
-        Cdp { ws, next_id: 0 }
-    }
-
-    /// Asks Chromium to quit (it may drop the socket before answering), and waits for it a while;
-    /// `Drop` kills it in any case.
-    fn close(mut self, cdp: &mut Cdp) {
-        cdp.send("Browser.close", json!({}), None);
-        let deadline = Instant::now() + PATIENCE;
-        while self.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(25));
-        }
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if thread::panicking() {
-            let log = std::fs::read_to_string(self.profile.path().join("chromium.log"));
-            eprintln!("--- chromium log ---\n{}", log.unwrap_or_default());
-        }
-    }
-}
-
-/// One websocket to the browser; pages are reached through flat `sessionId`s.
-struct Cdp {
-    ws: tungstenite::WebSocket<TcpStream>,
-    next_id: u64,
-}
-
-impl Cdp {
-    /// Sends a command; returns its id.
-    fn send(&mut self, method: &str, params: Value, session: Option<&str>) -> u64 {
-        self.next_id += 1;
-        let mut msg = json!({"id": self.next_id, "method": method, "params": params});
-        if let Some(s) = session {
-            msg["sessionId"] = json!(s);
-        }
-        self.ws
-            .send(tungstenite::Message::text(msg.to_string()))
-            .unwrap_or_else(|e| panic!("send {method}: {e}"));
-        self.next_id
-    }
-
-    /// Sends a command and waits for its answer; events arriving meanwhile are not needed here.
-    fn call(&mut self, method: &str, params: Value, session: Option<&str>) -> Value {
-        let id = self.send(method, params, session);
-        loop {
-            let m = self
-                .ws
-                .read()
-                .unwrap_or_else(|e| panic!("no answer to {method}: {e}"));
-            let tungstenite::Message::Text(text) = m else {
-                continue;
-            };
-            let v: Value = serde_json::from_str(text.as_str()).expect("CDP speaks JSON");
-            if v["id"] == json!(id) {
-                if let Some(err) = v.get("error") {
-                    panic!("{method} failed: {err}");
-                }
-                return v["result"].clone();
-            }
-        }
-    }
-}
-
-fn base64_decode(s: &str) -> Vec<u8> {
-    let val = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        b'/' => 63,
-        _ => panic!("not base64: {c}"),
-    };
-    let bytes: Vec<u8> = s.bytes().filter(|&c| c != b'=').map(val).collect();
-    bytes
-        .chunks(4)
-        .flat_map(|c| {
-            let n = c
-                .iter()
-                .enumerate()
-                .fold(0u32, |n, (i, &v)| n | (v as u32) << (18 - 6 * i));
-            let out = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-            out.into_iter().take(c.len() - 1)
-        })
-        .collect()
 }

@@ -82,5 +82,10 @@ mod dashboard;
 mod dashboard_data;
 // The pixel end to end in headless Chromium (needs `chromium`; fails loudly without).
 mod browser;
+// The dashboard in headless Chromium: first run to a revoked key, screenshots of every page.
+mod dashboard_browser;
+// The dashboard's CSRF tokens, tenant isolation, logins, sessions, password hashes, escaping of
+// what the pixel sent on every page, security headers.
+mod dashboard_security;
 // The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without).
 mod js;

@@ -8,6 +8,7 @@
 //! - `pixel.rs`: batches to `POST /api/collect`, as the browser pixel sends them;
 //! - `assert.rs`: assertions on answers (status, error code, field, a 202 acceptance);
 //! - `values.rs`: times in epoch ms and RFC 3339, unique names;
+//! - `browser.rs`: headless Chromium and a minimal DevTools Protocol client, for the browser tests;
 //! - `dashboard.rs`: [`DashClient`], a cookie-keeping browser of the dashboard's forms, the
 //!   first-run token from the log, dashboard users through `convapi user create`;
 //! - `load.rs`: keeps the few heavy load tests apart from the timing-sensitive ones.
@@ -31,6 +32,7 @@
 
 mod app;
 mod assert;
+pub mod browser;
 mod cli;
 mod client;
 mod dashboard;

@@ -1,0 +1,624 @@
+//! The dashboard end to end in headless Chromium (docs/decisions.md §10), as a merchant meets it on
+//! day one, by clicking and typing: the one-time setup link `serve` logs, a first user joining the
+//! existing tenant, the login form, a site created through the form (its snippet checked and copied
+//! with the copy button), an API key shown once, a conversion reported with that key through the
+//! API and seen in the conversions list, on its order page and in the report and its chart, then
+//! the key revoked through its confirmation page and refused by the API.
+//!
+//! Every page visited is photographed at a fixed 1280×800 viewport. The PNGs go to the directory
+//! named by `CONVAPI_SCREENSHOTS` when set (the README's come from
+//! `CONVAPI_SCREENSHOTS=docs/screenshots cargo test --test integration dashboard_browser`), else
+//! to a temp dir: a normal run does not touch the repository.
+//!
+//! Like tests/browser.rs, without Chromium this test fails loudly; every wait is bounded.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::browser::{
+    base64_decode, chromium_path, open_page, poll, poll_for, Browser, Cdp,
+};
+use crate::common::{now_ms, send, TestApp, MINUTE};
+
+const EMAIL: &str = "owner@shop.example";
+const PASSWORD: &str = "correct horse battery staple";
+const SITE_NAME: &str = "Blue Mug Shop";
+const KEY_NAME: &str = "Shop backend";
+const ORDER_ID: &str = "ORDER-2025-0042";
+const CLIENT_ID: &str = "customer-7";
+
+/// The one-time setup token `serve` logs when no dashboard user exists: what the regex
+/// `setup\?token=([0-9A-Za-z]+)` captures in the server's log.
+pub fn setup_token(app: &TestApp) -> String {
+    let mut token = None;
+    poll("serve to log the one-time setup link", || {
+        token = app.log().split_once("setup?token=").map(|(_, after)| {
+            after
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect::<String>()
+        });
+        token.as_ref().is_some_and(|t| !t.is_empty())
+    });
+    let token = token.unwrap();
+    assert_eq!(token.len(), 32, "32 base62 characters: {token:?}");
+    token
+}
+
+#[test]
+fn dashboard_first_run_to_revoked_key_in_chromium() {
+    let chromium = chromium_path();
+    // The harness's tenant, site and key come from the CLI; no dashboard user exists yet.
+    let app = TestApp::start();
+    let token = setup_token(&app);
+    let mut shots = Shots::new();
+    let mut browser = Browser::launch(&chromium);
+    let mut cdp = browser.connect();
+    let page = open_page(&mut cdp);
+    let mut ui = Ui {
+        cdp: &mut cdp,
+        page,
+        base: app.base.clone(),
+    };
+    ui.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": false}),
+    );
+    // A headless page never has the focus the clipboard API asks for, unless emulated.
+    ui.call(
+        "Emulation.setFocusEmulationEnabled",
+        json!({"enabled": true}),
+    );
+    ui.cdp.call(
+        "Browser.grantPermissions",
+        json!({"origin": app.base, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]}),
+        None,
+    );
+
+    // First run: the link from the log shows the setup form; the user joins the harness's tenant,
+    // so its CLI-made site is theirs too and the pages show more than one site.
+    let setup = format!("/dashboard/setup?token={token}");
+    ui.goto(&setup);
+    ui.expect_page(200, &setup);
+    assert_eq!(
+        ui.eval("document.querySelector('select[name=tenant]').value"),
+        json!("new"),
+        "a new organisation is the default choice"
+    );
+    for field in ["token", "csrf"] {
+        assert_eq!(
+            ui.eval(&format!(
+                "document.querySelector('input[name={field}]').type"
+            )),
+            json!("hidden"),
+            "the setup form's {field} field"
+        );
+    }
+    ui.fill("[name=tenant]", &app.tenant.id);
+    ui.fill("[name=email]", EMAIL);
+    ui.fill("[name=password]", PASSWORD);
+    ui.fill("[name=password_confirm]", PASSWORD);
+    shots.take(&mut ui, "01-setup");
+    ui.submit("[name=password_confirm]");
+    ui.expect_page(200, "/dashboard/login?setup=done");
+    ui.expect_text("body", "Account created. Log in.");
+    assert_eq!(
+        app.query_str("SELECT tenant_id FROM users WHERE email = ?1", [EMAIL]),
+        Some(app.tenant.id.clone()),
+        "the user joined the chosen tenant"
+    );
+
+    // Log in through the form.
+    ui.fill("[name=email]", EMAIL);
+    ui.fill("[name=password]", PASSWORD);
+    shots.take(&mut ui, "02-login");
+    ui.submit("[name=password]");
+    ui.expect_page(200, "/dashboard/");
+    ui.expect_text("#sites", "Test site");
+
+    // A site through the form.
+    ui.click("#new-site");
+    ui.expect_page(200, "/dashboard/sites/new");
+    ui.fill("[name=name]", SITE_NAME);
+    ui.fill("[name=domain]", "shop.example");
+    ui.fill("[name=currency]", "EUR");
+    ui.fill("[name=window_days]", "30");
+    ui.fill("[name=model]", "last_non_direct");
+    shots.take(&mut ui, "03-new-site");
+    ui.submit("[name=window_days]");
+    let path = ui.path();
+    let site_id = path
+        .strip_prefix("/dashboard/sites/")
+        .unwrap_or_else(|| panic!("after creating a site: {path}"))
+        .to_owned();
+    ui.expect_page(200, &path);
+    let (tenant, tracker_id) = {
+        let db = app.sqlite();
+        db.query_row(
+            "SELECT tenant_id, tracker_id FROM sites WHERE id = ?1 AND name = ?2",
+            [&site_id, SITE_NAME],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+        )
+        .unwrap_or_else(|e| panic!("site {site_id} named {SITE_NAME}: {e}"))
+    };
+    assert_eq!(tenant, app.tenant.id);
+    assert_eq!(ui.text("#site-id"), site_id);
+    assert_eq!(ui.text("#tracker-id"), tracker_id);
+    let snippet = ui.text("#snippet");
+    assert_eq!(
+        snippet.trim(),
+        format!(
+            "<script>\n  window.svc = window.svc || function () {{ (svc.q = svc.q || []).push(arguments); }};\n  \
+             svc('init', '{tracker_id}');\n</script>\n<script async src=\"{}/pixel.js\"></script>",
+            app.base
+        ),
+        "the snippet of docs/decisions.md §4 with this site's tracker id and this server's origin"
+    );
+    // The copy button puts the snippet on the clipboard (something else is there before).
+    ui.eval_async("navigator.clipboard.writeText('not the snippet')");
+    ui.eval_gesture("document.querySelector('button[data-copy=\"#snippet\"]').click()");
+    let mut copied = Value::Null;
+    poll("the copy button to fill the clipboard", || {
+        copied = ui.eval_async("navigator.clipboard.readText()");
+        copied != json!("not the snippet")
+    });
+    assert_eq!(copied.as_str().map(str::trim), Some(snippet.trim()));
+    shots.take(&mut ui, "04-site-overview");
+
+    ui.click("a[href='/dashboard/']");
+    ui.expect_page(200, "/dashboard/");
+    ui.expect_text("#sites", SITE_NAME);
+    ui.expect_text("#sites", &tracker_id);
+    shots.take(&mut ui, "05-sites");
+
+    // An API key, shown once.
+    ui.click("a[href='/dashboard/settings/api-keys']");
+    ui.expect_page(200, "/dashboard/settings/api-keys");
+    ui.fill("form [name=name]", KEY_NAME);
+    ui.submit("form [name=name]");
+    ui.expect_page(200, "/dashboard/settings/api-keys");
+    let key = ui.text("#new-key");
+    assert!(key.starts_with("ask_"), "the new key: {key:?}");
+    ui.expect_text(
+        "body",
+        "Copy this key now: it is not stored and will not be shown again.",
+    );
+    assert_eq!(
+        ui.eval("!!document.querySelector('button[data-copy=\"#new-key\"]')"),
+        json!(true),
+        "a copy button for the key"
+    );
+    shots.take(&mut ui, "06-api-keys-new-key");
+    ui.goto("/dashboard/settings/api-keys");
+    ui.expect_page(200, "/dashboard/settings/api-keys");
+    assert_eq!(ui.eval("document.querySelector('#new-key')"), Value::Null);
+    assert!(
+        !ui.html().contains(&key),
+        "the key is not shown again after a reload"
+    );
+    let key_row = ui.row_of("#keys", KEY_NAME);
+    assert!(
+        key_row.iter().any(|c| c == "active"),
+        "the key's row: {key_row:?}"
+    );
+
+    // The merchant's site: a visit from a newsletter, then the backend reports the order with
+    // the new key.
+    let t = now_ms() - 5 * MINUTE;
+    let visit = app.collect(&json!({
+        "trackerId": tracker_id,
+        "visitorId": "visitor-1",
+        "events": [
+            {"type": "pageview", "url": "https://shop.example/mug?utm_source=newsletter&utm_medium=email&utm_campaign=spring", "ts": t},
+            {"type": "identify", "userId": CLIENT_ID, "ts": t},
+        ],
+    }));
+    visit.expect(200);
+    let reported = report_conversion(&app, &key, &site_id);
+    reported.accepted();
+    let mut status = Value::Null;
+    poll_for(
+        Duration::from_secs(30),
+        "the pipeline to process the order",
+        || {
+            status = send(
+                &agent(),
+                "GET",
+                &format!("{}/api/sites/{site_id}/conversions/{ORDER_ID}", app.base),
+                &[("Authorization", &format!("Bearer {key}"))],
+                None,
+            )
+            .expect(200);
+            status["status"] == "processed"
+        },
+    );
+    assert_eq!(status["attribution"]["source"], "newsletter", "{status}");
+
+    // The conversions list, through the site's sub-navigation.
+    ui.goto(&format!("/dashboard/sites/{site_id}"));
+    ui.click(&format!("a[href='/dashboard/sites/{site_id}/conversions']"));
+    ui.expect_page(200, &format!("/dashboard/sites/{site_id}/conversions"));
+    ui.expect_text("#conversions", ORDER_ID);
+    assert_eq!(
+        ui.eval("document.querySelectorAll('#conversions tr.conversion').length"),
+        json!(1)
+    );
+    let row = ui.row_of("#conversions", ORDER_ID);
+    for cell in ["processed", "newsletter"] {
+        assert!(
+            row.iter().any(|c| c.contains(cell)),
+            "{cell} in the row {row:?}"
+        );
+    }
+    shots.take(&mut ui, "07-conversions");
+
+    // The order's page, from its link.
+    ui.click("#conversions a[href*='/conversions/']");
+    let event_id = status["eventId"].as_str().expect("eventId");
+    ui.expect_page(
+        200,
+        &format!("/dashboard/sites/{site_id}/conversions/{event_id}"),
+    );
+    for text in [
+        ORDER_ID,
+        event_id,
+        "processed",
+        "newsletter",
+        "email",
+        "spring",
+    ] {
+        ui.expect_text("#content", text);
+    }
+    shots.take(&mut ui, "08-order");
+
+    // The report and its chart.
+    ui.click(&format!("a[href='/dashboard/sites/{site_id}/report']"));
+    ui.expect_page(200, &format!("/dashboard/sites/{site_id}/report"));
+    let row = ui.row_of("#report", "newsletter");
+    assert_eq!(row.get(1).map(String::as_str), Some("1"), "{row:?}");
+    let revenue: String = row
+        .get(2)
+        .map(|r| {
+            r.chars()
+                .filter(|c| c.is_ascii_digit() || *c == '.')
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        revenue.parse::<f64>().ok(),
+        Some(49.9),
+        "the revenue: {row:?}"
+    );
+    ui.expect_text("#report", "EUR");
+    assert_eq!(
+        ui.eval("document.querySelector('#chart').getAttribute('role')"),
+        json!("img")
+    );
+    assert_eq!(
+        ui.eval("document.querySelectorAll('#chart title').length > 0 && !!document.querySelector('#chart').getAttribute('aria-label')"),
+        json!(true),
+        "the chart is labelled for screen readers"
+    );
+    assert_eq!(
+        ui.eval(
+            "[...document.querySelectorAll('#chart rect')].some(r => r.getBBox().height > 0 \
+             && r.getBBox().width > 0 && r.getBBox().width < document.querySelector('#chart').getBBox().width / 2)"
+        ),
+        json!(true),
+        "the chart has a bar for the day's conversion"
+    );
+    shots.take(&mut ui, "09-report");
+
+    ui.click(&format!(
+        "a[href='/dashboard/sites/{site_id}/dead-letters']"
+    ));
+    ui.expect_page(200, &format!("/dashboard/sites/{site_id}/dead-letters"));
+    shots.take(&mut ui, "10-dead-letters");
+
+    ui.click("a[href='/dashboard/account']");
+    ui.expect_page(200, "/dashboard/account");
+    for field in ["current_password", "new_password", "new_password_confirm"] {
+        assert_eq!(
+            ui.eval(&format!("!!document.querySelector('[name={field}]')")),
+            json!(true),
+            "the password form's {field}"
+        );
+    }
+    shots.take(&mut ui, "11-account");
+
+    // Revoke the key through its confirmation page.
+    ui.click("a[href='/dashboard/settings/api-keys']");
+    let name = json!(KEY_NAME);
+    ui.click_found(
+        &format!(
+            "[...document.querySelectorAll('#keys tr')].find(r => r.textContent.includes({name})) \
+             .querySelector('a[href$=\"/revoke\"]')"
+        ),
+        "the revoke link in the new key's row",
+    );
+    let path = ui.path();
+    assert!(
+        path.starts_with("/dashboard/settings/api-keys/") && path.ends_with("/revoke"),
+        "{path}"
+    );
+    ui.expect_page(200, &path);
+    ui.expect_text("#revoke-form", "Revoke key");
+    shots.take(&mut ui, "12-revoke-key");
+    ui.submit("#revoke-form button");
+    ui.expect_page(200, "/dashboard/settings/api-keys");
+    ui.expect_text("#flash", "Key revoked.");
+    let key_row = ui.row_of("#keys", KEY_NAME);
+    assert!(
+        key_row.iter().any(|c| c.starts_with("revoked")),
+        "the key's row: {key_row:?}"
+    );
+    let refused = report_conversion(&app, &key, &site_id);
+    assert_eq!(refused.status, 401, "{}", refused.text());
+
+    // Log out: the next page is the login form again.
+    ui.submit("form[action='/dashboard/logout'] button");
+    ui.expect_page(200, "/dashboard/login");
+    ui.goto("/dashboard/");
+    assert!(
+        ui.path().starts_with("/dashboard/login"),
+        "logged out: {}",
+        ui.path()
+    );
+
+    let count = shots.taken;
+    assert_eq!(count, 12);
+    drop(ui);
+    browser.close(&mut cdp);
+}
+
+fn agent() -> ureq::Agent {
+    crate::common::agent()
+}
+
+fn report_conversion(app: &TestApp, key: &str, site_id: &str) -> crate::common::Resp {
+    app.post_conversion_as(
+        key,
+        site_id,
+        &json!({"orderId": ORDER_ID, "clientId": CLIENT_ID, "value": 49.9, "currency": "EUR"}),
+    )
+}
+
+/// Screenshots, numbered in the order of the walk.
+struct Shots {
+    dir: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+    taken: usize,
+}
+
+impl Shots {
+    fn new() -> Shots {
+        match std::env::var_os("CONVAPI_SCREENSHOTS") {
+            Some(dir) => {
+                let dir = PathBuf::from(dir);
+                std::fs::create_dir_all(&dir)
+                    .unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+                Shots {
+                    dir,
+                    _temp: None,
+                    taken: 0,
+                }
+            }
+            None => {
+                let temp = tempfile::tempdir().expect("temp dir");
+                Shots {
+                    dir: temp.path().to_owned(),
+                    _temp: Some(temp),
+                    taken: 0,
+                }
+            }
+        }
+    }
+
+    fn take(&mut self, ui: &mut Ui, name: &str) {
+        let shot = ui.call("Page.captureScreenshot", json!({"format": "png"}));
+        let png = base64_decode(shot["data"].as_str().expect("screenshot data"));
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name} is a PNG");
+        // Width and height of the IHDR chunk: the fixed viewport.
+        let size = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().unwrap());
+        assert_eq!((size(16), size(20)), (1280, 800), "{name}'s size");
+        let path = self.dir.join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        self.taken += 1;
+    }
+}
+
+/// One tab, driven like a user: navigate, fill fields, click, read what is shown.
+struct Ui<'a> {
+    cdp: &'a mut Cdp,
+    page: String,
+    base: String,
+}
+
+impl Ui<'_> {
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.cdp.call(method, params, Some(&self.page))
+    }
+
+    fn evaluate(&mut self, params: Value) -> Value {
+        let expr = params["expression"].clone();
+        let r = self.call("Runtime.evaluate", params);
+        if let Some(ex) = r.get("exceptionDetails") {
+            panic!("evaluating {expr} threw: {ex}");
+        }
+        r["result"].get("value").cloned().unwrap_or(Value::Null)
+    }
+
+    fn eval(&mut self, expr: &str) -> Value {
+        self.evaluate(json!({"expression": expr, "returnByValue": true}))
+    }
+
+    /// Evaluates a promise and returns what it resolves to.
+    fn eval_async(&mut self, expr: &str) -> Value {
+        self.evaluate(json!({"expression": expr, "returnByValue": true, "awaitPromise": true}))
+    }
+
+    /// Evaluates as if from a user's click (the clipboard wants a user activation).
+    fn eval_gesture(&mut self, expr: &str) -> Value {
+        self.evaluate(json!({"expression": expr, "returnByValue": true, "userGesture": true}))
+    }
+
+    /// Marks the current document, so that a wait can tell when the next one has replaced it.
+    fn mark(&mut self) {
+        self.eval("window.__convapiOldPage = true");
+    }
+
+    /// Waits for a new document (unmarked) to finish loading.
+    fn wait_for_new_page(&mut self, after: &str) {
+        let page = self.page.clone();
+        let cdp = &mut *self.cdp;
+        poll(&format!("the page after {after} to load"), || {
+            cdp.try_call(
+                "Runtime.evaluate",
+                json!({
+                    "expression": "window.__convapiOldPage !== true && document.readyState === 'complete'",
+                    "returnByValue": true,
+                }),
+                Some(&page),
+            )
+            .is_ok_and(|r| r["result"]["value"] == json!(true))
+        });
+    }
+
+    fn goto(&mut self, path: &str) {
+        self.mark();
+        let url = format!("{}{path}", self.base);
+        let nav = self.call("Page.navigate", json!({"url": url}));
+        assert!(nav.get("errorText").is_none(), "navigate to {url}: {nav}");
+        self.wait_for_new_page(&format!("navigating to {path}"));
+    }
+
+    /// Clicks the element (a link or button) and waits for the page it leads to.
+    fn click(&mut self, selector: &str) {
+        self.mark();
+        let sel = json!(selector);
+        self.eval_gesture(&format!(
+            "(() => {{ const e = document.querySelector({sel}); \
+             if (!e) throw new Error('nothing matches ' + {sel}); e.click(); }})()"
+        ));
+        self.wait_for_new_page(&format!("clicking {selector}"));
+    }
+
+    /// Clicks the element a JS expression finds, and waits for the page it leads to.
+    fn click_found(&mut self, find: &str, what: &str) {
+        self.mark();
+        let w = json!(what);
+        self.eval_gesture(&format!(
+            "(() => {{ const e = {find}; if (!e) throw new Error('not found: ' + {w}); e.click(); }})()"
+        ));
+        self.wait_for_new_page(&format!("clicking {what}"));
+    }
+
+    /// Clicks the submit button of the form that holds `selector` (a field or the button itself).
+    fn submit(&mut self, selector: &str) {
+        self.mark();
+        let sel = json!(selector);
+        self.eval_gesture(&format!(
+            "(() => {{ const e = document.querySelector({sel}); \
+             if (!e) throw new Error('nothing matches ' + {sel}); \
+             const f = e.form || e.closest('form'); \
+             const b = f.querySelector('button[type=submit], input[type=submit], button:not([type])'); \
+             if (!b) throw new Error('no submit button in the form of ' + {sel}); b.click(); }})()"
+        ));
+        self.wait_for_new_page(&format!("submitting the form of {selector}"));
+    }
+
+    /// Types `value` into a text field, or chooses it in a select (which must offer it).
+    fn fill(&mut self, selector: &str, value: &str) {
+        let (sel, val) = (json!(selector), json!(value));
+        let now = self.eval(&format!(
+            "(() => {{ const e = document.querySelector({sel}); \
+             if (!e) throw new Error('nothing matches ' + {sel}); \
+             e.focus(); e.value = {val}; \
+             e.dispatchEvent(new Event('input', {{bubbles: true}})); \
+             e.dispatchEvent(new Event('change', {{bubbles: true}})); return e.value; }})()"
+        ));
+        assert_eq!(now, json!(value), "{selector} took the value");
+    }
+
+    /// `location.pathname + location.search`.
+    fn path(&mut self) -> String {
+        let v = self.eval("location.pathname + location.search");
+        v.as_str().expect("a path").to_owned()
+    }
+
+    /// Asserts the page's URL and the status of the response that showed it. The query is
+    /// compared only when `path` has one (a flash may ride in the query of a redirect).
+    #[track_caller]
+    fn expect_page(&mut self, status: u16, path: &str) {
+        let shown = if path.contains('?') {
+            "location.pathname + location.search"
+        } else {
+            "location.pathname"
+        };
+        let shown = self.eval(shown);
+        let (now, code) = (
+            shown.as_str().unwrap_or_default().to_owned(),
+            self.eval("performance.getEntriesByType('navigation')[0].responseStatus"),
+        );
+        assert_eq!(
+            (now.as_str(), code),
+            (path, json!(status)),
+            "the page shown; its text: {}",
+            self.text("body")
+        );
+        assert_eq!(
+            self.eval("document.querySelectorAll('h1').length"),
+            json!(1),
+            "{path} has one <h1>"
+        );
+    }
+
+    /// The text of the first element matching `selector`; fails when there is none.
+    fn text(&mut self, selector: &str) -> String {
+        let sel = json!(selector);
+        match self.eval(&format!(
+            "(() => {{ const e = document.querySelector({sel}); return e ? e.textContent : null; }})()"
+        )) {
+            Value::String(s) => s,
+            _ => panic!(
+                "nothing matches {selector} on {}: {}",
+                self.path(),
+                self.html()
+            ),
+        }
+    }
+
+    #[track_caller]
+    fn expect_text(&mut self, selector: &str, needle: &str) {
+        let text = self.text(selector);
+        assert!(
+            text.contains(needle),
+            "{needle:?} in {selector} of {}: {text:?}",
+            self.path()
+        );
+    }
+
+    fn html(&mut self) -> String {
+        let v = self.eval("document.documentElement.outerHTML");
+        v.as_str().unwrap_or_default().to_owned()
+    }
+
+    /// The trimmed cell texts of the one row of `table` whose text contains `needle`.
+    fn row_of(&mut self, table: &str, needle: &str) -> Vec<String> {
+        let (t, n) = (json!(table), json!(needle));
+        let rows = self.eval(&format!(
+            "[...document.querySelectorAll({t} + ' tr')].filter(r => r.textContent.includes({n})) \
+             .map(r => [...r.cells].map(c => c.textContent.trim()))"
+        ));
+        let rows = rows.as_array().expect("rows");
+        assert_eq!(rows.len(), 1, "one row of {table} shows {needle}: {rows:?}");
+        rows[0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+}

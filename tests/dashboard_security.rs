@@ -1,0 +1,1544 @@
+//! The dashboard's security at the HTTP level (docs/decisions.md §10): every state-changing form
+//! refuses a missing or wrong CSRF token and changes nothing; a user of another tenant gets the
+//! same 404 as for a missing id on every URL of this tenant, and changes nothing; logged out, every
+//! page redirects to the login form; passwords exist only as Argon2id hashes; logins are throttled
+//! per account and per address, even with the right password; the session id changes at login and
+//! dies at logout; what the anonymous pixel (and the API) sent is escaped on every page that shows
+//! it — checked in the HTML, and in Chromium with the CSP switched off so that only escaping stands
+//! between a payload and `window.__xss`; and the security headers of every page.
+//!
+//! [`Dash`] is a browser-like client: it keeps cookies and follows no redirect.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::browser::{chromium_path, open_page, poll, Browser};
+use crate::common::*;
+use crate::dashboard_browser::setup_token;
+
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+const FORM_EXPIRED: &str =
+    "The form expired or did not come from this site. Reload the page and try again.";
+const WRONG_LOGIN: &str = "Wrong email or password.";
+
+// ---------------------------------------------------------------------------------------------
+// CSRF
+
+#[test]
+fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothing() {
+    let w = World::start();
+    let a = w.login_a();
+    let token = a.csrf();
+    // A real token, of another session of the same user: still not this session's.
+    let other = w.login_a().csrf();
+    assert_ne!(token, other, "each session has its own CSRF token");
+    let dead = dead_letter(&w.app, "V-DEAD-1", "D-1");
+    let site = w.app.site.id.clone();
+    let site_settings = [
+        ("name", "Renamed"),
+        ("domain", ""),
+        ("currency", "EUR"),
+        ("window_days", "30"),
+        ("model", "last_non_direct"),
+    ];
+    let key_revoke = format!("/dashboard/settings/api-keys/{}/revoke", w.app.key.id);
+    let retry = format!("/dashboard/sites/{site}/dead-letters/{dead}/retry");
+    let new_password = "another long passphrase";
+    let forms: Vec<(String, Vec<(&str, &str)>)> = vec![
+        (
+            "/dashboard/sites".into(),
+            vec![
+                ("name", "Forged"),
+                ("domain", ""),
+                ("currency", "EUR"),
+                ("window_days", "30"),
+                ("model", "last_non_direct"),
+            ],
+        ),
+        (format!("/dashboard/sites/{site}"), site_settings.to_vec()),
+        (
+            "/dashboard/settings/api-keys".into(),
+            vec![("name", "forged")],
+        ),
+        (key_revoke.clone(), vec![]),
+        (retry.clone(), vec![]),
+        (
+            "/dashboard/account".into(),
+            vec![
+                ("current_password", PASSWORD_A),
+                ("new_password", new_password),
+                ("new_password_confirm", new_password),
+            ],
+        ),
+        ("/dashboard/logout".into(), vec![]),
+    ];
+    let before = w.state();
+    for (path, fields) in &forms {
+        for (how, csrf) in [
+            ("missing", None),
+            ("wrong", Some(other.as_str())),
+            ("empty", Some("")),
+        ] {
+            let mut f = fields.clone();
+            if let Some(c) = csrf {
+                f.push(("csrf", c));
+            }
+            let r = a.post(path, &f);
+            expect_refused(&r, &format!("POST {path} with a {how} csrf"));
+            assert_eq!(
+                w.state(),
+                before,
+                "POST {path} with a {how} csrf changed data"
+            );
+            assert_eq!(a.get("/dashboard/").status, 200, "still logged in");
+        }
+    }
+
+    // The same forms with the session's token do what they are for: the refusals were the token's.
+    let with = |fields: &[(&'static str, &'static str)]| with_csrf(fields, &token);
+    let r = a.post(&forms[0].0, &with(&forms[0].1));
+    assert_eq!(r.status, 303, "site create: {}", r.text());
+    assert_eq!(
+        w.count("SELECT COUNT(*) FROM sites WHERE name = 'Forged'"),
+        1
+    );
+    let r = a.post(&forms[1].0, &with(&forms[1].1));
+    assert_eq!(r.status, 303, "site settings: {}", r.text());
+    assert_eq!(
+        w.app
+            .query_str("SELECT name FROM sites WHERE id = ?1", [&site])
+            .as_deref(),
+        Some("Renamed")
+    );
+    let r = a.post(&forms[2].0, &with(&forms[2].1));
+    assert_eq!(r.status, 200, "key create: {}", r.text());
+    assert_eq!(
+        w.count("SELECT COUNT(*) FROM api_keys WHERE name = 'forged'"),
+        1
+    );
+    let r = a.post(&retry, &with(&[]));
+    assert_eq!(r.status, 303, "retry: {}", r.text());
+    assert_eq!(
+        w.count(&format!(
+            "SELECT COUNT(*) FROM outbox WHERE conversion_id = '{dead}' AND dead_at IS NULL"
+        )),
+        1,
+        "queued again"
+    );
+    let r = a.post(&key_revoke, &with(&[]));
+    assert_eq!(r.status, 303, "revoke: {}", r.text());
+    assert_eq!(
+        w.count(&format!(
+            "SELECT COUNT(*) FROM api_keys WHERE id = '{}' AND revoked_at IS NOT NULL",
+            w.app.key.id
+        )),
+        1
+    );
+    let r = a.post(&forms[5].0, &with(&forms[5].1));
+    assert_eq!(r.status, 303, "password change: {}", r.text());
+    let r = a.post("/dashboard/logout", &with(&[]));
+    assert_eq!(r.status, 303, "logout: {}", r.text());
+    assert_eq!(a.get("/dashboard/").status, 303, "logged out");
+}
+
+#[test]
+fn the_setup_and_login_forms_refuse_a_missing_or_wrong_csrf_token() {
+    let app = TestApp::start();
+    let token = setup_token(&app);
+    let c = Dash::new(&app);
+    let setup = format!("/dashboard/setup?token={token}");
+    let form = c.get(&setup);
+    assert_eq!(form.status, 200, "{}", form.text());
+    let csrf = hidden(&form.text(), "csrf").expect("a csrf field on the setup form");
+    assert_eq!(
+        c.cookie("convapi_csrf").as_deref(),
+        Some(csrf.as_str()),
+        "double submit: the cookie and the field carry the same token"
+    );
+    let fields = |csrf: Option<&str>| {
+        let mut f = vec![
+            ("token", token.clone()),
+            ("tenant", "new".to_owned()),
+            ("organization", "Forged Org".to_owned()),
+            ("email", "first@shop.example".to_owned()),
+            ("password", "a long enough password".to_owned()),
+            ("password_confirm", "a long enough password".to_owned()),
+        ];
+        if let Some(c) = csrf {
+            f.push(("csrf", c.to_owned()));
+        }
+        f
+    };
+    let users = || app.query_i64("SELECT COUNT(*) FROM users", []);
+    let tenants = app.query_i64("SELECT COUNT(*) FROM tenants", []);
+    for (how, f) in [
+        ("missing", fields(None)),
+        ("wrong", fields(Some("0123456789abcdefghijklmnopqrstuv"))),
+    ] {
+        expect_refused(
+            &c.post_owned("/dashboard/setup", &f),
+            &format!("setup, {how} csrf"),
+        );
+    }
+    // The right field without its cookie is a forged cross-site post too.
+    let bare = Dash::new(&app);
+    expect_refused(
+        &bare.post_owned("/dashboard/setup", &fields(Some(&csrf))),
+        "setup without the csrf cookie",
+    );
+    assert_eq!(
+        (users(), app.query_i64("SELECT COUNT(*) FROM tenants", [])),
+        (0, tenants)
+    );
+    let r = c.post_owned("/dashboard/setup", &fields(Some(&csrf)));
+    assert_eq!(
+        (r.status, r.header("location")),
+        (303, Some("/dashboard/login?setup=done")),
+        "{}",
+        r.text()
+    );
+    assert_eq!(users(), 1);
+
+    // Login.
+    let c = Dash::new(&app);
+    let page = c.get("/dashboard/login");
+    assert_eq!(page.status, 200);
+    let csrf = hidden(&page.text(), "csrf").expect("a csrf field on the login form");
+    let creds = [
+        ("email", "first@shop.example"),
+        ("password", "a long enough password"),
+    ];
+    for (how, extra) in [("missing", None), ("wrong", Some("not-the-cookie"))] {
+        let mut f = creds.to_vec();
+        if let Some(e) = extra {
+            f.push(("csrf", e));
+        }
+        expect_refused(
+            &c.post("/dashboard/login", &f),
+            &format!("login, {how} csrf"),
+        );
+        assert_eq!(
+            c.cookie("convapi_session"),
+            None,
+            "no session after a refused login"
+        );
+    }
+    let mut f = creds.to_vec();
+    f.push(("csrf", &csrf));
+    expect_refused(
+        &Dash::new(&app).post("/dashboard/login", &f),
+        "login without the cookie",
+    );
+    let r = c.post("/dashboard/login", &f);
+    assert_eq!(r.status, 303, "{}", r.text());
+    assert!(c.cookie("convapi_session").is_some());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tenant isolation
+
+#[test]
+fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
+    let w = World::start();
+    let dead = dead_letter(&w.app, "V-DEAD-2", "D-2");
+    w.app
+        .pageview("v-a", "https://shop.example/", now_ms() - MINUTE);
+    let (event, _) = w
+        .app
+        .post_conversion(
+            &json!({"orderId": "A-ORDER", "visitorId": "v-a", "value": 5, "currency": "EUR"}),
+        )
+        .accepted();
+    let a = w.login_a();
+    let b = w.login_b();
+    let (sa, sb, ka) = (&w.app.site.id, &w.site_b.id, &w.app.key.id);
+    let gets = [
+        format!("/dashboard/sites/{sa}"),
+        format!("/dashboard/sites/{sa}/conversions"),
+        format!("/dashboard/sites/{sa}/conversions.csv"),
+        format!("/dashboard/sites/{sa}/conversions/{event}"),
+        format!("/dashboard/sites/{sa}/report"),
+        format!("/dashboard/sites/{sa}/report.csv"),
+        format!("/dashboard/sites/{sa}/dead-letters"),
+        format!("/dashboard/settings/api-keys/{ka}/revoke"),
+    ];
+    for path in &gets {
+        assert_eq!(a.get(path).status, 200, "A's own {path}");
+    }
+    let missing = |path: &str| {
+        path.replace(sa.as_str(), "00000000-0000-4000-8000-000000000000")
+            .replace(ka.as_str(), "00000000-0000-4000-8000-000000000001")
+            .replace(event.as_str(), "00000000-0000-4000-8000-000000000002")
+    };
+    let mut all_gets = gets.to_vec();
+    // B's own site with A's conversion.
+    all_gets.push(format!("/dashboard/sites/{sb}/conversions/{event}"));
+    for path in &all_gets {
+        let r = b.get(path);
+        assert_eq!(r.status, 404, "B: GET {path}: {}", r.text());
+        let m = b.get(&missing(path));
+        assert_eq!(m.status, 404, "B: GET {}", missing(path));
+        assert_eq!(
+            r.text(),
+            m.text(),
+            "GET {path}: the same page as for a missing id"
+        );
+    }
+    let before = w.state();
+    let csrf = b.csrf();
+    let posts: Vec<(String, Vec<(&str, &str)>)> = vec![
+        (
+            format!("/dashboard/sites/{sa}"),
+            vec![
+                ("name", "Taken over"),
+                ("domain", ""),
+                ("currency", "USD"),
+                ("window_days", "1"),
+                ("model", "first_touch"),
+            ],
+        ),
+        (
+            format!("/dashboard/sites/{sa}/dead-letters/{dead}/retry"),
+            vec![],
+        ),
+        (
+            format!("/dashboard/sites/{sb}/dead-letters/{dead}/retry"),
+            vec![],
+        ),
+        (format!("/dashboard/settings/api-keys/{ka}/revoke"), vec![]),
+    ];
+    for (path, fields) in &posts {
+        let mut f = fields.clone();
+        f.push(("csrf", &csrf));
+        let r = b.post(path, &f);
+        assert_eq!(r.status, 404, "B: POST {path}: {}", r.text());
+        assert_eq!(w.state(), before, "B's POST {path} changed A's data");
+    }
+    // B's own lists show nothing of A's.
+    let sites = b.get("/dashboard/").text();
+    assert!(sites.contains(&w.site_b.id), "B sees its own site");
+    for secret in [sa.as_str(), &w.app.site.tracker_id, "Test site"] {
+        assert!(!sites.contains(secret), "B's sites list shows A's {secret}");
+    }
+    let keys = b.get("/dashboard/settings/api-keys").text();
+    assert!(keys.contains(&w.key_b.prefix), "B sees its own key");
+    assert!(
+        !keys.contains(&w.app.key.prefix) && !keys.contains(ka.as_str()),
+        "B's keys page shows A's key"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Logged out
+
+#[test]
+fn logged_out_every_page_redirects_to_the_login_form() {
+    let w = World::start();
+    let (s, k) = (&w.app.site.id, &w.app.key.id);
+    let pages = [
+        "/dashboard/".to_owned(),
+        "/dashboard/sites/new".into(),
+        format!("/dashboard/sites/{s}"),
+        format!("/dashboard/sites/{s}/conversions?status=processed&type=purchase"),
+        format!("/dashboard/sites/{s}/conversions.csv"),
+        format!("/dashboard/sites/{s}/conversions/00000000-0000-4000-8000-000000000000"),
+        format!("/dashboard/sites/{s}/report?by=medium&from=2025-01-01"),
+        format!("/dashboard/sites/{s}/report.csv"),
+        format!("/dashboard/sites/{s}/dead-letters"),
+        "/dashboard/settings/api-keys".into(),
+        format!("/dashboard/settings/api-keys/{k}/revoke"),
+        "/dashboard/account".into(),
+    ];
+    let before = w.state();
+    let nobody = Dash::new(&w.app);
+    let stranger = Dash::new(&w.app);
+    stranger.set_cookie("convapi_session", "made-up-session-id-0123456789abcdef");
+    for c in [&nobody, &stranger] {
+        for path in &pages {
+            let r = c.get(path);
+            let next = login_next(&r).unwrap_or_else(|| {
+                panic!(
+                    "GET {path} logged out: {} {:?}",
+                    r.status,
+                    r.header("location")
+                )
+            });
+            assert_eq!(next, *path, "GET {path}: the login form comes back here");
+            assert!(!r.text().contains(&w.app.site.tracker_id));
+        }
+        for path in [
+            "/dashboard/sites".to_owned(),
+            format!("/dashboard/sites/{s}"),
+            "/dashboard/settings/api-keys".into(),
+            "/dashboard/logout".into(),
+            "/dashboard/account".into(),
+        ] {
+            let r = c.post(&path, &[("name", "x"), ("csrf", "x")]);
+            assert!(
+                r.status == 303
+                    && r.header("location")
+                        .is_some_and(|l| l.starts_with("/dashboard/login")),
+                "POST {path} logged out: {} {:?}",
+                r.status,
+                r.header("location")
+            );
+        }
+    }
+    assert_eq!(w.state(), before, "logged-out POSTs changed data");
+    // What stays reachable: the login form and the static files; `/` and `/dashboard` lead in.
+    for path in [
+        "/dashboard/login",
+        "/dashboard/static/style.css",
+        "/dashboard/static/dashboard.js",
+    ] {
+        assert_eq!(nobody.get(path).status, 200, "GET {path}");
+    }
+    for path in ["/", "/dashboard"] {
+        let r = nobody.get(path);
+        assert_eq!(
+            (r.status, r.header("location")),
+            (303, Some("/dashboard/")),
+            "GET {path}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Passwords
+
+#[test]
+fn passwords_are_stored_only_as_argon2id_hashes() {
+    let app = TestApp::start();
+    let token = setup_token(&app);
+    let first = "first-run password 7Qx!";
+    let changed = "changed password 9Zk?";
+    let cli_made = "cli-made password 3Wv#";
+    let c = Dash::new(&app);
+    let form = c.get(&format!("/dashboard/setup?token={token}"));
+    let csrf = hidden(&form.text(), "csrf").expect("csrf");
+    let r = c.post(
+        "/dashboard/setup",
+        &[
+            ("token", &token),
+            ("csrf", &csrf),
+            ("tenant", &app.tenant.id),
+            ("organization", ""),
+            ("email", "owner@shop.example"),
+            ("password", first),
+            ("password_confirm", first),
+        ],
+    );
+    assert_eq!(r.status, 303, "{}", r.text());
+    let s = login(&app, "owner@shop.example", first);
+    let csrf = s.csrf();
+    let r = s.post(
+        "/dashboard/account",
+        &[
+            ("csrf", &csrf),
+            ("current_password", first),
+            ("new_password", changed),
+            ("new_password_confirm", changed),
+        ],
+    );
+    assert_eq!(
+        (r.status, r.header("location")),
+        (303, Some("/dashboard/account?changed=1")),
+        "{}",
+        r.text()
+    );
+    let cli = create_user(&app, &app.tenant.id, "cli@shop.example", cli_made);
+    // The new password works, the old one does not.
+    login(&app, "owner@shop.example", changed);
+    login(&app, "cli@shop.example", cli_made);
+    let r = try_login(&Dash::new(&app), "owner@shop.example", first);
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains(WRONG_LOGIN));
+
+    let db = app.sqlite();
+    let hashes: Vec<String> = db
+        .prepare("SELECT password_hash FROM users")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(hashes.len(), 2);
+    for h in &hashes {
+        // A PHC string: $argon2id$v=19$m=..,t=..,p=..$salt$hash
+        let parts: Vec<&str> = h.split('$').collect();
+        assert!(
+            parts.len() == 6
+                && parts[0].is_empty()
+                && parts[1] == "argon2id"
+                && parts[2] == "v=19"
+                && parts[3].starts_with("m=")
+                && parts[4].len() >= 16
+                && parts[5].len() >= 32,
+            "an Argon2id PHC string: {h}"
+        );
+    }
+    assert_ne!(hashes[0], hashes[1]);
+    drop(db);
+    let bytes = app.db_bytes();
+    let log = app.log();
+    for pw in [first, changed, cli_made] {
+        assert!(
+            !contains(&bytes, pw.as_bytes()),
+            "{pw:?} is in the database file's bytes"
+        );
+        assert!(!log.contains(pw), "{pw:?} is in the server log");
+        assert!(!cli.contains(pw), "{pw:?} in the CLI's output");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Login throttle
+
+#[test]
+fn logins_are_throttled_per_account_even_with_the_right_password() {
+    let app = TestApp::start();
+    create_user(&app, &app.tenant.id, "owner@shop.example", PASSWORD_A);
+    create_user(&app, &app.tenant.id, "other@shop.example", PASSWORD_A);
+    let c = Dash::new(&app);
+    let mut refused_at = None;
+    for attempt in 1..=6 {
+        // The account is one, whatever the case of the address.
+        let email = if attempt % 2 == 0 {
+            "Owner@Shop.example"
+        } else {
+            "owner@shop.example"
+        };
+        let r = try_login(&c, email, "not the password");
+        if r.status == 429 {
+            refused_at = Some(attempt);
+            break;
+        }
+        assert_eq!(r.status, 200, "failure {attempt}");
+        assert!(r.text().contains(WRONG_LOGIN), "failure {attempt}");
+    }
+    assert_eq!(
+        refused_at.unwrap_or(7),
+        6,
+        "five failures are allowed, then 429"
+    );
+    let r = try_login(&c, "owner@shop.example", PASSWORD_A);
+    expect_throttled(&r, "the right password of a throttled account");
+    assert_eq!(c.cookie("convapi_session"), None);
+    // Another account from the same address logs in: the lock is the account's.
+    login(&app, "other@shop.example", PASSWORD_A);
+    // An unknown email answers the same text as a wrong password.
+    let r = try_login(&Dash::new(&app), "nobody@shop.example", "whatever password");
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains(WRONG_LOGIN));
+}
+
+#[test]
+fn logins_are_throttled_per_address_even_with_the_right_password() {
+    let app = TestApp::start();
+    create_user(&app, &app.tenant.id, "owner@shop.example", PASSWORD_A);
+    let c = Dash::new(&app);
+    let mut refused_at = None;
+    for attempt in 1..=21 {
+        // Other accounts each time (none reaches its own limit), and a forged X-Forwarded-For
+        // that a server without trusted proxies must not believe.
+        let r = c.post_with(
+            "/dashboard/login",
+            &[
+                ("email", &format!("guess-{attempt}@shop.example")),
+                ("password", "not the password"),
+                ("csrf", &c.login_csrf()),
+            ],
+            &[("X-Forwarded-For", &format!("203.0.113.{attempt}"))],
+        );
+        if r.status == 429 {
+            refused_at = Some(attempt);
+            break;
+        }
+        assert_eq!(r.status, 200, "failure {attempt}: {}", r.text());
+    }
+    assert_eq!(
+        refused_at.unwrap_or(22),
+        21,
+        "twenty failures are allowed, then 429"
+    );
+    let r = try_login(&c, "owner@shop.example", PASSWORD_A);
+    expect_throttled(&r, "the right password from a throttled address");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions
+
+#[test]
+fn the_session_id_changes_at_login_and_dies_at_logout() {
+    let w = World::start();
+    let c = Dash::new(&w.app);
+    let planted = "attacker-chosen-session-id-0123456789abcdef";
+    c.set_cookie("convapi_session", planted);
+    let r = try_login(&c, EMAIL_A, PASSWORD_A);
+    assert_eq!(r.status, 303, "{}", r.text());
+    let set = set_cookies(&r)
+        .into_iter()
+        .find(|s| s.starts_with("convapi_session="))
+        .expect("a session cookie at login");
+    let attrs: Vec<String> = set
+        .split(';')
+        .map(|a| a.trim().to_ascii_lowercase())
+        .collect();
+    for want in ["httponly", "samesite=lax", "path=/dashboard"] {
+        assert!(attrs.iter().any(|a| a == want), "{want} in {set}");
+    }
+    assert!(
+        !attrs.iter().any(|a| a == "secure"),
+        "no Secure over plain http: {set}"
+    );
+    let s1 = c.cookie("convapi_session").unwrap();
+    assert_ne!(
+        s1, planted,
+        "a new id at login, not the one the browser brought"
+    );
+    assert!(s1.len() >= 32, "a long random id: {s1}");
+    let fixed = Dash::new(&w.app);
+    fixed.set_cookie("convapi_session", planted);
+    assert_eq!(
+        fixed.get("/dashboard/").status,
+        303,
+        "the planted id is nobody's session"
+    );
+    assert!(
+        !contains(&w.app.db_bytes(), s1.as_bytes()),
+        "the session id itself is not stored"
+    );
+
+    let other = w.login_a();
+    let s2 = other.cookie("convapi_session").unwrap();
+    assert_ne!(s1, s2);
+    // A copy of the first session, as a thief would hold it.
+    let copy = Dash::new(&w.app);
+    copy.set_cookie("convapi_session", &s1);
+    assert_eq!(copy.get("/dashboard/").status, 200);
+
+    let csrf = c.csrf();
+    let r = c.post("/dashboard/logout", &[("csrf", &csrf)]);
+    assert_eq!(
+        (
+            r.status,
+            r.header("location")
+                .map(|l| l.starts_with("/dashboard/login"))
+        ),
+        (303, Some(true))
+    );
+    assert!(
+        set_cookies(&r)
+            .iter()
+            .any(|s| s.starts_with("convapi_session=")
+                && s.to_ascii_lowercase().contains("max-age=0")),
+        "logout clears the cookie: {:?}",
+        set_cookies(&r)
+    );
+    assert_eq!(
+        copy.get("/dashboard/").status,
+        303,
+        "a logged-out id no longer works"
+    );
+    assert_eq!(
+        other.get("/dashboard/").status,
+        200,
+        "other sessions live on"
+    );
+
+    // A password change ends every other session of the user.
+    let third = w.login_a();
+    let csrf = other.csrf();
+    let r = other.post(
+        "/dashboard/account",
+        &[
+            ("csrf", &csrf),
+            ("current_password", PASSWORD_A),
+            ("new_password", "the next long passphrase"),
+            ("new_password_confirm", "the next long passphrase"),
+        ],
+    );
+    assert_eq!(r.status, 303, "{}", r.text());
+    assert_eq!(third.get("/dashboard/").status, 303, "another session ends");
+    assert_eq!(
+        other.get("/dashboard/").status,
+        200,
+        "the one that changed it stays"
+    );
+}
+
+#[test]
+fn secure_cookies_when_configured() {
+    let app = TestApp::builder().serve_args(&["--secure-cookies"]).start();
+    create_user(&app, &app.tenant.id, EMAIL_A, PASSWORD_A);
+    let c = Dash::new(&app);
+    let page = c.get("/dashboard/login");
+    assert!(
+        set_cookies(&page)
+            .iter()
+            .any(|s| s.starts_with("convapi_csrf=") && has_attr(s, "secure")),
+        "{:?}",
+        set_cookies(&page)
+    );
+    let r = try_login(&c, EMAIL_A, PASSWORD_A);
+    assert_eq!(r.status, 303, "{}", r.text());
+    assert!(
+        set_cookies(&r)
+            .iter()
+            .any(|s| s.starts_with("convapi_session=") && has_attr(s, "secure")),
+        "{:?}",
+        set_cookies(&r)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stored XSS and headers
+
+/// A value that breaks out of text, of a double- or single-quoted attribute and of `<title>`, and
+/// runs script when it does (sets `window.__xss`); `tag` says where it was planted.
+fn payload(tag: &str) -> String {
+    format!(
+        "{tag}\"><script>window.__xss='{tag}'</script>'onmouseover='window.__xss=1' \
+         \" autofocus onfocus=\"window.__xss='{tag}'\" </title><svg onload=window.__xss=1>\
+         <img src=x onerror=window.__xss='{tag}'>"
+    )
+}
+
+#[test]
+fn what_the_pixel_and_the_api_sent_is_escaped_on_every_page() {
+    let w = World::start();
+    let app = &w.app;
+    let p = |tag: &str| payload(tag);
+    // The landing URL is bounded (2048 characters): the fields no page shows get shorter ones.
+    let short = |tag: &str| format!("{tag}\"><svg onload=window.__xss=1>");
+    let enc = |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+    let t = now_ms() - 10 * MINUTE;
+    let landing = format!(
+        "https://shop.example/{}?utm_source={}&utm_medium={}&utm_campaign={}&utm_term={}\
+         &utm_content={}&gclid={}&fbclid={}&msclkid={}&ttclid={}",
+        p("xss-path"),
+        enc(&p("xss-source")),
+        enc(&p("xss-medium")),
+        enc(&p("xss-campaign")),
+        enc(&short("xss-term")),
+        enc(&short("xss-content")),
+        enc(&short("xss-gclid")),
+        enc(&short("xss-fbclid")),
+        enc(&short("xss-msclkid")),
+        enc(&short("xss-ttclid")),
+    );
+    let visitor = "visitor-xss";
+    app.pixel(
+        visitor,
+        json!([
+            {"type": "pageview", "url": landing, "referrer": format!("https://ref.example/{}", p("xss-referrer")), "ts": t},
+            {"type": "identify", "userId": p("xss-client"), "ts": t},
+            {"type": "purchase", "orderId": p("xss-order"), "value": 10, "currency": "EUR", "ts": t + MINUTE},
+        ]),
+    );
+    app.post_conversion(&json!({
+        "orderId": p("xss-apiorder"),
+        "clientId": p("xss-client"),
+        "value": 20,
+        "currency": "EUR",
+    }))
+    .accepted();
+    let pixel_status = await_processed(app, &p("xss-order"));
+    let api_status = await_processed(app, &p("xss-apiorder"));
+    assert_eq!(
+        api_status["attribution"]["source"],
+        json!(p("xss-source")),
+        "{api_status}"
+    );
+    let dead = dead_letter(app, visitor, &p("xss-deadorder"));
+    app.cli_json(&[
+        "site",
+        "update",
+        &app.site.id,
+        "--name",
+        &p("xss-site"),
+        "--json",
+    ]);
+    let a = w.login_a();
+    let csrf = a.csrf();
+    let r = a.post(
+        "/dashboard/settings/api-keys",
+        &[("name", &p("xss-key")), ("csrf", &csrf)],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    check_html(&r, "the new key's page", &[&p("xss-key")]);
+
+    let s = &app.site.id;
+    let ev = |v: &Value| v["eventId"].as_str().expect("eventId").to_owned();
+    let today = chrono::Utc::now().date_naive();
+    let range = format!("from={}&to={}", today - chrono::Days::new(2), today);
+    let shown: Vec<(String, Vec<String>)> = vec![
+        ("/dashboard/".into(), vec![p("xss-site")]),
+        (format!("/dashboard/sites/{s}"), vec![p("xss-site")]),
+        (
+            format!("/dashboard/sites/{s}/conversions"),
+            vec![
+                p("xss-order"),
+                p("xss-apiorder"),
+                p("xss-source"),
+                p("xss-medium"),
+                p("xss-campaign"),
+            ],
+        ),
+        (
+            format!("/dashboard/sites/{s}/conversions/{}", ev(&pixel_status)),
+            vec![
+                p("xss-order"),
+                p("xss-source"),
+                p("xss-medium"),
+                p("xss-campaign"),
+            ],
+        ),
+        (
+            format!("/dashboard/sites/{s}/conversions/{}", ev(&api_status)),
+            vec![p("xss-apiorder"), p("xss-source")],
+        ),
+        (
+            format!("/dashboard/sites/{s}/conversions/{dead}"),
+            vec![p("xss-deadorder")],
+        ),
+        (
+            format!("/dashboard/sites/{s}/report?{range}&by=source"),
+            vec![p("xss-source")],
+        ),
+        (
+            format!("/dashboard/sites/{s}/report?{range}&by=medium"),
+            vec![p("xss-medium")],
+        ),
+        (
+            format!("/dashboard/sites/{s}/report?{range}&by=campaign"),
+            vec![p("xss-campaign")],
+        ),
+        (
+            format!("/dashboard/sites/{s}/report?{range}&by=type"),
+            vec![],
+        ),
+        (
+            format!("/dashboard/sites/{s}/dead-letters"),
+            vec![p("xss-deadorder")],
+        ),
+        ("/dashboard/settings/api-keys".into(), vec![p("xss-key")]),
+        ("/dashboard/account".into(), vec![]),
+    ];
+    for (path, values) in &shown {
+        let r = a.get(path);
+        assert_eq!(r.status, 200, "GET {path}: {}", r.text());
+        let values: Vec<&str> = values.iter().map(String::as_str).collect();
+        check_html(&r, path, &values);
+    }
+    // Filters and parameters echo what they were given.
+    let q = enc(&p("xss-query"));
+    for query in [
+        format!("type={q}"),
+        format!("status={q}"),
+        format!("source={q}"),
+        format!("from={q}"),
+        format!("to={q}&type={q}"),
+        format!("before={q}"),
+    ] {
+        let path = format!("/dashboard/sites/{s}/conversions?{query}");
+        check_html(&a.get(&path), &path, &[]);
+    }
+    for query in [format!("by={q}"), format!("from={q}"), format!("to={q}")] {
+        let path = format!("/dashboard/sites/{s}/report?{query}");
+        check_html(&a.get(&path), &path, &[]);
+    }
+    let path =
+        format!("/dashboard/sites/{s}/conversions?type=purchase&source=any&status=any&{range}");
+    let r = a.get(&path);
+    assert_eq!(r.status, 200);
+    check_html(&r, &path, &[&p("xss-order")]);
+    // CSVs carry the values as data, never as a page a browser would render.
+    for path in [
+        format!("/dashboard/sites/{s}/conversions.csv"),
+        format!("/dashboard/sites/{s}/report.csv?{range}&by=source"),
+    ] {
+        let r = a.get(&path);
+        assert_eq!(r.status, 200, "GET {path}");
+        assert!(
+            r.header("content-type")
+                .is_some_and(|c| c.starts_with("text/csv")),
+            "GET {path}: {:?}",
+            r.header("content-type")
+        );
+        assert!(
+            r.header("content-disposition")
+                .is_some_and(|c| c.starts_with("attachment")),
+            "GET {path}"
+        );
+        assert_eq!(
+            r.header("x-content-type-options"),
+            Some("nosniff"),
+            "GET {path}"
+        );
+    }
+    let csv = a
+        .get(&format!("/dashboard/sites/{s}/conversions.csv"))
+        .text();
+    assert!(
+        csv.contains("xss-order") && csv.contains("xss-apiorder"),
+        "{csv}"
+    );
+
+    // In Chromium, with the CSP off so only escaping stands between a payload and the page.
+    let chromium = chromium_path();
+    let mut browser = Browser::launch(&chromium);
+    let mut cdp = browser.connect();
+    let page = open_page(&mut cdp);
+    let page = Some(page.as_str());
+    cdp.call("Page.setBypassCSP", json!({"enabled": true}), page);
+    cdp.call(
+        "Emulation.setFocusEmulationEnabled",
+        json!({"enabled": true}),
+        page,
+    );
+    let xss_after_load = |cdp: &mut crate::common::browser::Cdp, url: &str| -> Value {
+        cdp.call(
+            "Runtime.evaluate",
+            json!({"expression": "window.__convapiOld = 1"}),
+            page,
+        );
+        cdp.call("Page.navigate", json!({"url": url}), page);
+        poll(&format!("{url} to load"), || {
+            cdp.try_call(
+                "Runtime.evaluate",
+                json!({"expression": "window.__convapiOld !== 1 && document.readyState === 'complete'", "returnByValue": true}),
+                page,
+            )
+            .is_ok_and(|r| r["result"]["value"] == json!(true))
+        });
+        // Handlers (onerror, autofocus's onfocus) run just after the load; give them a moment.
+        std::thread::sleep(Duration::from_millis(300));
+        let r = cdp.call(
+            "Runtime.evaluate",
+            json!({"expression": "[typeof window.__xss, String(window.__xss), location.pathname]", "returnByValue": true}),
+            page,
+        );
+        r["result"]["value"].clone()
+    };
+    // The payload does run in this browser when it is not escaped.
+    let raw = format!(
+        "data:text/html,{}",
+        enc(&p("xss-control")).replace('+', "%20")
+    );
+    let control = xss_after_load(&mut cdp, &raw);
+    assert_ne!(
+        control[0], "undefined",
+        "the unescaped payload runs: {control}"
+    );
+    cdp.call(
+        "Storage.setCookies",
+        json!({"cookies": [{"name": "convapi_session", "value": a.cookie("convapi_session").unwrap(),
+               "url": format!("{}/dashboard/", app.base), "path": "/dashboard", "httpOnly": true}]}),
+        None,
+    );
+    for path in [
+        format!("/dashboard/sites/{s}/conversions"),
+        format!("/dashboard/sites/{s}/conversions?type={q}&to={q}"),
+        format!("/dashboard/sites/{s}/conversions/{}", ev(&pixel_status)),
+        format!("/dashboard/sites/{s}/report?{range}&by=source"),
+        format!("/dashboard/sites/{s}/report?{range}&by=campaign"),
+        format!("/dashboard/sites/{s}/dead-letters"),
+        "/dashboard/".into(),
+    ] {
+        let seen = xss_after_load(&mut cdp, &format!("{}{path}", app.base));
+        assert_eq!(
+            seen,
+            json!(["undefined", "undefined", path.split('?').next().unwrap()]),
+            "a payload ran on {path}"
+        );
+    }
+    browser.close(&mut cdp);
+}
+
+#[test]
+fn dashboard_pages_send_the_security_headers() {
+    let w = World::start();
+    let a = w.login_a();
+    let nobody = Dash::new(&w.app);
+    for path in ["/dashboard/login", "/dashboard/setup?token=wrong"] {
+        let r = nobody.get(path);
+        check_headers(&r, path, false);
+    }
+    let s = &w.app.site.id;
+    for path in [
+        "/dashboard/".to_owned(),
+        "/dashboard/sites/new".into(),
+        format!("/dashboard/sites/{s}"),
+        format!("/dashboard/sites/{s}/conversions"),
+        format!("/dashboard/sites/{s}/report"),
+        format!("/dashboard/sites/{s}/dead-letters"),
+        "/dashboard/settings/api-keys".into(),
+        format!("/dashboard/settings/api-keys/{}/revoke", w.app.key.id),
+        "/dashboard/account".into(),
+        format!("/dashboard/sites/{s}/conversions.csv"),
+        format!("/dashboard/sites/{s}/report.csv"),
+        "/dashboard/sites/00000000-0000-4000-8000-000000000000".into(),
+    ] {
+        let r = a.get(&path);
+        check_headers(&r, &path, true);
+    }
+    let csrf = a.csrf();
+    let r = a.post(
+        "/dashboard/settings/api-keys",
+        &[("name", "k"), ("csrf", &csrf)],
+    );
+    assert_eq!(r.status, 200);
+    check_headers(&r, "the new key's page", true);
+    let r = a.post("/dashboard/settings/api-keys", &[("name", "k")]);
+    check_headers(&r, "the CSRF refusal", true);
+}
+
+#[track_caller]
+fn check_headers(r: &Resp, what: &str, logged_in: bool) {
+    assert_eq!(r.header("content-security-policy"), Some(CSP), "{what}");
+    assert_eq!(r.header("x-frame-options"), Some("DENY"), "{what}");
+    assert_eq!(
+        r.header("x-content-type-options"),
+        Some("nosniff"),
+        "{what}"
+    );
+    assert_eq!(r.header("referrer-policy"), Some("same-origin"), "{what}");
+    if logged_in {
+        assert!(
+            r.header("cache-control")
+                .is_some_and(|c| c.contains("no-store")),
+            "{what}: {:?}",
+            r.header("cache-control")
+        );
+    }
+}
+
+/// Asserts that `r` is an HTML page without any injected markup, and that each of `shown`
+/// appears in it escaped.
+#[track_caller]
+fn check_html(r: &Resp, what: &str, shown: &[&str]) {
+    let html = r.text();
+    assert!(
+        r.header("content-type")
+            .is_some_and(|c| c.starts_with("text/html")),
+        "{what}: {:?}",
+        r.header("content-type")
+    );
+    for needle in [
+        "<script>window.__xss",
+        "\"><script>",
+        "<svg onload",
+        "<img src=x",
+    ] {
+        assert!(!html.contains(needle), "{what}: raw {needle:?} in\n{html}");
+    }
+    for tag in tags(&html) {
+        for (name, _) in &tag.attrs {
+            assert!(
+                !name.starts_with("on"),
+                "{what}: an injected attribute {name} on <{}> in\n{html}",
+                tag.name
+            );
+        }
+        if tag.name == "script" {
+            assert!(
+                tag.attrs.iter().any(|(n, _)| n == "src"),
+                "{what}: an inline <script> in\n{html}"
+            );
+        }
+        assert!(
+            !["svg", "img"].contains(&tag.name.as_str())
+                || !tag
+                    .attrs
+                    .iter()
+                    .any(|(_, v)| v.as_deref().is_some_and(|v| v.contains("__xss"))),
+            "{what}: an injected <{}>",
+            tag.name
+        );
+    }
+    for value in shown {
+        assert!(
+            html.contains(&escape(value)),
+            "{what}: {value:?} is not shown escaped in\n{html}"
+        );
+    }
+}
+
+/// HTML text escaping as maud does it.
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+struct Tag {
+    name: String,
+    attrs: Vec<(String, Option<String>)>,
+}
+
+/// The start tags of a document with their attributes, read the way an HTML parser reads them
+/// (comments and the text of `<script>`/`<style>` skipped): injected markup shows up here as a
+/// tag or attribute the page did not write.
+fn tags(html: &str) -> Vec<Tag> {
+    let b = html.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'<' {
+            i += 1;
+            continue;
+        }
+        if html[i..].starts_with("<!--") {
+            i = html[i..].find("-->").map_or(b.len(), |j| i + j + 3);
+            continue;
+        }
+        if i + 1 >= b.len() || !b[i + 1].is_ascii_alphabetic() {
+            i += 1;
+            continue;
+        }
+        let mut j = i + 1;
+        while j < b.len() && !b[j].is_ascii_whitespace() && b[j] != b'>' && b[j] != b'/' {
+            j += 1;
+        }
+        let name = html[i + 1..j].to_ascii_lowercase();
+        let mut attrs = Vec::new();
+        loop {
+            while j < b.len() && (b[j].is_ascii_whitespace() || b[j] == b'/') {
+                j += 1;
+            }
+            if j >= b.len() || b[j] == b'>' {
+                j += 1;
+                break;
+            }
+            let start = j;
+            while j < b.len() && !b[j].is_ascii_whitespace() && !b"=>/".contains(&b[j]) {
+                j += 1;
+            }
+            let attr = html[start..j].to_ascii_lowercase();
+            while j < b.len() && b[j].is_ascii_whitespace() {
+                j += 1;
+            }
+            let mut value = None;
+            if j < b.len() && b[j] == b'=' {
+                j += 1;
+                while j < b.len() && b[j].is_ascii_whitespace() {
+                    j += 1;
+                }
+                if j < b.len() && (b[j] == b'"' || b[j] == b'\'') {
+                    let q = b[j];
+                    let end = html[j + 1..].find(q as char).map_or(b.len(), |k| j + 1 + k);
+                    value = Some(html[j + 1..end.min(b.len())].to_owned());
+                    j = end + 1;
+                } else {
+                    let s = j;
+                    while j < b.len() && !b[j].is_ascii_whitespace() && b[j] != b'>' {
+                        j += 1;
+                    }
+                    value = Some(html[s..j].to_owned());
+                }
+            }
+            if start == j {
+                j += 1; // a stray character; browsers skip it too
+            } else {
+                attrs.push((attr, value));
+            }
+        }
+        if name == "script" || name == "style" {
+            let close = format!("</{name}");
+            j = html[j.min(b.len())..]
+                .to_ascii_lowercase()
+                .find(&close)
+                .map_or(b.len(), |k| j + k);
+        }
+        out.push(Tag { name, attrs });
+        i = j;
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// The world: two tenants, each with a site, a key and a dashboard user made with the CLI.
+
+const EMAIL_A: &str = "alice@shop-a.example";
+const PASSWORD_A: &str = "alice's long passphrase";
+const EMAIL_B: &str = "bob@shop-b.example";
+const PASSWORD_B: &str = "bob's long passphrase";
+
+struct World {
+    app: TestApp,
+    site_b: Site,
+    key_b: Key,
+}
+
+impl World {
+    fn start() -> World {
+        let app = TestApp::start();
+        let tenant_b = app.create_tenant("Tenant B");
+        let site_b = app.create_site(&tenant_b.id, "Site B", &[]);
+        let key_b = app.create_key(&tenant_b.id);
+        create_user(&app, &app.tenant.id, EMAIL_A, PASSWORD_A);
+        create_user(&app, &tenant_b.id, EMAIL_B, PASSWORD_B);
+        World { app, site_b, key_b }
+    }
+
+    fn login_a(&self) -> Dash<'_> {
+        login(&self.app, EMAIL_A, PASSWORD_A)
+    }
+
+    fn login_b(&self) -> Dash<'_> {
+        login(&self.app, EMAIL_B, PASSWORD_B)
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        self.app.query_i64(sql, [])
+    }
+
+    /// What the forms could change: sites, keys, dead letters, users and their passwords.
+    fn state(&self) -> Vec<Value> {
+        let db = self.app.sqlite();
+        let dump = |sql: &str| -> Value {
+            let mut stmt = db.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+            let n = stmt.column_count();
+            let rows: Vec<Value> = stmt
+                .query_map([], |r| {
+                    (0..n)
+                        .map(|i| {
+                            Ok(match r.get_ref(i)? {
+                                rusqlite::types::ValueRef::Null => Value::Null,
+                                rusqlite::types::ValueRef::Integer(n) => json!(n),
+                                rusqlite::types::ValueRef::Real(f) => json!(f),
+                                rusqlite::types::ValueRef::Text(t) => {
+                                    json!(String::from_utf8_lossy(t))
+                                }
+                                rusqlite::types::ValueRef::Blob(b) => json!(b),
+                            })
+                        })
+                        .collect::<Result<Vec<Value>, _>>()
+                        .map(Value::Array)
+                })
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            Value::Array(rows)
+        };
+        vec![
+            dump("SELECT * FROM sites ORDER BY id"),
+            dump("SELECT * FROM api_keys ORDER BY id"),
+            dump("SELECT conversion_id, attempts, dead_at, next_attempt_at FROM outbox ORDER BY conversion_id"),
+            dump("SELECT id, tenant_id, email, password_hash FROM users ORDER BY id"),
+            dump("SELECT COUNT(*) FROM tenants"),
+        ]
+    }
+}
+
+/// `convapi user create` with the password on stdin; its output (stdout and stderr).
+fn create_user(app: &TestApp, tenant: &str, email: &str, password: &str) -> String {
+    let mut cmd = Command::new(BIN);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("CONVAPI_") {
+            cmd.env_remove(k);
+        }
+    }
+    let mut child = cmd
+        .arg("--db")
+        .arg(&app.db)
+        .args([
+            "user",
+            "create",
+            "--tenant",
+            tenant,
+            "--email",
+            email,
+            "--password-stdin",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run convapi user create");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{password}\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().expect("user create");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "user create {email}: {text}");
+    assert!(
+        text.starts_with(&format!("created user {email} (")),
+        "user create prints: {text}"
+    );
+    text
+}
+
+/// Logs in through the form; the client then holds the session.
+fn login<'a>(app: &'a TestApp, email: &str, password: &str) -> Dash<'a> {
+    let c = Dash::new(app);
+    let r = try_login(&c, email, password);
+    assert_eq!(
+        (r.status, r.header("location")),
+        (303, Some("/dashboard/")),
+        "login {email}: {}",
+        r.text()
+    );
+    assert!(c.cookie("convapi_session").is_some());
+    c
+}
+
+fn try_login(c: &Dash, email: &str, password: &str) -> Resp {
+    let csrf = c.login_csrf();
+    c.post(
+        "/dashboard/login",
+        &[("email", email), ("password", password), ("csrf", &csrf)],
+    )
+}
+
+fn with_csrf<'a>(fields: &[(&'a str, &'a str)], csrf: &'a str) -> Vec<(&'a str, &'a str)> {
+    let mut f = fields.to_vec();
+    f.push(("csrf", csrf));
+    f
+}
+
+#[track_caller]
+fn expect_refused(r: &Resp, what: &str) {
+    assert_eq!(r.status, 403, "{what}: {}", r.text());
+    assert!(r.text().contains(FORM_EXPIRED), "{what}: {}", r.text());
+}
+
+#[track_caller]
+fn expect_throttled(r: &Resp, what: &str) {
+    assert_eq!(r.status, 429, "{what}: {}", r.text());
+    let after: u64 = r
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: Retry-After {:?}", r.header("retry-after")));
+    assert!(
+        (1..=15 * 60).contains(&after),
+        "{what}: Retry-After {after}"
+    );
+    assert!(
+        r.text().contains("Too many failed logins. Try again in"),
+        "{what}: {}",
+        r.text()
+    );
+}
+
+/// The decoded `next` of a 303 to the login form.
+fn login_next(r: &Resp) -> Option<String> {
+    let loc = r.header("location")?;
+    let query = loc.strip_prefix("/dashboard/login?")?;
+    if r.status != 303 {
+        return None;
+    }
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "next")
+        .map(|(_, v)| v.into_owned())
+}
+
+fn set_cookies(r: &Resp) -> Vec<String> {
+    r.headers
+        .iter()
+        .filter(|(k, _)| k == "set-cookie")
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+fn has_attr(set_cookie: &str, attr: &str) -> bool {
+    set_cookie
+        .split(';')
+        .any(|a| a.trim().eq_ignore_ascii_case(attr))
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The value of the first `<input name=NAME>` of a page.
+fn hidden(html: &str, name: &str) -> Option<String> {
+    tags(html)
+        .into_iter()
+        .filter(|t| t.name == "input")
+        .find(|t| {
+            t.attrs
+                .iter()
+                .any(|(n, v)| n == "name" && v.as_deref() == Some(name))
+        })
+        .and_then(|t| {
+            t.attrs
+                .into_iter()
+                .find(|(n, _)| n == "value")
+                .and_then(|(_, v)| v)
+        })
+}
+
+fn await_processed(app: &TestApp, order: &str) -> Value {
+    let mut status = Value::Null;
+    crate::common::browser::poll_for(
+        Duration::from_secs(30),
+        &format!("{order} to be processed"),
+        || {
+            status = app.order_status(order).expect(200);
+            status["status"] == "processed"
+        },
+    );
+    status
+}
+
+/// A USD order of `visitor` (no rates: it waits as `fx_pending`) turned into a dead letter the way
+/// production does — its processing fails every try — in passes run here with a clock a year
+/// ahead, which the server's own pipeline never reaches. Its conversion id.
+fn dead_letter(app: &TestApp, visitor: &str, order: &str) -> String {
+    use convapi::metrics::Metrics;
+    use convapi::pipeline;
+    app.pageview(visitor, "https://shop.example/", now_ms() - MINUTE);
+    let (id, _) = app
+        .post_conversion(
+            &json!({"visitorId": visitor, "orderId": order, "value": 12, "currency": "USD"}),
+        )
+        .accepted();
+    poll("the order to wait for a rate", || {
+        app.order_status(order).expect(200)["status"] == "fx_pending"
+    });
+    let db = app.sqlite();
+    db.execute(
+        "UPDATE conversions SET value = 'twelve' WHERE id = ?1",
+        [&id],
+    )
+    .expect("break the value");
+    let at = now_ms() + 365 * DAY;
+    db.execute(
+        "UPDATE outbox SET next_attempt_at = ?2 WHERE conversion_id = ?1",
+        rusqlite::params![id, at],
+    )
+    .expect("schedule");
+    let conn = convapi::store::open(&app.db).expect("open db");
+    let metrics = Metrics::default();
+    let mut clock = at;
+    for _ in 0..pipeline::MAX_ATTEMPTS {
+        pipeline::drain_once(&conn, &metrics, clock).expect("drain");
+        clock += 365 * DAY;
+    }
+    assert_eq!(
+        app.query_i64(
+            "SELECT COUNT(*) FROM outbox WHERE conversion_id = ?1 AND dead_at IS NOT NULL",
+            [&id]
+        ),
+        1,
+        "{order} is a dead letter"
+    );
+    id
+}
+
+/// A browser-like client of the dashboard: keeps cookies, follows no redirect.
+struct Dash<'a> {
+    app: &'a TestApp,
+    agent: ureq::Agent,
+    jar: RefCell<BTreeMap<String, String>>,
+}
+
+impl<'a> Dash<'a> {
+    fn new(app: &'a TestApp) -> Dash<'a> {
+        Dash {
+            app,
+            agent: agent(),
+            jar: RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    fn cookie(&self, name: &str) -> Option<String> {
+        self.jar.borrow().get(name).cloned()
+    }
+
+    fn set_cookie(&self, name: &str, value: &str) {
+        self.jar.borrow_mut().insert(name.into(), value.into());
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Resp {
+        let cookie = self
+            .jar
+            .borrow()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut h: Vec<(&str, &str)> = headers.to_vec();
+        if !cookie.is_empty() {
+            h.push(("Cookie", &cookie));
+        }
+        let r = send(
+            &self.agent,
+            method,
+            &format!("{}{path}", self.app.base),
+            &h,
+            body,
+        );
+        for set in set_cookies(&r) {
+            let (pair, attrs) = set.split_once(';').unwrap_or((&set, ""));
+            let (k, v) = pair.split_once('=').expect("name=value");
+            let gone = attrs
+                .split(';')
+                .any(|a| a.trim().eq_ignore_ascii_case("max-age=0"));
+            if gone {
+                self.jar.borrow_mut().remove(k.trim());
+            } else {
+                self.set_cookie(k.trim(), v.trim());
+            }
+        }
+        r
+    }
+
+    fn get(&self, path: &str) -> Resp {
+        self.request("GET", path, &[], None)
+    }
+
+    fn post(&self, path: &str, fields: &[(&str, &str)]) -> Resp {
+        self.post_with(path, fields, &[])
+    }
+
+    fn post_owned(&self, path: &str, fields: &[(&str, String)]) -> Resp {
+        let f: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        self.post(path, &f)
+    }
+
+    fn post_with(&self, path: &str, fields: &[(&str, &str)], headers: &[(&str, &str)]) -> Resp {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(fields)
+            .finish();
+        let mut h = headers.to_vec();
+        h.push(("Content-Type", "application/x-www-form-urlencoded"));
+        self.request("POST", path, &h, Some(body.as_bytes()))
+    }
+
+    /// The session's CSRF token, from the hidden field of a logged-in page's forms.
+    fn csrf(&self) -> String {
+        let r = self.get("/dashboard/account");
+        assert_eq!(r.status, 200, "{}", r.text());
+        hidden(&r.text(), "csrf").expect("a csrf field on the account page")
+    }
+
+    /// The login form's token (and its cookie, kept by the jar).
+    fn login_csrf(&self) -> String {
+        let r = self.get("/dashboard/login");
+        assert_eq!(r.status, 200, "{}", r.text());
+        hidden(&r.text(), "csrf").expect("a csrf field on the login form")
+    }
+}
