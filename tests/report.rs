@@ -1,6 +1,7 @@
 //! `convapi report`: grouping by source, medium, campaign and type; revenue in the site currency;
 //! what counts as unconverted (queued, fx_pending, failed); inclusive UTC day ranges; an order
-//! reported by both sources counted once; the table and `--json` outputs; usage and lookup errors.
+//! reported by both sources counted once; the table and `--json` outputs; usage and lookup errors;
+//! the daily rollup kept exact by every write path, and the same report when it is bypassed.
 //! Exact decimal sums with converted currencies are in `currency.rs`.
 
 use crate::common::pipeline_support::*;
