@@ -116,6 +116,8 @@ const SQL_INTERPOLATION_ALLOWED: &[&str] = &[
     "c.source.column()", // same
     "version + 1",       // store/mod.rs: PRAGMA user_version (an integer we computed)
     "by.column()",       // store/report.rs: a GroupBy enum's &'static str column name
+    "by.rollup_key()",   // store/report.rs: a GroupBy enum's &'static str rollup expression
+    "oracle_condition",  // store/dashboard.rs unit tests: the tests' constant WHERE conditions
     "STATUS_COLUMNS",    // store/conversions.rs, store/export.rs: the order status column list
     "sessions::COLUMNS", // store/export.rs: sessions.rs's const column list
 ];

@@ -275,10 +275,12 @@ mod tests {
         }
     }
 
-    fn newest_first(conn: &Connection, where_: &str) -> Vec<(i64, String)> {
+    /// The test's own expectation, written independently of the filter code: `oracle_condition`
+    /// is a constant of these tests, never input.
+    fn newest_first(conn: &Connection, oracle_condition: &str) -> Vec<(i64, String)> {
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT occurred_at, id FROM conversions WHERE site_id = 's' AND {where_}
+                "SELECT occurred_at, id FROM conversions WHERE site_id = 's' AND {oracle_condition}
                  ORDER BY occurred_at DESC, id DESC"
             ))
             .unwrap();
