@@ -119,6 +119,7 @@ const SQL_INTERPOLATION_ALLOWED: &[&str] = &[
     "by.rollup_key()",   // store/report.rs: a GroupBy enum's &'static str rollup expression
     "oracle_condition",  // store/dashboard.rs unit tests: the tests' constant WHERE conditions
     "STATUS_COLUMNS",    // store/conversions.rs, store/export.rs: the order status column list
+    "ENTRY_COLUMNS",     // store/outbox.rs: the outbox entry column list
     "sessions::COLUMNS", // store/export.rs: sessions.rs's const column list
 ];
 

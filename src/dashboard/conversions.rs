@@ -461,6 +461,9 @@ pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
     ))
 }
 
+/// Dead letters listed on the page at most: the most recently dead first.
+const DEAD_LETTERS_SHOWN: u32 = 200;
+
 /// `GET /dashboard/sites/{id}/dead-letters`.
 pub fn dead_letters(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
     let q = form::query(ctx);
@@ -471,12 +474,22 @@ pub fn dead_letters(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> Pa
     } else {
         None
     };
-    let items = d.read(|c| Ok(store::outbox::list(c, Some(&site.id), true)?))?;
+    let (items, total) = d.read(|c| {
+        Ok(store::outbox::dead_letters(
+            c,
+            &site.id,
+            DEAD_LETTERS_SHOWN,
+        )?)
+    })?;
     let base = base(site);
     let body = html! {
         h1 { "Dead letters" }
         (layout::flash(flash))
         p.hint { "Conversions the pipeline gave up on after 10 failed tries. Retry queues one again with its tries reset." }
+        @if total > items.len() as u64 {
+            p.hint #dead-letters-more { "The " (items.len()) " most recent of " (total) " dead letters; "
+                code { "convapi outbox list --dead" } " lists them all and " code { "convapi outbox retry --all" } " retries them all." }
+        }
         @if items.is_empty() {
             p.empty #no-dead-letters { "No dead letters." }
         } @else {

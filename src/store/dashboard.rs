@@ -457,4 +457,27 @@ mod tests {
         assert_eq!((o.status.as_str(), o.attempts), ("queued", 0));
         assert_eq!(o.last_error, None);
     }
+
+    #[test]
+    fn dead_letters_are_the_most_recent_first_bounded_with_their_total() {
+        let conn = db(30);
+        // Every failed conversion (every third) is a dead letter, dead at its own time.
+        conn.execute_batch(
+            "UPDATE outbox SET dead_at = (SELECT occurred_at FROM conversions c
+                 WHERE c.id = outbox.conversion_id) + 1
+             WHERE conversion_id IN (SELECT id FROM conversions WHERE status = 'failed')",
+        )
+        .unwrap();
+        let (items, total) = crate::store::outbox::dead_letters(&conn, "s", 4).unwrap();
+        assert_eq!(total, 10);
+        let dead: Vec<_> = items.iter().map(|e| e.dead_at.clone().unwrap()).collect();
+        let mut sorted = dead.clone();
+        sorted.sort_by(|a, b| b.cmp(a));
+        assert_eq!((dead.len(), &dead), (4, &sorted), "newest dead first");
+        assert!(items.iter().all(|e| e.state == "dead" && e.site_id == "s"));
+        assert_eq!(
+            crate::store::outbox::dead_letters(&conn, "other", 4).unwrap(),
+            (vec![], 0)
+        );
+    }
 }

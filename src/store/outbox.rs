@@ -30,36 +30,61 @@ pub struct Entry {
     pub created_at: String,
 }
 
+const ENTRY_COLUMNS: &str = "o.conversion_id, c.site_id, c.order_id, c.status, o.attempts,
+    o.next_attempt_at, o.last_error, o.dead_at, o.created_at";
+
+fn entry(r: &rusqlite::Row<'_>) -> rusqlite::Result<Entry> {
+    let next: Option<i64> = r.get(5)?;
+    let dead: Option<i64> = r.get(7)?;
+    Ok(Entry {
+        conversion_id: r.get(0)?,
+        site_id: r.get(1)?,
+        order_id: r.get(2)?,
+        state: match (dead, next) {
+            (Some(_), _) => "dead",
+            (None, None) => "fx_pending",
+            (None, Some(_)) => "due",
+        },
+        status: r.get(3)?,
+        attempts: r.get(4)?,
+        next_attempt_at: next.map(super::iso),
+        last_error: r.get(6)?,
+        dead_at: dead.map(super::iso),
+        created_at: super::iso(r.get(8)?),
+    })
+}
+
 /// The outbox, oldest first: of one site or all, dead letters only or everything.
 pub fn list(conn: &Connection, site_id: Option<&str>, dead_only: bool) -> Result<Vec<Entry>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT o.conversion_id, c.site_id, c.order_id, c.status, o.attempts, o.next_attempt_at,
-                o.last_error, o.dead_at, o.created_at
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {ENTRY_COLUMNS}
          FROM outbox o JOIN conversions c ON c.id = o.conversion_id
          WHERE (?1 IS NULL OR c.site_id = ?1) AND (?2 = 0 OR o.dead_at IS NOT NULL)
-         ORDER BY o.created_at, o.id",
-    )?;
-    let rows = stmt.query_map(params![site_id, dead_only], |r| {
-        let next: Option<i64> = r.get(5)?;
-        let dead: Option<i64> = r.get(7)?;
-        Ok(Entry {
-            conversion_id: r.get(0)?,
-            site_id: r.get(1)?,
-            order_id: r.get(2)?,
-            state: match (dead, next) {
-                (Some(_), _) => "dead",
-                (None, None) => "fx_pending",
-                (None, Some(_)) => "due",
-            },
-            status: r.get(3)?,
-            attempts: r.get(4)?,
-            next_attempt_at: next.map(super::iso),
-            last_error: r.get(6)?,
-            dead_at: dead.map(super::iso),
-            created_at: super::iso(r.get(8)?),
-        })
-    })?;
+         ORDER BY o.created_at, o.id"
+    ))?;
+    let rows = stmt.query_map(params![site_id, dead_only], entry)?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// A site's dead letters, the most recently dead first, at most `limit` of them, and how many
+/// there are in all. Found through the `outbox_due` index (dead ones only), so a page of them
+/// costs the same whatever else waits in the outbox.
+pub fn dead_letters(conn: &Connection, site_id: &str, limit: u32) -> Result<(Vec<Entry>, u64)> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {ENTRY_COLUMNS}
+         FROM outbox o JOIN conversions c ON c.id = o.conversion_id
+         WHERE o.dead_at IS NOT NULL AND c.site_id = ?1
+         ORDER BY o.dead_at DESC, o.id DESC LIMIT ?2"
+    ))?;
+    let rows = stmt.query_map(params![site_id, limit], entry)?;
+    let items = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    let total: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM outbox o JOIN conversions c ON c.id = o.conversion_id
+         WHERE o.dead_at IS NOT NULL AND c.site_id = ?1",
+        params![site_id],
+        |r| r.get(0),
+    )?;
+    Ok((items, total.max(0) as u64))
 }
 
 /// Why a conversion cannot be retried.
