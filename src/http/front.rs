@@ -272,7 +272,8 @@ impl Front {
                     if self.stopping.load(Ordering::SeqCst) {
                         return;
                     }
-                    if no_accept {
+                    // Read again: `stop_accepting` may have run while this pump waited.
+                    if no_accept || self.no_accept.load(Ordering::SeqCst) {
                         // Our own doing (`stop_accepting`); requests of open connections still come.
                         continue;
                     }

@@ -468,7 +468,13 @@ impl Server {
                     }
 
                     Err(e) => {
-                        log::error!("Error accepting new client: {}", e);
+                        // convapi: a listener shut down for a graceful stop makes accept fail
+                        // with EINVAL; that is the stop, not an error worth a log line.
+                        if e.kind() == std::io::ErrorKind::InvalidInput {
+                            log::debug!("accepting stopped: {}", e);
+                        } else {
+                            log::error!("Error accepting new client: {}", e);
+                        }
                         inside_messages.push(e.into());
                         break;
                     }
