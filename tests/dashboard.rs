@@ -12,18 +12,7 @@ const PASSWORD: &str = "correct horse battery";
 /// An app with a dashboard user in its default tenant, and a client logged in as that user.
 fn logged_in(app: &TestApp) -> DashClient<'_> {
     create_user(app, &app.tenant.id, "owner@shop.example", PASSWORD);
-    let c = DashClient::new(app);
-    let r = c.login("owner@shop.example", PASSWORD);
-    assert_eq!(r.status, 303, "login: {}", r.text());
-    c
-}
-
-fn set_cookies(r: &Resp) -> Vec<String> {
-    r.headers
-        .iter()
-        .filter(|(k, _)| k == "set-cookie")
-        .map(|(_, v)| v.clone())
-        .collect()
+    DashClient::logged_in(app, "owner@shop.example", PASSWORD)
 }
 
 fn session_cookie(r: &Resp) -> String {
@@ -68,27 +57,21 @@ fn the_first_run_token_creates_the_first_user_once() {
         form.text()
     );
 
-    let fields = |csrf: &str, password: &str| -> Vec<(String, String)> {
-        [
-            ("token", token.as_str()),
-            ("csrf", csrf),
-            ("tenant", "new"),
-            ("organization", "Shop & Co"),
-            ("email", "First@Shop.example"),
-            ("password", password),
-            ("password_confirm", password),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    let fields = |csrf, password| {
+        setup_fields(
+            &token,
+            Some(csrf),
+            "new",
+            "Shop & Co",
+            "First@Shop.example",
+            password,
+        )
     };
-    let post = |f: Vec<(String, String)>| {
-        let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        c.post_form("/dashboard/setup", &f)
-    };
+    let post = |f: Vec<(&str, &str)>| c.post_form("/dashboard/setup", &f);
     let users = || app.query_i64("SELECT COUNT(*) FROM users", []);
     assert_eq!(post(fields("", PASSWORD)).status, 403);
-    assert_eq!(post(fields(&"0".repeat(64), PASSWORD)).status, 403);
+    let forged = "0".repeat(64);
+    assert_eq!(post(fields(&forged, PASSWORD)).status, 403);
     let short = post(fields(&csrf, "short"));
     assert_eq!(short.status, 400);
     assert!(
@@ -154,15 +137,14 @@ fn the_first_run_page_is_gone_once_a_user_exists_and_joins_an_existing_tenant() 
     let csrf = DashClient::csrf_from(&c.get(&format!("/dashboard/setup?token={token}")).text());
     let r = c.post_form(
         "/dashboard/setup",
-        &[
-            ("token", &token),
-            ("csrf", &csrf),
-            ("tenant", &app.tenant.id),
-            ("organization", ""),
-            ("email", "joiner@shop.example"),
-            ("password", PASSWORD),
-            ("password_confirm", PASSWORD),
-        ],
+        &setup_fields(
+            &token,
+            Some(&csrf),
+            &app.tenant.id,
+            "",
+            "joiner@shop.example",
+            PASSWORD,
+        ),
     );
     assert_eq!(r.status, 303, "{}", r.text());
     assert_eq!(
@@ -197,37 +179,18 @@ fn user_create_reads_the_password_from_stdin_and_stores_only_an_argon2id_hash() 
     assert!(hash.starts_with("$argon2id$v=19$"), "{hash}");
     assert!(!app.db_bytes().windows(14).any(|w| w == b"long enough pw"));
 
+    let (t, pw) = (app.tenant.id.as_str(), "long enough pw\n");
     for (email, stdin, tenant, needle) in [
-        (
-            "b@shop.example",
-            "too short\n",
-            app.tenant.id.as_str(),
-            "at least 10 characters",
-        ),
-        (
-            "A@SHOP.example",
-            "long enough pw\n",
-            app.tenant.id.as_str(),
-            "exists already",
-        ),
+        ("b@shop.example", "too short\n", t, "at least 10 characters"),
+        ("A@SHOP.example", pw, t, "exists already"),
         (
             "c@shop.example",
-            "long enough pw\n",
+            pw,
             "no-such-tenant",
             "no tenant with id no-such-tenant",
         ),
-        (
-            "not-an-email",
-            "long enough pw\n",
-            app.tenant.id.as_str(),
-            "is not an email address",
-        ),
-        (
-            "d@shop.example",
-            "",
-            app.tenant.id.as_str(),
-            "no password on stdin",
-        ),
+        ("not-an-email", pw, t, "is not an email address"),
+        ("d@shop.example", "", t, "no password on stdin"),
     ] {
         let run = user_create_run(&app, tenant, email, stdin, &[]);
         assert_eq!(run.code, 1, "{email}: {run:?}");
@@ -445,25 +408,20 @@ fn forms_without_the_right_csrf_token_are_refused_and_change_nothing() {
 
     // The login form's double-submit token: the field must equal the cookie.
     let other = DashClient::new(&app);
-    let r = other.post_form(
-        "/dashboard/login",
-        &[
-            ("csrf", &wrong),
-            ("email", "owner@shop.example"),
-            ("password", PASSWORD),
-        ],
-    );
-    assert_eq!(r.status, 403);
+    let forged = || {
+        other.post_form(
+            "/dashboard/login",
+            &[
+                ("csrf", &wrong),
+                ("email", "owner@shop.example"),
+                ("password", PASSWORD),
+            ],
+        )
+    };
+    // Without the cookie, then with a cookie of its own that the field does not match.
+    assert_eq!(forged().status, 403);
     other.get("/dashboard/login");
-    let r = other.post_form(
-        "/dashboard/login",
-        &[
-            ("csrf", &wrong),
-            ("email", "owner@shop.example"),
-            ("password", PASSWORD),
-        ],
-    );
-    assert_eq!(r.status, 403);
+    assert_eq!(forged().status, 403);
     assert!(other.cookie("convapi_session").is_none());
 }
 
