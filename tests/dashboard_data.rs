@@ -223,7 +223,7 @@ fn the_conversion_page_shows_what_the_status_lookup_shows() {
     assert!(dd("type").starts_with("purchase"));
     assert!(dd("sources").starts_with("pixel + api"), "{status}");
     assert!(dd("status").starts_with(status["status"].as_str().unwrap()));
-    assert!(dd("value").starts_with("3 EUR"));
+    assert!(dd("value").starts_with("3.00 EUR"));
     assert!(dd("reporting-value").starts_with(&format!("{} EUR", status["reportingValue"])));
     let a = &status["attribution"];
     assert!(dd("attr-model").starts_with(a["model"].as_str().unwrap()));
