@@ -653,6 +653,40 @@ fn sites_are_listed_created_and_edited() {
     );
     assert_eq!(bad.status, 400);
 
+    // An empty domain field clears the stored domain; the other settings stay as sent.
+    let domain = || app.query_str("SELECT domain FROM sites WHERE id = ?1", [&id]);
+    assert_eq!(domain().as_deref(), Some("shop.example"));
+    let cleared = post(
+        &location,
+        form("Renamed", "USD")
+            .into_iter()
+            .map(|(k, v)| {
+                if k == "domain" {
+                    (k, String::new())
+                } else {
+                    (k, v)
+                }
+            })
+            .collect(),
+    );
+    assert_eq!(cleared.status, 303, "{}", cleared.text());
+    assert_eq!(domain(), None);
+    assert_eq!(
+        app.query_str("SELECT name FROM sites WHERE id = ?1", [&id])
+            .as_deref(),
+        Some("Renamed")
+    );
+    let page = c.get(&location).text();
+    assert!(
+        page.contains(r#"name="domain" value="""#),
+        "the form shows no domain: {page}"
+    );
+    // `site update` without --domain keeps it.
+    let kept = app.cli_json(&["site", "update", &id, "--domain", "shop.example", "--json"]);
+    assert_eq!(kept["domain"], "shop.example");
+    app.cli_json(&["site", "update", &id, "--name", "Renamed again", "--json"]);
+    assert_eq!(domain().as_deref(), Some("shop.example"));
+
     // The reporting currency is locked once a conversion was converted to it.
     assert_eq!(report(&app, &app.key.key, &app.site, "o-1").status, 202);
     app.sqlite()
