@@ -1,7 +1,8 @@
 //! The dashboard's accounts, sessions, forms, sites and API keys, through the front door with a
 //! cookie-keeping form client (`common/dashboard.rs`): the first-run token, `convapi user create`,
 //! login and its cookie, logout, CSRF, the login throttle, redirects to the login page, site
-//! create and edit, keys shown once and revoked, and another tenant's ids answering 404.
+//! create and edit, keys shown once and revoked, another tenant's ids answering 404, and the
+//! compiled-in files (dashboard assets, pixel, OpenAPI) answering `304` to their `ETag`.
 
 use serde_json::json;
 
@@ -878,4 +879,33 @@ fn a_password_change_ends_the_users_other_sessions() {
             .status,
         303
     );
+}
+
+#[test]
+fn compiled_in_files_answer_304_to_their_etag() {
+    let app = TestApp::start();
+    let c = DashClient::new(&app);
+    for (path, cache) in [
+        ("/dashboard/static/style.css", "public, max-age=300"),
+        ("/dashboard/static/dashboard.js", "public, max-age=300"),
+        ("/pixel.js", "public, max-age=3600"),
+        ("/openapi.yaml", "public, max-age=300"),
+    ] {
+        let full = c.get(path);
+        assert_eq!(full.status, 200, "{path}");
+        assert!(!full.body.is_empty(), "{path}");
+        assert_eq!(full.header("cache-control"), Some(cache), "{path}");
+        let tag = full.header("etag").expect("an ETag").to_owned();
+        for sent in [tag.clone(), format!("\"other\", {tag}"), "*".into()] {
+            let again = c.request("GET", path, &[("If-None-Match", &sent)], None);
+            assert_eq!(again.status, 304, "{path} with {sent}");
+            assert!(again.body.is_empty(), "{path}");
+            assert_eq!(again.header("etag"), Some(tag.as_str()), "{path}");
+        }
+        let stale = c.request("GET", path, &[("If-None-Match", "\"other\"")], None);
+        assert_eq!(stale.status, 200, "{path}");
+        if path.starts_with("/dashboard/") {
+            assert_eq!(full.header("x-frame-options"), Some("DENY"), "{path}");
+        }
+    }
 }
