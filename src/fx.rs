@@ -232,6 +232,24 @@ pub fn minor_units(currency: &str) -> Option<u32> {
         .map(u32::from)
 }
 
+/// `amount` written with at least `currency`'s minor digits (49.9 EUR as 49.90), never fewer
+/// digits than it has: padding only, no rounding (49.905 EUR stays 49.905). Unchanged for a
+/// currency without minor units, or where the padded form does not fit a `Decimal`.
+pub fn with_minor_digits(amount: Decimal, currency: &str) -> Decimal {
+    match minor_units(currency) {
+        Some(dp) if amount.scale() < dp => {
+            let mut padded = amount;
+            padded.rescale(dp);
+            if padded == amount {
+                padded
+            } else {
+                amount
+            }
+        }
+        _ => amount,
+    }
+}
+
 /// Parses a stored decimal text (the conversion's `value`, a stored rate).
 pub fn decimal(text: &str) -> Result<Decimal, String> {
     Decimal::from_str(text.trim()).map_err(|_| format!("{text:?} is not a decimal number"))
@@ -252,6 +270,22 @@ mod tests {
             per_eur: d(rate),
             date: day(date),
         }
+    }
+
+    #[test]
+    fn minor_digits_pad_and_never_round() {
+        let shown = |v: &str, c: &str| with_minor_digits(d(v), c).to_string();
+        assert_eq!(shown("49.9", "EUR"), "49.90");
+        assert_eq!(shown("49", "EUR"), "49.00");
+        assert_eq!(shown("49.905", "EUR"), "49.905");
+        assert_eq!(shown("1200", "JPY"), "1200");
+        assert_eq!(shown("1.5", "BHD"), "1.500");
+        assert_eq!(shown("1.5", "XAU"), "1.5");
+        assert_eq!(shown("1.5", "ZZZ"), "1.5");
+        assert_eq!(
+            shown("79228162514264337593543950335", "EUR"),
+            "79228162514264337593543950335"
+        );
     }
 
     #[test]

@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::common::browser::{base64_decode, cdp_eval, chromium_path, poll, Browser, PATIENCE};
+use crate::common::browser::{
+    base64_decode, cdp_eval, chromium_path, open_page, poll, Browser, PATIENCE,
+};
 use crate::common::TestApp;
 use serde_json::{json, Value};
 
@@ -34,18 +36,8 @@ fn pixel_in_chromium_then_backend_report_is_one_conversion() {
     let mut browser = Browser::launch(&chromium);
     let mut cdp = browser.connect();
 
-    let target = cdp.call("Target.createTarget", json!({"url": "about:blank"}), None);
-    let attached = cdp.call(
-        "Target.attachToTarget",
-        json!({"targetId": target["targetId"], "flatten": true}),
-        None,
-    );
-    let page = attached["sessionId"]
-        .as_str()
-        .expect("attachToTarget gives a sessionId")
-        .to_owned();
+    let page = open_page(&mut cdp);
     let page = Some(page.as_str());
-    cdp.call("Page.enable", json!({}), page);
 
     // Land with a campaign in the URL.
     let landing = format!(

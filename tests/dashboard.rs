@@ -1,7 +1,8 @@
 //! The dashboard's accounts, sessions, forms, sites and API keys, through the front door with a
 //! cookie-keeping form client (`common/dashboard.rs`): the first-run token, `convapi user create`,
 //! login and its cookie, logout, CSRF, the login throttle, redirects to the login page, site
-//! create and edit, keys shown once and revoked, and another tenant's ids answering 404.
+//! create and edit, keys shown once and revoked, another tenant's ids answering 404, and the
+//! compiled-in files (dashboard assets, pixel, OpenAPI) answering `304` to their `ETag`.
 
 use serde_json::json;
 
@@ -12,18 +13,7 @@ const PASSWORD: &str = "correct horse battery";
 /// An app with a dashboard user in its default tenant, and a client logged in as that user.
 fn logged_in(app: &TestApp) -> DashClient<'_> {
     create_user(app, &app.tenant.id, "owner@shop.example", PASSWORD);
-    let c = DashClient::new(app);
-    let r = c.login("owner@shop.example", PASSWORD);
-    assert_eq!(r.status, 303, "login: {}", r.text());
-    c
-}
-
-fn set_cookies(r: &Resp) -> Vec<String> {
-    r.headers
-        .iter()
-        .filter(|(k, _)| k == "set-cookie")
-        .map(|(_, v)| v.clone())
-        .collect()
+    DashClient::logged_in(app, "owner@shop.example", PASSWORD)
 }
 
 fn session_cookie(r: &Resp) -> String {
@@ -68,27 +58,21 @@ fn the_first_run_token_creates_the_first_user_once() {
         form.text()
     );
 
-    let fields = |csrf: &str, password: &str| -> Vec<(String, String)> {
-        [
-            ("token", token.as_str()),
-            ("csrf", csrf),
-            ("tenant", "new"),
-            ("organization", "Shop & Co"),
-            ("email", "First@Shop.example"),
-            ("password", password),
-            ("password_confirm", password),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    let fields = |csrf, password| {
+        setup_fields(
+            &token,
+            Some(csrf),
+            "new",
+            "Shop & Co",
+            "First@Shop.example",
+            password,
+        )
     };
-    let post = |f: Vec<(String, String)>| {
-        let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        c.post_form("/dashboard/setup", &f)
-    };
+    let post = |f: Vec<(&str, &str)>| c.post_form("/dashboard/setup", &f);
     let users = || app.query_i64("SELECT COUNT(*) FROM users", []);
     assert_eq!(post(fields("", PASSWORD)).status, 403);
-    assert_eq!(post(fields(&"0".repeat(64), PASSWORD)).status, 403);
+    let forged = "0".repeat(64);
+    assert_eq!(post(fields(&forged, PASSWORD)).status, 403);
     let short = post(fields(&csrf, "short"));
     assert_eq!(short.status, 400);
     assert!(
@@ -154,15 +138,14 @@ fn the_first_run_page_is_gone_once_a_user_exists_and_joins_an_existing_tenant() 
     let csrf = DashClient::csrf_from(&c.get(&format!("/dashboard/setup?token={token}")).text());
     let r = c.post_form(
         "/dashboard/setup",
-        &[
-            ("token", &token),
-            ("csrf", &csrf),
-            ("tenant", &app.tenant.id),
-            ("organization", ""),
-            ("email", "joiner@shop.example"),
-            ("password", PASSWORD),
-            ("password_confirm", PASSWORD),
-        ],
+        &setup_fields(
+            &token,
+            Some(&csrf),
+            &app.tenant.id,
+            "",
+            "joiner@shop.example",
+            PASSWORD,
+        ),
     );
     assert_eq!(r.status, 303, "{}", r.text());
     assert_eq!(
@@ -197,37 +180,18 @@ fn user_create_reads_the_password_from_stdin_and_stores_only_an_argon2id_hash() 
     assert!(hash.starts_with("$argon2id$v=19$"), "{hash}");
     assert!(!app.db_bytes().windows(14).any(|w| w == b"long enough pw"));
 
+    let (t, pw) = (app.tenant.id.as_str(), "long enough pw\n");
     for (email, stdin, tenant, needle) in [
-        (
-            "b@shop.example",
-            "too short\n",
-            app.tenant.id.as_str(),
-            "at least 10 characters",
-        ),
-        (
-            "A@SHOP.example",
-            "long enough pw\n",
-            app.tenant.id.as_str(),
-            "exists already",
-        ),
+        ("b@shop.example", "too short\n", t, "at least 10 characters"),
+        ("A@SHOP.example", pw, t, "exists already"),
         (
             "c@shop.example",
-            "long enough pw\n",
+            pw,
             "no-such-tenant",
             "no tenant with id no-such-tenant",
         ),
-        (
-            "not-an-email",
-            "long enough pw\n",
-            app.tenant.id.as_str(),
-            "is not an email address",
-        ),
-        (
-            "d@shop.example",
-            "",
-            app.tenant.id.as_str(),
-            "no password on stdin",
-        ),
+        ("not-an-email", pw, t, "is not an email address"),
+        ("d@shop.example", "", t, "no password on stdin"),
     ] {
         let run = user_create_run(&app, tenant, email, stdin, &[]);
         assert_eq!(run.code, 1, "{email}: {run:?}");
@@ -445,25 +409,20 @@ fn forms_without_the_right_csrf_token_are_refused_and_change_nothing() {
 
     // The login form's double-submit token: the field must equal the cookie.
     let other = DashClient::new(&app);
-    let r = other.post_form(
-        "/dashboard/login",
-        &[
-            ("csrf", &wrong),
-            ("email", "owner@shop.example"),
-            ("password", PASSWORD),
-        ],
-    );
-    assert_eq!(r.status, 403);
+    let forged = || {
+        other.post_form(
+            "/dashboard/login",
+            &[
+                ("csrf", &wrong),
+                ("email", "owner@shop.example"),
+                ("password", PASSWORD),
+            ],
+        )
+    };
+    // Without the cookie, then with a cookie of its own that the field does not match.
+    assert_eq!(forged().status, 403);
     other.get("/dashboard/login");
-    let r = other.post_form(
-        "/dashboard/login",
-        &[
-            ("csrf", &wrong),
-            ("email", "owner@shop.example"),
-            ("password", PASSWORD),
-        ],
-    );
-    assert_eq!(r.status, 403);
+    assert_eq!(forged().status, 403);
     assert!(other.cookie("convapi_session").is_none());
 }
 
@@ -695,6 +654,40 @@ fn sites_are_listed_created_and_edited() {
     );
     assert_eq!(bad.status, 400);
 
+    // An empty domain field clears the stored domain; the other settings stay as sent.
+    let domain = || app.query_str("SELECT domain FROM sites WHERE id = ?1", [&id]);
+    assert_eq!(domain().as_deref(), Some("shop.example"));
+    let cleared = post(
+        &location,
+        form("Renamed", "USD")
+            .into_iter()
+            .map(|(k, v)| {
+                if k == "domain" {
+                    (k, String::new())
+                } else {
+                    (k, v)
+                }
+            })
+            .collect(),
+    );
+    assert_eq!(cleared.status, 303, "{}", cleared.text());
+    assert_eq!(domain(), None);
+    assert_eq!(
+        app.query_str("SELECT name FROM sites WHERE id = ?1", [&id])
+            .as_deref(),
+        Some("Renamed")
+    );
+    let page = c.get(&location).text();
+    assert!(
+        page.contains(r#"name="domain" value="""#),
+        "the form shows no domain: {page}"
+    );
+    // `site update` without --domain keeps it.
+    let kept = app.cli_json(&["site", "update", &id, "--domain", "shop.example", "--json"]);
+    assert_eq!(kept["domain"], "shop.example");
+    app.cli_json(&["site", "update", &id, "--name", "Renamed again", "--json"]);
+    assert_eq!(domain().as_deref(), Some("shop.example"));
+
     // The reporting currency is locked once a conversion was converted to it.
     assert_eq!(report(&app, &app.key.key, &app.site, "o-1").status, 202);
     app.sqlite()
@@ -886,4 +879,33 @@ fn a_password_change_ends_the_users_other_sessions() {
             .status,
         303
     );
+}
+
+#[test]
+fn compiled_in_files_answer_304_to_their_etag() {
+    let app = TestApp::start();
+    let c = DashClient::new(&app);
+    for (path, cache) in [
+        ("/dashboard/static/style.css", "public, max-age=300"),
+        ("/dashboard/static/dashboard.js", "public, max-age=300"),
+        ("/pixel.js", "public, max-age=3600"),
+        ("/openapi.yaml", "public, max-age=300"),
+    ] {
+        let full = c.get(path);
+        assert_eq!(full.status, 200, "{path}");
+        assert!(!full.body.is_empty(), "{path}");
+        assert_eq!(full.header("cache-control"), Some(cache), "{path}");
+        let tag = full.header("etag").expect("an ETag").to_owned();
+        for sent in [tag.clone(), format!("\"other\", {tag}"), "*".into()] {
+            let again = c.request("GET", path, &[("If-None-Match", &sent)], None);
+            assert_eq!(again.status, 304, "{path} with {sent}");
+            assert!(again.body.is_empty(), "{path}");
+            assert_eq!(again.header("etag"), Some(tag.as_str()), "{path}");
+        }
+        let stale = c.request("GET", path, &[("If-None-Match", "\"other\"")], None);
+        assert_eq!(stale.status, 200, "{path}");
+        if path.starts_with("/dashboard/") {
+            assert_eq!(full.header("x-frame-options"), Some("DENY"), "{path}");
+        }
+    }
 }

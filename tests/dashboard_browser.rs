@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::common::browser::{
     base64_decode, chromium_path, open_page, poll, poll_for, Browser, Cdp,
 };
-use crate::common::{now_ms, send, TestApp, MINUTE};
+use crate::common::{now_ms, send, setup_token, TestApp, MINUTE};
 
 const EMAIL: &str = "owner@shop.example";
 const PASSWORD: &str = "correct horse battery staple";
@@ -28,24 +28,6 @@ const SITE_NAME: &str = "Blue Mug Shop";
 const KEY_NAME: &str = "Shop backend";
 const ORDER_ID: &str = "ORDER-2025-0042";
 const CLIENT_ID: &str = "customer-7";
-
-/// The one-time setup token `serve` logs when no dashboard user exists: what the regex
-/// `setup\?token=([0-9A-Za-z]+)` captures in the server's log.
-pub fn setup_token(app: &TestApp) -> String {
-    let mut token = None;
-    poll("serve to log the one-time setup link", || {
-        token = app.log().split_once("setup?token=").map(|(_, after)| {
-            after
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric())
-                .collect::<String>()
-        });
-        token.as_ref().is_some_and(|t| !t.is_empty())
-    });
-    let token = token.unwrap();
-    assert_eq!(token.len(), 32, "32 base62 characters: {token:?}");
-    token
-}
 
 #[test]
 fn dashboard_first_run_to_revoked_key_in_chromium() {

@@ -11,105 +11,13 @@ use crate::common::*;
 
 const PASSWORD: &str = "correct horse battery";
 
-/// A logged-in browser: the session cookie and the page's CSRF token.
-struct Dash<'a> {
-    app: &'a TestApp,
-    cookie: String,
-    csrf: String,
-}
-
-fn set_cookie(r: &Resp, name: &str) -> Option<String> {
-    r.headers
-        .iter()
-        .filter(|(k, _)| k == "set-cookie")
-        .find_map(|(_, v)| {
-            let pair = v.split(';').next()?;
-            let (k, val) = pair.split_once('=')?;
-            (k.trim() == name).then(|| val.trim().to_owned())
-        })
-}
-
-/// The `value` of the first `name="csrf"` input of a page.
-fn csrf_of(page: &str) -> String {
-    let at = page.find("name=\"csrf\"").expect("a csrf field");
-    let rest = &page[at..];
-    let v = &rest[rest.find("value=\"").unwrap() + 7..];
-    v[..v.find('"').unwrap()].to_owned()
-}
-
-fn form(pairs: &[(&str, &str)]) -> Vec<u8> {
-    let mut s = form_urlencoded::Serializer::new(String::new());
-    for (k, v) in pairs {
-        s.append_pair(k, v);
-    }
-    s.finish().into_bytes()
-}
-
-/// Creates a user of `tenant` in the server's database, then logs in through the login form.
-fn login<'a>(app: &'a TestApp, tenant: &str) -> Dash<'a> {
+/// Creates a user of `tenant` with `convapi user create`, then logs in through the login form.
+fn login<'a>(app: &'a TestApp, tenant: &str) -> DashClient<'a> {
     let email = format!("{}@example.com", unique("user"));
-    let hash = convapi::dashboard::accounts::hash_password(PASSWORD).unwrap();
-    let conn = convapi::store::open(&app.db).unwrap();
-    convapi::store::users::create(
-        &conn,
-        &uuid::Uuid::new_v4().to_string(),
-        tenant,
-        &email,
-        &hash,
-        now_ms(),
-    )
-    .unwrap();
-    let page = app.get("/dashboard/login");
-    assert_eq!(page.status, 200, "{}", page.text());
-    let csrf_cookie = set_cookie(&page, "convapi_csrf").expect("login csrf cookie");
-    let token = csrf_of(&page.text());
-    let r = app.send(
-        "POST",
-        "/dashboard/login",
-        &[
-            ("Content-Type", "application/x-www-form-urlencoded"),
-            ("Cookie", &format!("convapi_csrf={csrf_cookie}")),
-        ],
-        Some(&form(&[
-            ("csrf", &token),
-            ("email", &email),
-            ("password", PASSWORD),
-        ])),
-    );
-    assert_eq!(r.status, 303, "{}", r.text());
-    let session = set_cookie(&r, "convapi_session").expect("session cookie");
-    let cookie = format!("convapi_session={session}");
-    let home = app.send("GET", "/dashboard/", &[("Cookie", &cookie)], None);
-    assert_eq!(home.status, 200);
-    let csrf = csrf_of(&home.text());
-    Dash { app, cookie, csrf }
-}
-
-impl Dash<'_> {
-    fn get(&self, path: &str) -> Resp {
-        self.app
-            .send("GET", path, &[("Cookie", &self.cookie)], None)
-    }
-
-    fn page(&self, path: &str) -> String {
-        let r = self.get(path);
-        assert_eq!(r.status, 200, "GET {path}: {}", r.text());
-        r.text()
-    }
-
-    fn post(&self, path: &str, fields: &[(&str, &str)]) -> Resp {
-        let mut all = vec![("csrf", self.csrf.as_str())];
-        all.extend_from_slice(fields);
-        self.app.send(
-            "POST",
-            path,
-            &[
-                ("Cookie", &self.cookie),
-                ("Content-Type", "application/x-www-form-urlencoded"),
-            ],
-            Some(&form(&all)),
-        )
-    }
+    create_user(app, tenant, &email, PASSWORD);
+    let d = DashClient::logged_in(app, &email, PASSWORD);
+    assert_eq!(d.get("/dashboard/").status, 200);
+    d
 }
 
 /// The texts between `<tr class="conversion">` and the cell of each row holding an order link.
@@ -315,7 +223,7 @@ fn the_conversion_page_shows_what_the_status_lookup_shows() {
     assert!(dd("type").starts_with("purchase"));
     assert!(dd("sources").starts_with("pixel + api"), "{status}");
     assert!(dd("status").starts_with(status["status"].as_str().unwrap()));
-    assert!(dd("value").starts_with("3 EUR"));
+    assert!(dd("value").starts_with("3.00 EUR"));
     assert!(dd("reporting-value").starts_with(&format!("{} EUR", status["reportingValue"])));
     let a = &status["attribution"];
     assert!(dd("attr-model").starts_with(a["model"].as_str().unwrap()));
@@ -369,14 +277,9 @@ fn a_dead_letter_is_listed_and_retried() {
     assert!(page.contains(&format!("{base}/dead-letters/{event}/retry")));
 
     // Without the CSRF token nothing happens.
-    let r = app.send(
-        "POST",
+    let r = d.post_form(
         &format!("{base}/dead-letters/{event}/retry"),
-        &[
-            ("Cookie", &d.cookie),
-            ("Content-Type", "application/x-www-form-urlencoded"),
-        ],
-        Some(b"csrf=wrong"),
+        &[("csrf", "wrong")],
     );
     assert_eq!(r.status, 403);
     assert_eq!(
@@ -384,7 +287,7 @@ fn a_dead_letter_is_listed_and_retried() {
         Some("failed".into())
     );
 
-    let r = d.post(&format!("{base}/dead-letters/{event}/retry"), &[]);
+    let r = d.submit(&format!("{base}/dead-letters/{event}/retry"), &[]);
     assert_eq!(r.status, 303, "{}", r.text());
     let to = r.header("location").unwrap().to_owned();
     assert_eq!(to, format!("{base}/dead-letters?retried=1"));
@@ -398,7 +301,7 @@ fn a_dead_letter_is_listed_and_retried() {
         0
     );
     // A second retry finds nothing dead: back with a note, not an error.
-    let again = d.post(&format!("{base}/dead-letters/{event}/retry"), &[]);
+    let again = d.submit(&format!("{base}/dead-letters/{event}/retry"), &[]);
     assert_eq!(
         again.header("location"),
         Some(format!("{base}/dead-letters?not_dead=1").as_str())
@@ -506,7 +409,7 @@ fn another_tenants_user_gets_404_for_this_sites_pages_and_conversions() {
         assert_eq!(r.status, 404, "{path}");
         assert!(!r.text().contains("order-1"), "{path}");
     }
-    let r = stranger.post(&format!("{base}/dead-letters/{event}/retry"), &[]);
+    let r = stranger.submit(&format!("{base}/dead-letters/{event}/retry"), &[]);
     assert_eq!(r.status, 404);
     // Their own site cannot reach this site's conversion by its event id either.
     let theirs = app.create_site(&other.id, "Theirs", &[]);

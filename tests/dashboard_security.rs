@@ -7,19 +7,16 @@
 //! it — checked in the HTML, and in Chromium with the CSP switched off so that only escaping stands
 //! between a payload and `window.__xss`; and the security headers of every page.
 //!
-//! [`Dash`] is a browser-like client: it keeps cookies and follows no redirect.
+//! The browser-like client is `common/dashboard.rs`'s [`DashClient`]: it keeps cookies, takes
+//! planted ones and follows no redirect.
 
-use std::cell::RefCell;
-use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::common::browser::{chromium_path, open_page, poll, Browser};
+use crate::common::pipeline_support::{await_status, dead_letter, parked_order};
 use crate::common::*;
-use crate::dashboard_browser::setup_token;
 
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
@@ -38,7 +35,8 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
     // A real token, of another session of the same user: still not this session's.
     let other = w.login_a().csrf();
     assert_ne!(token, other, "each session has its own CSRF token");
-    let dead = dead_letter(&w.app, "V-DEAD-1", "D-1");
+    let dead = parked_order(&w.app, "V-DEAD-1", "D-1");
+    dead_letter(&w.app, &dead);
     let site = w.app.site.id.clone();
     let site_settings = [
         ("name", "Renamed"),
@@ -89,7 +87,7 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
             if let Some(c) = csrf {
                 f.push(("csrf", c));
             }
-            let r = a.post(path, &f);
+            let r = a.post_form(path, &f);
             expect_refused(&r, &format!("POST {path} with a {how} csrf"));
             assert_eq!(
                 w.state(),
@@ -102,13 +100,13 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
 
     // The same forms with the session's token do what they are for: the refusals were the token's.
     let with = |fields: &[(&'static str, &'static str)]| with_csrf(fields, &token);
-    let r = a.post(&forms[0].0, &with(&forms[0].1));
+    let r = a.post_form(&forms[0].0, &with(&forms[0].1));
     assert_eq!(r.status, 303, "site create: {}", r.text());
     assert_eq!(
         w.count("SELECT COUNT(*) FROM sites WHERE name = 'Forged'"),
         1
     );
-    let r = a.post(&forms[1].0, &with(&forms[1].1));
+    let r = a.post_form(&forms[1].0, &with(&forms[1].1));
     assert_eq!(r.status, 303, "site settings: {}", r.text());
     assert_eq!(
         w.app
@@ -116,13 +114,13 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
             .as_deref(),
         Some("Renamed")
     );
-    let r = a.post(&forms[2].0, &with(&forms[2].1));
+    let r = a.post_form(&forms[2].0, &with(&forms[2].1));
     assert_eq!(r.status, 200, "key create: {}", r.text());
     assert_eq!(
         w.count("SELECT COUNT(*) FROM api_keys WHERE name = 'forged'"),
         1
     );
-    let r = a.post(&retry, &with(&[]));
+    let r = a.post_form(&retry, &with(&[]));
     assert_eq!(r.status, 303, "retry: {}", r.text());
     assert_eq!(
         w.count(&format!(
@@ -131,7 +129,7 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
         1,
         "queued again"
     );
-    let r = a.post(&key_revoke, &with(&[]));
+    let r = a.post_form(&key_revoke, &with(&[]));
     assert_eq!(r.status, 303, "revoke: {}", r.text());
     assert_eq!(
         w.count(&format!(
@@ -140,9 +138,9 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
         )),
         1
     );
-    let r = a.post(&forms[5].0, &with(&forms[5].1));
+    let r = a.post_form(&forms[5].0, &with(&forms[5].1));
     assert_eq!(r.status, 303, "password change: {}", r.text());
-    let r = a.post("/dashboard/logout", &with(&[]));
+    let r = a.post_form("/dashboard/logout", &with(&[]));
     assert_eq!(r.status, 303, "logout: {}", r.text());
     assert_eq!(a.get("/dashboard/").status, 303, "logged out");
 }
@@ -151,29 +149,25 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
 fn the_setup_and_login_forms_refuse_a_missing_or_wrong_csrf_token() {
     let app = TestApp::start();
     let token = setup_token(&app);
-    let c = Dash::new(&app);
+    let c = DashClient::new(&app);
     let setup = format!("/dashboard/setup?token={token}");
     let form = c.get(&setup);
     assert_eq!(form.status, 200, "{}", form.text());
-    let csrf = hidden(&form.text(), "csrf").expect("a csrf field on the setup form");
+    let csrf = DashClient::csrf_from(&form.text());
     assert_eq!(
         c.cookie("convapi_csrf").as_deref(),
         Some(csrf.as_str()),
         "double submit: the cookie and the field carry the same token"
     );
-    let fields = |csrf: Option<&str>| {
-        let mut f = vec![
-            ("token", token.clone()),
-            ("tenant", "new".to_owned()),
-            ("organization", "Forged Org".to_owned()),
-            ("email", "first@shop.example".to_owned()),
-            ("password", "a long enough password".to_owned()),
-            ("password_confirm", "a long enough password".to_owned()),
-        ];
-        if let Some(c) = csrf {
-            f.push(("csrf", c.to_owned()));
-        }
-        f
+    let fields = |csrf| {
+        setup_fields(
+            &token,
+            csrf,
+            "new",
+            "Forged Org",
+            "first@shop.example",
+            "a long enough password",
+        )
     };
     let users = || app.query_i64("SELECT COUNT(*) FROM users", []);
     let tenants = app.query_i64("SELECT COUNT(*) FROM tenants", []);
@@ -182,21 +176,21 @@ fn the_setup_and_login_forms_refuse_a_missing_or_wrong_csrf_token() {
         ("wrong", fields(Some("0123456789abcdefghijklmnopqrstuv"))),
     ] {
         expect_refused(
-            &c.post_owned("/dashboard/setup", &f),
+            &c.post_form("/dashboard/setup", &f),
             &format!("setup, {how} csrf"),
         );
     }
     // The right field without its cookie is a forged cross-site post too.
-    let bare = Dash::new(&app);
+    let bare = DashClient::new(&app);
     expect_refused(
-        &bare.post_owned("/dashboard/setup", &fields(Some(&csrf))),
+        &bare.post_form("/dashboard/setup", &fields(Some(&csrf))),
         "setup without the csrf cookie",
     );
     assert_eq!(
         (users(), app.query_i64("SELECT COUNT(*) FROM tenants", [])),
         (0, tenants)
     );
-    let r = c.post_owned("/dashboard/setup", &fields(Some(&csrf)));
+    let r = c.post_form("/dashboard/setup", &fields(Some(&csrf)));
     assert_eq!(
         (r.status, r.header("location")),
         (303, Some("/dashboard/login?setup=done")),
@@ -206,10 +200,10 @@ fn the_setup_and_login_forms_refuse_a_missing_or_wrong_csrf_token() {
     assert_eq!(users(), 1);
 
     // Login.
-    let c = Dash::new(&app);
+    let c = DashClient::new(&app);
     let page = c.get("/dashboard/login");
     assert_eq!(page.status, 200);
-    let csrf = hidden(&page.text(), "csrf").expect("a csrf field on the login form");
+    let csrf = DashClient::csrf_from(&page.text());
     let creds = [
         ("email", "first@shop.example"),
         ("password", "a long enough password"),
@@ -220,7 +214,7 @@ fn the_setup_and_login_forms_refuse_a_missing_or_wrong_csrf_token() {
             f.push(("csrf", e));
         }
         expect_refused(
-            &c.post("/dashboard/login", &f),
+            &c.post_form("/dashboard/login", &f),
             &format!("login, {how} csrf"),
         );
         assert_eq!(
@@ -232,10 +226,10 @@ fn the_setup_and_login_forms_refuse_a_missing_or_wrong_csrf_token() {
     let mut f = creds.to_vec();
     f.push(("csrf", &csrf));
     expect_refused(
-        &Dash::new(&app).post("/dashboard/login", &f),
+        &DashClient::new(&app).post_form("/dashboard/login", &f),
         "login without the cookie",
     );
-    let r = c.post("/dashboard/login", &f);
+    let r = c.post_form("/dashboard/login", &f);
     assert_eq!(r.status, 303, "{}", r.text());
     assert!(c.cookie("convapi_session").is_some());
 }
@@ -246,7 +240,8 @@ fn the_setup_and_login_forms_refuse_a_missing_or_wrong_csrf_token() {
 #[test]
 fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
     let w = World::start();
-    let dead = dead_letter(&w.app, "V-DEAD-2", "D-2");
+    let dead = parked_order(&w.app, "V-DEAD-2", "D-2");
+    dead_letter(&w.app, &dead);
     w.app
         .pageview("v-a", "https://shop.example/", now_ms() - MINUTE);
     let (event, _) = w
@@ -316,7 +311,7 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
     for (path, fields) in &posts {
         let mut f = fields.clone();
         f.push(("csrf", &csrf));
-        let r = b.post(path, &f);
+        let r = b.post_form(path, &f);
         assert_eq!(r.status, 404, "B: POST {path}: {}", r.text());
         assert_eq!(w.state(), before, "B's POST {path} changed A's data");
     }
@@ -356,8 +351,8 @@ fn logged_out_every_page_redirects_to_the_login_form() {
         "/dashboard/account".into(),
     ];
     let before = w.state();
-    let nobody = Dash::new(&w.app);
-    let stranger = Dash::new(&w.app);
+    let nobody = DashClient::new(&w.app);
+    let stranger = DashClient::new(&w.app);
     stranger.set_cookie("convapi_session", "made-up-session-id-0123456789abcdef");
     for c in [&nobody, &stranger] {
         for path in &pages {
@@ -379,7 +374,7 @@ fn logged_out_every_page_redirects_to_the_login_form() {
             "/dashboard/logout".into(),
             "/dashboard/account".into(),
         ] {
-            let r = c.post(&path, &[("name", "x"), ("csrf", "x")]);
+            let r = c.post_form(&path, &[("name", "x"), ("csrf", "x")]);
             assert!(
                 r.status == 303
                     && r.header("location")
@@ -419,25 +414,24 @@ fn passwords_are_stored_only_as_argon2id_hashes() {
     let first = "first-run password 7Qx!";
     let changed = "changed password 9Zk?";
     let cli_made = "cli-made password 3Wv#";
-    let c = Dash::new(&app);
+    let c = DashClient::new(&app);
     let form = c.get(&format!("/dashboard/setup?token={token}"));
-    let csrf = hidden(&form.text(), "csrf").expect("csrf");
-    let r = c.post(
+    let csrf = DashClient::csrf_from(&form.text());
+    let r = c.post_form(
         "/dashboard/setup",
-        &[
-            ("token", &token),
-            ("csrf", &csrf),
-            ("tenant", &app.tenant.id),
-            ("organization", ""),
-            ("email", "owner@shop.example"),
-            ("password", first),
-            ("password_confirm", first),
-        ],
+        &setup_fields(
+            &token,
+            Some(&csrf),
+            &app.tenant.id,
+            "",
+            "owner@shop.example",
+            first,
+        ),
     );
     assert_eq!(r.status, 303, "{}", r.text());
-    let s = login(&app, "owner@shop.example", first);
+    let s = DashClient::logged_in(&app, "owner@shop.example", first);
     let csrf = s.csrf();
-    let r = s.post(
+    let r = s.post_form(
         "/dashboard/account",
         &[
             ("csrf", &csrf),
@@ -452,11 +446,23 @@ fn passwords_are_stored_only_as_argon2id_hashes() {
         "{}",
         r.text()
     );
-    let cli = create_user(&app, &app.tenant.id, "cli@shop.example", cli_made);
+    let run = user_create_run(
+        &app,
+        &app.tenant.id,
+        "cli@shop.example",
+        &format!("{cli_made}\n"),
+        &[],
+    );
+    assert_eq!(run.code, 0, "user create: {run:?}");
+    assert!(
+        run.stdout.starts_with("created user cli@shop.example ("),
+        "user create prints: {run:?}"
+    );
+    let cli = format!("{}{}", run.stdout, run.stderr);
     // The new password works, the old one does not.
-    login(&app, "owner@shop.example", changed);
-    login(&app, "cli@shop.example", cli_made);
-    let r = try_login(&Dash::new(&app), "owner@shop.example", first);
+    DashClient::logged_in(&app, "owner@shop.example", changed);
+    DashClient::logged_in(&app, "cli@shop.example", cli_made);
+    let r = DashClient::new(&app).login("owner@shop.example", first);
     assert_eq!(r.status, 200);
     assert!(r.text().contains(WRONG_LOGIN));
 
@@ -505,7 +511,7 @@ fn logins_are_throttled_per_account_even_with_the_right_password() {
     let app = TestApp::start();
     create_user(&app, &app.tenant.id, "owner@shop.example", PASSWORD_A);
     create_user(&app, &app.tenant.id, "other@shop.example", PASSWORD_A);
-    let c = Dash::new(&app);
+    let c = DashClient::new(&app);
     let mut refused_at = None;
     for attempt in 1..=6 {
         // The account is one, whatever the case of the address.
@@ -514,7 +520,7 @@ fn logins_are_throttled_per_account_even_with_the_right_password() {
         } else {
             "owner@shop.example"
         };
-        let r = try_login(&c, email, "not the password");
+        let r = c.login(email, "not the password");
         if r.status == 429 {
             refused_at = Some(attempt);
             break;
@@ -527,13 +533,13 @@ fn logins_are_throttled_per_account_even_with_the_right_password() {
         6,
         "five failures are allowed, then 429"
     );
-    let r = try_login(&c, "owner@shop.example", PASSWORD_A);
+    let r = c.login("owner@shop.example", PASSWORD_A);
     expect_throttled(&r, "the right password of a throttled account");
     assert_eq!(c.cookie("convapi_session"), None);
     // Another account from the same address logs in: the lock is the account's.
-    login(&app, "other@shop.example", PASSWORD_A);
+    DashClient::logged_in(&app, "other@shop.example", PASSWORD_A);
     // An unknown email answers the same text as a wrong password.
-    let r = try_login(&Dash::new(&app), "nobody@shop.example", "whatever password");
+    let r = DashClient::new(&app).login("nobody@shop.example", "whatever password");
     assert_eq!(r.status, 200);
     assert!(r.text().contains(WRONG_LOGIN));
 }
@@ -542,12 +548,12 @@ fn logins_are_throttled_per_account_even_with_the_right_password() {
 fn logins_are_throttled_per_address_even_with_the_right_password() {
     let app = TestApp::start();
     create_user(&app, &app.tenant.id, "owner@shop.example", PASSWORD_A);
-    let c = Dash::new(&app);
+    let c = DashClient::new(&app);
     let mut refused_at = None;
     for attempt in 1..=21 {
         // Other accounts each time (none reaches its own limit), and a forged X-Forwarded-For
         // that a server without trusted proxies must not believe.
-        let r = c.post_with(
+        let r = c.post_form_with(
             "/dashboard/login",
             &[
                 ("email", &format!("guess-{attempt}@shop.example")),
@@ -567,7 +573,7 @@ fn logins_are_throttled_per_address_even_with_the_right_password() {
         21,
         "twenty failures are allowed, then 429"
     );
-    let r = try_login(&c, "owner@shop.example", PASSWORD_A);
+    let r = c.login("owner@shop.example", PASSWORD_A);
     expect_throttled(&r, "the right password from a throttled address");
 }
 
@@ -577,10 +583,10 @@ fn logins_are_throttled_per_address_even_with_the_right_password() {
 #[test]
 fn the_session_id_changes_at_login_and_dies_at_logout() {
     let w = World::start();
-    let c = Dash::new(&w.app);
+    let c = DashClient::new(&w.app);
     let planted = "attacker-chosen-session-id-0123456789abcdef";
     c.set_cookie("convapi_session", planted);
-    let r = try_login(&c, EMAIL_A, PASSWORD_A);
+    let r = c.login(EMAIL_A, PASSWORD_A);
     assert_eq!(r.status, 303, "{}", r.text());
     let set = set_cookies(&r)
         .into_iter()
@@ -603,7 +609,7 @@ fn the_session_id_changes_at_login_and_dies_at_logout() {
         "a new id at login, not the one the browser brought"
     );
     assert!(s1.len() >= 32, "a long random id: {s1}");
-    let fixed = Dash::new(&w.app);
+    let fixed = DashClient::new(&w.app);
     fixed.set_cookie("convapi_session", planted);
     assert_eq!(
         fixed.get("/dashboard/").status,
@@ -619,12 +625,12 @@ fn the_session_id_changes_at_login_and_dies_at_logout() {
     let s2 = other.cookie("convapi_session").unwrap();
     assert_ne!(s1, s2);
     // A copy of the first session, as a thief would hold it.
-    let copy = Dash::new(&w.app);
+    let copy = DashClient::new(&w.app);
     copy.set_cookie("convapi_session", &s1);
     assert_eq!(copy.get("/dashboard/").status, 200);
 
     let csrf = c.csrf();
-    let r = c.post("/dashboard/logout", &[("csrf", &csrf)]);
+    let r = c.post_form("/dashboard/logout", &[("csrf", &csrf)]);
     assert_eq!(
         (
             r.status,
@@ -655,7 +661,7 @@ fn the_session_id_changes_at_login_and_dies_at_logout() {
     // A password change ends every other session of the user.
     let third = w.login_a();
     let csrf = other.csrf();
-    let r = other.post(
+    let r = other.post_form(
         "/dashboard/account",
         &[
             ("csrf", &csrf),
@@ -677,7 +683,7 @@ fn the_session_id_changes_at_login_and_dies_at_logout() {
 fn secure_cookies_when_configured() {
     let app = TestApp::builder().serve_args(&["--secure-cookies"]).start();
     create_user(&app, &app.tenant.id, EMAIL_A, PASSWORD_A);
-    let c = Dash::new(&app);
+    let c = DashClient::new(&app);
     let page = c.get("/dashboard/login");
     assert!(
         set_cookies(&page)
@@ -686,7 +692,7 @@ fn secure_cookies_when_configured() {
         "{:?}",
         set_cookies(&page)
     );
-    let r = try_login(&c, EMAIL_A, PASSWORD_A);
+    let r = c.login(EMAIL_A, PASSWORD_A);
     assert_eq!(r.status, 303, "{}", r.text());
     assert!(
         set_cookies(&r)
@@ -749,14 +755,15 @@ fn what_the_pixel_and_the_api_sent_is_escaped_on_every_page() {
         "currency": "EUR",
     }))
     .accepted();
-    let pixel_status = await_processed(app, &p("xss-order"));
-    let api_status = await_processed(app, &p("xss-apiorder"));
+    let pixel_status = await_status(app, &p("xss-order"), "processed");
+    let api_status = await_status(app, &p("xss-apiorder"), "processed");
     assert_eq!(
         api_status["attribution"]["source"],
         json!(p("xss-source")),
         "{api_status}"
     );
-    let dead = dead_letter(app, visitor, &p("xss-deadorder"));
+    let dead = parked_order(app, visitor, &p("xss-deadorder"));
+    dead_letter(app, &dead);
     app.cli_json(&[
         "site",
         "update",
@@ -767,7 +774,7 @@ fn what_the_pixel_and_the_api_sent_is_escaped_on_every_page() {
     ]);
     let a = w.login_a();
     let csrf = a.csrf();
-    let r = a.post(
+    let r = a.post_form(
         "/dashboard/settings/api-keys",
         &[("name", &p("xss-key")), ("csrf", &csrf)],
     );
@@ -966,7 +973,7 @@ fn what_the_pixel_and_the_api_sent_is_escaped_on_every_page() {
 fn dashboard_pages_send_the_security_headers() {
     let w = World::start();
     let a = w.login_a();
-    let nobody = Dash::new(&w.app);
+    let nobody = DashClient::new(&w.app);
     for path in ["/dashboard/login", "/dashboard/setup?token=wrong"] {
         let r = nobody.get(path);
         check_headers(&r, path, false);
@@ -990,13 +997,13 @@ fn dashboard_pages_send_the_security_headers() {
         check_headers(&r, &path, true);
     }
     let csrf = a.csrf();
-    let r = a.post(
+    let r = a.post_form(
         "/dashboard/settings/api-keys",
         &[("name", "k"), ("csrf", &csrf)],
     );
     assert_eq!(r.status, 200);
     check_headers(&r, "the new key's page", true);
-    let r = a.post("/dashboard/settings/api-keys", &[("name", "k")]);
+    let r = a.post_form("/dashboard/settings/api-keys", &[("name", "k")]);
     check_headers(&r, "the CSRF refusal", true);
 }
 
@@ -1189,12 +1196,12 @@ impl World {
         World { app, site_b, key_b }
     }
 
-    fn login_a(&self) -> Dash<'_> {
-        login(&self.app, EMAIL_A, PASSWORD_A)
+    fn login_a(&self) -> DashClient<'_> {
+        DashClient::logged_in(&self.app, EMAIL_A, PASSWORD_A)
     }
 
-    fn login_b(&self) -> Dash<'_> {
-        login(&self.app, EMAIL_B, PASSWORD_B)
+    fn login_b(&self) -> DashClient<'_> {
+        DashClient::logged_in(&self.app, EMAIL_B, PASSWORD_B)
     }
 
     fn count(&self, sql: &str) -> i64 {
@@ -1239,73 +1246,6 @@ impl World {
     }
 }
 
-/// `convapi user create` with the password on stdin; its output (stdout and stderr).
-fn create_user(app: &TestApp, tenant: &str, email: &str, password: &str) -> String {
-    let mut cmd = Command::new(BIN);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("CONVAPI_") {
-            cmd.env_remove(k);
-        }
-    }
-    let mut child = cmd
-        .arg("--db")
-        .arg(&app.db)
-        .args([
-            "user",
-            "create",
-            "--tenant",
-            tenant,
-            "--email",
-            email,
-            "--password-stdin",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run convapi user create");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{password}\n").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().expect("user create");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "user create {email}: {text}");
-    assert!(
-        text.starts_with(&format!("created user {email} (")),
-        "user create prints: {text}"
-    );
-    text
-}
-
-/// Logs in through the form; the client then holds the session.
-fn login<'a>(app: &'a TestApp, email: &str, password: &str) -> Dash<'a> {
-    let c = Dash::new(app);
-    let r = try_login(&c, email, password);
-    assert_eq!(
-        (r.status, r.header("location")),
-        (303, Some("/dashboard/")),
-        "login {email}: {}",
-        r.text()
-    );
-    assert!(c.cookie("convapi_session").is_some());
-    c
-}
-
-fn try_login(c: &Dash, email: &str, password: &str) -> Resp {
-    let csrf = c.login_csrf();
-    c.post(
-        "/dashboard/login",
-        &[("email", email), ("password", password), ("csrf", &csrf)],
-    )
-}
-
 fn with_csrf<'a>(fields: &[(&'a str, &'a str)], csrf: &'a str) -> Vec<(&'a str, &'a str)> {
     let mut f = fields.to_vec();
     f.push(("csrf", csrf));
@@ -1348,14 +1288,6 @@ fn login_next(r: &Resp) -> Option<String> {
         .map(|(_, v)| v.into_owned())
 }
 
-fn set_cookies(r: &Resp) -> Vec<String> {
-    r.headers
-        .iter()
-        .filter(|(k, _)| k == "set-cookie")
-        .map(|(_, v)| v.clone())
-        .collect()
-}
-
 fn has_attr(set_cookie: &str, attr: &str) -> bool {
     set_cookie
         .split(';')
@@ -1364,181 +1296,4 @@ fn has_attr(set_cookie: &str, attr: &str) -> bool {
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
-}
-
-/// The value of the first `<input name=NAME>` of a page.
-fn hidden(html: &str, name: &str) -> Option<String> {
-    tags(html)
-        .into_iter()
-        .filter(|t| t.name == "input")
-        .find(|t| {
-            t.attrs
-                .iter()
-                .any(|(n, v)| n == "name" && v.as_deref() == Some(name))
-        })
-        .and_then(|t| {
-            t.attrs
-                .into_iter()
-                .find(|(n, _)| n == "value")
-                .and_then(|(_, v)| v)
-        })
-}
-
-fn await_processed(app: &TestApp, order: &str) -> Value {
-    let mut status = Value::Null;
-    crate::common::browser::poll_for(
-        Duration::from_secs(30),
-        &format!("{order} to be processed"),
-        || {
-            status = app.order_status(order).expect(200);
-            status["status"] == "processed"
-        },
-    );
-    status
-}
-
-/// A USD order of `visitor` (no rates: it waits as `fx_pending`) turned into a dead letter the way
-/// production does — its processing fails every try — in passes run here with a clock a year
-/// ahead, which the server's own pipeline never reaches. Its conversion id.
-fn dead_letter(app: &TestApp, visitor: &str, order: &str) -> String {
-    use convapi::metrics::Metrics;
-    use convapi::pipeline;
-    app.pageview(visitor, "https://shop.example/", now_ms() - MINUTE);
-    let (id, _) = app
-        .post_conversion(
-            &json!({"visitorId": visitor, "orderId": order, "value": 12, "currency": "USD"}),
-        )
-        .accepted();
-    poll("the order to wait for a rate", || {
-        app.order_status(order).expect(200)["status"] == "fx_pending"
-    });
-    let db = app.sqlite();
-    db.execute(
-        "UPDATE conversions SET value = 'twelve' WHERE id = ?1",
-        [&id],
-    )
-    .expect("break the value");
-    let at = now_ms() + 365 * DAY;
-    db.execute(
-        "UPDATE outbox SET next_attempt_at = ?2 WHERE conversion_id = ?1",
-        rusqlite::params![id, at],
-    )
-    .expect("schedule");
-    let conn = convapi::store::open(&app.db).expect("open db");
-    let metrics = Metrics::default();
-    let mut clock = at;
-    for _ in 0..pipeline::MAX_ATTEMPTS {
-        pipeline::drain_once(&conn, &metrics, clock).expect("drain");
-        clock += 365 * DAY;
-    }
-    assert_eq!(
-        app.query_i64(
-            "SELECT COUNT(*) FROM outbox WHERE conversion_id = ?1 AND dead_at IS NOT NULL",
-            [&id]
-        ),
-        1,
-        "{order} is a dead letter"
-    );
-    id
-}
-
-/// A browser-like client of the dashboard: keeps cookies, follows no redirect.
-struct Dash<'a> {
-    app: &'a TestApp,
-    agent: ureq::Agent,
-    jar: RefCell<BTreeMap<String, String>>,
-}
-
-impl<'a> Dash<'a> {
-    fn new(app: &'a TestApp) -> Dash<'a> {
-        Dash {
-            app,
-            agent: agent(),
-            jar: RefCell::new(BTreeMap::new()),
-        }
-    }
-
-    fn cookie(&self, name: &str) -> Option<String> {
-        self.jar.borrow().get(name).cloned()
-    }
-
-    fn set_cookie(&self, name: &str, value: &str) {
-        self.jar.borrow_mut().insert(name.into(), value.into());
-    }
-
-    fn request(
-        &self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: Option<&[u8]>,
-    ) -> Resp {
-        let cookie = self
-            .jar
-            .borrow()
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("; ");
-        let mut h: Vec<(&str, &str)> = headers.to_vec();
-        if !cookie.is_empty() {
-            h.push(("Cookie", &cookie));
-        }
-        let r = send(
-            &self.agent,
-            method,
-            &format!("{}{path}", self.app.base),
-            &h,
-            body,
-        );
-        for set in set_cookies(&r) {
-            let (pair, attrs) = set.split_once(';').unwrap_or((&set, ""));
-            let (k, v) = pair.split_once('=').expect("name=value");
-            let gone = attrs
-                .split(';')
-                .any(|a| a.trim().eq_ignore_ascii_case("max-age=0"));
-            if gone {
-                self.jar.borrow_mut().remove(k.trim());
-            } else {
-                self.set_cookie(k.trim(), v.trim());
-            }
-        }
-        r
-    }
-
-    fn get(&self, path: &str) -> Resp {
-        self.request("GET", path, &[], None)
-    }
-
-    fn post(&self, path: &str, fields: &[(&str, &str)]) -> Resp {
-        self.post_with(path, fields, &[])
-    }
-
-    fn post_owned(&self, path: &str, fields: &[(&str, String)]) -> Resp {
-        let f: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        self.post(path, &f)
-    }
-
-    fn post_with(&self, path: &str, fields: &[(&str, &str)], headers: &[(&str, &str)]) -> Resp {
-        let body = form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(fields)
-            .finish();
-        let mut h = headers.to_vec();
-        h.push(("Content-Type", "application/x-www-form-urlencoded"));
-        self.request("POST", path, &h, Some(body.as_bytes()))
-    }
-
-    /// The session's CSRF token, from the hidden field of a logged-in page's forms.
-    fn csrf(&self) -> String {
-        let r = self.get("/dashboard/account");
-        assert_eq!(r.status, 200, "{}", r.text());
-        hidden(&r.text(), "csrf").expect("a csrf field on the account page")
-    }
-
-    /// The login form's token (and its cookie, kept by the jar).
-    fn login_csrf(&self) -> String {
-        let r = self.get("/dashboard/login");
-        assert_eq!(r.status, 200, "{}", r.text());
-        hidden(&r.text(), "csrf").expect("a csrf field on the login form")
-    }
 }

@@ -6,8 +6,7 @@ use crate::common::*;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::pipeline_support::one_failure;
-use convapi::metrics::Metrics;
+use crate::common::pipeline_support::{dead_letter, item, parked_order};
 use convapi::pipeline;
 use serde_json::{json, Value};
 
@@ -108,13 +107,6 @@ fn a_different_database_in_the_same_directory_is_not_locked_out() {
     assert!(line.starts_with("listening on "), "{line:?}");
 }
 
-/// The outbox item of conversion `id`.
-fn item(app: &TestApp, id: &str) -> convapi::store::pipeline::ItemState {
-    convapi::store::pipeline::item_state(&app.sqlite(), id)
-        .expect("outbox")
-        .unwrap_or_else(|| panic!("{id} is not in the outbox"))
-}
-
 /// Waits (bounded) until order `order` shows status `want`; returns the status view and how long
 /// it took. The pipeline is another process: there is only its result to watch.
 fn await_status(app: &TestApp, order: &str, want: &str) -> (Value, Duration) {
@@ -130,52 +122,6 @@ fn await_status(app: &TestApp, order: &str, want: &str) -> (Value, Duration) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// A USD order for `visitor`, which waits as `fx_pending` (no rates yet); its conversion id.
-fn parked_order(app: &TestApp, visitor: &str, order: &str) -> String {
-    app.pageview(visitor, "https://shop.example/", now_ms() - MINUTE);
-    let (event, _) = app
-        .post_conversion(
-            &json!({"visitorId": visitor, "orderId": order, "value": 12, "currency": "USD"}),
-        )
-        .accepted();
-    await_status(app, order, "fx_pending");
-    event
-}
-
-/// Turns the parked conversion `id` into a dead letter the way production does: its processing
-/// fails `MAX_ATTEMPTS` times. The failing passes run in this process with a clock a year ahead,
-/// so the server's own pipeline (on the real clock) never sees the item due meanwhile.
-fn dead_letter(app: &TestApp, id: &str) {
-    let db = app.sqlite();
-    db.execute(
-        "UPDATE conversions SET value = 'twelve' WHERE id = ?1",
-        [id],
-    )
-    .expect("break the value");
-    let mut at = now_ms() + 365 * DAY;
-    db.execute(
-        "UPDATE outbox SET next_attempt_at = ?2 WHERE conversion_id = ?1",
-        rusqlite::params![id, at],
-    )
-    .expect("schedule");
-    let conn = convapi::store::open(&app.db).expect("open db");
-    let metrics = Metrics::default();
-    for attempt in 1..=pipeline::MAX_ATTEMPTS {
-        let stats = pipeline::drain_once(&conn, &metrics, at).expect("drain");
-        let want = one_failure(attempt == pipeline::MAX_ATTEMPTS);
-        assert_eq!(stats, want, "try {attempt}");
-        if let Some(next) = item(app, id).next_attempt_at {
-            at = at.max(next);
-        }
-    }
-    let state = item(app, id);
-    assert_eq!(
-        (state.attempts, state.dead_at.is_some()),
-        (pipeline::MAX_ATTEMPTS, true),
-        "{state:?}"
-    );
 }
 
 #[test]

@@ -50,12 +50,7 @@ impl Service for Api {
         let mut code = route.code;
         let reply = result.unwrap_or_else(|err| {
             if let Some(detail) = err.detail() {
-                log::warn!(
-                    "request {}: {} {}: {detail}",
-                    ctx.request_id,
-                    ctx.method,
-                    ctx.path
-                );
+                log::warn!("{}: {detail}", ctx.label());
             }
             code = Some(err.code());
             err.to_reply()

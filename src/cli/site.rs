@@ -237,7 +237,7 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
         }
         let changes = SiteChanges {
             name,
-            domain: domain.as_deref(),
+            domain: domain.as_deref().map(Some),
             currency: a.currency.as_deref(),
             window_days: a.window_days,
             model: a.model.as_deref(),

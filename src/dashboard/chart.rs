@@ -15,10 +15,17 @@ use rust_decimal::Decimal;
 use crate::report::Day;
 
 const WIDTH: f64 = 960.0;
-const HEIGHT: f64 = 320.0;
+const HEIGHT: f64 = 336.0;
 const LEFT: f64 = 56.0;
 const RIGHT: f64 = 88.0;
-const TOP: f64 = 36.0;
+/// Room above the plot for two rows: the legend, then the axis titles over their tick labels.
+const TOP: f64 = 52.0;
+/// The legend row's top edge; its keys are 12 high.
+const LEGEND_Y: f64 = 8.0;
+/// The axis titles' baseline, clear of the legend above and the top tick labels below.
+const TITLE_BASELINE: f64 = TOP - 12.0;
+const LEGEND_SIZE: f64 = 12.0;
+const TITLE_SIZE: f64 = 11.0;
 const BOTTOM: f64 = 40.0;
 /// Horizontal gridlines wanted (the nice steps give 3 to 6).
 const TICKS: f64 = 4.0;
@@ -78,15 +85,22 @@ pub fn svg(days: &[Day], first: NaiveDate, last: NaiveDate, currency: &str) -> S
         w = WIDTH,
         h = HEIGHT,
     );
-    // Legend.
+    // Legend, centred on its own row.
+    let legend = Legend::new(&currency);
     let _ = write!(
         s,
-        r##"<g class="legend" font-size="12" fill="#333"><rect class="bar-key" x="{x0}" y="10" width="12" height="12" fill="#7aa7d6"/><text x="{x1}" y="20">Conversions</text><line class="line-key" x1="{x2}" y1="16" x2="{x3}" y2="16" stroke="#c8553d" stroke-width="2"/><text x="{x4}" y="20">Revenue ({currency})</text></g>"##,
-        x0 = num(LEFT),
-        x1 = num(LEFT + 16.0),
-        x2 = num(LEFT + 110.0),
-        x3 = num(LEFT + 130.0),
-        x4 = num(LEFT + 136.0),
+        r##"<g class="legend" font-size="{size}" fill="#333"><rect class="bar-key" x="{x0}" y="{ky}" width="12" height="12" fill="#7aa7d6"/><text x="{x1}" y="{ty}">{bar}</text><line class="line-key" x1="{x2}" y1="{ly}" x2="{x3}" y2="{ly}" stroke="#c8553d" stroke-width="2"/><text x="{x4}" y="{ty}">{line}</text></g>"##,
+        size = num(LEGEND_SIZE),
+        ky = num(LEGEND_Y),
+        ty = num(LEGEND_Y + 10.0),
+        ly = num(LEGEND_Y + 6.0),
+        x0 = num(legend.bar_key),
+        x1 = num(legend.bar_text),
+        x2 = num(legend.line_key),
+        x3 = num(legend.line_key + 20.0),
+        x4 = num(legend.line_text),
+        bar = legend.bar_label,
+        line = legend.line_label,
     );
     // Gridlines with the left (conversions) and right (revenue) tick labels.
     s.push_str(r##"<g class="grid" font-size="11" fill="#555">"##);
@@ -113,13 +127,16 @@ pub fn svg(days: &[Day], first: NaiveDate, last: NaiveDate, currency: &str) -> S
         );
     }
     s.push_str("</g>");
-    // Axis titles.
+    // Axis titles, each over its own tick labels.
     let _ = write!(
         s,
-        r##"<g class="axis-titles" font-size="11" fill="#555"><text x="{lx}" y="{ty}" text-anchor="start">Conversions</text><text x="{rx}" y="{ty}" text-anchor="end">Revenue ({currency})</text></g>"##,
+        r##"<g class="axis-titles" font-size="{size}" fill="#555"><text x="{lx}" y="{ty}" text-anchor="start">{left}</text><text x="{rx}" y="{ty}" text-anchor="end">{right}</text></g>"##,
+        size = num(TITLE_SIZE),
         lx = num(4.0),
         rx = num(WIDTH - 4.0),
-        ty = num(TOP - 8.0),
+        ty = num(TITLE_BASELINE),
+        left = legend.bar_label,
+        right = legend.line_label,
     );
     // Bars: one per day of the range, zero-high on a day without conversions.
     s.push_str(r##"<g class="bars" fill="#7aa7d6">"##);
@@ -195,6 +212,48 @@ pub fn svg(days: &[Day], first: NaiveDate, last: NaiveDate, currency: &str) -> S
     }
     s.push_str("</g></svg>");
     s
+}
+
+/// Where the legend's keys and texts go: the bar key and its text, then the line key and its
+/// text, the whole row centred.
+struct Legend {
+    bar_label: &'static str,
+    line_label: String,
+    bar_key: f64,
+    bar_text: f64,
+    line_key: f64,
+    line_text: f64,
+}
+
+impl Legend {
+    fn new(currency: &str) -> Legend {
+        let bar_label = "Conversions";
+        let line_label = format!("Revenue ({currency})");
+        let width = 12.0
+            + 4.0
+            + text_width(bar_label, LEGEND_SIZE)
+            + 20.0
+            + 20.0
+            + 6.0
+            + text_width(&line_label, LEGEND_SIZE);
+        let bar_key = ((WIDTH - width) / 2.0).max(0.0);
+        let bar_text = bar_key + 16.0;
+        let line_key = bar_text + text_width(bar_label, LEGEND_SIZE) + 20.0;
+        Legend {
+            bar_label,
+            bar_key,
+            bar_text,
+            line_key,
+            line_text: line_key + 26.0,
+            line_label,
+        }
+    }
+}
+
+/// How wide `text` is drawn at `size` px, at most: 0.6 em a character bounds the system sans
+/// fonts' ASCII (the chart's texts are ASCII).
+fn text_width(text: &str, size: f64) -> f64 {
+    text.chars().count() as f64 * size * 0.6
 }
 
 /// A vertical scale from 0 to a "nice" top in steps of 1, 2 or 5 times a power of ten.
@@ -521,6 +580,97 @@ mod tests {
         );
         check(&svg);
         assert!(!svg.contains("script"));
+    }
+
+    /// `[left, top, right, bottom]` of a text drawn at `x` with `anchor` on `baseline`.
+    fn text_box(text: &str, size: f64, x: f64, baseline: f64, anchor: &str) -> [f64; 4] {
+        let w = text_width(text, size);
+        let left = match anchor {
+            "end" => x - w,
+            _ => x,
+        };
+        [left, baseline - size, left + w, baseline + size * 0.25]
+    }
+
+    #[test]
+    fn the_legend_and_the_axis_titles_do_not_overlap() {
+        for currency in ["EUR", "JPY", ""] {
+            let l = Legend::new(currency);
+            let boxes = [
+                (
+                    "bar key",
+                    [l.bar_key, LEGEND_Y, l.bar_key + 12.0, LEGEND_Y + 12.0],
+                ),
+                (
+                    "bar text",
+                    text_box(
+                        l.bar_label,
+                        LEGEND_SIZE,
+                        l.bar_text,
+                        LEGEND_Y + 10.0,
+                        "start",
+                    ),
+                ),
+                (
+                    "line key",
+                    [
+                        l.line_key,
+                        LEGEND_Y + 5.0,
+                        l.line_key + 20.0,
+                        LEGEND_Y + 7.0,
+                    ],
+                ),
+                (
+                    "line text",
+                    text_box(
+                        &l.line_label,
+                        LEGEND_SIZE,
+                        l.line_text,
+                        LEGEND_Y + 10.0,
+                        "start",
+                    ),
+                ),
+                (
+                    "left title",
+                    text_box(l.bar_label, TITLE_SIZE, 4.0, TITLE_BASELINE, "start"),
+                ),
+                (
+                    "right title",
+                    text_box(
+                        &l.line_label,
+                        TITLE_SIZE,
+                        WIDTH - 4.0,
+                        TITLE_BASELINE,
+                        "end",
+                    ),
+                ),
+            ];
+            // The top tick labels (11 px, baseline 4 below the plot's top) start under here.
+            let ticks_top = TOP + 4.0 - 11.0;
+            for (i, (a, ba)) in boxes.iter().enumerate() {
+                assert!(
+                    ba[0] >= 0.0 && ba[1] >= 0.0 && ba[2] <= WIDTH && ba[3] <= ticks_top,
+                    "{a} {ba:?} leaves its room ({currency})"
+                );
+                for (b, bb) in &boxes[i + 1..] {
+                    let apart =
+                        ba[2] <= bb[0] || bb[2] <= ba[0] || ba[3] <= bb[1] || bb[3] <= ba[1];
+                    assert!(apart, "{a} {ba:?} overlaps {b} {bb:?} ({currency})");
+                }
+            }
+        }
+        // And the chart draws them where these boxes were computed.
+        let svg = svg(&[], date("2026-11-01"), date("2026-11-03"), "EUR");
+        let l = Legend::new("EUR");
+        assert!(svg.contains(&format!(
+            r#"<text x="{}" y="{}">Revenue (EUR)</text>"#,
+            num(l.line_text),
+            num(LEGEND_Y + 10.0)
+        )));
+        assert!(svg.contains(&format!(
+            r#"<text x="4" y="{}" text-anchor="start">Conversions</text>"#,
+            num(TITLE_BASELINE)
+        )));
     }
 
     #[test]

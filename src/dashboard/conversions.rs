@@ -162,10 +162,14 @@ fn base(site: &Site) -> String {
     format!("/dashboard/sites/{}", site.id)
 }
 
-/// A decimal text with its currency, or "—".
+/// A decimal text with its currency (with at least the currency's minor digits, none of its
+/// own dropped), or "—".
 fn money(value: Option<&str>, currency: Option<&str>) -> String {
     match (value, currency) {
-        (Some(v), Some(c)) => format!("{v} {c}"),
+        (Some(v), Some(c)) => match crate::fx::decimal(v) {
+            Ok(d) => format!("{} {c}", crate::fx::with_minor_digits(d, c)),
+            Err(_) => format!("{v} {c}"),
+        },
         (Some(v), None) => v.to_owned(),
         _ => "—".to_owned(),
     }

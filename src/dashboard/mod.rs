@@ -118,12 +118,7 @@ pub fn handle(d: &Dashboard, ctx: &mut Ctx) -> Page {
         },
         Err(err) => {
             if let Some(detail) = err.detail() {
-                log::warn!(
-                    "request {}: {} {}: {detail}",
-                    ctx.request_id,
-                    ctx.method,
-                    ctx.path
-                );
+                log::warn!("{}: {detail}", ctx.label());
             }
             Page {
                 route,

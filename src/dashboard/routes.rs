@@ -6,13 +6,11 @@
 
 use std::sync::OnceLock;
 
-use sha2::{Digest, Sha256};
-
 use super::{
     account, auth, conversions, keys, layout, report, setup, sites, Dashboard, PageError,
     PageResult, Viewer,
 };
-use crate::http::{decode_segment as decoded, Ctx, Reply};
+use crate::http::{decode_segment as decoded, etag, Ctx, Reply};
 use crate::store::{self, sites::Site};
 
 /// Sends the request to its handler; returns the route's name for logs and metrics. Route words
@@ -104,25 +102,5 @@ fn asset(ctx: &Ctx, body: &'static str, content_type: &str) -> Reply {
     } else {
         &tags[1]
     };
-    let fresh = ctx
-        .header("If-None-Match")
-        .is_some_and(|h| h.split(',').any(|t| t.trim() == tag || t.trim() == "*"));
-    let reply = if fresh {
-        Reply {
-            status: 304,
-            headers: Vec::new(),
-            body: Vec::new(),
-        }
-    } else {
-        Reply::bytes(200, content_type, body.as_bytes().to_vec())
-    };
-    layout::secure(reply)
-        .header("ETag", tag)
-        .header("Cache-Control", "public, max-age=300")
-}
-
-fn etag(body: &str) -> String {
-    let digest = Sha256::digest(body.as_bytes());
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("\"{hex}\"")
+    layout::secure(Reply::cached(ctx, body, tag, content_type, 300))
 }

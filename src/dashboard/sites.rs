@@ -292,7 +292,8 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
         }
         let changes = SiteChanges {
             name: Some(&c.name),
-            domain: c.domain.as_deref(),
+            // An empty field clears the domain.
+            domain: Some(c.domain.as_deref()),
             currency: Some(&c.currency),
             window_days: Some(c.window_days),
             model: Some(&c.model),

@@ -92,6 +92,56 @@ macro_rules! rollup_inexact {
     };
 }
 
+/// Counts one more conversion into a cell that may exist already (the backfill's and the
+/// triggers' shared `ON CONFLICT` clause).
+macro_rules! rollup_upsert {
+    () => {
+        "ON CONFLICT DO UPDATE SET conversions = conversions + 1,
+        revenue_minor = revenue_minor + excluded.revenue_minor,
+        unconverted = unconverted + excluded.unconverted, inexact = inexact + excluded.inexact"
+    };
+}
+
+/// The statement that adds conversion row `$r` to its cell.
+macro_rules! rollup_add {
+    ($r:literal) => {
+        concat!(
+            "INSERT INTO report_daily VALUES (",
+            rollup_key!($r),
+            ", 1, ",
+            rollup_revenue!($r),
+            ", ",
+            rollup_unconverted!($r),
+            ", ",
+            rollup_inexact!($r),
+            ") ",
+            rollup_upsert!(),
+            ";"
+        )
+    };
+}
+
+/// The statement that takes conversion row `$r` out of its cell.
+macro_rules! rollup_remove {
+    ($r:literal) => {
+        concat!(
+            "UPDATE report_daily SET conversions = conversions - 1,
+        revenue_minor = revenue_minor - ",
+            rollup_revenue!($r),
+            ",
+        unconverted = unconverted - ",
+            rollup_unconverted!($r),
+            ",
+        inexact = inexact - ",
+            rollup_inexact!($r),
+            "
+    WHERE (site_id, day, type, attributed, source, medium, campaign, nulls) = (",
+            rollup_key!($r),
+            ");"
+        )
+    };
+}
+
 /// The rollup table, its triggers, and its first fill from the rows there are (the migration step
 /// in `store/mod.rs` adds `reporting_minor` and fills it before this runs). The fill adds row by
 /// row with the triggers' own `+`, so a cell that outgrows 64 bits turns REAL the same way.
@@ -116,22 +166,12 @@ macro_rules! rollup_schema {
 ) WITHOUT ROWID;
 INSERT INTO report_daily SELECT ", rollup_key!("c"), ", 1, ", rollup_revenue!("c"), ", ",
             rollup_unconverted!("c"), ", ", rollup_inexact!("c"), " FROM conversions c WHERE true
-    ON CONFLICT DO UPDATE SET conversions = conversions + 1,
-        revenue_minor = revenue_minor + excluded.revenue_minor,
-        unconverted = unconverted + excluded.unconverted, inexact = inexact + excluded.inexact;
+    ", rollup_upsert!(), ";
 CREATE TRIGGER report_daily_insert AFTER INSERT ON conversions BEGIN
-    INSERT INTO report_daily VALUES (", rollup_key!("NEW"), ", 1, ", rollup_revenue!("NEW"), ", ",
-            rollup_unconverted!("NEW"), ", ", rollup_inexact!("NEW"), ")
-        ON CONFLICT DO UPDATE SET conversions = conversions + 1,
-            revenue_minor = revenue_minor + excluded.revenue_minor,
-            unconverted = unconverted + excluded.unconverted, inexact = inexact + excluded.inexact;
+    ", rollup_add!("NEW"), "
 END;
 CREATE TRIGGER report_daily_delete AFTER DELETE ON conversions BEGIN
-    UPDATE report_daily SET conversions = conversions - 1,
-        revenue_minor = revenue_minor - ", rollup_revenue!("OLD"), ",
-        unconverted = unconverted - ", rollup_unconverted!("OLD"), ",
-        inexact = inexact - ", rollup_inexact!("OLD"), "
-    WHERE (site_id, day, type, attributed, source, medium, campaign, nulls) = (", rollup_key!("OLD"), ");
+    ", rollup_remove!("OLD"), "
 END;
 CREATE TRIGGER report_daily_update AFTER UPDATE OF site_id, occurred_at, type, attr_model, attr_source,
         attr_medium, attr_campaign, status, reporting_value, reporting_minor ON conversions
@@ -141,16 +181,8 @@ CREATE TRIGGER report_daily_update AFTER UPDATE OF site_id, occurred_at, type, a
         OR OLD.attr_campaign IS NOT NEW.attr_campaign OR OLD.status IS NOT NEW.status
         OR OLD.reporting_value IS NOT NEW.reporting_value OR OLD.reporting_minor IS NOT NEW.reporting_minor
 BEGIN
-    UPDATE report_daily SET conversions = conversions - 1,
-        revenue_minor = revenue_minor - ", rollup_revenue!("OLD"), ",
-        unconverted = unconverted - ", rollup_unconverted!("OLD"), ",
-        inexact = inexact - ", rollup_inexact!("OLD"), "
-    WHERE (site_id, day, type, attributed, source, medium, campaign, nulls) = (", rollup_key!("OLD"), ");
-    INSERT INTO report_daily VALUES (", rollup_key!("NEW"), ", 1, ", rollup_revenue!("NEW"), ", ",
-            rollup_unconverted!("NEW"), ", ", rollup_inexact!("NEW"), ")
-        ON CONFLICT DO UPDATE SET conversions = conversions + 1,
-            revenue_minor = revenue_minor + excluded.revenue_minor,
-            unconverted = unconverted + excluded.unconverted, inexact = inexact + excluded.inexact;
+    ", rollup_remove!("OLD"), "
+    ", rollup_add!("NEW"), "
 END;
 "
         )

@@ -104,7 +104,8 @@ pub fn list(conn: &Connection, tenant_id: Option<&str>) -> Result<Vec<Site>> {
 #[derive(Debug, Default)]
 pub struct SiteChanges<'a> {
     pub name: Option<&'a str>,
-    pub domain: Option<&'a str>,
+    /// `Some(None)` clears the domain; `None` keeps it.
+    pub domain: Option<Option<&'a str>>,
     pub currency: Option<&'a str>,
     pub window_days: Option<i64>,
     pub model: Option<&'a str>,
@@ -116,7 +117,7 @@ pub struct SiteChanges<'a> {
 /// Changes a site's settings; `None` when there is no such site.
 pub fn update(conn: &Connection, id: &str, c: &SiteChanges<'_>) -> Result<Option<Site>> {
     let changed = conn.execute(
-        "UPDATE sites SET name = COALESCE(?2, name), domain = COALESCE(?3, domain),
+        "UPDATE sites SET name = COALESCE(?2, name), domain = CASE WHEN ?10 THEN ?3 ELSE domain END,
              currency = COALESCE(?4, currency), window_days = COALESCE(?5, window_days),
              model = COALESCE(?6, model), signed_identify = COALESCE(?7, signed_identify),
              retain_days = COALESCE(?8, retain_days),
@@ -125,13 +126,14 @@ pub fn update(conn: &Connection, id: &str, c: &SiteChanges<'_>) -> Result<Option
         params![
             id,
             c.name,
-            c.domain,
+            c.domain.flatten(),
             c.currency,
             c.window_days,
             c.model,
             c.signed_identify,
             c.retain_days,
-            c.expire_conversions
+            c.expire_conversions,
+            c.domain.is_some()
         ],
     )?;
     if changed == 0 {

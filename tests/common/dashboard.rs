@@ -1,7 +1,8 @@
 //! The dashboard through the front door, as a browser without JavaScript uses it: [`DashClient`]
-//! keeps cookies, fetches pages and posts `application/x-www-form-urlencoded` forms without
-//! following redirects; [`setup_token`] reads the first-run link from the server log;
-//! [`create_user`] makes an account with `convapi user create --password-stdin`.
+//! keeps cookies (or holds planted ones), fetches pages and posts
+//! `application/x-www-form-urlencoded` forms without following redirects; [`setup_token`] reads
+//! the first-run link from the server log; [`create_user`] makes an account with
+//! `convapi user create --password-stdin`.
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -52,7 +53,9 @@ impl<'a> DashClient<'a> {
         self.cookies.borrow_mut().clear();
     }
 
-    fn exchange(
+    /// Any method with `extra` headers and an optional body, sending the jar's cookies (a
+    /// `Cookie` among `extra` is sent as well, as a browser with a planted cookie would).
+    pub fn request(
         &self,
         method: &str,
         path: &str,
@@ -86,7 +89,7 @@ impl<'a> DashClient<'a> {
 
     fn keep_cookies(&self, resp: &Resp) {
         let mut jar = self.cookies.borrow_mut();
-        for (_, value) in resp.headers.iter().filter(|(k, _)| k == "set-cookie") {
+        for value in set_cookies(resp) {
             let first = value.split(';').next().unwrap_or("");
             let Some((name, v)) = first.split_once('=') else {
                 continue;
@@ -104,20 +107,44 @@ impl<'a> DashClient<'a> {
 
     /// `GET path` (appended to the app's base), redirects not followed.
     pub fn get(&self, path: &str) -> Resp {
-        self.exchange("GET", path, &[], None)
+        self.request("GET", path, &[], None)
     }
 
     /// `POST path` with the form `fields`, redirects not followed.
     pub fn post_form(&self, path: &str, fields: &[(&str, &str)]) -> Resp {
+        self.post_form_with(path, fields, &[])
+    }
+
+    /// [`post_form`](Self::post_form) with `extra` request headers (a forged
+    /// `X-Forwarded-For`, say).
+    pub fn post_form_with(
+        &self,
+        path: &str,
+        fields: &[(&str, &str)],
+        extra: &[(&str, &str)],
+    ) -> Resp {
         let body: String = form_urlencoded::Serializer::new(String::new())
             .extend_pairs(fields)
             .finish();
-        self.exchange(
-            "POST",
-            path,
-            &[("Content-Type", "application/x-www-form-urlencoded")],
-            Some(body.as_bytes()),
-        )
+        let mut headers = extra.to_vec();
+        headers.push(("Content-Type", "application/x-www-form-urlencoded"));
+        self.request("POST", path, &headers, Some(body.as_bytes()))
+    }
+
+    /// A logged-in form: `POST path` with `fields` and this session's CSRF token.
+    pub fn submit(&self, path: &str, fields: &[(&str, &str)]) -> Resp {
+        let csrf = self.csrf();
+        let mut all = vec![("csrf", csrf.as_str())];
+        all.extend_from_slice(fields);
+        self.post_form(path, &all)
+    }
+
+    /// `GET path`, asserting 200; the page's HTML.
+    #[track_caller]
+    pub fn page(&self, path: &str) -> String {
+        let r = self.get(path);
+        assert_eq!(r.status, 200, "GET {path}: {}", r.text());
+        r.text()
     }
 
     /// The value of the hidden `csrf` input of a page.
@@ -126,16 +153,38 @@ impl<'a> DashClient<'a> {
         input_value(html, "csrf").unwrap_or_else(|| panic!("no csrf field in:\n{html}"))
     }
 
+    /// The login form's CSRF token (its double-submit cookie is now in the jar).
+    #[track_caller]
+    pub fn login_csrf(&self) -> String {
+        let page = self.get("/dashboard/login");
+        assert_eq!(page.status, 200, "login page: {}", page.text());
+        Self::csrf_from(&page.text())
+    }
+
     /// Opens the login page and posts `email` and `password` with its CSRF token; returns the
     /// answer to the POST (`303` on success).
     pub fn login(&self, email: &str, password: &str) -> Resp {
-        let page = self.get("/dashboard/login");
-        assert_eq!(page.status, 200, "login page: {}", page.text());
-        let csrf = Self::csrf_from(&page.text());
+        let csrf = self.login_csrf();
         self.post_form(
             "/dashboard/login",
             &[("csrf", &csrf), ("email", email), ("password", password)],
         )
+    }
+
+    /// A new client logged in as `email`: the login answered 303 to `/dashboard/` with a
+    /// session cookie.
+    #[track_caller]
+    pub fn logged_in(app: &'a TestApp, email: &str, password: &str) -> DashClient<'a> {
+        let c = DashClient::new(app);
+        let r = c.login(email, password);
+        assert_eq!(
+            (r.status, r.header("location")),
+            (303, Some("/dashboard/")),
+            "login {email}: {}",
+            r.text()
+        );
+        assert!(c.cookie("convapi_session").is_some());
+        c
     }
 
     /// A logged-in page's CSRF token (from its log-out form).
@@ -145,6 +194,36 @@ impl<'a> DashClient<'a> {
         assert_eq!(page.status, 200, "account page: {}", page.text());
         Self::csrf_from(&page.text())
     }
+}
+
+/// Every `Set-Cookie` header of an answer, whole (attributes included).
+pub fn set_cookies(r: &Resp) -> Vec<String> {
+    r.headers
+        .iter()
+        .filter(|(k, _)| k == "set-cookie")
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+/// The fields of the first-run form; `csrf: None` leaves the token out.
+pub fn setup_fields<'f>(
+    token: &'f str,
+    csrf: Option<&'f str>,
+    tenant: &'f str,
+    organization: &'f str,
+    email: &'f str,
+    password: &'f str,
+) -> Vec<(&'f str, &'f str)> {
+    let mut f = vec![
+        ("token", token),
+        ("tenant", tenant),
+        ("organization", organization),
+        ("email", email),
+        ("password", password),
+        ("password_confirm", password),
+    ];
+    f.extend(csrf.map(|c| ("csrf", c)));
+    f
 }
 
 /// The `value` of the first `<input>` named `name` in `html`.
@@ -161,17 +240,24 @@ pub fn input_value(html: &str, name: &str) -> Option<String> {
     })
 }
 
-/// The first-run token of the server's log line `...setup?token=TOKEN ...`.
+/// The first-run token of the server's log line `...setup?token=TOKEN ...` (waited for: the
+/// line may come a moment after the port is open), asserting its 32 base62 characters.
 #[track_caller]
 pub fn setup_token(app: &TestApp) -> String {
-    let log = app.log();
-    let at = log
-        .rfind("setup?token=")
-        .unwrap_or_else(|| panic!("no first-run link in the log:\n{log}"));
-    log[at + "setup?token=".len()..]
-        .chars()
-        .take_while(char::is_ascii_alphanumeric)
-        .collect()
+    let mut token = None;
+    super::browser::poll("serve to log the one-time setup link", || {
+        let log = app.log();
+        token = log.rfind("setup?token=").map(|at| {
+            log[at + "setup?token=".len()..]
+                .chars()
+                .take_while(char::is_ascii_alphanumeric)
+                .collect::<String>()
+        });
+        token.as_ref().is_some_and(|t| !t.is_empty())
+    });
+    let token = token.unwrap();
+    assert_eq!(token.len(), 32, "32 base62 characters: {token:?}");
+    token
 }
 
 /// `convapi user create --tenant TENANT --email EMAIL --password-stdin ARGS...` with `stdin`.

@@ -1,7 +1,8 @@
 //! Helpers shared by the pipeline's test files (`pipeline.rs`, `currency.rs`, `report.rs`,
 //! `crash.rs`), on top of the rest of `common`: running the pipeline in-process on the test
 //! server's database file (the server runs with `--pipeline off`), reading order status, rates
-//! fixtures and reports.
+//! fixtures and reports; and dead letters made the way production makes them (`ops.rs`,
+//! `dashboard_security.rs`).
 
 use std::path::PathBuf;
 
@@ -185,4 +186,57 @@ pub fn one_failure(last_try: bool) -> DrainStats {
             ..Default::default()
         }
     }
+}
+
+/// The outbox item of conversion `id`.
+pub fn item(app: &TestApp, id: &str) -> convapi::store::pipeline::ItemState {
+    convapi::store::pipeline::item_state(&app.sqlite(), id)
+        .expect("outbox")
+        .unwrap_or_else(|| panic!("{id} is not in the outbox"))
+}
+
+/// A USD order for `visitor`, which waits as `fx_pending` (no rates yet); its conversion id.
+pub fn parked_order(app: &TestApp, visitor: &str, order: &str) -> String {
+    app.pageview(visitor, "https://shop.example/", now_ms() - MINUTE);
+    let (event, _) = app
+        .post_conversion(
+            &json!({"visitorId": visitor, "orderId": order, "value": 12, "currency": "USD"}),
+        )
+        .accepted();
+    await_status(app, order, "fx_pending");
+    event
+}
+
+/// Turns the parked conversion `id` into a dead letter the way production does: its processing
+/// fails `MAX_ATTEMPTS` times. The failing passes run in this process with a clock a year ahead,
+/// so the server's own pipeline (on the real clock) never sees the item due meanwhile.
+pub fn dead_letter(app: &TestApp, id: &str) {
+    let db = app.sqlite();
+    db.execute(
+        "UPDATE conversions SET value = 'twelve' WHERE id = ?1",
+        [id],
+    )
+    .expect("break the value");
+    let mut at = now_ms() + 365 * DAY;
+    db.execute(
+        "UPDATE outbox SET next_attempt_at = ?2 WHERE conversion_id = ?1",
+        rusqlite::params![id, at],
+    )
+    .expect("schedule");
+    let conn = convapi::store::open(&app.db).expect("open db");
+    let metrics = Metrics::default();
+    for attempt in 1..=pipeline::MAX_ATTEMPTS {
+        let stats = pipeline::drain_once(&conn, &metrics, at).expect("drain");
+        let want = one_failure(attempt == pipeline::MAX_ATTEMPTS);
+        assert_eq!(stats, want, "try {attempt}");
+        if let Some(next) = item(app, id).next_attempt_at {
+            at = at.max(next);
+        }
+    }
+    let state = item(app, id);
+    assert_eq!(
+        (state.attempts, state.dead_at.is_some()),
+        (pipeline::MAX_ATTEMPTS, true),
+        "{state:?}"
+    );
 }
