@@ -67,19 +67,20 @@ pub fn list(conn: &Connection, site_id: Option<&str>, dead_only: bool) -> Result
 }
 
 /// A site's dead letters, the most recently dead first, at most `limit` of them, and how many
-/// there are in all. Found through the `outbox_due` index (dead ones only), so a page of them
-/// costs the same whatever else waits in the outbox.
+/// there are in all. `CROSS JOIN` keeps the outbox as the outer loop, read through `outbox_due`
+/// (dead ones only): with a plain join SQLite walks the site's conversions instead, a second or
+/// more for a site with a million of them, however few dead letters there are.
 pub fn dead_letters(conn: &Connection, site_id: &str, limit: u32) -> Result<(Vec<Entry>, u64)> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {ENTRY_COLUMNS}
-         FROM outbox o JOIN conversions c ON c.id = o.conversion_id
+         FROM outbox o CROSS JOIN conversions c ON c.id = o.conversion_id
          WHERE o.dead_at IS NOT NULL AND c.site_id = ?1
          ORDER BY o.dead_at DESC, o.id DESC LIMIT ?2"
     ))?;
     let rows = stmt.query_map(params![site_id, limit], entry)?;
     let items = rows.collect::<rusqlite::Result<Vec<_>>>()?;
     let total: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM outbox o JOIN conversions c ON c.id = o.conversion_id
+        "SELECT COUNT(*) FROM outbox o CROSS JOIN conversions c ON c.id = o.conversion_id
          WHERE o.dead_at IS NOT NULL AND c.site_id = ?1",
         params![site_id],
         |r| r.get(0),
