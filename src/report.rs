@@ -168,8 +168,7 @@ fn add_lines(
     groups: &mut BTreeMap<String, Row>,
 ) -> Result<(), String> {
     let (from_ms, to_ms) = day_range(from, to);
-    let lines = store::report::lines(conn, &site.id, from_ms, to_ms, by)?;
-    for line in lines {
+    store::report::each_line(conn, &site.id, from_ms, to_ms, by, |line| {
         let value = revenue(&line)?;
         let processed = line.status == "processed";
         let row = group(groups, key(by, line.attributed, line.key));
@@ -184,8 +183,8 @@ fn add_lines(
             None if !processed => row.unconverted += 1,
             None => {}
         }
-    }
-    Ok(())
+        Ok::<_, String>(())
+    })
 }
 
 /// What a conversion adds to the revenue: its reporting value once processed.
@@ -225,7 +224,7 @@ pub fn daily(
     }
     let (from_ms, to_ms) = day_range(from, to);
     let mut days: BTreeMap<i64, Day> = BTreeMap::new();
-    for line in store::report::lines(conn, &site.id, from_ms, to_ms, GroupBy::Type)? {
+    store::report::each_line(conn, &site.id, from_ms, to_ms, GroupBy::Type, |line| {
         let n = line.occurred_at.div_euclid(DAY_MS);
         let day = match days.entry(n) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
@@ -247,7 +246,8 @@ pub fn daily(
             None if line.status != "processed" => day.unconverted += 1,
             None => {}
         }
-    }
+        Ok::<_, String>(())
+    })?;
     Ok(days
         .into_values()
         .map(|mut d| {

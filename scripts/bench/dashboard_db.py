@@ -37,22 +37,25 @@ def rows():
     for i in range(n):
         at = now - rng.randrange(year)
         s, m, c = sources[rng.randrange(len(sources))]
-        value = f"{rng.randrange(100, 50000) / 100:.2f}"
+        cents = rng.randrange(100, 50000)
+        value = f"{cents // 100}.{cents % 100:02d}"
         kind = "lead" if i % 50 == 0 else "purchase"
         status = "failed" if i in failed else "processed"
         rep = None if status == "failed" else value
+        # As the pipeline writes it (docs/decisions.md §11): the reporting value in minor units.
+        rep_minor = None if rep is None else cents
         yield (str(uuid.UUID(int=rng.getrandbits(128), version=4)), site, f"bench-{i}", kind,
                "sess-bench", "v-bench", value, "EUR", at, at, 1, i % 3 == 0, status,
                None if status == "failed" else "last_non_direct", s, m, c, rep,
                None if rep is None else "EUR", None if rep is None else "1",
-               None if status == "failed" else at)
+               None if status == "failed" else at, rep_minor)
 
 
 conn.executemany(
     "INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id, value, currency, "
     "occurred_at, created_at, source_api, source_pixel, status, attr_model, attr_source, attr_medium, "
-    "attr_campaign, reporting_value, reporting_currency, fx_rate, processed_at) "
-    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    "attr_campaign, reporting_value, reporting_currency, fx_rate, processed_at, reporting_minor) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     rows(),
 )
 conn.execute(

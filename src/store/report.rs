@@ -14,7 +14,7 @@ use rusqlite::{params, types::Value, Connection};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
-use super::Result;
+use super::{Result, StoreError};
 
 /// The key columns of the rollup cell of conversion row `$r` (`NEW`, `OLD`, or a table alias),
 /// in the order of `report_daily`'s primary key. `day` is the UTC day number (days since
@@ -248,30 +248,41 @@ pub struct Line {
     pub occurred_at: i64,
 }
 
-/// Conversions of `site_id` that occurred in `[from_ms, to_ms)`, row by row: the exact read for
-/// what the rollup cannot sum (see the module's header).
-pub fn lines(
+/// Calls `f` with each conversion of the site in `[from_ms, to_ms)`, one at a time, without
+/// collecting them: the report's exact path where the rollup cannot be exact, in memory that does
+/// not grow with the rows. Stops at the first error `f` returns.
+pub fn each_line<E: From<StoreError>>(
     conn: &Connection,
     site_id: &str,
     from_ms: i64,
     to_ms: i64,
     by: GroupBy,
-) -> Result<Vec<Line>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {}, attr_model IS NOT NULL, status, reporting_value, occurred_at FROM conversions
-         WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3",
-        by.column()
-    ))?;
-    let rows = stmt.query_map(params![site_id, from_ms, to_ms], |r| {
-        Ok(Line {
-            key: r.get(0)?,
-            attributed: r.get(1)?,
-            status: r.get(2)?,
-            reporting_value: r.get(3)?,
-            occurred_at: r.get(4)?,
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    mut f: impl FnMut(Line) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {}, attr_model IS NOT NULL, status, reporting_value, occurred_at FROM conversions
+             WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3",
+            by.column()
+        ))
+        .map_err(StoreError::from)?;
+    let mut rows = stmt
+        .query(params![site_id, from_ms, to_ms])
+        .map_err(StoreError::from)?;
+    while let Some(r) = rows.next().map_err(StoreError::from)? {
+        let line = (|| {
+            Ok::<_, rusqlite::Error>(Line {
+                key: r.get(0)?,
+                attributed: r.get(1)?,
+                status: r.get(2)?,
+                reporting_value: r.get(3)?,
+                occurred_at: r.get(4)?,
+            })
+        })()
+        .map_err(StoreError::from)?;
+        f(line)?;
+    }
+    Ok(())
 }
 
 /// The sums of some rollup rows (one group of the report, or one day).
