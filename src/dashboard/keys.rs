@@ -50,7 +50,10 @@ fn keys_page(
                     tbody {
                         @for k in keys {
                             tr {
-                                td { (k.name.as_deref().unwrap_or("")) }
+                                @match k.name.as_deref().filter(|n| !n.is_empty()) {
+                                    Some(n) => td { (n) },
+                                    None => td.empty { "(no name)" },
+                                }
                                 td { code { (k.prefix) "…" } }
                                 td { (layout::date_iso(&k.created_at)) }
                                 td { (k.last_used_at.as_deref().map(layout::date_iso).unwrap_or_else(|| "never".into())) }
