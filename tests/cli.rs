@@ -532,6 +532,15 @@ fn site_update_changes_only_what_it_is_given() {
         listed,
         "a refused update changes nothing"
     );
+    // `--no-domain` forgets the domain (an empty `--domain` is refused as no host name).
+    let cleared = run(&["site", "update", id, "--no-domain", "--json"]).json();
+    assert_eq!(cleared["domain"], serde_json::Value::Null, "{cleared}");
+    assert_fails(
+        &run(&["site", "update", id, "--no-domain", "--domain", "a.example"]),
+        2,
+        &["cannot be used with"],
+        "--no-domain with --domain",
+    );
 }
 
 #[test]

@@ -88,6 +88,9 @@ pub(super) struct UpdateArgs {
     /// A new own domain (its pages are not counted as referrers).
     #[arg(long, group = "changes")]
     domain: Option<String>,
+    /// Forget the site's own domain: every referrer counts again.
+    #[arg(long, group = "changes", conflicts_with = "domain")]
+    no_domain: bool,
     /// A new reporting currency (ISO 4217); refused once conversions were converted to another.
     #[arg(long, group = "changes")]
     currency: Option<String>,
@@ -237,7 +240,11 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
         }
         let changes = SiteChanges {
             name,
-            domain: domain.as_deref().map(Some),
+            domain: if a.no_domain {
+                Some(None)
+            } else {
+                domain.as_deref().map(Some)
+            },
             currency: a.currency.as_deref(),
             window_days: a.window_days,
             model: a.model.as_deref(),
