@@ -1,27 +1,21 @@
 //! Files compiled into the binary: the browser pixel and the OpenAPI description.
 
-use std::sync::OnceLock;
+use crate::http::{Ctx, Reply, StaticFile};
 
-use crate::http::{etag, Ctx, Reply};
-
-pub const PIXEL_JS: &str = include_str!("../../assets/pixel.js");
-pub const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
+static PIXEL_JS: StaticFile = StaticFile::new(
+    include_str!("../../assets/pixel.js"),
+    "application/javascript; charset=utf-8",
+    3600,
+);
+static OPENAPI_YAML: StaticFile =
+    StaticFile::new(include_str!("../../openapi.yaml"), "application/yaml", 300);
 
 pub fn pixel(ctx: &Ctx) -> Reply {
-    static TAG: OnceLock<String> = OnceLock::new();
-    let tag = TAG.get_or_init(|| etag(PIXEL_JS));
-    Reply::cached(
-        ctx,
-        PIXEL_JS,
-        tag,
-        "application/javascript; charset=utf-8",
-        3600,
-    )
-    .header("Access-Control-Allow-Origin", "*")
+    PIXEL_JS
+        .reply(ctx)
+        .header("Access-Control-Allow-Origin", "*")
 }
 
 pub fn openapi(ctx: &Ctx) -> Reply {
-    static TAG: OnceLock<String> = OnceLock::new();
-    let tag = TAG.get_or_init(|| etag(OPENAPI_YAML));
-    Reply::cached(ctx, OPENAPI_YAML, tag, "application/yaml", 300)
+    OPENAPI_YAML.reply(ctx)
 }

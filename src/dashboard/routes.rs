@@ -4,13 +4,11 @@
 //! belongs to another tenant. Handlers of site pages have the signature
 //! `fn(&Dashboard, &mut Ctx, &Viewer, &Site) -> PageResult`.
 
-use std::sync::OnceLock;
-
 use super::{
     account, auth, conversions, keys, layout, report, setup, sites, Dashboard, PageError,
     PageResult, Viewer,
 };
-use crate::http::{decode_segment as decoded, etag, Ctx, Reply};
+use crate::http::{decode_segment as decoded, Ctx, Reply, StaticFile};
 use crate::store::{self, sites::Site};
 
 /// Sends the request to its handler; returns the route's name for logs and metrics. Route words
@@ -22,8 +20,8 @@ pub fn dispatch(d: &Dashboard, ctx: &mut Ctx) -> (&'static str, PageResult) {
     let method = ctx.method.clone();
     match (method.as_str(), segs.as_slice()) {
         ("GET" | "HEAD", [""] | ["dashboard"]) => ("dash_root", Ok(layout::redirect("/dashboard/"))),
-        ("GET" | "HEAD", ["dashboard", "static", "style.css"]) => ("dash_static", Ok(asset(ctx, STYLE_CSS, "text/css; charset=utf-8"))),
-        ("GET" | "HEAD", ["dashboard", "static", "dashboard.js"]) => ("dash_static", Ok(asset(ctx, DASHBOARD_JS, "application/javascript; charset=utf-8"))),
+        ("GET" | "HEAD", ["dashboard", "static", "style.css"]) => ("dash_static", Ok(asset(ctx, &STYLE_CSS))),
+        ("GET" | "HEAD", ["dashboard", "static", "dashboard.js"]) => ("dash_static", Ok(asset(ctx, &DASHBOARD_JS))),
         ("GET" | "HEAD", ["dashboard", "login"]) => ("dash_login", auth::login_form(d, ctx)),
         ("POST", ["dashboard", "login"]) => ("dash_login", auth::login(d, ctx)),
         ("GET" | "HEAD", ["dashboard", "setup"]) => ("dash_setup", setup::form(d, ctx)),
@@ -90,17 +88,18 @@ pub fn load_site(d: &Dashboard, v: &Viewer, id: &str) -> Result<Site, PageError>
         .ok_or(PageError::NotFound)
 }
 
-const STYLE_CSS: &str = include_str!("../../assets/dashboard/style.css");
-const DASHBOARD_JS: &str = include_str!("../../assets/dashboard/dashboard.js");
+static STYLE_CSS: StaticFile = StaticFile::new(
+    include_str!("../../assets/dashboard/style.css"),
+    "text/css; charset=utf-8",
+    300,
+);
+static DASHBOARD_JS: StaticFile = StaticFile::new(
+    include_str!("../../assets/dashboard/dashboard.js"),
+    "application/javascript; charset=utf-8",
+    300,
+);
 
-/// A compiled-in file with an `ETag` of its content; `304` when the browser has it.
-fn asset(ctx: &Ctx, body: &'static str, content_type: &str) -> Reply {
-    static TAGS: OnceLock<[String; 2]> = OnceLock::new();
-    let tags = TAGS.get_or_init(|| [etag(STYLE_CSS), etag(DASHBOARD_JS)]);
-    let tag = if std::ptr::eq(body, STYLE_CSS) {
-        &tags[0]
-    } else {
-        &tags[1]
-    };
-    layout::secure(Reply::cached(ctx, body, tag, content_type, 300))
+/// A compiled-in file of the dashboard, with the security headers of every dashboard answer.
+fn asset(ctx: &Ctx, file: &StaticFile) -> Reply {
+    layout::secure(file.reply(ctx))
 }

@@ -144,33 +144,6 @@ impl Reply {
         response
     }
 
-    /// A file compiled into the binary, tagged `tag` (see [`etag`]): `304` without a body when
-    /// the request's `If-None-Match` names the tag (or `*`), else `200` with the file. Both carry
-    /// the `ETag` and a public `Cache-Control` of `max_age` seconds.
-    pub fn cached(
-        ctx: &Ctx,
-        body: &'static str,
-        tag: &str,
-        content_type: &str,
-        max_age: u32,
-    ) -> Reply {
-        let fresh = ctx
-            .header("If-None-Match")
-            .is_some_and(|h| h.split(',').any(|t| t.trim() == tag || t.trim() == "*"));
-        let reply = if fresh {
-            Reply {
-                status: 304,
-                headers: Vec::new(),
-                body: Vec::new(),
-            }
-        } else {
-            Reply::bytes(200, content_type, body.as_bytes().to_vec())
-        };
-        reply
-            .header("ETag", tag)
-            .header("Cache-Control", &format!("public, max-age={max_age}"))
-    }
-
     pub fn header(mut self, name: &'static str, value: &str) -> Reply {
         self.headers.push((name, value.to_owned()));
         self
@@ -197,12 +170,50 @@ pub struct Ctx {
     body_done: bool,
 }
 
-/// A strong `ETag` for a compiled-in file: the first 8 bytes of its SHA-256, quoted.
-pub fn etag(body: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(body.as_bytes());
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("\"{hex}\"")
+/// A file compiled into the binary, answered with a strong `ETag` (the first 8 bytes of its
+/// SHA-256, computed on first use): `304` without a body when the request's `If-None-Match` names
+/// the tag (or `*`), else `200` with the file; both with a public `Cache-Control` of `max_age`.
+pub struct StaticFile {
+    body: &'static str,
+    content_type: &'static str,
+    max_age: u32,
+    tag: std::sync::OnceLock<String>,
+}
+
+impl StaticFile {
+    pub const fn new(body: &'static str, content_type: &'static str, max_age: u32) -> StaticFile {
+        StaticFile {
+            body,
+            content_type,
+            max_age,
+            tag: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub fn reply(&self, ctx: &Ctx) -> Reply {
+        let tag = self.tag.get_or_init(|| {
+            use sha2::{Digest, Sha256};
+            let digest = Sha256::digest(self.body.as_bytes());
+            let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+            format!("\"{hex}\"")
+        });
+        let fresh = ctx
+            .header("If-None-Match")
+            .is_some_and(|h| h.split(',').any(|t| t.trim() == tag || t.trim() == "*"));
+        let reply = if fresh {
+            Reply {
+                status: 304,
+                headers: Vec::new(),
+                body: Vec::new(),
+            }
+        } else {
+            Reply::bytes(200, self.content_type, self.body.as_bytes().to_vec())
+        };
+        reply.header("ETag", tag).header(
+            "Cache-Control",
+            &format!("public, max-age={}", self.max_age),
+        )
+    }
 }
 
 impl Ctx {
