@@ -284,6 +284,7 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
     };
     let id = site.id.clone();
     let old_currency = site.currency.clone();
+    // `Ok(None)`: the site is gone; `Err`: the currency change is refused.
     let saved = d.writer.submit(move |conn| {
         if c.currency != old_currency {
             if let Some(other) = store::sites::other_reporting_currency(conn, &id, &c.currency)? {
@@ -299,14 +300,14 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
             model: Some(&c.model),
             ..SiteChanges::default()
         };
-        Ok(store::sites::update(conn, &id, &changes)?.ok_or(String::new()))
+        Ok(Ok(store::sites::update(conn, &id, &changes)?))
     })?;
     match saved {
-        Ok(_) => Ok(layout::redirect(&format!(
+        Ok(Some(_)) => Ok(layout::redirect(&format!(
             "/dashboard/sites/{}?saved=1",
             site.id
         ))),
-        Err(msg) if msg.is_empty() => Err(PageError::NotFound),
+        Ok(None) => Err(PageError::NotFound),
         Err(msg) => {
             let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg));
             Ok(layout::html(400, page))
