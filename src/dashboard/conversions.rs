@@ -78,8 +78,8 @@ impl Query {
         {
             return Err(PageError::BadRequest("type is too long.".into()));
         }
-        let from = get("from").map(day).transpose()?;
-        let to = get("to").map(day).transpose()?;
+        let from = get("from").map(form::day).transpose()?;
+        let to = get("to").map(form::day).transpose()?;
         if let (Some(f), Some(t)) = (from, to) {
             if f > t {
                 return Err(PageError::BadRequest(format!(
@@ -137,11 +137,6 @@ fn source_value(s: Sources) -> &'static str {
         Sources::Pixel => "pixel",
         Sources::Both => "both",
     }
-}
-
-fn day(text: &str) -> Result<chrono::NaiveDate, PageError> {
-    crate::fx::parse_day(text)
-        .map_err(|_| PageError::BadRequest(format!("{text:?} is not a date like 2026-11-20.")))
 }
 
 /// `before=<occurred_at_ms>:<event id>`.

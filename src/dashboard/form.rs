@@ -40,6 +40,12 @@ pub fn post_form(ctx: &mut Ctx, viewer: &Viewer) -> Result<HashMap<String, Strin
     }
 }
 
+/// A `YYYY-MM-DD` day of a query (the report's and the list's ranges).
+pub fn day(text: &str) -> Result<chrono::NaiveDate, PageError> {
+    crate::fx::parse_day(text)
+        .map_err(|_| PageError::BadRequest(format!("{text:?} is not a date like 2026-11-20.")))
+}
+
 /// A field's value, trimmed; empty when absent.
 pub fn field<'a>(form: &'a HashMap<String, String>, name: &str) -> &'a str {
     form.get(name).map(|v| v.trim()).unwrap_or("")

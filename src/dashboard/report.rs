@@ -40,13 +40,8 @@ struct Range {
 impl Range {
     fn parse(q: &HashMap<String, String>, today: NaiveDate) -> Result<Range, PageError> {
         let get = |name: &str| q.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
-        let day = |text: &str| {
-            crate::fx::parse_day(text).map_err(|_| {
-                PageError::BadRequest(format!("{text:?} is not a date like 2026-11-20."))
-            })
-        };
-        let to = get("to").map(day).transpose()?.unwrap_or(today);
-        let from = match get("from").map(day).transpose()? {
+        let to = get("to").map(form::day).transpose()?.unwrap_or(today);
+        let from = match get("from").map(form::day).transpose()? {
             Some(f) => f,
             None => to
                 .checked_sub_days(chrono::Days::new(DEFAULT_DAYS - 1))
