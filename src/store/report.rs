@@ -6,7 +6,7 @@
 //! `rollup_*` macros below, for the triggers, the migration that builds the table and
 //! [`check_rollup`].
 //!
-//! The row-by-row read [`lines`] stays for what the rollup cannot sum exactly: a reporting value
+//! The row-by-row read [`each_line`] stays for what the rollup cannot sum exactly: a reporting value
 //! without integer minor units (a currency without them, such as XAU, or an amount past 64 bits),
 //! or a cell whose sum went past 64 bits (SQLite then stores it as an approximate REAL).
 
