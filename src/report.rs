@@ -168,33 +168,37 @@ fn add_lines(
     groups: &mut BTreeMap<String, Row>,
 ) -> Result<(), String> {
     let (from_ms, to_ms) = day_range(from, to);
-    store::report::each_line(conn, &site.id, from_ms, to_ms, by, |line| {
-        let value = revenue(&line)?;
-        let processed = line.status == "processed";
-        let row = group(groups, key(by, line.attributed, line.key));
-        row.conversions += 1;
-        match value {
-            Some(v) => {
-                row.revenue = row
-                    .revenue
-                    .checked_add(v)
-                    .ok_or("revenue exceeds the decimal range")?;
-            }
-            None if !processed => row.unconverted += 1,
-            None => {}
-        }
-        Ok::<_, String>(())
+    store::report::each_line(conn, &site.id, from_ms, to_ms, by, |mut line| {
+        let row = group(groups, key(by, line.attributed, line.key.take()));
+        count_line(
+            &line,
+            &mut row.conversions,
+            &mut row.revenue,
+            &mut row.unconverted,
+        )
     })
 }
 
-/// What a conversion adds to the revenue: its reporting value once processed.
-fn revenue(line: &store::report::Line) -> Result<Option<Decimal>, String> {
+/// Counts one conversion into a group's or a day's sums: its reporting value into the revenue
+/// once processed, else one more unconverted conversion (a processed one without a value adds 0).
+fn count_line(
+    line: &store::report::Line,
+    conversions: &mut u64,
+    revenue: &mut Decimal,
+    unconverted: &mut u64,
+) -> Result<(), String> {
+    *conversions += 1;
     match (&line.reporting_value, line.status.as_str()) {
-        (Some(v), "processed") => fx::decimal(v)
-            .map(Some)
-            .map_err(|e| format!("stored reporting value {e}")),
-        _ => Ok(None),
+        (Some(v), "processed") => {
+            let v = fx::decimal(v).map_err(|e| format!("stored reporting value {e}"))?;
+            *revenue = revenue
+                .checked_add(v)
+                .ok_or("revenue exceeds the decimal range")?;
+        }
+        (None, "processed") => {}
+        _ => *unconverted += 1,
     }
+    Ok(())
 }
 
 /// Conversions, revenue and unconverted conversions per UTC day of the range (days with
@@ -235,18 +239,12 @@ pub fn daily(
                 unconverted: 0,
             }),
         };
-        day.conversions += 1;
-        match revenue(&line)? {
-            Some(v) => {
-                day.revenue = day
-                    .revenue
-                    .checked_add(v)
-                    .ok_or("revenue exceeds the decimal range")?;
-            }
-            None if line.status != "processed" => day.unconverted += 1,
-            None => {}
-        }
-        Ok::<_, String>(())
+        count_line(
+            &line,
+            &mut day.conversions,
+            &mut day.revenue,
+            &mut day.unconverted,
+        )
     })?;
     Ok(days
         .into_values()
