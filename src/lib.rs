@@ -12,6 +12,7 @@ pub mod dashboard;
 pub mod fx;
 pub mod http;
 pub mod keys;
+pub mod malloc;
 pub mod metrics;
 pub mod pipeline;
 pub mod ratelimit;

@@ -577,6 +577,58 @@ fn logins_are_throttled_per_address_even_with_the_right_password() {
     expect_throttled(&r, "the right password from a throttled address");
 }
 
+/// A number of kB of the server process's `/proc/PID/status` line `field` (`VmRSS`, `VmHWM`).
+fn server_kb(app: &TestApp, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", app.pid())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {status}"))
+}
+
+/// Regression: failed logins from many addresses at once (the per-address throttle counts each
+/// address apart) took the server's resident memory up by about 1 GB per 64 logins, for good:
+/// every Argon2 check takes a 19 MiB block, up to one per request thread at once, and glibc kept
+/// the blocks. Argon2 now runs in a few slots at once, and large blocks go back to the system.
+#[test]
+fn many_failed_logins_at_once_do_not_grow_the_servers_memory() {
+    let _alone = heavy_load();
+    let app = TestApp::builder()
+        .serve_args(&["--trusted-proxies", "127.0.0.1"])
+        .start();
+    let before = server_kb(&app, "VmRSS");
+    for round in 0..2 {
+        std::thread::scope(|s| {
+            for t in 0..32 {
+                let app = &app;
+                s.spawn(move || {
+                    let c = DashClient::new(app);
+                    let r = c.post_form_with(
+                        "/dashboard/login",
+                        &[
+                            ("email", &format!("guess-{round}-{t}@shop.example")),
+                            ("password", "not the password"),
+                            ("csrf", &c.login_csrf()),
+                        ],
+                        &[("X-Forwarded-For", &format!("198.51.{round}.{t}"))],
+                    );
+                    assert_eq!(r.status, 200, "a failed login: {}", r.text());
+                });
+            }
+        });
+    }
+    let (after, peak) = (server_kb(&app, "VmRSS"), server_kb(&app, "VmHWM"));
+    assert!(
+        after < before + 100_000,
+        "resident memory {before} kB before 64 failed logins, {after} kB after"
+    );
+    assert!(
+        peak < before + 250_000,
+        "peak resident memory {peak} kB during 64 failed logins (from {before} kB)"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Sessions
 

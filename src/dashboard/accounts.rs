@@ -4,6 +4,7 @@
 
 use argon2::password_hash::{PasswordHasher, PasswordVerifier};
 use argon2::Argon2;
+use std::sync::{Condvar, Mutex};
 
 /// The shortest password accepted, in characters.
 pub const MIN_PASSWORD_CHARS: usize = 10;
@@ -43,19 +44,56 @@ pub fn check_password(password: &str) -> Result<(), String> {
     }
 }
 
+/// Argon2 computations running at once, at most: one per core, at most 4. Each takes 19 MiB
+/// (the default memory cost) for its duration; without a bound, one login per request thread at
+/// once (from many addresses, which the throttle does not stop) took a server to 1.2 GB. Others
+/// wait their turn; the waiting is bounded by the request threads.
+fn hashing_slots() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(4)
+}
+
+/// Runs `f` (one Argon2 computation) once a slot is free.
+fn in_slot<T>(f: impl FnOnce() -> T) -> T {
+    static BUSY: Mutex<usize> = Mutex::new(0);
+    static FREED: Condvar = Condvar::new();
+    let mut busy = BUSY.lock().unwrap_or_else(|p| p.into_inner());
+    while *busy >= hashing_slots() {
+        busy = FREED.wait(busy).unwrap_or_else(|p| p.into_inner());
+    }
+    *busy += 1;
+    drop(busy);
+    // Freed on the way out, a panic included.
+    struct Release;
+    impl Drop for Release {
+        fn drop(&mut self) {
+            *BUSY.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+            FREED.notify_one();
+        }
+    }
+    let _release = Release;
+    f()
+}
+
 /// The Argon2id PHC string of a password (default parameters, a fresh random salt).
 pub fn hash_password(password: &str) -> Result<String, String> {
-    Argon2::default()
-        .hash_password(password.as_bytes())
-        .map(|h| h.to_string())
-        .map_err(|e| format!("cannot hash the password: {e}"))
+    in_slot(|| {
+        Argon2::default()
+            .hash_password(password.as_bytes())
+            .map(|h| h.to_string())
+            .map_err(|e| format!("cannot hash the password: {e}"))
+    })
 }
 
 /// Whether `password` matches the stored PHC string (false for a string that is not one).
 pub fn verify_password(password: &str, phc: &str) -> bool {
-    Argon2::default()
-        .verify_password(password.as_bytes(), phc)
-        .is_ok()
+    in_slot(|| {
+        Argon2::default()
+            .verify_password(password.as_bytes(), phc)
+            .is_ok()
+    })
 }
 
 /// A PHC string no password matches, verified when the email is unknown so that a failed login
@@ -79,6 +117,30 @@ mod tests {
         assert!(verify_password("correct horse battery", &h));
         assert!(!verify_password("correct horse batterY", &h));
         assert!(!verify_password("x", "not a phc string"));
+    }
+
+    #[test]
+    fn argon2_runs_in_at_most_hashing_slots_at_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NOW: AtomicUsize = AtomicUsize::new(0);
+        static MOST: AtomicUsize = AtomicUsize::new(0);
+        let threads: Vec<_> = (0..16)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    in_slot(|| {
+                        let n = NOW.fetch_add(1, Ordering::SeqCst) + 1;
+                        MOST.fetch_max(n, Ordering::SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        NOW.fetch_sub(1, Ordering::SeqCst);
+                    })
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let most = MOST.load(Ordering::SeqCst);
+        assert!(most >= 1 && most <= hashing_slots(), "{most} at once");
     }
 
     #[test]

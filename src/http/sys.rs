@@ -1,4 +1,4 @@
-//! The supervisor's system calls: the crate's only `unsafe` code, on file descriptors it does not own.
+//! The supervisor's system calls: the crate's `unsafe` code but for `malloc.rs`'s one setting, on file descriptors it does not own.
 //!
 //! Every function here inspects or acts on a descriptor in place (`fstat`, `getsockname`,
 //! `getpeername`, `getsockopt`, `ioctl(FIONREAD)`, `shutdown`, `send`). None duplicates or closes one:

@@ -23,7 +23,7 @@
 //! window is a few microseconds; the cost of a hit is one connection closed early (its client sees
 //! EOF and retries; every write of the API is idempotent).
 //!
-//! The policy lives here; the system calls it makes are in `sys.rs` (the crate's only `unsafe`
+//! The policy lives here; the system calls it makes are in `sys.rs` (the crate's `unsafe`
 //! code), the request bookkeeping in `registry.rs`.
 
 use std::collections::{HashMap, HashSet};
