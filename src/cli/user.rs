@@ -103,7 +103,7 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
     let conn = open(db)?;
     require_tenant(&conn, &a.tenant)?;
     // Hashed before the transaction: it takes a while, and holds no lock meanwhile.
-    let hash = accounts::hash_password(&password)?;
+    let hash = accounts::hash_password(&password).map_err(|e| e.to_string())?;
     let id = uuid::Uuid::new_v4().to_string();
     let user = store::write_tx(&conn, |tx| {
         store::users::create(tx, &id, &a.tenant, &email, &hash, store::now_ms()).map_err(

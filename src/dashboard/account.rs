@@ -57,7 +57,7 @@ pub fn change(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
         .read(|c| Ok(store::users::by_id(c, &v.user_id)?))?
         .ok_or(PageError::NotFound)?;
     if current.chars().count() > accounts::MAX_PASSWORD_CHARS
-        || !accounts::verify_password(current, &user.password_hash)
+        || !accounts::verify_password(current, &user.password_hash)?
     {
         return refuse("The current password is wrong.");
     }
@@ -67,7 +67,7 @@ pub fn change(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     if new != again {
         return refuse("The two new passwords differ.");
     }
-    let hash = accounts::hash_password(new).map_err(PageError::Internal)?;
+    let hash = accounts::hash_password(new)?;
     let user_id = v.user_id.clone();
     let keep = v.session_hash.clone();
     d.writer.submit(move |c| {

@@ -44,51 +44,95 @@ pub fn check_password(password: &str) -> Result<(), String> {
     }
 }
 
-/// Argon2 computations running at once, at most: one per core, at most 4. Each takes 19 MiB
-/// (the default memory cost) for its duration; without a bound, one login per request thread at
-/// once (from many addresses, which the throttle does not stop) took a server to 1.2 GB. Others
-/// wait their turn; the waiting is bounded by the request threads.
-fn hashing_slots() -> usize {
-    std::thread::available_parallelism()
+/// Argon2 computations running at once, at most: half the cores (at least one, at most 4), so
+/// that password hashing never takes more than half the machine from the API (docs/hardening.md,
+/// "Budgets"). Each takes 19 MiB (the default memory cost) for its duration; without a bound, one
+/// login per request thread at once (from many addresses, which the throttle does not stop) took a
+/// server to 1.2 GB.
+pub fn hashing_slots() -> usize {
+    let cores = std::thread::available_parallelism()
         .map(|n| n.get())
-        .unwrap_or(1)
-        .min(4)
+        .unwrap_or(1);
+    (cores / 2).clamp(1, 4)
 }
 
-/// Runs `f` (one Argon2 computation) once a slot is free.
-fn in_slot<T>(f: impl FnOnce() -> T) -> T {
-    static BUSY: Mutex<usize> = Mutex::new(0);
-    static FREED: Condvar = Condvar::new();
-    let mut busy = BUSY.lock().unwrap_or_else(|p| p.into_inner());
-    while *busy >= hashing_slots() {
-        busy = FREED.wait(busy).unwrap_or_else(|p| p.into_inner());
+/// Computations that may wait for a slot, at most; one more is refused at once ([`HashError::Busy`])
+/// instead of holding its request thread. A wait is thus at most this many hashes long (each
+/// ~30 ms on one core), and the threads held waiting are bounded whatever the number of clients.
+pub fn hashing_queue() -> usize {
+    hashing_slots() * 4
+}
+
+/// Why a password could not be hashed or checked.
+#[derive(Debug, PartialEq, Eq)]
+pub enum HashError {
+    /// Every hashing slot is taken and the wait queue is full: try again in a moment.
+    Busy,
+    /// The hash could not be computed (a bug or a broken parameter set).
+    Failed(String),
+}
+
+impl std::fmt::Display for HashError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HashError::Busy => f.write_str("password hashing is busy: try again in a moment"),
+            HashError::Failed(e) => write!(f, "cannot hash the password: {e}"),
+        }
     }
-    *busy += 1;
-    drop(busy);
+}
+
+/// Slots taken and computations waiting for one.
+struct Slots {
+    busy: usize,
+    waiting: usize,
+}
+
+/// Runs `f` (one Argon2 computation) once a slot is free, or refuses at once when
+/// [`hashing_queue`] computations already wait.
+fn in_slot<T>(f: impl FnOnce() -> T) -> Result<T, HashError> {
+    static SLOTS: Mutex<Slots> = Mutex::new(Slots {
+        busy: 0,
+        waiting: 0,
+    });
+    static FREED: Condvar = Condvar::new();
+    let mut s = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+    if s.busy >= hashing_slots() {
+        if s.waiting >= hashing_queue() {
+            return Err(HashError::Busy);
+        }
+        s.waiting += 1;
+        while s.busy >= hashing_slots() {
+            s = FREED.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+        s.waiting -= 1;
+    }
+    s.busy += 1;
+    drop(s);
     // Freed on the way out, a panic included.
     struct Release;
     impl Drop for Release {
         fn drop(&mut self) {
-            *BUSY.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+            SLOTS.lock().unwrap_or_else(|p| p.into_inner()).busy -= 1;
             FREED.notify_one();
         }
     }
     let _release = Release;
-    f()
+    Ok(f())
 }
 
 /// The Argon2id PHC string of a password (default parameters, a fresh random salt).
-pub fn hash_password(password: &str) -> Result<String, String> {
+pub fn hash_password(password: &str) -> Result<String, HashError> {
     in_slot(|| {
         Argon2::default()
             .hash_password(password.as_bytes())
             .map(|h| h.to_string())
-            .map_err(|e| format!("cannot hash the password: {e}"))
-    })
+            .map_err(|e| HashError::Failed(e.to_string()))
+    })?
 }
 
-/// Whether `password` matches the stored PHC string (false for a string that is not one).
-pub fn verify_password(password: &str, phc: &str) -> bool {
+/// Whether `password` matches the stored PHC string (false for a string that is not one);
+/// [`HashError::Busy`] when no slot can be had.
+pub fn verify_password(password: &str, phc: &str) -> Result<bool, HashError> {
     in_slot(|| {
         Argon2::default()
             .verify_password(password.as_bytes(), phc)
@@ -101,8 +145,14 @@ pub fn verify_password(password: &str, phc: &str) -> bool {
 pub fn dummy_hash() -> &'static str {
     static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     DUMMY.get_or_init(|| {
-        hash_password("not the password of anyone: a dummy for timing")
-            .unwrap_or_else(|_| String::new())
+        // Computed once, before any login can be refused for a busy queue (first use waits).
+        loop {
+            match hash_password("not the password of anyone: a dummy for timing") {
+                Ok(h) => return h,
+                Err(HashError::Busy) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                Err(HashError::Failed(_)) => return String::new(),
+            }
+        }
     })
 }
 
@@ -114,33 +164,37 @@ mod tests {
     fn hashes_are_argon2id_phc_strings_that_verify() {
         let h = hash_password("correct horse battery").unwrap();
         assert!(h.starts_with("$argon2id$"), "{h}");
-        assert!(verify_password("correct horse battery", &h));
-        assert!(!verify_password("correct horse batterY", &h));
-        assert!(!verify_password("x", "not a phc string"));
+        assert_eq!(verify_password("correct horse battery", &h), Ok(true));
+        assert_eq!(verify_password("correct horse batterY", &h), Ok(false));
+        assert_eq!(verify_password("x", "not a phc string"), Ok(false));
     }
 
     #[test]
-    fn argon2_runs_in_at_most_hashing_slots_at_once() {
+    fn argon2_runs_in_at_most_hashing_slots_at_once_and_refuses_past_its_queue() {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static NOW: AtomicUsize = AtomicUsize::new(0);
         static MOST: AtomicUsize = AtomicUsize::new(0);
-        let threads: Vec<_> = (0..16)
+        let n = 4 * (hashing_slots() + hashing_queue());
+        let threads: Vec<_> = (0..n)
             .map(|_| {
                 std::thread::spawn(|| {
                     in_slot(|| {
                         let n = NOW.fetch_add(1, Ordering::SeqCst) + 1;
                         MOST.fetch_max(n, Ordering::SeqCst);
-                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        std::thread::sleep(std::time::Duration::from_millis(50));
                         NOW.fetch_sub(1, Ordering::SeqCst);
                     })
                 })
             })
             .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
+        let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
         let most = MOST.load(Ordering::SeqCst);
         assert!(most >= 1 && most <= hashing_slots(), "{most} at once");
+        let refused = results.iter().filter(|r| **r == Err(HashError::Busy)).count();
+        let ran = results.iter().filter(|r| r.is_ok()).count();
+        assert!(refused > 0, "{n} at once: none refused");
+        assert!(ran >= hashing_slots() + hashing_queue(), "{ran} ran of {n}");
+        assert!(hashing_slots() <= 4);
     }
 
     #[test]

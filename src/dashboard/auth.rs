@@ -308,10 +308,10 @@ pub fn login(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
     // A password over the limit can match no account: refused without hashing a megabyte.
     let verifiable = password.chars().count() <= accounts::MAX_PASSWORD_CHARS;
     let ok = match &user {
-        Some(u) if verifiable => accounts::verify_password(password, &u.password_hash),
+        Some(u) if verifiable => accounts::verify_password(password, &u.password_hash)?,
         _ => {
             if verifiable {
-                accounts::verify_password(password, accounts::dummy_hash());
+                accounts::verify_password(password, accounts::dummy_hash())?;
             }
             false
         }

@@ -123,6 +123,15 @@ impl From<WriteError> for PageError {
     }
 }
 
+impl From<crate::dashboard::accounts::HashError> for PageError {
+    fn from(e: crate::dashboard::accounts::HashError) -> Self {
+        match e {
+            crate::dashboard::accounts::HashError::Busy => PageError::Unavailable(e.to_string()),
+            crate::dashboard::accounts::HashError::Failed(m) => PageError::Internal(m),
+        }
+    }
+}
+
 impl From<BodyError> for PageError {
     fn from(e: BodyError) -> Self {
         match e {

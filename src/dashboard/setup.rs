@@ -156,7 +156,7 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
             ));
         }
     };
-    let hash = accounts::hash_password(password).map_err(PageError::Internal)?;
+    let hash = accounts::hash_password(password)?;
     let tenant = tenant.map(str::to_owned);
     let organization = field(&f, "organization").to_owned();
     let email = email.to_owned();
