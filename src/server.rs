@@ -46,6 +46,8 @@ pub struct ServeConfig {
     pub prune_every: std::time::Duration,
     /// Cookies and links of the dashboard for HTTPS (`--secure-cookies`).
     pub secure_cookies: bool,
+    /// The origin of every absolute URL convapi prints or renders (`--public-url`).
+    pub public_url: Option<String>,
 }
 
 /// A running server: its address, and a way to stop it.
@@ -143,6 +145,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
         crate::dashboard::Settings {
             secure_cookies: config.secure_cookies,
             trusted_proxies: config.pixel.trusted_proxies.clone(),
+            public_url: config.public_url.clone(),
         },
     );
     let setup_token = crate::dashboard::setup::arm(&dashboard)?;
@@ -158,11 +161,12 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
     });
     let http = http::serve(&config.http, Arc::new(Api(app.clone())), metrics)?;
     if let Some(token) = setup_token {
-        log::warn!(
-            "no dashboard user yet: create the first at http://{}/dashboard/setup?token={token} \
-             (one-time link; or run convapi user create)",
-            http.addr
+        let line = crate::dashboard::setup::first_run_line(
+            config.public_url.as_deref(),
+            http.addr,
+            &token,
         );
+        log::warn!("{line}");
     }
     Ok(Running {
         addr: http.addr,

@@ -84,7 +84,16 @@ fn the_first_run_token_creates_the_first_user_once() {
 
     let done = post(fields(&csrf, PASSWORD));
     assert_eq!(done.status, 303, "{}", done.text());
-    assert_eq!(done.header("location"), Some("/dashboard/login?setup=done"));
+    // Logged in at once: the sites page, with the new account's session.
+    assert_eq!(done.header("location"), Some("/dashboard/"));
+    assert!(c.cookie("convapi_session").is_some(), "{:?}", done.headers);
+    let sites = c.get("/dashboard/");
+    assert_eq!(sites.status, 200);
+    assert!(
+        sites.text().contains("First@Shop.example"),
+        "{}",
+        sites.text()
+    );
     assert_eq!(users(), 1);
     assert_eq!(
         app.query_str(
@@ -94,10 +103,6 @@ fn the_first_run_token_creates_the_first_user_once() {
         .as_deref(),
         Some("Shop & Co")
     );
-    assert!(c
-        .get("/dashboard/login?setup=done")
-        .text()
-        .contains("Account created. Log in."));
 
     // Used once: the same link, and a second post, find nothing.
     assert_eq!(
@@ -107,6 +112,64 @@ fn the_first_run_token_creates_the_first_user_once() {
     assert_eq!(post(fields(&csrf, PASSWORD)).status, 404);
     assert_eq!(users(), 1);
     assert_eq!(c.login("first@shop.example", PASSWORD).status, 303);
+}
+
+#[test]
+fn with_no_user_yet_the_login_page_says_where_the_first_run_link_is() {
+    let app = TestApp::start();
+    setup_token(&app);
+    // Without --public-url the log line says how to set it for a server behind a proxy.
+    assert!(app.log().contains("--public-url"), "{}", app.log());
+    let c = DashClient::new(&app);
+    let to_login = c.get("/dashboard/");
+    assert_eq!(to_login.status, 303);
+    let r = c.get(to_login.header("location").unwrap());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let page = r.text();
+    assert!(page.contains("id=\"no-user-yet\""), "{page}");
+    assert!(
+        page.contains("server&#39;s log") || page.contains("server's log"),
+        "{page}"
+    );
+    assert!(page.contains("no dashboard user yet"), "{page}");
+    assert!(!page.contains("login-form"), "{page}");
+
+    // Once a user exists, the same page is the login form.
+    create_user(&app, &app.tenant.id, "owner@shop.example", PASSWORD);
+    let page = c.get("/dashboard/login").text();
+    assert!(
+        page.contains("login-form") && !page.contains("no-user-yet"),
+        "{page}"
+    );
+}
+
+#[test]
+fn public_url_is_the_origin_of_the_first_run_link_and_the_snippet() {
+    let app = TestApp::builder()
+        .serve_args(&["--public-url", "https://stats.shop.example/"])
+        .start();
+    let token = setup_token(&app);
+    let log = app.log();
+    assert!(
+        log.contains(&format!(
+            "https://stats.shop.example/dashboard/setup?token={token}"
+        )),
+        "{log}"
+    );
+    assert!(!log.contains("start with --public-url"), "{log}");
+    let c = logged_in(&app);
+    let site = c.get(&format!("/dashboard/sites/{}", app.site.id)).text();
+    assert!(
+        site.contains("https://stats.shop.example/pixel.js"),
+        "{site}"
+    );
+    // Not an origin: a usage error naming the option.
+    let bad = cli_run(
+        Some(&app.db),
+        &["serve", "--public-url", "stats.shop.example/x"],
+    );
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("--public-url"), "{}", bad.stderr);
 }
 
 #[test]

@@ -84,15 +84,18 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     ui.fill("[name=password_confirm]", PASSWORD);
     shots.take(&mut ui, "01-setup");
     ui.submit("[name=password_confirm]");
-    ui.expect_page(200, "/dashboard/login?setup=done");
-    ui.expect_text("body", "Account created. Log in.");
+    // Logged in at once, on the sites page.
+    ui.expect_page(200, "/dashboard/");
+    ui.expect_text(".who", EMAIL);
     assert_eq!(
         app.query_str("SELECT tenant_id FROM users WHERE email = ?1", [EMAIL]),
         Some(app.tenant.id.clone()),
         "the user joined the chosen tenant"
     );
 
-    // Log in through the form.
+    // Log out, and in again through the form.
+    ui.submit("form[action='/dashboard/logout'] button");
+    ui.expect_page(200, "/dashboard/login");
     ui.fill("[name=email]", EMAIL);
     ui.fill("[name=password]", PASSWORD);
     shots.take(&mut ui, "02-login");

@@ -69,9 +69,38 @@ pub(super) struct ServeArgs {
     /// snippet says `https://`: set it when clients reach the server through a TLS proxy.
     #[arg(long, env = "CONVAPI_SECURE_COOKIES", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     secure_cookies: bool,
+    /// The origin people and browsers reach this server at, e.g. `https://stats.shop.example` (a
+    /// reverse proxy's): used in the first-run link, the pixel snippet and every absolute URL
+    /// convapi prints or renders. Unset: the listening address (loopback for 0.0.0.0), and the
+    /// dashboard's snippet takes the host the browser used.
+    #[arg(long, env = "CONVAPI_PUBLIC_URL", value_parser = public_url)]
+    public_url: Option<String>,
     /// Test only: caps the database at this many pages to simulate a full disk.
     #[arg(long, env = "CONVAPI_TEST_MAX_PAGE_COUNT", hide = true)]
     test_max_page_count: Option<u64>,
+}
+
+/// `http(s)://host[:port]`, with an optional trailing slash (dropped) and nothing after it.
+fn public_url(s: &str) -> Result<String, String> {
+    let t = s.trim().trim_end_matches('/');
+    let rest = t
+        .strip_prefix("https://")
+        .or_else(|| t.strip_prefix("http://"))
+        .ok_or_else(|| {
+            format!("{s:?} is not an http:// or https:// origin such as https://stats.shop.example")
+        })?;
+    let ok = !rest.is_empty()
+        && rest.len() <= 255
+        && rest
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
+    if ok {
+        Ok(t.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not an origin such as https://stats.shop.example (a scheme, a host and an optional port; no path)"
+        ))
+    }
 }
 
 fn non_negative(s: &str) -> Result<f64, String> {
@@ -146,6 +175,7 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
         metrics_token: a.metrics_token.filter(|t| !t.is_empty()),
         prune_every: std::time::Duration::from_secs_f64(a.prune_every),
         secure_cookies: a.secure_cookies,
+        public_url: a.public_url,
     };
     let running = crate::server::start(&config)?;
     log::info!(

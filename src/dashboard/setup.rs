@@ -1,9 +1,12 @@
 //! The first-run page: while no user exists, `serve` makes a one-time token (in memory only) and
 //! logs a link with it; the page at that link creates the first user, in a new tenant or an
 //! existing one. Without the token, or once any user exists (made here or by
-//! `convapi user create`), the page is the `404` of any missing page.
+//! `convapi user create`), the page is the `404` of any missing page. The account made here is
+//! logged in at once (a session, as a login makes). While the token is live, the login page says
+//! where the link is instead of showing a form no one can use.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use maud::{html, Markup};
 
@@ -27,6 +30,58 @@ pub fn arm(d: &Dashboard) -> Result<Option<String>, String> {
         crate::keys::random_base62(TOKEN_CHARS).map_err(|e| format!("no OS randomness: {e}"))?;
     *d.setup_token.lock().unwrap_or_else(|p| p.into_inner()) = Some(token.clone());
     Ok(Some(token))
+}
+
+/// The log line with the first-run link. Its origin is `--public-url` when set; else the bound
+/// address, with an unspecified one (`0.0.0.0`, `::`) replaced by the loopback address a browser on
+/// the same machine can open, and a word on `--public-url` for a server behind a proxy.
+pub fn first_run_line(public_url: Option<&str>, addr: SocketAddr, token: &str) -> String {
+    let link = |origin: &str| format!("{origin}/dashboard/setup?token={token}");
+    match public_url {
+        Some(origin) => format!(
+            "no dashboard user yet: create the first at {} (one-time link; or run convapi user create)",
+            link(origin)
+        ),
+        None => format!(
+            "no dashboard user yet: create the first at {} (one-time link; or run convapi user \
+             create); behind a reverse proxy or on another host, start with --public-url \
+             https://YOUR-HOST (env CONVAPI_PUBLIC_URL) and the link, the pixel snippet and the \
+             dashboard's examples use that origin",
+            link(&local_origin(addr))
+        ),
+    }
+}
+
+/// `http://` and the address a browser on this machine reaches the listener at.
+pub fn local_origin(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, addr.port()))
+}
+
+/// `GET /dashboard/login`: while the first-run token is live and no user exists, a page that says
+/// where the first-run link is; otherwise the login form.
+pub fn login_or_hint(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
+    let armed = d
+        .setup_token
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_some();
+    if !armed || d.read(|c| Ok(store::users::any(c)?))? {
+        return auth::login_form(d, ctx);
+    }
+    let body = html! {
+        section.card.narrow #no-user-yet {
+            h1 { "No account yet" }
+            p { "No one can log in to this convapi yet. The link that creates the first account is in the "
+                "server's log, on the line that starts with " code { "no dashboard user yet" } "." }
+            p { "Or create an account from a shell on the server: " code { "convapi user create --tenant ID --email YOU@EXAMPLE" } "." }
+        }
+    };
+    Ok(layout::html(200, layout::page(None, "Log in", body)))
 }
 
 /// Whether `given` is the live first-run token (compared in constant time).
@@ -135,8 +190,8 @@ fn check<'a>(
     Ok((tenant, email, password))
 }
 
-/// `POST /dashboard/setup`: the tenant (when new) and the user, in one transaction that checks
-/// again that no user exists; `303` to the login page.
+/// `POST /dashboard/setup`: the tenant (when new), the user and a session of theirs, in one
+/// transaction that checks again that no user exists; `303` to the sites page, logged in.
 pub fn create(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
     let f = form::read_form(ctx)?;
     let token = field(&f, "token").to_owned();
@@ -160,6 +215,9 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
     let tenant = tenant.map(str::to_owned);
     let organization = field(&f, "organization").to_owned();
     let email = email.to_owned();
+    let session = form::random_token()?;
+    let session_hash = auth::session_hash(&session);
+    let session_csrf = form::random_token()?;
     let made = d.writer.submit(move |c| {
         if store::users::any(c)? {
             return Ok(false);
@@ -171,14 +229,9 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
                 store::tenants::create(c, &uuid::Uuid::new_v4().to_string(), &organization, now)?.id
             }
         };
-        store::users::create(
-            c,
-            &uuid::Uuid::new_v4().to_string(),
-            &tenant_id,
-            &email,
-            &hash,
-            now,
-        )?;
+        let user_id = uuid::Uuid::new_v4().to_string();
+        store::users::create(c, &user_id, &tenant_id, &email, &hash, now)?;
+        store::web_sessions::create(c, &session_hash, &user_id, &session_csrf, now)?;
         Ok(true)
     })?;
     *d.setup_token.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -186,5 +239,35 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
         return Err(PageError::NotFound);
     }
     log::info!("dashboard: the first user was created on the first-run page");
-    Ok(layout::redirect("/dashboard/login?setup=done"))
+    Ok(layout::redirect("/dashboard/").header(
+        "Set-Cookie",
+        &auth::cookie(d, auth::SESSION_COOKIE, &session, None),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_run_link_never_names_an_unspecified_address() {
+        let line = first_run_line(None, "0.0.0.0:18080".parse().unwrap(), "T");
+        assert!(
+            line.contains("http://127.0.0.1:18080/dashboard/setup?token=T "),
+            "{line}"
+        );
+        assert!(line.contains("--public-url"), "{line}");
+        let v6 = first_run_line(None, "[::]:8080".parse().unwrap(), "T");
+        assert!(v6.contains("http://[::1]:8080/dashboard/setup"), "{v6}");
+        let public = first_run_line(
+            Some("https://stats.shop.example"),
+            "0.0.0.0:18080".parse().unwrap(),
+            "T",
+        );
+        assert!(
+            public.contains("https://stats.shop.example/dashboard/setup?token=T "),
+            "{public}"
+        );
+        assert!(!public.contains("127.0.0.1"), "{public}");
+    }
 }

@@ -189,9 +189,12 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     Ok(layout::redirect(&format!("/dashboard/sites/{id}")))
 }
 
-/// This server's origin as the browser reached it, for the snippet: the `Host` header when it is a
-/// plain host (and port), else a placeholder.
-fn origin(d: &Dashboard, ctx: &Ctx) -> String {
+/// This server's origin for the snippet and the examples: `--public-url` when set, else as the
+/// browser reached it: the `Host` header when it is a plain host (and port), else a placeholder.
+pub fn origin(d: &Dashboard, ctx: &Ctx) -> String {
+    if let Some(url) = &d.settings.public_url {
+        return url.clone();
+    }
     let scheme = if d.settings.secure_cookies {
         "https"
     } else {
