@@ -6,6 +6,7 @@
 
 use serde_json::json;
 
+use crate::common::pipeline_support::{fixture, import_rates};
 use crate::common::*;
 
 const PASSWORD: &str = "correct horse battery";
@@ -126,19 +127,18 @@ fn with_no_user_yet_the_login_page_says_where_the_first_run_link_is() {
     let r = c.get(to_login.header("location").unwrap());
     assert_eq!(r.status, 200, "{}", r.text());
     let page = r.text();
-    assert!(page.contains("id=\"no-user-yet\""), "{page}");
+    assert!(page.contains("No account exists yet."), "{page}");
     assert!(
-        page.contains("server&#39;s log") || page.contains("server's log"),
+        page.contains("in the server&#39;s log") || page.contains("in the server's log"),
         "{page}"
     );
     assert!(page.contains("no dashboard user yet"), "{page}");
-    assert!(!page.contains("login-form"), "{page}");
 
-    // Once a user exists, the same page is the login form.
+    // Once a user exists, the login page is the plain form.
     create_user(&app, &app.tenant.id, "owner@shop.example", PASSWORD);
     let page = c.get("/dashboard/login").text();
     assert!(
-        page.contains("login-form") && !page.contains("no-user-yet"),
+        page.contains("login-form") && !page.contains("No account exists yet"),
         "{page}"
     );
 }
@@ -971,4 +971,90 @@ fn compiled_in_files_answer_304_to_their_etag() {
             assert_eq!(full.header("x-frame-options"), Some("DENY"), "{path}");
         }
     }
+}
+
+/// The text of the first `<pre id="ID">` of a page, unescaped as a browser shows it.
+fn pre_text(page: &str, id: &str) -> String {
+    let open = format!(r#"id="{id}""#);
+    let start = page
+        .find(&open)
+        .unwrap_or_else(|| panic!("no #{id}: {page}"));
+    let body = &page[start..];
+    let body = &body[body.find("<code>").expect("<code>") + "<code>".len()..];
+    let body = &body[..body.find("</code>").expect("</code>")];
+    body.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+}
+
+#[test]
+fn a_new_sites_overview_says_how_to_start_and_what_was_seen() {
+    let app = TestApp::start();
+    let c = logged_in(&app);
+    let overview = format!("/dashboard/sites/{}", app.site.id);
+    let page = c.get(&overview).text();
+    assert!(page.contains(r#"id="getting-started""#), "{page}");
+    let snippet = pre_text(&page, "snippet");
+    assert!(
+        snippet.contains(&format!("svc('init', '{}')", app.site.tracker_id)),
+        "{snippet}"
+    );
+    assert!(
+        snippet.contains(&format!("{}/pixel.js", app.base)),
+        "{snippet}"
+    );
+    let calls = pre_text(&page, "snippet-calls");
+    assert!(calls.contains("svc('identify', 'customer-42')"), "{calls}");
+    assert!(calls.contains("svc('track', 'purchase', {"), "{calls}");
+    assert!(calls.contains("currency: 'EUR'"), "{calls}");
+    let curl = pre_text(&page, "curl");
+    assert!(
+        curl.contains(&format!(
+            "'{}/api/sites/{}/conversions'",
+            app.base, app.site.id
+        )),
+        "{curl}"
+    );
+    assert!(curl.contains("Bearer ask_YOUR_API_KEY"), "{curl}");
+    assert!(page.contains("Pixel not seen yet"), "{page}");
+    assert!(page.contains("No conversion received yet"), "{page}");
+    assert!(
+        page.contains("none imported: orders in other currencies"),
+        "{page}"
+    );
+    let empty = c.get(&format!("{overview}/conversions")).text();
+    assert!(empty.contains("No conversion yet."), "{empty}");
+
+    // The pixel is seen, rates are imported.
+    app.pageview("v-1", "https://shop.example/", now_ms() - MINUTE);
+    import_rates(&app, &fixture("eurofxref-daily-sample.csv"));
+    let page = c.get(&overview).text();
+    assert!(page.contains("Pixel last seen 20"), "{page}");
+    assert!(page.contains("Exchange rates up to 2026-11-17."), "{page}");
+
+    // A new key comes with the curl, filled in: run as shown, with the visitor identified as the
+    // snippet's example customer, it answers 202.
+    app.identify("v-1", "customer-42", now_ms() - MINUTE);
+    let csrf = c.csrf();
+    let r = c.post_form(
+        "/dashboard/settings/api-keys",
+        &[("csrf", &csrf), ("name", "b")],
+    );
+    let page = r.text();
+    let curl = pre_text(&page, "curl-0");
+    assert!(!curl.contains("ask_YOUR_API_KEY"), "{curl}");
+    let out = std::process::Command::new("bash")
+        .args(["-c", &format!("{curl} -w ' %{{http_code}}'")])
+        .output()
+        .expect("bash");
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.ends_with(" 202"), "{curl}\n{out}");
+
+    // With a conversion, the getting-started card gives way; the status says when it came.
+    let page = c.get(&overview).text();
+    assert!(!page.contains(r#"id="getting-started""#), "{page}");
+    assert!(page.contains("Last conversion received 20"), "{page}");
+    assert!(page.contains(r#"id="snippet""#), "{page}");
 }

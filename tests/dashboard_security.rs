@@ -193,7 +193,7 @@ fn the_setup_and_login_forms_refuse_a_missing_or_wrong_csrf_token() {
     let r = c.post_form("/dashboard/setup", &fields(Some(&csrf)));
     assert_eq!(
         (r.status, r.header("location")),
-        (303, Some("/dashboard/login?setup=done")),
+        (303, Some("/dashboard/")),
         "{}",
         r.text()
     );

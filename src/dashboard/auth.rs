@@ -232,6 +232,7 @@ pub fn login_form(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
     let (token, set) = form_token(d, ctx)?;
     let flash =
         (q.get("setup").map(String::as_str) == Some("done")).then_some("Account created. Log in.");
+    let flash = flash.or(super::setup::no_user_yet(d)?);
     let next = q
         .get("next")
         .and_then(|n| form::local_path(n))

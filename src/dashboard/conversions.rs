@@ -247,8 +247,15 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
         @if q.before.is_some() {
             p.hint { "Older conversions. " a href={ (base) "/conversions" (with("")) } { "Back to the newest" } }
         }
-        @if rows.is_empty() {
-            p.empty #no-conversions { "No conversion matches." }
+        @if rows.is_empty() && types.is_empty() {
+            div.empty #no-conversions {
+                p { "No conversion yet. They arrive from your backend (" code { "POST /api/sites/" (site.id) "/conversions" }
+                    " with an API key) and from the pixel's " code { "purchase" } " calls." }
+                p { "The site's " a href=(base) { "Overview" } " has the snippet and a " code { "curl" }
+                    " to send a first one; " a href="/dashboard/settings/api-keys" { "Settings → API Keys" } " creates the key." }
+            }
+        } @else if rows.is_empty() {
+            p.empty #no-conversions { "No conversion matches. " a href={ (base) "/conversions" } { "Show all" } }
         } @else {
             div.table-wrap {
                 table #conversions {

@@ -1,5 +1,5 @@
 //! Settings → API Keys: the tenant's keys (never the key itself: only its prefix is kept), a new
-//! key shown once, and revocation behind a confirmation page. Keys are made by `crate::keys` and
+//! key shown once with a `curl` per site to try it with, and revocation behind a confirmation page. Keys are made by `crate::keys` and
 //! stored by `store::keys`, as `convapi key` does.
 
 use maud::{html, Markup};
@@ -8,15 +8,26 @@ use super::form::{self, field};
 use super::layout;
 use super::{Dashboard, PageError, PageResult, Viewer};
 use crate::http::Ctx;
-use crate::store::{self, keys::KeyInfo};
+use crate::store::{self, keys::KeyInfo, sites::Site};
 
 /// The longest key name accepted.
 const MAX_NAME_CHARS: usize = 200;
 
+/// A new key and what to try it with: a `curl` per site of the tenant (the first few), filled in
+/// with the key and the server's origin.
+struct NewKey<'a> {
+    key: &'a str,
+    origin: String,
+    sites: Vec<Site>,
+}
+
+/// Sites whose `curl` the new-key card shows, at most.
+const CURL_SITES: usize = 5;
+
 fn keys_page(
     v: &Viewer,
     keys: &[KeyInfo],
-    new_key: Option<&str>,
+    new_key: Option<&NewKey<'_>>,
     flash: Option<&str>,
     error: Option<&str>,
 ) -> Markup {
@@ -24,11 +35,22 @@ fn keys_page(
         p.crumbs { "Settings" }
         h1 { "API Keys" }
         (layout::flash(flash))
-        @if let Some(key) = new_key {
+        @if let Some(new) = new_key {
             section.card.new-key {
                 h2 { "New key" }
                 p.warning #new-key-warning { "Copy this key now: it is not stored and will not be shown again." }
-                p { code #new-key { (key) } " " button.copy type="button" data-copy="#new-key" { "Copy" } }
+                p { code #new-key { (new.key) } " " button.copy type="button" data-copy="#new-key" { "Copy" } }
+                @if new.sites.is_empty() {
+                    p { "Create a site under " a href="/dashboard/" { "Sites" } " to report conversions with it." }
+                } @else {
+                    p { "Try it: this reports a test order of customer " code { (super::sites::EXAMPLE_CLIENT_ID) }
+                        " (a page that ran the snippet's " code { "identify" } " call for them), answered " code { "202" } "." }
+                    @for (i, site) in new.sites.iter().take(CURL_SITES).enumerate() {
+                        p.curl-site { (site.name) }
+                        pre #{ "curl-" (i) } .curl { code { (super::sites::curl(&new.origin, &site.id, Some(new.key), &site.currency)) } }
+                        button.copy type="button" data-copy={ "#curl-" (i) } { "Copy curl" }
+                    }
+                }
             }
         }
         section.card {
@@ -113,9 +135,15 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
         )?;
         store::keys::list(c, &tenant)
     })?;
+    let sites = d.read(|c| Ok(store::sites::list(c, Some(&v.tenant_id))?))?;
+    let new = NewKey {
+        key: &key,
+        origin: super::sites::origin(d, ctx),
+        sites,
+    };
     Ok(layout::html(
         200,
-        keys_page(v, &keys, Some(&key), None, None),
+        keys_page(v, &keys, Some(&new), None, None),
     ))
 }
 

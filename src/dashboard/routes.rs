@@ -22,7 +22,7 @@ pub fn dispatch(d: &Dashboard, ctx: &mut Ctx) -> (&'static str, PageResult) {
         ("GET" | "HEAD", [""] | ["dashboard"]) => ("dash_root", Ok(layout::redirect("/dashboard/"))),
         ("GET" | "HEAD", ["dashboard", "static", "style.css"]) => ("dash_static", Ok(asset(ctx, &STYLE_CSS))),
         ("GET" | "HEAD", ["dashboard", "static", "dashboard.js"]) => ("dash_static", Ok(asset(ctx, &DASHBOARD_JS))),
-        ("GET" | "HEAD", ["dashboard", "login"]) => ("dash_login", setup::login_or_hint(d, ctx)),
+        ("GET" | "HEAD", ["dashboard", "login"]) => ("dash_login", auth::login_form(d, ctx)),
         ("POST", ["dashboard", "login"]) => ("dash_login", auth::login(d, ctx)),
         ("GET" | "HEAD", ["dashboard", "setup"]) => ("dash_setup", setup::form(d, ctx)),
         ("POST", ["dashboard", "setup"]) => ("dash_setup", setup::create(d, ctx)),

@@ -3,7 +3,7 @@
 //! existing one. Without the token, or once any user exists (made here or by
 //! `convapi user create`), the page is the `404` of any missing page. The account made here is
 //! logged in at once (a session, as a login makes). While the token is live, the login page says
-//! where the link is instead of showing a form no one can use.
+//! where the link is.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -62,26 +62,21 @@ pub fn local_origin(addr: SocketAddr) -> String {
     format!("http://{}", SocketAddr::new(ip, addr.port()))
 }
 
-/// `GET /dashboard/login`: while the first-run token is live and no user exists, a page that says
-/// where the first-run link is; otherwise the login form.
-pub fn login_or_hint(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
+/// What the login page says while the first-run token is live and no user exists: where the
+/// first-run link is. `None` once anyone can log in.
+pub fn no_user_yet(d: &Dashboard) -> Result<Option<&'static str>, PageError> {
     let armed = d
         .setup_token
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .is_some();
     if !armed || d.read(|c| Ok(store::users::any(c)?))? {
-        return auth::login_form(d, ctx);
+        return Ok(None);
     }
-    let body = html! {
-        section.card.narrow #no-user-yet {
-            h1 { "No account yet" }
-            p { "No one can log in to this convapi yet. The link that creates the first account is in the "
-                "server's log, on the line that starts with " code { "no dashboard user yet" } "." }
-            p { "Or create an account from a shell on the server: " code { "convapi user create --tenant ID --email YOU@EXAMPLE" } "." }
-        }
-    };
-    Ok(layout::html(200, layout::page(None, "Log in", body)))
+    Ok(Some(
+        "No account exists yet. The link that creates the first one is in the server's log, on the \
+         line that starts with \"no dashboard user yet\"; or run convapi user create on the server.",
+    ))
 }
 
 /// Whether `given` is the live first-run token (compared in constant time).

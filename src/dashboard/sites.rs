@@ -1,5 +1,8 @@
-//! Sites: the tenant's list, a new site, and a site's overview (its ids, the pixel snippet) with
-//! its settings form. The settings obey the same rules as `convapi site` (`crate::sites`).
+//! Sites: the tenant's list, a new site, and a site's overview with its settings form: its status
+//! (pixel last seen, last conversion received, exchange rates, from `store::dashboard`'s bounded
+//! reads), its ids, and until its first conversion a getting-started card (the whole snippet
+//! with `identify` and a purchase, a `curl` for the API) filled in with its ids and the server's
+//! origin (`--public-url`, else the browser's `Host`). The settings obey the same rules as `convapi site` (`crate::sites`).
 
 use std::collections::HashMap;
 
@@ -221,6 +224,85 @@ pub fn snippet(tracker_id: &str, origin: &str) -> String {
     )
 }
 
+/// The customer id of the examples: the `identify` call and the `curl` use the same one, so that
+/// a page that ran the first makes the second find its session.
+pub const EXAMPLE_CLIENT_ID: &str = "customer-42";
+/// The order id of the examples.
+pub const EXAMPLE_ORDER_ID: &str = "ORDER-1001";
+/// What stands for the key in the `curl` example until one is created.
+pub const KEY_PLACEHOLDER: &str = "ask_YOUR_API_KEY";
+
+/// The page's calls after a login and on the order confirmation page, in the site's currency.
+pub fn snippet_calls(currency: &str) -> String {
+    format!(
+        "<script>\n  // When the customer is known (logged in, or at checkout): your id of them.\n  \
+         svc('identify', '{EXAMPLE_CLIENT_ID}');\n</script>\n\
+         <script>\n  // On the order confirmation page only.\n  \
+         svc('track', 'purchase', {{ orderId: '{EXAMPLE_ORDER_ID}', value: 49.90, currency: '{currency}' }});\n</script>"
+    )
+}
+
+/// A `curl` that reports one conversion to this site, runnable as shown in a POSIX shell.
+pub fn curl(origin: &str, site_id: &str, key: Option<&str>, currency: &str) -> String {
+    let key = key.unwrap_or(KEY_PLACEHOLDER);
+    format!(
+        "curl -sS -X POST '{origin}/api/sites/{site_id}/conversions' \\\n  \
+         -H 'Authorization: Bearer {key}' \\\n  \
+         -H 'Content-Type: application/json' \\\n  \
+         -d '{{\"clientId\": \"{EXAMPLE_CLIENT_ID}\", \"orderId\": \"{EXAMPLE_ORDER_ID}\", \"value\": 49.90, \"currency\": \"{currency}\"}}'"
+    )
+}
+
+/// The live status lines of a site: pixel, conversions, exchange rates.
+fn status(a: &store::dashboard::SiteActivity) -> Markup {
+    html! {
+        ul.status #site-status {
+            @match a.pixel_last_seen {
+                Some(t) => li #pixel-status .ok { "Pixel last seen " (layout::date(t)) "." },
+                None => li #pixel-status .waiting { "Pixel not seen yet: paste the snippet on the site's pages and open one." },
+            }
+            @match a.last_conversion {
+                Some(t) => li #conversion-status .ok { "Last conversion received " (layout::date(t)) "." },
+                None => li #conversion-status .waiting { "No conversion received yet." },
+            }
+            @match &a.rates_until {
+                Some(day) => li #rates-status .ok { "Exchange rates up to " (day) "." },
+                None => li #rates-status .waiting { "Exchange rates: none imported: orders in other currencies than the site's will wait (" code { "convapi rates fetch" } ")." },
+            }
+        }
+    }
+}
+
+/// Getting started: the whole snippet with `identify` and a purchase, and a `curl` for the API,
+/// shown until the site has a conversion.
+fn getting_started(origin: &str, site: &Site) -> Markup {
+    html! {
+        section.card #getting-started {
+            h2 { "Getting started" }
+            ol.steps {
+                li {
+                    "Paste this on every page of the site, before " code { "</body>" } ":"
+                    pre #snippet { code { (snippet(&site.tracker_id, origin)) } }
+                    button.copy type="button" data-copy="#snippet" { "Copy snippet" }
+                }
+                li {
+                    "When you know who the customer is, and on the order confirmation page, add these calls (with your own ids and amounts):"
+                    pre #snippet-calls { code { (snippet_calls(&site.currency)) } }
+                    button.copy type="button" data-copy="#snippet-calls" { "Copy calls" }
+                }
+                li {
+                    "From your backend, report each order with an API key ("
+                    a href="/dashboard/settings/api-keys" { "Settings → API Keys" }
+                    " creates one). This site's id is in the URL:"
+                    pre #curl { code { (curl(origin, &site.id, None, &site.currency)) } }
+                    button.copy type="button" data-copy="#curl" { "Copy curl" }
+                    p.hint { "The answer is " code { "202" } " with an " code { "eventId" } "; the conversion then shows under Conversions." }
+                }
+            }
+        }
+    }
+}
+
 fn overview_page(
     d: &Dashboard,
     ctx: &Ctx,
@@ -229,11 +311,20 @@ fn overview_page(
     f: &Fields,
     flash: Option<&str>,
     error: Option<&str>,
-) -> Markup {
-    let snippet = snippet(&site.tracker_id, &origin(d, ctx));
+) -> Result<Markup, PageError> {
+    let origin = origin(d, ctx);
+    let activity = d.read(|c| Ok(store::dashboard::site_activity(c, &site.id)?))?;
+    let started = activity.last_conversion.is_some();
     let body = html! {
         h1 { (site.name) }
         (layout::flash(flash))
+        section.card {
+            h2 { "Status" }
+            (status(&activity))
+        }
+        @if !started {
+            (getting_started(&origin, site))
+        }
         section.card {
             h2 { "Identifiers" }
             dl.ids {
@@ -246,11 +337,13 @@ fn overview_page(
                 dd { code #tracker-id { (site.tracker_id) } }
             }
         }
-        section.card {
-            h2 { "Pixel snippet" }
-            p { "Paste this on every page of the site." }
-            pre #snippet { code { (snippet) } }
-            button.copy type="button" data-copy="#snippet" { "Copy snippet" }
+        @if started {
+            section.card {
+                h2 { "Pixel snippet" }
+                p { "Paste this on every page of the site." }
+                pre #snippet { code { (snippet(&site.tracker_id, &origin)) } }
+                button.copy type="button" data-copy="#snippet" { "Copy snippet" }
+            }
         }
         section.card {
             h2 { "Settings" }
@@ -262,14 +355,20 @@ fn overview_page(
             }
         }
     };
-    layout::site_page(v, site, SiteTab::Overview, &site.name, body)
+    Ok(layout::site_page(
+        v,
+        site,
+        SiteTab::Overview,
+        &site.name,
+        body,
+    ))
 }
 
 /// `GET /dashboard/sites/{id}`.
 pub fn overview(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
     let q = form::query(ctx);
     let flash = q.contains_key("saved").then_some("Saved.");
-    let page = overview_page(d, ctx, v, site, &Fields::of_site(site), flash, None);
+    let page = overview_page(d, ctx, v, site, &Fields::of_site(site), flash, None)?;
     Ok(layout::html(200, page))
 }
 
@@ -281,7 +380,7 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
     let c = match check(&fields) {
         Ok(c) => c,
         Err(msg) => {
-            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg));
+            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg))?;
             return Ok(layout::html(400, page));
         }
     };
@@ -312,7 +411,7 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
         ))),
         Ok(None) => Err(PageError::NotFound),
         Err(msg) => {
-            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg));
+            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg))?;
             Ok(layout::html(400, page))
         }
     }

@@ -481,3 +481,58 @@ mod tests {
         );
     }
 }
+
+/// Conversions, and sessions, looked at by [`site_activity`]: the newest by their index's time.
+pub const ACTIVITY_LOOKBACK: u32 = 100;
+
+/// What a site's overview says about its data: the latest pixel activity, the latest conversion
+/// received, and the newest exchange-rate day.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SiteActivity {
+    /// The latest `last_activity_at` of the site's sessions (epoch ms).
+    pub pixel_last_seen: Option<i64>,
+    /// When the latest conversion was received (`created_at`, epoch ms).
+    pub last_conversion: Option<i64>,
+    /// The newest day of the imported rates (`YYYY-MM-DD`).
+    pub rates_until: Option<String>,
+}
+
+/// Currencies the ECB publishes every working day: the newest day among them is the newest day
+/// of a rates file, found with one index step each (a `max` over all of `fx_rates` would read
+/// every row of a history file).
+const DAILY_CURRENCIES: [&str; 4] = ["USD", "GBP", "JPY", "CHF"];
+
+/// A site's [`SiteActivity`], with bounded reads: the [`ACTIVITY_LOOKBACK`] sessions that started
+/// last (`sessions_site_start`) and conversions that occurred last (`conversions_site_time`), and
+/// one primary-key step per currency of [`DAILY_CURRENCIES`]. A session that started earlier but
+/// is still active, or a conversion received late for an old date, may be missed by the times:
+/// they are the overview's status, not an audit.
+pub fn site_activity(conn: &Connection, site_id: &str) -> Result<SiteActivity> {
+    let pixel_last_seen = conn
+        .prepare_cached(
+            "SELECT max(last_activity_at) FROM (SELECT last_activity_at FROM sessions
+             WHERE site_id = ?1 ORDER BY started_at DESC LIMIT ?2)",
+        )?
+        .query_row(params![site_id, ACTIVITY_LOOKBACK], |r| r.get(0))?;
+    let last_conversion = conn
+        .prepare_cached(
+            "SELECT max(created_at) FROM (SELECT created_at FROM conversions
+             WHERE site_id = ?1 ORDER BY occurred_at DESC LIMIT ?2)",
+        )?
+        .query_row(params![site_id, ACTIVITY_LOOKBACK], |r| r.get(0))?;
+    let mut rates_until: Option<String> = None;
+    let mut newest = conn.prepare_cached(
+        "SELECT date FROM fx_rates WHERE currency = ?1 ORDER BY date DESC LIMIT 1",
+    )?;
+    for c in DAILY_CURRENCIES {
+        let day: Option<String> = newest.query_row([c], |r| r.get(0)).optional()?;
+        if day > rates_until {
+            rates_until = day;
+        }
+    }
+    Ok(SiteActivity {
+        pixel_last_seen,
+        last_conversion,
+        rates_until,
+    })
+}
