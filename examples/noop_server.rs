@@ -46,7 +46,7 @@ fn report(rq: &mut tiny_http::Request, site_id: &str) -> Result<Reply, ApiError>
         .filter(|t| t.starts_with(convapi::keys::PREFIX))
         .ok_or(ApiError::Unauthorized)?;
     std::hint::black_box(convapi::keys::hash(&token));
-    uuid::Uuid::parse_str(site_id).map_err(|_| ApiError::SiteNotFound)?;
+    uuid::Uuid::parse_str(site_id).map_err(|_| ApiError::SiteNotFound(None))?;
 
     let limit = conversions::BODY_LIMIT;
     if rq.body_length().is_some_and(|n| n > limit) {

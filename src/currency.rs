@@ -9,6 +9,25 @@ pub fn is_iso_4217(code: &str) -> bool {
         && iso_currency::Currency::from_code(code).is_some()
 }
 
+/// Currency codes are upper case everywhere (docs/decisions.md §3): the API, the pixel's
+/// purchases, the command line and the dashboard's forms refuse any other spelling. The reason for
+/// refusing `code`, which names the fix: `"eur"` must be written `EUR`.
+pub fn check(code: &str) -> Result<(), String> {
+    if is_iso_4217(code) {
+        return Ok(());
+    }
+    let upper = code.to_ascii_uppercase();
+    if is_iso_4217(&upper) {
+        Err(format!(
+            "{code:?} must be written in upper case: {upper} (ISO 4217 codes are upper case)"
+        ))
+    } else {
+        Err(format!(
+            "{code:?} is not an ISO 4217 currency code in upper case, such as EUR"
+        ))
+    }
+}
+
 /// Withdrawn ISO 4217 codes (ISO's "list three") that the ECB's history file still has columns
 /// for, from before those currencies joined the euro or were redenominated. `iso_currency` knows
 /// only current codes, and the real `eurofxref-hist.csv` must import.
@@ -33,5 +52,10 @@ mod tests {
         assert!(!is_iso_4217("eur") && !is_iso_4217("XYZ") && !is_iso_4217("EURO"));
         assert!(is_ecb_rate_currency("USD") && is_ecb_rate_currency("CYP"));
         assert!(!is_iso_4217("CYP") && !is_ecb_rate_currency("XYZ"));
+        assert!(check("EUR").is_ok());
+        assert!(check("eur").unwrap_err().contains("upper case: EUR"));
+        assert!(check("XYZ")
+            .unwrap_err()
+            .contains("in upper case, such as EUR"));
     }
 }

@@ -18,13 +18,9 @@ pub fn name(n: &str) -> Result<&str, String> {
     }
 }
 
-/// A reporting currency: an ISO 4217 code.
+/// A reporting currency: an ISO 4217 code, in upper case.
 pub fn check_currency(currency: &str) -> Result<(), String> {
-    if crate::currency::is_iso_4217(currency) {
-        Ok(())
-    } else {
-        Err(format!("{currency:?} is not an ISO 4217 code such as EUR"))
-    }
+    crate::currency::check(currency)
 }
 
 /// An attribution window in days, 1 to [`MAX_WINDOW_DAYS`].

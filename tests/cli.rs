@@ -511,7 +511,7 @@ fn site_update_changes_only_what_it_is_given() {
         (
             vec!["--currency", "XYZ"],
             1,
-            "\"XYZ\" is not an ISO 4217 code",
+            "\"XYZ\" is not an ISO 4217 currency code",
         ),
         (vec!["--domain", "not a host"], 1, "is not a host name"),
         (vec!["--window-days", "0"], 2, "0 is not in 1..=3650"),

@@ -1243,3 +1243,92 @@ fn unknown_paths_are_404_and_wrong_methods_are_405_with_allow() {
         );
     }
 }
+
+/// Regression (issue 23): errors a new user meets answered with the generic text; each now names
+/// the fix, with the contract's status and code unchanged.
+#[test]
+fn errors_name_the_fix() {
+    let app = TestApp::start();
+    known_visitor(&app);
+    let body = serde_json::to_vec(&valid()).unwrap();
+
+    // The tracker id where the site id goes.
+    let r = app.post_conversion_as(&app.key.key, &app.site.tracker_id, &valid());
+    let e = expect_error(&r, 404, "SITE_NOT_FOUND");
+    let msg = e["error"].as_str().unwrap();
+    assert!(msg.contains("tracker id") && msg.contains("UUID"), "{msg}");
+    // Any other id that is no UUID: the URL takes a UUID.
+    let r = app.post_conversion_as(&app.key.key, "my-shop", &valid());
+    let e = expect_error(&r, 404, "SITE_NOT_FOUND");
+    assert!(e["error"].as_str().unwrap().contains("a UUID"), "{e}");
+
+    // The site id where the tracker id goes.
+    let r = app.collect(&json!({
+        "trackerId": app.site.id,
+        "events": [{"type": "pageview", "url": "https://shop.example/"}],
+    }));
+    let e = expect_error(&r, 404, "SITE_NOT_FOUND");
+    let msg = e["error"].as_str().unwrap();
+    assert!(
+        msg.contains("is a site id") && msg.contains("tracker id"),
+        "{msg}"
+    );
+
+    // The key without its scheme.
+    let r = app.post_conversion_raw(
+        &[("Authorization", &app.key.key), ("Content-Type", JSON)],
+        &app.site.id,
+        &body,
+    );
+    let e = expect_error(&r, 401, "UNAUTHORIZED");
+    assert!(e["error"].as_str().unwrap().contains("Bearer "), "{e}");
+
+    // A lower-case currency, in the API, the pixel's purchases, the CLI and the dashboard.
+    let r = app.post_conversion(&with(&valid(), &[("currency", json!("eur"))], &[]));
+    let e = expect_invalid(&r, "currency");
+    assert!(
+        e["error"].as_str().unwrap().contains("upper case: EUR"),
+        "{e}"
+    );
+    let r = app.collect(&json!({
+        "trackerId": app.site.tracker_id,
+        "events": [{"type": "purchase", "orderId": "lc-1", "value": 1, "currency": "eur"}],
+    }));
+    let e = expect_error(&r, 400, "VALIDATION_ERROR");
+    assert!(
+        e["error"].as_str().unwrap().contains("upper case: EUR"),
+        "{e}"
+    );
+    let run = app.cli(&[
+        "site",
+        "create",
+        "--tenant",
+        &app.tenant.id,
+        "--name",
+        "x",
+        "--currency",
+        "eur",
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("upper case: EUR"), "{}", run.stderr);
+    create_user(
+        &app,
+        &app.tenant.id,
+        "owner@shop.example",
+        "correct horse battery",
+    );
+    let c = DashClient::logged_in(&app, "owner@shop.example", "correct horse battery");
+    let csrf = c.csrf();
+    let r = c.post_form(
+        "/dashboard/sites",
+        &[
+            ("csrf", &csrf),
+            ("name", "Lower"),
+            ("currency", "eur"),
+            ("window_days", "30"),
+            ("model", "last_touch"),
+        ],
+    );
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("upper case: EUR"), "{}", r.text());
+}

@@ -124,7 +124,10 @@ pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
         .map_err(|wait| limited(app, wait))?;
     let site = {
         let conn = app.pool.get().map_err(StoreError::from)?;
-        store::sites::by_tracker(&conn, &tracker_id)?.ok_or(ApiError::SiteNotFound)?
+        match store::sites::by_tracker(&conn, &tracker_id)? {
+            Some(site) => site,
+            None => return Err(unknown_tracker(&conn, &tracker_id)?),
+        }
     };
     let accepted = events.len();
     // Pixel work has its own budget (docs/decisions.md §8): a batch with a purchase is refused
@@ -291,4 +294,20 @@ fn parse_event(v: &Value, i: usize, now_ms: i64, oldest: i64) -> Result<Event, A
         }
     };
     Ok(Event { ts, kind })
+}
+
+/// The 404 of an unknown tracker id; when it is a site id (the UUID the API's URLs take), the
+/// message says so and names the id the pixel takes.
+fn unknown_tracker(conn: &rusqlite::Connection, tracker_id: &str) -> Result<ApiError, ApiError> {
+    let is_site_id = match uuid::Uuid::parse_str(tracker_id) {
+        Ok(u) => store::sites::by_id(conn, &u.hyphenated().to_string())?.is_some(),
+        Err(_) => false,
+    };
+    Ok(ApiError::SiteNotFound(is_site_id.then(|| {
+        format!(
+            "trackerId {tracker_id:?} is a site id, which the conversions API takes; the pixel \
+             takes the site's tracker id: svc('init', 'TRACKER_ID'), as in the snippet on the \
+             dashboard's site overview"
+        )
+    })))
 }

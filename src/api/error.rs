@@ -11,7 +11,11 @@ use crate::writer::WriteError;
 #[derive(Debug)]
 pub enum ApiError {
     Unauthorized,
-    SiteNotFound,
+    /// A 401 whose cause is plain from the request: the message names the fix.
+    UnauthorizedBecause(&'static str),
+    /// No such site; a message that names the fix when the id given looks like the other kind
+    /// of site identifier (a tracker id for a site id, or the reverse).
+    SiteNotFound(Option<String>),
     Forbidden,
     OrderNotFound,
     NotFound,
@@ -52,8 +56,8 @@ impl ApiError {
 
     pub fn status(&self) -> u16 {
         match self {
-            ApiError::Unauthorized => 401,
-            ApiError::SiteNotFound | ApiError::OrderNotFound | ApiError::NotFound => 404,
+            ApiError::Unauthorized | ApiError::UnauthorizedBecause(_) => 401,
+            ApiError::SiteNotFound(_) | ApiError::OrderNotFound | ApiError::NotFound => 404,
             ApiError::Forbidden => 403,
             ApiError::MethodNotAllowed(_) => 405,
             ApiError::PayloadTooLarge(_) => 413,
@@ -71,8 +75,8 @@ impl ApiError {
 
     pub fn code(&self) -> &'static str {
         match self {
-            ApiError::Unauthorized => "UNAUTHORIZED",
-            ApiError::SiteNotFound => "SITE_NOT_FOUND",
+            ApiError::Unauthorized | ApiError::UnauthorizedBecause(_) => "UNAUTHORIZED",
+            ApiError::SiteNotFound(_) => "SITE_NOT_FOUND",
             ApiError::Forbidden => "FORBIDDEN",
             ApiError::OrderNotFound => "ORDER_NOT_FOUND",
             ApiError::NotFound => "NOT_FOUND",
@@ -93,7 +97,9 @@ impl ApiError {
     fn message(&self) -> String {
         match self {
             ApiError::Unauthorized => "missing, unknown or revoked API key".into(),
-            ApiError::SiteNotFound => "no such site".into(),
+            ApiError::UnauthorizedBecause(why) => (*why).into(),
+            ApiError::SiteNotFound(None) => "no such site".into(),
+            ApiError::SiteNotFound(Some(why)) => format!("no such site: {why}"),
             ApiError::Forbidden => "the site does not belong to the tenant of this API key".into(),
             ApiError::OrderNotFound => "no such order on this site".into(),
             ApiError::NotFound => "no such resource".into(),

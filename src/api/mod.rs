@@ -108,10 +108,18 @@ pub fn client_address(app: &App, ctx: &Ctx) -> Option<IpAddr> {
 const KEY_TOUCH_INTERVAL_MS: i64 = 60_000;
 
 /// Check 1 without the database: the hash of a well-formed `Authorization: Bearer ask_...` key.
+/// A key sent without its scheme (`Authorization: ask_...`) is told to add `Bearer `.
 pub fn bearer_key_hash(ctx: &Ctx) -> Result<Vec<u8>, ApiError> {
-    ctx.header("Authorization")
+    let header = ctx.header("Authorization").map(str::trim);
+    if header.is_some_and(|h| h.starts_with(crate::keys::PREFIX)) {
+        return Err(ApiError::UnauthorizedBecause(
+            "the Authorization header must be \"Bearer \" followed by the key: \
+             write Authorization: Bearer ask_...",
+        ));
+    }
+    header
         .and_then(|h| {
-            let (scheme, rest) = h.trim().split_once(' ')?;
+            let (scheme, rest) = h.split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
         })
         .filter(|t| t.starts_with(crate::keys::PREFIX))
@@ -131,13 +139,23 @@ pub fn authorize(
     let key = store::keys::by_hash(conn, key_hash)?
         .filter(|k| !k.revoked)
         .ok_or(ApiError::Unauthorized)?;
-    let site = uuid::Uuid::parse_str(site_id)
-        .ok()
-        .map(|u| u.hyphenated().to_string())
-        .map(|id| store::sites::by_id(conn, &id))
-        .transpose()?
-        .flatten()
-        .ok_or(ApiError::SiteNotFound)?;
+    let Ok(uuid) = uuid::Uuid::parse_str(site_id) else {
+        // A tracker id in its place is the likely mistake: it is the id people see in the snippet.
+        let why = if store::sites::by_tracker(conn, site_id)?.is_some() {
+            format!(
+                "{site_id:?} is a site's tracker id, which only the pixel uses; the URL takes \
+                 the site id, a UUID (the dashboard's site overview and convapi site list show it)"
+            )
+        } else {
+            format!(
+                "{site_id:?} is not a site id; the URL takes the site id, a UUID (the \
+                 dashboard's site overview and convapi site list show it)"
+            )
+        };
+        return Err(ApiError::SiteNotFound(Some(why)));
+    };
+    let site = store::sites::by_id(conn, &uuid.hyphenated().to_string())?
+        .ok_or(ApiError::SiteNotFound(None))?;
     if site.tenant_id != key.tenant_id {
         return Err(ApiError::Forbidden);
     }

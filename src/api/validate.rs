@@ -213,10 +213,16 @@ pub fn value_at_most(
 pub fn currency(obj: &Map<String, Value>, path: &str) -> Result<String, ApiError> {
     match field(obj, "currency") {
         None => Ok("USD".into()),
-        Some(Value::String(s)) if crate::currency::is_iso_4217(s) => Ok(s.clone()),
+        Some(Value::String(s)) => match crate::currency::check(s) {
+            Ok(()) => Ok(s.clone()),
+            Err(why) => Err(ApiError::validation(
+                path,
+                format!("{path} must be an ISO 4217 currency code in upper case: {why}"),
+            )),
+        },
         Some(_) => Err(ApiError::validation(
             path,
-            format!("{path} must be an ISO 4217 currency code such as EUR"),
+            format!("{path} must be an ISO 4217 currency code in upper case, such as EUR"),
         )),
     }
 }

@@ -72,7 +72,7 @@ impl Fields {
         Fields {
             name: field(f, "name").to_owned(),
             domain: field(f, "domain").to_owned(),
-            currency: field(f, "currency").to_ascii_uppercase(),
+            currency: field(f, "currency").to_owned(),
             window_days: field(f, "window_days").to_owned(),
             model: field(f, "model").to_owned(),
         }
@@ -120,8 +120,8 @@ fn site_fields(f: &Fields) -> Markup {
         input #name type="text" name="name" value=(f.name) required maxlength="200";
         label for="domain" { "Domain " span.hint { "(optional: the shop's own host; its pages are not counted as referrers)" } }
         input #domain type="text" name="domain" value=(f.domain) placeholder="shop.example";
-        label for="currency" { "Reporting currency " span.hint { "(ISO 4217)" } }
-        input #currency type="text" name="currency" value=(f.currency) required maxlength="3" pattern="[A-Za-z]{3}";
+        label for="currency" { "Reporting currency " span.hint { "(ISO 4217, upper case: EUR, USD, …)" } }
+        input #currency type="text" name="currency" value=(f.currency) required maxlength="3" pattern="[A-Z]{3}" title="three upper-case letters, e.g. EUR";
         label for="window_days" { "Attribution window " span.hint { "(days, 1 to " (crate::sites::MAX_WINDOW_DAYS) ")" } }
         input #window_days type="number" name="window_days" value=(f.window_days) min="1" max=(crate::sites::MAX_WINDOW_DAYS) required;
         label for="model" { "Attribution model" }

@@ -11,7 +11,7 @@ test('calls queued before load (identify before init) are replayed in order and 
   const b = browser();
   b.run(STUB);
   b.run(`svc('identify', 'user-42'); svc('init', 'TRK'); svc('track', 'add_to_cart', {sku: 'X'});
-         svc('track', 'purchase', {orderId: 'A-1001', value: '49.90', currency: 'eur', junk: 1});`);
+         svc('track', 'purchase', {orderId: 'A-1001', value: '49.90', currency: 'EUR', junk: 1});`);
   assert.equal(b.win.svc.q.length, 4, 'the stub queues');
   const before = Date.now();
   b.load();
