@@ -9,6 +9,7 @@ pub mod cli;
 pub mod csv;
 pub mod currency;
 pub mod dashboard;
+pub mod ecb;
 pub mod fx;
 pub mod http;
 pub mod keys;

@@ -34,6 +34,9 @@ struct Inner {
     rows_pruned: AtomicU64,
     db_bytes: AtomicU64,
     wal_bytes: AtomicU64,
+    rates_fetch_success_at: AtomicU64,
+    rates_fetch_failure_at: AtomicU64,
+    rates_fetch_failures: AtomicU64,
 }
 
 /// Why the connection supervisor shut a connection down.
@@ -162,6 +165,17 @@ impl Metrics {
         self.0.wal_bytes.store(wal_bytes, Ordering::Relaxed);
     }
 
+    /// A `serve --rates-fetch` outcome at `unix_secs`.
+    pub fn set_rates_fetch(&self, ok: bool, unix_secs: i64) {
+        let t = unix_secs.max(0) as u64;
+        if ok {
+            self.0.rates_fetch_success_at.store(t, Ordering::Relaxed);
+        } else {
+            self.0.rates_fetch_failure_at.store(t, Ordering::Relaxed);
+            self.0.rates_fetch_failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// The exposition text; `outbox_depth`/`dead_letters` are read from the database by the caller.
     pub fn render(&self, outbox_depth: i64, dead_letters: i64) -> String {
         let mut out = String::with_capacity(2048);
@@ -247,6 +261,11 @@ impl Metrics {
                 &self.0.rows_pruned,
             ),
             (
+                "convapi_rates_fetch_failures_total",
+                "Failed fetches of the ECB rates by serve --rates-fetch.",
+                &self.0.rates_fetch_failures,
+            ),
+            (
                 "convapi_http_accept_restarts_total",
                 "Times the accept loop was restarted after an accept error (e.g. EMFILE).",
                 &self.0.accept_restarts,
@@ -284,6 +303,24 @@ impl Metrics {
             "# HELP convapi_http_connections_open Open client connections at the last scan.\n# TYPE convapi_http_connections_open gauge\nconvapi_http_connections_open {}",
             load(&self.0.connections_open)
         );
+        for (name, help, v) in [
+            (
+                "convapi_rates_fetch_last_success_timestamp_seconds",
+                "When serve --rates-fetch last stored the ECB rates (0: never).",
+                &self.0.rates_fetch_success_at,
+            ),
+            (
+                "convapi_rates_fetch_last_failure_timestamp_seconds",
+                "When a fetch of serve --rates-fetch last failed (0: never).",
+                &self.0.rates_fetch_failure_at,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}",
+                load(v)
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP convapi_outbox_depth Outbox items waiting.\n# TYPE convapi_outbox_depth gauge\nconvapi_outbox_depth {outbox_depth}"

@@ -1,7 +1,8 @@
 //! `convapi serve`: wires the process together and takes it apart again.
 //!
 //! Start order: the store (read pool), the writer, the checkpointer, the pipeline, the pruner
-//! (`retention.rs`), then the HTTP front serving [`api::Api`]. Stop order is the reverse, so that every request already received
+//! (`retention.rs`), the rates fetcher (`ecb.rs`, with `--rates-fetch daily`), then the HTTP front
+//! serving [`api::Api`]. Stop order is the reverse, so that every request already received
 //! is answered and every write it queued is committed before the writer ends, and the last
 //! checkpoint runs once nothing else writes. This is the only module that knows all the parts;
 //! `http/` knows none of them.
@@ -48,6 +49,8 @@ pub struct ServeConfig {
     pub secure_cookies: bool,
     /// The origin of every absolute URL convapi prints or renders (`--public-url`).
     pub public_url: Option<String>,
+    /// `--rates-fetch daily`: the URL of the ECB's daily file; `None`: off.
+    pub rates_fetch: Option<String>,
 }
 
 /// A running server: its address, and a way to stop it.
@@ -58,6 +61,7 @@ pub struct Running {
     writer_thread: JoinHandle<()>,
     pipeline_thread: Option<JoinHandle<()>>,
     pruner: crate::retention::Pruner,
+    rates_fetcher: Option<crate::ecb::Fetcher>,
     checkpointer: Checkpointer,
     /// Held until the server has stopped; see the module doc.
     lock: File,
@@ -138,6 +142,21 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
         config.prune_every,
     )
     .map_err(|e| e.to_string())?;
+    // `--rates-fetch daily`: its own thread, writing through the writer (src/ecb.rs).
+    let rates_status = crate::ecb::SharedStatus::default();
+    let rates_fetcher = match &config.rates_fetch {
+        Some(url) => Some(
+            crate::ecb::Fetcher::start(
+                url.clone(),
+                pool.clone(),
+                writer.clone(),
+                metrics.clone(),
+                rates_status.clone(),
+            )
+            .map_err(|e| e.to_string())?,
+        ),
+        None => None,
+    };
     let dashboard = crate::dashboard::Dashboard::new(
         pool.clone(),
         writer.clone(),
@@ -146,6 +165,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
             secure_cookies: config.secure_cookies,
             trusted_proxies: config.pixel.trusted_proxies.clone(),
             public_url: config.public_url.clone(),
+            rates_fetch: config.rates_fetch.is_some().then_some(rates_status),
         },
     );
     let setup_token = crate::dashboard::setup::arm(&dashboard)?;
@@ -175,6 +195,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
         writer_thread,
         pipeline_thread,
         pruner,
+        rates_fetcher,
         checkpointer,
         lock,
     })
@@ -191,6 +212,9 @@ impl Running {
             let _ = t.join();
         }
         self.pruner.stop();
+        if let Some(f) = self.rates_fetcher {
+            f.stop();
+        }
         // The writer thread ends once the last handle (inside `app`) is gone and its queue is empty.
         drop(self.app);
         let _ = self.writer_thread.join();

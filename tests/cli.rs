@@ -180,6 +180,7 @@ fn every_subcommand_and_option_has_a_description() {
             "outbox list",
             "outbox retry",
             "rates",
+            "rates fetch",
             "rates import",
             "report",
             "serve",

@@ -1244,7 +1244,7 @@ fn unknown_paths_are_404_and_wrong_methods_are_405_with_allow() {
     }
 }
 
-/// Regression (issue 23): errors a new user meets answered with the generic text; each now names
+/// Regression: errors a new user meets answered with the generic text; each now names
 /// the fix, with the contract's status and code unchanged.
 #[test]
 fn errors_name_the_fix() {

@@ -623,7 +623,7 @@ fn sites_are_listed_created_and_edited() {
     let bad = post("/dashboard/sites", form("Shop", "XYZ"));
     assert_eq!(bad.status, 400);
     assert!(
-        bad.text().contains("is not an ISO 4217 code"),
+        bad.text().contains("is not an ISO 4217 currency code"),
         "{}",
         bad.text()
     );

@@ -31,6 +31,9 @@ mod pipeline;
 // Currency conversion: `rates import`, the day's or latest earlier rate, crossing through EUR,
 // `fx_pending`, exact report sums.
 mod currency;
+// Exchange rates without cron: `rates import` of the ECB's zips, `rates fetch --url` from a local
+// server, `serve --rates-fetch daily` at start and on failure, `outbox list`'s waiting reason.
+mod rates_fetch;
 // `convapi report`: grouping, revenue, unconverted orders, day ranges, table and `--json`.
 mod report;
 // The pipeline survives `kill -9` mid-drain: every conversion processed and counted once.

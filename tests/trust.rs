@@ -307,7 +307,7 @@ fn parked_fx_pending_items_do_not_count_toward_the_backlog() {
     assert_eq!(
         v["pendingReason"],
         json!(format!(
-            "no EUR rate for XTS on or before {day}: import ECB rates with `convapi rates import`"
+            "no EUR→XTS rate on or before {day}: get ECB rates with `convapi rates fetch` (or `rates import FILE`, or `serve --rates-fetch daily`)"
         ))
     );
     assert_eq!(

@@ -335,6 +335,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Key(KeyCmd::List(a)) => key::list(&db, a),
         Command::Key(KeyCmd::Revoke(a)) => key::revoke(&db, a),
         Command::Rates(RatesCmd::Import(a)) => rates::import(&db, a),
+        Command::Rates(RatesCmd::Fetch(a)) => rates::fetch(&db, a),
         Command::Report(a) => report::report(&db, a),
         Command::Outbox(outbox::OutboxCmd::List(a)) => outbox::list(&db, a),
         Command::Outbox(outbox::OutboxCmd::Retry(a)) => outbox::retry(&db, a),

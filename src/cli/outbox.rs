@@ -64,7 +64,7 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
             };
         }
         let mut out = format!(
-            "{:<36}  {:<16}  {:<10}  {:>5}  {:<24}  LAST ERROR",
+            "{:<36}  {:<16}  {:<10}  {:>5}  {:<24}  LAST ERROR / WAITING FOR",
             "CONVERSION", "ORDER", "STATE", "TRIES", "NEXT TRY / DEAD AT"
         );
         for i in &items {
@@ -76,7 +76,13 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
                 i.state,
                 i.attempts,
                 when.unwrap_or("-"),
-                i.last_error.as_deref().unwrap_or("")
+                i.last_error
+                    .as_deref()
+                    .or(i
+                        .parked_reason
+                        .as_deref()
+                        .filter(|_| i.state == "fx_pending"))
+                    .unwrap_or("")
             ));
         }
         out

@@ -75,6 +75,15 @@ pub(super) struct ServeArgs {
     /// dashboard's snippet takes the host the browser used.
     #[arg(long, env = "CONVAPI_PUBLIC_URL", value_parser = public_url)]
     public_url: Option<String>,
+    /// `daily`: fetch the ECB's reference rates once a day after their publication (about 16:00
+    /// CET), and at start when the newest rate is older than the last working day; failures are
+    /// retried with backoff and shown in /metrics, the log and each site's overview. `off`: rates
+    /// come only from `convapi rates import` / `rates fetch`.
+    #[arg(long, env = "CONVAPI_RATES_FETCH", default_value = "off", value_parser = ["off", "daily"])]
+    rates_fetch: String,
+    /// Where `--rates-fetch daily` downloads the daily file from.
+    #[arg(long, env = "CONVAPI_RATES_URL", default_value = crate::ecb::DAILY_URL)]
+    rates_url: String,
     /// Test only: caps the database at this many pages to simulate a full disk.
     #[arg(long, env = "CONVAPI_TEST_MAX_PAGE_COUNT", hide = true)]
     test_max_page_count: Option<u64>,
@@ -176,6 +185,7 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
         prune_every: std::time::Duration::from_secs_f64(a.prune_every),
         secure_cookies: a.secure_cookies,
         public_url: a.public_url,
+        rates_fetch: (a.rates_fetch == "daily").then_some(a.rates_url),
     };
     let running = crate::server::start(&config)?;
     log::info!(

@@ -41,6 +41,8 @@ pub struct Settings {
     /// The origin people and pages reach this server at (`--public-url`, e.g.
     /// `https://stats.shop.example`, no trailing slash): the snippet's and the `curl`'s host.
     pub public_url: Option<String>,
+    /// The last outcomes of `serve --rates-fetch daily`, when it runs (each site's overview).
+    pub rates_fetch: Option<crate::ecb::SharedStatus>,
 }
 
 /// Everything a dashboard handler may use.

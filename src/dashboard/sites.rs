@@ -253,8 +253,9 @@ pub fn curl(origin: &str, site_id: &str, key: Option<&str>, currency: &str) -> S
     )
 }
 
-/// The live status lines of a site: pixel, conversions, exchange rates.
-fn status(a: &store::dashboard::SiteActivity) -> Markup {
+/// The live status lines of a site: pixel, conversions, exchange rates (and their daily fetch
+/// when `serve --rates-fetch daily` runs).
+fn status(a: &store::dashboard::SiteActivity, fetch: Option<&crate::ecb::FetchStatus>) -> Markup {
     html! {
         ul.status #site-status {
             @match a.pixel_last_seen {
@@ -268,6 +269,20 @@ fn status(a: &store::dashboard::SiteActivity) -> Markup {
             @match &a.rates_until {
                 Some(day) => li #rates-status .ok { "Exchange rates up to " (day) "." },
                 None => li #rates-status .waiting { "Exchange rates: none imported: orders in other currencies than the site's will wait (" code { "convapi rates fetch" } ")." },
+            }
+            @if let Some(f) = fetch {
+                li #rates-fetch-status {
+                    "Daily rates fetch: "
+                    @match &f.last_success {
+                        Some(t) => { "last success " (layout::date(t.timestamp_millis())) "." }
+                        None => { "no success yet." }
+                    }
+                    @if let Some((t, e)) = &f.last_failure {
+                        @if f.last_success.is_none_or(|s| s < *t) {
+                            " " span.error-text { "Last failure " (layout::date(t.timestamp_millis())) ": " (e) }
+                        }
+                    }
+                }
             }
         }
     }
@@ -314,13 +329,18 @@ fn overview_page(
 ) -> Result<Markup, PageError> {
     let origin = origin(d, ctx);
     let activity = d.read(|c| Ok(store::dashboard::site_activity(c, &site.id)?))?;
+    let fetch = d
+        .settings
+        .rates_fetch
+        .as_ref()
+        .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone());
     let started = activity.last_conversion.is_some();
     let body = html! {
         h1 { (site.name) }
         (layout::flash(flash))
         section.card {
             h2 { "Status" }
-            (status(&activity))
+            (status(&activity, fetch.as_ref()))
         }
         @if !started {
             (getting_started(&origin, site))

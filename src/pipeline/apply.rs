@@ -103,10 +103,10 @@ fn apply_one(conn: &Connection, d: &Decided, now_ms: i64) -> store::Result<Appli
 /// Why a parked conversion waits, as its order status shows it: the ECB publishes rates per
 /// EUR, so each missing currency needs an EUR rate on or before the conversion's day.
 fn missing_rates(currencies: &[&String], day: &str) -> String {
-    let names: Vec<&str> = currencies.iter().map(|c| c.as_str()).collect();
+    let pairs: Vec<String> = currencies.iter().map(|c| format!("EUR→{c}")).collect();
     format!(
-        "no EUR rate for {} on or before {day}: import ECB rates with `convapi rates import`",
-        names.join(" or ")
+        "no {} rate on or before {day}: get ECB rates with `convapi rates fetch` (or `rates import FILE`, or `serve --rates-fetch daily`)",
+        pairs.join(" or ")
     )
 }
 
@@ -340,7 +340,7 @@ mod tests {
         assert_eq!(
             status.parked_reason,
             Some(format!(
-                "no EUR rate for USD on or before {day}: import ECB rates with `convapi rates import`"
+                "no EUR→USD rate on or before {day}: get ECB rates with `convapi rates fetch` (or `rates import FILE`, or `serve --rates-fetch daily`)"
             ))
         );
         assert_eq!((status.attempts, status.last_error), (0, None));

@@ -497,14 +497,9 @@ pub struct SiteActivity {
     pub rates_until: Option<String>,
 }
 
-/// Currencies the ECB publishes every working day: the newest day among them is the newest day
-/// of a rates file, found with one index step each (a `max` over all of `fx_rates` would read
-/// every row of a history file).
-const DAILY_CURRENCIES: [&str; 4] = ["USD", "GBP", "JPY", "CHF"];
-
 /// A site's [`SiteActivity`], with bounded reads: the [`ACTIVITY_LOOKBACK`] sessions that started
 /// last (`sessions_site_start`) and conversions that occurred last (`conversions_site_time`), and
-/// one primary-key step per currency of [`DAILY_CURRENCIES`]. A session that started earlier but
+/// `rates::newest_day`'s few primary-key steps. A session that started earlier but
 /// is still active, or a conversion received late for an old date, may be missed by the times:
 /// they are the overview's status, not an audit.
 pub fn site_activity(conn: &Connection, site_id: &str) -> Result<SiteActivity> {
@@ -520,16 +515,7 @@ pub fn site_activity(conn: &Connection, site_id: &str) -> Result<SiteActivity> {
              WHERE site_id = ?1 ORDER BY occurred_at DESC LIMIT ?2)",
         )?
         .query_row(params![site_id, ACTIVITY_LOOKBACK], |r| r.get(0))?;
-    let mut rates_until: Option<String> = None;
-    let mut newest = conn.prepare_cached(
-        "SELECT date FROM fx_rates WHERE currency = ?1 ORDER BY date DESC LIMIT 1",
-    )?;
-    for c in DAILY_CURRENCIES {
-        let day: Option<String> = newest.query_row([c], |r| r.get(0)).optional()?;
-        if day > rates_until {
-            rates_until = day;
-        }
-    }
+    let rates_until = super::rates::newest_day(conn)?;
     Ok(SiteActivity {
         pixel_last_seen,
         last_conversion,

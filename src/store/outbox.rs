@@ -26,12 +26,14 @@ pub struct Entry {
     pub attempts: i64,
     pub next_attempt_at: Option<String>,
     pub last_error: Option<String>,
+    /// Why an `fx_pending` item waits: the rates it needs.
+    pub parked_reason: Option<String>,
     pub dead_at: Option<String>,
     pub created_at: String,
 }
 
 const ENTRY_COLUMNS: &str = "o.conversion_id, c.site_id, c.order_id, c.status, o.attempts,
-    o.next_attempt_at, o.last_error, o.dead_at, o.created_at";
+    o.next_attempt_at, o.last_error, o.dead_at, o.created_at, o.parked_reason";
 
 fn entry(r: &rusqlite::Row<'_>) -> rusqlite::Result<Entry> {
     let next: Option<i64> = r.get(5)?;
@@ -51,6 +53,7 @@ fn entry(r: &rusqlite::Row<'_>) -> rusqlite::Result<Entry> {
         last_error: r.get(6)?,
         dead_at: dead.map(super::iso),
         created_at: super::iso(r.get(8)?),
+        parked_reason: r.get(9)?,
     })
 }
 

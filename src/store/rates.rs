@@ -28,3 +28,23 @@ pub fn on_or_before(
         .query_row(params![currency, date], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?)
 }
+
+/// Currencies the ECB publishes every working day: the newest day among them is the newest day
+/// of a rates file, found with one primary-key step each (a `max` over all of `fx_rates` would
+/// read every row of a history file).
+const DAILY_CURRENCIES: [&str; 4] = ["USD", "GBP", "JPY", "CHF"];
+
+/// The newest day of the imported rates (`YYYY-MM-DD`), by [`DAILY_CURRENCIES`].
+pub fn newest_day(conn: &Connection) -> Result<Option<String>> {
+    let mut newest: Option<String> = None;
+    let mut stmt = conn.prepare_cached(
+        "SELECT date FROM fx_rates WHERE currency = ?1 ORDER BY date DESC LIMIT 1",
+    )?;
+    for c in DAILY_CURRENCIES {
+        let day: Option<String> = stmt.query_row([c], |r| r.get(0)).optional()?;
+        if day > newest {
+            newest = day;
+        }
+    }
+    Ok(newest)
+}

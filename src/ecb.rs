@@ -1,0 +1,420 @@
+//! The ECB's reference-rate files, from bytes to stored rates: a file as the ECB publishes it
+//! (the CSV, or the zip holding it: `eurofxref.zip`, `eurofxref-hist.zip`) read into checked rates,
+//! the rates stored (which makes every `fx_pending` conversion due again), the daily file fetched
+//! over HTTPS, and `serve --rates-fetch daily`'s thread with its schedule.
+//!
+//! `convapi rates import` and `rates fetch` store with their own connection; the fetcher thread of
+//! `serve` hands the same [`store_rates`] to the writer, so it never writes by itself and never
+//! holds up a request: it runs beside them, on its own thread. The schedule is a pure function of
+//! the time ([`due`]), which tests call with the clock they choose.
+
+use std::io::Read;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, Utc, Weekday};
+use rusqlite::Connection;
+
+use crate::fx::Rate;
+use crate::metrics::Metrics;
+use crate::store::{self, DbPool};
+use crate::writer::Writer;
+
+/// Where `rates fetch` and the fetcher get the daily file by default.
+pub const DAILY_URL: &str = "https://www.ecb.europa.eu/stats/eurofxref/eurofxref.zip";
+/// The largest download or zip entry read: the whole history is about 7 MB of CSV.
+const MAX_BYTES: u64 = 64 << 20;
+/// One download's time limit, connection included.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
+/// The ECB publishes around 16:00 CET (15:00 UTC in winter, 14:00 UTC in summer); the fetcher
+/// looks for a working day's rates from this time (UTC) on, after the publication all year.
+pub const FETCH_AFTER_UTC: NaiveTime = match NaiveTime::from_hms_opt(15, 30, 0) {
+    Some(t) => t,
+    None => panic!("a valid time"),
+};
+/// The fetcher's first retry after a failure; each next one waits twice as long, up to
+/// [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(60);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// How often the fetcher thread asks [`due`].
+const POLL: Duration = Duration::from_secs(60);
+
+/// The rates of a file as the ECB publishes it: a zip (by its signature) is opened and its one CSV
+/// read; anything else must be the CSV itself. Every currency column must be an ISO 4217 code (or
+/// one the ECB's history still carries), else the whole file is refused.
+pub fn parse_file(bytes: &[u8]) -> Result<Vec<Rate>, String> {
+    let text = if bytes.starts_with(b"PK\x03\x04") {
+        csv_of_zip(bytes)?
+    } else {
+        String::from_utf8(bytes.to_vec()).map_err(|_| {
+            "not an ECB rates file: neither a zip nor UTF-8 CSV text (expected eurofxref.zip, \
+             eurofxref-hist.zip or the CSV inside them)"
+                .to_owned()
+        })?
+    };
+    let rates = crate::fx::parse_ecb_csv(&text)?;
+    // The parser accepts any three capital letters; a column that is no currency means a foreign
+    // or damaged file, refused whole like any other bad cell.
+    if let Some((n, code)) =
+        header_columns(&text).find(|(_, c)| !crate::currency::is_ecb_rate_currency(c))
+    {
+        return Err(format!(
+            "line 1: column {n} is {code:?}, not an ISO 4217 currency code; nothing imported"
+        ));
+    }
+    Ok(rates)
+}
+
+/// The text of the one `.csv` entry of a zip (the ECB's zips hold exactly one).
+fn csv_of_zip(bytes: &[u8]) -> Result<String, String> {
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes))
+        .map_err(|e| format!("not a readable zip: {e}"))?;
+    let names: Vec<String> = zip
+        .file_names()
+        .filter_map(Result::ok)
+        .filter(|n| n.to_ascii_lowercase().ends_with(".csv"))
+        .map(|n| n.into_owned())
+        .collect();
+    let [name] = names.as_slice() else {
+        return Err(format!(
+            "the zip holds {} CSV files; an ECB rates zip holds one",
+            names.len()
+        ));
+    };
+    let entry = zip
+        .by_name(name)
+        .map_err(|e| format!("{name} in the zip: {e}"))?;
+    let mut text = String::new();
+    entry
+        .take(MAX_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{name} in the zip: {e}"))?;
+    Ok(text)
+}
+
+/// The currency columns of a file `parse_ecb_csv` accepted, numbered from 1 as it numbers them
+/// (the `Date` column is 1).
+fn header_columns(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.trim_start_matches('\u{feff}')
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .enumerate()
+        .skip(1)
+        .filter(|(_, c)| !c.is_empty())
+        .map(|(i, c)| (i + 1, c))
+}
+
+/// Stores `rates` (replacing a currency's rate of a day already known) and makes every parked
+/// conversion due again; returns how many were released. Runs in the caller's transaction.
+pub fn store_rates(conn: &Connection, rates: &[Rate], now_ms: i64) -> store::Result<usize> {
+    for r in rates {
+        store::rates::upsert(
+            conn,
+            &r.currency,
+            &crate::fx::format_day(r.date),
+            &r.rate.to_string(),
+        )?;
+    }
+    store::pipeline::unpark(conn, now_ms)
+}
+
+/// What a file held: how many rates, of how many currencies, first and last day.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub imported: usize,
+    pub currencies: usize,
+    pub from: Option<NaiveDate>,
+    pub to: Option<NaiveDate>,
+}
+
+pub fn summary(rates: &[Rate]) -> Summary {
+    let currencies: std::collections::BTreeSet<&str> =
+        rates.iter().map(|r| r.currency.as_str()).collect();
+    Summary {
+        imported: rates.len(),
+        currencies: currencies.len(),
+        from: rates.iter().map(|r| r.date).min(),
+        to: rates.iter().map(|r| r.date).max(),
+    }
+}
+
+/// Downloads `url` (HTTPS, or HTTP for a test's local server), at most [`MAX_BYTES`], within
+/// [`FETCH_TIMEOUT`].
+pub fn download(url: &str) -> Result<Vec<u8>, String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(FETCH_TIMEOUT))
+        .user_agent(concat!("convapi/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .into();
+    let mut resp = agent.get(url).call().map_err(|e| format!("{url}: {e}"))?;
+    resp.body_mut()
+        .with_config()
+        .limit(MAX_BYTES)
+        .read_to_vec()
+        .map_err(|e| format!("{url}: {e}"))
+}
+
+/// Downloads `url` and parses it: the rates, or why not.
+pub fn fetch(url: &str) -> Result<Vec<Rate>, String> {
+    let bytes = download(url)?;
+    parse_file(&bytes).map_err(|e| format!("{url}: {e}"))
+}
+
+/// The latest working day (Monday to Friday) whose rates are published at `now`: today from
+/// [`FETCH_AFTER_UTC`] on, else the working day before; with the time it was published from.
+/// TARGET holidays are not known here: on one the ECB publishes nothing, and [`due`] waits for
+/// the next day once a fetch after the publication time found no new day.
+pub fn latest_publication(now: DateTime<Utc>) -> (NaiveDate, DateTime<Utc>) {
+    let mut day = now.date_naive();
+    if now.time() < FETCH_AFTER_UTC {
+        day = day.pred_opt().unwrap_or(day);
+    }
+    while matches!(day.weekday(), Weekday::Sat | Weekday::Sun) {
+        day = day.pred_opt().unwrap_or(day);
+    }
+    (day, day.and_time(FETCH_AFTER_UTC).and_utc())
+}
+
+/// What the fetcher remembers between its looks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Schedule {
+    /// The last fetch that stored the file.
+    pub last_success: Option<DateTime<Utc>>,
+    /// Failures since the last success.
+    pub failures: u32,
+    /// No try before this, after a failure.
+    pub retry_at: Option<DateTime<Utc>>,
+}
+
+impl Schedule {
+    /// Records a fetch that stored the file at `now`.
+    pub fn succeeded(&mut self, now: DateTime<Utc>) {
+        *self = Schedule {
+            last_success: Some(now),
+            failures: 0,
+            retry_at: None,
+        };
+    }
+
+    /// Records a failure at `now`: the next try after [`FIRST_BACKOFF`], doubled per failure in a
+    /// row, at most [`MAX_BACKOFF`].
+    pub fn failed(&mut self, now: DateTime<Utc>) {
+        let wait = FIRST_BACKOFF
+            .saturating_mul(1u32 << self.failures.min(16))
+            .min(MAX_BACKOFF);
+        self.failures = self.failures.saturating_add(1);
+        self.retry_at = Some(now + chrono::Duration::from_std(wait).unwrap_or_default());
+    }
+}
+
+/// Whether to fetch at `now`, given the newest rate day stored: when the latest published working
+/// day is missing (at start, that is when the newest rate is older than a working day), unless a
+/// fetch since that publication succeeded (a holiday: nothing new until the next one) or a
+/// failure's backoff has not passed.
+pub fn due(now: DateTime<Utc>, newest: Option<NaiveDate>, s: &Schedule) -> bool {
+    let (day, published) = latest_publication(now);
+    if newest.is_some_and(|n| n >= day) {
+        return false;
+    }
+    if s.last_success.is_some_and(|t| t >= published) {
+        return false;
+    }
+    s.retry_at.is_none_or(|t| now >= t)
+}
+
+/// The fetcher's last outcome, for the site overview and the log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FetchStatus {
+    pub last_success: Option<DateTime<Utc>>,
+    pub last_failure: Option<(DateTime<Utc>, String)>,
+}
+
+/// [`FetchStatus`] shared between the fetcher and the dashboard.
+pub type SharedStatus = Arc<Mutex<FetchStatus>>;
+
+/// `serve --rates-fetch daily`: the thread, and a way to stop it.
+pub struct Fetcher {
+    stop: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Fetcher {
+    /// Starts the thread: it looks at once (the fetch at start), then every minute.
+    pub fn start(
+        url: String,
+        pool: DbPool,
+        writer: Writer,
+        metrics: Metrics,
+        status: SharedStatus,
+    ) -> std::io::Result<Fetcher> {
+        let (stop, stopped) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("rates-fetch".into())
+            .spawn(move || {
+                let mut schedule = Schedule::default();
+                loop {
+                    look(
+                        &url,
+                        &pool,
+                        &writer,
+                        &metrics,
+                        &status,
+                        &mut schedule,
+                        Utc::now(),
+                    );
+                    match stopped.recv_timeout(POLL) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        _ => return,
+                    }
+                }
+            })?;
+        Ok(Fetcher { stop, thread })
+    }
+
+    /// Stops the thread (after the fetch in progress, if any) and waits for it.
+    pub fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.thread.join();
+    }
+}
+
+/// The newest rate day stored (see `store::dashboard::site_activity`).
+fn newest_day(pool: &DbPool) -> Result<Option<NaiveDate>, String> {
+    let conn = pool.get().map_err(|e| e.to_string())?;
+    let day = store::read(&conn, store::rates::newest_day).map_err(|e| e.to_string())?;
+    Ok(day.and_then(|d| crate::fx::parse_day(&d).ok()))
+}
+
+/// One look of the fetcher at `now`: fetches and stores when [`due`], and records the outcome.
+pub fn look(
+    url: &str,
+    pool: &DbPool,
+    writer: &Writer,
+    metrics: &Metrics,
+    status: &SharedStatus,
+    schedule: &mut Schedule,
+    now: DateTime<Utc>,
+) {
+    let newest = match newest_day(pool) {
+        Ok(n) => n,
+        Err(e) => {
+            log::warn!("rates fetch: cannot read the newest rate: {e}");
+            return;
+        }
+    };
+    if !due(now, newest, schedule) {
+        return;
+    }
+    let outcome = fetch(url).and_then(|rates| {
+        let summary = summary(&rates);
+        let released = writer
+            .submit(move |c| store_rates(c, &rates, store::now_ms()))
+            .map_err(|e| format!("storing the rates: {e}"))?;
+        Ok((summary, released))
+    });
+    let mut st = status.lock().unwrap_or_else(|p| p.into_inner());
+    match outcome {
+        Ok((s, released)) => {
+            schedule.succeeded(now);
+            st.last_success = Some(now);
+            metrics.set_rates_fetch(true, now.timestamp());
+            log::info!(
+                "rates fetch: {} rates up to {}, {released} conversions waiting for rates released",
+                s.imported,
+                s.to.map(|d| d.to_string()).unwrap_or_else(|| "-".into()),
+            );
+        }
+        Err(e) => {
+            schedule.failed(now);
+            metrics.set_rates_fetch(false, now.timestamp());
+            log::warn!(
+                "rates fetch failed ({} in a row), next try after {}: {e}",
+                schedule.failures,
+                schedule
+                    .retry_at
+                    .map(|t| t.to_rfc3339())
+                    .unwrap_or_default()
+            );
+            st.last_failure = Some((now, e));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+    fn day(s: &str) -> Option<NaiveDate> {
+        Some(crate::fx::parse_day(s).unwrap())
+    }
+
+    #[test]
+    fn the_latest_publication_is_a_working_day_after_its_time() {
+        // Tuesday 2026-11-24.
+        assert_eq!(
+            latest_publication(at("2026-11-24T15:29:00Z")).0,
+            day("2026-11-23").unwrap()
+        );
+        assert_eq!(
+            latest_publication(at("2026-11-24T15:30:00Z")).0,
+            day("2026-11-24").unwrap()
+        );
+        // Monday morning: Friday's; Saturday and Sunday: Friday's.
+        assert_eq!(
+            latest_publication(at("2026-11-23T09:00:00Z")).0,
+            day("2026-11-20").unwrap()
+        );
+        assert_eq!(
+            latest_publication(at("2026-11-22T18:00:00Z")).0,
+            day("2026-11-20").unwrap()
+        );
+    }
+
+    #[test]
+    fn a_fetch_is_due_when_the_latest_working_day_is_missing() {
+        let none = Schedule::default();
+        // At start: nothing stored, or older than the last working day.
+        assert!(due(at("2026-11-24T10:00:00Z"), None, &none));
+        assert!(due(at("2026-11-24T10:00:00Z"), day("2026-11-20"), &none));
+        // Up to date: Monday's rates on Tuesday morning; Friday's on the weekend.
+        assert!(!due(at("2026-11-24T10:00:00Z"), day("2026-11-23"), &none));
+        assert!(!due(at("2026-11-22T10:00:00Z"), day("2026-11-20"), &none));
+        // Once a day, after the publication time.
+        assert!(due(at("2026-11-24T15:31:00Z"), day("2026-11-23"), &none));
+        // A holiday: fetched after the publication, nothing new; not again until the next day.
+        let mut s = Schedule::default();
+        s.succeeded(at("2026-11-24T15:31:00Z"));
+        assert!(!due(at("2026-11-24T23:00:00Z"), day("2026-11-23"), &s));
+        assert!(due(at("2026-11-25T15:30:00Z"), day("2026-11-23"), &s));
+    }
+
+    #[test]
+    fn failures_back_off_doubling_up_to_an_hour() {
+        let now = at("2026-11-24T16:00:00Z");
+        let mut s = Schedule::default();
+        s.failed(now);
+        assert!(!due(
+            now + chrono::Duration::seconds(59),
+            day("2026-11-23"),
+            &s
+        ));
+        assert!(due(
+            now + chrono::Duration::seconds(60),
+            day("2026-11-23"),
+            &s
+        ));
+        for _ in 0..10 {
+            s.failed(now);
+        }
+        assert_eq!(s.retry_at, Some(now + chrono::Duration::hours(1)));
+        s.succeeded(now);
+        assert_eq!((s.failures, s.retry_at), (0, None));
+    }
+}
