@@ -13,10 +13,15 @@ use serde_json::{json, Value};
 /// `convapi --db DB serve --addr 127.0.0.1:0` that must exit on its own within `WAIT`; its exit
 /// code, stdout and stderr. A server that starts instead is killed and the test fails.
 fn serve_expecting_exit(db: &std::path::Path) -> CliRun {
+    serve_at_expecting_exit(db, "127.0.0.1:0")
+}
+
+/// [`serve_expecting_exit`] with `--addr addr`.
+fn serve_at_expecting_exit(db: &std::path::Path, addr: &str) -> CliRun {
     let mut child = Command::new(BIN)
         .arg("--db")
         .arg(db)
-        .args(["serve", "--addr", "127.0.0.1:0"])
+        .args(["serve", "--addr", addr])
         .env_remove("CONVAPI_DB")
         .env_remove("CONVAPI_ADDR")
         .stdin(Stdio::null())
@@ -81,6 +86,29 @@ fn a_second_server_on_the_same_database_refuses_to_start_and_names_the_first() {
     // A clean stop releases it too.
     app.restart();
     app.get("/healthz").expect(200);
+}
+
+/// Regression: with the address taken, `serve` said only "Address already in use" (the README's
+/// walk-through then went on with an empty `$base`), after creating the database file.
+#[test]
+fn an_address_in_use_is_refused_naming_addr_and_creating_nothing() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("new.db");
+    let run = serve_at_expecting_exit(&db, &addr);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("cannot listen on {addr}")) && run.stderr.contains("--addr"),
+        "{}",
+        run.stderr
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "created {left:?}");
+    drop(taken);
 }
 
 #[test]

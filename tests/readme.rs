@@ -1,7 +1,8 @@
 //! README.md's walk-through, run as a stranger would paste it: its ```sh blocks, verbatim and in
 //! order, in one bash, with `convapi` on PATH being the binary under test; after each block, what
 //! it printed must be what the ```text block after it shows, once ids, times, keys and the port
-//! are masked. A block preceded by `<!-- readme: not run -->` is skipped (the install step: the
+//! are masked (the README's server takes a free port itself, so a server on 8080 changes nothing;
+//! one test holds 8080 to show it). A block preceded by `<!-- readme: not run -->` is skipped (the install step: the
 //! test brings its own build). The server the walk-through starts is killed with the whole process
 //! group at the end, whether the test passed or not.
 
@@ -168,6 +169,24 @@ fn bin_dir(tmp: &Path) -> PathBuf {
 
 #[test]
 fn the_walk_through_prints_what_the_readme_shows() {
+    walk_through();
+}
+
+/// Regression: with the "Run it" server still on 8080, the walk-through's server could not start,
+/// `$base` was empty and some 60 lines of curl errors followed. It now picks a free port.
+#[test]
+fn the_walk_through_passes_with_another_server_on_8080() {
+    // Taken by this listener, or already by someone else: either way, not free for the README.
+    let _held = std::net::TcpListener::bind("127.0.0.1:8080");
+    assert!(
+        std::net::TcpListener::bind("127.0.0.1:8080").is_err(),
+        "8080 is taken"
+    );
+    walk_through();
+}
+
+/// Runs the walk-through and compares what each block prints with the README.
+fn walk_through() {
     // The walk-through gives the pipeline `sleep 2` to process an order: not beside a heavy test.
     let _timing = timing_sensitive();
     let steps = steps(&readme());
@@ -203,8 +222,6 @@ fn the_walk_through_prints_what_the_readme_shows() {
         .args(["-c", &driver])
         .env("PATH", path)
         .env("TMPDIR", &scratch)
-        // A free port instead of 8080; the README's `serve` takes it from the environment.
-        .env("CONVAPI_ADDR", "127.0.0.1:0")
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

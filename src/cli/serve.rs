@@ -145,12 +145,37 @@ fn positive_secs(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Whether the address can be listened on, tried before anything else so that a server that
+/// cannot start creates nothing (no lock file, no database); the error names `--addr`.
+fn check_addr(addr: &str) -> CliResult {
+    std::net::TcpListener::bind(addr)
+        .map(drop)
+        .map_err(|e| name_addr(format!("cannot listen on {addr}: {e}"), addr))
+}
+
+/// An error of listening on `addr`, with what to do about it: another address with `--addr`.
+fn name_addr(e: String, addr: &str) -> String {
+    if !e.starts_with("cannot listen on") {
+        return e;
+    }
+    let taken = e.contains("in use");
+    format!(
+        "{e}{}; choose another with --addr HOST:PORT (env CONVAPI_ADDR; port 0 picks a free one)",
+        if taken {
+            format!(" (another server, maybe another convapi serve, listens on {addr})")
+        } else {
+            String::new()
+        }
+    )
+}
+
 pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     use signal_hook::consts::{SIGINT, SIGTERM};
     // Register before starting so that a signal during start-up is not lost.
     check_db_dir(&db)?;
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(|e| e.to_string())?;
+    check_addr(&a.addr)?;
     store::set_busy_timeout(std::time::Duration::from_millis(a.busy_timeout_ms));
     if let Some(pages) = a.test_max_page_count {
         store::set_max_page_count(pages);
@@ -187,7 +212,8 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
         public_url: a.public_url,
         rates_fetch: (a.rates_fetch == "daily").then_some(a.rates_url),
     };
-    let running = crate::server::start(&config)?;
+    let addr = config.http.addr.clone();
+    let running = crate::server::start(&config).map_err(|e| name_addr(e, &addr))?;
     log::info!(
         "serving {} with {}, write mode {}",
         config.db.display(),
