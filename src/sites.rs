@@ -66,10 +66,11 @@ pub fn normalise_domain(d: &str) -> Result<String, String> {
 }
 
 /// Why a site's reporting currency may not change: some conversions were converted to `other`
-/// already, and the report sums reporting values, which must all be in one currency.
-pub fn currency_change_refused(site_id: &str, other: &str) -> String {
+/// already, and the report sums reporting values, which must all be in one currency. `site` names
+/// it as its reader knows it: the CLI by id, the dashboard by name.
+pub fn currency_change_refused(site: &str, other: &str) -> String {
     format!(
-        "site {site_id} has conversions converted to {other} already: its reporting currency cannot change"
+        "site {site} has conversions converted to {other} already: its reporting currency cannot change"
     )
 }
 

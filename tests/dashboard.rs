@@ -767,6 +767,14 @@ fn sites_are_listed_created_and_edited() {
         "{}",
         r.text()
     );
+    // Named as the viewer knows it: by its name, not its UUID.
+    assert!(
+        r.text()
+            .contains("site &quot;Test site&quot; has conversions")
+            && !r.text().contains(&format!("site {} has", app.site.id)),
+        "{}",
+        r.text()
+    );
     assert_eq!(
         app.query_str("SELECT currency FROM sites WHERE id = ?1", [&app.site.id])
             .as_deref(),

@@ -336,7 +336,7 @@ fn the_report_page_matches_convapi_report_and_charts_every_day() {
             "<td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>",
             row["key"].as_str().unwrap(),
             row["conversions"],
-            row["revenue"],
+            thousands(row["revenue"].to_string().trim_matches('"')),
             row["unconverted"]
         );
         assert!(page.contains(&cells), "{cells} not in the table");
@@ -348,8 +348,19 @@ fn the_report_page_matches_convapi_report_and_charts_every_day() {
     assert_eq!(total_conversions, 60);
     // 0 + 1 + ... + 59 = 1770.
     assert!(
-        page.contains("<td>Total</td><td class=\"num\">60</td><td class=\"num\">1770.00</td>"),
-        "total row"
+        page.contains("<td>Total</td><td class=\"num\">60</td><td class=\"num\">1,770.00</td>"),
+        "total row, thousands grouped"
+    );
+    // Compared with the 7 days before, which had none of these conversions.
+    assert!(page.contains(r#"id="compare""#), "{page}");
+    assert!(
+        page.contains("Revenue: <strong>1,770.00 EUR</strong> (previous period 0.00 EUR"),
+        "{page}"
+    );
+    // The presets, "Last 7 days" being this range.
+    assert!(
+        page.contains(&format!(r#"<a class="current" href="{base}/report?from={from}&amp;to={today}&amp;by=type" aria-current="true">Last 7 days</a>"#)),
+        "{page}"
     );
     assert!(page.contains("<svg id=\"chart\""));
     assert!(page.contains("role=\"img\""));
@@ -376,6 +387,15 @@ fn the_report_page_matches_convapi_report_and_charts_every_day() {
         );
         assert!(text.contains(&line), "{line}");
     }
+    // The total row last; the file named after the site and the days, not its id.
+    assert!(text.ends_with("Total,60,1770.00,EUR,0\r\n"), "{text}");
+    assert_eq!(
+        csv.header("content-disposition"),
+        Some(
+            format!("attachment; filename=\"report-test-site-by-type-{from}-{today}.csv\"")
+                .as_str()
+        )
+    );
     // The default range: the last 30 days, a bar for each.
     let default = d.page(&format!("{base}/report"));
     assert_eq!(default.matches("class=\"bar\"").count(), 30);
@@ -425,4 +445,104 @@ fn another_tenants_user_gets_404_for_this_sites_pages_and_conversions() {
         .header("location")
         .unwrap()
         .starts_with("/dashboard/login?next="));
+}
+
+/// `5307.39` as the dashboard shows it: `5,307.39`.
+fn thousands(text: &str) -> String {
+    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+    let mut out = String::new();
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if frac.is_empty() {
+        out
+    } else {
+        format!("{out}.{frac}")
+    }
+}
+
+/// Regression: details seen in screenshots. A reversed range was a full-page "Bad request"
+/// without the menu or the form; the order page showed literal backticks; `fx_pending` was
+/// unexplained; order ids wrapped at their hyphens; CSV files were named by the site's UUID;
+/// `/favicon.ico` was a 404.
+#[test]
+fn dashboard_details_forms_words_and_file_names() {
+    let app = TestApp::start();
+    let d = login(&app, &app.tenant.id);
+    let base = format!("/dashboard/sites/{}", app.site.id);
+
+    // A reversed range: the page with its menu and form, and the message.
+    for (path, form) in [
+        (
+            format!("{base}/conversions?from=2026-11-10&to=2026-11-01"),
+            "id=\"filters\"",
+        ),
+        (
+            format!("{base}/report?from=2026-11-10&to=2026-11-01"),
+            "id=\"report-form\"",
+        ),
+    ] {
+        let r = d.get(&path);
+        assert_eq!(r.status, 400, "{path}");
+        let page = r.text();
+        assert!(
+            page.contains(form) && page.contains("class=\"tabs\""),
+            "{page}"
+        );
+        assert!(page.contains("The range ends before it starts"), "{page}");
+        assert!(
+            page.contains("value=\"2026-11-10\""),
+            "what was typed stays: {page}"
+        );
+    }
+
+    // An order in USD on a EUR site without rates: waiting, in words, with its reason as code.
+    app.pageview("v-usd", "https://shop.example/", now_ms() - 60_000);
+    let r = app.post_conversion(
+        &json!({"visitorId": "v-usd", "orderId": "BS-1002", "value": 10, "currency": "USD"}),
+    );
+    let event = r.json()["eventId"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while app
+        .query_str("SELECT status FROM conversions WHERE id = ?1", [&event])
+        .as_deref()
+        != Some("fx_pending")
+    {
+        assert!(Instant::now() < deadline, "the order did not park");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let list = d.page(&format!("{base}/conversions"));
+    assert!(
+        list.contains("<td class=\"order\"><a"),
+        "order cells do not wrap: {list}"
+    );
+    assert!(list.contains(">waiting for rates</span>"), "{list}");
+    assert!(list.contains("class=\"scroll-hint\""), "{list}");
+    let order = d.page(&format!("{base}/conversions/{event}"));
+    assert!(!order.contains('`'), "no literal backticks: {order}");
+    assert!(
+        order.contains("<code>convapi rates fetch</code>"),
+        "{order}"
+    );
+    assert!(
+        order.contains("waiting for the ECB exchange rate"),
+        "{order}"
+    );
+
+    // File names: the site's name and the days.
+    let csv = d.get(&format!(
+        "{base}/conversions.csv?from=2026-11-01&to=2026-11-10"
+    ));
+    assert_eq!(
+        csv.header("content-disposition"),
+        Some("attachment; filename=\"conversions-test-site-2026-11-01-2026-11-10.csv\"")
+    );
+
+    let icon = app.get("/favicon.ico");
+    assert_eq!(icon.status, 200);
+    assert_eq!(icon.header("content-type"), Some("image/svg+xml"));
+    assert!(icon.text().starts_with("<svg"));
 }

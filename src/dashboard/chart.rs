@@ -14,6 +14,8 @@ use rust_decimal::Decimal;
 
 use crate::report::Day;
 
+/// The widest a day's bar is drawn, in the viewBox's units.
+const MAX_BAR: f64 = 48.0;
 const WIDTH: f64 = 960.0;
 const HEIGHT: f64 = 336.0;
 const LEFT: f64 = 56.0;
@@ -140,7 +142,9 @@ pub fn svg(days: &[Day], first: NaiveDate, last: NaiveDate, currency: &str) -> S
     );
     // Bars: one per day of the range, zero-high on a day without conversions.
     s.push_str(r##"<g class="bars" fill="#7aa7d6">"##);
-    let bar_w = (slot * 0.7).max(0.1);
+    // A bar is at most MAX_BAR wide: one day (or a few) drawn across the whole plot read as a
+    // full-width block, not as a day.
+    let bar_w = (slot * 0.7).clamp(0.1, MAX_BAR);
     for (i, &c) in conversions.iter().enumerate() {
         let day = first + chrono::Days::new(i as u64);
         let top = y(&c_axis, c as f64);
@@ -461,6 +465,15 @@ mod tests {
         );
         check(&svg);
         assert_eq!(bars(&svg), 1);
+        // Regression: the one bar took the whole plot's width.
+        let width: f64 = svg
+            .split("class=\"bar\"")
+            .nth(1)
+            .and_then(|b| b.split("width=\"").nth(1))
+            .and_then(|w| w.split('"').next())
+            .and_then(|w| w.parse().ok())
+            .unwrap();
+        assert!(width <= MAX_BAR, "{width}");
         assert_eq!(svg.matches("<circle").count(), 1);
         assert!(svg.contains("2026-11-01 to 2026-11-01: 3 conversions, 12.30 EUR revenue"));
         assert!(svg.contains("<title>2026-11-01: 3 conversions, 12.30 EUR</title>"));

@@ -80,13 +80,6 @@ impl Query {
         }
         let from = get("from").map(form::day).transpose()?;
         let to = get("to").map(form::day).transpose()?;
-        if let (Some(f), Some(t)) = (from, to) {
-            if f > t {
-                return Err(PageError::BadRequest(format!(
-                    "from ({f}) is after to ({t})."
-                )));
-            }
-        }
         let before = get("before").map(cursor).transpose()?;
         Ok(Query {
             status,
@@ -96,6 +89,17 @@ impl Query {
             to,
             before,
         })
+    }
+
+    /// A range that ends before it starts: the message the form shows (the list page) or the
+    /// `400` of the CSV.
+    fn range_error(&self) -> Option<String> {
+        match (self.from, self.to) {
+            (Some(f), Some(t)) if f > t => Some(format!(
+                "The range ends before it starts: From ({f}) is after To ({t}). Swap them, or leave one empty."
+            )),
+            _ => None,
+        }
     }
 
     fn filter(&self) -> Filter {
@@ -162,11 +166,22 @@ fn base(site: &Site) -> String {
 fn money(value: Option<&str>, currency: Option<&str>) -> String {
     match (value, currency) {
         (Some(v), Some(c)) => match crate::fx::decimal(v) {
-            Ok(d) => format!("{} {c}", crate::fx::with_minor_digits(d, c)),
+            Ok(d) => format!(
+                "{} {c}",
+                layout::thousands(&crate::fx::with_minor_digits(d, c).to_string())
+            ),
             Err(_) => format!("{v} {c}"),
         },
         (Some(v), None) => v.to_owned(),
         _ => "—".to_owned(),
+    }
+}
+
+/// A status as a badge in plain words, its raw name and meaning in the tooltip.
+fn status_badge(status: &str) -> Markup {
+    let (words, meaning) = layout::status_words(status);
+    html! {
+        span class={ "status status-" (status) } title={ (status) ": " (meaning) } { (words) }
     }
 }
 
@@ -189,6 +204,19 @@ fn attribution_text(o: &OrderStatus) -> String {
 /// `GET /dashboard/sites/{id}/conversions`.
 pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
     let q = Query::parse(&form::query(ctx))?;
+    if let Some(msg) = q.range_error() {
+        let types = d.read(|c| Ok(list::recent_types(c, &site.id, TYPES_FROM_LATEST)?))?;
+        let base = base(site);
+        let body = html! {
+            div.page-head { h1 { "Conversions" } }
+            (layout::form_error(Some(&msg)))
+            (filters_form(&q, &types, &base))
+        };
+        return Ok(layout::html(
+            400,
+            layout::site_page(v, site, SiteTab::Conversions, "Conversions", body),
+        ));
+    }
     let filter = q.filter();
     let (rows, end, types) = d.read(|c| {
         let mut rows = Vec::with_capacity(PAGE_SIZE + 1);
@@ -257,6 +285,7 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
         } @else if rows.is_empty() {
             p.empty #no-conversions { "No conversion matches. " a href={ (base) "/conversions" } { "Show all" } }
         } @else {
+            p.scroll-hint { "The table is wider than the screen: swipe it sideways for every column." }
             div.table-wrap {
                 table #conversions {
                     thead { tr {
@@ -300,7 +329,7 @@ fn row(base: &str, o: &OrderStatus) -> Markup {
     html! {
         tr.conversion {
             td.nowrap { (layout::date(c.occurred_at)) }
-            td {
+            td.order {
                 @if let Some(order) = &c.order_id {
                     a href={ (base) "/conversions/" (enc(&c.id)) } { (order) }
                 } @else {
@@ -310,7 +339,7 @@ fn row(base: &str, o: &OrderStatus) -> Markup {
             td { (c.kind) }
             td.num { (money(c.value.as_deref(), Some(&c.currency))) }
             td.num { (money(o.fx.value.as_deref(), o.fx.currency.as_deref())) }
-            td { span class={ "status status-" (o.status) } { (o.status) } }
+            td { (status_badge(&o.status)) }
             td { (sources_text(o)) }
             td { (attribution_text(o)) }
         }
@@ -330,8 +359,9 @@ fn filters_form(q: &Query, types: &[String], base: &str) -> Markup {
             div.field {
                 label for="f-status" { "Status" }
                 select #f-status name="status" {
-                    @for s in ["any", "queued", "fx_pending", "processed", "failed"] {
-                        option value=(s) selected[s == status] { (s) }
+                    option value="any" selected[status == "any"] { "any" }
+                    @for s in STATUSES {
+                        option value=(s) selected[s == status] { (layout::status_words(s).0) }
                     }
                 }
             }
@@ -372,6 +402,9 @@ fn filters_form(q: &Query, types: &[String], base: &str) -> Markup {
 /// in `convapi export`'s columns, newest first.
 pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult {
     let q = Query::parse(&form::query(ctx))?;
+    if let Some(msg) = q.range_error() {
+        return Err(PageError::BadRequest(msg));
+    }
     let filter = q.filter();
     let mut out = Vec::with_capacity(64 * 1024);
     crate::csv::record(&mut out, crate::csv::CONVERSION_COLUMNS)
@@ -399,7 +432,16 @@ pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult
             None => Ok(()),
         }
     })?;
-    Ok(layout::csv(&format!("conversions-{}.csv", site.id), out))
+    let days = match (q.from, q.to) {
+        (Some(f), Some(t)) => format!("-{f}-{t}"),
+        (Some(f), None) => format!("-from-{f}"),
+        (None, Some(t)) => format!("-to-{t}"),
+        (None, None) => String::new(),
+    };
+    Ok(layout::csv(
+        &format!("conversions-{}{days}.csv", layout::slug(&site.name)),
+        out,
+    ))
 }
 
 /// `GET /dashboard/sites/{id}/conversions/{eventId}`: one conversion as the order status lookup
@@ -422,8 +464,9 @@ pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
                 dt { "Type" } dd #type { (c.kind) }
                 dt { "Sources" } dd #sources { (sources_text(&o)) }
                 dt { "Status" } dd #status {
-                    span class={ "status status-" (o.status) } { (o.status) }
-                    @if let Some(reason) = o.pending_reason() { " — " span #pending-reason { (reason) } }
+                    (status_badge(&o.status))
+                    " " span.hint { (layout::status_words(&o.status).1) }
+                    @if let Some(reason) = o.pending_reason() { " — " span #pending-reason { (layout::with_code(reason)) } }
                 }
                 dt { "Occurred" } dd { (layout::date(c.occurred_at)) }
                 dt { "Value" } dd #value { (money(c.value.as_deref(), Some(&c.currency))) }
@@ -440,11 +483,16 @@ pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
             h2 { "Attribution" }
             @if let Some(a) = &o.attribution {
                 dl.ids #attribution {
-                    dt { "Model" } dd #attr-model { (a.model) }
+                    dt { "Model" } dd #attr-model { (a.model) " — " span.hint { (layout::model_words(&a.model)) } }
                     dt { "Session" } dd { code { (a.session_id.as_deref().unwrap_or("—")) } }
                     dt { "Source" } dd #attr-source { (a.source) }
                     dt { "Medium" } dd #attr-medium { (a.medium) }
-                    dt { "Campaign" } dd #attr-campaign { (a.campaign.as_deref().unwrap_or(crate::attribution::NOT_SET)) }
+                    dt { "Campaign" } dd #attr-campaign {
+                        @match a.campaign.as_deref() {
+                            Some(c) => (c),
+                            None => abbr title="The landing URL had no utm_campaign (null in the API's answers)." { (crate::attribution::NOT_SET) },
+                        }
+                    }
                 }
             } @else {
                 p.empty #attribution { "Not attributed yet." }
@@ -455,7 +503,7 @@ pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
                 h2 { "Processing" }
                 dl.ids {
                     dt { "Failed tries" } dd #attempts { (o.attempts) }
-                    dt { "Last error" } dd #last-error { (o.last_error.as_deref().unwrap_or("—")) }
+                    dt { "Last error" } dd #last-error { (layout::with_code(o.last_error.as_deref().unwrap_or("—"))) }
                 }
             }
         }

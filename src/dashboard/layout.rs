@@ -34,6 +34,7 @@ pub fn page(viewer: Option<&Viewer>, title: &str, body: Markup) -> Markup {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · convapi" }
+                link rel="icon" href="/favicon.ico" type="image/svg+xml";
                 link rel="stylesheet" href="/dashboard/static/style.css";
                 script src="/dashboard/static/dashboard.js" defer {}
             }
@@ -175,4 +176,112 @@ pub fn date_iso(rfc3339: &str) -> String {
     chrono::DateTime::parse_from_rfc3339(rfc3339)
         .map(|t| date(t.timestamp_millis()))
         .unwrap_or_else(|_| rfc3339.to_owned())
+}
+
+/// A decimal text with its integer digits grouped by thousands: `5307.39` → `5,307.39`.
+pub fn thousands(text: &str) -> String {
+    let (sign, rest) = match text.strip_prefix('-') {
+        Some(r) => ("-", r),
+        None => ("", text),
+    };
+    let (int, frac) = match rest.split_once('.') {
+        Some((i, f)) => (i, Some(f)),
+        None => (rest, None),
+    };
+    if !int.bytes().all(|b| b.is_ascii_digit()) {
+        return text.to_owned();
+    }
+    let mut grouped = String::with_capacity(text.len() + int.len() / 3);
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    match frac {
+        Some(f) => format!("{sign}{grouped}.{f}"),
+        None => format!("{sign}{grouped}"),
+    }
+}
+
+/// A message whose `backticked` parts are commands: each shown as code, not with its backticks.
+pub fn with_code(text: &str) -> Markup {
+    html! {
+        @for (i, part) in text.split('`').enumerate() {
+            @if i % 2 == 1 { code { (part) } } @else { (part) }
+        }
+    }
+}
+
+/// A site's name for a file name: lower-case ASCII letters and digits, runs of anything else one
+/// `-`; `site` when nothing is left.
+pub fn slug(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    let out = out.trim_end_matches('-');
+    let out: String = out.chars().take(60).collect();
+    if out.is_empty() {
+        "site".to_owned()
+    } else {
+        out.trim_end_matches('-').to_owned()
+    }
+}
+
+/// A conversion status in plain words, and what it means.
+pub fn status_words(status: &str) -> (&'static str, &'static str) {
+    match status {
+        "queued" => ("queued", "Received; attribution and currency conversion run within seconds."),
+        "fx_pending" => (
+            "waiting for rates",
+            "In another currency than the site's, waiting for the ECB exchange rate of its day (fx_pending).",
+        ),
+        "processed" => ("processed", "Attributed and converted into the site's currency."),
+        "failed" => ("failed", "The pipeline gave up after 10 tries: see Dead letters."),
+        _ => ("unknown", ""),
+    }
+}
+
+/// An attribution model in plain words.
+pub fn model_words(model: &str) -> &'static str {
+    match model {
+        "last_non_direct" => {
+            "Last non-direct touch (the latest campaign, search or referral visit)"
+        }
+        "last_touch" => "Last touch (the latest visit, direct ones too)",
+        "first_touch" => "First touch (the earliest visit in the window)",
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_are_grouped() {
+        for (a, b) in [
+            ("5307.39", "5,307.39"),
+            ("0.00", "0.00"),
+            ("999", "999"),
+            ("1000", "1,000"),
+            ("-1234567.5", "-1,234,567.5"),
+            ("12345678", "12,345,678"),
+            ("n/a", "n/a"),
+        ] {
+            assert_eq!(thousands(a), b);
+        }
+    }
+
+    #[test]
+    fn slugs_are_safe_file_names() {
+        assert_eq!(slug("Blue Mug Shop"), "blue-mug-shop");
+        assert_eq!(slug("  Café & Co. "), "caf-co");
+        assert_eq!(slug("日本"), "site");
+    }
 }

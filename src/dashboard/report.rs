@@ -1,5 +1,7 @@
 //! A site's report: the rows of `convapi report` for a range of days grouped by source, medium,
-//! campaign or type, the chart of conversions and revenue per day, and the rows as CSV.
+//! campaign or type, with preset ranges, a comparison of its totals with the previous period of
+//! as many days, the chart of conversions and revenue per day, and the rows (and their total) as
+//! CSV.
 //!
 //! The numbers come only from `crate::report::build` and `crate::report::daily`, the CLI's own
 //! path, so the page and `convapi report` cannot disagree. The chart is `chart::svg`'s string of
@@ -7,8 +9,9 @@
 
 use std::collections::HashMap;
 
-use chrono::NaiveDate;
+use chrono::{Datelike, NaiveDate};
 use maud::{html, PreEscaped};
+use rust_decimal::Decimal;
 
 use super::layout::{self, SiteTab};
 use super::{chart, form, Dashboard, PageError, PageResult, Viewer};
@@ -49,7 +52,7 @@ impl Range {
         };
         if from > to {
             return Err(PageError::BadRequest(format!(
-                "from ({from}) is after to ({to})."
+                "The range ends before it starts: From ({from}) is after To ({to}). Swap them."
             )));
         }
         if (to - from).num_days() + 1 > MAX_DAYS {
@@ -99,76 +102,198 @@ fn total(rows: &[Row], currency: &str) -> Row {
     }
 }
 
-/// `GET /dashboard/sites/{id}/report?from=&to=&by=`.
-pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
-    let r = Range::parse(&form::query(ctx), today())?;
-    let (rows, days) = d.read(|c| {
-        let rows =
-            rep::build(c, site, Some(r.from), Some(r.to), r.by).map_err(PageError::Internal)?;
-        let days = rep::daily(c, site, Some(r.from), Some(r.to)).map_err(PageError::Internal)?;
-        Ok((rows, days))
-    })?;
-    let svg = chart::svg(&days, r.from, r.to, &site.currency);
-    let sum = total(&rows, &site.currency);
-    let base = format!("/dashboard/sites/{}", site.id);
-    let label = GROUPS
-        .iter()
-        .find(|(n, _)| *n == r.by_name)
-        .map_or("Source", |(_, l)| *l);
-    let body = html! {
-        div.page-head {
-            h1 { "Report" }
-            a.button.secondary #report-csv href={ (base) "/report.csv?" (r.query()) } { "Download CSV" }
+/// The ranges offered as links above the form, relative to `today`: today, the last 7 and 30
+/// days (today included), the month so far, the last whole month.
+pub fn presets(today: NaiveDate) -> [(&'static str, NaiveDate, NaiveDate); 5] {
+    let back = |n: u64| {
+        today
+            .checked_sub_days(chrono::Days::new(n))
+            .unwrap_or(today)
+    };
+    let month_start = today.with_day(1).unwrap_or(today);
+    let last_month_end = month_start.pred_opt().unwrap_or(month_start);
+    let last_month_start = last_month_end.with_day(1).unwrap_or(last_month_end);
+    [
+        ("Today", today, today),
+        ("Last 7 days", back(6), today),
+        ("Last 30 days", back(29), today),
+        ("Month to date", month_start, today),
+        ("Last month", last_month_start, last_month_end),
+    ]
+}
+
+/// The period of the same number of days just before `from..=to`.
+pub fn previous_period(from: NaiveDate, to: NaiveDate) -> (NaiveDate, NaiveDate) {
+    let days = (to - from).num_days() + 1;
+    let prev_to = from.pred_opt().unwrap_or(from);
+    let prev_from = prev_to
+        .checked_sub_days(chrono::Days::new((days - 1).max(0) as u64))
+        .unwrap_or(prev_to);
+    (prev_from, prev_to)
+}
+
+/// The change from `before` to `now` in per cent, one decimal, signed; `None` from zero.
+pub fn change(before: Decimal, now: Decimal) -> Option<String> {
+    if before.is_zero() {
+        return None;
+    }
+    let mut pct = ((now - before) / before * Decimal::ONE_HUNDRED).round_dp(1);
+    // One decimal always: 25 % is "25.0%", as 66.7 % is "66.7%".
+    pct.rescale(1);
+    let pct = pct.to_string();
+    Some(if !pct.starts_with('-') && pct != "0.0" {
+        format!("+{pct}%")
+    } else {
+        format!("{pct}%")
+    })
+}
+
+/// The comparison's line for one figure: now, before, and the change.
+fn compared(label: &str, now: &str, before: &str, pct: Option<String>) -> maud::Markup {
+    let class = match pct.as_deref() {
+        Some(p) if p.starts_with('+') => "up",
+        Some(p) if p.starts_with('-') => "down",
+        _ => "",
+    };
+    html! {
+        li {
+            (label) ": " strong { (now) } " (previous period " (before) ", "
+            @match pct {
+                Some(p) => span class=(class) { (p) },
+                None => "no change in % from zero",
+            }
+            ")"
+        }
+    }
+}
+
+/// The range links and the form, with what was typed.
+fn report_form(base: &str, from: &str, to: &str, by: &str, today: NaiveDate) -> maud::Markup {
+    html! {
+        nav.presets #presets aria-label="Ranges" {
+            @for (name, f, t) in presets(today) {
+                @let href = format!("{base}/report?from={f}&to={t}&by={by}");
+                @if from == f.to_string() && to == t.to_string() {
+                    a.current href=(href) aria-current="true" { (name) }
+                } @else {
+                    a href=(href) { (name) }
+                }
+            }
         }
         form.filters #report-form method="get" action={ (base) "/report" } {
             div.field {
                 label for="r-from" { "From" }
-                input #r-from type="date" name="from" value=(r.from.to_string());
+                input #r-from type="date" name="from" value=(from);
             }
             div.field {
                 label for="r-to" { "To" }
-                input #r-to type="date" name="to" value=(r.to.to_string());
+                input #r-to type="date" name="to" value=(to);
             }
             div.field {
                 label for="r-by" { "Group by" }
                 select #r-by name="by" {
                     @for (value, text) in GROUPS {
-                        option value=(value) selected[value == r.by_name] { (text) }
+                        option value=(value) selected[value == by] { (text) }
                     }
                 }
             }
             div.field.actions { button type="submit" { "Show" } }
+        }
+    }
+}
+
+/// `GET /dashboard/sites/{id}/report?from=&to=&by=`. A range the form cannot make sense of (one
+/// that ends before it starts, or too long) shows the form again with the message.
+pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
+    let q = form::query(ctx);
+    let base = format!("/dashboard/sites/{}", site.id);
+    let today = today();
+    let r = match Range::parse(&q, today) {
+        Ok(r) => r,
+        Err(PageError::BadRequest(msg)) => {
+            let typed = |k: &str| q.get(k).map(|v| v.trim().to_owned()).unwrap_or_default();
+            let by = GROUPS
+                .iter()
+                .map(|(n, _)| *n)
+                .find(|n| *n == typed("by"))
+                .unwrap_or("source");
+            let body = html! {
+                div.page-head { h1 { "Report" } }
+                (layout::form_error(Some(&msg)))
+                (report_form(&base, &typed("from"), &typed("to"), by, today))
+            };
+            return Ok(layout::html(
+                400,
+                layout::site_page(v, site, SiteTab::Report, "Report", body),
+            ));
+        }
+        Err(e) => return Err(e),
+    };
+    let (prev_from, prev_to) = previous_period(r.from, r.to);
+    let (rows, days, prev_rows) = d.read(|c| {
+        let rows =
+            rep::build(c, site, Some(r.from), Some(r.to), r.by).map_err(PageError::Internal)?;
+        let days = rep::daily(c, site, Some(r.from), Some(r.to)).map_err(PageError::Internal)?;
+        let prev = rep::build(c, site, Some(prev_from), Some(prev_to), r.by)
+            .map_err(PageError::Internal)?;
+        Ok((rows, days, prev))
+    })?;
+    let svg = chart::svg(&days, r.from, r.to, &site.currency);
+    let sum = total(&rows, &site.currency);
+    let prev = total(&prev_rows, &site.currency);
+    let label = GROUPS
+        .iter()
+        .find(|(n, _)| *n == r.by_name)
+        .map_or("Source", |(_, l)| *l);
+    let money = |d: Decimal| format!("{} {}", layout::thousands(&d.to_string()), site.currency);
+    let body = html! {
+        div.page-head {
+            h1 { "Report" }
+            a.button.secondary #report-csv href={ (base) "/report.csv?" (r.query()) } { "Download CSV" }
+        }
+        (report_form(&base, &r.from.to_string(), &r.to.to_string(), r.by_name, today))
+        section.card.compare #compare {
+            h2 { "Compared with the previous period" }
+            p.hint { (r.from) " to " (r.to) " against " (prev_from) " to " (prev_to) " (as many days just before)." }
+            ul {
+                (compared("Conversions", &layout::thousands(&sum.conversions.to_string()), &layout::thousands(&prev.conversions.to_string()),
+                    change(Decimal::from(prev.conversions), Decimal::from(sum.conversions))))
+                (compared("Revenue", &money(sum.revenue), &money(prev.revenue), change(prev.revenue, sum.revenue)))
+            }
         }
         figure.card.chart-card {
             // The chart is built from numbers and constant text only (see chart.rs).
             (PreEscaped(svg))
             figcaption.hint { "Conversions per day (bars, left axis) and revenue in " (site.currency) " (line, right axis), " (r.from) " to " (r.to) ", UTC days." }
         }
+        p.scroll-hint { "The table is wider than the screen: swipe it sideways for every column." }
         div.table-wrap {
             table #report {
                 thead { tr {
-                    th { (label) } th.num { "Conversions" } th.num { "Revenue (" (site.currency) ")" } th.num { "Unconverted" }
+                    th { (label) } th.num { "Conversions" } th.num { "Revenue (" (site.currency) ")" }
+                    th.num { abbr title="Not yet in the site's currency: queued, waiting for exchange rates, or failed" { "Unconverted" } }
                 } }
                 tbody {
                     @for row in &rows {
                         tr.report-row {
                             td { (row.key) }
-                            td.num { (row.conversions) }
-                            td.num { (row.revenue) }
+                            td.num { (layout::thousands(&row.conversions.to_string())) }
+                            td.num { (layout::thousands(&row.revenue.to_string())) }
                             td.num { (row.unconverted) }
                         }
                     }
                     tr.total #report-total {
                         td { (sum.key) }
-                        td.num { (sum.conversions) }
-                        td.num { (sum.revenue) }
+                        td.num { (layout::thousands(&sum.conversions.to_string())) }
+                        td.num { (layout::thousands(&sum.revenue.to_string())) }
                         td.num { (sum.unconverted) }
                     }
                 }
             }
         }
         p.hint { "Revenue counts processed conversions, converted to " (site.currency)
-            "; unconverted ones (queued, waiting for rates, or failed) are counted apart." }
+            ". Unconverted: conversions not yet in " (site.currency) " (queued, waiting for exchange rates, or failed), counted apart; "
+            (crate::attribution::NOT_SET) " is a visit without that UTM parameter (null in the API)." }
     };
     Ok(layout::html(
         200,
@@ -196,7 +321,8 @@ pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult
         ],
     )
     .map_err(io)?;
-    for row in &rows {
+    // The rows, then the total row of the page.
+    for row in rows.iter().chain([&total(&rows, &site.currency)]) {
         crate::csv::record(
             &mut out,
             [
@@ -210,7 +336,13 @@ pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult
         .map_err(io)?;
     }
     Ok(layout::csv(
-        &format!("report-{}-{}-{}-{}.csv", r.by_name, r.from, r.to, site.id),
+        &format!(
+            "report-{}-by-{}-{}-{}.csv",
+            layout::slug(&site.name),
+            r.by_name,
+            r.from,
+            r.to
+        ),
         out,
     ))
 }
@@ -238,6 +370,47 @@ mod tests {
         let r = Range::parse(&q(&[("to", "2026-01-10"), ("by", "type")]), today).unwrap();
         assert_eq!(r.from.to_string(), "2025-12-12");
         assert_eq!(r.by, GroupBy::Type);
+    }
+
+    #[test]
+    fn presets_and_the_previous_period() {
+        let today: NaiveDate = "2026-03-10".parse().unwrap();
+        let p: Vec<(String, String)> = presets(today)
+            .iter()
+            .map(|(_, f, t)| (f.to_string(), t.to_string()))
+            .collect();
+        let want = [
+            ("2026-03-10", "2026-03-10"),
+            ("2026-03-04", "2026-03-10"),
+            ("2026-02-09", "2026-03-10"),
+            ("2026-03-01", "2026-03-10"),
+            ("2026-02-01", "2026-02-28"),
+        ];
+        for (got, (f, t)) in p.iter().zip(want) {
+            assert_eq!((got.0.as_str(), got.1.as_str()), (f, t));
+        }
+        let d = |s: &str| s.parse::<NaiveDate>().unwrap();
+        assert_eq!(
+            previous_period(d("2026-03-04"), d("2026-03-10")),
+            (d("2026-02-25"), d("2026-03-03"))
+        );
+        assert_eq!(
+            previous_period(d("2026-03-10"), d("2026-03-10")),
+            (d("2026-03-09"), d("2026-03-09"))
+        );
+        assert_eq!(
+            change(Decimal::from(4), Decimal::from(5)).as_deref(),
+            Some("+25.0%")
+        );
+        assert_eq!(
+            change(Decimal::from(3), Decimal::from(1)).as_deref(),
+            Some("-66.7%")
+        );
+        assert_eq!(
+            change(Decimal::from(2), Decimal::from(2)).as_deref(),
+            Some("0.0%")
+        );
+        assert_eq!(change(Decimal::ZERO, Decimal::from(2)), None);
     }
 
     #[test]

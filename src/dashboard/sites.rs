@@ -127,7 +127,7 @@ fn site_fields(f: &Fields) -> Markup {
         label for="model" { "Attribution model" }
         select #model name="model" {
             @for m in crate::sites::MODELS {
-                option value=(m) selected[m == f.model] { (m) }
+                option value=(m) selected[m == f.model] { (layout::model_words(m)) }
             }
         }
     }
@@ -405,12 +405,16 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
         }
     };
     let id = site.id.clone();
+    let name = site.name.clone();
     let old_currency = site.currency.clone();
     // `Ok(None)`: the site is gone; `Err`: the currency change is refused.
     let saved = d.writer.submit(move |conn| {
         if c.currency != old_currency {
             if let Some(other) = store::sites::other_reporting_currency(conn, &id, &c.currency)? {
-                return Ok(Err(crate::sites::currency_change_refused(&id, &other)));
+                return Ok(Err(crate::sites::currency_change_refused(
+                    &format!("\"{name}\""),
+                    &other,
+                )));
             }
         }
         let changes = SiteChanges {
