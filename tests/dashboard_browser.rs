@@ -1,11 +1,14 @@
 //! The dashboard end to end in headless Chromium (docs/decisions.md §10), as a merchant meets it on
 //! day one, by clicking and typing: the one-time setup link `serve` logs, a first user joining the
-//! existing tenant, the login form, a site created through the form (its snippet checked and copied
-//! with the copy button), an API key shown once, a conversion reported with that key through the
-//! API and seen in the conversions list, on its order page and in the report and its chart, then
-//! the key revoked through its confirmation page and refused by the API.
+//! existing tenant and landing logged in, the login form, a site created through the form (its
+//! overview says the pixel was not seen yet; its snippet checked and copied with the copy button),
+//! a shop page on another origin with the snippet and identify call as shown sending a pageview,
+//! the overview saying the pixel was seen, an API key shown once with a `curl` that, run as shown
+//! in bash, answers 202, the conversion seen in the conversions list, on its order page and in the
+//! report and its chart, then the key revoked through its confirmation page and refused by the API.
 //!
-//! Every page visited is photographed at a fixed 1280×800 viewport. The PNGs go to the directory
+//! Every page visited is photographed at a fixed 1280×800 viewport, and the conversions list once
+//! more at a phone's 390×844. The PNGs go to the directory
 //! named by `CONVAPI_SCREENSHOTS` when set (the README's come from
 //! `CONVAPI_SCREENSHOTS=docs/screenshots cargo test --test integration dashboard_browser`), else
 //! to a temp dir: a normal run does not touch the repository.
@@ -20,14 +23,16 @@ use serde_json::{json, Value};
 use crate::common::browser::{
     base64_decode, chromium_path, open_page, poll, poll_for, Browser, Cdp,
 };
-use crate::common::{now_ms, send, setup_token, TestApp, MINUTE};
+use crate::common::{send, setup_token, TestApp};
 
 const EMAIL: &str = "owner@shop.example";
 const PASSWORD: &str = "correct horse battery staple";
 const SITE_NAME: &str = "Blue Mug Shop";
 const KEY_NAME: &str = "Shop backend";
-const ORDER_ID: &str = "ORDER-2025-0042";
-const CLIENT_ID: &str = "customer-7";
+/// The order and customer of the overview's examples (`sites::EXAMPLE_ORDER_ID`, `EXAMPLE_CLIENT_ID`):
+/// the shown `curl` reports this order of this customer.
+const ORDER_ID: &str = "ORDER-1001";
+const CLIENT_ID: &str = "customer-42";
 
 #[test]
 fn dashboard_first_run_to_revoked_key_in_chromium() {
@@ -131,6 +136,9 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     assert_eq!(tenant, app.tenant.id);
     assert_eq!(ui.text("#site-id"), site_id);
     assert_eq!(ui.text("#tracker-id"), tracker_id);
+    // A new site: getting started, and the pixel not seen yet.
+    ui.expect_text("#pixel-status", "Pixel not seen yet");
+    ui.expect_text("#rates-status", "none imported");
     let snippet = ui.text("#snippet");
     assert_eq!(
         snippet.trim(),
@@ -141,6 +149,12 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
         ),
         "the snippet of docs/decisions.md §4 with this site's tracker id and this server's origin"
     );
+    let calls = ui.text("#snippet-calls");
+    assert!(
+        calls.contains(&format!("svc('identify', '{CLIENT_ID}')")),
+        "{calls}"
+    );
+    assert!(calls.contains("svc('track', 'purchase'"), "{calls}");
     // The copy button puts the snippet on the clipboard (something else is there before).
     ui.eval_async("navigator.clipboard.writeText('not the snippet')");
     ui.eval_gesture("document.querySelector('button[data-copy=\"#snippet\"]').click()");
@@ -152,13 +166,43 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     assert_eq!(copied.as_str().map(str::trim), Some(snippet.trim()));
     shots.take(&mut ui, "04-site-overview");
 
+    // The shop's page, on its own origin, with the snippet as copied and the identify call as
+    // shown (the first of the calls: the purchase belongs on the confirmation page), visited
+    // from a newsletter.
+    let identify = calls
+        .split("</script>")
+        .next()
+        .map(|s| format!("{s}</script>"))
+        .unwrap();
+    let shop = Shop::start(format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Blue mug</title>\n{snippet}\n{identify}\n</head>\
+         <body><h1>Blue mug</h1><p>49.90 EUR</p></body></html>"
+    ));
+    ui.goto_url(&format!(
+        "{}/mug?utm_source=newsletter&utm_medium=email&utm_campaign=spring",
+        shop.base
+    ));
+    poll_for(
+        Duration::from_secs(30),
+        "the pixel's pageview and identify",
+        || {
+            app.query_i64(
+                "SELECT COUNT(*) FROM sessions WHERE site_id = ?1 AND client_id = ?2",
+                [&site_id, CLIENT_ID],
+            ) == 1
+        },
+    );
+    ui.goto(&format!("/dashboard/sites/{site_id}"));
+    ui.expect_page(200, &format!("/dashboard/sites/{site_id}"));
+    ui.expect_text("#pixel-status", "Pixel last seen");
+
     ui.click("a[href='/dashboard/']");
     ui.expect_page(200, "/dashboard/");
     ui.expect_text("#sites", SITE_NAME);
     ui.expect_text("#sites", &tracker_id);
     shots.take(&mut ui, "05-sites");
 
-    // An API key, shown once.
+    // An API key, shown once, with the curl to try it.
     ui.click("a[href='/dashboard/settings/api-keys']");
     ui.expect_page(200, "/dashboard/settings/api-keys");
     ui.fill("form [name=name]", KEY_NAME);
@@ -175,7 +219,27 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
         json!(true),
         "a copy button for the key"
     );
+    let site_name = json!(SITE_NAME);
+    let curl = ui
+        .eval(&format!(
+            "[...document.querySelectorAll('.curl-site')].find(p => p.textContent === {site_name}) \
+             .nextElementSibling.textContent"
+        ))
+        .as_str()
+        .expect("the curl of the new site")
+        .to_owned();
+    assert!(curl.contains(&format!("Bearer {key}")), "{curl}");
     shots.take(&mut ui, "06-api-keys-new-key");
+
+    // The curl, run as shown (with its answer's status added): 202.
+    let out = std::process::Command::new("bash")
+        .args(["-c", &format!("{curl} -w '\\nHTTP %{{http_code}}'")])
+        .output()
+        .expect("bash");
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.ends_with("HTTP 202"), "{curl}\n{out}");
+    assert!(out.contains("\"success\":true"), "{out}");
+
     ui.goto("/dashboard/settings/api-keys");
     ui.expect_page(200, "/dashboard/settings/api-keys");
     assert_eq!(ui.eval("document.querySelector('#new-key')"), Value::Null);
@@ -189,20 +253,6 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
         "the key's row: {key_row:?}"
     );
 
-    // The merchant's site: a visit from a newsletter, then the backend reports the order with
-    // the new key.
-    let t = now_ms() - 5 * MINUTE;
-    let visit = app.collect(&json!({
-        "trackerId": tracker_id,
-        "visitorId": "visitor-1",
-        "events": [
-            {"type": "pageview", "url": "https://shop.example/mug?utm_source=newsletter&utm_medium=email&utm_campaign=spring", "ts": t},
-            {"type": "identify", "userId": CLIENT_ID, "ts": t},
-        ],
-    }));
-    visit.expect(200);
-    let reported = report_conversion(&app, &key, &site_id);
-    reported.accepted();
     let mut status = Value::Null;
     poll_for(
         Duration::from_secs(30),
@@ -342,6 +392,25 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     let refused = report_conversion(&app, &key, &site_id);
     assert_eq!(refused.status, 401, "{}", refused.text());
 
+    // On a phone the conversions table scrolls sideways, and says so.
+    ui.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": true}),
+    );
+    ui.goto(&format!("/dashboard/sites/{site_id}/conversions"));
+    ui.expect_page(200, &format!("/dashboard/sites/{site_id}/conversions"));
+    assert_eq!(
+        ui.eval("getComputedStyle(document.querySelector('.scroll-hint')).display !== 'none' \
+                 && document.querySelector('.table-wrap').scrollWidth > document.querySelector('.table-wrap').clientWidth"),
+        json!(true),
+        "the hint shows where the table is wider than the screen"
+    );
+    shots.take_sized(&mut ui, "13-conversions-phone", (390, 844));
+    ui.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": false}),
+    );
+
     // Log out: the next page is the login form again.
     ui.submit("form[action='/dashboard/logout'] button");
     ui.expect_page(200, "/dashboard/login");
@@ -353,7 +422,7 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     );
 
     let count = shots.taken;
-    assert_eq!(count, 12);
+    assert_eq!(count, 13);
     drop(ui);
     browser.close(&mut cdp);
 }
@@ -402,12 +471,17 @@ impl Shots {
     }
 
     fn take(&mut self, ui: &mut Ui, name: &str) {
+        self.take_sized(ui, name, (1280, 800));
+    }
+
+    /// A screenshot at a viewport of `size` (a phone's, say).
+    fn take_sized(&mut self, ui: &mut Ui, name: &str, want: (u32, u32)) {
         let shot = ui.call("Page.captureScreenshot", json!({"format": "png"}));
         let png = base64_decode(shot["data"].as_str().expect("screenshot data"));
         assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name} is a PNG");
-        // Width and height of the IHDR chunk: the fixed viewport.
+        // Width and height of the IHDR chunk: the viewport.
         let size = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().unwrap());
-        assert_eq!((size(16), size(20)), (1280, 800), "{name}'s size");
+        assert_eq!((size(16), size(20)), want, "{name}'s size");
         let path = self.dir.join(format!("{name}.png"));
         std::fs::write(&path, png).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
         self.taken += 1;
@@ -469,6 +543,14 @@ impl Ui<'_> {
             )
             .is_ok_and(|r| r["result"]["value"] == json!(true))
         });
+    }
+
+    /// Navigates to a URL of another origin and waits for it to load.
+    fn goto_url(&mut self, url: &str) {
+        self.mark();
+        let nav = self.call("Page.navigate", json!({"url": url}));
+        assert!(nav.get("errorText").is_none(), "navigate to {url}: {nav}");
+        self.wait_for_new_page(&format!("navigating to {url}"));
     }
 
     fn goto(&mut self, path: &str) {
@@ -605,5 +687,44 @@ impl Ui<'_> {
             .iter()
             .map(|c| c.as_str().unwrap_or_default().to_owned())
             .collect()
+    }
+}
+
+/// The merchant's shop: one page on another origin (a port of 127.0.0.1), any path; a thread per
+/// connection (Chromium opens spare ones that send nothing), until the test process ends.
+struct Shop {
+    base: String,
+}
+
+impl Shop {
+    fn start(page: String) -> Shop {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let page = std::sync::Arc::new(page);
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let page = page.clone();
+                std::thread::spawn(move || {
+                    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        match conn.read(&mut byte) {
+                            Ok(1) => head.push(byte[0]),
+                            _ => return,
+                        }
+                    }
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\n\
+                         Cache-Control: no-store\r\nConnection: close\r\n\r\n{page}",
+                        page.len()
+                    );
+                });
+            }
+        });
+        Shop { base }
     }
 }

@@ -354,7 +354,7 @@ fn the_report_page_matches_convapi_report_and_charts_every_day() {
     // Compared with the 7 days before, which had none of these conversions.
     assert!(page.contains(r#"id="compare""#), "{page}");
     assert!(
-        page.contains("Revenue: <strong>1,770.00 EUR</strong> (previous period 0.00 EUR"),
+        page.contains("revenue <strong>1,770.00 EUR</strong> (before: 0.00 EUR)"),
         "{page}"
     );
     // The presets, "Last 7 days" being this range.

@@ -483,7 +483,7 @@ pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
             h2 { "Attribution" }
             @if let Some(a) = &o.attribution {
                 dl.ids #attribution {
-                    dt { "Model" } dd #attr-model { (a.model) " — " span.hint { (layout::model_words(&a.model)) } }
+                    dt { "Model" } dd #attr-model { (a.model) " — " span.hint { (layout::model_words(&a.model).0) ": " (layout::model_words(&a.model).1) } }
                     dt { "Session" } dd { code { (a.session_id.as_deref().unwrap_or("—")) } }
                     dt { "Source" } dd #attr-source { (a.source) }
                     dt { "Medium" } dd #attr-medium { (a.medium) }

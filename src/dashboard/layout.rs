@@ -247,15 +247,16 @@ pub fn status_words(status: &str) -> (&'static str, &'static str) {
     }
 }
 
-/// An attribution model in plain words.
-pub fn model_words(model: &str) -> &'static str {
+/// An attribution model in plain words: its short name, and which visit it credits.
+pub fn model_words(model: &str) -> (&'static str, &'static str) {
     match model {
-        "last_non_direct" => {
-            "Last non-direct touch (the latest campaign, search or referral visit)"
-        }
-        "last_touch" => "Last touch (the latest visit, direct ones too)",
-        "first_touch" => "First touch (the earliest visit in the window)",
-        _ => "",
+        "last_non_direct" => (
+            "Last non-direct touch",
+            "the latest visit from a campaign, a search or a referral; a direct visit only when there is none",
+        ),
+        "last_touch" => ("Last touch", "the latest visit, direct ones too"),
+        "first_touch" => ("First touch", "the earliest visit within the window"),
+        _ => ("", ""),
     }
 }
 

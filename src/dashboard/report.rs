@@ -148,7 +148,7 @@ pub fn change(before: Decimal, now: Decimal) -> Option<String> {
     })
 }
 
-/// The comparison's line for one figure: now, before, and the change.
+/// The comparison of one figure: now, before, and the change.
 fn compared(label: &str, now: &str, before: &str, pct: Option<String>) -> maud::Markup {
     let class = match pct.as_deref() {
         Some(p) if p.starts_with('+') => "up",
@@ -156,12 +156,9 @@ fn compared(label: &str, now: &str, before: &str, pct: Option<String>) -> maud::
         _ => "",
     };
     html! {
-        li {
-            (label) ": " strong { (now) } " (previous period " (before) ", "
-            @match pct {
-                Some(p) => span class=(class) { (p) },
-                None => "no change in % from zero",
-            }
+        span.figure {
+            (label) " " strong { (now) } " (before: " (before)
+            @if let Some(p) = pct { ", " span class=(class) { (p) } }
             ")"
         }
     }
@@ -252,14 +249,13 @@ pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
             a.button.secondary #report-csv href={ (base) "/report.csv?" (r.query()) } { "Download CSV" }
         }
         (report_form(&base, &r.from.to_string(), &r.to.to_string(), r.by_name, today))
-        section.card.compare #compare {
-            h2 { "Compared with the previous period" }
-            p.hint { (r.from) " to " (r.to) " against " (prev_from) " to " (prev_to) " (as many days just before)." }
-            ul {
-                (compared("Conversions", &layout::thousands(&sum.conversions.to_string()), &layout::thousands(&prev.conversions.to_string()),
-                    change(Decimal::from(prev.conversions), Decimal::from(sum.conversions))))
-                (compared("Revenue", &money(sum.revenue), &money(prev.revenue), change(prev.revenue, sum.revenue)))
-            }
+        p.compare #compare {
+            "Compared with the previous period (" (prev_from) " to " (prev_to) "): "
+            (compared("conversions", &layout::thousands(&sum.conversions.to_string()), &layout::thousands(&prev.conversions.to_string()),
+                change(Decimal::from(prev.conversions), Decimal::from(sum.conversions))))
+            "; "
+            (compared("revenue", &money(sum.revenue), &money(prev.revenue), change(prev.revenue, sum.revenue)))
+            "."
         }
         figure.card.chart-card {
             // The chart is built from numbers and constant text only (see chart.rs).

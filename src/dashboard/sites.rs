@@ -124,10 +124,15 @@ fn site_fields(f: &Fields) -> Markup {
         input #currency type="text" name="currency" value=(f.currency) required maxlength="3" pattern="[A-Z]{3}" title="three upper-case letters, e.g. EUR";
         label for="window_days" { "Attribution window " span.hint { "(days, 1 to " (crate::sites::MAX_WINDOW_DAYS) ")" } }
         input #window_days type="number" name="window_days" value=(f.window_days) min="1" max=(crate::sites::MAX_WINDOW_DAYS) required;
-        label for="model" { "Attribution model" }
-        select #model name="model" {
+        label for="model" { "Attribution model " span.hint { "(which visit gets the credit for a conversion)" } }
+        select #model name="model" aria-describedby="model-help" {
             @for m in crate::sites::MODELS {
-                option value=(m) selected[m == f.model] { (layout::model_words(m)) }
+                option value=(m) selected[m == f.model] { (layout::model_words(m).0) }
+            }
+        }
+        ul.hint #model-help {
+            @for m in crate::sites::MODELS {
+                li { strong { (layout::model_words(m).0) } ": " (layout::model_words(m).1) "." }
             }
         }
     }
@@ -257,7 +262,7 @@ pub fn curl(origin: &str, site_id: &str, key: Option<&str>, currency: &str) -> S
 /// when `serve --rates-fetch daily` runs).
 fn status(a: &store::dashboard::SiteActivity, fetch: Option<&crate::ecb::FetchStatus>) -> Markup {
     html! {
-        ul.status #site-status {
+        ul.site-status #site-status {
             @match a.pixel_last_seen {
                 Some(t) => li #pixel-status .ok { "Pixel last seen " (layout::date(t)) "." },
                 None => li #pixel-status .waiting { "Pixel not seen yet: paste the snippet on the site's pages and open one." },
