@@ -31,6 +31,7 @@ struct Inner {
     pool_pokes: AtomicU64,
     accept_restarts: AtomicU64,
     in_flight: AtomicU64,
+    lane_waiting: [AtomicU64; 2],
     rows_pruned: AtomicU64,
     db_bytes: AtomicU64,
     wal_bytes: AtomicU64,
@@ -136,6 +137,11 @@ impl Metrics {
 
     pub fn inc_dead_lettered(&self) {
         self.0.dead_lettered.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Requests waiting for a request thread, in the reserved and the shared lane.
+    pub fn set_lane_waiting(&self, reserved: u64, shared: u64) {
+        self.0.lane_waiting[0].store(reserved, Ordering::Relaxed);
+        self.0.lane_waiting[1].store(shared, Ordering::Relaxed);
     }
     pub fn set_open_connections(&self, n: u64) {
         self.0.connections_open.store(n, Ordering::Relaxed);
@@ -257,6 +263,15 @@ impl Metrics {
             "# HELP convapi_requests_in_flight Requests a worker is handling now.\n# TYPE convapi_requests_in_flight gauge\nconvapi_requests_in_flight {}",
             load(&self.0.in_flight)
         );
+        out.push_str("# HELP convapi_http_requests_waiting Requests waiting for a request thread, by lane (reserved: the authenticated API and /healthz; shared: everything else).\n");
+        out.push_str("# TYPE convapi_http_requests_waiting gauge\n");
+        for (i, lane) in ["reserved", "shared"].iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "convapi_http_requests_waiting{{lane=\"{lane}\"}} {}",
+                load(&self.0.lane_waiting[i])
+            );
+        }
         for (name, help, v) in counters {
             let _ = writeln!(
                 out,

@@ -613,7 +613,14 @@ fn many_failed_logins_at_once_do_not_grow_the_servers_memory() {
                         ],
                         &[("X-Forwarded-For", &format!("198.51.{round}.{t}"))],
                     );
-                    assert_eq!(r.status, 200, "a failed login: {}", r.text());
+                    // Checked (200, a wrong password) or, past the hashing queue, refused at
+                    // once (503: docs/hardening.md, "Budgets").
+                    assert!(
+                        r.status == 200 || r.status == 503,
+                        "a failed login: {} {}",
+                        r.status,
+                        r.text()
+                    );
                 });
             }
         });

@@ -54,6 +54,9 @@ mod framing;
 // The public pixel endpoint as an attacker uses it: rate limits, batch bounds, duplicate JSON
 // members, one spelling per route, the key before the body, the `/metrics` token.
 mod untrusted;
+// Every resource budgeted: pipelined requests never read, clients that do not read their answers,
+// a flood of password checks; the API's latency measured during each (docs/hardening.md, "Budgets").
+mod budgets;
 // Slow clients: bodies read on the connection's thread before a request thread sees them, and a
 // minimum data rate; 64 slow bodies do not delay `/healthz` or a conversion.
 mod slow_bodies;

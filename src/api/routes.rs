@@ -4,7 +4,7 @@
 use std::sync::OnceLock;
 
 use super::{collect, conversions, health, people, static_files, ApiError, App};
-use crate::http::{decode_segment as decoded, Ctx, Reply};
+use crate::http::{decode_segment as decoded, Ctx, Lane, Reply};
 
 /// A matched route: its name for logs and metrics, and whether its answers, errors included,
 /// carry CORS headers (the pixel reads them from any page).
@@ -53,6 +53,18 @@ const UNKNOWN: Route = private("unknown");
 fn test_routes() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("CONVAPI_TEST_ROUTES").is_ok_and(|v| v == "1"))
+}
+
+/// The lane a request waits in for a request thread (`http::Lane`): the authenticated API (keyed
+/// routes under `/api/sites/`) and `/healthz`, which a load balancer uses to decide whether this
+/// node lives, keep threads that anonymous work (the pixel, the dashboard and its password checks,
+/// static files, `/metrics`) cannot take (docs/hardening.md, "Budgets").
+pub fn lane(_method: &str, path: &str) -> Lane {
+    if path.starts_with("/api/sites/") || path == "/healthz" {
+        Lane::Reserved
+    } else {
+        Lane::Shared
+    }
 }
 
 /// Sends the request to its handler. Route words match the path as sent; parameters are

@@ -1,5 +1,5 @@
 //! The accept side: tiny_http `Server`s built on clones of our own listener, and one pump thread
-//! per server moving its requests into the channel the workers read.
+//! per server moving its requests into the lanes the workers read (`lanes.rs`).
 //!
 //! tiny_http's accept thread ends for good on the first accept error (EMFILE, ENFILE, ENOBUFS...):
 //! it pushes the error into its queue and stops (tiny-http PR #219). A pump that receives that error
@@ -22,11 +22,11 @@
 use std::net::TcpListener;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::lanes::{Lane, Lanes};
 use super::registry::Registry;
 use crate::metrics::Metrics;
 
@@ -72,9 +72,14 @@ struct Backoff {
     last_start: Instant,
 }
 
+/// Which lane a request goes to (the service decides, from its method and path).
+pub type Classify = Arc<dyn Fn(&str, &str) -> Lane + Send + Sync>;
+
 pub struct Front {
     listener: TcpListener,
-    tx: Mutex<Option<Sender<Incoming>>>,
+    /// Where requests go for the request threads; closed once every pump has ended.
+    lanes: Arc<Lanes>,
+    classify: Classify,
     registry: Arc<Registry>,
     metrics: Metrics,
     /// How long a retired generation must stay quiet before it ends.
@@ -95,7 +100,8 @@ impl Front {
     /// one scan period.
     pub fn start(
         listener: TcpListener,
-        tx: Sender<Incoming>,
+        lanes: Arc<Lanes>,
+        classify: Classify,
         registry: Arc<Registry>,
         metrics: Metrics,
         drain_quiet: Duration,
@@ -104,7 +110,8 @@ impl Front {
         let now = Instant::now();
         let front = Arc::new(Front {
             listener,
-            tx: Mutex::new(Some(tx)),
+            lanes,
+            classify,
             registry,
             metrics,
             drain_quiet,
@@ -146,18 +153,15 @@ impl Front {
         .map_err(|_| "cannot start an accept thread".to_string())?
         .map_err(|e| format!("cannot serve: {e}"))?;
         let server = Arc::new(server);
-        let tx = self
-            .tx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or("stopping")?;
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err("stopping".into());
+        }
         let mut gens = self.lock_generations();
         let id = gens.iter().map(|g| g.id + 1).max().unwrap_or(0);
         let (me, s) = (self.clone(), server.clone());
         let pump = std::thread::Builder::new()
             .name(format!("http-accept-{id}"))
-            .spawn(move || me.pump(id, &s, tx))
+            .spawn(move || me.pump(id, &s))
             .map_err(|e| format!("cannot start a pump: {e}"))?;
         gens.push(Generation {
             id,
@@ -200,7 +204,18 @@ impl Front {
         }
     }
 
-    fn pump(self: Arc<Self>, generation: u64, server: &tiny_http::Server, tx: Sender<Incoming>) {
+    /// Registers a request and queues it in its lane.
+    fn hand_over(&self, rq: tiny_http::Request, generation: u64) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.registry
+            .begin(id, rq.remote_addr().copied(), generation);
+        let url = rq.url();
+        let path = url.split_once('?').map_or(url, |(p, _)| p);
+        let lane = (self.classify)(rq.method().as_str(), path);
+        self.lanes.push(lane, Incoming { rq, id, generation });
+    }
+
+    fn pump(self: Arc<Self>, generation: u64, server: &tiny_http::Server) {
         let mut retired = false;
         let mut presumed_dead = false;
         let mut restarted = false;
@@ -239,21 +254,13 @@ impl Front {
             match server.recv_timeout(wait) {
                 Ok(Some(rq)) => {
                     last_message = Instant::now();
-                    let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                    self.registry
-                        .begin(id, rq.remote_addr().copied(), generation);
-                    if tx.send(Incoming { rq, id, generation }).is_err() {
-                        return;
-                    }
+                    self.hand_over(rq, generation);
                 }
                 Ok(None) => {
                     if self.stopping.load(Ordering::SeqCst) {
                         // Hand over what is already parsed, then stop.
                         while let Ok(Some(rq)) = server.try_recv() {
-                            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                            self.registry
-                                .begin(id, rq.remote_addr().copied(), generation);
-                            let _ = tx.send(Incoming { rq, id, generation });
+                            self.hand_over(rq, generation);
                         }
                         return;
                     }
@@ -295,7 +302,7 @@ impl Front {
     }
 
     /// Stops every generation: no new connection is accepted, requests already parsed are handed
-    /// over, then the pumps end and the channel closes once the workers took everything.
+    /// over, then the pumps end and the lanes close (the workers end once they took everything).
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
         let mut gens: Vec<Generation> = std::mem::take(&mut *self.lock_generations());
@@ -308,6 +315,6 @@ impl Front {
             }
         }
         drop(gens);
-        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.lanes.close();
     }
 }

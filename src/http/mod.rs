@@ -12,6 +12,7 @@
 //! elsewhere (see its module doc). Handlers never see `tiny_http` types.
 
 mod front;
+mod lanes;
 mod registry;
 mod supervisor;
 mod sys;
@@ -19,13 +20,14 @@ mod sys;
 use std::io::Read;
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
 use front::{Front, Incoming};
+use lanes::Lanes;
+pub use lanes::{reserved_threads, Lane};
 use registry::{Phase, Registry};
 pub use supervisor::Limits;
 use supervisor::Supervisor;
@@ -55,6 +57,9 @@ pub const MAX_REQUEST_ID: usize = 128;
 
 /// What the application behind the front answers with.
 pub trait Service: Send + Sync + 'static {
+    /// The lane a request waits in for a request thread (see `lanes.rs`), from its method and
+    /// path (without the query), before anything else of it is looked at.
+    fn lane(&self, method: &str, path: &str) -> Lane;
     /// Answers one request.
     fn handle(&self, ctx: &mut Ctx) -> Handled;
     /// The answer to a request the front refuses or loses on its own, without the request (the
@@ -281,7 +286,7 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.front.stop();
-        // The channel is closed now: workers finish what it holds and end.
+        // The lanes are closed now: workers finish what they hold and end.
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -323,7 +328,10 @@ pub fn serve(
         .map_err(|e| format!("cannot supervise connections: {e}"))?,
     );
     let supervisor_thread = supervisor.spawn().map_err(|e| e.to_string())?;
-    let (tx, rx) = mpsc::channel::<Incoming>();
+    let lanes = Arc::new(Lanes::new(threads, metrics.clone()));
+    let classifier = service.clone();
+    let classify: front::Classify =
+        Arc::new(move |method: &str, path: &str| classifier.lane(method, path));
     // A retired generation may end once nothing can arrive from it any more: every connection
     // quiet for the idle timeout has been shut down by then (plus a scan period, plus slack).
     let drain_quiet =
@@ -331,6 +339,9 @@ pub fn serve(
     let on_head = registry.clone();
     let mut options = tiny_http::ServerOptions {
         preread_body_limit: PREREAD_BODY_LIMIT,
+        // One request per connection in our hands at a time, its answer written by the
+        // connection's own thread (vendor/tiny_http/PATCHES.md 19).
+        answers_on_connection: true,
         on_head: Some(Arc::new(move |peer| on_head.head_read(peer))),
         ..tiny_http::ServerOptions::default()
     };
@@ -338,13 +349,13 @@ pub fn serve(
     supervisor.configure(&mut options);
     let front = Front::start(
         listener,
-        tx,
+        lanes.clone(),
+        classify,
         registry.clone(),
         metrics.clone(),
         drain_quiet,
         options,
     )?;
-    let rx = Arc::new(Mutex::new(rx));
     let mut handles = Vec::with_capacity(threads);
     for i in 0..threads {
         let w = Worker {
@@ -354,10 +365,10 @@ pub fn serve(
             supervisor: supervisor.clone(),
             front: front.clone(),
         };
-        let rx = rx.clone();
+        let lanes = lanes.clone();
         let t = std::thread::Builder::new()
             .name(format!("http-{i}"))
-            .spawn(move || serve_loop(&w, &rx))
+            .spawn(move || serve_loop(&w, &lanes))
             .map_err(|e| e.to_string())?;
         handles.push(t);
     }
@@ -372,19 +383,14 @@ pub fn serve(
     })
 }
 
-fn serve_loop(w: &Worker, rx: &Mutex<Receiver<Incoming>>) {
-    loop {
-        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-        match next {
-            Ok(inc) => {
-                let id = inc.id;
-                // `handle` catches panics itself; this one is the last line of defence so that a
-                // worker never dies and a request never stays registered.
-                let _ = catch_unwind(AssertUnwindSafe(|| handle(w, inc)));
-                w.registry.end(id);
-            }
-            Err(_) => return,
-        }
+fn serve_loop(w: &Worker, lanes: &Lanes) {
+    while let Some((lane, inc)) = lanes.pop() {
+        let id = inc.id;
+        // `handle` catches panics itself; this one is the last line of defence so that a
+        // worker never dies, a request never stays registered and a lane slot is never lost.
+        let _ = catch_unwind(AssertUnwindSafe(|| handle(w, inc)));
+        w.registry.end(id);
+        lanes.done(lane);
     }
 }
 
@@ -537,21 +543,25 @@ fn handle(w: &Worker, inc: Incoming) {
     w.registry.phase(flight, Phase::Writing);
     if close {
         if let Some(peer) = peer {
-            // Reads now end at what already arrived, so tiny_http's drain stops there.
+            // Reads now end at what already arrived, so tiny_http's drain of an unread body (on
+            // the connection's thread) stops there.
             w.supervisor.shutdown_peer(peer, Shutdown::Read);
         }
     }
-    // Responding drops the request, which drains the unread body (through a bounded buffer in the
-    // vendored tiny_http, vendor/tiny_http/PATCHES.md); a panic there must not take the worker.
-    match catch_unwind(AssertUnwindSafe(|| req.respond(response))) {
+    // The answer is rendered into memory here and written by the connection's own thread
+    // (`answers_on_connection`), which then closes the connection if asked: this thread never
+    // waits on the client's socket. A panic in tiny_http must not take the worker.
+    let responded = catch_unwind(AssertUnwindSafe(|| {
+        if close {
+            req.respond_closing(response)
+        } else {
+            req.respond(response)
+        }
+    }));
+    match responded {
         Ok(Ok(())) => {}
         Ok(Err(e)) => log::debug!("request {request_id}: cannot write response: {e}"),
         Err(_) => log::warn!("request {request_id}: tiny_http panicked finishing the request"),
-    }
-    if close {
-        if let Some(peer) = peer {
-            w.supervisor.shutdown_peer(peer, Shutdown::Both);
-        }
     }
     let elapsed = started.elapsed();
     w.metrics.observe_request(route, status, elapsed);

@@ -211,6 +211,13 @@ pub struct ServerOptions {
     pub max_connections: Option<usize>,
     /// Called whenever the server ends a connection because of one of the bounds above.
     pub on_cut: Option<Arc<dyn Fn(Cut) + Send + Sync>>,
+    /// Each connection writes its answers on its own thread: a request's response is rendered
+    /// into memory by whoever responds and handed to the connection, which writes it, then reads
+    /// its next request. At most one request per connection is out at a time (no read-ahead of
+    /// pipelined requests), and nobody but the connection's thread waits on its socket (`false`:
+    /// upstream, the responding thread writes to the socket and pipelined requests are read
+    /// ahead without bound).
+    pub answers_on_connection: bool,
 }
 
 impl Default for ServerOptions {
@@ -224,6 +231,7 @@ impl Default for ServerOptions {
             connections: None,
             max_connections: None,
             on_cut: None,
+            answers_on_connection: false,
         }
     }
 }
@@ -239,6 +247,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("connections", &self.connections.as_ref().map(|c| c.len()))
             .field("max_connections", &self.max_connections)
             .field("on_cut", &self.on_cut.as_ref().map(|_| "Fn"))
+            .field("answers_on_connection", &self.answers_on_connection)
             .finish()
     }
 }
