@@ -1,7 +1,8 @@
 //! The schema's history and the runner that applies it: the migrations are the numbered SQL files in
 //! `migrations/` (`0001_initial.sql` …), embedded in order in [`MIGRATIONS`]. Migration `N` takes
 //! `PRAGMA user_version` from `N - 1` to `N`, in its own transaction; a fresh database is built by
-//! the same steps from version 0, so there is one way to a schema.
+//! the same steps from version 0, so there is one way to a schema, and `schema.sql` at the top of the
+//! repository is its snapshot: documentation, checked by a test here, never applied.
 //!
 //! A released file is frozen (a test pins its SHA-256): a change to the schema is a new file. Where
 //! SQL cannot say a step, the file calls a SQL function written in Rust, named after the file
@@ -220,7 +221,8 @@ mod tests {
     ///    triggers again, written out in full: see `0005_report_rollup.sql`); where SQL cannot say
     ///    a step, a Rust SQL function named `mNNNN_…` beside [`m0005_minor_amount`];
     /// 2. add it at the end of [`MIGRATIONS`];
-    /// 3. add the file's digest, which this test prints, at the end of [`RELEASED`].
+    /// 3. write `schema.sql` again: `CONVAPI_BLESS=1 cargo test --lib schema_sql`, and read its diff;
+    /// 4. add the file's digest, which this test prints, at the end of [`RELEASED`].
     #[test]
     fn released_migrations_are_frozen() {
         let mut problems = Vec::new();
@@ -295,6 +297,78 @@ mod tests {
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap()
+    }
+
+    /// What `schema.sql` holds: a header, then each table's statements as SQLite keeps them.
+    fn render_schema(conn: &Connection) -> String {
+        // Not one format!: tests/security.rs reads a format! of text with SQL words as SQL.
+        let mut out = format!("-- convapi's schema at version {SCHEMA_VERSION}");
+        out.push_str(
+            " (PRAGMA user_version), as the migrations in
+-- src/store/migrations/ leave it: each table followed by its indexes and triggers, every statement
+-- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
+-- database, new or old, with the migrations. Generated, and checked by a unit test
+-- (schema_sql_is_the_migrated_schema in src/store/migrate.rs); after adding a migration, write it
+-- again with `CONVAPI_BLESS=1 cargo test --lib schema_sql`.
+-- Times are integer epoch milliseconds (UTC). Money is decimal text, never REAL.
+",
+        );
+        for (kind, _, sql) in objects(conn) {
+            if kind == "table" {
+                out.push('\n');
+            }
+            out.push_str(&sql);
+            out.push_str(";\n");
+        }
+        out
+    }
+
+    fn normalise_whitespace(text: &str) -> String {
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// `schema.sql` is the schema the migrations build (whitespace aside); `CONVAPI_BLESS=1` writes
+    /// it again instead of failing.
+    #[test]
+    fn schema_sql_is_the_migrated_schema() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/schema.sql");
+        let expected = render_schema(&fresh());
+        let actual = std::fs::read_to_string(path).unwrap_or_default();
+        if normalise_whitespace(&actual) == normalise_whitespace(&expected) {
+            return;
+        }
+        if std::env::var_os("CONVAPI_BLESS").is_some_and(|v| v == "1") {
+            std::fs::write(path, &expected).unwrap();
+            eprintln!("wrote {path}");
+            return;
+        }
+        // Name the objects that differ: schema.sql is plain SQL, so SQLite can read it back.
+        let from_file = Connection::open_in_memory().unwrap();
+        let differing = match from_file.execute_batch(&actual) {
+            Ok(()) => {
+                let mut file = objects(&from_file);
+                let mut built = objects(&fresh());
+                for o in file.iter_mut().chain(built.iter_mut()) {
+                    o.2 = normalise_whitespace(&o.2);
+                }
+                let names: std::collections::BTreeSet<String> = file
+                    .iter()
+                    .filter(|o| !built.contains(o))
+                    .chain(built.iter().filter(|o| !file.contains(o)))
+                    .map(|o| format!("{} {}", o.0, o.1))
+                    .collect();
+                if names.is_empty() {
+                    "no statement, only the header or the order".to_owned()
+                } else {
+                    names.into_iter().collect::<Vec<_>>().join(", ")
+                }
+            }
+            Err(e) => format!("schema.sql does not run: {e}"),
+        };
+        panic!(
+            "schema.sql is not the schema the migrations build (differing: {differing}); write it \
+             again with `CONVAPI_BLESS=1 cargo test --lib schema_sql` and read the diff"
+        );
     }
 
     /// Rows in every table of a version-1 file, each of the kind a later migration moves,
