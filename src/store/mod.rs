@@ -3,10 +3,10 @@
 //! Owns connection set-up (WAL, `synchronous=FULL`, `foreign_keys`, `busy_timeout`), the transaction
 //! runners ([`read`], [`write_tx`], [`savepoint`]), and one module per table or concern. The schema
 //! is the migrations, numbered SQL files in `migrations/` that `migrate.rs` applies when [`open`]
-//! opens a file; `schema.sql` at the top of the repository is their result. Nothing outside `store/` writes SQL, transaction control included. The table
-//! functions take a `&Connection` (reads, or work inside a transaction the caller opened with a
-//! runner) and never open their own transaction, so the writer can group many of them into one
-//! commit.
+//! opens a file; `schema.sql` at the top of the repository is their result. Nothing outside
+//! `store/` writes SQL, transaction control included. The table functions take a `&Connection`
+//! (reads, or work inside a transaction the caller opened with a runner) and never open their own
+//! transaction, so the writer can group many of them into one commit.
 
 pub mod conversions;
 pub mod dashboard;
