@@ -27,7 +27,7 @@ struct Inner {
     rate_limited: AtomicU64,
     identify_rejected: AtomicU64,
     connections_open: AtomicU64,
-    connections_shut: [AtomicU64; 5],
+    connections_shut: [AtomicU64; 6],
     pool_pokes: AtomicU64,
     accept_restarts: AtomicU64,
     in_flight: AtomicU64,
@@ -50,15 +50,18 @@ pub enum ShutReason {
     OverLimit,
     /// Idle, and its thread is needed by a connection tiny_http left without one.
     Reclaim,
+    /// Over the connection limit of its client address.
+    AddressLimit,
 }
 
 impl ShutReason {
-    const ALL: [ShutReason; 5] = [
+    const ALL: [ShutReason; 6] = [
         ShutReason::Idle,
         ShutReason::Slow,
         ShutReason::Head,
         ShutReason::OverLimit,
         ShutReason::Reclaim,
+        ShutReason::AddressLimit,
     ];
 
     fn label(self) -> &'static str {
@@ -68,6 +71,7 @@ impl ShutReason {
             ShutReason::Head => "head_too_large",
             ShutReason::OverLimit => "over_limit",
             ShutReason::Reclaim => "reclaimed_for_queued",
+            ShutReason::AddressLimit => "over_address_limit",
         }
     }
 }

@@ -7,13 +7,14 @@
 //! - connections that do not read their answers: answers are written by the connection's own
 //!   thread, so they hold no request thread;
 //! - a flood of password checks from many addresses: hashing has its own few slots and a bounded
-//!   queue (503 beyond it), and anonymous work cannot take the request threads the API keeps.
+//!   queue (503 beyond it), and anonymous work cannot take the request threads the API keeps;
+//! - one address opening many connections: beyond its own bound, its longest-idle ones close.
 //!
 //! The attacks are bounded in bytes and time; the API's latency is the 90th percentile of
 //! conversions sent one after another, each waiting for its answer, during and after the attack.
 //! Each test holds `heavy_load`: its figures mean nothing beside another flood.
 
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -239,4 +240,84 @@ fn a_flood_of_logins_from_many_addresses_does_not_starve_the_api() {
         p90 <= Duration::from_millis(250),
         "conversions p90 {p90:?} over {n} during 150 concurrent logins ({failed:?} failed)"
     );
+}
+
+/// A TCP connection to `addr` from the local address `from` (any 127.0.0.x is this machine).
+fn connect_from(from: &str, addr: &str) -> TcpStream {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let local: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
+    socket.bind(&local.into()).unwrap();
+    let to: std::net::SocketAddr = addr.parse().unwrap();
+    socket.connect(&to.into()).unwrap();
+    socket.into()
+}
+
+/// How many of `conns` the server has closed (EOF or reset) within `patience`.
+fn closed_within(conns: &mut [TcpStream], patience: Duration) -> usize {
+    use std::io::Read;
+    let deadline = Instant::now() + patience;
+    let mut closed = vec![false; conns.len()];
+    while Instant::now() < deadline && closed.iter().any(|c| !c) {
+        for (c, done) in conns.iter_mut().zip(closed.iter_mut()) {
+            if *done {
+                continue;
+            }
+            c.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
+            let mut buf = [0u8; 64];
+            match c.read(&mut buf) {
+                Ok(0) => *done = true,
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(_) => *done = true,
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    closed.iter().filter(|c| **c).count()
+}
+
+/// One client address could open every connection the server allows (1,024 by default); the
+/// connection limit then shed everybody's idle keep-alive connections, its own among them. Now an
+/// address has a bound of its own (`--max-connections-per-address`): beyond it, that address's
+/// longest-idle connections are closed, and nobody else's. A trusted proxy, which stands for many
+/// clients, is exempt.
+#[test]
+fn one_address_cannot_hold_more_than_its_share_of_connections() {
+    let app = TestApp::builder()
+        .serve_args(&[
+            "--max-connections-per-address",
+            "8",
+            "--trusted-proxies",
+            "127.0.0.3",
+        ])
+        .start();
+    let addr = app.addr();
+    // Another client's keep-alive connections, idle like the attacker's.
+    let mut others: Vec<TcpStream> = (0..4).map(|_| connect_from("127.0.0.4", &addr)).collect();
+    let mut attacker: Vec<TcpStream> = (0..40).map(|_| connect_from("127.0.0.2", &addr)).collect();
+    let mut proxy: Vec<TcpStream> = (0..20).map(|_| connect_from("127.0.0.3", &addr)).collect();
+    // Well within the idle timeout (10 s): only the per-address bound closes anything.
+    let closed = closed_within(&mut attacker, Duration::from_secs(3));
+    assert_eq!(
+        closed,
+        40 - 8,
+        "connections of one address closed beyond its 8"
+    );
+    assert_eq!(
+        closed_within(&mut others, Duration::from_millis(300)),
+        0,
+        "another address's connections stay"
+    );
+    assert_eq!(
+        closed_within(&mut proxy, Duration::from_millis(300)),
+        0,
+        "a trusted proxy's connections stay"
+    );
+    let text = app.get("/metrics").text();
+    assert!(
+        text.contains("convapi_http_connections_shut_total{reason=\"over_address_limit\"} 32"),
+        "{text}"
+    );
+    app.get("/healthz").expect(200);
 }

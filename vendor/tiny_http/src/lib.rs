@@ -209,6 +209,12 @@ pub struct ServerOptions {
     /// waited longest for its next request; when every one has a request in the application's
     /// hands, the new connection is closed at once.
     pub max_connections: Option<usize>,
+    /// Most connections in `connections` from one client address: a new one beyond it first
+    /// shuts down that address's connection that has waited longest for its next request; when
+    /// every one has a request in the application's hands, the new one is closed at once.
+    pub max_per_address: Option<usize>,
+    /// Client addresses not bounded by `max_per_address` (reverse proxies).
+    pub shared_address: Option<Arc<dyn Fn(std::net::IpAddr) -> bool + Send + Sync>>,
     /// Called whenever the server ends a connection because of one of the bounds above.
     pub on_cut: Option<Arc<dyn Fn(Cut) + Send + Sync>>,
     /// Each connection writes its answers on its own thread: a request's response is rendered
@@ -230,6 +236,8 @@ impl Default for ServerOptions {
             max_head_bytes: None,
             connections: None,
             max_connections: None,
+            max_per_address: None,
+            shared_address: None,
             on_cut: None,
             answers_on_connection: false,
         }
@@ -246,6 +254,8 @@ impl std::fmt::Debug for ServerOptions {
             .field("max_head_bytes", &self.max_head_bytes)
             .field("connections", &self.connections.as_ref().map(|c| c.len()))
             .field("max_connections", &self.max_connections)
+            .field("max_per_address", &self.max_per_address)
+            .field("shared_address", &self.shared_address.as_ref().map(|_| "Fn"))
             .field("on_cut", &self.on_cut.as_ref().map(|_| "Fn"))
             .field("answers_on_connection", &self.answers_on_connection)
             .finish()
@@ -392,6 +402,29 @@ impl Server {
                                     Some(true) => {
                                         if let Some(on_cut) = &options.on_cut {
                                             on_cut(Cut::OverLimit);
+                                        }
+                                    }
+                                    Some(false) => {}
+                                }
+                            }
+                            let ip = peer.map(|p| p.ip());
+                            let bounded = match (ip, &options.shared_address) {
+                                (None, _) => false,
+                                (Some(ip), Some(shared)) => !shared(ip),
+                                (Some(_), None) => true,
+                            };
+                            if let (Some(max), true) = (options.max_per_address, bounded) {
+                                let of_ip = |p: Option<std::net::SocketAddr>| {
+                                    p.map(|p| p.ip()) == ip
+                                };
+                                match table.make_room_among(max, of_ip) {
+                                    None => {
+                                        log::debug!("address limit: closing a new one");
+                                        continue;
+                                    }
+                                    Some(true) => {
+                                        if let Some(on_cut) = &options.on_cut {
+                                            on_cut(Cut::AddressLimit);
                                         }
                                     }
                                     Some(false) => {}
