@@ -1,11 +1,12 @@
 //! The dashboard's security at the HTTP level (docs/decisions.md §10): every state-changing form
 //! refuses a missing or wrong CSRF token and changes nothing; a user of another tenant gets the
 //! same 404 as for a missing id on every URL of this tenant, and changes nothing; logged out, every
-//! page redirects to the login form; passwords exist only as Argon2id hashes; logins are throttled
-//! per account and per address, even with the right password and with attempts sent at once; the
-//! session id changes at login and dies at logout; what the anonymous pixel (and the API) sent is escaped on every page that shows
-//! it — checked in the HTML, and in Chromium with the CSP switched off so that only escaping stands
-//! between a payload and `window.__xss`; and the security headers of every page.
+//! page redirects to the login form; passwords exist only as Argon2id hashes; logins (and the
+//! account page's current password) are throttled per account and per address, even with the right
+//! password and with attempts sent at once; the session id changes at login and dies at logout;
+//! what the anonymous pixel (and the API) sent is escaped on every page that shows it — checked in
+//! the HTML, and in Chromium with the CSP switched off so that only escaping stands between a
+//! payload and `window.__xss`; and the security headers of every page.
 //!
 //! The browser-like client is `common/dashboard.rs`'s [`DashClient`]: it keeps cookies, takes
 //! planted ones and follows no redirect.
@@ -635,6 +636,65 @@ fn the_login_throttle_does_not_race_concurrent_wrong_passwords() {
     }
     let r = DashClient::new(&app).login("owner@shop.example", PASSWORD_A);
     expect_throttled(&r, "the right password after 40 wrong ones");
+}
+
+/// Regression (issue 19): the account page checked the current password without any throttle, so
+/// a stolen session could try passwords as fast as Argon2 runs, from as many addresses as it had.
+/// Every password check now goes through the login's throttle: the same counts per account and
+/// per address.
+#[test]
+fn the_account_pages_current_password_check_is_throttled() {
+    let app = TestApp::builder()
+        .serve_args(&["--trusted-proxies", "127.0.0.1"])
+        .start();
+    create_user(&app, &app.tenant.id, "owner@shop.example", PASSWORD_A);
+    let thief = DashClient::logged_in(&app, "owner@shop.example", PASSWORD_A);
+    let csrf = thief.csrf();
+    let hash = || app.query_str("SELECT password_hash FROM users", []);
+    let before = hash();
+    // The stolen session from 40 addresses at once: only the account's count can stop them.
+    let session = thief.cookie("convapi_session").unwrap();
+    let answers = at_once(40, "/dashboard/account", |i| {
+        let mut c = DashClient::new(&app);
+        c.set_cookie("convapi_session", &session);
+        c.headers
+            .push(("X-Forwarded-For".into(), format!("198.51.100.{i}")));
+        let fields = vec![
+            ("csrf", csrf.clone()),
+            ("current_password", format!("guess number {i}")),
+            ("new_password", "the thief's new password".to_owned()),
+            (
+                "new_password_confirm",
+                "the thief's new password".to_owned(),
+            ),
+        ];
+        (c, fields)
+    });
+    let statuses: Vec<u16> = answers.iter().map(|r| r.status).collect();
+    let checked = answers
+        .iter()
+        .filter(|r| r.status == 400 && r.text().contains("The current password is wrong."))
+        .count();
+    assert!(
+        (1..=5).contains(&checked),
+        "{checked} of 40 wrong current passwords were checked, at most 5 may be: {statuses:?}"
+    );
+    for r in answers.iter().filter(|r| r.status != 400) {
+        expect_throttled(r, "a wrong current password over the limit");
+    }
+    // Over the limit, the right password is refused unchecked, on the page and at the login.
+    let right = thief.submit(
+        "/dashboard/account",
+        &[
+            ("current_password", PASSWORD_A),
+            ("new_password", "the thief's new password"),
+            ("new_password_confirm", "the thief's new password"),
+        ],
+    );
+    expect_throttled(&right, "the right current password of a throttled account");
+    assert_eq!(hash(), before, "the password did not change");
+    let r = DashClient::new(&app).login("owner@shop.example", PASSWORD_A);
+    expect_throttled(&r, "a login of the throttled account");
 }
 
 /// A number of kB of the server process's `/proc/PID/status` line `field` (`VmRSS`, `VmHWM`).
