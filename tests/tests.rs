@@ -73,7 +73,8 @@ mod lifecycle;
 // Operations: one server per database file, `outbox list` and `outbox retry` for dead letters.
 mod ops;
 // Getting data out: `convapi export` (CSV round trip, NDJSON, sessions, flat memory over 100,000
-// conversions), `convapi backup` under load, database and WAL sizes on `/metrics`.
+// conversions), formulas neutralised in every CSV, `convapi backup` under load, database and WAL
+// sizes on `/metrics`.
 mod lifecycle_export;
 // The dashboard's accounts and forms: first-run token, `user create`, login cookie, logout, CSRF,
 // the login throttle, site create/edit, keys shown once and revoked, other tenants' ids are 404.
