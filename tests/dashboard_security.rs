@@ -1,9 +1,10 @@
 //! The dashboard's security at the HTTP level (docs/decisions.md §10): every state-changing form
 //! refuses a missing or wrong CSRF token and changes nothing; a user of another tenant gets the
-//! same 404 as for a missing id on every URL of this tenant, and changes nothing; logged out, every
-//! page redirects to the login form; passwords exist only as Argon2id hashes; logins (and the
-//! account page's current password) are throttled per account and per address, even with the right
-//! password and with attempts sent at once; the session id changes at login and dies at logout;
+//! same 404 as for a missing id on every URL of this tenant, and changes nothing; a path parameter
+//! that is not UTF-8 is the 400 page, and changes nothing; logged out, every page redirects to the
+//! login form; passwords exist only as Argon2id hashes; logins (and the account page's current
+//! password) are throttled per account and per address, even with the right password and with
+//! attempts sent at once; the session id changes at login and dies at logout;
 //! what the anonymous pixel (and the API) sent is escaped on every page that shows it — checked in
 //! the HTML, and in Chromium with the CSP switched off so that only escaping stands between a
 //! payload and `window.__xss`; and the security headers of every page.
@@ -328,6 +329,84 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
         !keys.contains(&w.app.key.prefix) && !keys.contains(ka.as_str()),
         "B's keys page shows A's key"
     );
+}
+
+/// Regression (issue 19): path parameters were percent-decoded lossily (`%FF` became U+FFFD) and
+/// then looked up. One that does not decode to UTF-8 is now the 400 page naming it, for a
+/// logged-in viewer, before anything is loaded or changed; logged out it is the login page, as
+/// every other path is.
+#[test]
+fn dashboard_path_parameters_are_not_decoded_lossily() {
+    let w = World::start();
+    let a = w.login_a();
+    let csrf = a.csrf();
+    let site = w.app.site.id.clone();
+    let key = w.app.key.id.clone();
+    let dead = parked_order(&w.app, "V-DEAD-1", "D-1");
+    dead_letter(&w.app, &dead);
+    let mut cases: Vec<(&str, String, &str)> = [
+        "",
+        "/conversions",
+        "/conversions.csv",
+        "/conversions/x",
+        "/dead-letters",
+        "/report",
+        "/report.csv",
+    ]
+    .iter()
+    .map(|rest| ("GET", format!("/dashboard/sites/x%FFy{rest}"), "site id"))
+    .collect();
+    cases.extend([
+        ("POST", "/dashboard/sites/x%FFy".into(), "site id"),
+        (
+            "POST",
+            "/dashboard/sites/%FF/dead-letters/x/retry".into(),
+            "site id",
+        ),
+        (
+            "GET",
+            format!("/dashboard/sites/{site}/conversions/x%FFy"),
+            "event id",
+        ),
+        (
+            "POST",
+            format!("/dashboard/sites/{site}/dead-letters/{dead}%FF/retry"),
+            "conversion id",
+        ),
+        (
+            "GET",
+            "/dashboard/settings/api-keys/M%FCller/revoke".into(),
+            "key id",
+        ),
+        (
+            "POST",
+            format!("/dashboard/settings/api-keys/{key}%FF/revoke"),
+            "key id",
+        ),
+    ]);
+    let before = w.state();
+    let logged_out = DashClient::new(&w.app);
+    for (method, path, name) in &cases {
+        let r = if *method == "POST" {
+            a.post_form(path, &[("csrf", &csrf), ("name", "Renamed")])
+        } else {
+            a.get(path)
+        };
+        assert_eq!(r.status, 400, "{method} {path}: {}", r.text());
+        let text = r.text();
+        assert!(
+            text.contains(&format!("The {name} in the address is not valid")),
+            "{method} {path}: {text}"
+        );
+        check_headers(&r, &format!("{method} {path}"), true);
+        let r = logged_out.request(method, path, &[], None);
+        assert!(
+            login_next(&r).is_some(),
+            "{method} {path} logged out: {}",
+            r.status
+        );
+    }
+    assert_eq!(w.state(), before, "nothing changed");
 }
 
 // ---------------------------------------------------------------------------------------------

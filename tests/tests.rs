@@ -52,7 +52,8 @@ mod tiny_http_patches;
 // obs-fold, Host, other versions, bodies cut short; in process and against the binary.
 mod framing;
 // The public pixel endpoint as an attacker uses it: rate limits, batch bounds, duplicate JSON
-// members, one spelling per route, the key before the body, the `/metrics` token.
+// members, one spelling per route, path parameters that are not UTF-8, the key before the body, the
+// `/metrics` token.
 mod untrusted;
 // Slow clients: bodies read on the connection's thread before a request thread sees them, and a
 // minimum data rate; 64 slow bodies do not delay `/healthz` or a conversion.
@@ -85,7 +86,8 @@ mod dashboard_data;
 mod browser;
 // The dashboard in headless Chromium: first run to a revoked key, screenshots of every page.
 mod dashboard_browser;
-// The dashboard's CSRF tokens, tenant isolation, logins, sessions, password hashes, escaping of
+// The dashboard's CSRF tokens, tenant isolation, path parameters that are not UTF-8, logins and the
+// password throttle (attempts at once, the account page), sessions, password hashes, escaping of
 // what the pixel sent on every page, security headers.
 mod dashboard_security;
 // The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without).
