@@ -444,3 +444,54 @@ pub fn logout(d: &Dashboard, ctx: &mut Ctx, viewer: &Viewer) -> PageResult {
     Ok(layout::redirect("/dashboard/login")
         .header("Set-Cookie", &cookie(d, SESSION_COOKIE, "", Some(0))))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempt_is_counted_before_its_check_and_taken_back_unless_it_failed() {
+        let t = Throttles::default();
+        let now = Instant::now();
+        let running: Vec<Attempt> = (0..ACCOUNT_FAILURES)
+            .map(|i| t.reserve("a@x", &format!("address {i}"), now).unwrap())
+            .collect();
+        // Checks still running fill the account's limit: the next is refused, from any address.
+        assert_eq!(
+            t.reserve("a@x", "another", now).err(),
+            Some(THROTTLE_WINDOW)
+        );
+        assert!(t.reserve("b@x", "another", now).is_ok());
+        // None of them failed (say the hashing queue was busy): all are taken back.
+        drop(running);
+        for _ in 0..ACCOUNT_FAILURES {
+            t.reserve("a@x", "address", now).unwrap().failed();
+        }
+        let later = now + Duration::from_secs(60);
+        assert_eq!(
+            t.reserve("a@x", "address", later).err(),
+            Some(THROTTLE_WINDOW - Duration::from_secs(60))
+        );
+        assert!(t.reserve("a@x", "address", now + THROTTLE_WINDOW).is_ok());
+    }
+
+    #[test]
+    fn a_success_clears_the_accounts_failures_but_not_the_address_ones() {
+        let t = Throttles::default();
+        let now = Instant::now();
+        for _ in 0..ACCOUNT_FAILURES - 1 {
+            t.reserve("a@x", "address", now).unwrap().failed();
+        }
+        t.reserve("a@x", "address", now).unwrap().succeeded("a@x");
+        for _ in 0..ACCOUNT_FAILURES {
+            t.reserve("a@x", "elsewhere", now).unwrap().failed();
+        }
+        // The address has its 4 failures, not the success: 16 more fill its 20.
+        for i in 0..ADDRESS_FAILURES - (ACCOUNT_FAILURES - 1) {
+            t.reserve(&format!("user{i}@x"), "address", now)
+                .unwrap()
+                .failed();
+        }
+        assert!(t.reserve("new@x", "address", now).is_err());
+    }
+}
