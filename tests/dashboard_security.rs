@@ -331,7 +331,7 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
     );
 }
 
-/// Regression (issue 19): path parameters were percent-decoded lossily (`%FF` became U+FFFD) and
+/// Regression: path parameters were percent-decoded lossily (`%FF` became U+FFFD) and
 /// then looked up. One that does not decode to UTF-8 is now the 400 page naming it, for a
 /// logged-in viewer, before anything is loaded or changed; logged out it is the login page, as
 /// every other path is.
@@ -682,7 +682,7 @@ fn at_once<'a>(
     })
 }
 
-/// Regression (issue 19): 40 wrong passwords for one account at once from one address got 36 to
+/// Regression: 40 wrong passwords for one account at once from one address got 36 to
 /// 38 password checks and only 2 to 4 refusals, and the right password sent after them logged in:
 /// each failure was recorded after its ~30 ms hash, so every attempt that arrived meanwhile passed
 /// the check. An attempt is now counted before its hash, in the same lock as the check.
@@ -717,7 +717,7 @@ fn the_login_throttle_does_not_race_concurrent_wrong_passwords() {
     expect_throttled(&r, "the right password after 40 wrong ones");
 }
 
-/// Regression (issue 19): the account page checked the current password without any throttle, so
+/// Regression: the account page checked the current password without any throttle, so
 /// a stolen session could try passwords as fast as Argon2 runs, from as many addresses as it had.
 /// Every password check now goes through the login's throttle: the same counts per account and
 /// per address.

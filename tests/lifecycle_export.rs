@@ -226,7 +226,7 @@ fn formula_like(cell: &str) -> bool {
     cell.starts_with(['=', '+', '-', '@', '\t', '\r']) && !number
 }
 
-/// Regression (issue 19): the tracker id is public, so anyone could plant formulas as ids and UTM
+/// Regression: the tracker id is public, so anyone could plant formulas as ids and UTM
 /// values, and every CSV download wrote them as live formulas (`=HYPERLINK(...)` leaking the row
 /// to evil.example when the merchant clicks it). Each text cell starting like a formula now gets a
 /// leading `'`, in the one CSV writer.

@@ -358,7 +358,7 @@ fn a_route_has_one_spelling() {
     app.order_status("A/1 b").expect(200);
 }
 
-/// Regression (issue 19): path parameters were percent-decoded lossily, so `DELETE
+/// Regression: path parameters were percent-decoded lossily, so `DELETE
 /// …/people/x%FFy` (not UTF-8) answered 200 and erased the stored person `x\u{FFFD}y`, and a
 /// backend sending Latin-1 (`M%FCller`) got 200 with zero counts while "Müller" stayed stored.
 /// A parameter that does not decode to UTF-8 is now 400 `VALIDATION_ERROR` naming it, on every
