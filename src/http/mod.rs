@@ -407,11 +407,13 @@ pub fn path_segments(path: &str) -> Vec<String> {
         .collect()
 }
 
-/// A path segment with its percent-encoding decoded (invalid UTF-8 replaced).
-pub fn decode_segment(segment: &str) -> String {
+/// A path segment with its percent-encoding decoded, or `Err` when the bytes it decodes to are
+/// not UTF-8. Never replaced: `x%FFy` is not `x\u{FFFD}y`, and `M%FCller` (Latin-1) is not
+/// "Müller", so a parameter must be refused rather than used to look up, or erase, someone else.
+pub fn decode_segment(segment: &str) -> Result<String, std::str::Utf8Error> {
     percent_encoding::percent_decode_str(segment)
-        .decode_utf8_lossy()
-        .into_owned()
+        .decode_utf8()
+        .map(std::borrow::Cow::into_owned)
 }
 
 /// The id of a request: the client's `X-Request-Id` when it is well-formed, 1 to
