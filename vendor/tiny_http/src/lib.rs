@@ -420,6 +420,9 @@ impl Server {
                                 match table.make_room_among(max, of_ip) {
                                     None => {
                                         log::debug!("address limit: closing a new one");
+                                        if let Some(on_cut) = &options.on_cut {
+                                            on_cut(Cut::AddressLimit);
+                                        }
                                         continue;
                                     }
                                     Some(true) => {
