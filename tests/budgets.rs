@@ -143,6 +143,10 @@ fn pipelined_requests_never_read_do_not_grow_memory_or_stall_the_api() {
         }
     });
     let peak = server_kb(&app, "VmHWM");
+    eprintln!(
+        "pipelining: {sent} bytes sent, server {before} kB before, peak {peak} kB; conversions \
+         p90 {p90:?} over {n} ({failed:?} failed)"
+    );
     assert!(
         peak < before + 64 * 1024,
         "server memory {before} kB before, peak {peak} kB after {sent} bytes of pipelined requests"
@@ -179,6 +183,7 @@ fn clients_that_do_not_read_their_answers_hold_no_request_thread() {
         std::thread::sleep(Duration::from_secs(5));
         drop(conns);
     });
+    eprintln!("8 x 200 unread answers: conversions p90 {p90:?} over {n} ({failed:?} failed)");
     assert!(
         p90 <= API_P90,
         "conversions p90 {p90:?} over {n} while 8 connections pipelined 200 answers each without \
@@ -228,6 +233,12 @@ fn a_flood_of_logins_from_many_addresses_does_not_starve_the_api() {
         });
     });
     let statuses = statuses.into_inner().unwrap();
+    let checked = statuses.iter().filter(|s| **s == 200).count();
+    eprintln!(
+        "150 logins: {checked} checked, {} refused at once; conversions p90 {p90:?} over {n} \
+         ({failed:?} failed)",
+        statuses.len() - checked
+    );
     assert!(
         statuses.iter().all(|s| *s == 200 || *s == 503),
         "each login is checked (200, wrong password) or refused at once (503): {statuses:?}"
