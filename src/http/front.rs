@@ -89,6 +89,8 @@ pub struct Front {
     generations: Mutex<Vec<Generation>>,
     current: AtomicU64,
     next_id: AtomicU64,
+    /// The clock of `now_ms`.
+    started: Instant,
     stopping: AtomicBool,
     /// Accepting has stopped for good (shutting down): an accept error is expected, not restarted.
     no_accept: AtomicBool,
@@ -119,6 +121,7 @@ impl Front {
             generations: Mutex::new(Vec::new()),
             current: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
+            started: now,
             stopping: AtomicBool::new(false),
             no_accept: AtomicBool::new(false),
             backoff: Mutex::new(Backoff {
@@ -140,28 +143,40 @@ impl Front {
         self.generations.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Builds a server on a clone of the listener and starts its pump.
+    /// Builds a server on a clone of the listener and starts its pump. The server's connection
+    /// threads hand their requests over themselves (`deliver`); the pump watches for accept
+    /// errors and a deaf accept loop.
     fn start_generation(self: &Arc<Self>) -> Result<(), String> {
         let listener = self
             .listener
             .try_clone()
             .map_err(|e| format!("cannot clone the listener: {e}"))?;
-        // tiny_http spawns its accept thread here; a failed spawn panics inside it.
-        let server = catch_unwind(AssertUnwindSafe(|| {
-            tiny_http::Server::from_listener_with_options(listener, None, self.options.clone())
-        }))
-        .map_err(|_| "cannot start an accept thread".to_string())?
-        .map_err(|e| format!("cannot serve: {e}"))?;
-        let server = Arc::new(server);
         if self.stopping.load(Ordering::SeqCst) {
             return Err("stopping".into());
         }
         let mut gens = self.lock_generations();
         let id = gens.iter().map(|g| g.id + 1).max().unwrap_or(0);
-        let (me, s) = (self.clone(), server.clone());
+        let last_request = Arc::new(AtomicU64::new(self.now_ms()));
+        let mut options = self.options.clone();
+        let (front, seen) = (Arc::downgrade(self), last_request.clone());
+        options.deliver = Some(Arc::new(move |rq| {
+            // A front that is gone drops the request: tiny_http answers it 500.
+            if let Some(front) = front.upgrade() {
+                seen.store(front.now_ms(), Ordering::Relaxed);
+                front.hand_over(rq, id);
+            }
+        }));
+        // tiny_http spawns its accept thread here; a failed spawn panics inside it.
+        let server = catch_unwind(AssertUnwindSafe(|| {
+            tiny_http::Server::from_listener_with_options(listener, None, options)
+        }))
+        .map_err(|_| "cannot start an accept thread".to_string())?
+        .map_err(|e| format!("cannot serve: {e}"))?;
+        let server = Arc::new(server);
+        let (me, s, seen) = (self.clone(), server.clone(), last_request);
         let pump = std::thread::Builder::new()
             .name(format!("http-accept-{id}"))
-            .spawn(move || me.pump(id, &s))
+            .spawn(move || me.pump(id, &s, &seen))
             .map_err(|e| format!("cannot start a pump: {e}"))?;
         gens.push(Generation {
             id,
@@ -170,6 +185,11 @@ impl Front {
         });
         self.current.store(id, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Milliseconds since the front started (the clock of a generation's last request).
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
     }
 
     /// Tries to start the next generation unless the backoff says wait; true once it runs.
@@ -204,18 +224,30 @@ impl Front {
         }
     }
 
-    /// Registers a request and queues it in its lane.
+    /// Registers a request and queues it in its lane, on the connection's thread. Once the lanes
+    /// are closed (stopping) the request is dropped unregistered: tiny_http answers it 500.
     fn hand_over(&self, rq: tiny_http::Request, generation: u64) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.registry
-            .begin(id, rq.remote_addr().copied(), generation);
         let url = rq.url();
         let path = url.split_once('?').map_or(url, |(p, _)| p);
         let lane = (self.classify)(rq.method().as_str(), path);
-        self.lanes.push(lane, Incoming { rq, id, generation });
+        self.registry
+            .begin(id, rq.remote_addr().copied(), generation);
+        if self
+            .lanes
+            .push(lane, Incoming { rq, id, generation })
+            .is_err()
+        {
+            self.registry.end(id);
+        }
     }
 
-    fn pump(self: Arc<Self>, generation: u64, server: &tiny_http::Server) {
+    fn pump(
+        self: Arc<Self>,
+        generation: u64,
+        server: &tiny_http::Server,
+        last_request: &AtomicU64,
+    ) {
         let mut retired = false;
         let mut presumed_dead = false;
         let mut restarted = false;
@@ -264,10 +296,15 @@ impl Front {
                         }
                         return;
                     }
+                    let since_request = Duration::from_millis(
+                        self.now_ms()
+                            .saturating_sub(last_request.load(Ordering::Relaxed)),
+                    );
                     if retired
                         && restarted
                         && !presumed_dead
                         && last_message.elapsed() > self.drain_quiet
+                        && since_request > self.drain_quiet
                         && self.registry.in_flight(generation) == 0
                     {
                         log::debug!("generation {generation} drained");

@@ -70,9 +70,12 @@ impl Lanes {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues a request for the request threads.
-    pub fn push(&self, lane: Lane, inc: Incoming) {
+    /// Queues a request for the request threads; gives it back once the lanes are closed.
+    pub fn push(&self, lane: Lane, inc: Incoming) -> Result<(), Box<Incoming>> {
         let mut st = self.lock();
+        if st.closed {
+            return Err(Box::new(inc));
+        }
         match lane {
             Lane::Reserved => st.reserved.push_back(inc),
             Lane::Shared => st.shared.push_back(inc),
@@ -80,9 +83,10 @@ impl Lanes {
         self.metrics
             .set_lane_waiting(st.reserved.len() as u64, st.shared.len() as u64);
         drop(st);
-        // A waiting thread may be unable to take a shared request (all shared slots busy), so
-        // waking one could wake the wrong one: wake all, they are few and this is rare.
-        self.ready.notify_all();
+        // Every waiting thread can take what it is woken for, or nobody can (a shared request
+        // with every shared slot busy: `done` wakes one when a slot frees), so one is enough.
+        self.ready.notify_one();
+        Ok(())
     }
 
     /// The next request for a request thread, waiting for one; `None` once closed and empty.
@@ -117,10 +121,10 @@ impl Lanes {
         if lane == Lane::Shared {
             let mut st = self.lock();
             st.shared_busy -= 1;
-            let more = !st.shared.is_empty() || st.closed;
+            let more = !st.shared.is_empty();
             drop(st);
             if more {
-                self.ready.notify_all();
+                self.ready.notify_one();
             }
         }
     }

@@ -224,6 +224,10 @@ pub struct ServerOptions {
     /// upstream, the responding thread writes to the socket and pipelined requests are read
     /// ahead without bound).
     pub answers_on_connection: bool,
+    /// Called on the connection's thread with each request it reads, instead of queueing the
+    /// request for `recv` (`None`: upstream; accept errors still go to `recv` either way). Saves
+    /// the hand-off through the queue and a thread that pops it.
+    pub deliver: Option<Arc<dyn Fn(Request) + Send + Sync>>,
 }
 
 impl Default for ServerOptions {
@@ -240,6 +244,7 @@ impl Default for ServerOptions {
             shared_address: None,
             on_cut: None,
             answers_on_connection: false,
+            deliver: None,
         }
     }
 }
@@ -258,6 +263,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("shared_address", &self.shared_address.as_ref().map(|_| "Fn"))
             .field("on_cut", &self.on_cut.as_ref().map(|_| "Fn"))
             .field("answers_on_connection", &self.answers_on_connection)
+            .field("deliver", &self.deliver.as_ref().map(|_| "Fn"))
             .finish()
     }
 }
@@ -490,6 +496,7 @@ impl Server {
                 match new_client {
                     Ok((client, registered)) => {
                         let messages = inside_messages.clone();
+                        let deliver = options.deliver.clone();
                         let mut client = Some(client);
                         let mut registered = registered;
                         tasks_pool.spawn(Box::new(move || {
@@ -502,6 +509,11 @@ impl Server {
                                     for rq in client {
                                         messages.push(rq.with_notify_sender(sender.clone()).into());
                                         receiver.recv().unwrap();
+                                    }
+                                } else if let Some(deliver) = &deliver {
+                                    // convapi: straight to the application, on this thread.
+                                    for rq in client {
+                                        deliver(rq);
                                     }
                                 } else {
                                     for rq in client {
