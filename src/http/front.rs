@@ -37,6 +37,12 @@ pub struct Incoming {
     pub generation: u64,
 }
 
+thread_local! {
+    /// The request a connection's thread has handed over and not yet written the answer of (a
+    /// connection has at most one out: `answers_on_connection`).
+    static OUT: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
 /// Shortest and longest wait between two attempts to restart accepting.
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -166,6 +172,12 @@ impl Front {
                 front.hand_over(rq, id);
             }
         }));
+        let front = Arc::downgrade(self);
+        options.on_answered = Some(Arc::new(move || {
+            if let Some(front) = front.upgrade() {
+                front.answered();
+            }
+        }));
         // tiny_http spawns its accept thread here; a failed spawn panics inside it.
         let server = catch_unwind(AssertUnwindSafe(|| {
             tiny_http::Server::from_listener_with_options(listener, None, options)
@@ -238,6 +250,18 @@ impl Front {
             .push(lane, Incoming { rq, id, generation })
             .is_err()
         {
+            self.registry.end(id);
+        } else {
+            // Ended by this same thread once the answer is written (`answered`).
+            OUT.set(Some(id));
+        }
+    }
+
+    /// On a connection's thread, once the answer of its request is written: the request leaves
+    /// our hands (the supervisor counts the connection idle from now on, and until now bounds
+    /// the answer's transfer by the idle timeout).
+    fn answered(&self) {
+        if let Some(id) = OUT.take() {
             self.registry.end(id);
         }
     }

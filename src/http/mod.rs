@@ -385,11 +385,10 @@ pub fn serve(
 
 fn serve_loop(w: &Worker, lanes: &Lanes) {
     while let Some((lane, inc)) = lanes.pop() {
-        let id = inc.id;
         // `handle` catches panics itself; this one is the last line of defence so that a
-        // worker never dies, a request never stays registered and a lane slot is never lost.
+        // worker never dies and a lane slot is never lost. The request leaves the registry when
+        // its connection has written the answer (even the 500 of a request dropped in a panic).
         let _ = catch_unwind(AssertUnwindSafe(|| handle(w, inc)));
-        w.registry.end(id);
         lanes.done(lane);
     }
 }

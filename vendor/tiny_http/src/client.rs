@@ -124,16 +124,18 @@ impl ClientConnection {
         let Ok(answer) = answers.recv() else {
             return false;
         };
-        if answer.bytes.is_empty() {
-            return false;
-        }
-        let mut writer = self.sink.next().unwrap();
-        let written = writer
-            .write_all(&answer.bytes)
-            .and_then(|()| writer.flush())
-            .is_ok();
+        let written = !answer.bytes.is_empty() && {
+            let mut writer = self.sink.next().unwrap();
+            writer
+                .write_all(&answer.bytes)
+                .and_then(|()| writer.flush())
+                .is_ok()
+        };
         // Drains the rest of a body nobody read, here rather than on the application's thread.
         drop(answer.body);
+        if let Some(on_answered) = &self.options.on_answered {
+            on_answered();
+        }
         written
     }
 

@@ -228,6 +228,9 @@ pub struct ServerOptions {
     /// request for `recv` (`None`: upstream; accept errors still go to `recv` either way). Saves
     /// the hand-off through the queue and a thread that pops it.
     pub deliver: Option<Arc<dyn Fn(Request) + Send + Sync>>,
+    /// With `answers_on_connection`, called on the connection's thread once the answer of its
+    /// request has been written (or writing it failed): the request is out of the server's hands.
+    pub on_answered: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl Default for ServerOptions {
@@ -245,6 +248,7 @@ impl Default for ServerOptions {
             on_cut: None,
             answers_on_connection: false,
             deliver: None,
+            on_answered: None,
         }
     }
 }
@@ -264,6 +268,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("on_cut", &self.on_cut.as_ref().map(|_| "Fn"))
             .field("answers_on_connection", &self.answers_on_connection)
             .field("deliver", &self.deliver.as_ref().map(|_| "Fn"))
+            .field("on_answered", &self.on_answered.as_ref().map(|_| "Fn"))
             .finish()
     }
 }
