@@ -139,6 +139,8 @@ def summary(a):
         p("")
         for case, r in ratios.items():
             verdict = "a loss over 3 %: a defect (docs/development.md)" if r["cpu"] > 1.03 else "within 3 %"
+            if a.forced:
+                verdict += "; on a busy machine, so only a hint until a quiet run confirms it"
             p(f"{case}: CPU per conversion new/old {r['cpu']:.3f} — {verdict}")
     if a.forced:
         p("")
