@@ -176,15 +176,22 @@ stop_server() {
     SERVER_PID=""
 }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$SERVER_PID/stat"; }
+# alive: the server still runs (an exited child not yet waited for is a zombie, state Z).
+alive() {
+    local state
+    state=$(awk '{ print $3 }' "/proc/$SERVER_PID/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
 # wrk_run TAG SECONDS: the conversions load against $URL; sets LINE to wrk's "BENCH ..." line and
 # fails on a wrk error, a non-2xx answer or a socket error.
 wrk_run() {
     local out=$WORK/wrk.txt
-    BENCH_RUN=$1 BENCH_MODE=unique timeout $(( $2 + 60 )) wrk -t2 -c16 -d"$2s" --timeout 10s \
+    BENCH_RUN=$1 BENCH_MODE=unique timeout --foreground $(( $2 + 60 )) wrk -t2 -c16 -d"$2s" --timeout 10s \
         -s "$LUA" "$URL" >"$out" 2>"$out.err" \
         || die "wrk failed against $URL: $(cat "$out" "$out.err")"
     LINE=$(grep '^BENCH ' "$out") || die "wrk printed no result: $(cat "$out" "$out.err")"
     python3 "$HELPER" check "$LINE" || { sed 's/^/  wrk: /' "$out.err" >&2; die "run $1 failed"; }
+    alive || { tail -5 "$WORK/server.err" >&2; die "the server exited during run $1"; }
 }
 # drain: polls /metrics until convapi_outbox_depth is 0, at most DRAIN_TIMEOUT s; sets DRAIN_MS.
 drain() {
@@ -196,6 +203,7 @@ drain() {
             | awk '$1 == "convapi_outbox_depth" { print $2; found = 1 } END { if (!found) print "missing" }') \
             || depth=unreachable
         [ "$depth" = 0 ] && break
+        alive || die "the server exited while the outbox drained (depth $depth)"
         [ "$(date +%s%N)" -lt "$deadline" ] || die "the outbox did not drain within $DRAIN_TIMEOUT s (depth $depth)"
         sleep 0.1
     done
