@@ -133,8 +133,8 @@ def summary(a):
               f"| {r['p99']:.2f} | | {r['vs']:.2f} |")
         drains = [r["drain_ms"] for t in builds for r in by[t]]
         if drains:
-            p(f"\noutbox drained {statistics.median(drains) / 1000:.1f} s (median; "
-              f"{min(drains) / 1000:.1f}–{max(drains) / 1000:.1f}) after the load stopped")
+            p(f"\noutbox drained {statistics.median(drains):,.0f} ms after the load stopped (median; "
+              f"{min(drains):,}–{max(drains):,} ms)")
     if ratios:
         p("")
         for case, r in ratios.items():

@@ -250,7 +250,7 @@ if load1_above; then
     FORCED_AT="${FORCED_AT:+$FORCED_AT; }load $LOAD_BEFORE when the measurement started"
 fi
 STARTED=$(date -u '+%Y-%m-%d %H:%M')
-say "measuring: $ROUNDS rounds of ${DURATION}s (+${WARMUP}s warm-up) on $CORES cores, load $LOAD_BEFORE"
+say "measuring: $ROUNDS round(s) of ${DURATION}s (+${WARMUP}s warm-up) on $CORES cores, load $LOAD_BEFORE"
 : >"$WORK/results.jsonl"
 for round in $(seq 1 "$ROUNDS"); do
     order="$BUILDS noop"
