@@ -1,11 +1,13 @@
-//! The accept side: tiny_http `Server`s built on clones of our own listener, and one pump thread
-//! per server moving its requests into the lanes the workers read (`lanes.rs`).
+//! The accept side: tiny_http `Server`s built on clones of our own listener. Each connection's
+//! thread registers every request it reads and queues it in its lane (`lanes.rs`) itself
+//! (`ServerOptions::deliver`), and ends its registration once the answer is written
+//! (`on_answered`); one pump thread per server watches for accept errors.
 //!
 //! tiny_http's accept thread ends for good on the first accept error (EMFILE, ENFILE, ENOBUFS...):
 //! it pushes the error into its queue and stops (tiny-http PR #219). A pump that receives that error
 //! starts the next *generation* — a new `Server` on a `try_clone()` of the listener — with an
-//! exponential backoff while the error persists, and keeps pumping its own, now retired, server
-//! for the requests its open connections still send. A retired generation ends once none of its
+//! exponential backoff while the error persists, while the open connections of its own, now
+//! retired, server still deliver their requests. A retired generation ends once none of its
 //! requests is in our hands and it has been quiet for longer than the idle timeout: the supervisor
 //! (`supervisor.rs`) shuts down every connection that stays quiet that long, so nothing can arrive later.
 //! Workers never see which generation a request came from, except that requests of a retired one

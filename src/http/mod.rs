@@ -1,10 +1,11 @@
 //! The HTTP front: the only module that touches `tiny_http`. A library: it serves whatever
 //! [`Service`] it is handed and knows nothing of the handlers, the database or the pipeline.
 //!
-//! Accepting is `front.rs` (tiny_http servers on clones of one listener, each with a pump thread
-//! feeding one channel); a fixed pool of request threads takes requests from that channel, turns
-//! each into a [`Ctx`], calls [`Service::handle`] inside `catch_unwind`, and writes the [`Reply`]
-//! back. Logging, timing, metrics and panic catching happen once, in [`handle`], not in handlers;
+//! Accepting is `front.rs` (tiny_http servers on clones of one listener, whose connection threads
+//! queue each request they read in its lane, `lanes.rs`); a fixed pool of request threads takes
+//! requests from the lanes, turns each into a [`Ctx`], calls [`Service::handle`] inside
+//! `catch_unwind`, and hands the [`Reply`] to the request's connection, whose own thread writes it
+//! (one request per connection at a time: a request thread never waits on a client). Logging, timing, metrics and panic catching happen once, in [`handle`], not in handlers;
 //! so does the request id ([`request_id`]), sent back as `X-Request-Id` and in every log line
 //! about the request.
 //! `supervisor.rs` (with `registry.rs` and the system calls of `sys.rs`) enforces the connection
