@@ -1,25 +1,10 @@
--- convapi schema, version 1. The truth for a fresh database; later changes are numbered
--- migration steps in src/store/mod.rs, each bumping PRAGMA user_version.
+-- convapi's schema at version 6 (PRAGMA user_version), as the migrations in
+-- src/store/migrations/ leave it: each table followed by its indexes and triggers, every statement
+-- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
+-- database, new or old, with the migrations. Generated, and checked by a unit test
+-- (schema_sql_is_the_migrated_schema in src/store/migrate.rs); after adding a migration, write it
+-- again with `CONVAPI_BLESS=1 cargo test --lib schema_sql`.
 -- Times are integer epoch milliseconds (UTC). Money is decimal text, never REAL.
-
-CREATE TABLE tenants (
-    id          TEXT PRIMARY KEY,            -- UUID
-    name        TEXT NOT NULL,
-    created_at  INTEGER NOT NULL
-);
-
-CREATE TABLE sites (
-    id           TEXT PRIMARY KEY,           -- UUID: what the backend uses
-    tenant_id    TEXT NOT NULL REFERENCES tenants(id),
-    tracker_id   TEXT NOT NULL UNIQUE,       -- short public id used by the pixel
-    name         TEXT NOT NULL,
-    domain       TEXT,                       -- own domain, ignored as a referrer
-    currency     TEXT NOT NULL,              -- reporting currency (ISO 4217)
-    window_days  INTEGER NOT NULL,           -- attribution window
-    model        TEXT NOT NULL,              -- last_non_direct | last_touch | first_touch
-    created_at   INTEGER NOT NULL
-);
-CREATE INDEX sites_tenant ON sites(tenant_id);
 
 CREATE TABLE api_keys (
     id            TEXT PRIMARY KEY,          -- UUID
@@ -33,49 +18,65 @@ CREATE TABLE api_keys (
 );
 CREATE INDEX api_keys_tenant ON api_keys(tenant_id);
 
--- A browser (the _svc_vid cookie) on one site.
-CREATE TABLE visitors (
-    site_id     TEXT NOT NULL REFERENCES sites(id),
-    id          TEXT NOT NULL,
-    created_at  INTEGER NOT NULL,
-    PRIMARY KEY (site_id, id)
-) WITHOUT ROWID;
+CREATE TABLE conversions (
+    id                  TEXT PRIMARY KEY,
+    site_id             TEXT NOT NULL REFERENCES sites(id),
+    order_id            TEXT,
+    type                TEXT NOT NULL,
+    session_id          TEXT NOT NULL,
+    visitor_id          TEXT NOT NULL,
+    client_id           TEXT,
+    value               TEXT,
+    currency            TEXT NOT NULL,
+    occurred_at         INTEGER NOT NULL,
+    created_at          INTEGER NOT NULL,
+    source_api          INTEGER NOT NULL DEFAULT 0,
+    source_pixel        INTEGER NOT NULL DEFAULT 0,
+    status              TEXT NOT NULL DEFAULT 'queued',
+    attr_model          TEXT,
+    attr_session_id     TEXT,
+    attr_source         TEXT,
+    attr_medium         TEXT,
+    attr_campaign       TEXT,
+    reporting_value     TEXT,
+    reporting_currency  TEXT,
+    fx_rate             TEXT,
+    fx_date             TEXT,
+    processed_at        INTEGER
+, reporting_minor INTEGER);
+CREATE INDEX conversions_site_client ON conversions(site_id, client_id) WHERE client_id IS NOT NULL;
+CREATE UNIQUE INDEX conversions_site_order ON conversions(site_id, order_id) WHERE order_id IS NOT NULL;
+CREATE INDEX conversions_site_time ON conversions(site_id, occurred_at);
+CREATE TRIGGER report_daily_delete AFTER DELETE ON conversions BEGIN
+    UPDATE report_daily SET conversions = conversions - 1,
+        revenue_minor = revenue_minor - (CASE WHEN OLD.status = 'processed' AND OLD.reporting_value IS NOT NULL THEN COALESCE(OLD.reporting_minor, 0) ELSE 0 END),
+        unconverted = unconverted - (OLD.status <> 'processed'),
+        inexact = inexact - (OLD.status = 'processed' AND OLD.reporting_value IS NOT NULL AND OLD.reporting_minor IS NULL)
+    WHERE (site_id, day, type, attributed, source, medium, campaign, nulls) = (OLD.site_id, OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0), OLD.type, OLD.attr_model IS NOT NULL, COALESCE(OLD.attr_source, ''), COALESCE(OLD.attr_medium, ''), COALESCE(OLD.attr_campaign, ''), (OLD.attr_source IS NULL) + 2 * (OLD.attr_medium IS NULL) + 4 * (OLD.attr_campaign IS NULL));
+END;
+CREATE TRIGGER report_daily_insert AFTER INSERT ON conversions BEGIN
+    INSERT INTO report_daily VALUES (NEW.site_id, NEW.occurred_at / 86400000 - (NEW.occurred_at % 86400000 < 0), NEW.type, NEW.attr_model IS NOT NULL, COALESCE(NEW.attr_source, ''), COALESCE(NEW.attr_medium, ''), COALESCE(NEW.attr_campaign, ''), (NEW.attr_source IS NULL) + 2 * (NEW.attr_medium IS NULL) + 4 * (NEW.attr_campaign IS NULL), 1, (CASE WHEN NEW.status = 'processed' AND NEW.reporting_value IS NOT NULL THEN COALESCE(NEW.reporting_minor, 0) ELSE 0 END), (NEW.status <> 'processed'), (NEW.status = 'processed' AND NEW.reporting_value IS NOT NULL AND NEW.reporting_minor IS NULL)) ON CONFLICT DO UPDATE SET conversions = conversions + 1,
+        revenue_minor = revenue_minor + excluded.revenue_minor,
+        unconverted = unconverted + excluded.unconverted, inexact = inexact + excluded.inexact;
+END;
+CREATE TRIGGER report_daily_update AFTER UPDATE OF site_id, occurred_at, type, attr_model, attr_source,
+        attr_medium, attr_campaign, status, reporting_value, reporting_minor ON conversions
+    WHEN OLD.site_id IS NOT NEW.site_id OR OLD.occurred_at IS NOT NEW.occurred_at
+        OR OLD.type IS NOT NEW.type OR (OLD.attr_model IS NULL) <> (NEW.attr_model IS NULL)
+        OR OLD.attr_source IS NOT NEW.attr_source OR OLD.attr_medium IS NOT NEW.attr_medium
+        OR OLD.attr_campaign IS NOT NEW.attr_campaign OR OLD.status IS NOT NEW.status
+        OR OLD.reporting_value IS NOT NEW.reporting_value OR OLD.reporting_minor IS NOT NEW.reporting_minor
+BEGIN
+    UPDATE report_daily SET conversions = conversions - 1,
+        revenue_minor = revenue_minor - (CASE WHEN OLD.status = 'processed' AND OLD.reporting_value IS NOT NULL THEN COALESCE(OLD.reporting_minor, 0) ELSE 0 END),
+        unconverted = unconverted - (OLD.status <> 'processed'),
+        inexact = inexact - (OLD.status = 'processed' AND OLD.reporting_value IS NOT NULL AND OLD.reporting_minor IS NULL)
+    WHERE (site_id, day, type, attributed, source, medium, campaign, nulls) = (OLD.site_id, OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0), OLD.type, OLD.attr_model IS NOT NULL, COALESCE(OLD.attr_source, ''), COALESCE(OLD.attr_medium, ''), COALESCE(OLD.attr_campaign, ''), (OLD.attr_source IS NULL) + 2 * (OLD.attr_medium IS NULL) + 4 * (OLD.attr_campaign IS NULL));
+    INSERT INTO report_daily VALUES (NEW.site_id, NEW.occurred_at / 86400000 - (NEW.occurred_at % 86400000 < 0), NEW.type, NEW.attr_model IS NOT NULL, COALESCE(NEW.attr_source, ''), COALESCE(NEW.attr_medium, ''), COALESCE(NEW.attr_campaign, ''), (NEW.attr_source IS NULL) + 2 * (NEW.attr_medium IS NULL) + 4 * (NEW.attr_campaign IS NULL), 1, (CASE WHEN NEW.status = 'processed' AND NEW.reporting_value IS NOT NULL THEN COALESCE(NEW.reporting_minor, 0) ELSE 0 END), (NEW.status <> 'processed'), (NEW.status = 'processed' AND NEW.reporting_value IS NOT NULL AND NEW.reporting_minor IS NULL)) ON CONFLICT DO UPDATE SET conversions = conversions + 1,
+        revenue_minor = revenue_minor + excluded.revenue_minor,
+        unconverted = unconverted + excluded.unconverted, inexact = inexact + excluded.inexact;
+END;
 
--- identify(): links a visitor to the merchant's user id for good (across devices).
-CREATE TABLE visitor_clients (
-    site_id     TEXT NOT NULL,
-    client_id   TEXT NOT NULL,
-    visitor_id  TEXT NOT NULL,
-    created_at  INTEGER NOT NULL,
-    PRIMARY KEY (site_id, client_id, visitor_id),
-    FOREIGN KEY (site_id, visitor_id) REFERENCES visitors(site_id, id)
-) WITHOUT ROWID;
-
-CREATE TABLE sessions (
-    id                TEXT PRIMARY KEY,      -- UUID
-    site_id           TEXT NOT NULL,
-    visitor_id        TEXT NOT NULL,
-    client_id         TEXT,                  -- set when identify() ran during the session
-    started_at        INTEGER NOT NULL,
-    last_activity_at  INTEGER NOT NULL,
-    landing_url       TEXT,
-    referrer          TEXT,
-    utm_source        TEXT,
-    utm_medium        TEXT,
-    utm_campaign      TEXT,
-    utm_term          TEXT,
-    utm_content       TEXT,
-    gclid             TEXT,
-    gbraid            TEXT,
-    wbraid            TEXT,
-    fbclid            TEXT,
-    msclkid           TEXT,
-    ttclid            TEXT,
-    FOREIGN KEY (site_id, visitor_id) REFERENCES visitors(site_id, id)
-);
-CREATE INDEX sessions_visitor ON sessions(site_id, visitor_id, started_at);
-
--- Pixel events other than purchases (pageviews, identify, custom events).
 CREATE TABLE events (
     id          TEXT PRIMARY KEY,            -- UUID
     site_id     TEXT NOT NULL,
@@ -88,41 +89,13 @@ CREATE TABLE events (
 );
 CREATE INDEX events_session ON events(session_id);
 
--- One row per conversion, whichever source reported it first.
-CREATE TABLE conversions (
-    id                  TEXT PRIMARY KEY,    -- UUID, the eventId
-    site_id             TEXT NOT NULL REFERENCES sites(id),
-    order_id            TEXT,                -- NULL for non-purchase types without one
-    type                TEXT NOT NULL,
-    session_id          TEXT NOT NULL REFERENCES sessions(id),
-    visitor_id          TEXT NOT NULL,
-    client_id           TEXT,
-    value               TEXT,                -- decimal text, source currency
-    currency            TEXT NOT NULL,
-    occurred_at         INTEGER NOT NULL,
-    created_at          INTEGER NOT NULL,
-    source_api          INTEGER NOT NULL DEFAULT 0,
-    source_pixel        INTEGER NOT NULL DEFAULT 0,
-    status              TEXT NOT NULL DEFAULT 'queued',  -- queued | fx_pending | processed | failed
-    -- attribution, written by the pipeline
-    attr_model          TEXT,
-    attr_session_id     TEXT,
-    attr_source         TEXT,
-    attr_medium         TEXT,
-    attr_campaign       TEXT,
-    -- currency conversion, written by the pipeline
-    reporting_value     TEXT,
-    reporting_currency  TEXT,
-    fx_rate             TEXT,
-    fx_date             TEXT,
-    processed_at        INTEGER
-);
--- The deduplication key: one conversion per (site, orderId), from any source.
-CREATE UNIQUE INDEX conversions_site_order ON conversions(site_id, order_id) WHERE order_id IS NOT NULL;
-CREATE INDEX conversions_site_time ON conversions(site_id, occurred_at);
+CREATE TABLE fx_rates (
+    currency  TEXT NOT NULL,
+    date      TEXT NOT NULL,
+    rate      TEXT NOT NULL,                 -- decimal text
+    PRIMARY KEY (currency, date)
+) WITHOUT ROWID;
 
--- Work for the background pipeline, written in the same transaction as its conversion.
--- A row is deleted in the same transaction that stores the pipeline's result.
 CREATE TABLE outbox (
     id               INTEGER PRIMARY KEY,
     conversion_id    TEXT NOT NULL UNIQUE REFERENCES conversions(id),
@@ -131,13 +104,103 @@ CREATE TABLE outbox (
     last_error       TEXT,
     dead_at          INTEGER,                -- set when dead-lettered after too many tries
     created_at       INTEGER NOT NULL
-);
+, origin TEXT NOT NULL DEFAULT 'api' CHECK (origin IN ('api', 'pixel')), parked_reason TEXT);
 CREATE INDEX outbox_due ON outbox(dead_at, next_attempt_at);
+CREATE INDEX outbox_waiting_by_origin ON outbox(origin, next_attempt_at) WHERE dead_at IS NULL;
 
--- ECB reference rates: units of `currency` per 1 EUR on `date` (YYYY-MM-DD).
-CREATE TABLE fx_rates (
-    currency  TEXT NOT NULL,
-    date      TEXT NOT NULL,
-    rate      TEXT NOT NULL,                 -- decimal text
-    PRIMARY KEY (currency, date)
+CREATE TABLE report_daily (
+    site_id        TEXT NOT NULL,
+    day            INTEGER NOT NULL,
+    type           TEXT NOT NULL,
+    attributed     INTEGER NOT NULL,
+    source         TEXT NOT NULL,
+    medium         TEXT NOT NULL,
+    campaign       TEXT NOT NULL,
+    nulls          INTEGER NOT NULL,
+    conversions    INTEGER NOT NULL,
+    revenue_minor  INTEGER NOT NULL,
+    unconverted    INTEGER NOT NULL,
+    inexact        INTEGER NOT NULL,
+    PRIMARY KEY (site_id, day, type, attributed, source, medium, campaign, nulls)
 ) WITHOUT ROWID;
+
+CREATE TABLE sessions (
+    id                TEXT PRIMARY KEY,      -- UUID
+    site_id           TEXT NOT NULL,
+    visitor_id        TEXT NOT NULL,
+    client_id         TEXT,                  -- set when identify() ran during the session
+    started_at        INTEGER NOT NULL,
+    last_activity_at  INTEGER NOT NULL,
+    referrer          TEXT,
+    utm_source        TEXT,
+    utm_medium        TEXT,
+    utm_campaign      TEXT,
+    utm_term          TEXT,
+    utm_content       TEXT,
+    gclid             TEXT,
+    gbraid            TEXT,
+    wbraid            TEXT,
+    fbclid            TEXT,
+    msclkid           TEXT,
+    ttclid            TEXT, landing_event_id TEXT,
+    FOREIGN KEY (site_id, visitor_id) REFERENCES visitors(site_id, id)
+);
+CREATE INDEX sessions_site_client ON sessions(site_id, client_id) WHERE client_id IS NOT NULL;
+CREATE INDEX sessions_site_start ON sessions(site_id, started_at);
+CREATE INDEX sessions_visitor ON sessions(site_id, visitor_id, started_at);
+
+CREATE TABLE sites (
+    id           TEXT PRIMARY KEY,           -- UUID: what the backend uses
+    tenant_id    TEXT NOT NULL REFERENCES tenants(id),
+    tracker_id   TEXT NOT NULL UNIQUE,       -- short public id used by the pixel
+    name         TEXT NOT NULL,
+    domain       TEXT,                       -- own domain, ignored as a referrer
+    currency     TEXT NOT NULL,              -- reporting currency (ISO 4217)
+    window_days  INTEGER NOT NULL,           -- attribution window
+    model        TEXT NOT NULL,              -- last_non_direct | last_touch | first_touch
+    created_at   INTEGER NOT NULL
+, signed_identify INTEGER NOT NULL DEFAULT 0, identity_secret TEXT, retain_days INTEGER NOT NULL DEFAULT 395, expire_conversions INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX sites_tenant ON sites(tenant_id);
+
+CREATE TABLE tenants (
+    id          TEXT PRIMARY KEY,            -- UUID
+    name        TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+
+CREATE TABLE users (
+    id                  TEXT PRIMARY KEY,
+    tenant_id           TEXT NOT NULL REFERENCES tenants(id),
+    email               TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    password_hash       TEXT NOT NULL,
+    created_at          INTEGER NOT NULL,
+    password_changed_at INTEGER NOT NULL
+);
+CREATE INDEX users_tenant ON users(tenant_id);
+
+CREATE TABLE "visitor_clients" (
+    id          INTEGER PRIMARY KEY,
+    site_id     TEXT NOT NULL,
+    client_id   TEXT NOT NULL,
+    visitor_id  TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    UNIQUE (site_id, client_id, visitor_id),
+    FOREIGN KEY (site_id, visitor_id) REFERENCES visitors(site_id, id)
+);
+CREATE INDEX visitor_clients_visitor ON visitor_clients(site_id, visitor_id);
+
+CREATE TABLE visitors (
+    site_id     TEXT NOT NULL REFERENCES sites(id),
+    id          TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    PRIMARY KEY (site_id, id)
+) WITHOUT ROWID;
+
+CREATE TABLE web_sessions (
+    id_hash       BLOB PRIMARY KEY,
+    user_id       TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    csrf          TEXT NOT NULL,
+    created_at    INTEGER NOT NULL,
+    last_seen_at  INTEGER NOT NULL
+);
+CREATE INDEX web_sessions_user ON web_sessions(user_id);

@@ -27,10 +27,11 @@ struct Inner {
     rate_limited: AtomicU64,
     identify_rejected: AtomicU64,
     connections_open: AtomicU64,
-    connections_shut: [AtomicU64; 5],
+    connections_shut: [AtomicU64; 6],
     pool_pokes: AtomicU64,
     accept_restarts: AtomicU64,
     in_flight: AtomicU64,
+    lane_waiting: [AtomicU64; 2],
     rows_pruned: AtomicU64,
     db_bytes: AtomicU64,
     wal_bytes: AtomicU64,
@@ -52,15 +53,18 @@ pub enum ShutReason {
     OverLimit,
     /// Idle, and its thread is needed by a connection tiny_http left without one.
     Reclaim,
+    /// Over the connection limit of its client address.
+    AddressLimit,
 }
 
 impl ShutReason {
-    const ALL: [ShutReason; 5] = [
+    const ALL: [ShutReason; 6] = [
         ShutReason::Idle,
         ShutReason::Slow,
         ShutReason::Head,
         ShutReason::OverLimit,
         ShutReason::Reclaim,
+        ShutReason::AddressLimit,
     ];
 
     fn label(self) -> &'static str {
@@ -70,6 +74,7 @@ impl ShutReason {
             ShutReason::Head => "head_too_large",
             ShutReason::OverLimit => "over_limit",
             ShutReason::Reclaim => "reclaimed_for_queued",
+            ShutReason::AddressLimit => "over_address_limit",
         }
     }
 }
@@ -139,6 +144,11 @@ impl Metrics {
 
     pub fn inc_dead_lettered(&self) {
         self.0.dead_lettered.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Requests waiting for a request thread, in the reserved and the shared lane.
+    pub fn set_lane_waiting(&self, reserved: u64, shared: u64) {
+        self.0.lane_waiting[0].store(reserved, Ordering::Relaxed);
+        self.0.lane_waiting[1].store(shared, Ordering::Relaxed);
     }
     pub fn set_open_connections(&self, n: u64) {
         self.0.connections_open.store(n, Ordering::Relaxed);
@@ -276,6 +286,15 @@ impl Metrics {
             "# HELP convapi_requests_in_flight Requests a worker is handling now.\n# TYPE convapi_requests_in_flight gauge\nconvapi_requests_in_flight {}",
             load(&self.0.in_flight)
         );
+        out.push_str("# HELP convapi_http_requests_waiting Requests waiting for a request thread, by lane (reserved: the authenticated API and /healthz; shared: everything else).\n");
+        out.push_str("# TYPE convapi_http_requests_waiting gauge\n");
+        for (i, lane) in ["reserved", "shared"].iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "convapi_http_requests_waiting{{lane=\"{lane}\"}} {}",
+                load(&self.0.lane_waiting[i])
+            );
+        }
         for (name, help, v) in counters {
             let _ = writeln!(
                 out,

@@ -1,11 +1,13 @@
 //! The dashboard's security at the HTTP level (docs/decisions.md §10): every state-changing form
 //! refuses a missing or wrong CSRF token and changes nothing; a user of another tenant gets the
-//! same 404 as for a missing id on every URL of this tenant, and changes nothing; logged out, every
-//! page redirects to the login form; passwords exist only as Argon2id hashes; logins are throttled
-//! per account and per address, even with the right password; the session id changes at login and
-//! dies at logout; what the anonymous pixel (and the API) sent is escaped on every page that shows
-//! it — checked in the HTML, and in Chromium with the CSP switched off so that only escaping stands
-//! between a payload and `window.__xss`; and the security headers of every page.
+//! same 404 as for a missing id on every URL of this tenant, and changes nothing; a path parameter
+//! that is not UTF-8 is the 400 page, and changes nothing; logged out, every page redirects to the
+//! login form; passwords exist only as Argon2id hashes; logins (and the account page's current
+//! password) are throttled per account and per address, even with the right password and with
+//! attempts sent at once; the session id changes at login and dies at logout;
+//! what the anonymous pixel (and the API) sent is escaped on every page that shows it — checked in
+//! the HTML, and in Chromium with the CSP switched off so that only escaping stands between a
+//! payload and `window.__xss`; and the security headers of every page.
 //!
 //! The browser-like client is `common/dashboard.rs`'s [`DashClient`]: it keeps cookies, takes
 //! planted ones and follows no redirect.
@@ -329,6 +331,84 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
     );
 }
 
+/// Regression: path parameters were percent-decoded lossily (`%FF` became U+FFFD) and
+/// then looked up. One that does not decode to UTF-8 is now the 400 page naming it, for a
+/// logged-in viewer, before anything is loaded or changed; logged out it is the login page, as
+/// every other path is.
+#[test]
+fn dashboard_path_parameters_are_not_decoded_lossily() {
+    let w = World::start();
+    let a = w.login_a();
+    let csrf = a.csrf();
+    let site = w.app.site.id.clone();
+    let key = w.app.key.id.clone();
+    let dead = parked_order(&w.app, "V-DEAD-1", "D-1");
+    dead_letter(&w.app, &dead);
+    let mut cases: Vec<(&str, String, &str)> = [
+        "",
+        "/conversions",
+        "/conversions.csv",
+        "/conversions/x",
+        "/dead-letters",
+        "/report",
+        "/report.csv",
+    ]
+    .iter()
+    .map(|rest| ("GET", format!("/dashboard/sites/x%FFy{rest}"), "site id"))
+    .collect();
+    cases.extend([
+        ("POST", "/dashboard/sites/x%FFy".into(), "site id"),
+        (
+            "POST",
+            "/dashboard/sites/%FF/dead-letters/x/retry".into(),
+            "site id",
+        ),
+        (
+            "GET",
+            format!("/dashboard/sites/{site}/conversions/x%FFy"),
+            "event id",
+        ),
+        (
+            "POST",
+            format!("/dashboard/sites/{site}/dead-letters/{dead}%FF/retry"),
+            "conversion id",
+        ),
+        (
+            "GET",
+            "/dashboard/settings/api-keys/M%FCller/revoke".into(),
+            "key id",
+        ),
+        (
+            "POST",
+            format!("/dashboard/settings/api-keys/{key}%FF/revoke"),
+            "key id",
+        ),
+    ]);
+    let before = w.state();
+    let logged_out = DashClient::new(&w.app);
+    for (method, path, name) in &cases {
+        let r = if *method == "POST" {
+            a.post_form(path, &[("csrf", &csrf), ("name", "Renamed")])
+        } else {
+            a.get(path)
+        };
+        assert_eq!(r.status, 400, "{method} {path}: {}", r.text());
+        let text = r.text();
+        assert!(
+            text.contains(&format!("The {name} in the address is not valid")),
+            "{method} {path}: {text}"
+        );
+        check_headers(&r, &format!("{method} {path}"), true);
+        let r = logged_out.request(method, path, &[], None);
+        assert!(
+            login_next(&r).is_some(),
+            "{method} {path} logged out: {}",
+            r.status
+        );
+    }
+    assert_eq!(w.state(), before, "nothing changed");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Logged out
 
@@ -577,6 +657,125 @@ fn logins_are_throttled_per_address_even_with_the_right_password() {
     expect_throttled(&r, "the right password from a throttled address");
 }
 
+/// The answers to `n` posts to `path`, sent at once (after a barrier, so that none waits for
+/// another's Argon2 hash); `prepare(i)` makes the `i`th client and its form fields beforehand.
+fn at_once<'a>(
+    n: usize,
+    path: &str,
+    prepare: impl Fn(usize) -> (DashClient<'a>, Vec<(&'static str, String)>) + Sync,
+) -> Vec<Resp> {
+    let barrier = std::sync::Barrier::new(n);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let (barrier, prepare) = (&barrier, &prepare);
+                s.spawn(move || {
+                    let (c, fields) = prepare(i);
+                    let f: Vec<(&str, &str)> =
+                        fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                    barrier.wait();
+                    c.post_form(path, &f)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Regression: 40 wrong passwords for one account at once from one address got 36 to
+/// 38 password checks and only 2 to 4 refusals, and the right password sent after them logged in:
+/// each failure was recorded after its ~30 ms hash, so every attempt that arrived meanwhile passed
+/// the check. An attempt is now counted before its hash, in the same lock as the check.
+#[test]
+fn the_login_throttle_does_not_race_concurrent_wrong_passwords() {
+    let app = TestApp::start();
+    create_user(&app, &app.tenant.id, "owner@shop.example", PASSWORD_A);
+    let answers = at_once(40, "/dashboard/login", |_| {
+        let c = DashClient::new(&app);
+        let fields = vec![
+            ("csrf", c.login_csrf()),
+            ("email", "owner@shop.example".to_owned()),
+            ("password", "not the password".to_owned()),
+        ];
+        (c, fields)
+    });
+    let checked = answers
+        .iter()
+        .filter(|r| r.status == 200 && r.text().contains(WRONG_LOGIN))
+        .count();
+    let statuses: Vec<u16> = answers.iter().map(|r| r.status).collect();
+    assert!(
+        checked <= 5,
+        "{checked} of 40 concurrent wrong passwords were checked, at most 5 may be: {statuses:?}"
+    );
+    // Every other one is refused by the throttle before its hash, not queued for a hashing slot
+    // (a 503 means it got as far as the hash).
+    for r in answers.iter().filter(|r| r.status != 200) {
+        expect_throttled(r, "a wrong password over the limit");
+    }
+    let r = DashClient::new(&app).login("owner@shop.example", PASSWORD_A);
+    expect_throttled(&r, "the right password after 40 wrong ones");
+}
+
+/// Regression: the account page checked the current password without any throttle, so
+/// a stolen session could try passwords as fast as Argon2 runs, from as many addresses as it had.
+/// Every password check now goes through the login's throttle: the same counts per account and
+/// per address.
+#[test]
+fn the_account_pages_current_password_check_is_throttled() {
+    let app = TestApp::builder()
+        .serve_args(&["--trusted-proxies", "127.0.0.1"])
+        .start();
+    create_user(&app, &app.tenant.id, "owner@shop.example", PASSWORD_A);
+    let thief = DashClient::logged_in(&app, "owner@shop.example", PASSWORD_A);
+    let csrf = thief.csrf();
+    let hash = || app.query_str("SELECT password_hash FROM users", []);
+    let before = hash();
+    // The stolen session from 40 addresses at once: only the account's count can stop them.
+    let session = thief.cookie("convapi_session").unwrap();
+    let answers = at_once(40, "/dashboard/account", |i| {
+        let mut c = DashClient::new(&app);
+        c.set_cookie("convapi_session", &session);
+        c.headers
+            .push(("X-Forwarded-For".into(), format!("198.51.100.{i}")));
+        let fields = vec![
+            ("csrf", csrf.clone()),
+            ("current_password", format!("guess number {i}")),
+            ("new_password", "the thief's new password".to_owned()),
+            (
+                "new_password_confirm",
+                "the thief's new password".to_owned(),
+            ),
+        ];
+        (c, fields)
+    });
+    let statuses: Vec<u16> = answers.iter().map(|r| r.status).collect();
+    let checked = answers
+        .iter()
+        .filter(|r| r.status == 400 && r.text().contains("The current password is wrong."))
+        .count();
+    assert!(
+        (1..=5).contains(&checked),
+        "{checked} of 40 wrong current passwords were checked, at most 5 may be: {statuses:?}"
+    );
+    for r in answers.iter().filter(|r| r.status != 400) {
+        expect_throttled(r, "a wrong current password over the limit");
+    }
+    // Over the limit, the right password is refused unchecked, on the page and at the login.
+    let right = thief.submit(
+        "/dashboard/account",
+        &[
+            ("current_password", PASSWORD_A),
+            ("new_password", "the thief's new password"),
+            ("new_password_confirm", "the thief's new password"),
+        ],
+    );
+    expect_throttled(&right, "the right current password of a throttled account");
+    assert_eq!(hash(), before, "the password did not change");
+    let r = DashClient::new(&app).login("owner@shop.example", PASSWORD_A);
+    expect_throttled(&r, "a login of the throttled account");
+}
+
 /// A number of kB of the server process's `/proc/PID/status` line `field` (`VmRSS`, `VmHWM`).
 fn server_kb(app: &TestApp, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{}/status", app.pid())).unwrap();
@@ -613,7 +812,14 @@ fn many_failed_logins_at_once_do_not_grow_the_servers_memory() {
                         ],
                         &[("X-Forwarded-For", &format!("198.51.{round}.{t}"))],
                     );
-                    assert_eq!(r.status, 200, "a failed login: {}", r.text());
+                    // Checked (200, a wrong password) or, past the hashing queue, refused at
+                    // once (503: docs/hardening.md, "Budgets").
+                    assert!(
+                        r.status == 200 || r.status == 503,
+                        "a failed login: {} {}",
+                        r.status,
+                        r.text()
+                    );
                 });
             }
         });

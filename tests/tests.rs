@@ -55,8 +55,12 @@ mod tiny_http_patches;
 // obs-fold, Host, other versions, bodies cut short; in process and against the binary.
 mod framing;
 // The public pixel endpoint as an attacker uses it: rate limits, batch bounds, duplicate JSON
-// members, one spelling per route, the key before the body, the `/metrics` token.
+// members, one spelling per route, path parameters that are not UTF-8, the key before the body, the
+// `/metrics` token.
 mod untrusted;
+// Every resource budgeted: pipelined requests never read, clients that do not read their answers,
+// a flood of password checks; the API's latency measured during each (docs/hardening.md, "Budgets").
+mod budgets;
 // Slow clients: bodies read on the connection's thread before a request thread sees them, and a
 // minimum data rate; 64 slow bodies do not delay `/healthz` or a conversion.
 mod slow_bodies;
@@ -76,7 +80,8 @@ mod lifecycle;
 // Operations: one server per database file, `outbox list` and `outbox retry` for dead letters.
 mod ops;
 // Getting data out: `convapi export` (CSV round trip, NDJSON, sessions, flat memory over 100,000
-// conversions), `convapi backup` under load, database and WAL sizes on `/metrics`.
+// conversions), formulas neutralised in every CSV, `convapi backup` under load, database and WAL
+// sizes on `/metrics`.
 mod lifecycle_export;
 // The dashboard's accounts and forms: first-run token, `user create`, login cookie, logout, CSRF,
 // the login throttle, site create/edit, keys shown once and revoked, other tenants' ids are 404.
@@ -87,7 +92,8 @@ mod dashboard_data;
 mod browser;
 // The dashboard in headless Chromium: first run to a revoked key, screenshots of every page.
 mod dashboard_browser;
-// The dashboard's CSRF tokens, tenant isolation, logins, sessions, password hashes, escaping of
+// The dashboard's CSRF tokens, tenant isolation, path parameters that are not UTF-8, logins and the
+// password throttle (attempts at once, the account page), sessions, password hashes, escaping of
 // what the pixel sent on every page, security headers.
 mod dashboard_security;
 // The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without).

@@ -1,6 +1,7 @@
 //! The public pixel endpoint and anonymous input (docs/decisions.md §4, §8): rate limits per client
-//! address and per tracker, bounds on what a batch may carry, duplicate JSON members, and the
-//! optional `/metrics` token. Each test names the defect it pins.
+//! address and per tracker, bounds on what a batch may carry, duplicate JSON members, one spelling
+//! per route, path parameters that are not UTF-8, and the optional `/metrics` token. Each test
+//! names the defect it pins.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -355,4 +356,53 @@ fn a_route_has_one_spelling() {
     app.post_conversion(&json!({"visitorId": "v", "orderId": "A/1 b"}))
         .expect(202);
     app.order_status("A/1 b").expect(200);
+}
+
+/// Regression: path parameters were percent-decoded lossily, so `DELETE
+/// …/people/x%FFy` (not UTF-8) answered 200 and erased the stored person `x\u{FFFD}y`, and a
+/// backend sending Latin-1 (`M%FCller`) got 200 with zero counts while "Müller" stayed stored.
+/// A parameter that does not decode to UTF-8 is now 400 `VALIDATION_ERROR` naming it, on every
+/// route, before anything is looked up.
+#[test]
+fn path_parameters_are_not_decoded_lossily() {
+    let app = TestApp::start();
+    let now = now_ms();
+    let (replaced, latin) = ("x\u{FFFD}y", "M\u{FC}ller");
+    app.identify("v-replaced", replaced, now - 60_000);
+    app.identify("v-latin", latin, now - 60_000);
+    app.post_conversion(&json!({"clientId": replaced, "orderId": replaced}))
+        .accepted();
+    let site = app.site.id.clone();
+    let auth = format!("Bearer {}", app.key.key);
+    let send = |method: &str, path: &str| app.send(method, path, &[("Authorization", &auth)], None);
+
+    let people = format!("/api/sites/{site}/people");
+    for raw in ["x%FFy", "M%FCller", "%C3", "%80abc"] {
+        expect_invalid(&send("DELETE", &format!("{people}/{raw}")), "clientId");
+    }
+    let orders = format!("/api/sites/{site}/conversions");
+    expect_invalid(&send("GET", &format!("{orders}/x%FFy")), "orderId");
+    let head = send("HEAD", &format!("{orders}/x%FFy"));
+    assert_eq!(head.status, 400, "HEAD of an order id that is not UTF-8");
+    for (method, path) in [
+        ("POST", "/api/sites/%FF/conversions".to_owned()),
+        ("GET", "/api/sites/%FF/conversions/A-1".to_owned()),
+        ("DELETE", "/api/sites/%FF/people/someone".to_owned()),
+        // The site id is checked before the other parameter.
+        ("DELETE", "/api/sites/%FF/people/x%FFy".to_owned()),
+    ] {
+        expect_invalid(&send(method, &path), "siteId");
+    }
+    // Before the key, like the §8 limits: nothing is looked up for a request that cannot name
+    // anything.
+    let anonymous = app.send("DELETE", &format!("{people}/x%FFy"), &[], None);
+    expect_invalid(&anonymous, "clientId");
+
+    // Nothing was erased: both people are still there for the right spelling.
+    for stored in [replaced, latin] {
+        let done = send("DELETE", &format!("{people}/{}", encode_segment(stored))).expect(200);
+        assert_eq!(done["visitors"], json!(1), "{stored:?}: {done}");
+    }
+    // And the right spelling of the order finds it.
+    app.order_status(replaced).expect(200);
 }

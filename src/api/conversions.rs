@@ -109,16 +109,13 @@ fn read_submission(ctx: &mut Ctx, now_ms: i64) -> Result<Submission, ApiError> {
 pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError> {
     let key_hash = super::bearer_key_hash(ctx)?;
     let conn = app.pool.get().map_err(StoreError::from)?;
-    // Checks 1 to 3 before the body is read (docs/decisions.md §3): a client without a valid key
-    // for this site cannot make a request thread wait for its body. Their read transaction ends
-    // before the body is read, so no snapshot stays open while a client sends it.
-    let site = store::read(&conn, |conn| {
-        super::authorize(app, conn, &key_hash, site_id)
-    })?;
     let now = store::now_ms();
-    let r = read_submission(ctx, now)?;
-    // Order and session in one read transaction (see `store::read`).
-    let (known, resolved) = store::read(&conn, |conn| {
+    // Checks 1 to 3, then the body (4 to 7), then order and session, on one read snapshot: the
+    // body is in memory already (the connection's thread read it before the request came here,
+    // `http::PREREAD_BODY_LIMIT`), so no snapshot stays open while a client sends it.
+    let (site, r, known, resolved) = store::read(&conn, |conn| {
+        let site = super::authorize(app, conn, &key_hash, site_id)?;
+        let r = read_submission(ctx, now)?;
         let known = match &r.order_id {
             Some(order_id) => {
                 store::conversions::find_order(conn, &site.id, order_id, Source::Api)?
@@ -130,7 +127,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
             Some((_, true)) => Err(ApiError::NoSession),
             _ => resolve_session(conn, &site, &r),
         };
-        Ok::<_, ApiError>((known, resolved))
+        Ok::<_, ApiError>((site, r, known, resolved))
     })?;
     drop(conn);
     let order_known = match known {

@@ -19,7 +19,7 @@ use rusqlite::Connection;
 
 pub use error::ApiError;
 
-use crate::http::{Ctx, Handled, Refusal, Reply, Service};
+use crate::http::{Ctx, Handled, Lane, Refusal, Reply, Service};
 use crate::metrics::Metrics;
 use crate::store::{self, keys::AuthKey, sites::Site, DbPool};
 use crate::writer::Writer;
@@ -45,6 +45,10 @@ pub struct App {
 pub struct Api(pub Arc<App>);
 
 impl Service for Api {
+    fn lane(&self, method: &str, path: &str) -> Lane {
+        routes::lane(method, path)
+    }
+
     fn handle(&self, ctx: &mut Ctx) -> Handled {
         let (route, result) = routes::dispatch(&self.0, ctx);
         let mut code = route.code;

@@ -1,10 +1,11 @@
 //! The route table: one line per route. Unknown path: 404 `NOT_FOUND`; known path with another
-//! method: 405 `METHOD_NOT_ALLOWED` with `Allow`.
+//! method: 405 `METHOD_NOT_ALLOWED` with `Allow`; a path parameter that does not decode to UTF-8:
+//! 400 `VALIDATION_ERROR` naming it, before the handler (docs/decisions.md §2).
 
 use std::sync::OnceLock;
 
 use super::{collect, conversions, health, people, static_files, ApiError, App};
-use crate::http::{decode_segment as decoded, Ctx, Reply};
+use crate::http::{decode_segment, Ctx, Lane, Reply};
 
 /// A matched route: its name for logs and metrics, and whether its answers, errors included,
 /// carry CORS headers (the pixel reads them from any page).
@@ -55,6 +56,30 @@ fn test_routes() -> bool {
     *ON.get_or_init(|| std::env::var("CONVAPI_TEST_ROUTES").is_ok_and(|v| v == "1"))
 }
 
+/// The lane a request waits in for a request thread (`http::Lane`): the authenticated API (keyed
+/// routes under `/api/sites/`) and `/healthz`, which a load balancer uses to decide whether this
+/// node lives, keep threads that anonymous work (the pixel, the dashboard and its password checks,
+/// static files, `/metrics`) cannot take (docs/hardening.md, "Budgets").
+pub fn lane(_method: &str, path: &str) -> Lane {
+    if path.starts_with("/api/sites/") || path == "/healthz" {
+        Lane::Reserved
+    } else {
+        Lane::Shared
+    }
+}
+
+/// The path parameters `(name as openapi.yaml spells it, segment)`, percent-decoded; the first that
+/// is not UTF-8 is refused, so that no handler looks up (or erases) a guess at what was meant.
+fn params<const N: usize>(raw: [(&'static str, &str); N]) -> Result<[String; N], ApiError> {
+    let mut decoded: [String; N] = std::array::from_fn(|_| String::new());
+    for (out, (name, segment)) in decoded.iter_mut().zip(raw) {
+        *out = decode_segment(segment).map_err(|_| {
+            ApiError::validation(name, format!("{name} is not UTF-8 once percent-decoded"))
+        })?;
+    }
+    Ok(decoded)
+}
+
 /// Sends the request to its handler. Route words match the path as sent; parameters are
 /// percent-decoded here (see `http::path_segments`). Kept one line per route on purpose (no rustfmt).
 #[rustfmt::skip]
@@ -63,11 +88,11 @@ pub fn dispatch(app: &App, ctx: &mut Ctx) -> (Route, Result<Reply, ApiError>) {
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     let method = ctx.method.clone();
     match (method.as_str(), segs.as_slice()) {
-        ("POST", ["api", "sites", site, "conversions"]) => (private("conversions_report"), conversions::accept(app, ctx, &decoded(site))),
+        ("POST", ["api", "sites", site, "conversions"]) => (private("conversions_report"), params([("siteId", site)]).and_then(|[site]| conversions::accept(app, ctx, &site))),
         (_, ["api", "sites", _, "conversions"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("POST"))),
-        ("GET" | "HEAD", ["api", "sites", site, "conversions", order]) => (private("conversions_status"), conversions::order_status(app, ctx, &decoded(site), &decoded(order))),
+        ("GET" | "HEAD", ["api", "sites", site, "conversions", order]) => (private("conversions_status"), params([("siteId", site), ("orderId", order)]).and_then(|[site, order]| conversions::order_status(app, ctx, &site, &order))),
         (_, ["api", "sites", _, "conversions", _]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("GET, HEAD"))),
-        ("DELETE", ["api", "sites", site, "people", client]) => (private("people_forget"), people::forget(app, ctx, &decoded(site), &decoded(client))),
+        ("DELETE", ["api", "sites", site, "people", client]) => (private("people_forget"), params([("siteId", site), ("clientId", client)]).and_then(|[site, client]| people::forget(app, ctx, &site, &client))),
         (_, ["api", "sites", _, "people", _]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("DELETE"))),
         ("POST", ["api", "collect"]) => (public("collect"), collect::collect(app, ctx)),
         ("OPTIONS", ["api", "collect"]) => (public("collect_preflight"), Ok(collect::preflight())),

@@ -34,6 +34,14 @@ pub(super) struct ServeArgs {
     /// Most open client connections; beyond it the longest-idle ones are closed.
     #[arg(long, env = "CONVAPI_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
+    /// Most open connections from one client address (0: no bound of its own); beyond it that
+    /// address's longest-idle ones are closed. `--trusted-proxies` are exempt.
+    #[arg(
+        long,
+        env = "CONVAPI_MAX_CONNECTIONS_PER_ADDRESS",
+        default_value_t = 64
+    )]
+    max_connections_per_address: u32,
     /// Outbox items of API conversions waiting for the pipeline beyond which new API conversions
     /// get 503 (0: no limit). Items waiting for exchange rates do not count.
     #[arg(long, env = "CONVAPI_MAX_BACKLOG", default_value_t = 100_000)]
@@ -187,6 +195,8 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
             limits: crate::http::Limits {
                 idle_timeout: std::time::Duration::from_secs_f64(a.idle_timeout),
                 max_connections: a.max_connections as usize,
+                max_per_address: a.max_connections_per_address as usize,
+                shared_addresses: a.trusted_proxies.clone(),
                 ..Default::default()
             },
         },

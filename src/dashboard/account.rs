@@ -4,7 +4,7 @@
 use maud::{html, Markup};
 
 use super::form;
-use super::{accounts, layout, Dashboard, PageError, PageResult, Viewer};
+use super::{accounts, auth, layout, Dashboard, PageError, PageResult, Viewer};
 use crate::http::Ctx;
 use crate::store::{self, web_sessions};
 
@@ -42,8 +42,8 @@ pub fn form(_d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     Ok(layout::html(200, account_page(v, flash, None)))
 }
 
-/// `POST /dashboard/account`: checks the current password, sets the new one, ends the user's
-/// other sessions, `303` back.
+/// `POST /dashboard/account`: checks the current password (throttled as a login is: `429` over the
+/// limit, unchecked), sets the new one, ends the user's other sessions, `303` back.
 pub fn change(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     let f = form::post_form(ctx, v)?;
     let current = f.get("current_password").map(String::as_str).unwrap_or("");
@@ -56,9 +56,8 @@ pub fn change(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     let user = d
         .read(|c| Ok(store::users::by_id(c, &v.user_id)?))?
         .ok_or(PageError::NotFound)?;
-    if current.chars().count() > accounts::MAX_PASSWORD_CHARS
-        || !accounts::verify_password(current, &user.password_hash)?
-    {
+    // The login's throttle: a stolen session must not be a way around it.
+    if !auth::check_password(d, ctx, &user.email, current, Some(&user.password_hash))? {
         return refuse("The current password is wrong.");
     }
     if let Err(msg) = accounts::check_password(new) {

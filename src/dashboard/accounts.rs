@@ -81,43 +81,59 @@ impl std::fmt::Display for HashError {
     }
 }
 
-/// Slots taken and computations waiting for one.
+/// Slots for Argon2 computations, with a bounded wait queue.
 struct Slots {
-    busy: usize,
-    waiting: usize,
+    state: Mutex<(usize, usize)>,
+    freed: Condvar,
+    slots: usize,
+    queue: usize,
 }
 
-/// Runs `f` (one Argon2 computation) once a slot is free, or refuses at once when
-/// [`hashing_queue`] computations already wait.
+impl Slots {
+    const fn new(slots: usize, queue: usize) -> Slots {
+        Slots {
+            state: Mutex::new((0, 0)),
+            freed: Condvar::new(),
+            slots,
+            queue,
+        }
+    }
+
+    /// Runs `f` once a slot is free, or refuses at once when `queue` computations already wait.
+    fn run<T>(&self, f: impl FnOnce() -> T) -> Result<T, HashError> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (busy, waiting) = &mut *s;
+        if *busy >= self.slots {
+            if *waiting >= self.queue {
+                return Err(HashError::Busy);
+            }
+            *waiting += 1;
+            while s.0 >= self.slots {
+                s = self.freed.wait(s).unwrap_or_else(|p| p.into_inner());
+            }
+            s.1 -= 1;
+        }
+        s.0 += 1;
+        drop(s);
+        // Freed on the way out, a panic included.
+        struct Release<'a>(&'a Slots);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.state.lock().unwrap_or_else(|p| p.into_inner()).0 -= 1;
+                self.0.freed.notify_one();
+            }
+        }
+        let _release = Release(self);
+        Ok(f())
+    }
+}
+
+/// Runs `f` (one Argon2 computation) in the process's hashing slots.
 fn in_slot<T>(f: impl FnOnce() -> T) -> Result<T, HashError> {
-    static SLOTS: Mutex<Slots> = Mutex::new(Slots {
-        busy: 0,
-        waiting: 0,
-    });
-    static FREED: Condvar = Condvar::new();
-    let mut s = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
-    if s.busy >= hashing_slots() {
-        if s.waiting >= hashing_queue() {
-            return Err(HashError::Busy);
-        }
-        s.waiting += 1;
-        while s.busy >= hashing_slots() {
-            s = FREED.wait(s).unwrap_or_else(|p| p.into_inner());
-        }
-        s.waiting -= 1;
-    }
-    s.busy += 1;
-    drop(s);
-    // Freed on the way out, a panic included.
-    struct Release;
-    impl Drop for Release {
-        fn drop(&mut self) {
-            SLOTS.lock().unwrap_or_else(|p| p.into_inner()).busy -= 1;
-            FREED.notify_one();
-        }
-    }
-    let _release = Release;
-    Ok(f())
+    static SLOTS: std::sync::OnceLock<Slots> = std::sync::OnceLock::new();
+    SLOTS
+        .get_or_init(|| Slots::new(hashing_slots(), hashing_queue()))
+        .run(f)
 }
 
 /// The Argon2id PHC string of a password (default parameters, a fresh random salt).
@@ -174,11 +190,13 @@ mod tests {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static NOW: AtomicUsize = AtomicUsize::new(0);
         static MOST: AtomicUsize = AtomicUsize::new(0);
-        let n = 4 * (hashing_slots() + hashing_queue());
+        // Slots of its own: the other tests hash in the process's slots meanwhile.
+        static SLOTS: Slots = Slots::new(2, 8);
+        let n = 4 * (2 + 8);
         let threads: Vec<_> = (0..n)
             .map(|_| {
                 std::thread::spawn(|| {
-                    in_slot(|| {
+                    SLOTS.run(|| {
                         let n = NOW.fetch_add(1, Ordering::SeqCst) + 1;
                         MOST.fetch_max(n, Ordering::SeqCst);
                         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -189,12 +207,16 @@ mod tests {
             .collect();
         let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
         let most = MOST.load(Ordering::SeqCst);
-        assert!(most >= 1 && most <= hashing_slots(), "{most} at once");
-        let refused = results.iter().filter(|r| **r == Err(HashError::Busy)).count();
+        assert!((1..=2).contains(&most), "{most} at once");
+        let refused = results
+            .iter()
+            .filter(|r| **r == Err(HashError::Busy))
+            .count();
         let ran = results.iter().filter(|r| r.is_ok()).count();
         assert!(refused > 0, "{n} at once: none refused");
-        assert!(ran >= hashing_slots() + hashing_queue(), "{ran} ran of {n}");
-        assert!(hashing_slots() <= 4);
+        assert!(ran >= 2 + 8, "{ran} ran of {n}");
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!((1..=cores.div_ceil(2).min(4)).contains(&hashing_slots()));
     }
 
     #[test]

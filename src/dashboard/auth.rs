@@ -1,4 +1,5 @@
-//! Logins, sessions and the login throttle (docs/decisions.md §10).
+//! Logins, sessions and the login throttle, which every password check goes through
+//! ([`check_password`]; docs/decisions.md §10).
 //!
 //! A session id is 32 random bytes in the `convapi_session` cookie (`HttpOnly`, `SameSite=Lax`,
 //! `Path=/dashboard`, `Secure` behind HTTPS); only its SHA-256 is stored. A session ends after
@@ -27,19 +28,22 @@ pub const IDLE_MS: i64 = 2 * 3600 * 1000;
 pub const ABSOLUTE_MS: i64 = 7 * 86_400 * 1000;
 /// `last_seen_at` is written at most this often per session.
 const TOUCH_INTERVAL_MS: i64 = 60_000;
-/// Failed logins of one account (email) within [`THROTTLE_WINDOW`] before the login refuses it.
+/// Failed password checks of one account (email) within [`THROTTLE_WINDOW`] before its password
+/// is checked no more.
 pub const ACCOUNT_FAILURES: usize = 5;
-/// Failed logins from one client address within [`THROTTLE_WINDOW`] before the login refuses it.
+/// Failed password checks from one client address within [`THROTTLE_WINDOW`] before its passwords
+/// are checked no more.
 pub const ADDRESS_FAILURES: usize = 20;
 pub const THROTTLE_WINDOW: Duration = Duration::from_secs(15 * 60);
 /// Most accounts or addresses whose failures are remembered at once.
 const THROTTLE_KEYS: usize = 100_000;
 
-/// Recent failures per key, in memory: the times of at most `limit` failures within `window`.
+/// Recent attempts per key: the times of at most `limit` failures, and of checks still running,
+/// within `window`. Not locked itself: [`Throttles`] holds both counters under one lock.
 pub struct Counter {
     limit: usize,
     window: Duration,
-    failures: Mutex<HashMap<String, Vec<Instant>>>,
+    attempts: HashMap<String, Vec<Instant>>,
 }
 
 impl Counter {
@@ -47,18 +51,13 @@ impl Counter {
         Counter {
             limit,
             window,
-            failures: Mutex::new(HashMap::new()),
+            attempts: HashMap::new(),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Instant>>> {
-        self.failures.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// How long until `key` may try again, when it has used up its failures.
+    /// How long until `key` may try again, when its failures and running checks fill its limit.
     pub fn refused(&self, key: &str, now: Instant) -> Option<Duration> {
-        let map = self.lock();
-        let times = map.get(key)?;
+        let times = self.attempts.get(key)?;
         let recent: Vec<&Instant> = times
             .iter()
             .filter(|t| now.saturating_duration_since(**t) < self.window)
@@ -70,45 +69,166 @@ impl Counter {
         })
     }
 
-    pub fn fail(&self, key: &str, now: Instant) {
-        let mut map = self.lock();
-        if map.len() >= THROTTLE_KEYS && !map.contains_key(key) {
+    /// Counts an attempt of `key` at `now`; false when it could not be counted.
+    fn count(&mut self, key: &str, now: Instant) -> bool {
+        if self.attempts.len() >= THROTTLE_KEYS && !self.attempts.contains_key(key) {
             let window = self.window;
-            map.retain(|_, ts| {
+            self.attempts.retain(|_, ts| {
                 ts.iter()
                     .any(|t| now.saturating_duration_since(*t) < window)
             });
-            if map.len() >= THROTTLE_KEYS {
+            if self.attempts.len() >= THROTTLE_KEYS {
                 // Full of live entries: forget this one rather than an entry that limits someone.
-                return;
+                return false;
             }
         }
-        let times = map.entry(key.to_owned()).or_default();
+        let times = self.attempts.entry(key.to_owned()).or_default();
         times.retain(|t| now.saturating_duration_since(*t) < self.window);
         times.push(now);
         if times.len() > self.limit {
             times.remove(0);
         }
+        true
     }
 
-    pub fn clear(&self, key: &str) {
-        self.lock().remove(key);
+    /// Takes back one attempt counted at `at` (a check that did not fail).
+    fn uncount(&mut self, key: &str, at: Instant) {
+        if let Some(times) = self.attempts.get_mut(key) {
+            if let Some(i) = times.iter().position(|t| *t == at) {
+                times.remove(i);
+            }
+            if times.is_empty() {
+                self.attempts.remove(key);
+            }
+        }
+    }
+
+    pub fn clear(&mut self, key: &str) {
+        self.attempts.remove(key);
     }
 }
 
-/// The login throttle's two counters.
+/// The password throttle's two counters, per account and per client address, under one lock so
+/// that checking both and counting an attempt in both is one step.
 pub struct Throttles {
-    pub account: Counter,
-    pub address: Counter,
+    counters: Mutex<(Counter, Counter)>,
 }
 
 impl Default for Throttles {
     fn default() -> Self {
         Throttles {
-            account: Counter::new(ACCOUNT_FAILURES, THROTTLE_WINDOW),
-            address: Counter::new(ADDRESS_FAILURES, THROTTLE_WINDOW),
+            counters: Mutex::new((
+                Counter::new(ACCOUNT_FAILURES, THROTTLE_WINDOW),
+                Counter::new(ADDRESS_FAILURES, THROTTLE_WINDOW),
+            )),
         }
     }
+}
+
+impl Throttles {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Counter, Counter)> {
+        self.counters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts an attempt of `account` from `address` before its password is hashed, or refuses it
+    /// with the wait when either is at its limit. Checked and counted under one lock: a failure
+    /// recorded only after its hash (~30 ms) let every attempt arriving meanwhile through.
+    fn reserve(&self, account: &str, address: &str, now: Instant) -> Result<Attempt<'_>, Duration> {
+        let mut c = self.lock();
+        let (by_account, by_address) = &mut *c;
+        let wait = [
+            by_account.refused(account, now),
+            by_address.refused(address, now),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
+        if let Some(wait) = wait {
+            return Err(wait);
+        }
+        Ok(Attempt {
+            throttles: self,
+            account: by_account.count(account, now).then(|| account.to_owned()),
+            address: by_address.count(address, now).then(|| address.to_owned()),
+            at: now,
+            failed: false,
+        })
+    }
+}
+
+/// An attempt counted by [`Throttles::reserve`]. It stays counted as a failure only when its check
+/// failed: dropped without that (a success, a busy hashing queue, an error), it is taken back.
+struct Attempt<'a> {
+    throttles: &'a Throttles,
+    account: Option<String>,
+    address: Option<String>,
+    at: Instant,
+    failed: bool,
+}
+
+impl Attempt<'_> {
+    fn failed(mut self) {
+        self.failed = true;
+    }
+
+    /// A success clears its account's failures; the address keeps its own.
+    fn succeeded(self, account: &str) {
+        self.throttles.lock().0.clear(account);
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if self.failed {
+            return;
+        }
+        let mut c = self.throttles.lock();
+        if let Some(key) = &self.account {
+            c.0.uncount(key, self.at);
+        }
+        if let Some(key) = &self.address {
+            c.1.uncount(key, self.at);
+        }
+    }
+}
+
+/// Every check of a dashboard password (the login, the account page's current password) goes
+/// through here, so that one throttle covers them all (docs/decisions.md §10): the attempt is
+/// counted for the account (`email`, lower-cased) and the client address before anything is
+/// hashed, or refused with `429`; then the password is verified against `phc` (no account: against
+/// a dummy hash, so that the time does not tell), and a failure stays counted. A success clears
+/// the account's failures.
+pub fn check_password(
+    d: &Dashboard,
+    ctx: &Ctx,
+    email: &str,
+    password: &str,
+    phc: Option<&str>,
+) -> Result<bool, PageError> {
+    let account = email.to_lowercase();
+    let attempt = d
+        .throttle
+        .reserve(&account, &client_key(d, ctx), Instant::now())
+        .map_err(|wait| PageError::TooManyLogins {
+            retry_after_secs: wait.as_secs().max(1),
+        })?;
+    // A password over the limit can match no account: refused without hashing a megabyte.
+    let verifiable = password.chars().count() <= accounts::MAX_PASSWORD_CHARS;
+    let ok = match phc {
+        Some(phc) if verifiable => accounts::verify_password(password, phc)?,
+        _ => {
+            if verifiable {
+                accounts::verify_password(password, accounts::dummy_hash())?;
+            }
+            false
+        }
+    };
+    if ok {
+        attempt.succeeded(&account);
+    } else {
+        attempt.failed();
+    }
+    Ok(ok)
 }
 
 /// The stored form of a session id.
@@ -291,40 +411,14 @@ pub fn login(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
     let next = form::local_path(field(&form, "next"))
         .unwrap_or("/dashboard/")
         .to_owned();
-    let address = client_key(d, ctx);
-    let now = Instant::now();
-    let wait = [
-        d.throttle.account.refused(&email, now),
-        d.throttle.address.refused(&address, now),
-    ]
-    .into_iter()
-    .flatten()
-    .max();
-    if let Some(wait) = wait {
-        return Err(PageError::TooManyLogins {
-            retry_after_secs: wait.as_secs().max(1),
-        });
-    }
     let user = d.read(|c| Ok(store::users::by_email(c, &email)?))?;
-    // A password over the limit can match no account: refused without hashing a megabyte.
-    let verifiable = password.chars().count() <= accounts::MAX_PASSWORD_CHARS;
-    let ok = match &user {
-        Some(u) if verifiable => accounts::verify_password(password, &u.password_hash)?,
-        _ => {
-            if verifiable {
-                accounts::verify_password(password, accounts::dummy_hash())?;
-            }
-            false
-        }
-    };
+    let phc = user.as_ref().map(|u| u.password_hash.as_str());
+    let ok = check_password(d, ctx, &email, password, phc)?;
     let Some(user) = user.filter(|_| ok) else {
-        d.throttle.account.fail(&email, now);
-        d.throttle.address.fail(&address, now);
         let next = if next == "/dashboard/" { "" } else { &next };
         let page = login_page(&token, next, &email, None, Some("Wrong email or password."));
         return Ok(layout::html(200, page));
     };
-    d.throttle.account.clear(&email);
     let id = form::random_token()?;
     let csrf = form::random_token()?;
     let hash = session_hash(&id);
@@ -350,4 +444,55 @@ pub fn logout(d: &Dashboard, ctx: &mut Ctx, viewer: &Viewer) -> PageResult {
     d.writer.submit(move |c| web_sessions::delete(c, &hash))?;
     Ok(layout::redirect("/dashboard/login")
         .header("Set-Cookie", &cookie(d, SESSION_COOKIE, "", Some(0))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempt_is_counted_before_its_check_and_taken_back_unless_it_failed() {
+        let t = Throttles::default();
+        let now = Instant::now();
+        let running: Vec<Attempt> = (0..ACCOUNT_FAILURES)
+            .map(|i| t.reserve("a@x", &format!("address {i}"), now).unwrap())
+            .collect();
+        // Checks still running fill the account's limit: the next is refused, from any address.
+        assert_eq!(
+            t.reserve("a@x", "another", now).err(),
+            Some(THROTTLE_WINDOW)
+        );
+        assert!(t.reserve("b@x", "another", now).is_ok());
+        // None of them failed (say the hashing queue was busy): all are taken back.
+        drop(running);
+        for _ in 0..ACCOUNT_FAILURES {
+            t.reserve("a@x", "address", now).unwrap().failed();
+        }
+        let later = now + Duration::from_secs(60);
+        assert_eq!(
+            t.reserve("a@x", "address", later).err(),
+            Some(THROTTLE_WINDOW - Duration::from_secs(60))
+        );
+        assert!(t.reserve("a@x", "address", now + THROTTLE_WINDOW).is_ok());
+    }
+
+    #[test]
+    fn a_success_clears_the_accounts_failures_but_not_the_address_ones() {
+        let t = Throttles::default();
+        let now = Instant::now();
+        for _ in 0..ACCOUNT_FAILURES - 1 {
+            t.reserve("a@x", "address", now).unwrap().failed();
+        }
+        t.reserve("a@x", "address", now).unwrap().succeeded("a@x");
+        for _ in 0..ACCOUNT_FAILURES {
+            t.reserve("a@x", "elsewhere", now).unwrap().failed();
+        }
+        // The address has its 4 failures, not the success: 16 more fill its 20.
+        for i in 0..ADDRESS_FAILURES - (ACCOUNT_FAILURES - 1) {
+            t.reserve(&format!("user{i}@x"), "address", now)
+                .unwrap()
+                .failed();
+        }
+        assert!(t.reserve("new@x", "address", now).is_err());
+    }
 }

@@ -298,7 +298,8 @@ pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
 }
 
 /// `GET /dashboard/sites/{id}/report.csv?from=&to=&by=`: the report's rows, one per key, with
-/// the currency in a column of its own.
+/// the currency in a column of its own. The key is the visitors' text (a UTM value): `crate::csv`
+/// neutralises it; the counts and the revenue are our numbers.
 pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult {
     let r = Range::parse(&form::query(ctx), today())?;
     let rows = d.read(|c| {
@@ -322,11 +323,11 @@ pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult
         crate::csv::record(
             &mut out,
             [
-                row.key.clone(),
-                row.conversions.to_string(),
-                row.revenue.to_string(),
-                site.currency.clone(),
-                row.unconverted.to_string(),
+                row.key.clone().into(),
+                crate::csv::number(row.conversions),
+                crate::csv::number(row.revenue),
+                site.currency.clone().into(),
+                crate::csv::number(row.unconverted),
             ],
         )
         .map_err(io)?;

@@ -2,13 +2,16 @@
 //! [`viewer`] (no live session: `303` to the login page); pages of one site go through [`site`],
 //! which also loads the site and answers `404` — the same page as for a missing one — when it
 //! belongs to another tenant. Handlers of site pages have the signature
-//! `fn(&Dashboard, &mut Ctx, &Viewer, &Site) -> PageResult`.
+//! `fn(&Dashboard, &mut Ctx, &Viewer, &Site) -> PageResult` (plus `&str` for a page of one item of
+//! the site, through [`site_item`]). Path parameters are percent-decoded by [`param`] once the
+//! session is checked: one that is not UTF-8 is the `400` page naming it, before anything is
+//! loaded.
 
 use super::{
     account, auth, conversions, keys, layout, report, setup, sites, Dashboard, PageError,
     PageResult, Viewer,
 };
-use crate::http::{decode_segment as decoded, Ctx, Reply, StaticFile};
+use crate::http::{decode_segment, Ctx, Reply, StaticFile};
 use crate::store::{self, sites::Site};
 
 /// Sends the request to its handler; returns the route's name for logs and metrics. Route words
@@ -34,15 +37,15 @@ pub fn dispatch(d: &Dashboard, ctx: &mut Ctx) -> (&'static str, PageResult) {
         ("POST", ["dashboard", "sites", id]) => ("dash_site_update", site(d, ctx, id, sites::update)),
         ("GET" | "HEAD", ["dashboard", "settings", "api-keys"]) => ("dash_keys", viewer(d, ctx, keys::list)),
         ("POST", ["dashboard", "settings", "api-keys"]) => ("dash_key_create", viewer(d, ctx, keys::create)),
-        ("GET" | "HEAD", ["dashboard", "settings", "api-keys", id, "revoke"]) => ("dash_key_revoke", viewer(d, ctx, |d, ctx, v| keys::revoke_form(d, ctx, v, &decoded(id)))),
-        ("POST", ["dashboard", "settings", "api-keys", id, "revoke"]) => ("dash_key_revoke", viewer(d, ctx, |d, ctx, v| keys::revoke(d, ctx, v, &decoded(id)))),
+        ("GET" | "HEAD", ["dashboard", "settings", "api-keys", id, "revoke"]) => ("dash_key_revoke", viewer(d, ctx, |d, ctx, v| keys::revoke_form(d, ctx, v, &param("key id", id)?))),
+        ("POST", ["dashboard", "settings", "api-keys", id, "revoke"]) => ("dash_key_revoke", viewer(d, ctx, |d, ctx, v| keys::revoke(d, ctx, v, &param("key id", id)?))),
         ("GET" | "HEAD", ["dashboard", "account"]) => ("dash_account", viewer(d, ctx, account::form)),
         ("POST", ["dashboard", "account"]) => ("dash_account", viewer(d, ctx, account::change)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "conversions"]) => ("dash_conversions", site(d, ctx, id, conversions::list)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "conversions.csv"]) => ("dash_conversions_csv", site(d, ctx, id, conversions::csv)),
-        ("GET" | "HEAD", ["dashboard", "sites", id, "conversions", event]) => ("dash_conversion", site(d, ctx, id, |d, ctx, v, s| conversions::order(d, ctx, v, s, &decoded(event)))),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "conversions", event]) => ("dash_conversion", site_item(d, ctx, id, ("event id", event), conversions::order)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "dead-letters"]) => ("dash_dead_letters", site(d, ctx, id, conversions::dead_letters)),
-        ("POST", ["dashboard", "sites", id, "dead-letters", conversion, "retry"]) => ("dash_dead_letter_retry", site(d, ctx, id, |d, ctx, v, s| conversions::retry(d, ctx, v, s, &decoded(conversion)))),
+        ("POST", ["dashboard", "sites", id, "dead-letters", conversion, "retry"]) => ("dash_dead_letter_retry", site_item(d, ctx, id, ("conversion id", conversion), conversions::retry)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "report"]) => ("dash_report", site(d, ctx, id, report::page)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "report.csv"]) => ("dash_report_csv", site(d, ctx, id, report::csv)),
         // Logged out, every other path is the login page too: which pages exist is for the logged-in.
@@ -62,6 +65,16 @@ pub fn viewer(
     }
 }
 
+/// A path parameter (`name` as the page names it), percent-decoded; not UTF-8: the `400` page, so
+/// that nothing is looked up under a guess at what was meant.
+fn param(name: &str, segment: &str) -> Result<String, PageError> {
+    decode_segment(segment).map_err(|_| {
+        PageError::BadRequest(format!(
+            "The {name} in the address is not valid: it is not UTF-8 once percent-decoded."
+        ))
+    })
+}
+
 /// Runs `f` for the viewer and the site `id` of the viewer's tenant. An id that is not a UUID, a
 /// missing site and another tenant's site are the same `404`.
 pub fn site(
@@ -70,10 +83,26 @@ pub fn site(
     id: &str,
     f: impl FnOnce(&Dashboard, &mut Ctx, &Viewer, &Site) -> PageResult,
 ) -> PageResult {
-    let id = decoded(id);
     viewer(d, ctx, |d, ctx, v| {
-        let site = load_site(d, v, &id)?;
+        let site = load_site(d, v, &param("site id", id)?)?;
         f(d, ctx, v, &site)
+    })
+}
+
+/// [`site`] for a page of one item of the site: `item` is its parameter's name and segment,
+/// decoded before the site is loaded.
+pub fn site_item(
+    d: &Dashboard,
+    ctx: &mut Ctx,
+    id: &str,
+    (name, item): (&str, &str),
+    f: impl FnOnce(&Dashboard, &mut Ctx, &Viewer, &Site, &str) -> PageResult,
+) -> PageResult {
+    viewer(d, ctx, |d, ctx, v| {
+        let id = param("site id", id)?;
+        let item = param(name, item)?;
+        let site = load_site(d, v, &id)?;
+        f(d, ctx, v, &site, &item)
     })
 }
 

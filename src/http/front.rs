@@ -1,11 +1,13 @@
-//! The accept side: tiny_http `Server`s built on clones of our own listener, and one pump thread
-//! per server moving its requests into the channel the workers read.
+//! The accept side: tiny_http `Server`s built on clones of our own listener. Each connection's
+//! thread registers every request it reads and queues it in its lane (`lanes.rs`) itself
+//! (`ServerOptions::deliver`), and ends its registration once the answer is written
+//! (`on_answered`); one pump thread per server watches for accept errors.
 //!
 //! tiny_http's accept thread ends for good on the first accept error (EMFILE, ENFILE, ENOBUFS...):
 //! it pushes the error into its queue and stops (tiny-http PR #219). A pump that receives that error
 //! starts the next *generation* — a new `Server` on a `try_clone()` of the listener — with an
-//! exponential backoff while the error persists, and keeps pumping its own, now retired, server
-//! for the requests its open connections still send. A retired generation ends once none of its
+//! exponential backoff while the error persists, while the open connections of its own, now
+//! retired, server still deliver their requests. A retired generation ends once none of its
 //! requests is in our hands and it has been quiet for longer than the idle timeout: the supervisor
 //! (`supervisor.rs`) shuts down every connection that stays quiet that long, so nothing can arrive later.
 //! Workers never see which generation a request came from, except that requests of a retired one
@@ -22,11 +24,11 @@
 use std::net::TcpListener;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::lanes::{Lane, Lanes};
 use super::registry::Registry;
 use crate::metrics::Metrics;
 
@@ -35,6 +37,12 @@ pub struct Incoming {
     pub rq: tiny_http::Request,
     pub id: u64,
     pub generation: u64,
+}
+
+thread_local! {
+    /// The request a connection's thread has handed over and not yet written the answer of (a
+    /// connection has at most one out: `answers_on_connection`).
+    static OUT: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
 
 /// Shortest and longest wait between two attempts to restart accepting.
@@ -72,9 +80,14 @@ struct Backoff {
     last_start: Instant,
 }
 
+/// Which lane a request goes to (the service decides, from its method and path).
+pub type Classify = Arc<dyn Fn(&str, &str) -> Lane + Send + Sync>;
+
 pub struct Front {
     listener: TcpListener,
-    tx: Mutex<Option<Sender<Incoming>>>,
+    /// Where requests go for the request threads; closed once every pump has ended.
+    lanes: Arc<Lanes>,
+    classify: Classify,
     registry: Arc<Registry>,
     metrics: Metrics,
     /// How long a retired generation must stay quiet before it ends.
@@ -84,6 +97,8 @@ pub struct Front {
     generations: Mutex<Vec<Generation>>,
     current: AtomicU64,
     next_id: AtomicU64,
+    /// The clock of `now_ms`.
+    started: Instant,
     stopping: AtomicBool,
     /// Accepting has stopped for good (shutting down): an accept error is expected, not restarted.
     no_accept: AtomicBool,
@@ -95,7 +110,8 @@ impl Front {
     /// one scan period.
     pub fn start(
         listener: TcpListener,
-        tx: Sender<Incoming>,
+        lanes: Arc<Lanes>,
+        classify: Classify,
         registry: Arc<Registry>,
         metrics: Metrics,
         drain_quiet: Duration,
@@ -104,7 +120,8 @@ impl Front {
         let now = Instant::now();
         let front = Arc::new(Front {
             listener,
-            tx: Mutex::new(Some(tx)),
+            lanes,
+            classify,
             registry,
             metrics,
             drain_quiet,
@@ -112,6 +129,7 @@ impl Front {
             generations: Mutex::new(Vec::new()),
             current: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
+            started: now,
             stopping: AtomicBool::new(false),
             no_accept: AtomicBool::new(false),
             backoff: Mutex::new(Backoff {
@@ -133,31 +151,46 @@ impl Front {
         self.generations.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Builds a server on a clone of the listener and starts its pump.
+    /// Builds a server on a clone of the listener and starts its pump. The server's connection
+    /// threads hand their requests over themselves (`deliver`); the pump watches for accept
+    /// errors and a deaf accept loop.
     fn start_generation(self: &Arc<Self>) -> Result<(), String> {
         let listener = self
             .listener
             .try_clone()
             .map_err(|e| format!("cannot clone the listener: {e}"))?;
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err("stopping".into());
+        }
+        let mut gens = self.lock_generations();
+        let id = gens.iter().map(|g| g.id + 1).max().unwrap_or(0);
+        let last_request = Arc::new(AtomicU64::new(self.now_ms()));
+        let mut options = self.options.clone();
+        let (front, seen) = (Arc::downgrade(self), last_request.clone());
+        options.deliver = Some(Arc::new(move |rq| {
+            // A front that is gone drops the request: tiny_http answers it 500.
+            if let Some(front) = front.upgrade() {
+                seen.store(front.now_ms(), Ordering::Relaxed);
+                front.hand_over(rq, id);
+            }
+        }));
+        let front = Arc::downgrade(self);
+        options.on_answered = Some(Arc::new(move || {
+            if let Some(front) = front.upgrade() {
+                front.answered();
+            }
+        }));
         // tiny_http spawns its accept thread here; a failed spawn panics inside it.
         let server = catch_unwind(AssertUnwindSafe(|| {
-            tiny_http::Server::from_listener_with_options(listener, None, self.options.clone())
+            tiny_http::Server::from_listener_with_options(listener, None, options)
         }))
         .map_err(|_| "cannot start an accept thread".to_string())?
         .map_err(|e| format!("cannot serve: {e}"))?;
         let server = Arc::new(server);
-        let tx = self
-            .tx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or("stopping")?;
-        let mut gens = self.lock_generations();
-        let id = gens.iter().map(|g| g.id + 1).max().unwrap_or(0);
-        let (me, s) = (self.clone(), server.clone());
+        let (me, s, seen) = (self.clone(), server.clone(), last_request);
         let pump = std::thread::Builder::new()
             .name(format!("http-accept-{id}"))
-            .spawn(move || me.pump(id, &s, tx))
+            .spawn(move || me.pump(id, &s, &seen))
             .map_err(|e| format!("cannot start a pump: {e}"))?;
         gens.push(Generation {
             id,
@@ -166,6 +199,11 @@ impl Front {
         });
         self.current.store(id, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Milliseconds since the front started (the clock of a generation's last request).
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
     }
 
     /// Tries to start the next generation unless the backoff says wait; true once it runs.
@@ -200,7 +238,42 @@ impl Front {
         }
     }
 
-    fn pump(self: Arc<Self>, generation: u64, server: &tiny_http::Server, tx: Sender<Incoming>) {
+    /// Registers a request and queues it in its lane, on the connection's thread. Once the lanes
+    /// are closed (stopping) the request is dropped unregistered: tiny_http answers it 500.
+    fn hand_over(&self, rq: tiny_http::Request, generation: u64) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let url = rq.url();
+        let path = url.split_once('?').map_or(url, |(p, _)| p);
+        let lane = (self.classify)(rq.method().as_str(), path);
+        self.registry
+            .begin(id, rq.remote_addr().copied(), generation);
+        if self
+            .lanes
+            .push(lane, Incoming { rq, id, generation })
+            .is_err()
+        {
+            self.registry.end(id);
+        } else {
+            // Ended by this same thread once the answer is written (`answered`).
+            OUT.set(Some(id));
+        }
+    }
+
+    /// On a connection's thread, once the answer of its request is written: the request leaves
+    /// our hands (the supervisor counts the connection idle from now on, and until now bounds
+    /// the answer's transfer by the idle timeout).
+    fn answered(&self) {
+        if let Some(id) = OUT.take() {
+            self.registry.end(id);
+        }
+    }
+
+    fn pump(
+        self: Arc<Self>,
+        generation: u64,
+        server: &tiny_http::Server,
+        last_request: &AtomicU64,
+    ) {
         let mut retired = false;
         let mut presumed_dead = false;
         let mut restarted = false;
@@ -239,28 +312,25 @@ impl Front {
             match server.recv_timeout(wait) {
                 Ok(Some(rq)) => {
                     last_message = Instant::now();
-                    let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                    self.registry
-                        .begin(id, rq.remote_addr().copied(), generation);
-                    if tx.send(Incoming { rq, id, generation }).is_err() {
-                        return;
-                    }
+                    self.hand_over(rq, generation);
                 }
                 Ok(None) => {
                     if self.stopping.load(Ordering::SeqCst) {
                         // Hand over what is already parsed, then stop.
                         while let Ok(Some(rq)) = server.try_recv() {
-                            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                            self.registry
-                                .begin(id, rq.remote_addr().copied(), generation);
-                            let _ = tx.send(Incoming { rq, id, generation });
+                            self.hand_over(rq, generation);
                         }
                         return;
                     }
+                    let since_request = Duration::from_millis(
+                        self.now_ms()
+                            .saturating_sub(last_request.load(Ordering::Relaxed)),
+                    );
                     if retired
                         && restarted
                         && !presumed_dead
                         && last_message.elapsed() > self.drain_quiet
+                        && since_request > self.drain_quiet
                         && self.registry.in_flight(generation) == 0
                     {
                         log::debug!("generation {generation} drained");
@@ -295,7 +365,7 @@ impl Front {
     }
 
     /// Stops every generation: no new connection is accepted, requests already parsed are handed
-    /// over, then the pumps end and the channel closes once the workers took everything.
+    /// over, then the pumps end and the lanes close (the workers end once they took everything).
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
         let mut gens: Vec<Generation> = std::mem::take(&mut *self.lock_generations());
@@ -308,6 +378,6 @@ impl Front {
             }
         }
         drop(gens);
-        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.lanes.close();
     }
 }

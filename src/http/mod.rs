@@ -1,10 +1,11 @@
 //! The HTTP front: the only module that touches `tiny_http`. A library: it serves whatever
 //! [`Service`] it is handed and knows nothing of the handlers, the database or the pipeline.
 //!
-//! Accepting is `front.rs` (tiny_http servers on clones of one listener, each with a pump thread
-//! feeding one channel); a fixed pool of request threads takes requests from that channel, turns
-//! each into a [`Ctx`], calls [`Service::handle`] inside `catch_unwind`, and writes the [`Reply`]
-//! back. Logging, timing, metrics and panic catching happen once, in [`handle`], not in handlers;
+//! Accepting is `front.rs` (tiny_http servers on clones of one listener, whose connection threads
+//! queue each request they read in its lane, `lanes.rs`); a fixed pool of request threads takes
+//! requests from the lanes, turns each into a [`Ctx`], calls [`Service::handle`] inside
+//! `catch_unwind`, and hands the [`Reply`] to the request's connection, whose own thread writes it
+//! (one request per connection at a time: a request thread never waits on a client). Logging, timing, metrics and panic catching happen once, in [`handle`], not in handlers;
 //! so does the request id ([`request_id`]), sent back as `X-Request-Id` and in every log line
 //! about the request.
 //! `supervisor.rs` (with `registry.rs` and the system calls of `sys.rs`) enforces the connection
@@ -12,6 +13,7 @@
 //! elsewhere (see its module doc). Handlers never see `tiny_http` types.
 
 mod front;
+mod lanes;
 mod registry;
 mod supervisor;
 mod sys;
@@ -19,13 +21,14 @@ mod sys;
 use std::io::Read;
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
 use front::{Front, Incoming};
+use lanes::Lanes;
+pub use lanes::{reserved_threads, Lane};
 use registry::{Phase, Registry};
 pub use supervisor::Limits;
 use supervisor::Supervisor;
@@ -55,6 +58,9 @@ pub const MAX_REQUEST_ID: usize = 128;
 
 /// What the application behind the front answers with.
 pub trait Service: Send + Sync + 'static {
+    /// The lane a request waits in for a request thread (see `lanes.rs`), from its method and
+    /// path (without the query), before anything else of it is looked at.
+    fn lane(&self, method: &str, path: &str) -> Lane;
     /// Answers one request.
     fn handle(&self, ctx: &mut Ctx) -> Handled;
     /// The answer to a request the front refuses or loses on its own, without the request (the
@@ -281,7 +287,7 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.front.stop();
-        // The channel is closed now: workers finish what it holds and end.
+        // The lanes are closed now: workers finish what they hold and end.
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -323,7 +329,10 @@ pub fn serve(
         .map_err(|e| format!("cannot supervise connections: {e}"))?,
     );
     let supervisor_thread = supervisor.spawn().map_err(|e| e.to_string())?;
-    let (tx, rx) = mpsc::channel::<Incoming>();
+    let lanes = Arc::new(Lanes::new(threads, metrics.clone()));
+    let classifier = service.clone();
+    let classify: front::Classify =
+        Arc::new(move |method: &str, path: &str| classifier.lane(method, path));
     // A retired generation may end once nothing can arrive from it any more: every connection
     // quiet for the idle timeout has been shut down by then (plus a scan period, plus slack).
     let drain_quiet =
@@ -331,6 +340,9 @@ pub fn serve(
     let on_head = registry.clone();
     let mut options = tiny_http::ServerOptions {
         preread_body_limit: PREREAD_BODY_LIMIT,
+        // One request per connection in our hands at a time, its answer written by the
+        // connection's own thread (vendor/tiny_http/PATCHES.md 19).
+        answers_on_connection: true,
         on_head: Some(Arc::new(move |peer| on_head.head_read(peer))),
         ..tiny_http::ServerOptions::default()
     };
@@ -338,13 +350,13 @@ pub fn serve(
     supervisor.configure(&mut options);
     let front = Front::start(
         listener,
-        tx,
+        lanes.clone(),
+        classify,
         registry.clone(),
         metrics.clone(),
         drain_quiet,
         options,
     )?;
-    let rx = Arc::new(Mutex::new(rx));
     let mut handles = Vec::with_capacity(threads);
     for i in 0..threads {
         let w = Worker {
@@ -354,10 +366,10 @@ pub fn serve(
             supervisor: supervisor.clone(),
             front: front.clone(),
         };
-        let rx = rx.clone();
+        let lanes = lanes.clone();
         let t = std::thread::Builder::new()
             .name(format!("http-{i}"))
-            .spawn(move || serve_loop(&w, &rx))
+            .spawn(move || serve_loop(&w, &lanes))
             .map_err(|e| e.to_string())?;
         handles.push(t);
     }
@@ -372,19 +384,13 @@ pub fn serve(
     })
 }
 
-fn serve_loop(w: &Worker, rx: &Mutex<Receiver<Incoming>>) {
-    loop {
-        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-        match next {
-            Ok(inc) => {
-                let id = inc.id;
-                // `handle` catches panics itself; this one is the last line of defence so that a
-                // worker never dies and a request never stays registered.
-                let _ = catch_unwind(AssertUnwindSafe(|| handle(w, inc)));
-                w.registry.end(id);
-            }
-            Err(_) => return,
-        }
+fn serve_loop(w: &Worker, lanes: &Lanes) {
+    while let Some((lane, inc)) = lanes.pop() {
+        // `handle` catches panics itself; this one is the last line of defence so that a
+        // worker never dies and a lane slot is never lost. The request leaves the registry when
+        // its connection has written the answer (even the 500 of a request dropped in a panic).
+        let _ = catch_unwind(AssertUnwindSafe(|| handle(w, inc)));
+        lanes.done(lane);
     }
 }
 
@@ -401,11 +407,13 @@ pub fn path_segments(path: &str) -> Vec<String> {
         .collect()
 }
 
-/// A path segment with its percent-encoding decoded (invalid UTF-8 replaced).
-pub fn decode_segment(segment: &str) -> String {
+/// A path segment with its percent-encoding decoded, or `Err` when the bytes it decodes to are
+/// not UTF-8. Never replaced: `x%FFy` is not `x\u{FFFD}y`, and `M%FCller` (Latin-1) is not
+/// "Müller", so a parameter must be refused rather than used to look up, or erase, someone else.
+pub fn decode_segment(segment: &str) -> Result<String, std::str::Utf8Error> {
     percent_encoding::percent_decode_str(segment)
-        .decode_utf8_lossy()
-        .into_owned()
+        .decode_utf8()
+        .map(std::borrow::Cow::into_owned)
 }
 
 /// The id of a request: the client's `X-Request-Id` when it is well-formed, 1 to
@@ -537,21 +545,25 @@ fn handle(w: &Worker, inc: Incoming) {
     w.registry.phase(flight, Phase::Writing);
     if close {
         if let Some(peer) = peer {
-            // Reads now end at what already arrived, so tiny_http's drain stops there.
+            // Reads now end at what already arrived, so tiny_http's drain of an unread body (on
+            // the connection's thread) stops there.
             w.supervisor.shutdown_peer(peer, Shutdown::Read);
         }
     }
-    // Responding drops the request, which drains the unread body (through a bounded buffer in the
-    // vendored tiny_http, vendor/tiny_http/PATCHES.md); a panic there must not take the worker.
-    match catch_unwind(AssertUnwindSafe(|| req.respond(response))) {
+    // The answer is rendered into memory here and written by the connection's own thread
+    // (`answers_on_connection`), which then closes the connection if asked: this thread never
+    // waits on the client's socket. A panic in tiny_http must not take the worker.
+    let responded = catch_unwind(AssertUnwindSafe(|| {
+        if close {
+            req.respond_closing(response)
+        } else {
+            req.respond(response)
+        }
+    }));
+    match responded {
         Ok(Ok(())) => {}
         Ok(Err(e)) => log::debug!("request {request_id}: cannot write response: {e}"),
         Err(_) => log::warn!("request {request_id}: tiny_http panicked finishing the request"),
-    }
-    if close {
-        if let Some(peer) = peer {
-            w.supervisor.shutdown_peer(peer, Shutdown::Both);
-        }
     }
     let elapsed = started.elapsed();
     w.metrics.observe_request(route, status, elapsed);

@@ -2,9 +2,10 @@
 //! grouping key (type, whether attribution ran, source, medium, campaign) with the number of
 //! conversions, their revenue in integer minor units of the site currency, and how many are not
 //! converted yet (docs/decisions.md §11). SQLite triggers on `conversions` keep it exact on every
-//! write, whoever writes; the SQL of the cell a conversion row falls in is written once, in the
-//! `rollup_*` macros below, for the triggers, the migration that builds the table and
-//! [`check_rollup`].
+//! write, whoever writes: the table and its triggers are created by the migration
+//! `migrations/0005_report_rollup.sql` (their text as the database keeps it is in `schema.sql`); no
+//! code here writes it. [`check_rollup`] aggregates the same cells from scratch, independently of
+//! the triggers, to find where they went wrong.
 //!
 //! The row-by-row read [`each_line`] stays for what the rollup cannot sum exactly: a reporting value
 //! without integer minor units (a currency without them, such as XAU, or an amount past 64 bits),
@@ -15,179 +16,6 @@ use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
 use super::{Result, StoreError};
-
-/// The key columns of the rollup cell of conversion row `$r` (`NEW`, `OLD`, or a table alias),
-/// in the order of `report_daily`'s primary key. `day` is the UTC day number (days since
-/// 1970-01-01, rounded down); a NULL attribution column is stored as `''` with its bit set in
-/// `nulls` (1 source, 2 medium, 4 campaign), so that `''` and NULL stay apart as the report keeps them.
-macro_rules! rollup_key {
-    ($r:literal) => {
-        concat!(
-            $r,
-            ".site_id, ",
-            $r,
-            ".occurred_at / 86400000 - (",
-            $r,
-            ".occurred_at % 86400000 < 0), ",
-            $r,
-            ".type, ",
-            $r,
-            ".attr_model IS NOT NULL, ",
-            "COALESCE(",
-            $r,
-            ".attr_source, ''), ",
-            "COALESCE(",
-            $r,
-            ".attr_medium, ''), ",
-            "COALESCE(",
-            $r,
-            ".attr_campaign, ''), ",
-            "(",
-            $r,
-            ".attr_source IS NULL) + 2 * (",
-            $r,
-            ".attr_medium IS NULL) + 4 * (",
-            $r,
-            ".attr_campaign IS NULL)"
-        )
-    };
-}
-
-/// What conversion row `$r` adds to its cell's `revenue_minor`: its reporting value once
-/// processed (a stale `reporting_minor` beside a NULL `reporting_value` counts nothing).
-macro_rules! rollup_revenue {
-    ($r:literal) => {
-        concat!(
-            "(CASE WHEN ",
-            $r,
-            ".status = 'processed' AND ",
-            $r,
-            ".reporting_value IS NOT NULL THEN COALESCE(",
-            $r,
-            ".reporting_minor, 0) ELSE 0 END)"
-        )
-    };
-}
-
-/// What conversion row `$r` adds to its cell's `unconverted`.
-macro_rules! rollup_unconverted {
-    ($r:literal) => {
-        concat!("(", $r, ".status <> 'processed')")
-    };
-}
-
-/// What conversion row `$r` adds to its cell's `inexact`: a processed reporting value that has
-/// no integer minor units, which only the row-by-row read sums exactly.
-macro_rules! rollup_inexact {
-    ($r:literal) => {
-        concat!(
-            "(",
-            $r,
-            ".status = 'processed' AND ",
-            $r,
-            ".reporting_value IS NOT NULL AND ",
-            $r,
-            ".reporting_minor IS NULL)"
-        )
-    };
-}
-
-/// Counts one more conversion into a cell that may exist already (the backfill's and the
-/// triggers' shared `ON CONFLICT` clause).
-macro_rules! rollup_upsert {
-    () => {
-        "ON CONFLICT DO UPDATE SET conversions = conversions + 1,
-        revenue_minor = revenue_minor + excluded.revenue_minor,
-        unconverted = unconverted + excluded.unconverted, inexact = inexact + excluded.inexact"
-    };
-}
-
-/// The statement that adds conversion row `$r` to its cell.
-macro_rules! rollup_add {
-    ($r:literal) => {
-        concat!(
-            "INSERT INTO report_daily VALUES (",
-            rollup_key!($r),
-            ", 1, ",
-            rollup_revenue!($r),
-            ", ",
-            rollup_unconverted!($r),
-            ", ",
-            rollup_inexact!($r),
-            ") ",
-            rollup_upsert!(),
-            ";"
-        )
-    };
-}
-
-/// The statement that takes conversion row `$r` out of its cell.
-macro_rules! rollup_remove {
-    ($r:literal) => {
-        concat!(
-            "UPDATE report_daily SET conversions = conversions - 1,
-        revenue_minor = revenue_minor - ",
-            rollup_revenue!($r),
-            ",
-        unconverted = unconverted - ",
-            rollup_unconverted!($r),
-            ",
-        inexact = inexact - ",
-            rollup_inexact!($r),
-            "
-    WHERE (site_id, day, type, attributed, source, medium, campaign, nulls) = (",
-            rollup_key!($r),
-            ");"
-        )
-    };
-}
-
-/// The rollup table, its triggers, and its first fill from the rows there are (the migration step
-/// in `store/mod.rs` adds `reporting_minor` and fills it before this runs). The fill adds row by
-/// row with the triggers' own `+`, so a cell that outgrows 64 bits turns REAL the same way.
-/// A later migration that builds `conversions` again must create the triggers again.
-macro_rules! rollup_schema {
-    () => {
-        concat!(
-            "CREATE TABLE report_daily (
-    site_id        TEXT NOT NULL,
-    day            INTEGER NOT NULL,
-    type           TEXT NOT NULL,
-    attributed     INTEGER NOT NULL,
-    source         TEXT NOT NULL,
-    medium         TEXT NOT NULL,
-    campaign       TEXT NOT NULL,
-    nulls          INTEGER NOT NULL,
-    conversions    INTEGER NOT NULL,
-    revenue_minor  INTEGER NOT NULL,
-    unconverted    INTEGER NOT NULL,
-    inexact        INTEGER NOT NULL,
-    PRIMARY KEY (site_id, day, type, attributed, source, medium, campaign, nulls)
-) WITHOUT ROWID;
-INSERT INTO report_daily SELECT ", rollup_key!("c"), ", 1, ", rollup_revenue!("c"), ", ",
-            rollup_unconverted!("c"), ", ", rollup_inexact!("c"), " FROM conversions c WHERE true
-    ", rollup_upsert!(), ";
-CREATE TRIGGER report_daily_insert AFTER INSERT ON conversions BEGIN
-    ", rollup_add!("NEW"), "
-END;
-CREATE TRIGGER report_daily_delete AFTER DELETE ON conversions BEGIN
-    ", rollup_remove!("OLD"), "
-END;
-CREATE TRIGGER report_daily_update AFTER UPDATE OF site_id, occurred_at, type, attr_model, attr_source,
-        attr_medium, attr_campaign, status, reporting_value, reporting_minor ON conversions
-    WHEN OLD.site_id IS NOT NEW.site_id OR OLD.occurred_at IS NOT NEW.occurred_at
-        OR OLD.type IS NOT NEW.type OR (OLD.attr_model IS NULL) <> (NEW.attr_model IS NULL)
-        OR OLD.attr_source IS NOT NEW.attr_source OR OLD.attr_medium IS NOT NEW.attr_medium
-        OR OLD.attr_campaign IS NOT NEW.attr_campaign OR OLD.status IS NOT NEW.status
-        OR OLD.reporting_value IS NOT NEW.reporting_value OR OLD.reporting_minor IS NOT NEW.reporting_minor
-BEGIN
-    ", rollup_remove!("OLD"), "
-    ", rollup_add!("NEW"), "
-END;
-"
-        )
-    };
-}
 
 /// The milliseconds of a UTC day.
 pub const DAY_MS: i64 = 86_400_000;
@@ -382,25 +210,25 @@ pub fn days(
 /// the triggers kept it exact. Cells whose counts all came back to 0 are not differences. For
 /// tests and for an operator's check; it reads every conversion.
 pub fn check_rollup(conn: &Connection) -> Result<Vec<String>> {
-    let sql = concat!(
-        "WITH scratch AS (
-            SELECT ",
-        rollup_key!("c"),
-        ", COUNT(*), SUM(",
-        rollup_revenue!("c"),
-        "), SUM(",
-        rollup_unconverted!("c"),
-        "), SUM(",
-        rollup_inexact!("c"),
-        ")
+    // A cell's key and sums as 0005_report_rollup.sql's triggers compute them for one row.
+    let sql = "WITH scratch AS (
+            SELECT c.site_id, c.occurred_at / 86400000 - (c.occurred_at % 86400000 < 0), c.type,
+                c.attr_model IS NOT NULL, COALESCE(c.attr_source, ''), COALESCE(c.attr_medium, ''),
+                COALESCE(c.attr_campaign, ''),
+                (c.attr_source IS NULL) + 2 * (c.attr_medium IS NULL) + 4 * (c.attr_campaign IS NULL),
+                COUNT(*),
+                SUM(CASE WHEN c.status = 'processed' AND c.reporting_value IS NOT NULL
+                    THEN COALESCE(c.reporting_minor, 0) ELSE 0 END),
+                SUM(c.status <> 'processed'),
+                SUM(c.status = 'processed' AND c.reporting_value IS NOT NULL
+                    AND c.reporting_minor IS NULL)
             FROM conversions c GROUP BY 1, 2, 3, 4, 5, 6, 7, 8),
         kept AS (
             SELECT * FROM report_daily
             WHERE conversions <> 0 OR revenue_minor <> 0 OR unconverted <> 0 OR inexact <> 0)
         SELECT 'missing', * FROM (SELECT * FROM scratch EXCEPT SELECT * FROM kept)
         UNION ALL
-        SELECT 'extra', * FROM (SELECT * FROM kept EXCEPT SELECT * FROM scratch)"
-    );
+        SELECT 'extra', * FROM (SELECT * FROM kept EXCEPT SELECT * FROM scratch)";
     let mut stmt = conn.prepare(sql)?;
     let rows = stmt.query_map([], |r| {
         let cells: Vec<String> = (0..13)

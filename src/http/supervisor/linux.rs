@@ -28,7 +28,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::net::{Shutdown, SocketAddr};
+use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -74,6 +74,9 @@ struct Track {
     body_watch: Option<(Instant, Instant, u64)>,
     shut: bool,
 }
+
+/// A connection without a request in our hands: idle since, peer, socket inode.
+type Idle = (Instant, SocketAddr, u64);
 
 /// Finds and acts on the server's accepted sockets.
 pub struct Supervisor {
@@ -209,7 +212,9 @@ impl Supervisor {
             (busy, last_done, reading_body)
         };
         let mut to_shut: Vec<(SocketAddr, ShutReason)> = Vec::new();
-        let mut idle_candidates: Vec<(Instant, SocketAddr, u64)> = Vec::new();
+        let mut idle_candidates: Vec<Idle> = Vec::new();
+        // Open connections per client address (bounded ones only), the idle ones among them.
+        let mut per_address: HashMap<IpAddr, (usize, Vec<Idle>)> = HashMap::new();
         let mut starving = 0usize;
         let mut open = 0usize;
         {
@@ -239,6 +244,9 @@ impl Supervisor {
                     continue;
                 }
                 open += 1;
+                if self.limits.bounded_per_address(s.peer.ip()) {
+                    per_address.entry(s.peer.ip()).or_default().0 += 1;
+                }
                 if let Some(flights) = busy.get(&s.peer) {
                     t.base_bytes = s.bytes_received;
                     t.over_budget = 0;
@@ -316,8 +324,28 @@ impl Supervisor {
                 } else {
                     t.unread_scans = 0;
                     idle_candidates.push((idle_since, s.peer, s.inode));
+                    if let Some(a) = per_address.get_mut(&s.peer.ip()) {
+                        a.1.push((idle_since, s.peer, s.inode));
+                    }
                 }
             }
+            // One address over its own bound loses its longest-idle connections first, whatever
+            // the total: one client cannot take the connections everybody else needs.
+            for (count, mut idle) in per_address.into_values() {
+                let over = count.saturating_sub(self.limits.max_per_address);
+                if over == 0 {
+                    continue;
+                }
+                idle.sort_by_key(|c| c.0);
+                for (_, peer, inode) in idle.into_iter().take(over) {
+                    if let Some(t) = tracks.get_mut(&inode) {
+                        t.shut = true;
+                    }
+                    to_shut.push((peer, ShutReason::AddressLimit));
+                }
+            }
+            let shut_now: HashSet<SocketAddr> = to_shut.iter().map(|(p, _)| *p).collect();
+            idle_candidates.retain(|c| !shut_now.contains(&c.1));
             // Longest idle first: idle keep-alive connections whose client sends nothing.
             idle_candidates.sort_by_key(|c| c.0);
             let mut candidates = idle_candidates.into_iter();

@@ -59,6 +59,11 @@ impl Supervisor {
             Some(usize::try_from(self.limits.head_budget).unwrap_or(usize::MAX));
         options.connections = Some(self.connections.clone());
         options.max_connections = Some(self.limits.max_connections);
+        if self.limits.max_per_address > 0 {
+            options.max_per_address = Some(self.limits.max_per_address);
+            let limits = self.limits.clone();
+            options.shared_address = Some(Arc::new(move |ip| !limits.bounded_per_address(ip)));
+        }
         let metrics = self.metrics.clone();
         options.on_cut = Some(Arc::new(move |cut| {
             metrics.inc_connections_shut(match cut {
@@ -66,6 +71,7 @@ impl Supervisor {
                 tiny_http::Cut::Slow => ShutReason::Slow,
                 tiny_http::Cut::HeadTooLarge => ShutReason::Head,
                 tiny_http::Cut::OverLimit => ShutReason::OverLimit,
+                tiny_http::Cut::AddressLimit => ShutReason::AddressLimit,
             })
         }));
     }

@@ -6,11 +6,12 @@ use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 
 use crate::common::{HTTPVersion, Header, HeaderField, Method, StatusCode};
 use crate::connections::{Cut, PaceClock, PacedReader};
-use crate::util::RefinedTcpStream;
+use crate::util::{Answer, AnswerBuf, RefinedTcpStream};
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
 use crate::{Request, ServerOptions};
 
@@ -37,8 +38,9 @@ pub struct ClientConnection {
     // true if the connection goes through SSL
     secure: bool,
 
-    // convapi: set by a request's body reader when that body ended early or was malformed: the
-    // stream is then not at the start of a request, so no further request is read.
+    // convapi: set by a request's body reader when that body ended early or was malformed (the
+    // stream is then not at the start of a request), or by `Request::respond_closing`: no further
+    // request is read.
     framing_broken: Arc<AtomicBool>,
 
     // convapi: the server's pre-read limit and head hook.
@@ -49,6 +51,11 @@ pub struct ClientConnection {
 
     // convapi: bytes of the current request head so far (`ServerOptions::max_head_bytes`).
     head_bytes: usize,
+
+    // convapi: where the answers of this connection's requests come back to be written on its
+    // own thread (`ServerOptions::answers_on_connection`), and whether one is still out.
+    answers: Option<(Sender<Answer>, Receiver<Answer>)>,
+    answer_out: bool,
 }
 
 /// Error that can happen when reading a request.
@@ -85,6 +92,7 @@ impl ClientConnection {
         let read_socket = PacedReader::new(read_socket, clock.clone(), options.min_rate);
         let mut source = SequentialReaderBuilder::new(BufReader::with_capacity(1024, read_socket));
         let first_header = source.next().unwrap();
+        let answers = options.answers_on_connection.then(channel);
 
         ClientConnection {
             source,
@@ -97,7 +105,38 @@ impl ClientConnection {
             options,
             clock,
             head_bytes: 0,
+            answers,
+            answer_out: false,
         }
+    }
+
+    /// convapi: waits for the answer of the request that is out, if any, and writes it; false
+    /// when the connection must end (nothing came, or writing failed). The
+    /// write blocks this thread only: at the socket's write timeout, or when the application
+    /// shuts the socket down, it fails and the connection ends.
+    fn write_answer(&mut self) -> bool {
+        if !std::mem::take(&mut self.answer_out) {
+            return true;
+        }
+        let Some((_, answers)) = &self.answers else {
+            return true;
+        };
+        let Ok(answer) = answers.recv() else {
+            return false;
+        };
+        let written = !answer.bytes.is_empty() && {
+            let mut writer = self.sink.next().unwrap();
+            writer
+                .write_all(&answer.bytes)
+                .and_then(|()| writer.flush())
+                .is_ok()
+        };
+        // Drains the rest of a body nobody read, here rather than on the application's thread.
+        drop(answer.body);
+        if let Some(on_answered) = &self.options.on_answered {
+            on_answered();
+        }
+        written
     }
 
     /// true if the connection is HTTPS
@@ -169,7 +208,7 @@ impl ClientConnection {
         if self.framing_broken.load(Ordering::SeqCst) {
             return Err(ReadError::ReadIoError(IoError::new(
                 ErrorKind::InvalidData,
-                "the previous request's body ended early or was malformed",
+                "the previous request's body ended early or was malformed, or its answer closed",
             )));
         }
 
@@ -221,8 +260,12 @@ impl ClientConnection {
             on_head(self.remote_addr.as_ref().ok().copied().flatten());
         }
 
-        // building the writer for the request
-        let writer = self.sink.next().unwrap();
+        // building the writer for the request (convapi: or the buffer handed to this thread)
+        let answer_buf = AnswerBuf::default();
+        let writer: Box<dyn Write + Send> = match &self.answers {
+            Some(_) => Box::new(answer_buf.clone()),
+            None => Box::new(self.sink.next().unwrap()),
+        };
 
         // follow-up for next potential request
         let mut data_source = self.source.next().unwrap();
@@ -256,6 +299,13 @@ impl ClientConnection {
             }
         })?;
 
+        let request = match &self.answers {
+            Some((to_connection, _)) => {
+                self.answer_out = true;
+                request.with_hand_off(answer_buf, to_connection.clone())
+            }
+            None => request,
+        };
         // return the request
         Ok(request)
     }
@@ -293,6 +343,11 @@ impl Iterator for ClientConnection {
     /// Blocks until the next Request is available.
     /// Returns None when no new Requests will come from the client.
     fn next(&mut self) -> Option<Request> {
+        // convapi: the previous request's answer is written before anything else is read.
+        if !self.write_answer() {
+            return None;
+        }
+
         // the client sent a "connection: close" header in this previous request
         //  or is using HTTP 1.0, meaning that no new request will come
         if self.no_more_requests {

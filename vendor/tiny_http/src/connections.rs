@@ -30,6 +30,8 @@ pub enum Cut {
     HeadTooLarge,
     /// Shut down to make room for a new connection (`ServerOptions::max_connections`).
     OverLimit,
+    /// More connections from one client address than `ServerOptions::max_per_address`.
+    AddressLimit,
 }
 
 /// Where a connection's current request is, as the connection's own thread sees it.
@@ -202,13 +204,23 @@ impl Connections {
     /// when one was shut down, `None` when every connection has a request in the application's
     /// hands.
     pub(crate) fn make_room(&self, max: usize) -> Option<bool> {
+        self.make_room_among(max, |_| true)
+    }
+
+    /// convapi: [`Connections::make_room`] among the connections whose peer `among` selects
+    /// (those of one client address).
+    pub(crate) fn make_room_among(
+        &self,
+        max: usize,
+        among: impl Fn(Option<SocketAddr>) -> bool,
+    ) -> Option<bool> {
         let mut t = self.lock();
-        if t.1.values().filter(|e| !e.shut).count() < max {
+        if t.1.values().filter(|e| !e.shut && among(e.peer)).count() < max {
             return Some(false);
         }
         let oldest =
             t.1.values_mut()
-                .filter(|e| !e.shut)
+                .filter(|e| !e.shut && among(e.peer))
                 .filter_map(|e| e.clock.waiting_since().map(|w| (w, e)))
                 .min_by_key(|(w, _)| *w);
         match oldest {

@@ -209,8 +209,28 @@ pub struct ServerOptions {
     /// waited longest for its next request; when every one has a request in the application's
     /// hands, the new connection is closed at once.
     pub max_connections: Option<usize>,
+    /// Most connections in `connections` from one client address: a new one beyond it first
+    /// shuts down that address's connection that has waited longest for its next request; when
+    /// every one has a request in the application's hands, the new one is closed at once.
+    pub max_per_address: Option<usize>,
+    /// Client addresses not bounded by `max_per_address` (reverse proxies).
+    pub shared_address: Option<Arc<dyn Fn(std::net::IpAddr) -> bool + Send + Sync>>,
     /// Called whenever the server ends a connection because of one of the bounds above.
     pub on_cut: Option<Arc<dyn Fn(Cut) + Send + Sync>>,
+    /// Each connection writes its answers on its own thread: a request's response is rendered
+    /// into memory by whoever responds and handed to the connection, which writes it, then reads
+    /// its next request. At most one request per connection is out at a time (no read-ahead of
+    /// pipelined requests), and nobody but the connection's thread waits on its socket (`false`:
+    /// upstream, the responding thread writes to the socket and pipelined requests are read
+    /// ahead without bound).
+    pub answers_on_connection: bool,
+    /// Called on the connection's thread with each request it reads, instead of queueing the
+    /// request for `recv` (`None`: upstream; accept errors still go to `recv` either way). Saves
+    /// the hand-off through the queue and a thread that pops it.
+    pub deliver: Option<Arc<dyn Fn(Request) + Send + Sync>>,
+    /// With `answers_on_connection`, called on the connection's thread once the answer of its
+    /// request has been written (or writing it failed): the request is out of the server's hands.
+    pub on_answered: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl Default for ServerOptions {
@@ -223,7 +243,12 @@ impl Default for ServerOptions {
             max_head_bytes: None,
             connections: None,
             max_connections: None,
+            max_per_address: None,
+            shared_address: None,
             on_cut: None,
+            answers_on_connection: false,
+            deliver: None,
+            on_answered: None,
         }
     }
 }
@@ -238,7 +263,12 @@ impl std::fmt::Debug for ServerOptions {
             .field("max_head_bytes", &self.max_head_bytes)
             .field("connections", &self.connections.as_ref().map(|c| c.len()))
             .field("max_connections", &self.max_connections)
+            .field("max_per_address", &self.max_per_address)
+            .field("shared_address", &self.shared_address.as_ref().map(|_| "Fn"))
             .field("on_cut", &self.on_cut.as_ref().map(|_| "Fn"))
+            .field("answers_on_connection", &self.answers_on_connection)
+            .field("deliver", &self.deliver.as_ref().map(|_| "Fn"))
+            .field("on_answered", &self.on_answered.as_ref().map(|_| "Fn"))
             .finish()
     }
 }
@@ -388,6 +418,32 @@ impl Server {
                                     Some(false) => {}
                                 }
                             }
+                            let ip = peer.map(|p| p.ip());
+                            let bounded = match (ip, &options.shared_address) {
+                                (None, _) => false,
+                                (Some(ip), Some(shared)) => !shared(ip),
+                                (Some(_), None) => true,
+                            };
+                            if let (Some(max), true) = (options.max_per_address, bounded) {
+                                let of_ip = |p: Option<std::net::SocketAddr>| {
+                                    p.map(|p| p.ip()) == ip
+                                };
+                                match table.make_room_among(max, of_ip) {
+                                    None => {
+                                        log::debug!("address limit: closing a new one");
+                                        if let Some(on_cut) = &options.on_cut {
+                                            on_cut(Cut::AddressLimit);
+                                        }
+                                        continue;
+                                    }
+                                    Some(true) => {
+                                        if let Some(on_cut) = &options.on_cut {
+                                            on_cut(Cut::AddressLimit);
+                                        }
+                                    }
+                                    Some(false) => {}
+                                }
+                            }
                             match table.register(&sock, peer, clock.clone()) {
                                 Ok(r) => registered = Some(r),
                                 // No descriptor left (EMFILE): handled as an accept error, which
@@ -445,6 +501,7 @@ impl Server {
                 match new_client {
                     Ok((client, registered)) => {
                         let messages = inside_messages.clone();
+                        let deliver = options.deliver.clone();
                         let mut client = Some(client);
                         let mut registered = registered;
                         tasks_pool.spawn(Box::new(move || {
@@ -457,6 +514,11 @@ impl Server {
                                     for rq in client {
                                         messages.push(rq.with_notify_sender(sender.clone()).into());
                                         receiver.recv().unwrap();
+                                    }
+                                } else if let Some(deliver) = &deliver {
+                                    // convapi: straight to the application, on this thread.
+                                    for rq in client {
+                                        deliver(rq);
                                     }
                                 } else {
                                     for rq in client {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
-use crate::util::{ChunkedReader, EqualReader, FusedReader};
+use crate::util::{Answer, AnswerBuf, ChunkedReader, EqualReader, FusedReader};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
 
 /// Represents an HTTP request made by a client.
@@ -76,12 +76,17 @@ pub struct Request {
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
 
-    // convapi: set by the body reader when the body ended early or was malformed; the response
-    // then says `Connection: close` and the connection reads no further request.
+    // convapi: set by the body reader when the body ended early or was malformed, or by
+    // `respond_closing`; the response then says `Connection: close` and the connection reads no
+    // further request.
     framing_broken: Arc<AtomicBool>,
 
     // convapi: the whole body was read before the request was handed over (or there is none).
     body_preread: bool,
+
+    // convapi: with answers written on the connection's thread, the buffer the response is
+    // written into and where it goes, with the body reader, when the request is dropped.
+    hand_off: Option<(AnswerBuf, Sender<Answer>)>,
 }
 
 /// convapi: reads `r` into `out` until its end or until `out` holds `max` bytes, growing `out` as
@@ -363,6 +368,7 @@ where
         body_preread,
         notify_when_responded: None,
         framing_broken,
+        hand_off: None,
     })
 }
 
@@ -560,6 +566,18 @@ impl Request {
         reader.unwrap()
     }
 
+    /// convapi: sends a response to this request saying `Connection: close`, and ends the
+    /// connection after it: no further request of it is read. With answers written on the
+    /// connection's thread (`ServerOptions::answers_on_connection`), that thread closes the
+    /// connection once the answer is written; otherwise the caller shuts the socket down.
+    pub fn respond_closing<R>(self, response: Response<R>) -> Result<(), IoError>
+    where
+        R: Read,
+    {
+        self.framing_broken.store(true, Ordering::SeqCst);
+        self.respond(response)
+    }
+
     /// Sends a response to this request.
     #[inline]
     pub fn respond<R>(mut self, response: Response<R>) -> Result<(), IoError>
@@ -610,6 +628,13 @@ impl Request {
         })
     }
 
+    /// convapi: the response is written into `buf` and handed to the connection's thread through
+    /// `to` when the request is dropped (`ServerOptions::answers_on_connection`).
+    pub(crate) fn with_hand_off(mut self, buf: AnswerBuf, to: Sender<Answer>) -> Self {
+        self.hand_off = Some((buf, to));
+        self
+    }
+
     pub(crate) fn with_notify_sender(mut self, sender: Sender<()>) -> Self {
         self.notify_when_responded = Some(sender);
         self
@@ -634,6 +659,20 @@ impl Drop for Request {
             if let Some(sender) = self.notify_when_responded.take() {
                 sender.send(()).unwrap();
             }
+        }
+        // convapi: the answer, and a body not read before the request was handed over, go to
+        // the connection's thread, which writes the one and drains the other.
+        if let Some((buf, to)) = self.hand_off.take() {
+            let body = if self.body_preread {
+                None
+            } else {
+                self.data_reader.take()
+            };
+            // The connection's thread waits for this answer, so it is there to take it.
+            let _ = to.send(Answer {
+                bytes: buf.take(),
+                body,
+            });
         }
     }
 }

@@ -1,0 +1,269 @@
+#!/usr/bin/env bash
+# Server CPU per accepted conversion (issue 21), for the checkout alone or another revision against it:
+#
+#   scripts/bench/cpu.sh [--force] [OLD_REV] [ROUNDS] [SECONDS]     (defaults: 5 rounds of 10 s)
+#
+#   scripts/bench/cpu.sh                  the checkout alone, 5 rounds of 10 s
+#   scripts/bench/cpu.sh 3 5              the checkout alone, 3 rounds of 5 s
+#   scripts/bench/cpu.sh 4575bbf 5 10     4575bbf against the checkout (a first argument made only of
+#                                         digits is ROUNDS; give such a revision as its full hash)
+#
+# For each build (OLD_REV in a temporary git worktree with its own target dir, as compare.sh does;
+# then the checkout) and for the no-op server (examples/noop_server.rs, the checkout's, 32 threads),
+# on two databases:
+#   small   a fresh database with 200 users (seed.rs --sessions 800 --users 200: 400 visitors, 200
+#           of them identified, 40 second devices, 160 anonymous)
+#   seeded  the grown database of compare.sh and bench.sh (seed.rs --sessions 120000 --users 10000)
+# each run is: a fresh copy of the template (reference rates imported, so the pipeline can finish
+# every conversion), the server started, a warm-up (wrk for WARMUP s), the outbox drained, a first
+# reading of the server's utime+stime (/proc/PID/stat), the load (wrk -t2 -c16 -dSECONDS, unique
+# orders, scripts/bench/conversions.lua), the outbox drained again (polling /metrics'
+# convapi_outbox_depth until 0, at most DRAIN_TIMEOUT s), a second reading. The difference, request
+# path and pipeline together, divided by the 202s wrk counted, is the CPU per accepted conversion;
+# for the no-op server, per 2xx request (there is nothing to drain). In every round each database
+# gets every target, in an order reversed from one round to the next.
+#
+# Prints, per database, the medians over the rounds of: server CPU µs per accepted conversion,
+# accepted/s, p50 and p99 (wrk's), peak RSS, accepted/s ÷ the no-op server's requests/s (taken per
+# round), and for the no-op server its CPU µs per request and its requests/s; with OLD_REV, the
+# ratio new/old of each median. Also the machine's core count and its load average at the start
+# and at the end.
+#
+# It refuses to start when the 1-minute load average is above MAX_LOAD (0.5): on a shared machine
+# the figures measure the neighbours. --force or CPU_BENCH_FORCE=1 runs anyway and prints a loud
+# warning with the results. After the builds it waits up to LOAD_WAIT s (180) for the load the
+# builds themselves caused to fall back under MAX_LOAD, and refuses then too if it does not.
+#
+# Environment: CPU_BENCH_FORCE=1 (as --force), CPU_BENCH_WARMUP (2 s), CPU_BENCH_DRAIN_TIMEOUT
+# (120 s), CPU_BENCH_MAX_LOAD (0.5), CPU_BENCH_LOAD_WAIT (180 s), CPU_BENCH_OLD_TARGET_DIR (a cargo
+# target dir kept between runs for OLD_REV's build; default: a temporary one, built from scratch),
+# CPU_BENCH_KEEP=1 (keep the work directory). Exits 1 on any error, any non-2xx answer or socket
+# error seen by wrk, or an outbox that does not drain; 2 on bad arguments or a busy machine.
+#
+# Needs cargo, python3, curl, wrk (installed with apt-get when missing and running as root).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+HELPER=$ROOT/scripts/bench/cpu.py
+LUA=$ROOT/scripts/bench/conversions.lua
+
+usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+FORCE=${CPU_BENCH_FORCE:-0}
+[ "$FORCE" = 0 ] || [ "$FORCE" = 1 ] || { echo "cpu: CPU_BENCH_FORCE must be 0 or 1" >&2; exit 2; }
+POS=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --force) FORCE=1 ;;
+        -h|--help) usage ;;
+        -*) echo "cpu: unknown option $1" >&2; usage ;;
+        *) POS+=("$1") ;;
+    esac
+    shift
+done
+OLD_REV=""
+if [ ${#POS[@]} -gt 0 ] && ! [[ ${POS[0]} =~ ^[0-9]+$ ]]; then OLD_REV=${POS[0]}; POS=("${POS[@]:1}"); fi
+[ ${#POS[@]} -le 2 ] || usage
+ROUNDS=${POS[0]:-5}
+DURATION=${POS[1]:-10}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "cpu: ROUNDS must be a positive integer" >&2; exit 2; }
+[[ $DURATION =~ ^[1-9][0-9]*$ ]] || { echo "cpu: SECONDS must be a positive integer" >&2; exit 2; }
+WARMUP=${CPU_BENCH_WARMUP:-2}
+DRAIN_TIMEOUT=${CPU_BENCH_DRAIN_TIMEOUT:-120}
+MAX_LOAD=${CPU_BENCH_MAX_LOAD:-0.5}
+LOAD_WAIT=${CPU_BENCH_LOAD_WAIT:-180}
+HZ=$(getconf CLK_TCK)
+CORES=$(nproc)
+
+say() { printf '== %s\n' "$*" >&2; }
+die() { printf 'cpu: FAILED: %s\n' "$*" >&2; exit 1; }
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+load1_above() { awk -v max="$MAX_LOAD" '{ exit !($1 > max) }' /proc/loadavg; }
+refuse() {
+    cat >&2 <<EOF
+cpu: refusing to measure: $1
+cpu: the 1-minute load average is above $MAX_LOAD ($CORES cores; load $(loadavg)), so the figures
+cpu: would measure the machine's other work, not the server. Wait for a quiet machine, or run anyway
+cpu: with --force (or CPU_BENCH_FORCE=1); the results then carry a warning and are not comparable.
+EOF
+    exit 2
+}
+
+LOAD_AT_START=$(loadavg)
+FORCED_AT=""
+if load1_above; then
+    [ "$FORCE" = 1 ] || refuse "the machine is busy before anything started"
+    FORCED_AT="load $LOAD_AT_START before the builds"
+fi
+
+if ! command -v wrk >/dev/null; then
+    [ "$(id -u)" = 0 ] || die "wrk is missing (apt-get install wrk)"
+    apt-get install -y -qq wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+fi
+for tool in cargo python3 curl wrk git; do command -v "$tool" >/dev/null || die "$tool is required"; done
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/convapi-cpu.XXXXXX")
+SERVER_PID=""
+cleanup() {
+    if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+    if [ -n "$OLD_REV" ]; then git -C "$ROOT" worktree remove --force "$WORK/old" 2>/dev/null || true; fi
+    if [ "${CPU_BENCH_KEEP:-0}" = 1 ]; then echo "cpu: kept $WORK" >&2; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------------------------------- builds
+target_dir() {
+    (cd "$1" && cargo metadata --format-version 1 --no-deps \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+}
+say "building the checkout (release: convapi, examples noop_server and seed)"
+(cd "$ROOT" && cargo build --release --quiet --bin convapi --example noop_server --example seed)
+NEW_DIR=$(target_dir "$ROOT")/release
+declare -A BIN=([new]=$NEW_DIR/convapi [noop]=$NEW_DIR/examples/noop_server)
+SEED=$NEW_DIR/examples/seed
+SEEDER=${BIN[new]}
+BUILDS="new"
+NEW_REV=$(git -C "$ROOT" rev-parse --short HEAD)
+git -C "$ROOT" diff --quiet HEAD -- src vendor examples Cargo.toml Cargo.lock .cargo 2>/dev/null \
+    || NEW_REV="$NEW_REV+changes"
+if [ -n "$OLD_REV" ]; then
+    OLD_SHORT=$(git -C "$ROOT" rev-parse --short "$OLD_REV^{commit}") || die "no such revision: $OLD_REV"
+    say "building $OLD_REV (release, in a temporary worktree)"
+    OLD_TARGET=${CPU_BENCH_OLD_TARGET_DIR:-$WORK/old-target}
+    git -C "$ROOT" worktree add --quiet --detach "$WORK/old" "$OLD_SHORT"
+    (cd "$WORK/old" && CARGO_TARGET_DIR=$OLD_TARGET cargo build --release --quiet --bin convapi --example seed)
+    BIN[old]=$OLD_TARGET/release/convapi
+    # The old build must be able to open the template: seeded by its own seed example (the newer
+    # binary migrates its copy when it starts), as compare.sh does.
+    SEED=$OLD_TARGET/release/examples/seed
+    SEEDER=${BIN[old]}
+    BUILDS="old new"
+fi
+
+# ---------------------------------------------------------------------------------------- data
+python3 "$HELPER" rates "$WORK/rates.csv"
+seed_case() { # seed_case CASE SESSIONS USERS
+    say "seeding the $1 template (--sessions $2 --users $3)"
+    "$SEED" --db "$WORK/$1.db" --ids "$WORK/$1.ids" --sessions "$2" --users "$3" >"$WORK/$1.json"
+    "$SEEDER" --db "$WORK/$1.db" rates import "$WORK/rates.csv" >/dev/null
+}
+seed_case small 800 200
+seed_case seeded 120000 10000
+read -r SITE_ID KEY < <(python3 "$HELPER" site "$WORK/small.json")
+read -r SITE_ID2 KEY2 < <(python3 "$HELPER" site "$WORK/seeded.json")
+
+# ---------------------------------------------------------------------------------------- servers
+start_server() { # start_server CMD...: sets SERVER_PID and URL
+    rm -f "$WORK/server.out"
+    "$@" >"$WORK/server.out" 2>"$WORK/server.err" &
+    SERVER_PID=$!
+    local _
+    for _ in $(seq 1 600); do # 30 s: the newer binary may migrate the template first
+        if grep -q '^listening on ' "$WORK/server.out" 2>/dev/null; then
+            URL=$(sed -n 's/^listening on //p' "$WORK/server.out" | head -1)
+            return 0
+        fi
+        kill -0 "$SERVER_PID" 2>/dev/null || { tail -20 "$WORK/server.err" >&2; die "$* did not start"; }
+        sleep 0.05
+    done
+    die "$* did not print its address within 30 s"
+}
+stop_server() {
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    local _
+    for _ in $(seq 1 300); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+}
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$SERVER_PID/stat"; }
+# alive: the server still runs (an exited child not yet waited for is a zombie, state Z).
+alive() {
+    local state
+    state=$(awk '{ print $3 }' "/proc/$SERVER_PID/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+# wrk_run TAG SECONDS: the conversions load against $URL; sets LINE to wrk's "BENCH ..." line and
+# fails on a wrk error, a non-2xx answer or a socket error.
+wrk_run() {
+    local out=$WORK/wrk.txt
+    BENCH_RUN=$1 BENCH_MODE=unique timeout --foreground $(( $2 + 60 )) wrk -t2 -c16 -d"$2s" --timeout 10s \
+        -s "$LUA" "$URL" >"$out" 2>"$out.err" \
+        || die "wrk failed against $URL: $(cat "$out" "$out.err")"
+    LINE=$(grep '^BENCH ' "$out") || die "wrk printed no result: $(cat "$out" "$out.err")"
+    python3 "$HELPER" check "$LINE" || { sed 's/^/  wrk: /' "$out.err" >&2; die "run $1 failed"; }
+    alive || { tail -5 "$WORK/server.err" >&2; die "the server exited during run $1"; }
+}
+# drain: polls /metrics until convapi_outbox_depth is 0, at most DRAIN_TIMEOUT s; sets DRAIN_MS.
+drain() {
+    local t0 depth=unknown deadline
+    t0=$(date +%s%N)
+    deadline=$(( t0 + DRAIN_TIMEOUT * 1000000000 ))
+    while :; do
+        depth=$(curl -s --max-time 5 "$URL/metrics" \
+            | awk '$1 == "convapi_outbox_depth" { print $2; found = 1 } END { if (!found) print "missing" }') \
+            || depth=unreachable
+        [ "$depth" = 0 ] && break
+        alive || die "the server exited while the outbox drained (depth $depth)"
+        [ "$(date +%s%N)" -lt "$deadline" ] || die "the outbox did not drain within $DRAIN_TIMEOUT s (depth $depth)"
+        sleep 0.1
+    done
+    DRAIN_MS=$(( ($(date +%s%N) - t0) / 1000000 ))
+}
+
+# run_one CASE TARGET ROUND: one measured run; appends a JSON line to $WORK/results.jsonl.
+run_one() {
+    local case=$1 target=$2 round=$3 site key
+    if [ "$case" = small ]; then site=$SITE_ID key=$KEY; else site=$SITE_ID2 key=$KEY2; fi
+    export BENCH_SITE=$site BENCH_KEY=$key BENCH_IDS=$WORK/$case.ids
+    if [ "$target" = noop ]; then
+        start_server "${BIN[noop]}" --addr 127.0.0.1:0 --threads 32
+    else
+        local db=$WORK/run.db
+        rm -f "$db" "$db-wal" "$db-shm" "$db.lock"
+        cp "$WORK/$case.db" "$db"
+        start_server env CONVAPI_DB="$db" "${BIN[$target]}" serve --addr 127.0.0.1:0
+    fi
+    # `env` execs the server, so SERVER_PID is the server's own process.
+    wrk_run "w$round$case$target$$" "$WARMUP"
+    local warm_drain=0
+    if [ "$target" != noop ]; then drain; warm_drain=$DRAIN_MS; fi
+    local before after rss
+    before=$(cpu_ticks)
+    wrk_run "m$round$case$target$$" "$DURATION"
+    DRAIN_MS=0
+    if [ "$target" != noop ]; then drain; fi
+    after=$(cpu_ticks)
+    rss=$(awk '/^VmHWM:/ { print $2 }' "/proc/$SERVER_PID/status")
+    stop_server
+    python3 "$HELPER" record "$case" "$target" "$round" "$LINE" "$((after - before))" "$HZ" "$rss" \
+        "$DRAIN_MS" "$warm_drain" | tee -a "$WORK/results.jsonl" | python3 "$HELPER" show >&2
+}
+
+# ---------------------------------------------------------------------------------------- rounds
+if load1_above; then
+    say "waiting up to $LOAD_WAIT s for the 1-minute load to fall under $MAX_LOAD (now $(loadavg))"
+    for _ in $(seq 1 "$LOAD_WAIT"); do load1_above || break; sleep 1; done
+fi
+LOAD_BEFORE=$(loadavg)
+if load1_above; then
+    [ "$FORCE" = 1 ] || refuse "the machine is still busy after the builds"
+    FORCED_AT="${FORCED_AT:+$FORCED_AT; }load $LOAD_BEFORE when the measurement started"
+fi
+STARTED=$(date -u '+%Y-%m-%d %H:%M')
+say "measuring: $ROUNDS round(s) of ${DURATION}s (+${WARMUP}s warm-up) on $CORES cores, load $LOAD_BEFORE"
+: >"$WORK/results.jsonl"
+for round in $(seq 1 "$ROUNDS"); do
+    order="$BUILDS noop"
+    if [ $((round % 2)) = 0 ]; then order=$(tr ' ' '\n' <<<"$order" | tac | tr '\n' ' '); fi
+    for case in small seeded; do
+        say "round $round/$ROUNDS, $case: $order"
+        for target in $order; do run_one "$case" "$target" "$round"; done
+    done
+done
+LOAD_AT_END=$(loadavg)
+
+python3 "$HELPER" summary "$WORK/results.jsonl" \
+    --old "${OLD_SHORT:-}" --new "$NEW_REV" --rounds "$ROUNDS" --seconds "$DURATION" \
+    --warmup "$WARMUP" --cores "$CORES" --started "$STARTED" --load-start "$LOAD_AT_START" \
+    --load-before "$LOAD_BEFORE" --load-end "$LOAD_AT_END" --max-load "$MAX_LOAD" \
+    --forced "$FORCED_AT"

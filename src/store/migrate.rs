@@ -1,0 +1,491 @@
+//! The schema's history and the runner that applies it: the migrations are the numbered SQL files in
+//! `migrations/` (`0001_initial.sql` …), embedded in order in [`MIGRATIONS`]. Migration `N` takes
+//! `PRAGMA user_version` from `N - 1` to `N`, in its own transaction; a fresh database is built by
+//! the same steps from version 0, so there is one way to a schema, and `schema.sql` at the top of the
+//! repository is its snapshot: documentation, checked by a test here, never applied.
+//!
+//! A released file is frozen (a test pins its SHA-256): a change to the schema is a new file. Where
+//! SQL cannot say a step, the file calls a SQL function written in Rust, named after the file
+//! (`m0005_…`) and registered on the migrating connection only while its step runs.
+//!
+//! Holds no connection set-up and no transaction runner of the process (`store/mod.rs` does); the
+//! migrations run before any other work, on the connection `store::open` made.
+
+use rusqlite::functions::{Context, FunctionFlags};
+use rusqlite::types::Value;
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::{report, Result, StoreError};
+
+/// One migration: its file in `migrations/`, and the Rust its SQL calls, if any.
+struct Migration {
+    /// `NNNN_what.sql`, where `NNNN` is the `user_version` the step leaves.
+    file: &'static str,
+    sql: &'static str,
+    functions: &'static [RustFunction],
+}
+
+/// A SQL function written in Rust, for what a migration's SQL cannot say; named after its file.
+struct RustFunction {
+    name: &'static str,
+    args: i32,
+    f: fn(&Context<'_>) -> rusqlite::Result<Value>,
+}
+
+impl Migration {
+    const fn sql(file: &'static str, sql: &'static str) -> Migration {
+        Migration {
+            file,
+            sql,
+            functions: &[],
+        }
+    }
+
+    const fn calling(self, functions: &'static [RustFunction]) -> Migration {
+        Migration { functions, ..self }
+    }
+}
+
+/// Every migration, in order; see `tests::released_migrations_are_frozen` to add one.
+const MIGRATIONS: &[Migration] = &[
+    Migration::sql(
+        "0001_initial.sql",
+        include_str!("migrations/0001_initial.sql"),
+    ),
+    Migration::sql(
+        "0002_pixel_trust_and_storage.sql",
+        include_str!("migrations/0002_pixel_trust_and_storage.sql"),
+    ),
+    Migration::sql(
+        "0003_outbox_origin.sql",
+        include_str!("migrations/0003_outbox_origin.sql"),
+    ),
+    Migration::sql(
+        "0004_data_lifecycle.sql",
+        include_str!("migrations/0004_data_lifecycle.sql"),
+    ),
+    Migration::sql(
+        "0005_report_rollup.sql",
+        include_str!("migrations/0005_report_rollup.sql"),
+    )
+    .calling(&[RustFunction {
+        name: "m0005_minor_amount",
+        args: 2,
+        f: m0005_minor_amount,
+    }]),
+    Migration::sql(
+        "0006_dashboard_accounts.sql",
+        include_str!("migrations/0006_dashboard_accounts.sql"),
+    ),
+];
+
+/// The schema version this binary writes and understands: the number of the last migration.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// `m0005_minor_amount(value, currency)`, the Rust part of `0005_report_rollup.sql`: the existing
+/// rows' `reporting_minor`, exact decimal arithmetic SQL has not. It is `report::minor_amount`, the
+/// function the pipeline fills new rows' `reporting_minor` with, so that old and new rows agree.
+fn m0005_minor_amount(ctx: &Context<'_>) -> rusqlite::Result<Value> {
+    let value: Option<String> = ctx.get(0)?;
+    let currency: Option<String> = ctx.get(1)?;
+    Ok(match (value, currency) {
+        (Some(v), Some(c)) => report::minor_amount(&v, &c).map_or(Value::Null, Value::Integer),
+        _ => Value::Null,
+    })
+}
+
+fn user_version(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
+}
+
+/// Brings the schema to [`SCHEMA_VERSION`], each migration in its own transaction; refuses a
+/// newer file. An up-to-date file costs one read and takes no lock.
+pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
+    migrate_to(conn, SCHEMA_VERSION)
+}
+
+/// [`migrate`], stopping at `target` (tests build a file as an older binary left it).
+fn migrate_to(conn: &mut Connection, target: i64) -> Result<()> {
+    let mut version = user_version(conn)?;
+    loop {
+        if version < 0 {
+            return Err(StoreError::Other(format!(
+                "database schema version {version} is not one of convapi's"
+            )));
+        }
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::Other(format!(
+                "database schema version {version} is newer than this binary understands \
+                 ({SCHEMA_VERSION}); upgrade convapi"
+            )));
+        }
+        if version >= target {
+            return Ok(());
+        }
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Another process may have migrated the file while this one waited for the lock.
+        version = user_version(&tx)?;
+        if (0..target).contains(&version) {
+            apply(&tx, &MIGRATIONS[version as usize], version + 1)?;
+            version += 1;
+        }
+        tx.commit()?;
+    }
+}
+
+/// Runs one migration and sets `user_version` to `to`, inside the caller's transaction.
+fn apply(conn: &Connection, m: &Migration, to: i64) -> Result<()> {
+    for f in m.functions {
+        conn.create_scalar_function(
+            f.name,
+            f.args,
+            FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+            f.f,
+        )?;
+    }
+    let done = conn
+        .execute_batch(m.sql)
+        .and_then(|()| conn.pragma_update(None, "user_version", to));
+    for f in m.functions {
+        conn.remove_function(f.name, f.args)?;
+    }
+    done.map_err(|e| match StoreError::from(e) {
+        StoreError::Other(why) => StoreError::Other(format!("migration {}: {why}", m.file)),
+        StoreError::Conflict(why) => StoreError::Conflict(format!("migration {}: {why}", m.file)),
+        transient => transient,
+    })
+}
+
+/// A database at schema version 1 (before every later migration) in memory, with a tenant `t`, its
+/// site `s` and a visitor `v`: the fixture the migrations' unit tests add their own rows to.
+#[cfg(test)]
+pub(crate) fn version_1_fixture() -> Connection {
+    let mut conn = Connection::open_in_memory().unwrap();
+    conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+    migrate_to(&mut conn, 1).unwrap();
+    conn.execute_batch(
+        "INSERT INTO tenants VALUES ('t', 'T', 0);
+         INSERT INTO sites (id, tenant_id, tracker_id, name, currency, window_days, model, created_at)
+             VALUES ('s', 't', 'trk', 'S', 'EUR', 30, 'last_touch', 0);
+         INSERT INTO visitors VALUES ('s', 'v', 0);",
+    )
+    .unwrap();
+    conn
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sha2::{Digest, Sha256};
+
+    /// The SHA-256 of each released migration file, in order. Never change a line: databases out
+    /// there went through these files as they are.
+    const RELEASED: &[(&str, &str)] = &[
+        (
+            "0001_initial.sql",
+            "03fab9aae5d4b3d41a247c42a138e887bbcfd3ec6feaa8e10712cf63219bd443",
+        ),
+        (
+            "0002_pixel_trust_and_storage.sql",
+            "abf8604172a0cdb94ee2f43f56429024f5985842f34b7ca09e77249c2b70764f",
+        ),
+        (
+            "0003_outbox_origin.sql",
+            "0d4a7c0e8824d205f326b850d13a81b0f0178260c4ff7e97d77f409a45418769",
+        ),
+        (
+            "0004_data_lifecycle.sql",
+            "d52c43861ace053957c23dc66653a9b52fc610589be06e3c05a159c59fb3e9de",
+        ),
+        (
+            "0005_report_rollup.sql",
+            "c051c6e37427efe2932b3967f0454c83a3dd98aaca510ed7e31d6c689d6d27ae",
+        ),
+        (
+            "0006_dashboard_accounts.sql",
+            "a73a00110fa34f3b9aa9cc048ccc6ae8604d94478bbac9860bed41228042cc63",
+        ),
+    ];
+
+    fn sha256_hex(text: &str) -> String {
+        Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// A released migration file is frozen: a database may have run it already, and would not run
+    /// it again. To change the schema, add a migration:
+    /// 1. write `src/store/migrations/NNNN_what.sql`, `NNNN` the next number, with a header comment
+    ///    saying what and why (if it builds `conversions` again, it creates `report_daily`'s
+    ///    triggers again, written out in full: see `0005_report_rollup.sql`); where SQL cannot say
+    ///    a step, a Rust SQL function named `mNNNN_…` beside [`m0005_minor_amount`];
+    /// 2. add it at the end of [`MIGRATIONS`];
+    /// 3. write `schema.sql` again: `CONVAPI_BLESS=1 cargo test --lib schema_sql`, and read its diff;
+    /// 4. add the file's digest, which this test prints, at the end of [`RELEASED`].
+    #[test]
+    fn released_migrations_are_frozen() {
+        let mut problems = Vec::new();
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            let digest = sha256_hex(m.sql);
+            match RELEASED.get(i) {
+                Some(&(file, pinned)) if file == m.file && pinned == digest => {}
+                Some(&(file, _)) if file == m.file => problems.push(format!(
+                    "{file} changed since it was released (now {digest}): undo the change and \
+                     write a new migration instead"
+                )),
+                Some(&(file, _)) => problems.push(format!(
+                    "migration {} is {}, but the released one is {file}",
+                    i + 1,
+                    m.file
+                )),
+                None => problems.push(format!(
+                    "{} has no digest: add (\"{}\", \"{digest}\") to RELEASED",
+                    m.file, m.file
+                )),
+            }
+        }
+        for &(file, _) in RELEASED.iter().skip(MIGRATIONS.len()) {
+            problems.push(format!("{file} was released but is no longer a migration"));
+        }
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    /// `migrations/` holds the listed files and nothing else, numbered 1, 2, 3 … in the order of
+    /// [`MIGRATIONS`], and each entry embeds the file it names.
+    #[test]
+    fn the_migrations_are_the_files_in_order() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/migrations");
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        on_disk.sort();
+        let listed: Vec<&str> = MIGRATIONS.iter().map(|m| m.file).collect();
+        assert_eq!(
+            on_disk, listed,
+            "every file in {dir} is listed in MIGRATIONS, in order"
+        );
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert!(
+                m.file.starts_with(&format!("{:04}_", i + 1)) && m.file.ends_with(".sql"),
+                "migration {} is named {}",
+                i + 1,
+                m.file
+            );
+            let text = std::fs::read_to_string(format!("{dir}/{}", m.file)).unwrap();
+            assert_eq!(text, m.sql, "{} embeds its own file", m.file);
+        }
+    }
+
+    /// A fresh database built by every migration.
+    fn fresh() -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        conn
+    }
+
+    /// Every schema object SQLite keeps (`sqlite_master`, less its automatic indexes): type, name,
+    /// and the statement that creates it, each table followed by its indexes and its triggers.
+    fn objects(conn: &Connection) -> Vec<(String, String, String)> {
+        conn.prepare(
+            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL
+             ORDER BY tbl_name, CASE type WHEN 'table' THEN 0 WHEN 'index' THEN 1 ELSE 2 END, name",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+    }
+
+    /// What `schema.sql` holds: a header, then each table's statements as SQLite keeps them.
+    fn render_schema(conn: &Connection) -> String {
+        // Not one format!: tests/security.rs reads a format! of text with SQL words as SQL.
+        let mut out = format!("-- convapi's schema at version {SCHEMA_VERSION}");
+        out.push_str(
+            " (PRAGMA user_version), as the migrations in
+-- src/store/migrations/ leave it: each table followed by its indexes and triggers, every statement
+-- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
+-- database, new or old, with the migrations. Generated, and checked by a unit test
+-- (schema_sql_is_the_migrated_schema in src/store/migrate.rs); after adding a migration, write it
+-- again with `CONVAPI_BLESS=1 cargo test --lib schema_sql`.
+-- Times are integer epoch milliseconds (UTC). Money is decimal text, never REAL.
+",
+        );
+        for (kind, _, sql) in objects(conn) {
+            if kind == "table" {
+                out.push('\n');
+            }
+            out.push_str(&sql);
+            out.push_str(";\n");
+        }
+        out
+    }
+
+    fn normalise_whitespace(text: &str) -> String {
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// `schema.sql` is the schema the migrations build (whitespace aside); `CONVAPI_BLESS=1` writes
+    /// it again instead of failing.
+    #[test]
+    fn schema_sql_is_the_migrated_schema() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/schema.sql");
+        let expected = render_schema(&fresh());
+        let actual = std::fs::read_to_string(path).unwrap_or_default();
+        if normalise_whitespace(&actual) == normalise_whitespace(&expected) {
+            return;
+        }
+        if std::env::var_os("CONVAPI_BLESS").is_some_and(|v| v == "1") {
+            std::fs::write(path, &expected).unwrap();
+            eprintln!("wrote {path}");
+            return;
+        }
+        // Name the objects that differ: schema.sql is plain SQL, so SQLite can read it back.
+        let from_file = Connection::open_in_memory().unwrap();
+        let differing = match from_file.execute_batch(&actual) {
+            Ok(()) => {
+                let mut file = objects(&from_file);
+                let mut built = objects(&fresh());
+                for o in file.iter_mut().chain(built.iter_mut()) {
+                    o.2 = normalise_whitespace(&o.2);
+                }
+                let names: std::collections::BTreeSet<String> = file
+                    .iter()
+                    .filter(|o| !built.contains(o))
+                    .chain(built.iter().filter(|o| !file.contains(o)))
+                    .map(|o| format!("{} {}", o.0, o.1))
+                    .collect();
+                if names.is_empty() {
+                    "no statement, only the header or the order".to_owned()
+                } else {
+                    names.into_iter().collect::<Vec<_>>().join(", ")
+                }
+            }
+            Err(e) => format!("schema.sql does not run: {e}"),
+        };
+        panic!(
+            "schema.sql is not the schema the migrations build (differing: {differing}); write it \
+             again with `CONVAPI_BLESS=1 cargo test --lib schema_sql` and read the diff"
+        );
+    }
+
+    /// Rows in every table of a version-1 file, each of the kind a later migration moves,
+    /// rewrites or counts: a session with its landing URL, identify links, a processed
+    /// conversion and a queued one of the pixel with their outbox rows, rates, a key.
+    fn version_1_rows(conn: &Connection) {
+        conn.execute_batch(
+            "INSERT INTO api_keys (id, tenant_id, prefix, hash, created_at)
+                 VALUES ('k', 't', 'ask_x', x'00', 0);
+             INSERT INTO visitor_clients VALUES ('s', 'user-1', 'v', 5);
+             INSERT INTO sessions (id, site_id, visitor_id, started_at, last_activity_at, landing_url,
+                     utm_source)
+                 VALUES ('x', 's', 'v', 0, 0, 'https://shop.example/?utm_source=news', 'news');
+             INSERT INTO events (id, site_id, session_id, type, url, ts)
+                 VALUES ('e', 's', 'x', 'pageview', 'https://shop.example/?utm_source=news', 0);
+             INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id, value,
+                     currency, occurred_at, created_at, source_api, source_pixel, status, attr_model,
+                     attr_source, reporting_value, reporting_currency)
+                 VALUES ('a', 's', 'o1', 'purchase', 'x', 'v', '49.90', 'EUR', 86400000, 0, 1, 0,
+                         'processed', 'last_touch', 'news', '49.90', 'EUR'),
+                        ('b', 's', 'o2', 'purchase', 'x', 'v', '5', 'USD', 86400001, 0, 0, 1,
+                         'queued', NULL, NULL, NULL, NULL);
+             INSERT INTO outbox (conversion_id, next_attempt_at, created_at) VALUES ('b', 0, 0);
+             INSERT INTO fx_rates VALUES ('USD', '1970-01-01', '1.1');",
+        )
+        .unwrap();
+    }
+
+    /// A file left at any version by an older binary, rows and all, migrates to exactly the schema
+    /// of a fresh one (the statements' text included), with its rows intact and the rollup exact.
+    /// Version 1 is built from `0001_initial.sql`, the released version-1 schema text.
+    #[test]
+    fn a_file_at_every_version_migrates_to_the_fresh_schema() {
+        let fresh = objects(&fresh());
+        for from in 1..=SCHEMA_VERSION {
+            let mut conn = version_1_fixture();
+            version_1_rows(&conn);
+            migrate_to(&mut conn, from).unwrap();
+            assert_eq!(user_version(&conn).unwrap(), from);
+            migrate(&mut conn).unwrap();
+            assert_eq!(user_version(&conn).unwrap(), SCHEMA_VERSION);
+            assert_eq!(objects(&conn), fresh, "a file at version {from}, migrated");
+            let check: String = conn
+                .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(check, "ok");
+            let violations: i64 = conn
+                .query_row("SELECT COUNT(*) FROM pragma_foreign_key_check", [], |r| {
+                    r.get(0)
+                })
+                .unwrap();
+            assert_eq!(violations, 0, "from version {from}");
+            let kept: (i64, i64, i64, String) = conn
+                .query_row(
+                    "SELECT (SELECT COUNT(*) FROM conversions), (SELECT COUNT(*) FROM outbox
+                         WHERE origin = 'pixel'), (SELECT reporting_minor FROM conversions
+                         WHERE id = 'a'), (SELECT e.url FROM sessions s
+                         JOIN events e ON e.id = s.landing_event_id)",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )
+                .unwrap();
+            assert_eq!(
+                kept,
+                (2, 1, 4990, "https://shop.example/?utm_source=news".into()),
+                "from version {from}"
+            );
+            assert_eq!(report::check_rollup(&conn).unwrap(), Vec::<String>::new());
+        }
+    }
+
+    /// A file migrated by a newer binary is refused, and left as it is.
+    #[test]
+    fn a_newer_file_is_refused() {
+        let mut conn = fresh();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        let err = migrate(&mut conn).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "database schema version {} is newer than this binary understands ({SCHEMA_VERSION})",
+                SCHEMA_VERSION + 1
+            )),
+            "{err}"
+        );
+        assert_eq!(user_version(&conn).unwrap(), SCHEMA_VERSION + 1);
+    }
+
+    /// A migration that fails names its file, and leaves the file at the version before it.
+    #[test]
+    fn a_failing_migration_names_its_file() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE tenants (id TEXT)")
+            .unwrap();
+        let err = migrate(&mut conn).unwrap_err().to_string();
+        assert!(
+            err.starts_with("migration 0001_initial.sql: ") && err.contains("tenants"),
+            "{err}"
+        );
+        assert_eq!(user_version(&conn).unwrap(), 0);
+        let tables: i64 = conn
+            .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(tables, 1, "nothing of the failed step stays");
+    }
+
+    /// Migrating an up-to-date file again does nothing, and the Rust functions of the migrations
+    /// are gone from the connection once they ran.
+    #[test]
+    fn migrating_again_changes_nothing() {
+        let mut conn = fresh();
+        let before = objects(&conn);
+        migrate(&mut conn).unwrap();
+        assert_eq!(objects(&conn), before);
+        assert!(conn
+            .query_row("SELECT m0005_minor_amount('1', 'EUR')", [], |r| r
+                .get::<_, i64>(0))
+            .is_err());
+    }
+}
