@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Server CPU per accepted conversion (issue 21), for the checkout alone or another revision against it:
+# Server CPU per accepted conversion, for the checkout alone or another revision against it:
 #
 #   scripts/bench/cpu.sh [--force] [OLD_REV] [ROUNDS] [SECONDS]     (defaults: 5 rounds of 10 s)
 #
