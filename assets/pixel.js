@@ -59,7 +59,7 @@ var api = g(function (c, a, p) {
   else if (a != 'purchase') push({ type: 'event', name: '' + a, props: p && typeof p == 'object' ? JSON.parse(JSON.stringify(p)) : void 0 });
   else if (p && p.orderId != null && p.orderId !== '') push({
     type: 'purchase', orderId: '' + p.orderId, value: p.value == null ? p.value : +p.value,
-    currency: p.currency ? '' + p.currency : void 0
+    currency: p.currency ? ('' + p.currency).toUpperCase() : void 0
   });
 });
 api.v = 1;

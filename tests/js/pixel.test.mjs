@@ -94,6 +94,17 @@ test('pagehide flushes with sendBeacon and a text/plain body', async () => {
   assert.equal(b.rec.beacons.length + b.rec.fetches.length, 1, 'nothing is sent twice');
 });
 
+test('a purchase currency is sent in upper case: the server refuses any other case', async () => {
+  const b = browser();
+  b.run(SNIPPET);
+  b.load();
+  b.svc('track', 'purchase', { orderId: 'A-2', value: 10, currency: 'eur' });
+  b.fire('window', 'pagehide', { persisted: false });
+  await settle();
+  const json = JSON.parse(b.rec.beacons[0].body);
+  assert.equal(json.events.find((e) => e.type === 'purchase').currency, 'EUR');
+});
+
 test('visibilitychange to hidden flushes with sendBeacon; visible does not', async () => {
   const b = browser();
   b.run(SNIPPET);
