@@ -261,7 +261,7 @@ impl ClientConnection {
         }
 
         // building the writer for the request (convapi: or the buffer handed to this thread)
-        let answer_buf = AnswerBuf::default();
+        let answer_buf = AnswerBuf::for_connection();
         let writer: Box<dyn Write + Send> = match &self.answers {
             Some(_) => Box::new(answer_buf.clone()),
             None => Box::new(self.sink.next().unwrap()),

@@ -24,10 +24,17 @@ pub struct Answer {
 
 /// The response writer of a request whose connection writes the answer itself: a buffer shared
 /// with the request, which hands its bytes over when it is dropped.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct AnswerBuf(Arc<Mutex<Vec<u8>>>);
 
 impl AnswerBuf {
+    /// A buffer with room for a typical answer (a status line, a few headers and a small JSON
+    /// body), allocated by the connection's thread, which also frees it: the application's
+    /// thread writes into it without growing it, so no block crosses between threads' arenas.
+    pub fn for_connection() -> AnswerBuf {
+        AnswerBuf(Arc::new(Mutex::new(Vec::with_capacity(1024))))
+    }
+
     /// The bytes written so far, leaving the buffer empty.
     pub fn take(&self) -> Vec<u8> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
