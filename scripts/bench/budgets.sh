@@ -16,5 +16,5 @@ echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores" >&2
 cargo build --release --quiet --bin convapi
 BIN=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/convapi
 CONVAPI_TEST_SERVER_BIN=$BIN cargo test --quiet --test integration budgets:: -- --nocapture --test-threads=1 2>&1 \
-    | grep -E '^(pipelining|8 x 200|150 logins)|test result' \
+    | grep -oE '(pipelining:|8 x 200|150 logins).*|test result.*' \
     || { echo "budgets: the tests failed (run them without this script to see why)" >&2; exit 1; }
