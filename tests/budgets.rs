@@ -27,16 +27,6 @@ use serde_json::json;
 /// What the API must answer within, at the 90th percentile, while anonymous clients attack.
 const API_P90: Duration = Duration::from_secs(1);
 
-/// A field of the server's `/proc/PID/status`, in kB (`VmRSS`, `VmHWM`).
-fn server_kb(app: &TestApp, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", app.pid())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in {status}"))
-}
-
 /// Latencies of conversions started every 50 ms (each on its own connection, without waiting
 /// for the one before: an outage shows as many slow answers, not as one) until `stop` is set,
 /// then `after` more. Each is a new order of a visitor with a session, so a healthy server answers
@@ -127,7 +117,7 @@ fn pipelined_requests_never_read_do_not_grow_memory_or_stall_the_api() {
     for _ in 0..20 {
         app.get("/healthz").expect(200);
     }
-    let before = server_kb(&app, "VmRSS");
+    let before = app.server_kb("VmRSS");
     let mut sent = 0usize;
     let (p90, n, failed) = measured(&app, || {
         let mut s = TcpStream::connect(&addr).unwrap();
@@ -144,7 +134,7 @@ fn pipelined_requests_never_read_do_not_grow_memory_or_stall_the_api() {
             }
         }
     });
-    let peak = server_kb(&app, "VmHWM");
+    let peak = app.server_kb("VmHWM");
     eprintln!(
         "pipelining: {sent} bytes sent, server {before} kB before, peak {peak} kB; conversions \
          p90 {p90:?} over {n} ({failed:?} failed)"

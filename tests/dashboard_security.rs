@@ -776,16 +776,6 @@ fn the_account_pages_current_password_check_is_throttled() {
     expect_throttled(&r, "a login of the throttled account");
 }
 
-/// A number of kB of the server process's `/proc/PID/status` line `field` (`VmRSS`, `VmHWM`).
-fn server_kb(app: &TestApp, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", app.pid())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in {status}"))
-}
-
 /// Regression: failed logins from many addresses at once (the per-address throttle counts each
 /// address apart) took the server's resident memory up by about 1 GB per 64 logins, for good:
 /// every Argon2 check takes a 19 MiB block, up to one per request thread at once, and glibc kept
@@ -796,7 +786,7 @@ fn many_failed_logins_at_once_do_not_grow_the_servers_memory() {
     let app = TestApp::builder()
         .serve_args(&["--trusted-proxies", "127.0.0.1"])
         .start();
-    let before = server_kb(&app, "VmRSS");
+    let before = app.server_kb("VmRSS");
     for round in 0..2 {
         std::thread::scope(|s| {
             for t in 0..32 {
@@ -824,7 +814,7 @@ fn many_failed_logins_at_once_do_not_grow_the_servers_memory() {
             }
         });
     }
-    let (after, peak) = (server_kb(&app, "VmRSS"), server_kb(&app, "VmHWM"));
+    let (after, peak) = (app.server_kb("VmRSS"), app.server_kb("VmHWM"));
     assert!(
         after < before + 100_000,
         "resident memory {before} kB before 64 failed logins, {after} kB after"

@@ -202,6 +202,17 @@ impl TestApp {
         self.child.as_ref().expect("server running").id()
     }
 
+    /// A number of kB from the server process's `/proc/PID/status` line `field` (`VmRSS`: resident
+    /// now, `VmHWM`: the peak since it started).
+    pub fn server_kb(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in {status}"))
+    }
+
     /// `127.0.0.1:PORT` of the running server, for raw TCP clients.
     pub fn addr(&self) -> String {
         self.base.trim_start_matches("http://").to_owned()
