@@ -143,34 +143,6 @@ pub fn address_key(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// The client's address: the peer's, unless the peer is a trusted proxy; then the right-most
-/// address of `X-Forwarded-For` that is not itself a trusted proxy (each proxy appends the address
-/// it received the request from, so entries left of the first untrusted one are the client's own
-/// claims). An unparsable entry ends the walk at the last trusted hop.
-pub fn client_address(
-    peer: IpAddr,
-    forwarded_for: Option<&str>,
-    trusted: &[ipnet::IpNet],
-) -> IpAddr {
-    let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(ip));
-    if !is_trusted(&peer) {
-        return peer;
-    }
-    let mut client = peer;
-    for hop in forwarded_for.unwrap_or("").rsplit(',') {
-        match hop.trim().parse::<IpAddr>() {
-            Ok(ip) => {
-                client = ip;
-                if !is_trusted(&ip) {
-                    break;
-                }
-            }
-            Err(_) => break,
-        }
-    }
-    client
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,34 +241,5 @@ mod tests {
         assert_ne!(address_key(a), address_key(c));
         let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
         assert_eq!(address_key(mapped), "192.0.2.7".parse::<IpAddr>().unwrap());
-    }
-
-    #[test]
-    fn forwarded_for_is_believed_only_from_trusted_proxies() {
-        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
-        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        // Not a proxy: its header is ignored.
-        assert_eq!(
-            client_address(ip("198.51.100.9"), Some("1.2.3.4"), &trusted),
-            ip("198.51.100.9")
-        );
-        // A proxy: the right-most untrusted hop; what the client wrote left of it is ignored.
-        assert_eq!(
-            client_address(
-                ip("10.0.0.2"),
-                Some("6.6.6.6, 203.0.113.5, 10.0.0.3"),
-                &trusted
-            ),
-            ip("203.0.113.5")
-        );
-        // A proxy without the header, or with garbage: the last trusted hop.
-        assert_eq!(
-            client_address(ip("10.0.0.2"), None, &trusted),
-            ip("10.0.0.2")
-        );
-        assert_eq!(
-            client_address(ip("10.0.0.2"), Some("junk"), &trusted),
-            ip("10.0.0.2")
-        );
     }
 }

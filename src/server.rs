@@ -163,7 +163,6 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
         pipeline.clone(),
         crate::dashboard::Settings {
             secure_cookies: config.secure_cookies,
-            trusted_proxies: config.pixel.trusted_proxies.clone(),
             public_url: config.public_url.clone(),
             rates_fetch: config.rates_fetch.is_some().then_some(rates_status),
         },

@@ -43,8 +43,6 @@ pub struct PixelPolicy {
     pub per_address: Rate,
     /// Events per second (and burst) one tracker (site) may receive, from all addresses together.
     pub per_tracker: Rate,
-    /// Reverse proxies whose `X-Forwarded-For` names the client.
-    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Oldest `ts` kept as sent, before the time of receipt; older ones are clamped to it.
     pub max_event_age: Duration,
 }
@@ -77,7 +75,7 @@ pub fn preflight() -> Reply {
 
 pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let guard = &app.pixel;
-    let client = super::client_address(app, ctx).map(ratelimit::address_key);
+    let client = ctx.client.map(ratelimit::address_key);
     // An address with no token left is refused before its body is read.
     if let Some(client) = &client {
         guard

@@ -12,7 +12,6 @@ pub mod static_files;
 pub mod validate;
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
@@ -69,7 +68,6 @@ impl Service for Api {
         Handled {
             reply,
             route: route.name,
-            client: client_address(&self.0, ctx),
             code,
         }
     }
@@ -78,12 +76,11 @@ impl Service for Api {
         ApiError::from(why).to_reply()
     }
 
-    fn refused(&self, ctx: &Ctx, why: Refusal) -> Handled {
+    fn refused(&self, why: Refusal) -> Handled {
         let err = ApiError::from(why);
         Handled {
             reply: err.to_reply(),
             route: "unknown",
-            client: client_address(&self.0, ctx),
             code: Some(err.code()),
         }
     }
@@ -94,18 +91,6 @@ pub fn count_unavailable(app: &App, e: &crate::writer::WriteError) {
     if matches!(e, crate::writer::WriteError::Unavailable(_)) {
         app.metrics.inc_unavailable();
     }
-}
-
-/// The client behind the request: the address a trusted proxy forwarded, else the peer. The
-/// pixel's rate limits and the access log both go by it.
-pub fn client_address(app: &App, ctx: &Ctx) -> Option<IpAddr> {
-    ctx.peer.map(|peer| {
-        crate::ratelimit::client_address(
-            peer.ip(),
-            ctx.header("X-Forwarded-For"),
-            &app.pixel.policy.trusted_proxies,
-        )
-    })
 }
 
 /// How often `lastUsedAt` is written per key at most.

@@ -196,7 +196,7 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
                 idle_timeout: std::time::Duration::from_secs_f64(a.idle_timeout),
                 max_connections: a.max_connections as usize,
                 max_per_address: a.max_connections_per_address as usize,
-                shared_addresses: a.trusted_proxies.clone(),
+                trusted_proxies: a.trusted_proxies,
                 ..Default::default()
             },
         },
@@ -213,7 +213,6 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
         pixel: crate::api::collect::PixelPolicy {
             per_address: pixel_rate(a.pixel_rate),
             per_tracker: pixel_rate(a.pixel_site_rate),
-            trusted_proxies: a.trusted_proxies,
             max_event_age: std::time::Duration::from_secs(u64::from(a.pixel_max_age_hours) * 3600),
         },
         metrics_token: a.metrics_token.filter(|t| !t.is_empty()),

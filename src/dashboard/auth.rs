@@ -208,7 +208,7 @@ pub fn check_password(
     let account = email.to_lowercase();
     let attempt = d
         .throttle
-        .reserve(&account, &client_key(d, ctx), Instant::now())
+        .reserve(&account, &client_key(ctx), Instant::now())
         .map_err(|wait| PageError::TooManyLogins {
             retry_after_secs: wait.as_secs().max(1),
         })?;
@@ -388,14 +388,9 @@ fn login_page(
 }
 
 /// The client address the throttle counts failures of.
-fn client_key(d: &Dashboard, ctx: &Ctx) -> String {
-    match ctx.peer {
-        Some(peer) => crate::ratelimit::address_key(crate::ratelimit::client_address(
-            peer.ip(),
-            ctx.header("X-Forwarded-For"),
-            &d.settings.trusted_proxies,
-        ))
-        .to_string(),
+fn client_key(ctx: &Ctx) -> String {
+    match ctx.client {
+        Some(client) => crate::ratelimit::address_key(client).to_string(),
         None => "unknown".into(),
     }
 }

@@ -36,8 +36,6 @@ pub struct Settings {
     /// Cookies get `Secure` (serve behind HTTPS: `--secure-cookies`); the pixel snippet's origin
     /// is `https://`.
     pub secure_cookies: bool,
-    /// Reverse proxies whose `X-Forwarded-For` names the client (for the login throttle).
-    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// The origin people and pages reach this server at (`--public-url`, e.g.
     /// `https://stats.shop.example`, no trailing slash): the snippet's and the `curl`'s host.
     pub public_url: Option<String>,

@@ -5,9 +5,10 @@
 //! queue each request they read in its lane, `lanes.rs`); a fixed pool of request threads takes
 //! requests from the lanes, turns each into a [`Ctx`], calls [`Service::handle`] inside
 //! `catch_unwind`, and hands the [`Reply`] to the request's connection, whose own thread writes it
-//! (one request per connection at a time: a request thread never waits on a client). Logging, timing, metrics and panic catching happen once, in [`handle`], not in handlers;
-//! so does the request id ([`request_id`]), sent back as `X-Request-Id` and in every log line
-//! about the request.
+//! (one request per connection at a time: a request thread never waits on a client). Logging,
+//! timing, metrics and panic catching happen once, in [`handle`], not in handlers; so do the
+//! request id ([`request_id`]), sent back as `X-Request-Id` and in every log line about the
+//! request, and the client's address behind trusted proxies ([`client_address`], `Ctx::client`).
 //! `supervisor.rs` (with `registry.rs` and the system calls of `sys.rs`) enforces the connection
 //! limits tiny_http lacks: from outside on Linux, through the vendored tiny_http's own bounds
 //! elsewhere (see its module doc). Handlers never see `tiny_http` types.
@@ -67,7 +68,7 @@ pub trait Service: Send + Sync + 'static {
     /// supervisor writes it raw to a connection whose head never ends).
     fn refusal(&self, why: Refusal) -> Reply;
     /// The same answer to a request in hand, with what the access log says about it.
-    fn refused(&self, ctx: &Ctx, why: Refusal) -> Handled;
+    fn refused(&self, why: Refusal) -> Handled;
 }
 
 /// A service's answer to one request.
@@ -75,9 +76,6 @@ pub struct Handled {
     pub reply: Reply,
     /// The route's name, for the access log and metrics (`"unknown"` when none matched).
     pub route: &'static str,
-    /// The client as the service sees it (behind a proxy it trusts, the address the proxy
-    /// forwarded), for the access log; `None`: the connection's peer.
-    pub client: Option<IpAddr>,
     /// The error code of an error answer, for the access log.
     pub code: Option<&'static str>,
 }
@@ -171,6 +169,10 @@ pub struct Ctx {
     flight: u64,
     /// The connection's peer (a reverse proxy's address when there is one).
     pub peer: Option<SocketAddr>,
+    /// The client behind the request: the peer, or behind a trusted proxy the address it
+    /// forwarded ([`client_address`]). The pixel's rate limits, the login throttle and the access
+    /// log all go by it.
+    pub client: Option<IpAddr>,
     registry: Arc<Registry>,
     /// The body was read to its end (nothing left for tiny_http to drain).
     body_done: bool,
@@ -301,6 +303,8 @@ impl Server {
 /// What a request thread needs.
 struct Worker {
     service: Arc<dyn Service>,
+    /// `Limits::trusted_proxies`: whose `X-Forwarded-For` names the client.
+    trusted_proxies: Arc<[ipnet::IpNet]>,
     metrics: Metrics,
     registry: Arc<Registry>,
     supervisor: Arc<Supervisor>,
@@ -357,10 +361,12 @@ pub fn serve(
         drain_quiet,
         options,
     )?;
+    let trusted_proxies: Arc<[ipnet::IpNet]> = config.limits.trusted_proxies.clone().into();
     let mut handles = Vec::with_capacity(threads);
     for i in 0..threads {
         let w = Worker {
             service: service.clone(),
+            trusted_proxies: trusted_proxies.clone(),
             metrics: metrics.clone(),
             registry: registry.clone(),
             supervisor: supervisor.clone(),
@@ -414,6 +420,34 @@ pub fn decode_segment(segment: &str) -> Result<String, std::str::Utf8Error> {
     percent_encoding::percent_decode_str(segment)
         .decode_utf8()
         .map(std::borrow::Cow::into_owned)
+}
+
+/// The client's address: the peer's, unless the peer is a trusted proxy; then the right-most
+/// address of `X-Forwarded-For` that is not itself a trusted proxy (each proxy appends the address
+/// it received the request from, so entries left of the first untrusted one are the client's own
+/// claims). An unparsable entry ends the walk at the last trusted hop.
+pub fn client_address(
+    peer: IpAddr,
+    forwarded_for: Option<&str>,
+    trusted: &[ipnet::IpNet],
+) -> IpAddr {
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(ip));
+    if !is_trusted(&peer) {
+        return peer;
+    }
+    let mut client = peer;
+    for hop in forwarded_for.unwrap_or("").rsplit(',') {
+        match hop.trim().parse::<IpAddr>() {
+            Ok(ip) => {
+                client = ip;
+                if !is_trusted(&ip) {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    client
 }
 
 /// The id of a request: the client's `X-Request-Id` when it is well-formed, 1 to
@@ -477,6 +511,14 @@ fn handle(w: &Worker, inc: Incoming) {
     // Refused on every route, even one that never reads its body: the body is left unread, so the
     // connection is closed below (`unread_large`).
     let body_too_large = rq.body_length().is_some_and(|n| n > MAX_DECLARED_BODY);
+    let client = peer.map(|p| {
+        let forwarded_for = rq
+            .headers()
+            .iter()
+            .find(|h| h.field.equiv("X-Forwarded-For"))
+            .map(|h| h.value.as_str());
+        client_address(p.ip(), forwarded_for, &w.trusted_proxies)
+    });
     let mut ctx = Ctx {
         req: rq,
         method,
@@ -486,23 +528,18 @@ fn handle(w: &Worker, inc: Incoming) {
         request_id,
         flight,
         peer,
+        client,
         registry: w.registry.clone(),
         body_done: preread,
     };
     let handled = if head_too_large {
-        Ok(w.service.refused(&ctx, Refusal::HeadTooLarge))
+        Ok(w.service.refused(Refusal::HeadTooLarge))
     } else if body_too_large {
-        Ok(w.service
-            .refused(&ctx, Refusal::BodyTooLarge(MAX_DECLARED_BODY)))
+        Ok(w.service.refused(Refusal::BodyTooLarge(MAX_DECLARED_BODY)))
     } else {
         catch_unwind(AssertUnwindSafe(|| w.service.handle(&mut ctx)))
     };
-    let Handled {
-        reply,
-        route,
-        client,
-        code,
-    } = handled.unwrap_or_else(|panic| {
+    let Handled { reply, route, code } = handled.unwrap_or_else(|panic| {
         let msg = panic
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
@@ -514,7 +551,7 @@ fn handle(w: &Worker, inc: Incoming) {
             ctx.method,
             ctx.path
         );
-        w.service.refused(&ctx, Refusal::Panicked(msg))
+        w.service.refused(Refusal::Panicked(msg))
     });
     let status = reply.status;
     // Close instead of keeping the connection when a large or chunked body was left unread
@@ -569,7 +606,7 @@ fn handle(w: &Worker, inc: Incoming) {
     w.metrics.observe_request(route, status, elapsed);
     access_log(&Access {
         request_id: &request_id,
-        client: client.or(peer.map(|p| p.ip())),
+        client,
         peer: peer.map(|p| p.ip()),
         method: &method,
         path: &path,
@@ -627,6 +664,35 @@ fn access_log(a: &Access) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forwarded_for_is_believed_only_from_trusted_proxies() {
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        // Not a proxy: its header is ignored.
+        assert_eq!(
+            client_address(ip("198.51.100.9"), Some("1.2.3.4"), &trusted),
+            ip("198.51.100.9")
+        );
+        // A proxy: the right-most untrusted hop; what the client wrote left of it is ignored.
+        assert_eq!(
+            client_address(
+                ip("10.0.0.2"),
+                Some("6.6.6.6, 203.0.113.5, 10.0.0.3"),
+                &trusted
+            ),
+            ip("203.0.113.5")
+        );
+        // A proxy without the header, or with garbage: the last trusted hop.
+        assert_eq!(
+            client_address(ip("10.0.0.2"), None, &trusted),
+            ip("10.0.0.2")
+        );
+        assert_eq!(
+            client_address(ip("10.0.0.2"), Some("junk"), &trusted),
+            ip("10.0.0.2")
+        );
+    }
 
     #[test]
     fn a_well_formed_request_id_is_kept() {

@@ -44,10 +44,11 @@ pub struct Limits {
     pub max_connections: usize,
     /// Most open connections from one client address (0: no bound of its own); beyond it that
     /// address's longest-idle connections without a request in our hands are shut down. Peers in
-    /// [`Limits::shared_addresses`] are exempt.
+    /// [`Limits::trusted_proxies`] are exempt.
     pub max_per_address: usize,
-    /// Peers that stand for many clients (reverse proxies): not bounded per address.
-    pub shared_addresses: Vec<ipnet::IpNet>,
+    /// Reverse proxies: their `X-Forwarded-For` names the client of a request
+    /// (`http::client_address`), and, standing for many clients, they are not bounded per address.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Bytes a connection may send while no request of it is in our hands and tiny_http has not
     /// read a complete head (a request head plus slack); more means an oversized head. A body
     /// tiny_http reads before handing the request over does not count: tiny_http bounds it.
@@ -59,7 +60,7 @@ pub struct Limits {
 impl Limits {
     /// Whether connections from `ip` are bounded per address.
     pub fn bounded_per_address(&self, ip: std::net::IpAddr) -> bool {
-        self.max_per_address > 0 && !self.shared_addresses.iter().any(|n| n.contains(&ip))
+        self.max_per_address > 0 && !self.trusted_proxies.iter().any(|n| n.contains(&ip))
     }
 }
 
@@ -71,7 +72,7 @@ impl Default for Limits {
             min_rate_grace: Duration::from_secs(2),
             max_connections: 1024,
             max_per_address: 64,
-            shared_addresses: Vec::new(),
+            trusted_proxies: Vec::new(),
             head_budget: 64 * 1024,
             scan_every: Duration::from_millis(200),
         }
