@@ -169,14 +169,7 @@ fn serve_rates_fetch_daily_fetches_at_start_when_rates_are_old_and_shows_it() {
     poll("the log line", || {
         app.log().contains("rates fetch: 28 rates up to 2026-11-17")
     });
-    create_user(
-        &app,
-        &app.tenant.id,
-        "owner@shop.example",
-        "correct horse battery",
-    );
-    let c = DashClient::logged_in(&app, "owner@shop.example", "correct horse battery");
-    let page = c.get(&format!("/dashboard/sites/{}", app.site.id)).text();
+    let page = overview_as_owner(&app);
     assert!(
         page.contains("Daily rates fetch: last success 20"),
         "{page}"
@@ -204,14 +197,7 @@ fn serve_rates_fetch_daily_reports_a_failure_and_keeps_serving() {
     );
     // Requests are served meanwhile, and the overview shows the failure.
     assert_eq!(app.get("/healthz").status, 200);
-    create_user(
-        &app,
-        &app.tenant.id,
-        "owner@shop.example",
-        "correct horse battery",
-    );
-    let c = DashClient::logged_in(&app, "owner@shop.example", "correct horse battery");
-    let page = c.get(&format!("/dashboard/sites/{}", app.site.id)).text();
+    let page = overview_as_owner(&app);
     assert!(
         page.contains("Daily rates fetch: no success yet."),
         "{page}"
@@ -243,4 +229,16 @@ fn the_daily_schedule_follows_the_clock_it_is_given() {
     assert!(!due(at("2026-11-25T16:45:00Z"), day("2026-11-25"), &s));
     // Friday's rates last the weekend.
     assert!(!due(at("2026-11-29T12:00:00Z"), day("2026-11-27"), &s));
+}
+
+/// The default site's overview, as a new owner of its tenant sees it.
+fn overview_as_owner(app: &TestApp) -> String {
+    create_user(
+        app,
+        &app.tenant.id,
+        "owner@shop.example",
+        "correct horse battery",
+    );
+    let c = DashClient::logged_in(app, "owner@shop.example", "correct horse battery");
+    c.get(&format!("/dashboard/sites/{}", app.site.id)).text()
 }
