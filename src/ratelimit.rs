@@ -1,16 +1,87 @@
-//! Token buckets in memory, keyed by client address or tracker id, for the public pixel endpoint
-//! (docs/decisions.md §8). Pure bookkeeping: no I/O, no clock of its own (callers pass `now`).
+//! Limits kept in memory per key, with no I/O and no clock of their own (callers pass `now`):
+//! the pixel's token buckets per client address and per tracker (docs/decisions.md §8), the login
+//! throttle's failures per account and per address (§10), and the writes done at most once a
+//! minute (an API key's `lastUsedAt`, a dashboard session's `last_seen_at`).
 //!
-//! Memory is bounded: at most [`Rate::max_keys`] buckets live at once. When the table is full,
-//! buckets that have refilled completely (they carry no information) are dropped first; if none
-//! has, a new key is let through unmetered rather than evicting a bucket that is limiting someone,
-//! and the coarser tracker bucket still bounds the total.
+//! One mechanism, [`Limiter`]: a table of per-key state behind one lock, whose policy is a
+//! parameter: [`Rate`] (a token bucket) or [`Window`] (at most so many events within a window).
+//! Memory is bounded: at most [`Policy::max_keys`] keys live at once. When the table is full,
+//! entries that carry no information any more (a bucket refilled, a window emptied) are dropped
+//! first; if none has, a new key is let through unmetered rather than evicting an entry that is
+//! limiting someone (the pixel's coarser tracker bucket still bounds the total).
 
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// What a [`Limiter`] keeps per key and when that says nothing any more.
+pub trait Policy {
+    type State;
+    /// The state of a key seen for the first time.
+    fn fresh(&self, now: Instant) -> Self::State;
+    /// Whether `state` is as good as [`Policy::fresh`]'s: such entries are dropped first.
+    fn is_spent(&self, state: &Self::State, now: Instant) -> bool;
+    /// Most keys kept at once.
+    fn max_keys(&self) -> usize;
+}
+
+/// Per-key state under one policy, bounded (see the module's header).
+pub struct Limiter<K, P: Policy> {
+    policy: P,
+    table: Mutex<HashMap<K, P::State>>,
+}
+
+impl<K: Hash + Eq + Clone, P: Policy> Limiter<K, P> {
+    pub fn new(policy: P) -> Limiter<K, P> {
+        Limiter {
+            policy,
+            table: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn policy(&self) -> &P {
+        &self.policy
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, P::State>> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on `key`'s state, made fresh if the key is new; `None` when the table is full of
+    /// entries that still say something (the key is then not kept: unmetered).
+    fn with<R>(&self, key: &K, now: Instant, f: impl FnOnce(&P, &mut P::State) -> R) -> Option<R> {
+        let p = &self.policy;
+        let mut table = self.lock();
+        if !table.contains_key(key) {
+            if table.len() >= p.max_keys() {
+                table.retain(|_, s| !p.is_spent(s, now));
+            }
+            if table.len() >= p.max_keys() {
+                return None;
+            }
+            table.insert(key.clone(), p.fresh(now));
+        }
+        Some(f(p, table.get_mut(key).expect("inserted above")))
+    }
+
+    /// Runs `f` on `key`'s state if the key is kept, and drops the entry if `f` leaves it spent.
+    fn with_kept(&self, key: &K, now: Instant, f: impl FnOnce(&mut P::State)) {
+        let mut table = self.lock();
+        if let Some(s) = table.get_mut(key) {
+            f(s);
+            if self.policy.is_spent(s, now) {
+                table.remove(key);
+            }
+        }
+    }
+
+    /// Forgets `key`: it starts fresh.
+    pub fn forget(&self, key: &K) {
+        self.lock().remove(key);
+    }
+}
 
 /// How fast a bucket refills and how much it holds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -32,30 +103,51 @@ impl Rate {
         }
     }
 
+    /// One event per `interval`: a key's first event passes, the next one `interval` later.
+    pub fn once_every(interval: Duration, max_keys: usize) -> Rate {
+        Rate {
+            per_second: 1.0 / interval.as_secs_f64(),
+            burst: 1.0,
+            max_keys,
+        }
+    }
+
     pub fn is_off(&self) -> bool {
         self.per_second <= 0.0
     }
+
+    fn level(&self, b: &Bucket, now: Instant) -> f64 {
+        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
+        (b.tokens + elapsed * self.per_second).min(self.burst)
+    }
 }
 
-struct Bucket {
+/// A token bucket: its tokens when last seen.
+pub struct Bucket {
     tokens: f64,
     at: Instant,
 }
 
-/// A set of token buckets, one per key.
-pub struct Limiter<K> {
-    rate: Rate,
-    buckets: Mutex<HashMap<K, Bucket>>,
-}
+impl Policy for Rate {
+    type State = Bucket;
 
-impl<K: Hash + Eq + Clone> Limiter<K> {
-    pub fn new(rate: Rate) -> Limiter<K> {
-        Limiter {
-            rate,
-            buckets: Mutex::new(HashMap::new()),
+    fn fresh(&self, now: Instant) -> Bucket {
+        Bucket {
+            tokens: self.burst,
+            at: now,
         }
     }
 
+    fn is_spent(&self, b: &Bucket, now: Instant) -> bool {
+        self.level(b, now) >= self.burst
+    }
+
+    fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+}
+
+impl<K: Hash + Eq + Clone> Limiter<K, Rate> {
     /// Takes `cost` tokens from `key`'s bucket, or says how long until it holds that many. A cost
     /// over the burst is charged as the burst (it can never fit otherwise).
     pub fn take(&self, key: &K, cost: f64, now: Instant) -> Result<(), Duration> {
@@ -75,44 +167,29 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
     }
 
     fn check(&self, key: &K, cost: f64, now: Instant, mode: Mode) -> Result<(), Duration> {
-        let r = self.rate;
-        if r.is_off() {
+        if self.policy.is_off() {
             return Ok(());
         }
-        let cost = cost.min(r.burst);
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        if !buckets.contains_key(key) {
-            if buckets.len() >= r.max_keys {
-                buckets.retain(|_, b| level(b, r, now) < r.burst);
+        self.with(key, now, |r, b| {
+            let cost = cost.min(r.burst);
+            b.tokens = r.level(b, now);
+            b.at = now;
+            if b.tokens >= cost {
+                if mode != Mode::Peek {
+                    b.tokens -= cost;
+                }
+                Ok(())
+            } else {
+                if mode == Mode::Charge {
+                    b.tokens = (b.tokens - cost).max(-r.burst);
+                }
+                Err(
+                    Duration::from_secs_f64((cost - b.tokens.max(0.0)) / r.per_second)
+                        .max(Duration::from_secs_f64(-b.tokens.min(0.0) / r.per_second)),
+                )
             }
-            if buckets.len() >= r.max_keys {
-                return Ok(());
-            }
-            buckets.insert(
-                key.clone(),
-                Bucket {
-                    tokens: r.burst,
-                    at: now,
-                },
-            );
-        }
-        let b = buckets.get_mut(key).expect("inserted above");
-        b.tokens = level(b, r, now);
-        b.at = now;
-        if b.tokens >= cost {
-            if mode != Mode::Peek {
-                b.tokens -= cost;
-            }
-            Ok(())
-        } else {
-            if mode == Mode::Charge {
-                b.tokens = (b.tokens - cost).max(-r.burst);
-            }
-            Err(
-                Duration::from_secs_f64((cost - b.tokens.max(0.0)) / r.per_second)
-                    .max(Duration::from_secs_f64(-b.tokens.min(0.0) / r.per_second)),
-            )
-        }
+        })
+        .unwrap_or(Ok(()))
     }
 }
 
@@ -123,9 +200,66 @@ enum Mode {
     Peek,
 }
 
-fn level(b: &Bucket, r: Rate, now: Instant) -> f64 {
-    let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
-    (b.tokens + elapsed * r.per_second).min(r.burst)
+/// At most `limit` events per key within any `within`: a sliding window over the times of the
+/// last `limit` events.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    pub limit: usize,
+    pub within: Duration,
+    /// Most keys kept at once.
+    pub max_keys: usize,
+}
+
+impl Window {
+    fn recent(&self, times: &mut Vec<Instant>, now: Instant) {
+        times.retain(|t| now.saturating_duration_since(*t) < self.within);
+    }
+}
+
+impl Policy for Window {
+    type State = Vec<Instant>;
+
+    fn fresh(&self, _now: Instant) -> Vec<Instant> {
+        Vec::new()
+    }
+
+    fn is_spent(&self, times: &Vec<Instant>, now: Instant) -> bool {
+        times
+            .iter()
+            .all(|t| now.saturating_duration_since(*t) >= self.within)
+    }
+
+    fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+}
+
+impl<K: Hash + Eq + Clone> Limiter<K, Window> {
+    /// Counts an event of `key` at `now`, or refuses it with the wait until the oldest of the
+    /// window's events leaves it. `Ok(false)`: allowed but not counted (the table is full).
+    pub fn count(&self, key: &K, now: Instant) -> Result<bool, Duration> {
+        self.with(key, now, |w, times| {
+            w.recent(times, now);
+            if times.len() >= w.limit {
+                let oldest = times.iter().min().copied().unwrap_or(now);
+                return Err(w
+                    .within
+                    .saturating_sub(now.saturating_duration_since(oldest)));
+            }
+            times.push(now);
+            Ok(true)
+        })
+        .unwrap_or(Ok(false))
+    }
+
+    /// Takes back the event of `key` counted at `at` (say, an attempt that did not fail).
+    pub fn uncount(&self, key: &K, at: Instant) {
+        self.with_kept(key, at, |times| {
+            if let Some(i) = times.iter().position(|t| *t == at) {
+                times.remove(i);
+            }
+        });
+    }
 }
 
 /// The key a client address is limited under: the address itself for IPv4, its /64 network for
@@ -230,6 +364,65 @@ mod tests {
         for _ in 0..1000 {
             assert!(l.take(&"a", 100.0, Instant::now()).is_ok());
         }
+    }
+
+    #[test]
+    fn once_every_lets_one_event_through_per_interval() {
+        let l = Limiter::new(Rate::once_every(Duration::from_secs(60), 10));
+        let t0 = Instant::now();
+        assert!(l.take(&"key", 1.0, t0).is_ok());
+        assert!(l.take(&"key", 1.0, t0 + Duration::from_secs(59)).is_err());
+        assert!(l.take(&"other", 1.0, t0).is_ok());
+        assert!(l.take(&"key", 1.0, t0 + Duration::from_secs(60)).is_ok());
+    }
+
+    fn window(limit: usize, secs: u64, max_keys: usize) -> Window {
+        Window {
+            limit,
+            within: Duration::from_secs(secs),
+            max_keys,
+        }
+    }
+
+    #[test]
+    fn a_window_counts_its_limit_then_refuses_until_the_oldest_leaves() {
+        let l = Limiter::new(window(3, 100, 10));
+        let t0 = Instant::now();
+        for i in 0..3 {
+            assert_eq!(l.count(&"a", t0 + Duration::from_secs(i * 10)), Ok(true));
+        }
+        // The oldest, at t0, leaves the window at t0 + 100.
+        assert_eq!(
+            l.count(&"a", t0 + Duration::from_secs(40)),
+            Err(Duration::from_secs(60))
+        );
+        assert_eq!(l.count(&"b", t0), Ok(true), "other keys have their own");
+        assert_eq!(l.count(&"a", t0 + Duration::from_secs(100)), Ok(true));
+        // Taking an event back makes room for one more at once.
+        let t1 = t0 + Duration::from_secs(101);
+        assert!(l.count(&"a", t1).is_err());
+        l.uncount(&"a", t0 + Duration::from_secs(100));
+        assert_eq!(l.count(&"a", t1), Ok(true));
+        l.forget(&"a");
+        assert_eq!(l.count(&"a", t1), Ok(true), "forgotten: fresh");
+    }
+
+    #[test]
+    fn a_full_window_table_drops_emptied_windows_first_and_lets_the_rest_through() {
+        let l = Limiter::new(window(1, 100, 2));
+        let t0 = Instant::now();
+        assert_eq!(l.count(&1, t0), Ok(true));
+        assert_eq!(l.count(&2, t0 + Duration::from_secs(50)), Ok(true));
+        // Full of live windows: a third key passes uncounted, nobody is evicted.
+        assert_eq!(l.count(&3, t0 + Duration::from_secs(60)), Ok(false));
+        assert!(l.count(&1, t0 + Duration::from_secs(60)).is_err());
+        // Once key 1's window has emptied, it makes room for key 3.
+        assert_eq!(l.count(&3, t0 + Duration::from_secs(120)), Ok(true));
+        assert!(l.count(&3, t0 + Duration::from_secs(121)).is_err());
+        assert!(
+            l.count(&2, t0 + Duration::from_secs(121)).is_err(),
+            "key 2 kept"
+        );
     }
 
     #[test]

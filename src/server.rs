@@ -14,12 +14,11 @@
 //! by `kill -9`, so a crash leaves no lock to clean up; the file itself stays (removing it on exit
 //! would race with a server starting at that moment).
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::api::collect::{PixelGuard, PixelPolicy};
@@ -27,6 +26,7 @@ use crate::api::{Api, App};
 use crate::checkpoint::Checkpointer;
 use crate::http;
 use crate::metrics::Metrics;
+use crate::ratelimit::{Limiter, Rate};
 use crate::store;
 use crate::writer::{Writer, WriterConfig};
 
@@ -172,7 +172,10 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
         pool,
         writer,
         metrics: metrics.clone(),
-        key_touched: Mutex::new(HashMap::new()),
+        key_touched: Limiter::new(Rate::once_every(
+            crate::api::KEY_TOUCH_INTERVAL,
+            crate::api::KEY_TOUCH_KEYS,
+        )),
         pipeline,
         pixel: PixelGuard::new(config.pixel.clone()),
         metrics_token: config.metrics_token.clone(),

@@ -50,8 +50,8 @@ pub struct PixelPolicy {
 /// A [`PixelPolicy`] with its buckets.
 pub struct PixelGuard {
     pub policy: PixelPolicy,
-    by_address: Limiter<IpAddr>,
-    by_tracker: Limiter<String>,
+    by_address: Limiter<IpAddr, Rate>,
+    by_tracker: Limiter<String, Rate>,
 }
 
 impl PixelGuard {

@@ -11,8 +11,8 @@ pub mod routes;
 pub mod static_files;
 pub mod validate;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
 use rusqlite::Connection;
 
@@ -20,6 +20,7 @@ pub use error::ApiError;
 
 use crate::http::{Ctx, Handled, Lane, Refusal, Reply, Service};
 use crate::metrics::Metrics;
+use crate::ratelimit::{Limiter, Rate};
 use crate::store::{self, keys::AuthKey, sites::Site, DbPool};
 use crate::writer::Writer;
 
@@ -28,8 +29,8 @@ pub struct App {
     pub pool: DbPool,
     pub writer: Writer,
     pub metrics: Metrics,
-    /// Keys whose `lastUsedAt` we wrote recently (key id -> epoch ms), to write at most once a minute.
-    pub key_touched: Mutex<HashMap<String, i64>>,
+    /// Keys whose `lastUsedAt` was written within the last minute (by key id).
+    pub key_touched: Limiter<String, Rate>,
     /// Wakes the pipeline worker when new work is committed.
     pub pipeline: crate::pipeline::Waker,
     /// Rate limits and bounds of the public pixel endpoint.
@@ -94,7 +95,9 @@ pub fn count_unavailable(app: &App, e: &crate::writer::WriteError) {
 }
 
 /// How often `lastUsedAt` is written per key at most.
-const KEY_TOUCH_INTERVAL_MS: i64 = 60_000;
+pub const KEY_TOUCH_INTERVAL: Duration = Duration::from_secs(60);
+/// Most keys whose last write is remembered at once.
+pub const KEY_TOUCH_KEYS: usize = 10_000;
 
 /// Check 1 without the database: the hash of a well-formed `Authorization: Bearer ask_...` key.
 /// A key sent without its scheme (`Authorization: ask_...`) is told to add `Bearer `.
@@ -157,19 +160,16 @@ fn touch_key(app: &App, key: &AuthKey) {
     let now = store::now_ms();
     if key
         .last_used_at
-        .is_some_and(|t| now - t < KEY_TOUCH_INTERVAL_MS)
+        .is_some_and(|t| now - t < KEY_TOUCH_INTERVAL.as_millis() as i64)
     {
         return;
     }
+    if app
+        .key_touched
+        .take(&key.id, 1.0, std::time::Instant::now())
+        .is_err()
     {
-        let mut seen = app.key_touched.lock().unwrap_or_else(|p| p.into_inner());
-        if seen
-            .get(&key.id)
-            .is_some_and(|t| now - t < KEY_TOUCH_INTERVAL_MS)
-        {
-            return;
-        }
-        seen.insert(key.id.clone(), now);
+        return;
     }
     let id = key.id.clone();
     app.writer

@@ -9,7 +9,6 @@
 //! double-submit token: the `convapi_csrf` cookie and the hidden `csrf` field must be equal.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use maud::html;
@@ -18,6 +17,7 @@ use sha2::{Digest, Sha256};
 use super::form::{self, field};
 use super::{accounts, layout, Dashboard, PageError, PageResult, Viewer};
 use crate::http::{Ctx, Reply};
+use crate::ratelimit::{Limiter, Window};
 use crate::store::{self, web_sessions};
 
 pub const SESSION_COOKIE: &str = "convapi_session";
@@ -27,7 +27,9 @@ pub const IDLE_MS: i64 = 2 * 3600 * 1000;
 /// A session this old is over, used or not.
 pub const ABSOLUTE_MS: i64 = 7 * 86_400 * 1000;
 /// `last_seen_at` is written at most this often per session.
-const TOUCH_INTERVAL_MS: i64 = 60_000;
+pub const TOUCH_INTERVAL: Duration = Duration::from_secs(60);
+/// Most sessions whose last write is remembered at once.
+pub const TOUCHED_KEYS: usize = 10_000;
 /// Failed password checks of one account (email) within [`THROTTLE_WINDOW`] before its password
 /// is checked no more.
 pub const ACCOUNT_FAILURES: usize = 5;
@@ -38,118 +40,48 @@ pub const THROTTLE_WINDOW: Duration = Duration::from_secs(15 * 60);
 /// Most accounts or addresses whose failures are remembered at once.
 const THROTTLE_KEYS: usize = 100_000;
 
-/// Recent attempts per key: the times of at most `limit` failures, and of checks still running,
-/// within `window`. Not locked itself: [`Throttles`] holds both counters under one lock.
-pub struct Counter {
-    limit: usize,
-    window: Duration,
-    attempts: HashMap<String, Vec<Instant>>,
-}
-
-impl Counter {
-    pub fn new(limit: usize, window: Duration) -> Counter {
-        Counter {
-            limit,
-            window,
-            attempts: HashMap::new(),
-        }
-    }
-
-    /// How long until `key` may try again, when its failures and running checks fill its limit.
-    pub fn refused(&self, key: &str, now: Instant) -> Option<Duration> {
-        let times = self.attempts.get(key)?;
-        let recent: Vec<&Instant> = times
-            .iter()
-            .filter(|t| now.saturating_duration_since(**t) < self.window)
-            .collect();
-        (recent.len() >= self.limit).then(|| {
-            let oldest = recent.into_iter().min().copied().unwrap_or(now);
-            self.window
-                .saturating_sub(now.saturating_duration_since(oldest))
-        })
-    }
-
-    /// Counts an attempt of `key` at `now`; false when it could not be counted.
-    fn count(&mut self, key: &str, now: Instant) -> bool {
-        if self.attempts.len() >= THROTTLE_KEYS && !self.attempts.contains_key(key) {
-            let window = self.window;
-            self.attempts.retain(|_, ts| {
-                ts.iter()
-                    .any(|t| now.saturating_duration_since(*t) < window)
-            });
-            if self.attempts.len() >= THROTTLE_KEYS {
-                // Full of live entries: forget this one rather than an entry that limits someone.
-                return false;
-            }
-        }
-        let times = self.attempts.entry(key.to_owned()).or_default();
-        times.retain(|t| now.saturating_duration_since(*t) < self.window);
-        times.push(now);
-        if times.len() > self.limit {
-            times.remove(0);
-        }
-        true
-    }
-
-    /// Takes back one attempt counted at `at` (a check that did not fail).
-    fn uncount(&mut self, key: &str, at: Instant) {
-        if let Some(times) = self.attempts.get_mut(key) {
-            if let Some(i) = times.iter().position(|t| *t == at) {
-                times.remove(i);
-            }
-            if times.is_empty() {
-                self.attempts.remove(key);
-            }
-        }
-    }
-
-    pub fn clear(&mut self, key: &str) {
-        self.attempts.remove(key);
-    }
-}
-
-/// The password throttle's two counters, per account and per client address, under one lock so
-/// that checking both and counting an attempt in both is one step.
+/// The password throttle: failures per account and per client address, each a [`Window`].
 pub struct Throttles {
-    counters: Mutex<(Counter, Counter)>,
+    by_account: Limiter<String, Window>,
+    by_address: Limiter<String, Window>,
 }
 
 impl Default for Throttles {
     fn default() -> Self {
+        let window = |limit| Window {
+            limit,
+            within: THROTTLE_WINDOW,
+            max_keys: THROTTLE_KEYS,
+        };
         Throttles {
-            counters: Mutex::new((
-                Counter::new(ACCOUNT_FAILURES, THROTTLE_WINDOW),
-                Counter::new(ADDRESS_FAILURES, THROTTLE_WINDOW),
-            )),
+            by_account: Limiter::new(window(ACCOUNT_FAILURES)),
+            by_address: Limiter::new(window(ADDRESS_FAILURES)),
         }
     }
 }
 
 impl Throttles {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (Counter, Counter)> {
-        self.counters.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Counts an attempt of `account` from `address` before its password is hashed, or refuses it
-    /// with the wait when either is at its limit. Checked and counted under one lock: a failure
-    /// recorded only after its hash (~30 ms) let every attempt arriving meanwhile through.
+    /// with the wait when either is at its limit. Checked and counted in one step per counter (the
+    /// account's taken back if the address refuses): a failure recorded only after its hash
+    /// (~30 ms) let every attempt arriving meanwhile through.
     fn reserve(&self, account: &str, address: &str, now: Instant) -> Result<Attempt<'_>, Duration> {
-        let mut c = self.lock();
-        let (by_account, by_address) = &mut *c;
-        let wait = [
-            by_account.refused(account, now),
-            by_address.refused(address, now),
-        ]
-        .into_iter()
-        .flatten()
-        .max();
-        if let Some(wait) = wait {
-            return Err(wait);
-        }
+        let account = account.to_owned();
+        let address = address.to_owned();
+        let account_counted = self.by_account.count(&account, now)?;
+        let address_counted = match self.by_address.count(&address, now) {
+            Ok(counted) => counted,
+            Err(wait) => {
+                if account_counted {
+                    self.by_account.uncount(&account, now);
+                }
+                return Err(wait);
+            }
+        };
         Ok(Attempt {
             throttles: self,
-            account: by_account.count(account, now).then(|| account.to_owned()),
-            address: by_address.count(address, now).then(|| address.to_owned()),
+            account: account_counted.then_some(account),
+            address: address_counted.then_some(address),
             at: now,
             failed: false,
         })
@@ -173,7 +105,7 @@ impl Attempt<'_> {
 
     /// A success clears its account's failures; the address keeps its own.
     fn succeeded(self, account: &str) {
-        self.throttles.lock().0.clear(account);
+        self.throttles.by_account.forget(&account.to_owned());
     }
 }
 
@@ -182,12 +114,11 @@ impl Drop for Attempt<'_> {
         if self.failed {
             return;
         }
-        let mut c = self.throttles.lock();
         if let Some(key) = &self.account {
-            c.0.uncount(key, self.at);
+            self.throttles.by_account.uncount(key, self.at);
         }
         if let Some(key) = &self.address {
-            c.1.uncount(key, self.at);
+            self.throttles.by_address.uncount(key, self.at);
         }
     }
 }
@@ -284,20 +215,13 @@ pub fn viewer(d: &Dashboard, ctx: &Ctx) -> Result<Option<Viewer>, PageError> {
 
 /// Records that the session was used, at most once a minute, without delaying the request.
 fn touch(d: &Dashboard, hash: &[u8], last_seen: i64, now: i64) {
-    if now - last_seen < TOUCH_INTERVAL_MS {
+    if now - last_seen < TOUCH_INTERVAL.as_millis() as i64 {
         return;
     }
-    {
-        let mut seen = d.session_touched.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.get(hash).is_some_and(|t| now - t < TOUCH_INTERVAL_MS) {
-            return;
-        }
-        if seen.len() > 10_000 {
-            seen.retain(|_, t| now - *t < TOUCH_INTERVAL_MS);
-        }
-        seen.insert(hash.to_vec(), now);
-    }
     let h = hash.to_vec();
+    if d.session_touched.take(&h, 1.0, Instant::now()).is_err() {
+        return;
+    }
     d.writer
         .submit_detached(move |c| web_sessions::touch(c, &h, now));
 }

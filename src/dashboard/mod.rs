@@ -21,12 +21,12 @@ pub mod routes;
 pub mod setup;
 pub mod sites;
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 pub use error::PageError;
 
 use crate::http::{Ctx, Reply};
+use crate::ratelimit::{Limiter, Rate};
 use crate::store::DbPool;
 use crate::writer::Writer;
 
@@ -54,8 +54,8 @@ pub struct Dashboard {
     pub setup_token: Mutex<Option<String>>,
     /// Failed logins per account and per client address.
     pub throttle: auth::Throttles,
-    /// Sessions whose `last_seen_at` we wrote recently (id hash -> epoch ms).
-    pub session_touched: Mutex<HashMap<Vec<u8>, i64>>,
+    /// Sessions whose `last_seen_at` was written within the last minute (by id hash).
+    pub session_touched: Limiter<Vec<u8>, Rate>,
 }
 
 impl Dashboard {
@@ -72,7 +72,10 @@ impl Dashboard {
             settings,
             setup_token: Mutex::new(None),
             throttle: auth::Throttles::default(),
-            session_touched: Mutex::new(HashMap::new()),
+            session_touched: Limiter::new(Rate::once_every(
+                auth::TOUCH_INTERVAL,
+                auth::TOUCHED_KEYS,
+            )),
         }
     }
 
