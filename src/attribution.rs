@@ -13,6 +13,7 @@
 
 use std::str::FromStr;
 
+use crate::invalid::Invalid;
 use crate::store::sessions::Session;
 
 pub const DIRECT_SOURCE: &str = "(direct)";
@@ -41,13 +42,13 @@ impl Model {
 }
 
 impl FromStr for Model {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Model, String> {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Model, Invalid> {
         match s {
             "last_non_direct" => Ok(Model::LastNonDirect),
             "last_touch" => Ok(Model::LastTouch),
             "first_touch" => Ok(Model::FirstTouch),
-            other => Err(format!("unknown attribution model {other:?}")),
+            other => Err(format!("unknown attribution model {other:?}").into()),
         }
     }
 }

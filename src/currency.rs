@@ -2,6 +2,8 @@
 //! columns) and the HTTP API (a conversion's `currency`). It owns only the question "is this a
 //! currency code"; minor units and conversion belong to `fx`.
 
+use crate::invalid::Invalid;
+
 /// True for three upper-case letters that name an ISO 4217 currency.
 pub fn is_iso_4217(code: &str) -> bool {
     code.len() == 3
@@ -12,19 +14,19 @@ pub fn is_iso_4217(code: &str) -> bool {
 /// Currency codes are upper case everywhere (docs/decisions.md §3): the API, the pixel's
 /// purchases, the command line and the dashboard's forms refuse any other spelling. The reason for
 /// refusing `code`, which names the fix: `"eur"` must be written `EUR`.
-pub fn check(code: &str) -> Result<(), String> {
+pub fn check(code: &str) -> Result<(), Invalid> {
     if is_iso_4217(code) {
         return Ok(());
     }
     let upper = code.to_ascii_uppercase();
     if is_iso_4217(&upper) {
-        Err(format!(
+        Err(Invalid(format!(
             "{code:?} must be written in upper case: {upper} (ISO 4217 codes are upper case)"
-        ))
+        )))
     } else {
-        Err(format!(
+        Err(Invalid(format!(
             "{code:?} is not an ISO 4217 currency code in upper case, such as EUR"
-        ))
+        )))
     }
 }
 
@@ -53,9 +55,10 @@ mod tests {
         assert!(is_ecb_rate_currency("USD") && is_ecb_rate_currency("CYP"));
         assert!(!is_iso_4217("CYP") && !is_ecb_rate_currency("XYZ"));
         assert!(check("EUR").is_ok());
-        assert!(check("eur").unwrap_err().contains("upper case: EUR"));
+        assert!(check("eur").unwrap_err().0.contains("upper case: EUR"));
         assert!(check("XYZ")
             .unwrap_err()
+            .0
             .contains("in upper case, such as EUR"));
     }
 }

@@ -17,6 +17,7 @@ use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, Utc, Weekday};
 use rusqlite::Connection;
 
 use crate::fx::Rate;
+use crate::invalid::Invalid;
 use crate::metrics::Metrics;
 use crate::store::{self, DbPool};
 use crate::writer::Writer;
@@ -43,7 +44,7 @@ const POLL: Duration = Duration::from_secs(60);
 /// The rates of a file as the ECB publishes it: a zip (by its signature) is opened and its one CSV
 /// read; anything else must be the CSV itself. Every currency column must be an ISO 4217 code (or
 /// one the ECB's history still carries), else the whole file is refused.
-pub fn parse_file(bytes: &[u8]) -> Result<Vec<Rate>, String> {
+pub fn parse_file(bytes: &[u8]) -> Result<Vec<Rate>, Invalid> {
     let text = if bytes.starts_with(b"PK\x03\x04") {
         csv_of_zip(bytes)?
     } else {
@@ -61,13 +62,14 @@ pub fn parse_file(bytes: &[u8]) -> Result<Vec<Rate>, String> {
     {
         return Err(format!(
             "line 1: column {n} is {code:?}, not an ISO 4217 currency code; nothing imported"
-        ));
+        )
+        .into());
     }
     Ok(rates)
 }
 
 /// The text of the one `.csv` entry of a zip (the ECB's zips hold exactly one).
-fn csv_of_zip(bytes: &[u8]) -> Result<String, String> {
+fn csv_of_zip(bytes: &[u8]) -> Result<String, Invalid> {
     let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes))
         .map_err(|e| format!("not a readable zip: {e}"))?;
     let names: Vec<String> = zip
@@ -80,7 +82,8 @@ fn csv_of_zip(bytes: &[u8]) -> Result<String, String> {
         return Err(format!(
             "the zip holds {} CSV files; an ECB rates zip holds one",
             names.len()
-        ));
+        )
+        .into());
     };
     let entry = zip
         .by_name(name)
@@ -144,24 +147,41 @@ pub fn summary(rates: &[Rate]) -> Summary {
 
 /// Downloads `url` (HTTPS, or HTTP for a test's local server), at most [`MAX_BYTES`], within
 /// [`FETCH_TIMEOUT`].
-pub fn download(url: &str) -> Result<Vec<u8>, String> {
+pub fn download(url: &str) -> Result<Vec<u8>, FetchError> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(FETCH_TIMEOUT))
         .user_agent(concat!("convapi/", env!("CARGO_PKG_VERSION")))
         .build()
         .into();
-    let mut resp = agent.get(url).call().map_err(|e| format!("{url}: {e}"))?;
+    let failed = |e: ureq::Error| FetchError::Download(format!("{url}: {e}"));
+    let mut resp = agent.get(url).call().map_err(failed)?;
     resp.body_mut()
         .with_config()
         .limit(MAX_BYTES)
         .read_to_vec()
-        .map_err(|e| format!("{url}: {e}"))
+        .map_err(failed)
+}
+
+/// Why a fetch brought no rates: the download failed, or the file was refused.
+#[derive(Debug)]
+pub enum FetchError {
+    Download(String),
+    Refused(Invalid),
+}
+
+impl std::fmt::Display for FetchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FetchError::Download(why) => f.write_str(why),
+            FetchError::Refused(why) => write!(f, "{why}"),
+        }
+    }
 }
 
 /// Downloads `url` and parses it: the rates, or why not.
-pub fn fetch(url: &str) -> Result<Vec<Rate>, String> {
+pub fn fetch(url: &str) -> Result<Vec<Rate>, FetchError> {
     let bytes = download(url)?;
-    parse_file(&bytes).map_err(|e| format!("{url}: {e}"))
+    parse_file(&bytes).map_err(|e| FetchError::Refused(e.prefixed(&format!("{url}: "))))
 }
 
 /// The latest working day (Monday to Friday) whose rates are published at `now`: today from
@@ -283,9 +303,9 @@ impl Fetcher {
 }
 
 /// The newest rate day stored (see `store::dashboard::site_activity`).
-fn newest_day(pool: &DbPool) -> Result<Option<NaiveDate>, String> {
-    let conn = pool.get().map_err(|e| e.to_string())?;
-    let day = store::read(&conn, store::rates::newest_day).map_err(|e| e.to_string())?;
+fn newest_day(pool: &DbPool) -> store::Result<Option<NaiveDate>> {
+    let conn = pool.get().map_err(store::StoreError::from)?;
+    let day = store::read(&conn, store::rates::newest_day)?;
     Ok(day.and_then(|d| crate::fx::parse_day(&d).ok()))
 }
 
@@ -309,7 +329,7 @@ pub fn look(
     if !due(now, newest, schedule) {
         return;
     }
-    let outcome = fetch(url).and_then(|rates| {
+    let outcome = fetch(url).map_err(|e| e.to_string()).and_then(|rates| {
         let summary = summary(&rates);
         let released = writer
             .submit(move |c| store_rates(c, &rates, store::now_ms()))

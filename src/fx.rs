@@ -9,6 +9,8 @@ use std::str::FromStr;
 use chrono::NaiveDate;
 use rust_decimal::{Decimal, RoundingStrategy};
 
+use crate::invalid::Invalid;
+
 /// The ECB's base currency: every rate in its files is "units of X per 1 EUR".
 pub const BASE: &str = "EUR";
 
@@ -42,7 +44,7 @@ pub struct Rate {
 /// `2026-11-20`). Cells may carry spaces and every line a trailing comma; `N/A` and empty cells
 /// are skipped. Any other malformed cell is an error naming its line, so a truncated or foreign
 /// file is refused rather than half-imported.
-pub fn parse_ecb_csv(text: &str) -> Result<Vec<Rate>, String> {
+pub fn parse_ecb_csv(text: &str) -> Result<Vec<Rate>, Invalid> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text
         .lines()
@@ -57,7 +59,8 @@ pub fn parse_ecb_csv(text: &str) -> Result<Vec<Rate>, String> {
         return Err(format!(
             "line 1: expected a header starting with \"Date\", found {:?}",
             truncate(header)
-        ));
+        )
+        .into());
     }
     let mut currencies = Vec::with_capacity(columns.len());
     for (i, c) in columns.iter().enumerate().skip(1) {
@@ -66,13 +69,10 @@ pub fn parse_ecb_csv(text: &str) -> Result<Vec<Rate>, String> {
             if i == columns.len() - 1 {
                 continue;
             }
-            return Err(format!("line 1: column {} has no currency name", i + 1));
+            return Err(format!("line 1: column {} has no currency name", i + 1).into());
         }
         if c.len() != 3 || !c.bytes().all(|b| b.is_ascii_uppercase()) {
-            return Err(format!(
-                "line 1: column {} is {c:?}, not a currency code",
-                i + 1
-            ));
+            return Err(format!("line 1: column {} is {c:?}, not a currency code", i + 1).into());
         }
         currencies.push((i, *c));
     }
@@ -88,9 +88,7 @@ pub fn parse_ecb_csv(text: &str) -> Result<Vec<Rate>, String> {
         let extra =
             cells.len() > columns.len() && cells[columns.len()..].iter().any(|c| !c.is_empty());
         if extra {
-            return Err(format!(
-                "line {lineno}: more cells than the header has columns"
-            ));
+            return Err(format!("line {lineno}: more cells than the header has columns").into());
         }
         for &(i, currency) in &currencies {
             let cell = cells.get(i).copied().unwrap_or("");
@@ -108,7 +106,7 @@ pub fn parse_ecb_csv(text: &str) -> Result<Vec<Rate>, String> {
                 })?;
             if currency == BASE {
                 if rate != Decimal::ONE {
-                    return Err(format!("line {lineno}: the EUR rate must be 1, not {rate}"));
+                    return Err(format!("line {lineno}: the EUR rate must be 1, not {rate}").into());
                 }
                 continue;
             }
@@ -176,12 +174,12 @@ pub fn convert(
     from: &Leg,
     to: &Leg,
     minor_units: Option<u32>,
-) -> Result<Converted, String> {
+) -> Result<Converted, Invalid> {
     let (f, t) = (from.per_eur(), to.per_eur());
     if f <= Decimal::ZERO || t <= Decimal::ZERO {
-        return Err("a rate is not positive".into());
+        return Err(Invalid::new("a rate is not positive"));
     }
-    let overflow = || format!("{amount} is too large to convert");
+    let overflow = || Invalid(format!("{amount} is too large to convert"));
     let numerator = amount.checked_mul(t).ok_or_else(overflow)?;
     let value = match minor_units {
         Some(dp) => div_round(numerator, f, dp).ok_or_else(overflow)?,
@@ -251,8 +249,8 @@ pub fn with_minor_digits(amount: Decimal, currency: &str) -> Decimal {
 }
 
 /// Parses a stored decimal text (the conversion's `value`, a stored rate).
-pub fn decimal(text: &str) -> Result<Decimal, String> {
-    Decimal::from_str(text.trim()).map_err(|_| format!("{text:?} is not a decimal number"))
+pub fn decimal(text: &str) -> Result<Decimal, Invalid> {
+    Decimal::from_str(text.trim()).map_err(|_| Invalid(format!("{text:?} is not a decimal number")))
 }
 
 #[cfg(test)]
@@ -350,7 +348,7 @@ mod tests {
         ];
         for (text, needle) in cases {
             let err = parse_ecb_csv(text).expect_err(text);
-            assert!(err.contains(needle), "{text:?}: {err}");
+            assert!(err.0.contains(needle), "{text:?}: {err}");
         }
     }
 

@@ -12,6 +12,7 @@ pub mod dashboard;
 pub mod ecb;
 pub mod fx;
 pub mod http;
+pub mod invalid;
 pub mod keys;
 pub mod malloc;
 pub mod metrics;

@@ -17,7 +17,7 @@ use rust_decimal::Decimal;
 use crate::attribution::NOT_SET;
 use crate::fx;
 use crate::store::report::{GroupBy, DAY_MS};
-use crate::store::{self, sites::Site};
+use crate::store::{self, sites::Site, StoreError};
 
 pub const UNATTRIBUTED: &str = "(unattributed)";
 
@@ -79,7 +79,7 @@ pub fn build(
     from: Option<NaiveDate>,
     to: Option<NaiveDate>,
     by: GroupBy,
-) -> Result<Vec<Row>, String> {
+) -> store::Result<Vec<Row>> {
     let minor = fx::minor_units(&site.currency);
     let mut groups: BTreeMap<String, Row> = BTreeMap::new();
     let summed = match minor {
@@ -111,6 +111,11 @@ pub fn build(
     Ok(rows)
 }
 
+/// Stored data a report cannot use: a broken file or a bug, never the reader's mistake.
+fn broken(why: String) -> StoreError {
+    StoreError::Other(why)
+}
+
 /// The report's key for a conversion's grouping column.
 fn key(by: GroupBy, attributed: bool, column: Option<String>) -> String {
     match (by, column) {
@@ -131,8 +136,8 @@ fn group(groups: &mut BTreeMap<String, Row>, key: String) -> &mut Row {
 }
 
 /// Counts a count read from the rollup; a negative one means the rollup is broken.
-fn count(n: i64) -> Result<u64, String> {
-    u64::try_from(n).map_err(|_| format!("the report rollup holds a negative count ({n})"))
+fn count(n: i64) -> store::Result<u64> {
+    u64::try_from(n).map_err(|_| broken(format!("the report rollup holds a negative count ({n})")))
 }
 
 /// Adds the rollup's sums (revenue in `dp`-place minor units) to the groups.
@@ -141,7 +146,7 @@ fn add_sums(
     by: GroupBy,
     dp: u32,
     sums: Vec<store::report::Sums<Option<String>>>,
-) -> Result<(), String> {
+) -> store::Result<()> {
     for s in sums {
         let row = group(groups, key(by, s.attributed, s.key));
         row.conversions += count(s.conversions)?;
@@ -152,7 +157,7 @@ fn add_sums(
                 i128::from(s.revenue_minor),
                 dp,
             ))
-            .ok_or("revenue exceeds the decimal range")?;
+            .ok_or_else(|| broken("revenue exceeds the decimal range".into()))?;
     }
     Ok(())
 }
@@ -166,7 +171,7 @@ fn add_lines(
     to: Option<NaiveDate>,
     by: GroupBy,
     groups: &mut BTreeMap<String, Row>,
-) -> Result<(), String> {
+) -> store::Result<()> {
     let (from_ms, to_ms) = day_range(from, to);
     store::report::each_line(conn, &site.id, from_ms, to_ms, by, |mut line| {
         let row = group(groups, key(by, line.attributed, line.key.take()));
@@ -186,14 +191,14 @@ fn count_line(
     conversions: &mut u64,
     revenue: &mut Decimal,
     unconverted: &mut u64,
-) -> Result<(), String> {
+) -> store::Result<()> {
     *conversions += 1;
     match (&line.reporting_value, line.status.as_str()) {
         (Some(v), "processed") => {
-            let v = fx::decimal(v).map_err(|e| format!("stored reporting value {e}"))?;
+            let v = fx::decimal(v).map_err(|e| broken(format!("stored reporting value {e}")))?;
             *revenue = revenue
                 .checked_add(v)
-                .ok_or("revenue exceeds the decimal range")?;
+                .ok_or_else(|| broken("revenue exceeds the decimal range".into()))?;
         }
         (None, "processed") => {}
         _ => *unconverted += 1,
@@ -208,7 +213,7 @@ pub fn daily(
     site: &Site,
     from: Option<NaiveDate>,
     to: Option<NaiveDate>,
-) -> Result<Vec<Day>, String> {
+) -> store::Result<Vec<Day>> {
     let minor = fx::minor_units(&site.currency);
     if let Some(dp) = minor {
         let (from_day, to_day) = day_numbers(from, to);
@@ -256,11 +261,11 @@ pub fn daily(
 }
 
 /// The date of a UTC day number.
-fn date_of(day: i64) -> Result<NaiveDate, String> {
+fn date_of(day: i64) -> store::Result<NaiveDate> {
     day.checked_mul(86_400)
         .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
         .map(|t| t.date_naive())
-        .ok_or_else(|| format!("day {day} is out of range"))
+        .ok_or_else(|| broken(format!("day {day} is out of range")))
 }
 
 /// The rows as one JSON array. `revenue` is a JSON number written with its exact decimal digits

@@ -76,7 +76,7 @@ pub fn lock_path(db: &Path) -> PathBuf {
 
 /// Takes the database's server lock, or says which process holds it. The holder writes its process
 /// id into the file, for the message of the next one to try.
-fn lock_database(db: &Path) -> Result<File, String> {
+fn lock_database(db: &Path) -> Result<File, StartError> {
     let path = lock_path(db);
     let mut file = File::options()
         .read(true)
@@ -84,7 +84,9 @@ fn lock_database(db: &Path) -> Result<File, String> {
         .create(true)
         .truncate(false)
         .open(&path)
-        .map_err(|e| format!("cannot open the lock file {}: {e}", path.display()))?;
+        .map_err(|e| {
+            StartError::Locked(format!("cannot open the lock file {}: {e}", path.display()))
+        })?;
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
@@ -94,15 +96,18 @@ fn lock_database(db: &Path) -> Result<File, String> {
                 Ok(pid) => format!("process {pid}"),
                 Err(_) => "another process".to_owned(),
             };
-            return Err(format!(
+            return Err(StartError::Locked(format!(
                 "another convapi serve ({who}) is already serving {}: one server per database \
                  (it holds {}); stop it first, or give this one another --db",
                 db.display(),
                 path.display()
-            ));
+            )));
         }
         Err(std::fs::TryLockError::Error(e)) => {
-            return Err(format!("cannot lock {}: {e}", path.display()))
+            return Err(StartError::Locked(format!(
+                "cannot lock {}: {e}",
+                path.display()
+            )))
         }
     }
     let pid = std::process::id();
@@ -117,20 +122,50 @@ fn lock_database(db: &Path) -> Result<File, String> {
     Ok(file)
 }
 
+/// Why the server did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// Another server holds the database's lock, or the lock file cannot be used.
+    Locked(String),
+    /// The database cannot be opened, migrated or read.
+    Store(store::StoreError),
+    /// The HTTP front: the address cannot be listened on, or a thread of it did not start.
+    Http(http::StartError),
+    /// A background thread did not start.
+    Thread(std::io::Error),
+    /// The first-run token (no user yet) could not be made.
+    FirstRun(crate::dashboard::setup::ArmError),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Locked(why) => f.write_str(why),
+            StartError::Store(e) => write!(f, "the database: {e}"),
+            StartError::Http(e) => write!(f, "{e}"),
+            StartError::Thread(e) => write!(f, "cannot start a thread: {e}"),
+            StartError::FirstRun(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl From<store::StoreError> for StartError {
+    fn from(e: store::StoreError) -> StartError {
+        StartError::Store(e)
+    }
+}
+
 /// Opens the database, starts the writer, the checkpointer, the pipeline and the HTTP front.
-pub fn start(config: &ServeConfig) -> Result<Running, String> {
+pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
     crate::malloc::unmap_large_allocations();
     let lock = lock_database(&config.db)?;
     let threads = config.http.threads.max(1);
-    let pool = store::open_pool(&config.db, threads as u32 + 2).map_err(|e| e.to_string())?;
-    let (writer, writer_thread) =
-        Writer::start(&config.db, config.writer.clone()).map_err(|e| e.to_string())?;
-    let checkpointer =
-        Checkpointer::start(&config.db, writer.catch_up()).map_err(|e| e.to_string())?;
+    let pool = store::open_pool(&config.db, threads as u32 + 2)?;
+    let (writer, writer_thread) = Writer::start(&config.db, config.writer.clone())?;
+    let checkpointer = Checkpointer::start(&config.db, writer.catch_up())?;
     let metrics = Metrics::default();
     let (pipeline, pipeline_thread) = if config.pipeline {
-        let (w, t) = crate::pipeline::spawn(&config.db, metrics.clone(), writer.clone())
-            .map_err(|e| e.to_string())?;
+        let (w, t) = crate::pipeline::spawn(&config.db, metrics.clone(), writer.clone())?;
         (w, Some(t))
     } else {
         (crate::pipeline::Waker::disabled(), None)
@@ -140,8 +175,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
         writer.clone(),
         metrics.clone(),
         config.prune_every,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     // `--rates-fetch daily`: its own thread, writing through the writer (src/ecb.rs).
     let rates_status = crate::ecb::SharedStatus::default();
     let rates_fetcher = match &config.rates_fetch {
@@ -153,7 +187,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
                 metrics.clone(),
                 rates_status.clone(),
             )
-            .map_err(|e| e.to_string())?,
+            .map_err(StartError::Thread)?,
         ),
         None => None,
     };
@@ -167,7 +201,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
             rates_fetch: config.rates_fetch.is_some().then_some(rates_status),
         },
     );
-    let setup_token = crate::dashboard::setup::arm(&dashboard)?;
+    let setup_token = crate::dashboard::setup::arm(&dashboard).map_err(StartError::FirstRun)?;
     let app = Arc::new(App {
         pool,
         writer,
@@ -181,7 +215,8 @@ pub fn start(config: &ServeConfig) -> Result<Running, String> {
         metrics_token: config.metrics_token.clone(),
         dashboard,
     });
-    let http = http::serve(&config.http, Arc::new(Api(app.clone())), metrics)?;
+    let http =
+        http::serve(&config.http, Arc::new(Api(app.clone())), metrics).map_err(StartError::Http)?;
     if let Some(token) = setup_token {
         let line = crate::dashboard::setup::first_run_line(
             config.public_url.as_deref(),

@@ -1,6 +1,8 @@
 //! The rules of a site's settings, shared by `convapi site` and the dashboard's site forms so that
 //! both accept and refuse the same values with the same words. Pure checks: no I/O, no SQL.
 
+use crate::invalid::Invalid;
+
 /// The attribution models a site may use.
 pub const MODELS: [&str; 3] = ["last_non_direct", "last_touch", "first_touch"];
 /// The longest attribution window, in days.
@@ -9,43 +11,43 @@ pub const MAX_WINDOW_DAYS: i64 = 3650;
 pub const DEFAULT_WINDOW_DAYS: i64 = 30;
 
 /// A site's display name, trimmed; empty is refused.
-pub fn name(n: &str) -> Result<&str, String> {
+pub fn name(n: &str) -> Result<&str, Invalid> {
     let t = n.trim();
     if t.is_empty() {
-        Err("site name must not be empty".into())
+        Err(Invalid::new("site name must not be empty"))
     } else {
         Ok(t)
     }
 }
 
 /// A reporting currency: an ISO 4217 code, in upper case.
-pub fn check_currency(currency: &str) -> Result<(), String> {
+pub fn check_currency(currency: &str) -> Result<(), Invalid> {
     crate::currency::check(currency)
 }
 
 /// An attribution window in days, 1 to [`MAX_WINDOW_DAYS`].
-pub fn check_window_days(days: i64) -> Result<(), String> {
+pub fn check_window_days(days: i64) -> Result<(), Invalid> {
     if (1..=MAX_WINDOW_DAYS).contains(&days) {
         Ok(())
     } else {
-        Err(format!("{days} is not in 1..={MAX_WINDOW_DAYS}"))
+        Err(Invalid(format!("{days} is not in 1..={MAX_WINDOW_DAYS}")))
     }
 }
 
 /// One of [`MODELS`].
-pub fn check_model(model: &str) -> Result<(), String> {
+pub fn check_model(model: &str) -> Result<(), Invalid> {
     if MODELS.contains(&model) {
         Ok(())
     } else {
-        Err(format!(
+        Err(Invalid(format!(
             "{model:?} is not an attribution model: {}",
             MODELS.join(", ")
-        ))
+        )))
     }
 }
 
 /// A bare host name, lower-cased; accepts a URL and keeps only its host.
-pub fn normalise_domain(d: &str) -> Result<String, String> {
+pub fn normalise_domain(d: &str) -> Result<String, Invalid> {
     let host = d
         .trim()
         .trim_start_matches("https://")
@@ -60,7 +62,7 @@ pub fn normalise_domain(d: &str) -> Result<String, String> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
     {
-        return Err(format!("{d:?} is not a host name"));
+        return Err(Invalid(format!("{d:?} is not a host name")));
     }
     Ok(host)
 }
@@ -68,10 +70,10 @@ pub fn normalise_domain(d: &str) -> Result<String, String> {
 /// Why a site's reporting currency may not change: some conversions were converted to `other`
 /// already, and the report sums reporting values, which must all be in one currency. `site` names
 /// it as its reader knows it: the CLI by id, the dashboard by name.
-pub fn currency_change_refused(site: &str, other: &str) -> String {
-    format!(
+pub fn currency_change_refused(site: &str, other: &str) -> Invalid {
+    Invalid(format!(
         "site {site} has conversions converted to {other} already: its reporting currency cannot change"
-    )
+    ))
 }
 
 #[cfg(test)]

@@ -28,13 +28,11 @@ pub(super) fn backup(db: &Path, a: BackupArgs) -> CliResult {
         return Err(format!(
             "{} is the database itself; back up to another file",
             dest.display()
-        ));
+        )
+        .into());
     }
     if !a.force && dest.exists() {
-        return Err(format!(
-            "{} exists; use --force to replace it",
-            dest.display()
-        ));
+        return Err(format!("{} exists; use --force to replace it", dest.display()).into());
     }
     let src = open(db)?;
     let mut partial = dest.clone().into_os_string();
@@ -46,7 +44,7 @@ pub(super) fn backup(db: &Path, a: BackupArgs) -> CliResult {
         Ok(done) => done,
         Err(e) => {
             let _ = std::fs::remove_file(&partial);
-            return Err(format!("backup to {}: {e}", dest.display()));
+            return Err(format!("backup to {}: {e}", dest.display()).into());
         }
     };
     drop(src);
@@ -85,14 +83,11 @@ fn put_in_place(partial: &Path, dest: &Path, force: bool) -> CliResult {
         match std::fs::hard_link(partial, dest) {
             Ok(()) => std::fs::remove_file(partial).map_err(fail)?,
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                return Err(format!(
-                    "{} exists; use --force to replace it",
-                    dest.display()
-                ))
+                return Err(format!("{} exists; use --force to replace it", dest.display()).into())
             }
             // A file system without hard links: the check before the copy has to do.
             Err(_) if !dest.exists() => std::fs::rename(partial, dest).map_err(fail)?,
-            Err(e) => return Err(fail(e)),
+            Err(e) => return Err(fail(e).into()),
         }
     }
     // The new name must survive a crash as well as the bytes (which SQLite synced).

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::{open, site_by_id, CliResult};
+use super::{open, site_by_id, CliError, CliResult};
 use crate::store::{self, sessions::Session};
 
 #[derive(clap::Args)]
@@ -57,7 +57,7 @@ const SESSION_COLUMNS: [&str; 18] = [
 pub(super) fn export(db: &Path, a: ExportArgs) -> CliResult {
     if let (Some(from), Some(to)) = (a.from, a.to) {
         if from > to {
-            return Err(format!("--from {from} is after --to {to}"));
+            return Err(format!("--from {from} is after --to {to}").into());
         }
     }
     let (from_ms, to_ms) = crate::report::day_range(a.from, a.to);
@@ -66,7 +66,7 @@ pub(super) fn export(db: &Path, a: ExportArgs) -> CliResult {
     let site = site_by_id(&conn, &a.site)?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::with_capacity(64 * 1024, stdout.lock());
-    let io = |e: std::io::Error| format!("writing the export: {e}");
+    let io = |e: std::io::Error| CliError::Failed(format!("writing the export: {e}"));
     store::read(&conn, |conn| {
         if a.sessions {
             if csv {

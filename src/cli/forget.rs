@@ -36,7 +36,7 @@ pub(super) fn forget(db: &Path, a: ForgetArgs) -> CliResult {
         (None, None) => unreachable!("clap requires one of them"),
     };
     let conn = open(db)?;
-    let (site, erased) = store::write_tx(&conn, |tx| -> Result<_, String> {
+    let (site, erased) = store::write_tx(&conn, |tx| -> CliResult<_> {
         let site = site_by_id(tx, &a.site)?;
         let erased = store::erasure::forget(tx, &site.id, person, a.delete_conversions)?;
         store::retention::reclaim(tx)?;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
-use crate::store;
+use crate::store::{self, StoreError};
 
 mod backup;
 mod export;
@@ -89,8 +89,61 @@ enum LogFormat {
     Json,
 }
 
-/// A command's failure: the one line printed on stderr.
-pub type CliResult = Result<(), String>;
+/// A command's result; its failure is the one line printed on stderr.
+pub type CliResult<T = ()> = Result<T, CliError>;
+
+/// Why a command failed. A busy or full database says so and how to go on, wherever it happened;
+/// everything else is its message.
+#[derive(Debug)]
+pub enum CliError {
+    /// The database could not do the work now; the same command may succeed later.
+    Store(StoreError),
+    /// Anything else, in words that name the fix.
+    Failed(String),
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CliError::Store(StoreError::Busy) => write!(
+                f,
+                "the database is busy: another process (a running convapi serve, a backup) \
+                 held its write lock past the busy timeout; run the command again"
+            ),
+            CliError::Store(StoreError::Full) => write!(
+                f,
+                "the database or its disk is full: free some space (or prune old data with \
+                 --retain-days) and run the command again"
+            ),
+            CliError::Store(e) => write!(f, "{e}"),
+            CliError::Failed(msg) => f.write_str(msg),
+        }
+    }
+}
+
+impl From<StoreError> for CliError {
+    fn from(e: StoreError) -> CliError {
+        CliError::Store(e)
+    }
+}
+
+impl From<crate::invalid::Invalid> for CliError {
+    fn from(e: crate::invalid::Invalid) -> CliError {
+        CliError::Failed(e.0)
+    }
+}
+
+impl From<String> for CliError {
+    fn from(msg: String) -> CliError {
+        CliError::Failed(msg)
+    }
+}
+
+impl From<&str> for CliError {
+    fn from(msg: &str) -> CliError {
+        CliError::Failed(msg.to_owned())
+    }
+}
 
 /// Parses the arguments, runs the command, returns the exit status.
 pub fn main() -> i32 {
@@ -347,9 +400,12 @@ fn run(cli: Cli) -> CliResult {
     }
 }
 
-fn open(db: &Path) -> Result<rusqlite::Connection, String> {
+fn open(db: &Path) -> CliResult<rusqlite::Connection> {
     check_db_dir(db)?;
-    store::open(db).map_err(|e| format!("{}: {e}", db.display()))
+    store::open(db).map_err(|e| match e {
+        StoreError::Busy | StoreError::Full => CliError::Store(e),
+        e => CliError::Failed(format!("{}: {e}", db.display())),
+    })
 }
 
 /// SQLite creates the file but not its directory, and says only "unable to open database file"
@@ -365,39 +421,39 @@ fn check_db_dir(db: &Path) -> CliResult {
             "cannot open the database {}: {} is not a directory",
             db.display(),
             dir.display()
-        )),
+        )
+        .into()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
             "cannot open the database {}: the directory {} does not exist",
             db.display(),
             dir.display()
-        )),
+        )
+        .into()),
         // Anything else (permissions, say) is SQLite's to report, with the path.
         Err(_) => Ok(()),
     }
 }
 
 fn require_tenant(conn: &rusqlite::Connection, id: &str) -> CliResult {
-    if store::tenants::exists(conn, id).map_err(|e| e.to_string())? {
+    if store::tenants::exists(conn, id)? {
         Ok(())
     } else {
-        Err(format!("no tenant with id {id}"))
+        Err(format!("no tenant with id {id}").into())
     }
 }
 
 /// The site with that id (a UUID, accepted in any case); an unknown id is an error.
-fn site_by_id(conn: &rusqlite::Connection, id: &str) -> Result<store::sites::Site, String> {
+fn site_by_id(conn: &rusqlite::Connection, id: &str) -> CliResult<store::sites::Site> {
     let key = uuid::Uuid::parse_str(id.trim())
         .map(|u| u.hyphenated().to_string())
         .unwrap_or_else(|_| id.to_owned());
-    store::sites::by_id(conn, &key)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no site with id {id}"))
+    store::sites::by_id(conn, &key)?.ok_or_else(|| format!("no site with id {id}").into())
 }
 
-fn non_empty<'a>(what: &str, s: &'a str) -> Result<&'a str, String> {
+fn non_empty<'a>(what: &str, s: &'a str) -> CliResult<&'a str> {
     let t = s.trim();
     if t.is_empty() {
-        Err(format!("{what} must not be empty"))
+        Err(format!("{what} must not be empty").into())
     } else {
         Ok(t)
     }

@@ -91,7 +91,7 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
 
 pub(super) fn retry(db: &Path, a: RetryArgs) -> CliResult {
     let conn = open(db)?;
-    let retried = store::write_tx(&conn, |tx| {
+    let retried = store::write_tx(&conn, |tx| -> CliResult<_> {
         if a.all {
             return Ok(store::outbox::retry(tx, None, store::now_ms())?);
         }
@@ -100,12 +100,13 @@ pub(super) fn retry(db: &Path, a: RetryArgs) -> CliResult {
             match store::outbox::check_dead(tx, id)? {
                 Ok(()) => {}
                 Err(store::outbox::NotDead::Unknown) => {
-                    return Err(format!("no conversion with id {id}"))
+                    return Err(format!("no conversion with id {id}").into())
                 }
                 Err(store::outbox::NotDead::Status(s)) => {
                     return Err(format!(
                         "conversion {id} is not a dead letter (its status is {s}); nothing retried"
-                    ))
+                    )
+                    .into())
                 }
             }
         }

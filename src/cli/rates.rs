@@ -49,7 +49,7 @@ pub(super) fn import(db: &Path, a: ImportArgs) -> CliResult {
 
 /// Downloads the file at `--url` and imports it like `rates import`.
 pub(super) fn fetch(db: &Path, a: FetchArgs) -> CliResult {
-    let rates = crate::ecb::fetch(&a.url)?;
+    let rates = crate::ecb::fetch(&a.url).map_err(|e| e.to_string())?;
     store_and_print(db, &rates, a.json)
 }
 

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use super::{open, site_by_id, CliResult};
+use crate::invalid::Invalid;
 
 #[derive(clap::Args)]
 pub(super) struct ReportArgs {
@@ -23,15 +24,15 @@ pub(super) struct ReportArgs {
     json: bool,
 }
 
-pub(super) fn parse_day(s: &str) -> Result<chrono::NaiveDate, String> {
-    crate::fx::parse_day(s).map_err(|_| format!("{s:?} is not a date like 2026-11-20"))
+pub(super) fn parse_day(s: &str) -> Result<chrono::NaiveDate, Invalid> {
+    crate::fx::parse_day(s).map_err(|_| Invalid(format!("{s:?} is not a date like 2026-11-20")))
 }
 
 pub(super) fn report(db: &Path, a: ReportArgs) -> CliResult {
     use crate::store::report::GroupBy;
     if let (Some(from), Some(to)) = (a.from, a.to) {
         if from > to {
-            return Err(format!("--from {from} is after --to {to}"));
+            return Err(format!("--from {from} is after --to {to}").into());
         }
     }
     let by = match a.by.as_str() {
@@ -42,7 +43,7 @@ pub(super) fn report(db: &Path, a: ReportArgs) -> CliResult {
     };
     let conn = open(db)?;
     if uuid::Uuid::parse_str(a.site.trim()).is_err() {
-        return Err(format!("--site {:?} is not a site id (a UUID)", a.site));
+        return Err(format!("--site {:?} is not a site id (a UUID)", a.site).into());
     }
     let site = site_by_id(&conn, &a.site)?;
     let rows = crate::report::build(&conn, &site, a.from, a.to, by)?;

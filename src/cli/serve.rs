@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use super::{check_db_dir, count, CliResult};
+use crate::invalid::Invalid;
 use crate::store;
 
 #[derive(clap::Args)]
@@ -98,13 +99,15 @@ pub(super) struct ServeArgs {
 }
 
 /// `http(s)://host[:port]`, with an optional trailing slash (dropped) and nothing after it.
-fn public_url(s: &str) -> Result<String, String> {
+fn public_url(s: &str) -> Result<String, Invalid> {
     let t = s.trim().trim_end_matches('/');
     let rest = t
         .strip_prefix("https://")
         .or_else(|| t.strip_prefix("http://"))
         .ok_or_else(|| {
-            format!("{s:?} is not an http:// or https:// origin such as https://stats.shop.example")
+            Invalid(format!(
+                "{s:?} is not an http:// or https:// origin such as https://stats.shop.example"
+            ))
         })?;
     let ok = !rest.is_empty()
         && rest.len() <= 255
@@ -116,23 +119,23 @@ fn public_url(s: &str) -> Result<String, String> {
     } else {
         Err(format!(
             "{s:?} is not an origin such as https://stats.shop.example (a scheme, a host and an optional port; no path)"
-        ))
+        ).into())
     }
 }
 
-fn non_negative(s: &str) -> Result<f64, String> {
+fn non_negative(s: &str) -> Result<f64, Invalid> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a non-negative number")),
+        _ => Err(format!("{s:?} is not a non-negative number").into()),
     }
 }
 
 /// An address (a network of one) or a CIDR range.
-fn proxy_net(s: &str) -> Result<ipnet::IpNet, String> {
+fn proxy_net(s: &str) -> Result<ipnet::IpNet, Invalid> {
     let s = s.trim();
     s.parse::<ipnet::IpNet>()
         .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-        .map_err(|_| format!("{s:?} is not an IP address or CIDR range"))
+        .map_err(|_| Invalid(format!("{s:?} is not an IP address or CIDR range")))
 }
 
 /// A pixel rate of `per_second` events, with bursts of ten seconds' worth.
@@ -144,12 +147,10 @@ fn pixel_rate(per_second: f64) -> crate::ratelimit::Rate {
     }
 }
 
-fn positive_secs(s: &str) -> Result<f64, String> {
+fn positive_secs(s: &str) -> Result<f64, Invalid> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
-        _ => Err(format!(
-            "{s:?} is not a number of seconds between 0 and 86400"
-        )),
+        _ => Err(format!("{s:?} is not a number of seconds between 0 and 86400").into()),
     }
 }
 
@@ -158,17 +159,15 @@ fn positive_secs(s: &str) -> Result<f64, String> {
 fn check_addr(addr: &str) -> CliResult {
     std::net::TcpListener::bind(addr)
         .map(drop)
-        .map_err(|e| name_addr(format!("cannot listen on {addr}: {e}"), addr))
+        .map_err(|e| cannot_listen(addr, &e).into())
 }
 
 /// An error of listening on `addr`, with what to do about it: another address with `--addr`.
-fn name_addr(e: String, addr: &str) -> String {
-    if !e.starts_with("cannot listen on") {
-        return e;
-    }
-    let taken = e.contains("in use");
+fn cannot_listen(addr: &str, e: &std::io::Error) -> String {
+    let taken = e.kind() == std::io::ErrorKind::AddrInUse;
     format!(
-        "{e}{}; choose another with --addr HOST:PORT (env CONVAPI_ADDR; port 0 picks a free one)",
+        "cannot listen on {addr}: {e}{}; choose another with --addr HOST:PORT (env CONVAPI_ADDR; \
+         port 0 picks a free one)",
         if taken {
             format!(" (another server, maybe another convapi serve, listens on {addr})")
         } else {
@@ -222,7 +221,13 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
         rates_fetch: (a.rates_fetch == "daily").then_some(a.rates_url),
     };
     let addr = config.http.addr.clone();
-    let running = crate::server::start(&config).map_err(|e| name_addr(e, &addr))?;
+    let running = crate::server::start(&config).map_err(|e| match e {
+        crate::server::StartError::Http(crate::http::StartError::Listen { error, .. }) => {
+            super::CliError::Failed(cannot_listen(&addr, &error))
+        }
+        crate::server::StartError::Store(e) => super::CliError::Store(e),
+        e => super::CliError::Failed(e.to_string()),
+    })?;
     log::info!(
         "serving {} with {}, write mode {}",
         config.db.display(),

@@ -145,7 +145,7 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
         "on" => Some(new_secret()?),
         _ => None,
     };
-    let site = store::write_tx(&conn, |tx| -> Result<Site, String> {
+    let site = store::write_tx(&conn, |tx| -> CliResult<Site> {
         let site = store::sites::create(
             tx,
             &NewSite {
@@ -188,7 +188,7 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
 pub(super) fn identity_secret(db: &Path, a: IdentitySecretArgs) -> CliResult {
     let secret = new_secret()?;
     let conn = open(db)?;
-    let site = store::write_tx(&conn, |tx| -> Result<Site, String> {
+    let site = store::write_tx(&conn, |tx| -> CliResult<Site> {
         let site = site_by_id(tx, &a.site_id)?;
         store::sites::set_identity_secret(tx, &site.id, &secret)?;
         Ok(site)
@@ -210,8 +210,8 @@ pub(super) fn identity_secret(db: &Path, a: IdentitySecretArgs) -> CliResult {
     })
 }
 
-fn new_secret() -> Result<String, String> {
-    crate::tracking::new_identity_secret().map_err(|e| format!("no OS randomness: {e}"))
+fn new_secret() -> CliResult<String> {
+    Ok(crate::tracking::new_identity_secret().map_err(|e| format!("no OS randomness: {e}"))?)
 }
 
 fn secret_shown_once(secret: &str) -> String {
@@ -230,12 +230,12 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
     }
     let domain = a.domain.as_deref().map(normalise_domain).transpose()?;
     let conn = open(db)?;
-    let site = store::write_tx(&conn, |tx| {
+    let site = store::write_tx(&conn, |tx| -> CliResult<_> {
         let site = site_by_id(tx, &a.site_id)?;
         if let Some(currency) = &a.currency {
             let other = store::sites::other_reporting_currency(tx, &site.id, currency)?;
             if let Some(other) = other {
-                return Err(crate::sites::currency_change_refused(&site.id, &other));
+                return Err(crate::sites::currency_change_refused(&site.id, &other).into());
             }
         }
         let changes = SiteChanges {
@@ -258,11 +258,11 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
                 let id = &site.id;
                 return Err(format!(
                     "site {id} has no identity secret: make one first with `convapi site identity-secret {id}`"
-                ));
+                ).into());
             }
         }
         store::sites::update(tx, &site.id, &changes)?
-            .ok_or_else(|| format!("no site with id {}", a.site_id))
+            .ok_or_else(|| format!("no site with id {}", a.site_id).into())
     })?;
     print(a.json, &site, || describe("updated", &site))
 }
@@ -286,7 +286,7 @@ fn describe(done: &str, site: &Site) -> String {
 }
 
 fn check_currency(currency: &str) -> CliResult {
-    crate::sites::check_currency(currency).map_err(|e| format!("--currency {e}"))
+    Ok(crate::sites::check_currency(currency).map_err(|e| e.prefixed("--currency "))?)
 }
 
 pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
@@ -311,6 +311,6 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
     })
 }
 
-fn normalise_domain(d: &str) -> Result<String, String> {
-    crate::sites::normalise_domain(d).map_err(|e| format!("--domain {e}"))
+fn normalise_domain(d: &str) -> CliResult<String> {
+    Ok(crate::sites::normalise_domain(d).map_err(|e| e.prefixed("--domain "))?)
 }

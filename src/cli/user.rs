@@ -8,7 +8,7 @@ use std::path::Path;
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{open, print, require_tenant, CliResult};
+use super::{open, print, require_tenant, CliError, CliResult};
 use crate::dashboard::accounts;
 use crate::store::{self, StoreError};
 
@@ -47,7 +47,7 @@ pub(super) struct ListArgs {
 }
 
 /// One line of stdin without its line ending.
-fn read_line(input: &mut impl BufRead) -> Result<String, String> {
+fn read_line(input: &mut impl BufRead) -> CliResult<String> {
     let mut line = String::new();
     let n = input
         .read_line(&mut line)
@@ -62,7 +62,7 @@ fn read_line(input: &mut impl BufRead) -> Result<String, String> {
 
 /// Asks on the terminal with echo off (through `stty`, which keeps this crate free of terminal
 /// system calls), twice.
-fn prompt_password() -> Result<String, String> {
+fn prompt_password() -> CliResult<String> {
     let stty = |arg: &str| {
         std::process::Command::new("stty")
             .arg(arg)
@@ -99,7 +99,7 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
     } else {
         prompt_password()?
     };
-    accounts::check_password(&password).map_err(|e| e.trim_end_matches('.').to_lowercase())?;
+    accounts::check_password(&password).map_err(|e| e.0.trim_end_matches('.').to_lowercase())?;
     let conn = open(db)?;
     require_tenant(&conn, &a.tenant)?;
     // Hashed before the transaction: it takes a while, and holds no lock meanwhile.
@@ -108,8 +108,10 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
     let user = store::write_tx(&conn, |tx| {
         store::users::create(tx, &id, &a.tenant, &email, &hash, store::now_ms()).map_err(
             |e| match e {
-                StoreError::Conflict(_) => format!("a user with email {email} exists already"),
-                other => other.to_string(),
+                StoreError::Conflict(_) => {
+                    CliError::Failed(format!("a user with email {email} exists already"))
+                }
+                other => CliError::Store(other),
             },
         )
     })?;

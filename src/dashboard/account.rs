@@ -61,7 +61,7 @@ pub fn change(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
         return refuse("The current password is wrong.");
     }
     if let Err(msg) = accounts::check_password(new) {
-        return refuse(&msg);
+        return refuse(&msg.0);
     }
     if new != again {
         return refuse("The two new passwords differ.");

@@ -2,6 +2,7 @@
 //! email and password checks, Argon2id hashing and verification. Hashing is slow on purpose: run
 //! it on a request thread (or the CLI), never inside a writer job.
 
+use crate::invalid::Invalid;
 use argon2::password_hash::{PasswordHasher, PasswordVerifier};
 use argon2::Argon2;
 use std::sync::{Condvar, Mutex};
@@ -14,7 +15,7 @@ pub const MAX_PASSWORD_CHARS: usize = 1024;
 const MAX_EMAIL_CHARS: usize = 254;
 
 /// An email address, trimmed: something before and after one `@`, no spaces or control characters.
-pub fn check_email(email: &str) -> Result<&str, String> {
+pub fn check_email(email: &str) -> Result<&str, Invalid> {
     let e = email.trim();
     let ok = e.chars().count() <= MAX_EMAIL_CHARS
         && e.split_once('@').is_some_and(|(local, host)| {
@@ -29,16 +30,12 @@ pub fn check_email(email: &str) -> Result<&str, String> {
 }
 
 /// The password rules: [`MIN_PASSWORD_CHARS`] to [`MAX_PASSWORD_CHARS`] characters.
-pub fn check_password(password: &str) -> Result<(), String> {
+pub fn check_password(password: &str) -> Result<(), Invalid> {
     let n = password.chars().count();
     if n < MIN_PASSWORD_CHARS {
-        Err(format!(
-            "The password must have at least {MIN_PASSWORD_CHARS} characters."
-        ))
+        Err(format!("The password must have at least {MIN_PASSWORD_CHARS} characters.").into())
     } else if n > MAX_PASSWORD_CHARS {
-        Err(format!(
-            "The password must have at most {MAX_PASSWORD_CHARS} characters."
-        ))
+        Err(format!("The password must have at most {MAX_PASSWORD_CHARS} characters.").into())
     } else {
         Ok(())
     }

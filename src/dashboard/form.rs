@@ -23,16 +23,19 @@ fn parse(bytes: &[u8]) -> HashMap<String, String> {
     out
 }
 
+/// A form's fields by name (the first value of a repeated name).
+pub type Form = HashMap<String, String>;
+
 /// Reads and parses a form body without a CSRF check (the login and first-run forms check their
 /// double-submit cookie themselves).
-pub fn read_form(ctx: &mut Ctx) -> Result<HashMap<String, String>, PageError> {
+pub fn read_form(ctx: &mut Ctx) -> Result<Form, PageError> {
     let body = ctx.body(MAX_FORM_BYTES)?;
     Ok(parse(&body))
 }
 
 /// Reads a logged-in form and checks its `csrf` field against the session's token: missing or
 /// wrong is [`PageError::Csrf`], before the caller changes anything.
-pub fn post_form(ctx: &mut Ctx, viewer: &Viewer) -> Result<HashMap<String, String>, PageError> {
+pub fn post_form(ctx: &mut Ctx, viewer: &Viewer) -> Result<Form, PageError> {
     let form = read_form(ctx)?;
     match form.get("csrf") {
         Some(token) if same(token, &viewer.csrf) => Ok(form),

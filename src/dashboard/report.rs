@@ -228,11 +228,9 @@ pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
     };
     let (prev_from, prev_to) = previous_period(r.from, r.to);
     let (rows, days, prev_rows) = d.read(|c| {
-        let rows =
-            rep::build(c, site, Some(r.from), Some(r.to), r.by).map_err(PageError::Internal)?;
-        let days = rep::daily(c, site, Some(r.from), Some(r.to)).map_err(PageError::Internal)?;
-        let prev = rep::build(c, site, Some(prev_from), Some(prev_to), r.by)
-            .map_err(PageError::Internal)?;
+        let rows = rep::build(c, site, Some(r.from), Some(r.to), r.by)?;
+        let days = rep::daily(c, site, Some(r.from), Some(r.to))?;
+        let prev = rep::build(c, site, Some(prev_from), Some(prev_to), r.by)?;
         Ok((rows, days, prev))
     })?;
     let svg = chart::svg(&days, r.from, r.to, &site.currency);
@@ -302,9 +300,7 @@ pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
 /// neutralises it; the counts and the revenue are our numbers.
 pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult {
     let r = Range::parse(&form::query(ctx), today())?;
-    let rows = d.read(|c| {
-        rep::build(c, site, Some(r.from), Some(r.to), r.by).map_err(PageError::Internal)
-    })?;
+    let rows = d.read(|c| Ok(rep::build(c, site, Some(r.from), Some(r.to), r.by)?))?;
     let mut out = Vec::with_capacity(128 + rows.len() * 64);
     let io = |e: std::io::Error| PageError::Internal(e.to_string());
     crate::csv::record(

@@ -13,23 +13,43 @@ use maud::{html, Markup};
 use super::form::{self, field};
 use super::{accounts, auth, layout, Dashboard, PageError, PageResult};
 use crate::http::Ctx;
+use crate::invalid::Invalid;
 use crate::store::{self, tenants::Tenant};
 
 /// Characters of the first-run token (base62).
 pub const TOKEN_CHARS: usize = 32;
 
 /// Makes the first-run token when the database has no user yet; returns it for the log line.
-pub fn arm(d: &Dashboard) -> Result<Option<String>, String> {
-    let any = d
-        .read(|c| Ok(store::users::any(c)?))
-        .map_err(|e| format!("cannot read the users: {e:?}"))?;
-    if any {
+pub fn arm(d: &Dashboard) -> Result<Option<String>, ArmError> {
+    let conn = d.pool.get().map_err(store::StoreError::from)?;
+    if store::read(&conn, store::users::any)? {
         return Ok(None);
     }
-    let token =
-        crate::keys::random_base62(TOKEN_CHARS).map_err(|e| format!("no OS randomness: {e}"))?;
+    let token = crate::keys::random_base62(TOKEN_CHARS).map_err(ArmError::Randomness)?;
     *d.setup_token.lock().unwrap_or_else(|p| p.into_inner()) = Some(token.clone());
     Ok(Some(token))
+}
+
+/// Why the first-run token could not be made.
+#[derive(Debug)]
+pub enum ArmError {
+    Store(store::StoreError),
+    Randomness(getrandom::Error),
+}
+
+impl From<store::StoreError> for ArmError {
+    fn from(e: store::StoreError) -> ArmError {
+        ArmError::Store(e)
+    }
+}
+
+impl std::fmt::Display for ArmError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ArmError::Store(e) => write!(f, "cannot read the users: {e}"),
+            ArmError::Randomness(e) => write!(f, "no OS randomness for the first-run token: {e}"),
+        }
+    }
 }
 
 /// The log line with the first-run link. Its origin is `--public-url` when set; else the bound
@@ -172,7 +192,7 @@ pub fn form(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
 fn check<'a>(
     f: &'a HashMap<String, String>,
     tenants: &[Tenant],
-) -> Result<(Option<&'a str>, &'a str, &'a str), String> {
+) -> Result<(Option<&'a str>, &'a str, &'a str), Invalid> {
     let tenant = match field(f, "tenant") {
         "" | "new" => None,
         id if tenants.iter().any(|t| t.id == id) => Some(id),
@@ -207,7 +227,7 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
             };
             return Ok(layout::html(
                 400,
-                setup_page(&token, &csrf, &tenants, &typed, Some(&msg)),
+                setup_page(&token, &csrf, &tenants, &typed, Some(&msg.0)),
             ));
         }
     };

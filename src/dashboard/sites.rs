@@ -12,6 +12,7 @@ use super::form::{self, field};
 use super::layout::{self, SiteTab};
 use super::{Dashboard, PageError, PageResult, Viewer};
 use crate::http::Ctx;
+use crate::invalid::Invalid;
 use crate::store::{
     self,
     sites::{NewSite, Site, SiteChanges},
@@ -88,22 +89,22 @@ struct Checked {
     model: String,
 }
 
-fn check(f: &Fields) -> Result<Checked, String> {
+fn check(f: &Fields) -> Result<Checked, Invalid> {
     let name = crate::sites::name(&f.name)?.to_owned();
     let domain = match f.domain.as_str() {
         "" => None,
-        d => Some(crate::sites::normalise_domain(d).map_err(|e| format!("Domain: {e}."))?),
+        d => Some(crate::sites::normalise_domain(d).map_err(|e| Invalid(format!("Domain: {e}.")))?),
     };
-    crate::sites::check_currency(&f.currency).map_err(|e| format!("Currency: {e}."))?;
+    crate::sites::check_currency(&f.currency).map_err(|e| Invalid(format!("Currency: {e}.")))?;
     let window_days: i64 = f.window_days.parse().map_err(|_| {
-        format!(
+        Invalid(format!(
             "Attribution window: {:?} is not a number of days.",
             f.window_days
-        )
+        ))
     })?;
     crate::sites::check_window_days(window_days)
-        .map_err(|e| format!("Attribution window: {e} days."))?;
-    crate::sites::check_model(&f.model).map_err(|e| format!("Model: {e}."))?;
+        .map_err(|e| Invalid(format!("Attribution window: {e} days.")))?;
+    crate::sites::check_model(&f.model).map_err(|e| Invalid(format!("Model: {e}.")))?;
     Ok(Checked {
         name,
         domain,
@@ -171,7 +172,7 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     let fields = Fields::of_form(&form);
     let c = match check(&fields) {
         Ok(c) => c,
-        Err(msg) => return Ok(layout::html(400, new_page(v, &fields, Some(&msg)))),
+        Err(msg) => return Ok(layout::html(400, new_page(v, &fields, Some(&msg.0)))),
     };
     let tracker_id = crate::keys::random_base62(12)
         .map_err(|e| PageError::Internal(format!("no OS randomness: {e}")))?;
@@ -405,7 +406,7 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
     let c = match check(&fields) {
         Ok(c) => c,
         Err(msg) => {
-            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg))?;
+            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg.0))?;
             return Ok(layout::html(400, page));
         }
     };
@@ -440,7 +441,7 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
         ))),
         Ok(None) => Err(PageError::NotFound),
         Err(msg) => {
-            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg))?;
+            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg.0))?;
             Ok(layout::html(400, page))
         }
     }

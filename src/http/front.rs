@@ -116,7 +116,7 @@ impl Front {
         metrics: Metrics,
         drain_quiet: Duration,
         options: tiny_http::ServerOptions,
-    ) -> Result<Arc<Front>, String> {
+    ) -> std::io::Result<Arc<Front>> {
         let now = Instant::now();
         let front = Arc::new(Front {
             listener,
@@ -154,13 +154,12 @@ impl Front {
     /// Builds a server on a clone of the listener and starts its pump. The server's connection
     /// threads hand their requests over themselves (`deliver`); the pump watches for accept
     /// errors and a deaf accept loop.
-    fn start_generation(self: &Arc<Self>) -> Result<(), String> {
-        let listener = self
-            .listener
-            .try_clone()
-            .map_err(|e| format!("cannot clone the listener: {e}"))?;
+    fn start_generation(self: &Arc<Self>) -> std::io::Result<()> {
+        let listener = self.listener.try_clone().map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot clone the listener: {e}"))
+        })?;
         if self.stopping.load(Ordering::SeqCst) {
-            return Err("stopping".into());
+            return Err(std::io::Error::other("stopping"));
         }
         let mut gens = self.lock_generations();
         let id = gens.iter().map(|g| g.id + 1).max().unwrap_or(0);
@@ -184,14 +183,14 @@ impl Front {
         let server = catch_unwind(AssertUnwindSafe(|| {
             tiny_http::Server::from_listener_with_options(listener, None, options)
         }))
-        .map_err(|_| "cannot start an accept thread".to_string())?
-        .map_err(|e| format!("cannot serve: {e}"))?;
+        .map_err(|_| std::io::Error::other("cannot start an accept thread"))?
+        .map_err(|e| std::io::Error::other(format!("cannot serve: {e}")))?;
         let server = Arc::new(server);
         let (me, s, seen) = (self.clone(), server.clone(), last_request);
         let pump = std::thread::Builder::new()
             .name(format!("http-accept-{id}"))
             .spawn(move || me.pump(id, &s, &seen))
-            .map_err(|e| format!("cannot start a pump: {e}"))?;
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot start a pump: {e}")))?;
         gens.push(Generation {
             id,
             server,

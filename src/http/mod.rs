@@ -311,16 +311,42 @@ struct Worker {
     front: Arc<Front>,
 }
 
+/// Why the HTTP front did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// The address cannot be listened on: taken, not an address of this machine, not permitted.
+    Listen { addr: String, error: std::io::Error },
+    /// A thread, the listener's clone or the connection supervision could not be set up.
+    Setup(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Listen { addr, error } => write!(f, "cannot listen on {addr}: {error}"),
+            StartError::Setup(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Binds `config.addr` and serves `service` on it with `config.threads` request threads.
 pub fn serve(
     config: &Config,
     service: Arc<dyn Service>,
     metrics: Metrics,
-) -> Result<Server, String> {
+) -> Result<Server, StartError> {
     let threads = config.threads.max(1);
-    let listener = TcpListener::bind(&config.addr)
-        .map_err(|e| format!("cannot listen on {}: {e}", config.addr))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let listener = TcpListener::bind(&config.addr).map_err(|error| StartError::Listen {
+        addr: config.addr.clone(),
+        error,
+    })?;
+    let setup = |what: &str| {
+        let what = what.to_owned();
+        move |e: std::io::Error| StartError::Setup(format!("{what}: {e}"))
+    };
+    let addr = listener
+        .local_addr()
+        .map_err(setup("the listener's address"))?;
     let registry = Arc::new(Registry::default());
     let supervisor = Arc::new(
         Supervisor::new(
@@ -330,9 +356,11 @@ pub fn serve(
             metrics.clone(),
             &service.refusal(Refusal::HeadTooLarge),
         )
-        .map_err(|e| format!("cannot supervise connections: {e}"))?,
+        .map_err(setup("cannot supervise connections"))?,
     );
-    let supervisor_thread = supervisor.spawn().map_err(|e| e.to_string())?;
+    let supervisor_thread = supervisor
+        .spawn()
+        .map_err(setup("cannot start the supervisor"))?;
     let lanes = Arc::new(Lanes::new(threads, metrics.clone()));
     let classifier = service.clone();
     let classify: front::Classify =
@@ -360,7 +388,8 @@ pub fn serve(
         metrics.clone(),
         drain_quiet,
         options,
-    )?;
+    )
+    .map_err(setup("cannot start accepting"))?;
     let trusted_proxies: Arc<[ipnet::IpNet]> = config.limits.trusted_proxies.clone().into();
     let mut handles = Vec::with_capacity(threads);
     for i in 0..threads {
@@ -376,7 +405,7 @@ pub fn serve(
         let t = std::thread::Builder::new()
             .name(format!("http-{i}"))
             .spawn(move || serve_loop(&w, &lanes))
-            .map_err(|e| e.to_string())?;
+            .map_err(setup("cannot start a request thread"))?;
         handles.push(t);
     }
     Ok(Server {

@@ -10,6 +10,7 @@ use rusqlite::Connection;
 use super::{Options, CHUNK_BUDGET};
 use crate::attribution::{self, Model};
 use crate::fx::{self, Leg};
+use crate::invalid::Invalid;
 use crate::store::pipeline::{Attribution, Item, Reported};
 use crate::store::sessions::Identifier;
 use crate::store::{self, StoreError};
@@ -154,7 +155,10 @@ fn decide(conn: &Connection, conversion_id: &str) -> Result<Decision, Failure> {
         .ok_or_else(|| Failure::Item(format!("conversion {conversion_id} does not exist")))?;
     let site = store::sites::by_id(conn, &w.site_id)?
         .ok_or_else(|| Failure::Item(format!("site {} does not exist", w.site_id)))?;
-    let model: Model = site.model.parse().map_err(Failure::Item)?;
+    let model: Model = site
+        .model
+        .parse()
+        .map_err(|e: Invalid| Failure::Item(e.0))?;
 
     // The person: every visitor linked to the conversion's clientId, else its own visitor.
     let mut visitors = match &w.client_id {
@@ -200,7 +204,8 @@ fn decide(conn: &Connection, conversion_id: &str) -> Result<Decision, Failure> {
                     })?;
                 match (leg(conn, &w.currency, &day)?, leg(conn, target, &day)?) {
                     (Some(from), Some(to)) => {
-                        let c = fx::convert(amount, &from, &to, minor).map_err(Failure::Item)?;
+                        let c = fx::convert(amount, &from, &to, minor)
+                            .map_err(|e| Failure::Item(e.0))?;
                         Ok(Reported {
                             value: Some(c.value.to_string()),
                             currency: Some(target.to_owned()),

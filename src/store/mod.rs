@@ -99,13 +99,6 @@ impl std::fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
-/// The command line reports errors as one line of text.
-impl From<StoreError> for String {
-    fn from(e: StoreError) -> String {
-        e.to_string()
-    }
-}
-
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
         match e.sqlite_error_code() {
