@@ -1,9 +1,11 @@
 //! The pipeline survives `kill -9` mid-drain: 1000 queued conversions, a server with its pipeline
 //! on killed again and again while it drains, then restarted; every conversion ends processed
-//! exactly once and the report counts each once with the exact revenue.
+//! exactly once and the report counts each once with the exact revenue. The kills at a point and
+//! the waits go through the crash harness, `common/crash.rs`.
 
 use std::time::{Duration, Instant};
 
+use crate::common::crash::{kill_9_when, wait_until};
 use crate::common::pipeline_support::*;
 use crate::common::*;
 use serde_json::{json, Value};
@@ -58,18 +60,11 @@ fn kill_9_mid_drain_loses_nothing_and_counts_nothing_twice() {
             Instant::now() < deadline,
             "still {before} queued after {kills} kills"
         );
-        app.restart();
         let target = before - (before / 4).max(1);
-        loop {
-            let left = outbox(&app);
-            if left <= target {
-                break;
-            }
-            assert!(Instant::now() < deadline, "no progress: {left} queued");
-            // The worker is another process: watch its progress in the file.
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        app.kill9();
+        kill_9_when(&mut app, deadline, "no progress", |app| match outbox(app) {
+            left if left <= target => Ok(()),
+            left => Err(format!("{left} queued")),
+        });
         kills += 1;
         let after = outbox(&app);
         if after > 0 && after < before {
@@ -85,14 +80,16 @@ fn kill_9_mid_drain_loses_nothing_and_counts_nothing_twice() {
     // A last start drains whatever is left (nothing, or the tail after the last kill).
     app.restart();
     let done = Instant::now() + Duration::from_secs(120);
-    while outbox(&app) > 0 {
-        assert!(
-            Instant::now() < done,
-            "outbox not drained: {}",
-            outbox(&app)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        &app,
+        done,
+        Duration::from_millis(20),
+        "outbox not drained",
+        |app| match outbox(app) {
+            0 => Ok(()),
+            left => Err(left.to_string()),
+        },
+    );
     assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", []), N);
     assert_eq!(
         app.query_i64("SELECT COUNT(*) FROM conversions WHERE status = 'processed' AND reporting_value IS NOT NULL AND processed_at IS NOT NULL", []),

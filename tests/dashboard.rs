@@ -1,8 +1,13 @@
-//! The dashboard's accounts, sessions, forms, sites and API keys, through the front door with a
-//! cookie-keeping form client (`common/dashboard.rs`): the first-run token, `convapi user create`,
-//! login and its cookie, logout, CSRF, the login throttle, redirects to the login page, site
-//! create and edit, keys shown once and revoked, another tenant's ids answering 404, and the
-//! compiled-in files (dashboard assets, pixel, OpenAPI) answering `304` to their `ETag`.
+//! The dashboard's accounts, sessions, forms, sites and API keys working as a merchant uses them,
+//! through the front door with a cookie-keeping form client (`common/dashboard.rs`): the first-run
+//! token, `convapi user create`, login and its cookie, logout, redirects to the login page, site
+//! create and edit, keys shown once and revoked, a password change, and the compiled-in files
+//! (dashboard assets, pixel, OpenAPI) answering `304` to their `ETag`.
+//!
+//! What belongs here: a feature of the dashboard's accounts, forms, sites or keys doing what it is
+//! for. What an attacker tries (CSRF, the login throttle, another tenant's ids, escaping, security
+//! headers) goes to `dashboard_security.rs`; the data pages (conversions, report, dead letters) to
+//! `dashboard_data.rs`; a click path in Chromium to `dashboard_browser.rs`.
 
 use serde_json::json;
 
@@ -423,108 +428,6 @@ fn secure_cookies_adds_secure_and_an_https_snippet() {
 }
 
 #[test]
-fn forms_without_the_right_csrf_token_are_refused_and_change_nothing() {
-    let app = TestApp::start();
-    let c = logged_in(&app);
-    let sites = || app.query_i64("SELECT COUNT(*) FROM sites", []);
-    let keys = || app.query_i64("SELECT COUNT(*) FROM api_keys", []);
-    let (s0, k0) = (sites(), keys());
-    let wrong = "f".repeat(64);
-    for csrf in [None, Some(""), Some(wrong.as_str())] {
-        let mut site = vec![
-            ("name", "Evil"),
-            ("currency", "EUR"),
-            ("window_days", "30"),
-            ("model", "last_touch"),
-        ];
-        let mut key = vec![("name", "evil")];
-        if let Some(t) = csrf {
-            site.push(("csrf", t));
-            key.push(("csrf", t));
-        }
-        for (path, fields) in [
-            ("/dashboard/sites", &site),
-            ("/dashboard/settings/api-keys", &key),
-        ] {
-            let r = c.post_form(path, fields);
-            assert_eq!(r.status, 403, "{path} {csrf:?}");
-            assert!(r
-                .text()
-                .contains("The form expired or did not come from this site."));
-        }
-        let r = c.post_form(
-            &format!("/dashboard/settings/api-keys/{}/revoke", app.key.id),
-            &key,
-        );
-        assert_eq!(r.status, 403);
-        let r = c.post_form("/dashboard/logout", &key[1..]);
-        assert_eq!(r.status, 403);
-    }
-    assert_eq!((sites(), keys()), (s0, k0));
-    assert_eq!(
-        app.query_i64(
-            "SELECT COUNT(*) FROM api_keys WHERE revoked_at IS NOT NULL",
-            []
-        ),
-        0
-    );
-    assert_eq!(c.get("/dashboard/").status, 200, "still logged in");
-
-    // The login form's double-submit token: the field must equal the cookie.
-    let other = DashClient::new(&app);
-    let forged = || {
-        other.post_form(
-            "/dashboard/login",
-            &[
-                ("csrf", &wrong),
-                ("email", "owner@shop.example"),
-                ("password", PASSWORD),
-            ],
-        )
-    };
-    // Without the cookie, then with a cookie of its own that the field does not match.
-    assert_eq!(forged().status, 403);
-    other.get("/dashboard/login");
-    assert_eq!(forged().status, 403);
-    assert!(other.cookie("convapi_session").is_none());
-}
-
-#[test]
-fn failed_logins_are_throttled_per_account_and_per_address() {
-    let app = TestApp::start();
-    create_user(&app, &app.tenant.id, "owner@shop.example", PASSWORD);
-    create_user(&app, &app.tenant.id, "other@shop.example", PASSWORD);
-    let c = DashClient::new(&app);
-    for _ in 0..5 {
-        assert_eq!(c.login("owner@shop.example", "wrong password").status, 200);
-    }
-    // Over the account's limit: refused without looking at the password, even the right one.
-    let r = c.login("OWNER@shop.example", PASSWORD);
-    assert_eq!(r.status, 429, "{}", r.text());
-    assert!(
-        r.text()
-            .contains("Too many failed logins. Try again in 15 minutes."),
-        "{}",
-        r.text()
-    );
-    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
-    assert!((800..=900).contains(&retry), "{retry}");
-    assert!(c.cookie("convapi_session").is_none());
-    // Another account from the same address still logs in.
-    assert_eq!(c.login("other@shop.example", PASSWORD).status, 303);
-
-    // 20 failures from one address, over many accounts, close it to every account.
-    for i in 5..20 {
-        assert_eq!(
-            c.login(&format!("guess{i}@shop.example"), "wrong password")
-                .status,
-            200
-        );
-    }
-    assert_eq!(c.login("other@shop.example", PASSWORD).status, 429);
-}
-
-#[test]
 fn logged_out_pages_redirect_to_the_login_page() {
     let app = TestApp::start();
     let c = DashClient::new(&app);
@@ -835,65 +738,6 @@ fn an_api_key_is_shown_once_works_and_stops_working_when_revoked() {
     assert_eq!(report(&app, &key, &app.site, "k-2").status, 401);
     // The harness's own key is untouched.
     assert_eq!(report(&app, &app.key.key, &app.site, "k-3").status, 202);
-}
-
-#[test]
-fn another_tenants_sites_and_keys_are_404_even_by_url() {
-    let app = TestApp::start();
-    let c = logged_in(&app);
-    let csrf = c.csrf();
-    let other = app.create_tenant("Other tenant");
-    let site = app.create_site(&other.id, "Their shop", &[]);
-    let key = app.create_key(&other.id);
-    let missing = c.get("/dashboard/sites/00000000-0000-4000-8000-000000000000");
-    assert_eq!(missing.status, 404);
-
-    let mut pages = vec![
-        format!("/dashboard/sites/{}", site.id),
-        format!("/dashboard/sites/{}", site.id.to_uppercase()),
-        format!("/dashboard/sites/{}/conversions", site.id),
-        format!("/dashboard/sites/{}/report", site.id),
-        format!("/dashboard/sites/{}/dead-letters", site.id),
-        format!("/dashboard/settings/api-keys/{}/revoke", key.id),
-    ];
-    pages.push("/dashboard/sites/not-a-uuid".into());
-    for path in &pages {
-        let r = c.get(path);
-        assert_eq!(r.status, 404, "{path}");
-        assert_eq!(
-            r.text(),
-            missing.text(),
-            "{path}: the same page as a missing one"
-        );
-    }
-    let r = c.post_form(
-        &format!("/dashboard/sites/{}", site.id),
-        &[
-            ("csrf", &csrf),
-            ("name", "Taken"),
-            ("currency", "EUR"),
-            ("window_days", "30"),
-            ("model", "last_touch"),
-        ],
-    );
-    assert_eq!(r.status, 404);
-    let r = c.post_form(
-        &format!("/dashboard/settings/api-keys/{}/revoke", key.id),
-        &[("csrf", &csrf)],
-    );
-    assert_eq!(r.status, 404);
-    assert_eq!(
-        app.query_str("SELECT name FROM sites WHERE id = ?1", [&site.id])
-            .as_deref(),
-        Some("Their shop")
-    );
-    assert_eq!(report(&app, &key.key, &site, "theirs").status, 202);
-    let list = c.get("/dashboard/").text();
-    assert!(!list.contains(&site.id) && !list.contains("Their shop"));
-    assert!(!c
-        .get("/dashboard/settings/api-keys")
-        .text()
-        .contains(&key.prefix));
 }
 
 #[test]

@@ -14,6 +14,10 @@
 //! to a temp dir: a normal run does not touch the repository.
 //!
 //! Like tests/browser.rs, without Chromium this test fails loudly; every wait is bounded.
+//!
+//! What belongs here: a step of the merchant's click path that only a real browser shows (scripts,
+//! the copy button, the CSP, how pages look). What the forms and pages do over HTTP is tested in
+//! `dashboard.rs`, `dashboard_data.rs` and `dashboard_security.rs`.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -9,6 +9,10 @@
 //! the HTML, and in Chromium with the CSP switched off so that only escaping stands between a
 //! payload and `window.__xss`; and the security headers of every page.
 //!
+//! What belongs here: every security property of the dashboard, each in one test (CSRF, the
+//! login throttle and tenant isolation are tested here and nowhere else). A dashboard feature
+//! doing what it is for goes to `dashboard.rs` or `dashboard_data.rs`.
+//!
 //! The browser-like client is `common/dashboard.rs`'s [`DashClient`]: it keeps cookies, takes
 //! planted ones and follows no redirect.
 
@@ -78,11 +82,14 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
         ),
         ("/dashboard/logout".into(), vec![]),
     ];
+    // A made-up token of a token's length, never issued to anyone.
+    let forged = "f".repeat(64);
     let before = w.state();
     for (path, fields) in &forms {
         for (how, csrf) in [
             ("missing", None),
             ("wrong", Some(other.as_str())),
+            ("forged", Some(forged.as_str())),
             ("empty", Some("")),
         ] {
             let mut f = fields.clone();
@@ -225,12 +232,24 @@ fn the_setup_and_login_forms_refuse_a_missing_or_wrong_csrf_token() {
             "no session after a refused login"
         );
     }
+    // A made-up field without any cookie, and the right field without its cookie, each from a
+    // client that never loaded the form.
+    let forged = "f".repeat(64);
+    for (how, token) in [
+        ("a forged csrf", forged.as_str()),
+        ("the right csrf", &csrf),
+    ] {
+        let bare = DashClient::new(&app);
+        let mut f = creds.to_vec();
+        f.push(("csrf", token));
+        expect_refused(
+            &bare.post_form("/dashboard/login", &f),
+            &format!("login, {how} without the cookie"),
+        );
+        assert_eq!(bare.cookie("convapi_session"), None, "{how}");
+    }
     let mut f = creds.to_vec();
     f.push(("csrf", &csrf));
-    expect_refused(
-        &DashClient::new(&app).post_form("/dashboard/login", &f),
-        "login without the cookie",
-    );
     let r = c.post_form("/dashboard/login", &f);
     assert_eq!(r.status, 303, "{}", r.text());
     assert!(c.cookie("convapi_session").is_some());
@@ -286,6 +305,21 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
             m.text(),
             "GET {path}: the same page as for a missing id"
         );
+        assert!(!r.text().contains("A-ORDER"), "GET {path}");
+    }
+    // The id in capitals, or no id at all, is the same missing page too.
+    let missing_site = b.get("/dashboard/sites/00000000-0000-4000-8000-000000000000");
+    for path in [
+        format!("/dashboard/sites/{}", sa.to_uppercase()),
+        "/dashboard/sites/not-a-uuid".into(),
+    ] {
+        let r = b.get(&path);
+        assert_eq!(r.status, 404, "B: GET {path}: {}", r.text());
+        assert_eq!(
+            r.text(),
+            missing_site.text(),
+            "GET {path}: the same page as a missing site"
+        );
     }
     let before = w.state();
     let csrf = b.csrf();
@@ -329,6 +363,10 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
         !keys.contains(&w.app.key.prefix) && !keys.contains(ka.as_str()),
         "B's keys page shows A's key"
     );
+    // A's key, which B tried to revoke, still works.
+    w.app
+        .post_conversion(&json!({"orderId": "A-AFTER", "visitorId": "v-a"}))
+        .accepted();
 }
 
 /// Regression: path parameters were percent-decoded lossily (`%FF` became U+FFFD) and
@@ -420,6 +458,7 @@ fn logged_out_every_page_redirects_to_the_login_form() {
         "/dashboard/".to_owned(),
         "/dashboard/sites/new".into(),
         format!("/dashboard/sites/{s}"),
+        format!("/dashboard/sites/{s}/conversions"),
         format!("/dashboard/sites/{s}/conversions?status=processed&type=purchase"),
         format!("/dashboard/sites/{s}/conversions.csv"),
         format!("/dashboard/sites/{s}/conversions/00000000-0000-4000-8000-000000000000"),
@@ -613,10 +652,22 @@ fn logins_are_throttled_per_account_even_with_the_right_password() {
         6,
         "five failures are allowed, then 429"
     );
-    let r = c.login("owner@shop.example", PASSWORD_A);
+    // Refused without looking at the password, in any case of the address, for the whole window.
+    let r = c.login("OWNER@shop.example", PASSWORD_A);
     expect_throttled(&r, "the right password of a throttled account");
+    assert!(
+        r.text()
+            .contains("Too many failed logins. Try again in 15 minutes."),
+        "{}",
+        r.text()
+    );
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((800..=900).contains(&retry), "{retry}");
     assert_eq!(c.cookie("convapi_session"), None);
-    // Another account from the same address logs in: the lock is the account's.
+    // Another account from the same address, even the same client, logs in: the lock is the
+    // account's.
+    let r = c.login("other@shop.example", PASSWORD_A);
+    assert_eq!(r.status, 303, "{}", r.text());
     DashClient::logged_in(&app, "other@shop.example", PASSWORD_A);
     // An unknown email answers the same text as a wrong password.
     let r = DashClient::new(&app).login("nobody@shop.example", "whatever password");
@@ -628,9 +679,18 @@ fn logins_are_throttled_per_account_even_with_the_right_password() {
 fn logins_are_throttled_per_address_even_with_the_right_password() {
     let app = TestApp::start();
     create_user(&app, &app.tenant.id, "owner@shop.example", PASSWORD_A);
+    create_user(&app, &app.tenant.id, "other@shop.example", PASSWORD_A);
     let c = DashClient::new(&app);
+    // The failures of one account count toward the address too, and a login in between does not
+    // reset the address's count.
+    for attempt in 1..=5 {
+        let r = c.login("owner@shop.example", "not the password");
+        assert_eq!(r.status, 200, "failure {attempt}: {}", r.text());
+    }
+    let r = c.login("other@shop.example", PASSWORD_A);
+    assert_eq!(r.status, 303, "{}", r.text());
     let mut refused_at = None;
-    for attempt in 1..=21 {
+    for attempt in 6..=21 {
         // Other accounts each time (none reaches its own limit), and a forged X-Forwarded-For
         // that a server without trusted proxies must not believe.
         let r = c.post_form_with(
@@ -652,6 +712,12 @@ fn logins_are_throttled_per_address_even_with_the_right_password() {
         refused_at.unwrap_or(22),
         21,
         "twenty failures are allowed, then 429"
+    );
+    // Closed to every account: one that never failed, as well as the one that did.
+    let r = c.login("other@shop.example", PASSWORD_A);
+    expect_throttled(
+        &r,
+        "another account's right password from a throttled address",
     );
     let r = c.login("owner@shop.example", PASSWORD_A);
     expect_throttled(&r, "the right password from a throttled address");

@@ -5,11 +5,13 @@
 //! `PRAGMA integrity_check`.
 //!
 //! Bounded: each sender stops after a fixed number of requests, at a deadline, or at the first
-//! transport error (the kill); the whole test takes seconds.
+//! transport error (the kill); the whole test takes seconds. The load, the kill and the reading of
+//! the file go through the crash harness, `common/crash.rs`.
 
-use std::sync::mpsc;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::common::crash::{assert_intact, kill_9_under_load, stored_conversions, Load};
 use crate::common::*;
 use serde_json::json;
 
@@ -19,118 +21,48 @@ const ACKS_BEFORE_KILL: usize = 240;
 /// Most requests any one sender makes (so the run is bounded even if the kill came late).
 const MAX_PER_SENDER: usize = 200;
 const DEADLINE: Duration = Duration::from_secs(120);
-
-enum Event {
-    Acked { order: String, event_id: String },
-    Refused(u16, String),
-}
+const VISITOR: &str = "v-load";
 
 /// Sends conversions from [`SENDERS`] threads until [`ACKS_BEFORE_KILL`] are acknowledged, then
 /// kills the server with SIGKILL while they are still sending. Returns every `(orderId, eventId)`
 /// acknowledged, including answers fully received before the kill.
 fn load_then_kill_9(app: &mut TestApp, round: usize) -> Vec<(String, String)> {
-    let url = format!("{}/api/sites/{}/conversions", app.base, app.site.id);
-    let auth = format!("Bearer {}", app.key.key);
-    let started = Instant::now();
-    let (tx, rx) = mpsc::channel::<Event>();
-    let senders: Vec<_> = (0..SENDERS)
-        .map(|s| {
-            let (tx, url, auth) = (tx.clone(), url.clone(), auth.clone());
-            std::thread::spawn(move || {
-                let agent = agent();
-                for i in 0..MAX_PER_SENDER {
-                    if started.elapsed() > DEADLINE {
-                        return;
-                    }
-                    let order = format!("D-{round}-{s}-{i}");
-                    let body = json!({"visitorId": "v-load", "orderId": order, "value": i, "currency": "EUR"});
-                    let r = match try_send(
-                        &agent,
-                        "POST",
-                        &url,
-                        &[("Authorization", &auth), ("Content-Type", "application/json")],
-                        Some(&serde_json::to_vec(&body).unwrap()),
-                    ) {
-                        Ok(r) => r,
-                        // The server is gone: this sender is done.
-                        Err(_) => return,
-                    };
-                    let ev = if r.status == 202 {
-                        Event::Acked {
-                            order,
-                            event_id: r.str("eventId"),
-                        }
-                    } else {
-                        Event::Refused(r.status, r.text())
-                    };
-                    if tx.send(ev).is_err() {
-                        return;
-                    }
-                }
-            })
-        })
-        .collect();
-    drop(tx);
-
-    let mut acked: Vec<(String, String)> = Vec::new();
-    let mut refused: Vec<(u16, String)> = Vec::new();
-    while acked.len() < ACKS_BEFORE_KILL {
-        match rx.recv_timeout(DEADLINE) {
-            Ok(Event::Acked { order, event_id }) => acked.push((order, event_id)),
-            Ok(Event::Refused(status, body)) => refused.push((status, body)),
-            Err(e) => panic!(
-                "round {round}: only {} acknowledgements before the senders stopped ({e:?}); \
-                 refusals: {refused:?}",
-                acked.len()
-            ),
-        }
-    }
-    app.kill9();
-    for h in senders {
-        h.join().expect("sender thread");
-    }
-    for ev in rx.try_iter() {
-        match ev {
-            Event::Acked { order, event_id } => acked.push((order, event_id)),
-            Event::Refused(status, body) => refused.push((status, body)),
-        }
-    }
+    let load = Load {
+        senders: SENDERS,
+        max_per_sender: MAX_PER_SENDER,
+        acks_before_kill: ACKS_BEFORE_KILL,
+        deadline: DEADLINE,
+        visitor: VISITOR,
+        what: format!("round {round}"),
+    };
+    let killed = kill_9_under_load(app, &load, |s, i| (format!("D-{round}-{s}-{i}"), None));
     assert!(
-        refused.iter().all(|(s, _)| *s == 503),
-        "round {round}: only 503 may refuse a valid report under load: {refused:?}"
+        killed.acked_before_kill >= ACKS_BEFORE_KILL,
+        "round {round}: only {} acknowledgements before the senders stopped; refusals: {:?}",
+        killed.acked_before_kill,
+        killed.refused
     );
-    acked
+    killed.acked
 }
 
 /// Every acknowledged conversion is in the file with its outbox work (or already processed), the
 /// file is intact, and the front door answers each order's original `eventId`.
 fn verify(app: &TestApp, session: &str, acked: &[(String, String)]) {
-    let c = app.sqlite();
-    let integrity: String = c
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(integrity, "ok");
-    let mut lookup = c
-        .prepare(
-            "SELECT c.order_id, c.session_id,
-                    (SELECT COUNT(*) FROM outbox o WHERE o.conversion_id = c.id) + (c.status <> 'queued')
-             FROM conversions c WHERE c.id = ?1",
-        )
-        .unwrap();
+    let db = app.sqlite();
+    assert_intact(&db);
+    let stored = stored_conversions(&db);
+    let by_id: HashMap<&str, _> = stored.iter().map(|c| (c.id.as_str(), c)).collect();
     let mut missing = Vec::new();
     for (order, event_id) in acked {
-        let row: Option<(String, String, i64)> = lookup
-            .query_row([event_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .ok();
-        match row {
-            Some((o, s, work)) => {
+        match by_id.get(event_id.as_str()) {
+            Some(c) => {
                 assert_eq!(
-                    (o.as_str(), s.as_str()),
-                    (order.as_str(), session),
+                    (c.order.as_str(), c.session.as_deref()),
+                    (order.as_str(), Some(session)),
                     "event {event_id}"
                 );
                 assert!(
-                    work >= 1,
+                    c.outbox + i64::from(c.status != "queued") >= 1,
                     "event {event_id}: no outbox row and not processed"
                 );
             }
@@ -161,7 +93,7 @@ fn verify(app: &TestApp, session: &str, acked: &[(String, String)]) {
 fn every_acknowledged_conversion_survives_kill_9() {
     let _load = heavy_load();
     let mut app = TestApp::start();
-    let session = app.pageview("v-load", "https://shop.example/", now_ms() - HOUR);
+    let session = app.pageview(VISITOR, "https://shop.example/", now_ms() - HOUR);
     let mut acked = Vec::new();
     // Two crashes, the second on a file that already went through crash recovery once.
     for round in 0..2 {
@@ -175,7 +107,7 @@ fn every_acknowledged_conversion_survives_kill_9() {
     // A repeat after the crashes is still deduplicated.
     let (order, event_id) = &acked[0];
     let again = app
-        .post_conversion(&json!({"visitorId": "v-load", "orderId": order}))
+        .post_conversion(&json!({"visitorId": VISITOR, "orderId": order}))
         .accepted();
     assert_eq!(&again.0, event_id);
 }

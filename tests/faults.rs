@@ -6,13 +6,13 @@
 //!
 //! Cycles alternate `--pipeline off` (every conversion must keep its outbox row) and `on` (the
 //! pipeline deletes a row in the transaction that stores its result). Bounded: each cycle kills
-//! after a few acknowledgements or at a deadline, senders stop at the first transport error.
+//! after a few acknowledgements or at a deadline, senders stop at the first transport error. The
+//! load, the kill and the reading of the file go through the crash harness, `common/crash.rs`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::common::crash::{assert_intact, kill_9_under_load, stored_conversions, Load};
 use crate::common::*;
 use serde_json::json;
 
@@ -31,81 +31,27 @@ type Mismatches = Vec<(String, String, String)>;
 
 /// One cycle: senders report new orders and repeat acknowledged ones until the kill.
 fn cycle(app: &mut TestApp, n: usize, known: &HashMap<String, String>) -> (Acks, Mismatches) {
-    let url = format!("{}/api/sites/{}/conversions", app.base, app.site.id);
-    let auth = format!("Bearer {}", app.key.key);
-    let stop = AtomicBool::new(false);
-    let (tx, rx) = mpsc::channel::<(String, String)>();
     let repeats: Vec<(String, String)> = known
         .iter()
         .take(40)
         .map(|(o, e)| (o.clone(), e.clone()))
         .collect();
-    let mut mismatches = Vec::new();
-    let mut acked = Vec::new();
-    std::thread::scope(|s| {
-        let (url, auth, stop, repeats) = (&url, &auth, &stop, &repeats);
-        let handles: Vec<_> = (0..SENDERS)
-            .map(|sender| {
-                let tx = tx.clone();
-                s.spawn(move || {
-                    let agent = agent();
-                    let mut seen = Vec::new();
-                    for i in 0..10_000 {
-                        if stop.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        // Every fourth request repeats an order acknowledged in an earlier cycle.
-                        let (order, expect) = match repeats.get((i * SENDERS + sender) % 97) {
-                            Some((o, e)) if i % 4 == 3 => (o.clone(), Some(e.clone())),
-                            _ => (format!("F-{n}-{sender}-{i}"), None),
-                        };
-                        let body = json!({"visitorId": VISITOR, "orderId": order, "value": i, "currency": "EUR"});
-                        let Ok(r) = try_send(
-                            &agent,
-                            "POST",
-                            url,
-                            &[("Authorization", auth), ("Content-Type", "application/json")],
-                            Some(&serde_json::to_vec(&body).unwrap()),
-                        ) else {
-                            break; // the server is gone
-                        };
-                        match r.status {
-                            202 => {
-                                let event = r.str("eventId");
-                                if let Some(e) = expect {
-                                    if e != event {
-                                        seen.push((order.clone(), e, event.clone()));
-                                    }
-                                } else if tx.send((order, event)).is_err() {
-                                    break;
-                                }
-                            }
-                            503 => {} // allowed under load; not acknowledged
-                            other => panic!("cycle {n}: unexpected {other}: {}", r.text()),
-                        }
-                    }
-                    seen
-                })
-            })
-            .collect();
-        drop(tx);
-        let started = Instant::now();
-        while acked.len() < ACKS_PER_CYCLE && started.elapsed() < CYCLE_DEADLINE {
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(a) => acked.push(a),
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            }
+    let load = Load {
+        senders: SENDERS,
+        max_per_sender: 10_000,
+        acks_before_kill: ACKS_PER_CYCLE,
+        deadline: CYCLE_DEADLINE,
+        visitor: VISITOR,
+        what: format!("cycle {n}"),
+    };
+    let killed = kill_9_under_load(app, &load, |sender, i| {
+        // Every fourth request repeats an order acknowledged in an earlier cycle.
+        match repeats.get((i * SENDERS + sender) % 97) {
+            Some((o, e)) if i % 4 == 3 => (o.clone(), Some(e.clone())),
+            _ => (format!("F-{n}-{sender}-{i}"), None),
         }
-        // Killed with requests in flight: whatever was acknowledged must survive.
-        app.kill9();
-        stop.store(true, Ordering::Relaxed);
-        for h in handles {
-            mismatches.extend(h.join().expect("sender"));
-        }
-        acked.extend(rx.try_iter());
     });
-    (acked, mismatches)
+    (killed.acked, killed.mismatches)
 }
 
 #[test]
@@ -146,45 +92,33 @@ fn twenty_kill_9_cycles_under_load_lose_and_duplicate_nothing() {
 
     // Inspect the file as the last kill left it, before any server opens it again.
     let c = app.sqlite();
-    let integrity: String = c
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(integrity, "ok");
+    assert_intact(&c);
+    let stored = stored_conversions(&c);
+    let mut by_order: HashMap<&str, Vec<String>> = HashMap::new();
+    for s in &stored {
+        by_order.entry(&s.order).or_default().push(s.id.clone());
+    }
     for (order, event) in &acked {
-        let rows: Vec<String> = c
-            .prepare("SELECT id FROM conversions WHERE order_id = ?1")
-            .unwrap()
-            .query_map([order], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let rows = by_order.get(order.as_str()).cloned().unwrap_or_default();
         assert_eq!(rows, vec![event.clone()], "order {order}");
     }
     // Every conversion, acknowledged or not (a commit whose answer the kill swallowed), has its
     // work exactly once: one outbox row, or none and a status that the pipeline set.
-    let bad: Vec<(String, String, i64)> = c
-        .prepare(
-            "SELECT c.id, c.status, (SELECT COUNT(*) FROM outbox o WHERE o.conversion_id = c.id) AS n
-             FROM conversions c
-             WHERE NOT ((n = 1 AND c.status <> 'processed') OR (n = 0 AND c.status = 'processed'))",
-        )
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let bad: Vec<(&str, &str, i64)> = stored
+        .iter()
+        .filter(|s| {
+            let processed = s.status == "processed";
+            !((s.outbox == 1 && !processed) || (s.outbox == 0 && processed))
+        })
+        .map(|s| (s.id.as_str(), s.status.as_str(), s.outbox))
+        .collect();
     assert!(
         bad.is_empty(),
         "conversions with broken outbox work: {bad:?}"
     );
     // The pipeline cycles did work (else the "or processed" half above tested nothing).
-    let (total, processed): (i64, i64) = c
-        .query_row(
-            "SELECT COUNT(*), COUNT(*) FILTER (WHERE status = 'processed') FROM conversions",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
+    let total = stored.len() as i64;
+    let processed = stored.iter().filter(|s| s.status == "processed").count() as i64;
     assert!(processed > 0, "nothing processed in {total} conversions");
     assert!(total >= acked.len() as i64);
     eprintln!(

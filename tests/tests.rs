@@ -7,94 +7,137 @@
 //! Tests share the process, not state: each starts its own server on its own temp-dir database and
 //! port, and nothing may change process-wide state (environment, current directory, signal
 //! dispositions, the library's `store::set_*` settings).
+//!
+//! Where a new test goes: to the one file whose entry below names its property, so that each
+//! property is tested in one place. For example:
+//! - a rule of the conversions endpoint (a check, a field, a status code) → `conversions.rs`; how a
+//!   conversion finds its session → `sessions.rs`; a repeat of an order → `idempotency.rs`;
+//! - what the pipeline does after the 202 → `pipeline.rs`, with currency in `currency.rs` and the
+//!   report in `report.rs`;
+//! - a `kill -9` of the server → `crash.rs` (the pipeline mid-drain), `durability.rs` (acknowledged
+//!   conversions) or `faults.rs` (cycles under load), all through `common/crash.rs`;
+//! - a gap of tiny_http or an attack on the server's resources → `hardening.rs`, `framing.rs`,
+//!   `budgets.rs`, `slow_bodies.rs`; anonymous input to the public pixel → `untrusted.rs`;
+//! - a dashboard feature doing what it is for → `dashboard.rs` (accounts, forms, sites, keys) or
+//!   `dashboard_data.rs` (data pages); any security property of the dashboard (CSRF, the login
+//!   throttle, another tenant's ids, escaping, headers) → `dashboard_security.rs`; a click path
+//!   only a browser shows → `dashboard_browser.rs`;
+//! - a command of the CLI → the file of what it does (`report.rs`, `lifecycle_export.rs`, `ops.rs`,
+//!   `keys.rs`), or `cli.rs` for help, usage errors and exit codes;
+//! - not sure → the file whose entry names the property; if none does, a new file with a header
+//!   that says what belongs in it, and its entry here. A helper two files need goes to `common/`.
 
 mod common;
 
 // `POST /api/sites/{siteId}/conversions`: every row of the checks table of docs/decisions.md §3 in
 // order, every field rule, null/unknown fields/charset, the order status endpoint's auth, 404/405.
+// Here: a new rule of the conversions endpoint.
 mod conversions;
-// Session resolution and sessionisation, attribution-window edges, `POST /api/collect`'s surface.
+// Session resolution and sessionisation, attribution-window edges, `POST /api/collect`'s surface
+// (CORS, malformed batches). Here: how a conversion or a pixel event finds or starts a session.
 mod sessions;
-// Repeats, pixel/API deduplication and the trust order, concurrent sends of one order.
+// Repeats, pixel/API deduplication, concurrent sends of one order. Here: one conversion per order.
 mod idempotency;
 // The API is authoritative: order poisoning by the pixel undone, API repeats, the pixel's session
-// kept; pixel work has its own backlog budget and parked items count toward none.
+// kept; pixel work has its own backlog budget and parked items count toward none. Here: what the
+// pixel may and may not change of what the API reported.
 mod trust;
-// API keys (hash-only storage, revocation, tenancy, `lastUsedAt`), CLI output and exit codes.
+// API keys (hash-only storage, revocation, tenancy, `lastUsedAt`), `--json` output and exit codes.
+// Here: how a key is stored, checked and revoked.
 mod keys;
 // The command line: help on every command and option, usage errors, not-found answers, `tenant
-// list`, `site update`, `rates import` refusals.
+// list`, `site update`, `rates import` refusals. Here: the CLI's surface, not what a command does.
 mod cli;
 // The pipeline: attribution models, channel rules, window edge, idempotent passes, backoff, dead
-// letters, slow items, the worker inside a running server.
+// letters, slow items, the worker inside a running server. Here: what happens after the 202.
 mod pipeline;
 // Currency conversion: `rates import`, the day's or latest earlier rate, crossing through EUR,
-// `fx_pending`, exact report sums.
+// `fx_pending`, exact report sums. Here: anything about amounts in another currency.
 mod currency;
 // Exchange rates without cron: `rates import` of the ECB's zips, `rates fetch --url` from a local
 // server, `serve --rates-fetch daily` at start and on failure, `outbox list`'s waiting reason.
+// Here: how rates get into the database.
 mod rates_fetch;
-// `convapi report`: grouping, revenue, unconverted orders, day ranges, table and `--json`.
+// `convapi report`: grouping, revenue, unconverted orders, day ranges, table and `--json`, the
+// daily rollup. Here: what the report counts and shows.
 mod report;
-// The pipeline survives `kill -9` mid-drain: every conversion processed and counted once.
+// The pipeline survives `kill -9` mid-drain: every conversion processed and counted once. Here: a
+// crash during the pipeline's work. Every `kill -9` of these three files goes through the one
+// harness, `common/crash.rs` (kill under load, kill at a point, read what the kill left).
 mod crash;
-// Acknowledged conversions survive `kill -9` of the server; the WAL is checkpointed.
+// Acknowledged conversions survive `kill -9` of the server; the WAL is checkpointed. Here: what a
+// 202 promises about the file.
 mod durability;
-// 20 `kill -9` cycles under concurrent load on one database file.
+// 20 `kill -9` cycles under concurrent load on one database file, alternating the pipeline off and
+// on; repeats keep their `eventId`. Here: repeated crashes under load.
 mod faults;
 // 503 `QUEUE_UNAVAILABLE` on a full disk, a busy database, a backlog or a full writer queue;
 // `/metrics` counts.
 mod backpressure;
 // tiny_http's gaps closed around it: timeouts, connection bound, accept restarts, body and head
-// limits, deep JSON (docs/hardening.md).
+// limits, deep JSON (docs/hardening.md). Here: a gap of plain tiny_http, pinned against the binary.
 mod hardening;
 // The first fixes of the vendored tiny_http (pool wakeups, bounded drains), on a bare
-// `tiny_http::Server` in this process.
+// `tiny_http::Server` in this process. Here: a patch of vendor/tiny_http that is not framing.
 mod tiny_http_patches;
 // Strict HTTP/1.1 framing (RFC 9112) in the vendored tiny_http: Content-Length, Transfer-Encoding,
-// obs-fold, Host, other versions, bodies cut short; in process and against the binary.
+// obs-fold, Host, other versions, bodies cut short; in process and against the binary. Here: how a
+// request's bytes are split into messages.
 mod framing;
 // The public pixel endpoint as an attacker uses it: rate limits, batch bounds, duplicate JSON
 // members, one spelling per route, path parameters that are not UTF-8, the key before the body, the
-// `/metrics` token.
+// `/metrics` token. Here: anonymous input the server must bound or refuse.
 mod untrusted;
 // Every resource budgeted: pipelined requests never read, clients that do not read their answers,
 // a flood of password checks; the API's latency measured during each (docs/hardening.md, "Budgets").
+// Here: an attack on threads, memory or CPU, with the API measured while it runs.
 mod budgets;
 // Slow clients: bodies read on the connection's thread before a request thread sees them, and a
-// minimum data rate; 64 slow bodies do not delay `/healthz` or a conversion.
+// minimum data rate; 64 slow bodies do not delay `/healthz` or a conversion. Here: slow senders.
 mod slow_bodies;
 // Signed identify against attribution hijack, the cap on visitors per clientId, URLs stored once.
+// Here: what the pixel may link and store.
 mod identify;
-// Request ids (`X-Request-Id` honoured or a UUIDv7) and the access log in text and JSON.
+// Request ids (`X-Request-Id` honoured or a UUIDv7) and the access log in text and JSON. Here:
+// anything about what the server logs.
 mod logs;
-// Key hashing and logs, SQL built from bound parameters only, tenant isolation, 401s.
+// Key hashing and logs, SQL built from bound parameters only, the API's tenant isolation, 401s.
+// Here: a security property of the API (the dashboard's are in `dashboard_security.rs`).
 mod security;
 // The server loop: a panicking handler is a 500, SIGTERM drains the request in flight, the test
 // route is off unless switched on.
 mod server;
-// README.md's walk-through, run verbatim in bash: every block prints what the README shows.
+// README.md's walk-through, run verbatim in bash: every block prints what the README shows. Here:
+// only the README itself.
 mod readme;
 // Data lifecycle: erasure of a person (CLI and HTTP) down to the file's bytes, retention's pruner.
+// Here: deleting data.
 mod lifecycle;
 // Operations: one server per database file, `outbox list` and `outbox retry` for dead letters.
+// Here: running and repairing a server from the command line.
 mod ops;
 // Getting data out: `convapi export` (CSV round trip, NDJSON, sessions, flat memory over 100,000
 // conversions), formulas neutralised in every CSV, `convapi backup` under load, database and WAL
-// sizes on `/metrics`.
+// sizes on `/metrics`. Here: exporting and backing up data.
 mod lifecycle_export;
-// The dashboard's accounts and forms: first-run token, `user create`, login cookie, logout, CSRF,
-// the login throttle, site create/edit, keys shown once and revoked, other tenants' ids are 404.
+// The dashboard's accounts and forms: first-run token, `user create`, login cookie, logout, site
+// create/edit, keys shown once and revoked, a password change, `ETag`s. Here: a dashboard feature
+// doing what it is for; its security properties go to `dashboard_security.rs`.
 mod dashboard;
 // The dashboard's data pages: conversions list, pages and CSV, dead letters, report and chart.
+// Here: what a data page shows, pages, filters and exports.
 mod dashboard_data;
-// The pixel end to end in headless Chromium (needs `chromium`; fails loudly without).
+// The pixel end to end in headless Chromium (needs `chromium`; fails loudly without). Here: what
+// only a real browser running the pixel shows (cookies, CORS, the snippet).
 mod browser;
-// The dashboard in headless Chromium: first run to a revoked key, screenshots of every page.
+// The dashboard in headless Chromium: first run to a revoked key, screenshots of every page. Here:
+// a step of the merchant's click path that only a real browser shows.
 mod dashboard_browser;
 // The dashboard's CSRF tokens, tenant isolation, path parameters that are not UTF-8, logins and the
 // password throttle (attempts at once, the account page), sessions, password hashes, escaping of
-// what the pixel sent on every page, security headers.
+// what the pixel sent on every page, security headers. Here: every security property of the
+// dashboard, each tested once (CSRF, the throttle and other tenants' 404s nowhere else).
 mod dashboard_security;
-// The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without).
+// The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without). Here: the
+// pixel's own logic; new cases go to `tests/js/`.
 mod js;

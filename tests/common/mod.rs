@@ -35,6 +35,7 @@ mod assert;
 pub mod browser;
 mod cli;
 mod client;
+pub mod crash;
 mod dashboard;
 mod load;
 pub mod pipeline_support;
