@@ -1,6 +1,7 @@
 //! `ApiError`: every failure a request can end in, with its one status, code and JSON body.
-//! The only place that turns an error into a response body: handlers return it, the route table
-//! ([`super::routes`]) renders it once, and the HTTP front's own refusals come here too.
+//! The only place that turns an error into a response body: handlers return it through the route
+//! table ([`super::routes`]), [`super::Api`]'s `handle` renders it once, and the HTTP front's own
+//! refusals (head or body too large, a panic) reach it through `Api`'s `refusal` and `refused`.
 
 use serde_json::json;
 
