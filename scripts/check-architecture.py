@@ -9,6 +9,8 @@
 4. `tiny_http` only in `src/http/` (and `vendor/`, `examples/noop_server.rs`, the tests of the vendored
    copy).
 5. No comment in src/, tests/, scripts/ or examples/ cites a document outside the repository.
+6. Errors are types: no function in src/ returns `Result<_, String>` (nested generics included),
+   and no store error is turned into a `String` by a `From` impl.
 Prints every violation and exits 1 if there is any.
 """
 import pathlib
@@ -114,10 +116,31 @@ for base in ("src", "tests", "scripts", "examples"):
             if outside.search(line):
                 problems.append(f"{path.relative_to(ROOT)}:{n}: cites a document outside the repository: {line.strip()}")
 
+# 6: typed errors. `Result<` followed by anything, then `, String>` closing that Result.
+def string_results(line):
+    for m in re.finditer(r"\bResult<", line):
+        depth, i = 1, m.end()
+        start = i
+        while i < len(line) and depth:
+            if line[i] == "<":
+                depth += 1
+            elif line[i] == ">":
+                depth -= 1
+            i += 1
+        if depth == 0 and re.search(r",\s*String$", line[start:i - 1]):
+            yield line[m.start():i]
+
+for path in rust_files(SRC):
+    for n, line in code_lines(path):
+        for found in string_results(line):
+            problems.append(f"{path.relative_to(ROOT)}:{n}: a string error: {found} (return a typed error)")
+        if re.search(r"impl From<\w*Error> for String", line):
+            problems.append(f"{path.relative_to(ROOT)}:{n}: an error flattened into a String")
+
 for p in problems:
     print(p)
 if problems:
     print(f"check-architecture: {len(problems)} problem(s)")
     sys.exit(1)
 print(f"check-architecture: ok ({len(modules)} modules, no import loop; http/ self-contained; "
-      "SQL only in store/; tiny_http only in http/; no outside citations)")
+      "SQL only in store/; tiny_http only in http/; no outside citations; typed errors)")

@@ -619,3 +619,25 @@ fn report_and_wait_for(app: &TestApp, currency: &str, now: i64, status: &str) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// A database another process holds the write lock of (here a plain SQLite connection inside
+/// `BEGIN IMMEDIATE`, as a backup or a running server's long write would) is "busy" past the busy
+/// timeout: the command fails with exit 1 and one line that says to run it again, not with SQLite's
+/// bare "database is locked". Reads go on in WAL mode, so the command is one that writes.
+#[test]
+fn a_busy_database_fails_a_command_with_a_retry_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cli.db");
+    cli_run(Some(&db), &["tenant", "create", "Acme", "--json"]).json();
+    let holder = rusqlite::Connection::open(&db).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let run = cli_run(Some(&db), &["tenant", "create", "Other"]);
+    assert_fails(
+        &run,
+        1,
+        &["the database is busy", "run the command again"],
+        "tenant create while another connection writes",
+    );
+    holder.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(cli_run(Some(&db), &["tenant", "create", "Other"]).code, 0);
+}

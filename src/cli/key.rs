@@ -63,8 +63,7 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
         &prefix,
         &crate::keys::hash(&key),
         store::now_ms(),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let out = json!({"id": id, "key": key, "prefix": prefix, "tenantId": a.tenant, "name": a.name});
     print(a.json, &out, || {
         format!("created key {id}\n\n    {key}\n\nStore it now: it is shown only this once.")
@@ -74,7 +73,7 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
 pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
     let conn = open(db)?;
     require_tenant(&conn, &a.tenant)?;
-    let keys = store::keys::list(&conn, &a.tenant).map_err(|e| e.to_string())?;
+    let keys = store::keys::list(&conn, &a.tenant)?;
     print(a.json, &keys, || {
         let mut out = format!(
             "{:<36}  {:<12}  {:<24}  {:<24}  NAME",
@@ -96,8 +95,7 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
 
 pub(super) fn revoke(db: &Path, a: RevokeArgs) -> CliResult {
     let conn = open(db)?;
-    let k = store::keys::revoke(&conn, &a.key_id, store::now_ms())
-        .map_err(|e| e.to_string())?
+    let k = store::keys::revoke(&conn, &a.key_id, store::now_ms())?
         .ok_or_else(|| format!("no key with id {}", a.key_id))?;
     let out = json!({"id": k.id, "revokedAt": k.revoked_at});
     print(a.json, &out, || {

@@ -57,8 +57,7 @@ fn store_and_print(db: &Path, rates: &[crate::fx::Rate], as_json: bool) -> CliRe
     let conn = open(db)?;
     let released = store::write_tx(&conn, |tx| {
         crate::ecb::store_rates(tx, rates, store::now_ms())
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     let s = crate::ecb::summary(rates);
     let out = json!({
         "imported": s.imported,

@@ -295,7 +295,7 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
     if let Some(tenant) = &a.tenant {
         require_tenant(&conn, tenant)?;
     }
-    let sites = store::sites::list(&conn, a.tenant.as_deref()).map_err(|e| e.to_string())?;
+    let sites = store::sites::list(&conn, a.tenant.as_deref())?;
     print(a.json, &sites, || {
         let mut out = format!(
             "{:<36}  {:<12}  {:<8}  {:<6}  {}",

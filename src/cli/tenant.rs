@@ -39,8 +39,7 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
         &uuid::Uuid::new_v4().to_string(),
         name,
         store::now_ms(),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     print(a.json, &t, || {
         format!("created tenant {} ({})", t.id, t.name)
     })
@@ -48,7 +47,7 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
 
 pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
     let conn = open(db)?;
-    let tenants = store::tenants::list(&conn).map_err(|e| e.to_string())?;
+    let tenants = store::tenants::list(&conn)?;
     print(a.json, &tenants, || {
         let mut out = format!("{:<36}  {:<24}  NAME", "ID", "CREATED");
         for t in &tenants {

@@ -134,7 +134,7 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
     if let Some(tenant) = &a.tenant {
         require_tenant(&conn, tenant)?;
     }
-    let users = store::users::list(&conn, a.tenant.as_deref()).map_err(|e| e.to_string())?;
+    let users = store::users::list(&conn, a.tenant.as_deref())?;
     let out: Vec<_> = users
         .iter()
         .map(|u| {

@@ -11,7 +11,9 @@
 //! - `browser.rs`: headless Chromium and a minimal DevTools Protocol client, for the browser tests;
 //! - `dashboard.rs`: [`DashClient`], a cookie-keeping browser of the dashboard's forms, the
 //!   first-run token from the log, dashboard users through `convapi user create`;
-//! - `load.rs`: keeps the few heavy load tests apart from the timing-sensitive ones.
+//! - `load.rs`: keeps the few heavy load tests apart from the timing-sensitive ones;
+//! - `crash.rs`: the one crash harness: `kill -9` of the server under load or when a condition on
+//!   its file holds, then the file's integrity and its conversions with their outbox rows.
 //!
 //! Two reach behind it, on purpose:
 //! - `sql.rs` opens the server's database file with plain rusqlite (not the library) to check what
