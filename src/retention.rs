@@ -153,11 +153,12 @@ impl Pruner {
     /// through `writer`.
     pub fn start(
         db: &Path,
+        settings: &store::Settings,
         writer: Writer,
         metrics: Metrics,
         every: Duration,
     ) -> store::Result<Pruner> {
-        let conn = store::open(db)?;
+        let conn = store::open_with(db, settings)?;
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         let thread = std::thread::Builder::new()

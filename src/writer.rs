@@ -190,8 +190,12 @@ pub struct Writer {
 impl Writer {
     /// Opens the writer's own connection and starts its thread. The thread ends, after committing
     /// everything queued, once every `Writer` handle is dropped.
-    pub fn start(path: &Path, config: WriterConfig) -> store::Result<(Writer, JoinHandle<()>)> {
-        let conn = store::open(path)?;
+    pub fn start(
+        path: &Path,
+        settings: &store::Settings,
+        config: WriterConfig,
+    ) -> store::Result<(Writer, JoinHandle<()>)> {
+        let conn = store::open_with(path, settings)?;
         let reply_timeout = config.reply_timeout;
         let queue = config.queue.max(1);
         let (tx, rx) = mpsc::sync_channel::<Job>(queue);
@@ -549,7 +553,8 @@ mod tests {
         let db = dir.path().join("w.db");
         let checkpointer = store::open(&db).unwrap();
         let reader = store::open(&db).unwrap();
-        let (writer, thread) = Writer::start(&db, WriterConfig::default()).unwrap();
+        let (writer, thread) =
+            Writer::start(&db, &Default::default(), WriterConfig::default()).unwrap();
         let write = |n: u32| {
             writer
                 .submit(move |c| store::tenants::create(c, &format!("t{n}"), "t", 0).map(drop))
@@ -585,7 +590,8 @@ mod tests {
                 .len()
         };
         let checkpointer = store::open(&db).unwrap();
-        let (writer, thread) = Writer::start(&db, WriterConfig::default()).unwrap();
+        let (writer, thread) =
+            Writer::start(&db, &Default::default(), WriterConfig::default()).unwrap();
         let big = "x".repeat(1 << 20);
         let n = store::WAL_SIZE_LIMIT / (1 << 20) + 8;
         writer
@@ -617,7 +623,8 @@ mod tests {
             queue: 8,
             ..WriterConfig::default()
         };
-        let (writer, thread) = Writer::start(&dir.path().join("w.db"), config).unwrap();
+        let (writer, thread) =
+            Writer::start(&dir.path().join("w.db"), &Default::default(), config).unwrap();
         // The writer is held inside a job until the test lets it go.
         let (release, held) = mpsc::channel::<()>();
         let (started, running) = mpsc::channel::<()>();

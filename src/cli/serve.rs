@@ -184,10 +184,6 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(|e| e.to_string())?;
     check_addr(&a.addr)?;
-    store::set_busy_timeout(std::time::Duration::from_millis(a.busy_timeout_ms));
-    if let Some(pages) = a.test_max_page_count {
-        store::set_max_page_count(pages);
-    }
     let config = crate::server::ServeConfig {
         http: crate::http::Config {
             addr: a.addr,
@@ -201,6 +197,10 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
             },
         },
         db,
+        store: store::Settings {
+            busy_timeout: std::time::Duration::from_millis(a.busy_timeout_ms),
+            max_page_count: a.test_max_page_count,
+        },
         writer: crate::writer::WriterConfig {
             queue: a.queue.max(1),
             batch: a.batch as usize,

@@ -234,10 +234,11 @@ impl Waker {
 /// through `writer`.
 pub fn spawn(
     db: &Path,
+    settings: &store::Settings,
     metrics: Metrics,
     writer: Writer,
 ) -> store::Result<(Waker, JoinHandle<()>)> {
-    let conn = store::open(db)?;
+    let conn = store::open_with(db, settings)?;
     let shared = Arc::new(Shared::default());
     let s = shared.clone();
     let handle = std::thread::Builder::new()
