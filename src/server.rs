@@ -121,7 +121,6 @@ fn lock_database(db: &Path) -> Result<File, String> {
 
 /// Opens the database, starts the writer, the checkpointer, the pipeline and the HTTP front.
 pub fn start(config: &ServeConfig) -> Result<Running, String> {
-    crate::malloc::unmap_large_allocations();
     let lock = lock_database(&config.db)?;
     let threads = config.http.threads.max(1);
     let pool = store::open_pool(&config.db, threads as u32 + 2, &config.store)

@@ -6,7 +6,7 @@
 //!
 //! Tests share the process, not state: each starts its own server on its own temp-dir database and
 //! port, and nothing may change process-wide state (environment, current directory, signal
-//! dispositions, the library's `store::set_*` settings).
+//! dispositions); the library keeps none of its own (settings travel in each server's config).
 
 mod common;
 

@@ -92,9 +92,6 @@ pub(super) struct ServeArgs {
     /// Where `--rates-fetch daily` downloads the daily file from.
     #[arg(long, env = "CONVAPI_RATES_URL", default_value = crate::ecb::DAILY_URL)]
     rates_url: String,
-    /// Test only: caps the database at this many pages to simulate a full disk.
-    #[arg(long, env = "CONVAPI_TEST_MAX_PAGE_COUNT", hide = true)]
-    test_max_page_count: Option<u64>,
 }
 
 /// `http(s)://host[:port]`, with an optional trailing slash (dropped) and nothing after it.
@@ -184,43 +181,9 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(|e| e.to_string())?;
     check_addr(&a.addr)?;
-    let config = crate::server::ServeConfig {
-        http: crate::http::Config {
-            addr: a.addr,
-            threads: a.threads as usize,
-            limits: crate::http::Limits {
-                idle_timeout: std::time::Duration::from_secs_f64(a.idle_timeout),
-                max_connections: a.max_connections as usize,
-                max_per_address: a.max_connections_per_address as usize,
-                trusted_proxies: a.trusted_proxies,
-                ..Default::default()
-            },
-        },
-        db,
-        store: store::Settings {
-            busy_timeout: std::time::Duration::from_millis(a.busy_timeout_ms),
-            max_page_count: a.test_max_page_count,
-        },
-        writer: crate::writer::WriterConfig {
-            queue: a.queue.max(1),
-            batch: a.batch as usize,
-            per_request: a.write_mode == "per-request",
-            max_backlog: a.max_backlog,
-            max_pixel_backlog: a.max_pixel_backlog,
-            ..Default::default()
-        },
-        pipeline: a.pipeline == "on",
-        pixel: crate::api::collect::PixelPolicy {
-            per_address: pixel_rate(a.pixel_rate),
-            per_tracker: pixel_rate(a.pixel_site_rate),
-            max_event_age: std::time::Duration::from_secs(u64::from(a.pixel_max_age_hours) * 3600),
-        },
-        metrics_token: a.metrics_token.filter(|t| !t.is_empty()),
-        prune_every: std::time::Duration::from_secs_f64(a.prune_every),
-        secure_cookies: a.secure_cookies,
-        public_url: a.public_url,
-        rates_fetch: (a.rates_fetch == "daily").then_some(a.rates_url),
-    };
+    // A setting of the whole process, so made by its owner, not by `server::start`.
+    crate::malloc::unmap_large_allocations();
+    let config = config(db, a);
     let addr = config.http.addr.clone();
     let running = crate::server::start(&config).map_err(|e| name_addr(e, &addr))?;
     log::info!(
@@ -242,4 +205,65 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     running.shutdown();
     log::info!("stopped");
     Ok(())
+}
+
+/// The configuration `convapi --db DB serve ARGS...` runs with, parsed by the command's own
+/// options and defaults, without starting anything and without reading the environment. For
+/// programs that run the server through the library (`server::start`): the tests start servers in
+/// their own process with it, and set there what no option of the binary sets (such as
+/// `store.max_page_count`).
+pub fn serve_config<I, T>(db: PathBuf, args: I) -> Result<crate::server::ServeConfig, String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString>,
+{
+    use clap::{Args, FromArgMatches};
+    let command =
+        ServeArgs::augment_args(clap::Command::new("serve")).mut_args(|arg| arg.env(None::<&str>));
+    let args = std::iter::once("serve".into()).chain(args.into_iter().map(Into::into));
+    let matches = command
+        .try_get_matches_from(args)
+        .map_err(|e| e.to_string())?;
+    let a = ServeArgs::from_arg_matches(&matches).map_err(|e| e.to_string())?;
+    Ok(config(db, a))
+}
+
+fn config(db: PathBuf, a: ServeArgs) -> crate::server::ServeConfig {
+    crate::server::ServeConfig {
+        http: crate::http::Config {
+            addr: a.addr,
+            threads: a.threads as usize,
+            limits: crate::http::Limits {
+                idle_timeout: std::time::Duration::from_secs_f64(a.idle_timeout),
+                max_connections: a.max_connections as usize,
+                max_per_address: a.max_connections_per_address as usize,
+                trusted_proxies: a.trusted_proxies,
+                ..Default::default()
+            },
+        },
+        db,
+        store: store::Settings {
+            busy_timeout: std::time::Duration::from_millis(a.busy_timeout_ms),
+            ..Default::default()
+        },
+        writer: crate::writer::WriterConfig {
+            queue: a.queue.max(1),
+            batch: a.batch as usize,
+            per_request: a.write_mode == "per-request",
+            max_backlog: a.max_backlog,
+            max_pixel_backlog: a.max_pixel_backlog,
+            ..Default::default()
+        },
+        pipeline: a.pipeline == "on",
+        pixel: crate::api::collect::PixelPolicy {
+            per_address: pixel_rate(a.pixel_rate),
+            per_tracker: pixel_rate(a.pixel_site_rate),
+            max_event_age: std::time::Duration::from_secs(u64::from(a.pixel_max_age_hours) * 3600),
+        },
+        metrics_token: a.metrics_token.filter(|t| !t.is_empty()),
+        prune_every: std::time::Duration::from_secs_f64(a.prune_every),
+        secure_cookies: a.secure_cookies,
+        public_url: a.public_url,
+        rates_fetch: (a.rates_fetch == "daily").then_some(a.rates_url),
+    }
 }
