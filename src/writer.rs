@@ -85,8 +85,6 @@ pub struct WriterConfig {
     pub queue: usize,
     /// Most jobs committed in one transaction.
     pub batch: usize,
-    /// One transaction per job instead of group commit (only for comparison benchmarks).
-    pub per_request: bool,
     /// How long a caller waits for its result before giving up with `Unavailable`.
     pub reply_timeout: Duration,
     /// Waiting outbox items created by the API beyond which new API conversions are refused;
@@ -102,7 +100,6 @@ impl Default for WriterConfig {
         WriterConfig {
             queue: 1024,
             batch: 256,
-            per_request: false,
             reply_timeout: Duration::from_secs(30),
             max_backlog: 100_000,
             max_pixel_backlog: 10_000,
@@ -359,11 +356,7 @@ fn run(
     pending: &AtomicUsize,
     catch_up: &CatchUp,
 ) {
-    let cap = if config.per_request {
-        1
-    } else {
-        config.batch.max(1)
-    };
+    let cap = config.batch.max(1);
     let mut batch: Vec<Job> = Vec::with_capacity(cap);
     // Counting the outbox costs time in proportion to its size (3 ms at 36k waiting items), too
     // much after every commit. In `serve` this connection makes every change that adds a waiting

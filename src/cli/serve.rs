@@ -21,9 +21,6 @@ pub(super) struct ServeArgs {
     /// Most writes committed in one transaction.
     #[arg(long, env = "CONVAPI_BATCH", default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
     batch: u16,
-    /// `group` (group commit) or `per-request` (one transaction per request; for benchmarks only).
-    #[arg(long, env = "CONVAPI_WRITE_MODE", default_value = "group", value_parser = ["group", "per-request"])]
-    write_mode: String,
     /// Run the background pipeline (`off` lets tests drive it by hand).
     #[arg(long, env = "CONVAPI_PIPELINE", default_value = "on", value_parser = ["on", "off"])]
     pipeline: String,
@@ -187,14 +184,10 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     let addr = config.http.addr.clone();
     let running = crate::server::start(&config).map_err(|e| name_addr(e, &addr))?;
     log::info!(
-        "serving {} with {}, write mode {}",
+        "serving {} with {}, group commit of up to {}",
         config.db.display(),
         count(config.http.threads, "thread", "threads"),
-        if config.writer.per_request {
-            "per-request"
-        } else {
-            "group commit"
-        }
+        count(config.writer.batch, "write", "writes"),
     );
     // The one line on stdout: scripts and tests read the chosen port from it.
     println!("listening on http://{}", running.addr);
@@ -249,7 +242,6 @@ fn config(db: PathBuf, a: ServeArgs) -> crate::server::ServeConfig {
         writer: crate::writer::WriterConfig {
             queue: a.queue.max(1),
             batch: a.batch as usize,
-            per_request: a.write_mode == "per-request",
             max_backlog: a.max_backlog,
             max_pixel_backlog: a.max_pixel_backlog,
             ..Default::default()
