@@ -216,7 +216,7 @@ fn roll_back(conn: &Connection) {
 
 /// The process's one write-transaction runner: runs `f` in a `BEGIN IMMEDIATE` transaction and
 /// commits when it succeeds; when `f` or the commit fails, nothing of it stays. In `serve` only
-/// the writer thread calls it (once per batch); without a writer the pipeline does (once per chunk).
+/// the writer thread calls it (once per batch); the CLI's commands call it for their own writes.
 pub fn write_tx<T, E: From<StoreError>>(
     conn: &Connection,
     f: impl FnOnce(&Connection) -> std::result::Result<T, E>,
