@@ -1,6 +1,6 @@
 //! The server loop itself: SIGTERM stops accepting, lets the request in flight finish, and exits 0;
 //! the binary has no test route. (A panicking handler is a 500 and never a dead worker: a unit test
-//! of the library, `src/server.rs`, whose build alone has a route that panics.)
+//! of the library, `src/cli/serve.rs`, whose build alone has a route that panics.)
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use serde_json::json;
 
-/// The panicking handler of the library's unit tests (`src/server.rs`: a panic is a 500 and the
+/// The panicking handler of the library's unit tests (`src/cli/serve.rs`: a panic is a 500 and the
 /// workers live on) is compiled into their build only: the shipped binary has no such route, and
 /// no switch that would add it.
 #[test]

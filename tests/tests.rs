@@ -71,7 +71,7 @@ mod logs;
 // Key hashing and logs, SQL built from bound parameters only, tenant isolation, 401s.
 mod security;
 // The server loop: SIGTERM drains the request in flight; the binary has no test route (the panicking
-// handler is a unit test of the library, src/server.rs).
+// handler is a unit test of the library, src/cli/serve.rs).
 mod server;
 // README.md's walk-through, run verbatim in bash: every block prints what the README shows.
 mod readme;

@@ -95,7 +95,7 @@ pub fn dispatch(app: &App, ctx: &mut Ctx) -> (Route, Result<Reply, ApiError>) {
         ("GET" | "HEAD", ["metrics"]) => (private("metrics"), health::metrics(app, ctx)),
         (_, ["pixel.js"] | ["openapi.yaml"] | ["favicon.ico"] | ["healthz"] | ["metrics"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("GET, HEAD"))),
         (_, ["dashboard", ..]) | ("GET" | "HEAD", [""]) => dashboard(app, ctx),
-        // The unit tests' build only (`server.rs`): a handler that panics, to check that a panic is a 500 and never a dead worker.
+        // The unit tests' build only (`cli/serve.rs`): a handler that panics, to check that a panic is a 500 and never a dead worker.
         #[cfg(test)]
         ("GET", ["__test", "panic"]) => panic!("a handler panicked on purpose (unit test route)"),
         _ => (UNKNOWN, Err(ApiError::NotFound)),

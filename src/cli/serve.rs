@@ -259,3 +259,95 @@ fn config(db: PathBuf, a: ServeArgs) -> crate::server::ServeConfig {
         rates_fetch: (a.rates_fetch == "daily").then_some(a.rates_url),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::sync::Mutex;
+
+    use std::net::SocketAddr;
+
+    use super::*;
+
+    /// The error lines logged in this process (the library's unit tests), for the assertion on the
+    /// panic's log line; installed by the first test that asks.
+    struct Captured(Mutex<Vec<String>>);
+
+    impl log::Log for Captured {
+        fn enabled(&self, meta: &log::Metadata) -> bool {
+            meta.level() <= log::Level::Error
+        }
+        fn log(&self, record: &log::Record) {
+            if self.enabled(record.metadata()) {
+                let mut lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+                lines.push(record.args().to_string());
+            }
+        }
+        fn flush(&self) {}
+    }
+
+    static LOG: Captured = Captured(Mutex::new(Vec::new()));
+
+    fn error_lines() -> Vec<String> {
+        if log::set_logger(&LOG).is_ok() {
+            log::set_max_level(log::LevelFilter::Error);
+        }
+        LOG.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// One request on a connection of its own; the whole answer.
+    fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+    }
+
+    /// The server loop with the real service: a panicking handler (the route `/__test/panic`,
+    /// which only this build has) is a 500 with a generic body and a log line, never a dead
+    /// worker. One request thread: if a panic killed it, nothing after the first would be answered.
+    #[test]
+    fn a_panicking_handler_is_a_500_and_the_workers_live_on() {
+        error_lines();
+        let dir = tempfile::tempdir().unwrap();
+        let args = [
+            "--addr",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+            "--pipeline",
+            "off",
+        ];
+        let config = serve_config(dir.path().join("t.db"), args).unwrap();
+        let running = crate::server::start(&config).unwrap();
+        for _ in 0..3 {
+            let answer = get(running.addr, "/__test/panic");
+            assert!(answer.starts_with("HTTP/1.1 500 "), "{answer}");
+            let body = answer.split_once("\r\n\r\n").unwrap().1;
+            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert_eq!(v["code"], "INTERNAL", "{v}");
+            assert_eq!(v["error"], "internal error", "5xx bodies are generic: {v}");
+            assert!(
+                !answer.contains("on purpose"),
+                "the panic message stays in the log"
+            );
+            let health = get(running.addr, "/healthz");
+            assert!(health.starts_with("HTTP/1.1 200 "), "{health}");
+        }
+        running.shutdown();
+        let lines = error_lines();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("handler panicked: a handler panicked on purpose")),
+            "a log line names the panic: {lines:?}"
+        );
+    }
+}
