@@ -8,11 +8,10 @@
 #   1. builds the release binary and the examples `noop_server` and `seed`;
 #   2. seeds a template database (120k sessions, 60k visitors, 10k identified users) through the
 #      crate's own store, and a file of real identifiers for the load;
-#   3. RUNS rounds, each driving three targets with wrk (2 threads, 16 connections, DURATION s), in a
-#      rotating order so that the machine's noise spreads over all three:
+#   3. RUNS rounds, each driving two targets with wrk (2 threads, 16 connections, DURATION s), in an
+#      alternating order so that the machine's noise spreads over both:
 #        noop         examples/noop_server.rs: same parsing and validation, no database
-#        group        convapi serve (group commit, the default) on a fresh copy of the template
-#        per-request  convapi serve --write-mode per-request (one transaction per request)
+#        group        convapi serve (group commit) on a fresh copy of the template
 #      every request has a unique orderId and a real identifier (scripts/bench/conversions.lua);
 #   4. an open-loop run at 2,000 requests/s with latency correction (oha), RUNS times, each followed
 #      by the same load against the no-op server (the floor the machine allows at that moment);
@@ -278,12 +277,10 @@ run_target() { # run_target TARGET ROUND
             start_server noop "$NOOP" --addr 127.0.0.1:0 --threads 32
             run_wrk noop "$round" unique
             stop_server ;;
-        group|per-request)
+        group)
             local db=$WORK/$target-$round.db
             cp "$WORK/template.db" "$db"
-            local extra=()
-            if [ "$target" = per-request ]; then extra=(--write-mode per-request); fi
-            start_server "$target" "$CONVAPI" --db "$db" serve --addr 127.0.0.1:0 "${extra[@]}"
+            start_server "$target" "$CONVAPI" --db "$db" serve --addr 127.0.0.1:0
             wal_watch_start "$db"
             run_wrk "$target" "$round" unique
             wal_watch_stop "$target" unique
@@ -291,12 +288,8 @@ run_target() { # run_target TARGET ROUND
             if [ "$target" = group ] && [ "$round" = "$RUNS" ]; then measure_idle; fi
             check_convapi "$db" unique
             # ~100 MB each: keep only the last group database (start-up is measured on it).
-            if [ "$target" = group ]; then
-                if [ -n "${LAST_GROUP_DB:-}" ]; then discard_db "$LAST_GROUP_DB"; fi
-                LAST_GROUP_DB=$db
-            else
-                discard_db "$db"
-            fi
+            if [ -n "${LAST_GROUP_DB:-}" ]; then discard_db "$LAST_GROUP_DB"; fi
+            LAST_GROUP_DB=$db
             ;;
     esac
 }
@@ -324,10 +317,10 @@ measure_idle() {
 }
 
 # ---------------------------------------------------------------------------------------- closed loop
-ORDERS=("noop group per-request" "per-request noop group" "group per-request noop")
+ORDERS=("noop group" "group noop")
 for round in $(seq 1 "$RUNS"); do
     say "round $round/$RUNS: wrk -t$WRK_THREADS -c$CONNS -d${DURATION}s"
-    for target in ${ORDERS[$(( (round - 1) % 3 ))]}; do
+    for target in ${ORDERS[$(( (round - 1) % 2 ))]}; do
         run_target "$target" "$round"
     done
 done

@@ -50,8 +50,12 @@ pub struct Checkpointer {
 
 impl Checkpointer {
     /// Opens the checkpointer's own connection and starts its thread.
-    pub fn start(path: &Path, catch_up: CatchUp) -> store::Result<Checkpointer> {
-        let conn = store::open(path)?;
+    pub fn start(
+        path: &Path,
+        settings: &store::Settings,
+        catch_up: CatchUp,
+    ) -> store::Result<Checkpointer> {
+        let conn = store::open_with(path, settings)?;
         let stopping = Arc::new(AtomicBool::new(false));
         let s = stopping.clone();
         let thread = std::thread::Builder::new()

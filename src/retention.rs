@@ -13,8 +13,8 @@
 //! started. Its SQL is
 //! `store::retention`'s; it decides only what goes when.
 //!
-//! Tests call [`prune_once`] on a connection of their own: without a writer, each job is a
-//! transaction of that connection ([`store::write_tx`]).
+//! Tests call [`prune_once`] on a connection of their own, through a [`Writer`] of their own: the
+//! same write path as the thread's.
 
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
@@ -43,43 +43,37 @@ pub const PAUSE_FACTOR: u32 = 9;
 const MAX_YIELD: Duration = Duration::from_millis(20);
 const DAY_MS: i64 = 86_400_000;
 
-/// Deletes everything past its retention at `now_ms`, then gives the free pages back. The hook
-/// tests use.
-pub fn prune_once(conn: &Connection, now_ms: i64) -> store::Result<Pruned> {
-    prune(conn, now_ms, None, &Metrics::default(), &|| false)
+/// Deletes everything past its retention at `now_ms`, then gives the free pages back; reads with
+/// `conn`, writes through `writer`.
+pub fn prune_once(conn: &Connection, writer: &Writer, now_ms: i64) -> store::Result<Pruned> {
+    prune(conn, now_ms, writer, &Metrics::default(), &|| false)
 }
 
-/// Runs one job: through the writer when there is one, else in a transaction of `conn`.
+/// Runs one job through the writer, then pauses (see [`PAUSE_FACTOR`]).
 fn job<T: Send + 'static>(
-    conn: &Connection,
-    writer: Option<&Writer>,
+    writer: &Writer,
     f: impl FnOnce(&Connection) -> store::Result<T> + Send + 'static,
 ) -> store::Result<T> {
-    match writer {
-        Some(w) => {
-            w.yield_to_queued(MAX_YIELD);
-            let started = std::time::Instant::now();
-            let out = w.submit(f).map_err(|e| match e {
-                WriteError::Unavailable(m) => {
-                    log::debug!("pruner: writer unavailable: {m}");
-                    StoreError::Busy
-                }
-                WriteError::Failed(e) => e,
-            });
-            std::thread::sleep(PAUSE.max(started.elapsed() * PAUSE_FACTOR));
-            out
+    writer.yield_to_queued(MAX_YIELD);
+    let started = std::time::Instant::now();
+    let out = writer.submit(f).map_err(|e| match e {
+        WriteError::Unavailable(m) => {
+            log::debug!("pruner: writer unavailable: {m}");
+            StoreError::Busy
         }
-        None => store::write_tx(conn, f),
-    }
+        WriteError::Failed(e) => e,
+    });
+    std::thread::sleep(PAUSE.max(started.elapsed() * PAUSE_FACTOR));
+    out
 }
 
-/// [`prune_once`], writing through `writer` when given, counting deleted rows in `metrics` as
-/// each job commits, and stopping between jobs when `stop` says so. What was committed before an
-/// error stays done; the next pass goes on from there.
+/// [`prune_once`], counting deleted rows in `metrics` as each job commits, and stopping between
+/// jobs when `stop` says so. What was committed before an error stays done; the next pass goes on
+/// from there.
 pub fn prune(
     conn: &Connection,
     now_ms: i64,
-    writer: Option<&Writer>,
+    writer: &Writer,
     metrics: &Metrics,
     stop: &dyn Fn() -> bool,
 ) -> store::Result<Pruned> {
@@ -101,7 +95,7 @@ pub fn prune(
                 return Ok(total);
             }
             let site = p.site_id.clone();
-            let done = job(conn, writer, move |c| {
+            let done = job(writer, move |c| {
                 store::retention::prune_sessions(c, &site, cutoff, BATCH_ROWS)
             })?;
             total.add(&done);
@@ -113,7 +107,7 @@ pub fn prune(
                 return Ok(total);
             }
             let site = p.site_id.clone();
-            let n = job(conn, writer, move |c| {
+            let n = job(writer, move |c| {
                 store::retention::expire_conversions(c, &site, cutoff, BATCH_ROWS)
             })?;
             total.conversions += n;
@@ -131,7 +125,7 @@ pub fn prune(
             total.conversions
         );
         // Each job returns the free pages it found and frees up to RECLAIM_PAGES of them.
-        while !stop() && job(conn, writer, store::retention::reclaim)? > RECLAIM_PAGES {}
+        while !stop() && job(writer, store::retention::reclaim)? > RECLAIM_PAGES {}
     }
     Ok(total)
 }
@@ -153,11 +147,12 @@ impl Pruner {
     /// through `writer`.
     pub fn start(
         db: &Path,
+        settings: &store::Settings,
         writer: Writer,
         metrics: Metrics,
         every: Duration,
     ) -> store::Result<Pruner> {
-        let conn = store::open(db)?;
+        let conn = store::open_with(db, settings)?;
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -191,7 +186,7 @@ fn run(conn: &Connection, s: &Shared, writer: &Writer, metrics: &Metrics, every:
                 return;
             }
         }
-        if let Err(e) = prune(conn, store::now_ms(), Some(writer), metrics, &stopped) {
+        if let Err(e) = prune(conn, store::now_ms(), writer, metrics, &stopped) {
             log::warn!("pruner: {e}; trying again in {:.0}s", every.as_secs_f64());
         }
     }

@@ -34,6 +34,8 @@ use crate::writer::{Writer, WriterConfig};
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub db: PathBuf,
+    /// The settings of every database connection the server opens (`--busy-timeout-ms`).
+    pub store: store::Settings,
     /// Listen address, request threads and connection limits.
     pub http: http::Config,
     pub writer: WriterConfig,
@@ -157,21 +159,22 @@ impl From<store::StoreError> for StartError {
 
 /// Opens the database, starts the writer, the checkpointer, the pipeline and the HTTP front.
 pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
-    crate::malloc::unmap_large_allocations();
     let lock = lock_database(&config.db)?;
     let threads = config.http.threads.max(1);
-    let pool = store::open_pool(&config.db, threads as u32 + 2)?;
-    let (writer, writer_thread) = Writer::start(&config.db, config.writer.clone())?;
-    let checkpointer = Checkpointer::start(&config.db, writer.catch_up())?;
+    let pool = store::open_pool(&config.db, threads as u32 + 2, &config.store)?;
+    let (writer, writer_thread) = Writer::start(&config.db, &config.store, config.writer.clone())?;
+    let checkpointer = Checkpointer::start(&config.db, &config.store, writer.catch_up())?;
     let metrics = Metrics::default();
     let (pipeline, pipeline_thread) = if config.pipeline {
-        let (w, t) = crate::pipeline::spawn(&config.db, metrics.clone(), writer.clone())?;
+        let (w, t) =
+            crate::pipeline::spawn(&config.db, &config.store, metrics.clone(), writer.clone())?;
         (w, Some(t))
     } else {
         (crate::pipeline::Waker::disabled(), None)
     };
     let pruner = crate::retention::Pruner::start(
         &config.db,
+        &config.store,
         writer.clone(),
         metrics.clone(),
         config.prune_every,

@@ -85,8 +85,6 @@ pub struct WriterConfig {
     pub queue: usize,
     /// Most jobs committed in one transaction.
     pub batch: usize,
-    /// One transaction per job instead of group commit (only for comparison benchmarks).
-    pub per_request: bool,
     /// How long a caller waits for its result before giving up with `Unavailable`.
     pub reply_timeout: Duration,
     /// Waiting outbox items created by the API beyond which new API conversions are refused;
@@ -102,7 +100,6 @@ impl Default for WriterConfig {
         WriterConfig {
             queue: 1024,
             batch: 256,
-            per_request: false,
             reply_timeout: Duration::from_secs(30),
             max_backlog: 100_000,
             max_pixel_backlog: 10_000,
@@ -190,8 +187,12 @@ pub struct Writer {
 impl Writer {
     /// Opens the writer's own connection and starts its thread. The thread ends, after committing
     /// everything queued, once every `Writer` handle is dropped.
-    pub fn start(path: &Path, config: WriterConfig) -> store::Result<(Writer, JoinHandle<()>)> {
-        let conn = store::open(path)?;
+    pub fn start(
+        path: &Path,
+        settings: &store::Settings,
+        config: WriterConfig,
+    ) -> store::Result<(Writer, JoinHandle<()>)> {
+        let conn = store::open_with(path, settings)?;
         let reply_timeout = config.reply_timeout;
         let queue = config.queue.max(1);
         let (tx, rx) = mpsc::sync_channel::<Job>(queue);
@@ -355,11 +356,7 @@ fn run(
     pending: &AtomicUsize,
     catch_up: &CatchUp,
 ) {
-    let cap = if config.per_request {
-        1
-    } else {
-        config.batch.max(1)
-    };
+    let cap = config.batch.max(1);
     let mut batch: Vec<Job> = Vec::with_capacity(cap);
     // Counting the outbox costs time in proportion to its size (3 ms at 36k waiting items), too
     // much after every commit. In `serve` this connection makes every change that adds a waiting
@@ -549,7 +546,8 @@ mod tests {
         let db = dir.path().join("w.db");
         let checkpointer = store::open(&db).unwrap();
         let reader = store::open(&db).unwrap();
-        let (writer, thread) = Writer::start(&db, WriterConfig::default()).unwrap();
+        let (writer, thread) =
+            Writer::start(&db, &Default::default(), WriterConfig::default()).unwrap();
         let write = |n: u32| {
             writer
                 .submit(move |c| store::tenants::create(c, &format!("t{n}"), "t", 0).map(drop))
@@ -585,7 +583,8 @@ mod tests {
                 .len()
         };
         let checkpointer = store::open(&db).unwrap();
-        let (writer, thread) = Writer::start(&db, WriterConfig::default()).unwrap();
+        let (writer, thread) =
+            Writer::start(&db, &Default::default(), WriterConfig::default()).unwrap();
         let big = "x".repeat(1 << 20);
         let n = store::WAL_SIZE_LIMIT / (1 << 20) + 8;
         writer
@@ -617,7 +616,8 @@ mod tests {
             queue: 8,
             ..WriterConfig::default()
         };
-        let (writer, thread) = Writer::start(&dir.path().join("w.db"), config).unwrap();
+        let (writer, thread) =
+            Writer::start(&dir.path().join("w.db"), &Default::default(), config).unwrap();
         // The writer is held inside a job until the test lets it go.
         let (release, held) = mpsc::channel::<()>();
         let (started, running) = mpsc::channel::<()>();

@@ -386,7 +386,7 @@ fn exit_status_is_2_on_usage_errors_and_1_on_failures_with_the_message_on_stderr
         vec!["key", "create"],
         vec!["key", "revoke"],
         vec!["serve", "--threads", "0"],
-        vec!["serve", "--write-mode", "sometimes"],
+        vec!["serve", "--pipeline", "sometimes"],
     ];
     for args in &usage {
         let r = cli_run(Some(&db), args);

@@ -262,12 +262,15 @@ fn retention_prunes_old_pixel_data_and_keeps_what_conversions_show() {
 
     let prune = |at: i64| {
         let conn = convapi::store::open(&app.db).expect("open db");
-        convapi::retention::prune_once(&conn, at).expect("prune")
+        with_writer(&app, |w| convapi::retention::prune_once(&conn, w, at)).expect("prune")
     };
     let metrics = convapi::metrics::Metrics::default();
     let pruned = {
         let conn = convapi::store::open(&app.db).expect("open db");
-        convapi::retention::prune(&conn, now_ms(), None, &metrics, &|| false).expect("prune")
+        with_writer(&app, |w| {
+            convapi::retention::prune(&conn, now_ms(), w, &metrics, &|| false)
+        })
+        .expect("prune")
     };
     let counted = format!("convapi_rows_pruned_total {}\n", pruned.rows());
     assert!(metrics.render(0, 0).contains(&counted), "{counted}");

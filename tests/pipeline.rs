@@ -4,7 +4,8 @@
 //! Currency lives in `currency.rs`, the report in `report.rs`, kill -9 mid-drain in `crash.rs`.
 //!
 //! Most tests run the server with `--pipeline off` and call `convapi::pipeline::drain_once` on its
-//! database file, so every step is deterministic; the clock of a pass is a parameter.
+//! database file, through a writer of their own, so every step is deterministic; the clock of a
+//! pass is a parameter.
 
 use std::time::{Duration, Instant};
 
@@ -525,7 +526,10 @@ fn a_slow_item_is_interrupted_and_retried_later() {
         ..Options::default()
     };
     let t0 = now_ms();
-    let stats = pipeline::drain(&conn, &Metrics::default(), t0, &impatient, &|| false).unwrap();
+    let stats = with_writer(&app, |w| {
+        pipeline::drain(&conn, w, &Metrics::default(), t0, &impatient, &|| false)
+    })
+    .unwrap();
     assert_eq!(
         stats,
         DrainStats {
@@ -543,8 +547,11 @@ fn a_slow_item_is_interrupted_and_retried_later() {
     );
     assert_eq!(status(&app, &order)["status"], "queued");
 
-    let stats =
-        pipeline::drain_once(&conn, &Metrics::default(), state.next_attempt_at.unwrap()).unwrap();
+    let at = state.next_attempt_at.unwrap();
+    let stats = with_writer(&app, |w| {
+        pipeline::drain_once(&conn, w, &Metrics::default(), at)
+    })
+    .unwrap();
     assert_eq!(stats.processed, 1);
     let v = status(&app, &order);
     assert_eq!(touch(&v).0, "s199", "the latest of the 200 sessions: {v}");

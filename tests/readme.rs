@@ -282,10 +282,6 @@ fn walk_through() {
     }
 }
 
-/// Options `serve --help` still shows that the README no longer lists, because they are being
-/// removed from the binary in parallel work. To be deleted when that work is merged.
-const REMOVED_ELSEWHERE: &[&str] = &["--write-mode"];
-
 /// An option's environment variable and default (`None`: none shown, or none listed).
 #[derive(Debug, PartialEq)]
 struct Setting {
@@ -384,15 +380,12 @@ fn readme_options(readme: &str) -> std::collections::BTreeMap<String, Setting> {
 fn the_configuration_table_is_serve_help() {
     let help = cli_run(None, &["serve", "--help"]);
     assert_eq!(help.code, 0, "{}", help.stderr);
-    let mut shown = help_options(&help.stdout);
+    let shown = help_options(&help.stdout);
     assert!(
         shown.len() >= 20 && shown.contains_key("--addr") && shown.contains_key("--db"),
         "serve --help read wrong: {shown:#?}\n{}",
         help.stdout
     );
-    for name in REMOVED_ELSEWHERE {
-        shown.remove(*name);
-    }
     let listed = readme_options(&readme());
     for (name, opt) in &shown {
         assert_eq!(

@@ -399,7 +399,8 @@ fn every_write_path_keeps_the_rollup_exact() {
         "on",
     ]);
     let conn = convapi::store::open(&app.db).expect("open db");
-    let expired = convapi::retention::prune_once(&conn, now_ms()).expect("prune");
+    let expired =
+        with_writer(&app, |w| convapi::retention::prune_once(&conn, w, now_ms())).expect("prune");
     assert_eq!(expired.conversions, 1, "{expired:?}");
     expect_error(&app.order_status(&old), 404, "ORDER_NOT_FOUND");
     checked("retention");

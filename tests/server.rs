@@ -1,5 +1,6 @@
-//! The server loop itself: a panicking handler is a 500 with a generic body and a log line, never a
-//! dead worker; SIGTERM stops accepting, lets the request in flight finish, and exits 0.
+//! The server loop itself: SIGTERM stops accepting, lets the request in flight finish, and exits 0;
+//! the binary has no test route. (A panicking handler is a 500 and never a dead worker: a unit test
+//! of the library, `src/cli/serve.rs`, whose build alone has a route that panics.)
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -9,37 +10,12 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use serde_json::json;
 
+/// The panicking handler of the library's unit tests (`src/cli/serve.rs`: a panic is a 500 and the
+/// workers live on) is compiled into their build only: the shipped binary has no such route, and
+/// no switch that would add it.
 #[test]
-fn a_panicking_handler_is_a_500_and_the_workers_live_on() {
-    // One worker thread: if a panic killed it, nothing after the first panic would be answered.
-    let app = TestApp::builder()
-        .serve_args(&["--threads", "1"])
-        .env("CONVAPI_TEST_ROUTES", "1")
-        .start();
-    for _ in 0..3 {
-        let r = app.get("/__test/panic");
-        let v = expect_error(&r, 500, "INTERNAL");
-        assert_eq!(
-            v["error"],
-            json!("internal error"),
-            "5xx bodies are generic: {v}"
-        );
-        assert!(
-            !r.text().contains("on purpose"),
-            "the panic message stays in the log"
-        );
-        assert_eq!(app.get("/healthz").expect(200), json!({"status": "ok"}));
-    }
-    let log = app.log();
-    assert!(
-        log.contains("handler panicked: a handler panicked on purpose"),
-        "a log line names the panic; log:\n{log}"
-    );
-}
-
-#[test]
-fn the_test_route_does_not_exist_unless_switched_on() {
-    let app = TestApp::start();
+fn the_binary_has_no_test_route() {
+    let app = TestApp::builder().env("CONVAPI_TEST_ROUTES", "1").start();
     expect_error(&app.get("/__test/panic"), 404, "NOT_FOUND");
 }
 

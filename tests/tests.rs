@@ -6,7 +6,7 @@
 //!
 //! Tests share the process, not state: each starts its own server on its own temp-dir database and
 //! port, and nothing may change process-wide state (environment, current directory, signal
-//! dispositions, the library's `store::set_*` settings).
+//! dispositions); the library keeps none of its own (settings travel in each server's config).
 //!
 //! Where a new test goes: to the one file whose entry below names its property, so that each
 //! property is tested in one place. For example:
@@ -104,8 +104,8 @@ mod logs;
 // Key hashing and logs, SQL built from bound parameters only, the API's tenant isolation, 401s.
 // Here: a security property of the API (the dashboard's are in `dashboard_security.rs`).
 mod security;
-// The server loop: a panicking handler is a 500, SIGTERM drains the request in flight, the test
-// route is off unless switched on.
+// The server loop: SIGTERM drains the request in flight; the binary has no test route (the panicking
+// handler is a unit test of the library, src/cli/serve.rs).
 mod server;
 // README.md's walk-through, run verbatim in bash: every block prints what the README shows. Here:
 // only the README itself.

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Turns bench.sh's results.jsonl into the table of medians and the performance targets (BENCHMARKS.md).
 
-Ratios are paired: each round's convapi figure is divided by the same round's no-op (or
-per-request) figure, measured minutes apart on the same machine, and the median of those ratios is
-reported, so that load from other processes cancels as far as it can.
+Ratios are paired: each round's convapi figure is divided by the same round's no-op figure,
+measured minutes apart on the same machine, and the median of those ratios is reported, so that
+load from other processes cancels as far as it can.
 """
 import argparse
 import json
@@ -34,7 +34,7 @@ def main():
 
     rows = [json.loads(l) for l in open(a.results) if l.strip()]
     closed = [r for r in rows if r["kind"] == "closed" and r["mode"] == "unique"]
-    by = {t: [r for r in closed if r["target"] == t] for t in ("noop", "group", "per-request")}
+    by = {t: [r for r in closed if r["target"] == t] for t in ("noop", "group")}
     opened = [r for r in rows if r["kind"] == "open" and r.get("target", "convapi") == "convapi"]
     opened_noop = [r for r in rows if r["kind"] == "open" and r.get("target") == "noop"]
     idle = [r for r in rows if r["kind"] == "idle"]
@@ -66,12 +66,9 @@ def main():
         return ratios
 
     vs_noop = paired("group", "noop", "rps")
-    vs_per = paired("group", "per-request", "accepted_per_s")
     p("")
     if vs_noop:
         p("group accepted/s ÷ noop req/s, per round: " + fmt_range(vs_noop, "%.2f"))
-    if vs_per:
-        p("group ÷ per-request accepted/s, per round: " + fmt_range(vs_per, "%.1f"))
 
     if opened:
         p("")
@@ -115,7 +112,7 @@ def main():
           "%s %% of the accepted conversions processed by the time wrk stopped"
           % fmt_range([100 * r["processed"] / r["accepted"] for r in during]))
     threads = [r for r in rows if r["kind"] == "threads" and r["mode"] == "unique"]
-    for target in ("noop", "group", "per-request"):
+    for target in ("noop", "group"):
         runs = [r["per_request"] for r in threads if r["target"] == target]
         if not runs:
             continue
@@ -141,8 +138,6 @@ def main():
     g = by["group"]
     if vs_noop:
         check("accepted/s >= 0.40 x noop req/s", median(vs_noop) >= 0.40, "%.2f" % median(vs_noop))
-    if vs_per:
-        check("accepted/s >= 3 x per-request", median(vs_per) >= 3, "%.1f x" % median(vs_per))
     if g:
         p99 = median([r["p99_ms"] for r in g])
         check("closed-loop p99 <= 15 ms at 16 connections", p99 <= 15, "%.1f ms" % p99)

@@ -19,7 +19,7 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 
 /// A conversion as the merchant's backend submitted it, once it passed every field rule.
 #[derive(Debug)]
-pub struct Submission {
+struct Submission {
     client_id: Option<String>,
     visitor_id: Option<String>,
     session_id: Option<String>,
@@ -30,9 +30,8 @@ pub struct Submission {
     occurred_at: i64,
 }
 
-/// Applies the field rules (docs/decisions.md §3, check 7) to a parsed body. Public so that the benchmark's
-/// no-op server (`examples/noop_server.rs`) does exactly this work.
-pub fn parse_submission(obj: &Map<String, Value>, now_ms: i64) -> Result<Submission, ApiError> {
+/// Applies the field rules (docs/decisions.md §3, check 7) to a parsed body.
+fn parse_submission(obj: &Map<String, Value>, now_ms: i64) -> Result<Submission, ApiError> {
     let id = |name: &str| validate::opt_string(obj, name, name, validate::MAX_ID_CHARS);
     let client_id = id("clientId")?;
     let visitor_id = id("visitorId")?;

@@ -2,8 +2,6 @@
 //! method: 405 `METHOD_NOT_ALLOWED` with `Allow`; a path parameter that does not decode to UTF-8:
 //! 400 `VALIDATION_ERROR` naming it, before the handler (docs/decisions.md §2).
 
-use std::sync::OnceLock;
-
 use super::{collect, conversions, health, people, static_files, ApiError, App};
 use crate::http::{decode_segment, Ctx, Lane, Reply};
 
@@ -48,13 +46,6 @@ fn dashboard(app: &App, ctx: &mut Ctx) -> (Route, Result<Reply, ApiError>) {
 
 /// No route matched (404, 405).
 const UNKNOWN: Route = private("unknown");
-
-/// `CONVAPI_TEST_ROUTES=1` adds `GET /__test/panic`, a handler that panics, so tests can check that
-/// a panic is a 500 and never a dead worker. Off unless set; not part of the API.
-fn test_routes() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("CONVAPI_TEST_ROUTES").is_ok_and(|v| v == "1"))
-}
 
 /// The lane a request waits in for a request thread (`http::Lane`): the authenticated API (keyed
 /// routes under `/api/sites/`) and `/healthz`, which a load balancer uses to decide whether this
@@ -104,7 +95,9 @@ pub fn dispatch(app: &App, ctx: &mut Ctx) -> (Route, Result<Reply, ApiError>) {
         ("GET" | "HEAD", ["metrics"]) => (private("metrics"), health::metrics(app, ctx)),
         (_, ["pixel.js"] | ["openapi.yaml"] | ["favicon.ico"] | ["healthz"] | ["metrics"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("GET, HEAD"))),
         (_, ["dashboard", ..]) | ("GET" | "HEAD", [""]) => dashboard(app, ctx),
-        ("GET", ["__test", "panic"]) if test_routes() => panic!("a handler panicked on purpose (CONVAPI_TEST_ROUTES)"),
+        // The unit tests' build only (`cli/serve.rs`): a handler that panics, to check that a panic is a 500 and never a dead worker.
+        #[cfg(test)]
+        ("GET", ["__test", "panic"]) => panic!("a handler panicked on purpose (unit test route)"),
         _ => (UNKNOWN, Err(ApiError::NotFound)),
     }
 }

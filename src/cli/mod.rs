@@ -17,6 +17,7 @@ mod outbox;
 mod rates;
 mod report;
 mod serve;
+pub use serve::serve_config;
 mod site;
 mod tenant;
 mod user;

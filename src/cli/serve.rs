@@ -22,9 +22,6 @@ pub(super) struct ServeArgs {
     /// Most writes committed in one transaction.
     #[arg(long, env = "CONVAPI_BATCH", default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
     batch: u16,
-    /// `group` (group commit) or `per-request` (one transaction per request; for benchmarks only).
-    #[arg(long, env = "CONVAPI_WRITE_MODE", default_value = "group", value_parser = ["group", "per-request"])]
-    write_mode: String,
     /// Run the background pipeline (`off` lets tests drive it by hand).
     #[arg(long, env = "CONVAPI_PIPELINE", default_value = "on", value_parser = ["on", "off"])]
     pipeline: String,
@@ -93,9 +90,6 @@ pub(super) struct ServeArgs {
     /// Where `--rates-fetch daily` downloads the daily file from.
     #[arg(long, env = "CONVAPI_RATES_URL", default_value = crate::ecb::DAILY_URL)]
     rates_url: String,
-    /// Test only: caps the database at this many pages to simulate a full disk.
-    #[arg(long, env = "CONVAPI_TEST_MAX_PAGE_COUNT", hide = true)]
-    test_max_page_count: Option<u64>,
 }
 
 /// `http(s)://host[:port]`, with an optional trailing slash (dropped) and nothing after it.
@@ -183,11 +177,55 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(|e| e.to_string())?;
     check_addr(&a.addr)?;
-    store::set_busy_timeout(std::time::Duration::from_millis(a.busy_timeout_ms));
-    if let Some(pages) = a.test_max_page_count {
-        store::set_max_page_count(pages);
+    // A setting of the whole process, so made by its owner, not by `server::start`.
+    crate::malloc::unmap_large_allocations();
+    let config = config(db, a);
+    let addr = config.http.addr.clone();
+    let running = crate::server::start(&config).map_err(|e| match e {
+        crate::server::StartError::Http(crate::http::StartError::Listen { error, .. }) => {
+            super::CliError::Failed(cannot_listen(&addr, &error))
+        }
+        crate::server::StartError::Store(e) => super::CliError::Store(e),
+        e => super::CliError::Failed(e.to_string()),
+    })?;
+    log::info!(
+        "serving {} with {}, group commit of up to {}",
+        config.db.display(),
+        count(config.http.threads, "thread", "threads"),
+        count(config.writer.batch, "write", "writes"),
+    );
+    // The one line on stdout: scripts and tests read the chosen port from it.
+    println!("listening on http://{}", running.addr);
+    let _ = std::io::stdout().flush();
+    if let Some(sig) = signals.forever().next() {
+        log::info!("signal {sig}: draining and stopping");
     }
-    let config = crate::server::ServeConfig {
+    running.shutdown();
+    log::info!("stopped");
+    Ok(())
+}
+
+/// The configuration `convapi --db DB serve ARGS...` runs with, parsed by the command's own
+/// options and defaults, without starting anything and without reading the environment. For
+/// programs that run the server through the library (`server::start`): the tests start servers in
+/// their own process with it, and set there what no option of the binary sets (such as
+/// `store.max_page_count`).
+pub fn serve_config<I, T>(db: PathBuf, args: I) -> Result<crate::server::ServeConfig, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString>,
+{
+    use clap::{Args, FromArgMatches};
+    let command =
+        ServeArgs::augment_args(clap::Command::new("serve")).mut_args(|arg| arg.env(None::<&str>));
+    let args = std::iter::once("serve".into()).chain(args.into_iter().map(Into::into));
+    let matches = command.try_get_matches_from(args)?;
+    let a = ServeArgs::from_arg_matches(&matches)?;
+    Ok(config(db, a))
+}
+
+fn config(db: PathBuf, a: ServeArgs) -> crate::server::ServeConfig {
+    crate::server::ServeConfig {
         http: crate::http::Config {
             addr: a.addr,
             threads: a.threads as usize,
@@ -200,10 +238,13 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
             },
         },
         db,
+        store: store::Settings {
+            busy_timeout: std::time::Duration::from_millis(a.busy_timeout_ms),
+            ..Default::default()
+        },
         writer: crate::writer::WriterConfig {
             queue: a.queue.max(1),
             batch: a.batch as usize,
-            per_request: a.write_mode == "per-request",
             max_backlog: a.max_backlog,
             max_pixel_backlog: a.max_pixel_backlog,
             ..Default::default()
@@ -219,32 +260,97 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
         secure_cookies: a.secure_cookies,
         public_url: a.public_url,
         rates_fetch: (a.rates_fetch == "daily").then_some(a.rates_url),
-    };
-    let addr = config.http.addr.clone();
-    let running = crate::server::start(&config).map_err(|e| match e {
-        crate::server::StartError::Http(crate::http::StartError::Listen { error, .. }) => {
-            super::CliError::Failed(cannot_listen(&addr, &error))
-        }
-        crate::server::StartError::Store(e) => super::CliError::Store(e),
-        e => super::CliError::Failed(e.to_string()),
-    })?;
-    log::info!(
-        "serving {} with {}, write mode {}",
-        config.db.display(),
-        count(config.http.threads, "thread", "threads"),
-        if config.writer.per_request {
-            "per-request"
-        } else {
-            "group commit"
-        }
-    );
-    // The one line on stdout: scripts and tests read the chosen port from it.
-    println!("listening on http://{}", running.addr);
-    let _ = std::io::stdout().flush();
-    if let Some(sig) = signals.forever().next() {
-        log::info!("signal {sig}: draining and stopping");
     }
-    running.shutdown();
-    log::info!("stopped");
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::sync::Mutex;
+
+    use std::net::SocketAddr;
+
+    use super::*;
+
+    /// The error lines logged in this process (the library's unit tests), for the assertion on the
+    /// panic's log line; installed by the first test that asks.
+    struct Captured(Mutex<Vec<String>>);
+
+    impl log::Log for Captured {
+        fn enabled(&self, meta: &log::Metadata) -> bool {
+            meta.level() <= log::Level::Error
+        }
+        fn log(&self, record: &log::Record) {
+            if self.enabled(record.metadata()) {
+                let mut lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+                lines.push(record.args().to_string());
+            }
+        }
+        fn flush(&self) {}
+    }
+
+    static LOG: Captured = Captured(Mutex::new(Vec::new()));
+
+    fn error_lines() -> Vec<String> {
+        if log::set_logger(&LOG).is_ok() {
+            log::set_max_level(log::LevelFilter::Error);
+        }
+        LOG.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// One request on a connection of its own; the whole answer.
+    fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+    }
+
+    /// The server loop with the real service: a panicking handler (the route `/__test/panic`,
+    /// which only this build has) is a 500 with a generic body and a log line, never a dead
+    /// worker. One request thread: if a panic killed it, nothing after the first would be answered.
+    #[test]
+    fn a_panicking_handler_is_a_500_and_the_workers_live_on() {
+        error_lines();
+        let dir = tempfile::tempdir().unwrap();
+        let args = [
+            "--addr",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+            "--pipeline",
+            "off",
+        ];
+        let config = serve_config(dir.path().join("t.db"), args).unwrap();
+        let running = crate::server::start(&config).unwrap();
+        for _ in 0..3 {
+            let answer = get(running.addr, "/__test/panic");
+            assert!(answer.starts_with("HTTP/1.1 500 "), "{answer}");
+            let body = answer.split_once("\r\n\r\n").unwrap().1;
+            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert_eq!(v["code"], "INTERNAL", "{v}");
+            assert_eq!(v["error"], "internal error", "5xx bodies are generic: {v}");
+            assert!(
+                !answer.contains("on purpose"),
+                "the panic message stays in the log"
+            );
+            let health = get(running.addr, "/healthz");
+            assert!(health.starts_with("HTTP/1.1 200 "), "{health}");
+        }
+        running.shutdown();
+        let lines = error_lines();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("handler panicked: a handler panicked on purpose")),
+            "a log line names the panic: {lines:?}"
+        );
+    }
 }

@@ -137,7 +137,7 @@ impl Reply {
     }
 
     /// The tiny_http response for this reply, tagged with `X-Request-Id`.
-    pub fn into_response(self, request_id: &str) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    fn into_response(self, request_id: &str) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
         let mut response = tiny_http::Response::from_data(self.body).with_status_code(self.status);
         let headers = self.headers.iter().map(|(n, v)| (*n, v.as_str()));
         for (name, value) in headers.chain([("X-Request-Id", request_id)]) {
@@ -432,9 +432,8 @@ fn serve_loop(w: &Worker, lanes: &Lanes) {
 /// The segments of a request path as sent, without the leading `/`: `/a//b` is `["a", "", "b"]`.
 /// Routes match these literally, so `/%6detrics` and `//metrics` are not `/metrics` (a proxy in
 /// front that guards one spelling must not be walked around by another); parameters are
-/// percent-decoded with [`decode_segment`] by whoever takes them. Public so that the benchmark's
-/// no-op server (`examples/noop_server.rs`) splits paths exactly this way.
-pub fn path_segments(path: &str) -> Vec<String> {
+/// percent-decoded with [`decode_segment`] by whoever takes them.
+fn path_segments(path: &str) -> Vec<String> {
     path.strip_prefix('/')
         .unwrap_or(path)
         .split('/')

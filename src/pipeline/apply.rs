@@ -1,8 +1,7 @@
 //! Writing what was decided: each item claimed again, then finished, parked, left due or counted
 //! as a failed try (rescheduled with backoff, or dead-lettered), in a savepoint of the caller's
-//! write transaction. It opens no transaction of its own: the writer's job, or
-//! [`store::write_tx`] where there is no writer, holds it, so a result and the fate of its outbox
-//! row commit together.
+//! write transaction. It opens no transaction of its own: the writer's job holds it, so a result
+//! and the fate of its outbox row commit together.
 
 use rusqlite::Connection;
 
@@ -175,6 +174,20 @@ mod tests {
 
     const DAY_MS: i64 = 86_400_000;
 
+    /// One pass at `now` as the worker makes it, through a writer of its own on the test's file.
+    fn drain_at(dir: &std::path::Path, conn: &Connection, now: i64) -> crate::pipeline::DrainStats {
+        let (writer, thread) = crate::writer::Writer::start(
+            &dir.join("t.db"),
+            &Default::default(),
+            Default::default(),
+        )
+        .unwrap();
+        let stats = drain_once(conn, &writer, &Metrics::default(), now).unwrap();
+        drop(writer);
+        thread.join().unwrap();
+        stats
+    }
+
     /// A database with one EUR site and one USD conversion waiting in the outbox (no rates yet).
     fn one_usd_conversion(dir: &std::path::Path) -> (Connection, i64) {
         one_usd_conversion_from(dir, Source::Api)
@@ -248,7 +261,7 @@ mod tests {
         let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
         assert_eq!(state.next_attempt_at, Some(now), "left due, not parked");
         // The next pass finishes it with the rate.
-        let stats = drain_once(&conn, &Metrics::default(), now).unwrap();
+        let stats = drain_at(dir.path(), &conn, now);
         assert_eq!(stats.processed, 1);
         assert!(store::pipeline::item_state(&conn, "c1").unwrap().is_none());
     }
@@ -308,12 +321,7 @@ mod tests {
         let state = store::pipeline::item_state(&conn, "c1").unwrap().unwrap();
         assert_eq!((state.attempts, state.next_attempt_at), (0, Some(now)));
         // The next pass processes the API's amount.
-        assert_eq!(
-            drain_once(&conn, &Metrics::default(), now)
-                .unwrap()
-                .processed,
-            1
-        );
+        assert_eq!(drain_at(dir.path(), &conn, now).processed, 1);
         let status = conversions::order_status(&conn, "11111111-1111-4111-8111-111111111111", "o1")
             .unwrap()
             .unwrap();
@@ -325,12 +333,7 @@ mod tests {
     fn a_parked_item_says_which_rate_it_waits_for() {
         let dir = tempfile::tempdir().unwrap();
         let (conn, now) = one_usd_conversion(dir.path());
-        assert_eq!(
-            drain_once(&conn, &Metrics::default(), now)
-                .unwrap()
-                .fx_pending,
-            1
-        );
+        assert_eq!(drain_at(dir.path(), &conn, now).fx_pending, 1);
         let status = conversions::order_status(&conn, "11111111-1111-4111-8111-111111111111", "o1")
             .unwrap()
             .unwrap();

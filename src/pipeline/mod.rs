@@ -15,8 +15,8 @@
 //! without a value needs no rate: it is processed with no reporting value.
 //!
 //! Tests drive [`drain_once`] in-process against the database file of a server started with
-//! `--pipeline off`; without a writer, each chunk is written in a transaction of the pipeline's own
-//! connection instead ([`store::write_tx`]).
+//! `--pipeline off`, through a [`Writer`] of their own on that file: the same write path as the
+//! worker's.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -65,11 +65,6 @@ pub struct Options {
     pub batch: usize,
     /// See [`ITEM_DEADLINE`].
     pub item_deadline: Duration,
-    /// Where results are written. `Some` in `serve`: each chunk becomes one job of the request
-    /// writer, committed with the requests of its batch (no transaction or fsync of its own).
-    /// `None`: one [`store::write_tx`] transaction per chunk on the pipeline's own connection
-    /// (tests, and any caller without a writer).
-    pub writer: Option<Writer>,
 }
 
 impl Default for Options {
@@ -77,7 +72,6 @@ impl Default for Options {
         Options {
             batch: 64,
             item_deadline: ITEM_DEADLINE,
-            writer: None,
         }
     }
 }
@@ -95,10 +89,18 @@ pub struct DrainStats {
     pub dead_lettered: usize,
 }
 
-/// Handles every item due at `now_ms`, each once, in order of due time. Items that fail are
-/// rescheduled after `now_ms`, so they wait for a later pass. The hook tests use.
-pub fn drain_once(conn: &Connection, metrics: &Metrics, now_ms: i64) -> store::Result<DrainStats> {
-    drain(conn, metrics, now_ms, &Options::default(), &|| false)
+/// Handles every item due at `now_ms`, each once, in order of due time, reading with `conn` and
+/// writing through `writer`. Items that fail are rescheduled after `now_ms`, so they wait for a
+/// later pass.
+pub fn drain_once(
+    conn: &Connection,
+    writer: &Writer,
+    metrics: &Metrics,
+    now_ms: i64,
+) -> store::Result<DrainStats> {
+    drain(conn, writer, metrics, now_ms, &Options::default(), &|| {
+        false
+    })
 }
 
 /// [`drain_once`] with options, stopping early (between chunks) when `stop` says so.
@@ -107,10 +109,12 @@ pub fn drain_once(conn: &Connection, metrics: &Metrics, now_ms: i64) -> store::R
 ///
 /// Each chunk is decided first — attribution and currency for as many items as fit in
 /// [`CHUNK_BUDGET`], read in one read transaction of the pipeline's connection — and then written
-/// in one go by [`apply`], which re-checks every item inside the write transaction, so an item
-/// that changed in between is left alone.
+/// in one go by [`apply`] as one job of the writer, committed with whatever requests share its
+/// batch (no transaction or fsync of its own). `apply` re-checks every item inside the write
+/// transaction, so an item that changed in between is left alone.
 pub fn drain(
     conn: &Connection,
+    writer: &Writer,
     metrics: &Metrics,
     now_ms: i64,
     opts: &Options,
@@ -131,12 +135,10 @@ pub fn drain(
             if stop() {
                 return Ok(stats);
             }
-            if let Some(w) = &opts.writer {
-                w.yield_to_queued(MAX_YIELD);
-            }
+            writer.yield_to_queued(MAX_YIELD);
             let decided = decide_chunk(conn, &mut fresh, opts)?;
-            let applied = match &opts.writer {
-                Some(w) => w
+            let applied =
+                writer
                     .submit(move |c| apply(c, decided, now_ms))
                     .map_err(|e| match e {
                         WriteError::Unavailable(m) => {
@@ -144,9 +146,7 @@ pub fn drain(
                             StoreError::Busy
                         }
                         WriteError::Failed(e) => e,
-                    })?,
-                None => store::write_tx(conn, |c| apply(c, decided, now_ms))?,
-            };
+                    })?;
             // Counted and logged once committed.
             for a in applied {
                 match a {
@@ -234,10 +234,11 @@ impl Waker {
 /// through `writer`.
 pub fn spawn(
     db: &Path,
+    settings: &store::Settings,
     metrics: Metrics,
     writer: Writer,
 ) -> store::Result<(Waker, JoinHandle<()>)> {
-    let conn = store::open(db)?;
+    let conn = store::open_with(db, settings)?;
     let shared = Arc::new(Shared::default());
     let s = shared.clone();
     let handle = std::thread::Builder::new()
@@ -248,10 +249,7 @@ pub fn spawn(
 }
 
 fn run(conn: Connection, metrics: &Metrics, s: &Shared, writer: Writer) {
-    let opts = Options {
-        writer: Some(writer),
-        ..Options::default()
-    };
+    let opts = Options::default();
     let stop = || s.stopping.load(Ordering::SeqCst);
     loop {
         {
@@ -264,7 +262,7 @@ fn run(conn: Connection, metrics: &Metrics, s: &Shared, writer: Writer) {
             s.wake_pending.store(false, Ordering::Release);
         }
         let now = store::now_ms();
-        let wait = match drain(&conn, metrics, now, &opts, &stop) {
+        let wait = match drain(&conn, &writer, metrics, now, &opts, &stop) {
             Ok(stats) => {
                 if stats != DrainStats::default() {
                     log::debug!("pipeline: {stats:?}");

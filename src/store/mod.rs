@@ -26,7 +26,6 @@ pub mod users;
 pub mod web_sessions;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use r2d2::Pool;
@@ -44,23 +43,27 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bytes the WAL file is truncated to when it starts over after growing past them.
 pub const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 
-static BUSY_TIMEOUT_MS: AtomicU64 = AtomicU64::new(BUSY_TIMEOUT.as_millis() as u64);
-static MAX_PAGE_COUNT: AtomicU64 = AtomicU64::new(0);
-
-/// Sets the busy timeout of every connection opened from now on (`serve --busy-timeout-ms`).
-pub fn set_busy_timeout(d: Duration) {
-    BUSY_TIMEOUT_MS.store(d.as_millis().max(1) as u64, Ordering::Relaxed);
+/// The per-connection settings of the connections [`open_with`] and [`open_pool`] open. Passed to
+/// whatever opens connections (`serve` hands its own to every part it starts), never kept in the
+/// process, so that several servers or tools in one process each keep theirs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// How long a connection waits for SQLite's write lock before giving up with `Busy`
+    /// (`serve --busy-timeout-ms`).
+    pub busy_timeout: Duration,
+    /// Most pages the database may grow to (`PRAGMA max_page_count`); `None`: SQLite's own bound.
+    /// No option sets it: a program that runs the server through the library (the tests) caps the
+    /// file with it to run into `SQLITE_FULL`, a full disk, and out of it again.
+    pub max_page_count: Option<u64>,
 }
 
-/// The busy timeout connections are opened with.
-pub fn busy_timeout() -> Duration {
-    Duration::from_millis(BUSY_TIMEOUT_MS.load(Ordering::Relaxed))
-}
-
-/// Test only: caps the database size of every connection opened from now on, so that a test can
-/// run the server into `SQLITE_FULL` (a full disk) and out of it again.
-pub fn set_max_page_count(pages: u64) {
-    MAX_PAGE_COUNT.store(pages, Ordering::Relaxed);
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            busy_timeout: BUSY_TIMEOUT,
+            max_page_count: None,
+        }
+    }
 }
 
 pub type DbPool = Pool<SqliteConnectionManager>;
@@ -121,8 +124,8 @@ impl From<r2d2::Error> for StoreError {
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 /// Applies the per-connection settings. Called for every connection, pooled or not.
-pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
-    conn.busy_timeout(busy_timeout())?;
+pub fn configure(conn: &Connection, settings: &Settings) -> rusqlite::Result<()> {
+    conn.busy_timeout(settings.busy_timeout.max(Duration::from_millis(1)))?;
     // WAL lets readers run beside the single writer; FULL fsyncs the WAL on every commit so that an
     // acknowledged conversion survives power loss, not just a process crash.
     // No checkpoint inside a commit: in `serve` the checkpointer thread does it (see
@@ -137,8 +140,7 @@ pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
     )?;
     conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT as i64)?;
     conn.set_prepared_statement_cache_capacity(64);
-    let pages = MAX_PAGE_COUNT.load(Ordering::Relaxed);
-    if pages > 0 {
+    if let Some(pages) = settings.max_page_count {
         conn.pragma_update(None, "max_page_count", pages as i64)?;
     }
     Ok(())
@@ -163,24 +165,30 @@ pub fn ping(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
-/// Opens one connection, creating the file and its schema on first use.
+/// Opens one connection with the default [`Settings`], creating the file and its schema on first use.
 pub fn open(path: &Path) -> Result<Connection> {
+    open_with(path, &Settings::default())
+}
+
+/// [`open`] with the given settings.
+pub fn open_with(path: &Path, settings: &Settings) -> Result<Connection> {
     let mut conn = Connection::open(path)?;
-    configure(&conn)?;
+    configure(&conn, settings)?;
     migrate(&mut conn)?;
     retention::prepare_deletes(&conn)?;
     Ok(conn)
 }
 
 /// Opens (and migrates) the database, then builds the read pool over it.
-pub fn open_pool(path: &Path, size: u32) -> Result<DbPool> {
-    drop(open(path)?);
-    let manager = SqliteConnectionManager::file(path).with_init(|c| configure(c));
+pub fn open_pool(path: &Path, size: u32, settings: &Settings) -> Result<DbPool> {
+    drop(open_with(path, settings)?);
+    let settings = *settings;
+    let manager = SqliteConnectionManager::file(path).with_init(move |c| configure(c, &settings));
     Pool::builder()
         .max_size(size.max(1))
         // A local file does not go stale: r2d2's check would run a statement per checkout.
         .test_on_check_out(false)
-        .connection_timeout(busy_timeout())
+        .connection_timeout(settings.busy_timeout.max(Duration::from_millis(1)))
         .build(manager)
         .map_err(|e| StoreError::Other(format!("cannot open {}: {e}", path.display())))
 }
@@ -201,7 +209,7 @@ fn roll_back(conn: &Connection) {
 
 /// The process's one write-transaction runner: runs `f` in a `BEGIN IMMEDIATE` transaction and
 /// commits when it succeeds; when `f` or the commit fails, nothing of it stays. In `serve` only
-/// the writer thread calls it (once per batch); without a writer the pipeline does (once per chunk).
+/// the writer thread calls it (once per batch); the CLI's commands call it for their own writes.
 pub fn write_tx<T, E: From<StoreError>>(
     conn: &Connection,
     f: impl FnOnce(&Connection) -> std::result::Result<T, E>,

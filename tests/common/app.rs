@@ -28,7 +28,7 @@ pub fn server_bin() -> String {
 }
 
 /// The bound on pixel event ages test servers run with (100 years): see `TestApp::spawn`.
-const PIXEL_MAX_AGE_HOURS: &str = "876000";
+pub(super) const PIXEL_MAX_AGE_HOURS: &str = "876000";
 
 /// Longest any single wait in the harness may take (server start, stop, one HTTP exchange).
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -129,6 +129,8 @@ pub struct TestApp {
     pub key: Key,
     pub options: Options,
     child: Option<Child>,
+    /// A server running inside this process instead (see [`TestApp::restart_in_process`]).
+    in_process: Option<convapi::server::Running>,
     /// The HTTP client of this app's requests (`client.rs`).
     pub(super) agent: ureq::Agent,
 }
@@ -167,6 +169,7 @@ impl TestApp {
             },
             options,
             child: None,
+            in_process: None,
             agent,
         };
         app.tenant = app.create_tenant("Test tenant");
@@ -194,7 +197,7 @@ impl TestApp {
     }
 
     pub fn is_running(&self) -> bool {
-        self.child.is_some()
+        self.child.is_some() || self.in_process.is_some()
     }
 
     /// The server's process id; panics when it is not running.
@@ -298,8 +301,12 @@ impl TestApp {
         self.child = Some(child);
     }
 
-    /// Stops the server with SIGTERM and waits for it; asserts it exits 0 (graceful drain).
+    /// Stops the server with SIGTERM and waits for it; asserts it exits 0 (graceful drain). A
+    /// server in this process is shut down the same way (drained, then stopped).
     pub fn stop(&mut self) {
+        if let Some(running) = self.in_process.take() {
+            running.shutdown();
+        }
         let Some(mut child) = self.child.take() else {
             return;
         };
@@ -338,10 +345,24 @@ impl TestApp {
         self.stop();
         self.spawn();
     }
+
+    /// Like [`TestApp::restart`], but the new server runs inside this process, through the library
+    /// (`inproc.rs`), with the app's serve arguments and then `adjust`'s changes to its
+    /// configuration: for what the binary has no option for (e.g. `store.max_page_count`). It has
+    /// no log and no process id; `stop`, `restart` and `Drop` end it.
+    pub fn restart_in_process(&mut self, adjust: impl FnOnce(&mut convapi::server::ServeConfig)) {
+        self.stop();
+        let running = super::inproc::start(&self.db, &self.options.serve_args, adjust);
+        self.base = format!("http://{}", running.addr);
+        self.in_process = Some(running);
+    }
 }
 
 impl Drop for TestApp {
     fn drop(&mut self) {
+        if let Some(running) = self.in_process.take() {
+            running.shutdown();
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

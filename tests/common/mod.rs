@@ -15,7 +15,7 @@
 //! - `crash.rs`: the one crash harness: `kill -9` of the server under load or when a condition on
 //!   its file holds, then the file's integrity and its conversions with their outbox rows.
 //!
-//! Two reach behind it, on purpose:
+//! Three reach behind it, on purpose:
 //! - `sql.rs` opens the server's database file with plain rusqlite (not the library) to check what
 //!   no endpoint shows — one row per order, only a key's hash on disk, outbox rows left — and to
 //!   plant states the API refuses to create;
@@ -23,12 +23,14 @@
 //!   pipeline in this process against the server's database file while the server runs with
 //!   `--pipeline off`: each pass happens exactly when the test says, with a clock it chooses, so
 //!   attribution, backoff and dead-letter tests are deterministic instead of waiting on a worker.
-//!   Only the pipeline's test files import it (`use crate::common::pipeline_support::*`).
+//!   Only the pipeline's test files import it (`use crate::common::pipeline_support::*`);
+//! - `inproc.rs` runs the server in this process through the library (`convapi::server::start`),
+//!   for what the binary has no option for, such as a database capped at a few pages (a full
+//!   disk): [`TestApp::restart_in_process`].
 //!
 //! All tests run as threads of one process: helpers keep their state per [`TestApp`] (temp dir,
 //! port, child process) and never change process-wide state (environment, current directory,
-//! signal dispositions, the library's `store::set_*` settings). Keep this API stable: the test
-//! files rely on it. Add, don't break.
+//! signal dispositions). Keep this API stable: the test files rely on it. Add, don't break.
 
 #![allow(dead_code)]
 
@@ -39,6 +41,7 @@ mod cli;
 mod client;
 pub mod crash;
 mod dashboard;
+mod inproc;
 mod load;
 pub mod pipeline_support;
 mod pixel;

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use convapi::metrics::Metrics;
 use convapi::pipeline::{self, DrainStats};
+use convapi::writer::{Writer, WriterConfig};
 use serde_json::{json, Value};
 
 use crate::common::*;
@@ -29,7 +30,20 @@ pub fn drain_at(app: &TestApp, now_ms: i64) -> DrainStats {
 
 pub fn drain_with(app: &TestApp, now_ms: i64, metrics: &Metrics) -> DrainStats {
     let conn = convapi::store::open(&app.db).expect("open db");
-    pipeline::drain_once(&conn, metrics, now_ms).expect("drain")
+    with_writer(app, |writer| {
+        pipeline::drain_once(&conn, writer, metrics, now_ms).expect("drain")
+    })
+}
+
+/// Runs `f` with a writer of its own on the app's database file (as the server's pipeline writes
+/// through the server's writer), stopped once `f` returns.
+pub fn with_writer<T>(app: &TestApp, f: impl FnOnce(&Writer) -> T) -> T {
+    let (writer, thread) = Writer::start(&app.db, &Default::default(), WriterConfig::default())
+        .expect("start a writer");
+    let out = f(&writer);
+    drop(writer);
+    thread.join().expect("writer thread");
+    out
 }
 
 /// `GET .../conversions/{orderId}`, asserting 200.
@@ -226,7 +240,8 @@ pub fn dead_letter(app: &TestApp, id: &str) {
     let conn = convapi::store::open(&app.db).expect("open db");
     let metrics = Metrics::default();
     for attempt in 1..=pipeline::MAX_ATTEMPTS {
-        let stats = pipeline::drain_once(&conn, &metrics, at).expect("drain");
+        let stats =
+            with_writer(app, |w| pipeline::drain_once(&conn, w, &metrics, at)).expect("drain");
         let want = one_failure(attempt == pipeline::MAX_ATTEMPTS);
         assert_eq!(stats, want, "try {attempt}");
         if let Some(next) = item(app, id).next_attempt_at {

@@ -1,0 +1,161 @@
+//! The no-op server's twin behind convapi's own front: the HTTP front serving a service that does
+//! the request work of `POST /api/sites/{siteId}/conversions` *except the database*, and answers
+//! 202. Against `noop_server.rs` (bare tiny_http) it measures what the front costs; against
+//! `convapi serve`, what the database and the application cost.
+//!
+//! ```text
+//! cargo run --release --example noop_front -- [--addr 127.0.0.1:0] [--threads 8]
+//! ```
+//!
+//! Same as convapi, through the library's public API: the HTTP front (`convapi::http::serve`: the
+//! vendored tiny_http, the connection supervisor, the lanes, `--threads` request threads, the
+//! request id, the metrics of every request) with a [`Service`] of its own; the route matched on
+//! the path's segments, the site id percent-decoded and parsed as a UUID, the key taken from
+//! `Authorization` and hashed (`api::bearer_key_hash`, SHA-256, as for the lookup), the body taken
+//! under the route's 64 KiB limit, the `Content-Type` checked, the JSON parsed by the crate's own
+//! `validate::json_object` and each field checked by the same `validate` rules, in the same order,
+//! as the conversions route; a fresh event id minted, and a 202 with the same body shape written
+//! back. Not done: the key/site lookups, session resolution, the write, and the access log (no
+//! logger is installed).
+//!
+//! Prints `listening on http://ADDR` on stdout, like `convapi serve`, and serves until killed.
+
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use convapi::api::conversions::BODY_LIMIT;
+use convapi::api::{bearer_key_hash, validate, ApiError};
+use convapi::http::{self, Ctx, Handled, Lane, Refusal, Reply, Service};
+
+/// A stand-in for the session id the database would resolve.
+const SESSION_ID: &str = "00000000-0000-4000-8000-000000000000";
+
+/// The conversions route's field rules (docs/decisions.md §3, check 7), by the same `validate`
+/// functions in the same order; the values are dropped.
+fn check_fields(obj: &Map<String, Value>, now_ms: i64) -> Result<(), ApiError> {
+    let id = |name: &str| validate::opt_string(obj, name, name, validate::MAX_ID_CHARS);
+    let client_id = id("clientId")?;
+    let visitor_id = id("visitorId")?;
+    let session_id = id("sessionId")?;
+    if client_id.is_none() && visitor_id.is_none() && session_id.is_none() {
+        return Err(ApiError::validation(
+            "clientId",
+            "one of clientId, visitorId or sessionId is required",
+        ));
+    }
+    let order_id = id("orderId")?;
+    let kind = validate::conversion_type(obj, "type")?;
+    if kind == "purchase" && order_id.is_none() {
+        return Err(ApiError::validation(
+            "orderId",
+            "orderId is required for a purchase",
+        ));
+    }
+    std::hint::black_box((
+        validate::value(obj, "value")?,
+        validate::currency(obj, "currency")?,
+        validate::occurred_at(obj, now_ms)?,
+    ));
+    Ok(())
+}
+
+fn report(ctx: &mut Ctx, site: &str) -> Result<Reply, ApiError> {
+    let site = http::decode_segment(site)
+        .map_err(|_| ApiError::validation("siteId", "siteId is not UTF-8 once percent-decoded"))?;
+    std::hint::black_box(bearer_key_hash(ctx)?);
+    uuid::Uuid::parse_str(&site).map_err(|_| ApiError::SiteNotFound(None))?;
+    let body = ctx.body(BODY_LIMIT)?;
+    if !validate::media_type_is(ctx.header("Content-Type"), &["application/json"]) {
+        return Err(ApiError::UnsupportedMediaType("application/json"));
+    }
+    check_fields(&validate::json_object(&body)?, convapi::store::now_ms())?;
+    Ok(Reply::json(
+        202,
+        &json!({
+            "success": true,
+            "sessionId": SESSION_ID,
+            "eventId": uuid::Uuid::now_v7().to_string(),
+        }),
+    ))
+}
+
+struct Noop;
+
+impl Service for Noop {
+    fn lane(&self, method: &str, path: &str) -> Lane {
+        convapi::api::routes::lane(method, path)
+    }
+
+    fn handle(&self, ctx: &mut Ctx) -> Handled {
+        let segments = ctx.segments.clone();
+        let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+        let method = ctx.method.clone();
+        let (route, result) = match (method.as_str(), segs.as_slice()) {
+            ("POST", ["api", "sites", site, "conversions"]) => {
+                ("conversions_report", report(ctx, site))
+            }
+            ("GET", ["healthz"]) => ("healthz", Ok(Reply::json(200, &json!({"status": "ok"})))),
+            _ => ("unknown", Err(ApiError::NotFound)),
+        };
+        match result {
+            Ok(reply) => Handled {
+                reply,
+                route,
+                code: None,
+            },
+            Err(e) => Handled {
+                reply: e.to_reply(),
+                route,
+                code: Some(e.code()),
+            },
+        }
+    }
+
+    fn refusal(&self, why: Refusal) -> Reply {
+        ApiError::from(why).to_reply()
+    }
+
+    fn refused(&self, why: Refusal) -> Handled {
+        let e = ApiError::from(why);
+        Handled {
+            reply: e.to_reply(),
+            route: "unknown",
+            code: Some(e.code()),
+        }
+    }
+}
+
+fn main() {
+    let mut addr = "127.0.0.1:0".to_owned();
+    let mut threads = 8usize;
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        match (flag.as_str(), args.next()) {
+            ("--addr", Some(v)) => addr = v,
+            ("--threads", Some(v)) => threads = v.parse().expect("--threads N"),
+            _ => {
+                eprintln!("usage: noop_front [--addr HOST:PORT] [--threads N]");
+                std::process::exit(2);
+            }
+        }
+    }
+    let config = http::Config {
+        addr,
+        threads,
+        limits: http::Limits::default(),
+    };
+    let server = http::serve(
+        &config,
+        Arc::new(Noop),
+        convapi::metrics::Metrics::default(),
+    )
+    .unwrap_or_else(|e| {
+        eprintln!("noop_front: {e}");
+        std::process::exit(1);
+    });
+    println!("listening on http://{}", server.addr);
+    loop {
+        std::thread::park();
+    }
+}
