@@ -180,8 +180,52 @@ pub struct Writer {
     pixel_jobs: Arc<AtomicUsize>,
     max_pixel_jobs: usize,
     /// Jobs submitted and not yet answered.
-    pending: Arc<AtomicUsize>,
+    pending: Arc<Pending>,
     catch_up: CatchUp,
+}
+
+/// The jobs submitted and not yet answered, and a way to wait until there are none, for
+/// background work that lets requests go first ([`Writer::yield_to_queued`]). The writer takes the
+/// lock and signals only when someone waits.
+#[derive(Default)]
+struct Pending {
+    jobs: AtomicUsize,
+    waiters: AtomicUsize,
+    lock: std::sync::Mutex<()>,
+    none: std::sync::Condvar,
+}
+
+impl Pending {
+    fn add(&self) {
+        self.jobs.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn done(&self, n: usize) {
+        let before = self.jobs.fetch_sub(n, Ordering::SeqCst);
+        if before == n && self.waiters.load(Ordering::SeqCst) > 0 {
+            let _held = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.none.notify_all();
+        }
+    }
+
+    fn wait_for_none(&self, max_wait: Duration) {
+        let until = std::time::Instant::now() + max_wait;
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut held = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        while self.jobs.load(Ordering::SeqCst) > 0 {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            held = self
+                .none
+                .wait_timeout(held, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        drop(held);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Writer {
@@ -193,13 +237,14 @@ impl Writer {
         config: WriterConfig,
     ) -> store::Result<(Writer, JoinHandle<()>)> {
         let conn = store::open_with(path, settings)?;
+        store::journals_in_memory(&conn)?;
         let reply_timeout = config.reply_timeout;
         let queue = config.queue.max(1);
         let (tx, rx) = mpsc::sync_channel::<Job>(queue);
         let healthy = Arc::new(AtomicBool::new(true));
         let api = Budget::start(&conn, Source::Api, config.max_backlog)?;
         let pixel = Budget::start(&conn, Source::Pixel, config.max_pixel_backlog)?;
-        let pending = Arc::new(AtomicUsize::new(0));
+        let pending = Arc::new(Pending::default());
         let catch_up = CatchUp::default();
         let (h, budgets, p, c) = (
             healthy.clone(),
@@ -324,18 +369,14 @@ impl Writer {
     /// For background work (the pipeline): waits while jobs are queued, so that requests go
     /// first, but for at most `max_wait`, so that background work is delayed, never starved.
     pub fn yield_to_queued(&self, max_wait: Duration) {
-        const STEP: Duration = Duration::from_micros(500);
-        let until = std::time::Instant::now() + max_wait;
-        while self.pending.load(Ordering::Acquire) > 0 && std::time::Instant::now() < until {
-            std::thread::sleep(STEP);
-        }
+        self.pending.wait_for_none(max_wait);
     }
 
     fn enqueue(&self, job: Job) -> Result<(), WriteError> {
-        self.pending.fetch_add(1, Ordering::AcqRel);
+        self.pending.add();
         let sent = self.tx.try_send(job);
         if sent.is_err() {
-            self.pending.fetch_sub(1, Ordering::AcqRel);
+            self.pending.done(1);
         }
         match sent {
             Ok(()) => Ok(()),
@@ -353,7 +394,7 @@ fn run(
     config: WriterConfig,
     healthy: Arc<AtomicBool>,
     budgets: [Budget; 2],
-    pending: &AtomicUsize,
+    pending: &Pending,
     catch_up: &CatchUp,
 ) {
     let cap = config.batch.max(1);
@@ -418,7 +459,7 @@ fn run(
         }
         let n = batch.len();
         commit_batch(&conn, &mut batch, &healthy, &refresh);
-        pending.fetch_sub(n, Ordering::AcqRel);
+        pending.done(n);
         if catch_up.take() {
             // Outside any transaction, after the batch was answered. A failure only means the WAL
             // does not start over this time; the checkpointer logs lasting ones.
@@ -528,6 +569,33 @@ fn answer(reply: Option<ReplyTx>, r: Result<Value, WriteError>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waiting_for_no_pending_jobs_ends_when_the_last_is_done_or_at_the_deadline() {
+        let p = Arc::new(Pending::default());
+        // Nothing pending: no wait at all.
+        let t = std::time::Instant::now();
+        p.wait_for_none(Duration::from_secs(10));
+        assert!(t.elapsed() < Duration::from_secs(1));
+        // Pending until another thread finishes them: woken then, long before the deadline.
+        p.add();
+        p.add();
+        let q = p.clone();
+        let done = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            q.done(2);
+        });
+        let t = std::time::Instant::now();
+        p.wait_for_none(Duration::from_secs(10));
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        done.join().unwrap();
+        // Never finished: back at the deadline.
+        p.add();
+        let t = std::time::Instant::now();
+        p.wait_for_none(Duration::from_millis(100));
+        assert!(t.elapsed() >= Duration::from_millis(100));
+        assert_eq!(p.waiters.load(Ordering::SeqCst), 0);
+    }
 
     /// The checkpoint sequence number in the WAL header: SQLite adds one each time the WAL
     /// starts over from its beginning.
