@@ -167,7 +167,10 @@ pub fn checkpoint_passive(conn: &Connection) -> Result<i64> {
 /// Changes whenever another connection commits (SQLite's `PRAGMA data_version`): the
 /// checkpointer's cheap test for new frames in the WAL.
 pub fn data_version(conn: &Connection) -> Result<i64> {
-    Ok(conn.query_row("PRAGMA data_version", [], |r| r.get(0))?)
+    // Cached: the writer asks after every commit.
+    Ok(conn
+        .prepare_cached("PRAGMA data_version")?
+        .query_row([], |r| r.get(0))?)
 }
 
 /// Reads one table: the health check's proof that the file opens, has its schema and answers.
