@@ -154,24 +154,27 @@ pub fn verify_password(password: &str, phc: &str) -> Result<bool, HashError> {
 }
 
 /// A PHC string no password matches, verified when the email is unknown so that a failed login
-/// takes as long whether the account exists or not.
+/// takes as long whether the account exists or not. A constant: computing it took a hashing slot
+/// (and ~30 ms) at the first login with an unknown email, or at start-up. Made by
+/// [`hash_password`] with the parameters every hash has (`Argon2::default()`); a test checks that
+/// they still are, so that its verification costs what a real one does.
 pub fn dummy_hash() -> &'static str {
-    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    DUMMY.get_or_init(|| {
-        // Computed once, before any login can be refused for a busy queue (first use waits).
-        loop {
-            match hash_password("not the password of anyone: a dummy for timing") {
-                Ok(h) => return h,
-                Err(HashError::Busy) => std::thread::sleep(std::time::Duration::from_millis(10)),
-                Err(HashError::Failed(_)) => return String::new(),
-            }
-        }
-    })
+    "$argon2id$v=19$m=19456,t=2,p=1$jagpUmxBprRAxPjE+6xWPA$1EP0mgmmMLdkGaWWIJ7CvQ/n16fblN4DvJ1YpDZaJGQ"
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dummy_hash_has_the_parameters_of_every_hash_and_matches_no_password_tried() {
+        let made = hash_password("anything at all").unwrap();
+        let params = |phc: &str| phc.split('$').nth(3).unwrap().to_owned();
+        assert_eq!(params(dummy_hash()), params(&made));
+        assert!(dummy_hash().starts_with(&made[..made.find("$m=").unwrap()]));
+        assert!(!verify_password("", dummy_hash()).unwrap());
+        assert!(!verify_password("anything at all", dummy_hash()).unwrap());
+    }
 
     #[test]
     fn hashes_are_argon2id_phc_strings_that_verify() {

@@ -39,6 +39,15 @@ pub struct Incoming {
     pub generation: u64,
 }
 
+/// A request that reached a generation's pump instead of `deliver`: with `deliver` set, tiny_http
+/// queues only its HTTPS clients' requests for `recv`, and convapi configures no HTTPS. Handed over
+/// from the pump's thread its flight would never end (`OUT` belongs to the connection's thread), so
+/// it is answered `500` and its connection closed.
+fn refuse_stray(rq: tiny_http::Request, generation: u64) {
+    log::error!("generation {generation}: a request reached the accept pump; answering 500");
+    let _ = rq.respond_closing(tiny_http::Response::empty(500));
+}
+
 thread_local! {
     /// The request a connection's thread has handed over and not yet written the answer of (a
     /// connection has at most one out: `answers_on_connection`).
@@ -311,13 +320,12 @@ impl Front {
             match server.recv_timeout(wait) {
                 Ok(Some(rq)) => {
                     last_message = Instant::now();
-                    self.hand_over(rq, generation);
+                    refuse_stray(rq, generation);
                 }
                 Ok(None) => {
                     if self.stopping.load(Ordering::SeqCst) {
-                        // Hand over what is already parsed, then stop.
                         while let Ok(Some(rq)) = server.try_recv() {
-                            self.hand_over(rq, generation);
+                            refuse_stray(rq, generation);
                         }
                         return;
                     }
