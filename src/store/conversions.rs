@@ -100,6 +100,11 @@ pub fn record(conn: &Connection, c: &Conversion, source: Source, now_ms: i64) ->
             return Ok(existing);
         }
     }
+    insert(conn, c, source, now_ms)
+}
+
+/// A new conversion and its outbox row, for an order the caller found unknown in this transaction.
+fn insert(conn: &Connection, c: &Conversion, source: Source, now_ms: i64) -> Result<Recorded> {
     conn.prepare_cached(
         "INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id, client_id, value,
             currency, occurred_at, created_at, source_api, source_pixel)
@@ -200,7 +205,8 @@ pub fn record_api(conn: &Connection, r: &ApiReport, now_ms: i64) -> Result<ApiRe
         currency: r.currency.clone(),
         occurred_at: r.occurred_at,
     };
-    Ok(ApiRecorded::Created(record(conn, &c, Source::Api, now_ms)?))
+    // The order is unknown: looked up above, in this transaction.
+    Ok(ApiRecorded::Created(insert(conn, &c, Source::Api, now_ms)?))
 }
 
 /// The API's first report of a conversion the pixel created: its `type`, `value`, `currency`
