@@ -25,8 +25,9 @@ pub(super) fn decide_chunk(
     let started = Instant::now();
     store::read(conn, |conn| {
         let mut decided = Vec::new();
+        let mut seen = Seen::default();
         for item in items.by_ref() {
-            let d = match decide_item(conn, &item.conversion_id, opts.item_deadline) {
+            let d = match decide_item(conn, &mut seen, &item.conversion_id, opts.item_deadline) {
                 Ok(decision) => decision.into_decided(item),
                 Err(Failure::Transient(e)) => return Err(e),
                 Err(Failure::Item(error)) => Decided::Fail { item, error },
@@ -40,15 +41,25 @@ pub(super) fn decide_chunk(
     })
 }
 
+/// What the items of one chunk share, read once per chunk: they are decided on one snapshot, so a
+/// site or a day's rate read for one item is the same for the next. Most items of a chunk belong
+/// to one site and a few currencies and days.
+#[derive(Default)]
+struct Seen {
+    sites: std::collections::HashMap<String, Option<store::sites::Site>>,
+    legs: std::collections::HashMap<(String, String), Option<Leg>>,
+}
+
 /// [`decide`] for one item, interrupted after `deadline`.
 fn decide_item(
     conn: &Connection,
+    seen: &mut Seen,
     conversion_id: &str,
     deadline: Duration,
 ) -> Result<Decision, Failure> {
     let until = Instant::now() + deadline;
     conn.progress_handler(1_000, Some(move || Instant::now() > until))?;
-    let decided = decide(conn, conversion_id);
+    let decided = decide(conn, seen, conversion_id);
     conn.progress_handler(0, None::<fn() -> bool>)?;
     decided.map_err(|f| match f {
         Failure::Item(msg) if Instant::now() > until => Failure::Item(format!(
@@ -150,11 +161,18 @@ impl Decision {
 }
 
 /// Attribution and currency for one conversion; reads only.
-fn decide(conn: &Connection, conversion_id: &str) -> Result<Decision, Failure> {
+fn decide(conn: &Connection, seen: &mut Seen, conversion_id: &str) -> Result<Decision, Failure> {
     let w = store::conversions::by_id(conn, conversion_id)?
         .ok_or_else(|| Failure::Item(format!("conversion {conversion_id} does not exist")))?;
-    let site = store::sites::by_id(conn, &w.site_id)?
-        .ok_or_else(|| Failure::Item(format!("site {} does not exist", w.site_id)))?;
+    let site = match seen.sites.get(&w.site_id) {
+        Some(site) => site.clone(),
+        None => {
+            let site = store::sites::by_id(conn, &w.site_id)?;
+            seen.sites.insert(w.site_id.clone(), site.clone());
+            site
+        }
+    }
+    .ok_or_else(|| Failure::Item(format!("site {} does not exist", w.site_id)))?;
     let model: Model = site
         .model
         .parse()
@@ -202,7 +220,10 @@ fn decide(conn: &Connection, conversion_id: &str) -> Result<Decision, Failure> {
                     .ok_or_else(|| {
                         Failure::Item(format!("occurred_at {} out of range", w.occurred_at))
                     })?;
-                match (leg(conn, &w.currency, &day)?, leg(conn, target, &day)?) {
+                match (
+                    leg(conn, seen, &w.currency, &day)?,
+                    leg(conn, seen, target, &day)?,
+                ) {
                     (Some(from), Some(to)) => {
                         let c = fx::convert(amount, &from, &to, minor)
                             .map_err(|e| Failure::Item(e.0))?;
@@ -222,10 +243,26 @@ fn decide(conn: &Connection, conversion_id: &str) -> Result<Decision, Failure> {
 }
 
 /// A currency's rate against EUR on `day` or the latest earlier day; `None` when there is none.
-fn leg(conn: &Connection, currency: &str, day: &str) -> Result<Option<Leg>, Failure> {
+/// Read once per chunk and day.
+fn leg(
+    conn: &Connection,
+    seen: &mut Seen,
+    currency: &str,
+    day: &str,
+) -> Result<Option<Leg>, Failure> {
     if currency == fx::BASE {
         return Ok(Some(Leg::Eur));
     }
+    let key = (currency.to_owned(), day.to_owned());
+    if let Some(known) = seen.legs.get(&key) {
+        return Ok(known.clone());
+    }
+    let found = read_leg(conn, currency, day)?;
+    seen.legs.insert(key, found.clone());
+    Ok(found)
+}
+
+fn read_leg(conn: &Connection, currency: &str, day: &str) -> Result<Option<Leg>, Failure> {
     let Some((rate, date)) = store::rates::on_or_before(conn, currency, day)? else {
         return Ok(None);
     };
