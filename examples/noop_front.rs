@@ -22,43 +22,14 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Map, Value};
+use serde_json::json;
+
+#[path = "common/noop.rs"]
+mod noop;
 
 use convapi::api::conversions::BODY_LIMIT;
 use convapi::api::{bearer_key_hash, validate, ApiError};
 use convapi::http::{self, Ctx, Handled, Lane, Refusal, Reply, Service};
-
-/// A stand-in for the session id the database would resolve.
-const SESSION_ID: &str = "00000000-0000-4000-8000-000000000000";
-
-/// The conversions route's field rules (docs/decisions.md §3, check 7), by the same `validate`
-/// functions in the same order; the values are dropped.
-fn check_fields(obj: &Map<String, Value>, now_ms: i64) -> Result<(), ApiError> {
-    let id = |name: &str| validate::opt_string(obj, name, name, validate::MAX_ID_CHARS);
-    let client_id = id("clientId")?;
-    let visitor_id = id("visitorId")?;
-    let session_id = id("sessionId")?;
-    if client_id.is_none() && visitor_id.is_none() && session_id.is_none() {
-        return Err(ApiError::validation(
-            "clientId",
-            "one of clientId, visitorId or sessionId is required",
-        ));
-    }
-    let order_id = id("orderId")?;
-    let kind = validate::conversion_type(obj, "type")?;
-    if kind == "purchase" && order_id.is_none() {
-        return Err(ApiError::validation(
-            "orderId",
-            "orderId is required for a purchase",
-        ));
-    }
-    std::hint::black_box((
-        validate::value(obj, "value")?,
-        validate::currency(obj, "currency")?,
-        validate::occurred_at(obj, now_ms)?,
-    ));
-    Ok(())
-}
 
 fn report(ctx: &mut Ctx, site: &str) -> Result<Reply, ApiError> {
     let site = http::decode_segment(site)
@@ -69,15 +40,7 @@ fn report(ctx: &mut Ctx, site: &str) -> Result<Reply, ApiError> {
     if !validate::media_type_is(ctx.header("Content-Type"), &["application/json"]) {
         return Err(ApiError::UnsupportedMediaType("application/json"));
     }
-    check_fields(&validate::json_object(&body)?, convapi::store::now_ms())?;
-    Ok(Reply::json(
-        202,
-        &json!({
-            "success": true,
-            "sessionId": SESSION_ID,
-            "eventId": uuid::Uuid::now_v7().to_string(),
-        }),
-    ))
+    noop::accepted(&body)
 }
 
 struct Noop;
@@ -127,19 +90,7 @@ impl Service for Noop {
 }
 
 fn main() {
-    let mut addr = "127.0.0.1:0".to_owned();
-    let mut threads = 8usize;
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        match (flag.as_str(), args.next()) {
-            ("--addr", Some(v)) => addr = v,
-            ("--threads", Some(v)) => threads = v.parse().expect("--threads N"),
-            _ => {
-                eprintln!("usage: noop_front [--addr HOST:PORT] [--threads N]");
-                std::process::exit(2);
-            }
-        }
-    }
+    let (addr, threads) = noop::args("noop_front");
     let config = http::Config {
         addr,
         threads,

@@ -1245,7 +1245,7 @@ fn unknown_paths_are_404_and_wrong_methods_are_405_with_allow() {
 }
 
 /// Regression: errors a new user meets answered with the generic text; each now names
-/// the fix, with the contract's status and code unchanged.
+/// the fix, with the status and code unchanged.
 #[test]
 fn errors_name_the_fix() {
     let app = TestApp::start();

@@ -1,11 +1,11 @@
-//! `POST /api/sites/{siteId}/conversions` (the seed's endpoint) and
+//! `POST /api/sites/{siteId}/conversions` (a merchant's backend reports an order) and
 //! `GET /api/sites/{siteId}/conversions/{orderId}` (an order's status).
 //!
 //! A report is checked and its session resolved on a read snapshot; whether it creates the order,
 //! repeats it or takes over the pixel's (the trust order, docs/decisions.md §3) is decided again
 //! in the writer's transaction (`store::conversions::record_api`), never on the snapshot alone.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::validate;
 use super::{ApiError, App};
@@ -17,56 +17,11 @@ use crate::store::{self, sites::Site, StoreError};
 /// Largest accepted body.
 pub const BODY_LIMIT: usize = 64 * 1024;
 
-/// A conversion as the merchant's backend submitted it, once it passed every field rule.
-#[derive(Debug)]
-struct Submission {
-    client_id: Option<String>,
-    visitor_id: Option<String>,
-    session_id: Option<String>,
-    order_id: Option<String>,
-    kind: String,
-    value: Option<String>,
-    currency: String,
-    occurred_at: i64,
-}
-
-/// Applies the field rules (docs/decisions.md §3, check 7) to a parsed body.
-fn parse_submission(obj: &Map<String, Value>, now_ms: i64) -> Result<Submission, ApiError> {
-    let id = |name: &str| validate::opt_string(obj, name, name, validate::MAX_ID_CHARS);
-    let client_id = id("clientId")?;
-    let visitor_id = id("visitorId")?;
-    let session_id = id("sessionId")?;
-    if client_id.is_none() && visitor_id.is_none() && session_id.is_none() {
-        return Err(ApiError::validation(
-            "clientId",
-            "one of clientId, visitorId or sessionId is required",
-        ));
-    }
-    let order_id = id("orderId")?;
-    let kind = validate::conversion_type(obj, "type")?;
-    if kind == "purchase" && order_id.is_none() {
-        return Err(ApiError::validation(
-            "orderId",
-            "orderId is required for a purchase",
-        ));
-    }
-    Ok(Submission {
-        client_id,
-        visitor_id,
-        session_id,
-        order_id,
-        kind,
-        value: validate::value(obj, "value")?,
-        currency: validate::currency(obj, "currency")?,
-        occurred_at: validate::occurred_at(obj, now_ms)?,
-    })
-}
-
 /// The session a report attaches to: the first identifier that names a known person decides.
 fn resolve_session(
     conn: &rusqlite::Connection,
     site: &Site,
-    r: &Submission,
+    r: &validate::Report,
 ) -> Result<(String, String), ApiError> {
     let idents = [
         r.client_id.as_deref().map(Identifier::Client),
@@ -97,12 +52,12 @@ fn accepted(rec: &Recorded) -> Reply {
 }
 
 /// Checks 4 to 7: the body as a report.
-fn read_submission(ctx: &mut Ctx, now_ms: i64) -> Result<Submission, ApiError> {
+fn read_submission(ctx: &mut Ctx, now_ms: i64) -> Result<validate::Report, ApiError> {
     let body = ctx.body(BODY_LIMIT)?;
     if !validate::media_type_is(ctx.header("Content-Type"), &["application/json"]) {
         return Err(ApiError::UnsupportedMediaType("application/json"));
     }
-    parse_submission(&validate::json_object(&body)?, now_ms)
+    validate::report(&validate::json_object(&body)?, now_ms)
 }
 
 pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError> {

@@ -119,7 +119,7 @@ pub fn bearer_key_hash(ctx: &Ctx) -> Result<Vec<u8>, ApiError> {
         .ok_or(ApiError::Unauthorized)
 }
 
-/// The contract's checks 1 to 3, in order: a valid key (401), a known site (404), the key's tenant
+/// The checks 1 to 3 of a report (docs/decisions.md §3), in order: a valid key (401), a known site (404), the key's tenant
 /// owns the site (403); then records the key's use. Runs inside the caller's read transaction (see
 /// `store::read`), so that a request reads its key, site and whatever else it needs in one.
 pub fn authorize(

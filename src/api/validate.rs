@@ -13,6 +13,52 @@ pub const MAX_VALUE: f64 = 1e12;
 /// How far in the future `occurredAt` may lie.
 pub const MAX_FUTURE_MS: i64 = 5 * 60 * 1000;
 
+/// A conversion as the merchant's backend reported it, once it passed every field rule.
+#[derive(Debug)]
+pub struct Report {
+    pub client_id: Option<String>,
+    pub visitor_id: Option<String>,
+    pub session_id: Option<String>,
+    pub order_id: Option<String>,
+    pub kind: String,
+    pub value: Option<String>,
+    pub currency: String,
+    pub occurred_at: i64,
+}
+
+/// Applies the field rules of a report (docs/decisions.md §3, check 7) to a parsed body, in the
+/// order the route checks them: the first rule broken is the answer's `field`.
+pub fn report(obj: &Map<String, Value>, now_ms: i64) -> Result<Report, ApiError> {
+    let id = |name: &str| opt_string(obj, name, name, MAX_ID_CHARS);
+    let client_id = id("clientId")?;
+    let visitor_id = id("visitorId")?;
+    let session_id = id("sessionId")?;
+    if client_id.is_none() && visitor_id.is_none() && session_id.is_none() {
+        return Err(ApiError::validation(
+            "clientId",
+            "one of clientId, visitorId or sessionId is required",
+        ));
+    }
+    let order_id = id("orderId")?;
+    let kind = conversion_type(obj, "type")?;
+    if kind == "purchase" && order_id.is_none() {
+        return Err(ApiError::validation(
+            "orderId",
+            "orderId is required for a purchase",
+        ));
+    }
+    Ok(Report {
+        client_id,
+        visitor_id,
+        session_id,
+        order_id,
+        kind,
+        value: value(obj, "value")?,
+        currency: currency(obj, "currency")?,
+        occurred_at: occurred_at(obj, now_ms)?,
+    })
+}
+
 /// Parses a body that must be one JSON object, refusing deep nesting before serde recurses, and
 /// refusing an object, at any depth, that names one member twice (serde would keep the last one
 /// silently, so `{"orderId": "A", "orderId": "B"}` would store B).

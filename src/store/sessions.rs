@@ -218,7 +218,7 @@ pub fn insert_event(conn: &Connection, e: &NewEvent<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Who a conversion report names, in the contract's order of preference.
+/// Who a conversion report names, in order of preference (clientId, visitorId, sessionId).
 #[derive(Debug, Clone, Copy)]
 pub enum Identifier<'a> {
     Client(&'a str),
