@@ -138,7 +138,12 @@ def summary(a):
     if ratios:
         p("")
         for case, r in ratios.items():
-            verdict = "a loss over 3 %: a defect (docs/development.md)" if r["cpu"] > 1.03 else "within 3 %"
+            if r["cpu"] > 1.03:
+                verdict = "a loss over 3 %: a defect (docs/development.md)"
+            elif r["cpu"] < 0.97:
+                verdict = "a gain of %.0f %%" % (100 * (1 - r["cpu"]))
+            else:
+                verdict = "within 3 %"
             if a.forced:
                 verdict += "; on a busy machine, so only a hint until a quiet run confirms it"
             p(f"{case}: CPU per conversion new/old {r['cpu']:.3f} — {verdict}")
