@@ -98,7 +98,7 @@ fn handle(mut rq: tiny_http::Request, request_id: u64) {
 }
 
 fn main() {
-    let (addr, threads) = noop::args("noop_server");
+    let noop::Args { addr, threads, .. } = noop::args("noop_server", false);
     let server = Arc::new(tiny_http::Server::http(&addr).unwrap_or_else(|e| {
         eprintln!("noop_server: cannot listen on {addr}: {e}");
         std::process::exit(1);

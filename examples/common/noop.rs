@@ -26,20 +26,46 @@ pub fn accepted(body: &[u8]) -> Result<Reply, ApiError> {
     ))
 }
 
-/// `[--addr HOST:PORT] [--threads N]`; exits 2 on anything else.
-pub fn args(program: &str) -> (String, usize) {
-    let mut addr = "127.0.0.1:0".to_owned();
-    let mut threads = 8usize;
+/// The command line of a no-op server.
+pub struct Args {
+    pub addr: String,
+    pub threads: usize,
+    /// `--writer MODE --db PATH` (`noop_front.rs` only).
+    pub writer: Option<(String, std::path::PathBuf)>,
+}
+
+/// `[--addr HOST:PORT] [--threads N]`, and `[--writer MODE --db PATH]` when `floor` is true; exits
+/// 2 on anything else.
+pub fn args(program: &str, floor: bool) -> Args {
+    let usage = || -> ! {
+        let extra = if floor {
+            " [--writer hop|row --db PATH]"
+        } else {
+            ""
+        };
+        eprintln!("usage: {program} [--addr HOST:PORT] [--threads N]{extra}");
+        std::process::exit(2);
+    };
+    let mut a = Args {
+        addr: "127.0.0.1:0".to_owned(),
+        threads: 8,
+        writer: None,
+    };
+    let (mut writer, mut db) = (None, None);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         match (flag.as_str(), args.next()) {
-            ("--addr", Some(v)) => addr = v,
-            ("--threads", Some(v)) => threads = v.parse().expect("--threads N"),
-            _ => {
-                eprintln!("usage: {program} [--addr HOST:PORT] [--threads N]");
-                std::process::exit(2);
-            }
+            ("--addr", Some(v)) => a.addr = v,
+            ("--threads", Some(v)) => a.threads = v.parse().unwrap_or_else(|_| usage()),
+            ("--writer", Some(v)) if floor => writer = Some(v),
+            ("--db", Some(v)) if floor => db = Some(std::path::PathBuf::from(v)),
+            _ => usage(),
         }
     }
-    (addr, threads)
+    a.writer = match (writer, db) {
+        (Some(w), Some(d)) => Some((w, d)),
+        (None, None) => None,
+        _ => usage(),
+    };
+    a
 }

@@ -15,6 +15,8 @@ import json
 import statistics
 import sys
 
+# The reference servers of every run: the no-op server (the ceiling) and the design's floor.
+REFS = ["floor", "noop"]
 CASES = {
     "small": "small case: a fresh database, 200 users (seed.rs --sessions 800 --users 200)",
     "seeded": "seeded database: 120k sessions, 10k users (seed.rs --sessions 120000 --users 10000)",
@@ -64,8 +66,8 @@ def record(case, target, rnd, line, ticks, hz, rss_kb, drain_ms, warm_drain_ms):
 
 
 def show(r):
-    drain = f", outbox drained {r['drain_ms']} ms after the load" if r["target"] != "noop" else ""
-    return (f"  {r['case']:6} {r['target']:4} round {r['round']}: {r['cpu_us_per']:6.1f} µs CPU per 202 "
+    drain = f", outbox drained {r['drain_ms']} ms after the load" if r["target"] not in REFS else ""
+    return (f"  {r['case']:6} {r['target']:5} round {r['round']}: {r['cpu_us_per']:6.1f} µs CPU per 202 "
             f"({r['cpu_s']:.2f} s / {r['accepted']} 202s), {r['accepted_per_s']:,.0f}/s, "
             f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, peak RSS {r['rss_mb']:.1f} MB{drain}")
 
@@ -73,7 +75,8 @@ def show(r):
 def summary(a):
     runs = [json.loads(l) for l in open(a.results) if l.strip()]
     builds = (["old"] if a.old else []) + ["new"]
-    label = {"old": a.old, "new": f"{a.new} (checkout)", "noop": "no-op server"}
+    label = {"old": a.old, "new": f"{a.new} (checkout)", "noop": "no-op server",
+             "floor": "floor: no-op front + one durable row"}
     out = []
     p = out.append
     if a.forced:
@@ -93,7 +96,7 @@ def summary(a):
     ratios = {}
     for case in ("small", "seeded"):
         by = {t: sorted((r for r in runs if r["case"] == case and r["target"] == t), key=lambda r: r["round"])
-              for t in builds + ["noop"]}
+              for t in builds + REFS}
         if not by["noop"]:
             continue
         noop_rps = {r["round"]: r["accepted_per_s"] for r in by["noop"]}
@@ -103,7 +106,7 @@ def summary(a):
         p("| target | server CPU µs per 202 | accepted/s | p50 ms | p99 ms | peak RSS MB | accepted/s ÷ no-op req/s |")
         p("|---|---|---|---|---|---|---|")
         med = {}
-        for t in builds + ["noop"]:
+        for t in builds + REFS:
             rs = by[t]
             if not rs:
                 continue
@@ -123,7 +126,7 @@ def summary(a):
                 vs_m = statistics.median(per)
                 vs_s = f"{vs_m:.2f} ({', '.join(f'{v:.2f}' for v in per)})"
             med[t] = {"cpu": cpu_m, "acc": acc_m, "p50": p50_m, "p99": p99_m, "vs": vs_m}
-            unit = " (per request)" if t == "noop" else ""
+            unit = " (per request)" if t in REFS else ""
             p(f"| {label[t]}{unit} | {cpu_s} | {acc_s} | {p50_s} | {p99_s} | {rss:.1f} | {vs_s} |")
         if a.old and "old" in med and "new" in med:
             o, n = med["old"], med["new"]
@@ -131,6 +134,9 @@ def summary(a):
             ratios[case] = r
             p(f"| ratio new/old of the medians | **{r['cpu']:.3f}** | {r['acc']:.3f} | {r['p50']:.2f} "
               f"| {r['p99']:.2f} | | {r['vs']:.2f} |")
+        if "floor" in med:
+            p("| CPU ÷ the floor's | " + " · ".join(f"{label[t]} {med[t]['cpu'] / med['floor']['cpu']:.2f}"
+                                                  for t in builds if t in med) + " | | | | | |")
         drains = [r["drain_ms"] for t in builds for r in by[t]]
         if drains:
             p(f"\noutbox drained {statistics.median(drains):,.0f} ms after the load stopped (median; "

@@ -9,8 +9,10 @@
 #                                         digits is ROUNDS; give such a revision as its full hash)
 #
 # For each build (OLD_REV in a temporary git worktree with its own target dir, as compare.sh does;
-# then the checkout) and for the no-op server (examples/noop_server.rs, the checkout's, 32 threads),
-# on two databases:
+# then the checkout), for the no-op server (examples/noop_server.rs, the checkout's, 32 threads) and
+# for the design's floor (examples/noop_front.rs --writer row, the checkout's, 32 threads: convapi's
+# front and checks, then one job per report through convapi's writer that updates one row, the 202
+# after the commit; what a conversion costs beyond it is convapi's own SQL), on two databases:
 #   small   a fresh database with 200 users (seed.rs --sessions 800 --users 200: 400 visitors, 200
 #           of them identified, 40 second devices, 160 anonymous)
 #   seeded  the grown database of compare.sh and bench.sh (seed.rs --sessions 120000 --users 10000)
@@ -20,12 +22,13 @@
 # orders, scripts/bench/conversions.lua), the outbox drained again (polling /metrics'
 # convapi_outbox_depth until 0, at most DRAIN_TIMEOUT s), a second reading. The difference, request
 # path and pipeline together, divided by the 202s wrk counted, is the CPU per accepted conversion;
-# for the no-op server, per 2xx request (there is nothing to drain). In every round each database
+# for the no-op server and the floor, per 2xx request (there is nothing to drain; the floor writes
+# to a fresh database file of its own in every run). In every round each database
 # gets every target, in an order reversed from one round to the next.
 #
 # Prints, per database, the medians over the rounds of: server CPU µs per accepted conversion,
 # accepted/s, p50 and p99 (wrk's), peak RSS, accepted/s ÷ the no-op server's requests/s (taken per
-# round), and for the no-op server its CPU µs per request and its requests/s; with OLD_REV, the
+# round), and for the no-op server and the floor their CPU µs per request and requests/s; with OLD_REV, the
 # ratio new/old of each median. Also the machine's core count and its load average at the start
 # and at the end.
 #
@@ -115,10 +118,12 @@ target_dir() {
     (cd "$1" && cargo metadata --format-version 1 --no-deps \
         | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 }
-say "building the checkout (release: convapi, examples noop_server and seed)"
-(cd "$ROOT" && cargo build --release --quiet --bin convapi --example noop_server --example seed)
+say "building the checkout (release: convapi, examples noop_server, noop_front and seed)"
+(cd "$ROOT" && cargo build --release --quiet --bin convapi --example noop_server --example noop_front \
+    --example seed)
 NEW_DIR=$(target_dir "$ROOT")/release
-declare -A BIN=([new]=$NEW_DIR/convapi [noop]=$NEW_DIR/examples/noop_server)
+declare -A BIN=([new]=$NEW_DIR/convapi [noop]=$NEW_DIR/examples/noop_server
+    [floor]=$NEW_DIR/examples/noop_front)
 SEED=$NEW_DIR/examples/seed
 SEEDER=${BIN[new]}
 BUILDS="new"
@@ -210,6 +215,9 @@ drain() {
     DRAIN_MS=$(( ($(date +%s%N) - t0) / 1000000 ))
 }
 
+# has_outbox TARGET: whether TARGET is a convapi build, whose outbox is drained around the load.
+has_outbox() { [ "$1" != noop ] && [ "$1" != floor ]; }
+
 # run_one CASE TARGET ROUND: one measured run; appends a JSON line to $WORK/results.jsonl.
 run_one() {
     local case=$1 target=$2 round=$3 site key
@@ -217,6 +225,9 @@ run_one() {
     export BENCH_SITE=$site BENCH_KEY=$key BENCH_IDS=$WORK/$case.ids
     if [ "$target" = noop ]; then
         start_server "${BIN[noop]}" --addr 127.0.0.1:0 --threads 32
+    elif [ "$target" = floor ]; then
+        rm -f "$WORK/floor.db" "$WORK/floor.db-wal" "$WORK/floor.db-shm"
+        start_server "${BIN[floor]}" --addr 127.0.0.1:0 --threads 32 --writer row --db "$WORK/floor.db"
     else
         local db=$WORK/run.db
         rm -f "$db" "$db-wal" "$db-shm" "$db.lock"
@@ -226,12 +237,12 @@ run_one() {
     # `env` execs the server, so SERVER_PID is the server's own process.
     wrk_run "w$round$case$target$$" "$WARMUP"
     local warm_drain=0
-    if [ "$target" != noop ]; then drain; warm_drain=$DRAIN_MS; fi
+    if has_outbox "$target"; then drain; warm_drain=$DRAIN_MS; fi
     local before after rss
     before=$(cpu_ticks)
     wrk_run "m$round$case$target$$" "$DURATION"
     DRAIN_MS=0
-    if [ "$target" != noop ]; then drain; fi
+    if has_outbox "$target"; then drain; fi
     after=$(cpu_ticks)
     rss=$(awk '/^VmHWM:/ { print $2 }' "/proc/$SERVER_PID/status")
     stop_server
@@ -253,7 +264,7 @@ STARTED=$(date -u '+%Y-%m-%d %H:%M')
 say "measuring: $ROUNDS round(s) of ${DURATION}s (+${WARMUP}s warm-up) on $CORES cores, load $LOAD_BEFORE"
 : >"$WORK/results.jsonl"
 for round in $(seq 1 "$ROUNDS"); do
-    order="$BUILDS noop"
+    order="$BUILDS floor noop"
     if [ $((round % 2)) = 0 ]; then order=$(tr ' ' '\n' <<<"$order" | tac | tr '\n' ' '); fi
     for case in small seeded; do
         say "round $round/$ROUNDS, $case: $order"
