@@ -1,5 +1,5 @@
 -- convapi's schema at version 6 (PRAGMA user_version), as the migrations in
--- src/store/migrations/ leave it: each table followed by its indexes and triggers, every statement
+-- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
 -- (schema_sql_is_the_migrated_schema in src/store/migrate.rs); after adding a migration, write it

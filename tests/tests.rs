@@ -24,6 +24,7 @@
 //!   only a browser shows → `dashboard_browser.rs`;
 //! - a command of the CLI → the file of what it does (`report.rs`, `lifecycle_export.rs`, `ops.rs`,
 //!   `keys.rs`), or `cli.rs` for help, usage errors and exit codes;
+//! - the PostgreSQL engine's own properties → `postgres.rs`;
 //! - not sure → the file whose entry names the property; if none does, a new file with a header
 //!   that says what belongs in it, and its entry here. A helper two files need goes to `common/`.
 
@@ -141,3 +142,8 @@ mod dashboard_security;
 // The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without). Here: the
 // pixel's own logic; new cases go to `tests/js/`.
 mod js;
+// PostgreSQL, the engine for several nodes (being built): its migrations, nodes migrating at once,
+// a newer database refused, the rollup's triggers against SQLite's; each test on a database of its
+// own on the throwaway cluster of `scripts/test.sh` (fails loudly without one). Here: what holds on
+// PostgreSQL.
+mod postgres;

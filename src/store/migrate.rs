@@ -1,5 +1,5 @@
-//! The schema's history and the runner that applies it: the migrations are the numbered SQL files in
-//! `migrations/` (`0001_initial.sql` …), embedded in order in [`MIGRATIONS`]. Migration `N` takes
+//! The schema's history on SQLite and the runner that applies it: the migrations are the numbered
+//! SQL files in `migrations/sqlite/` (`0001_initial.sql` …), embedded in order in [`MIGRATIONS`]. Migration `N` takes
 //! `PRAGMA user_version` from `N - 1` to `N`, in its own transaction; a fresh database is built by
 //! the same steps from version 0, so there is one way to a schema, and `schema.sql` at the top of the
 //! repository is its snapshot: documentation, checked by a test here, never applied.
@@ -17,7 +17,7 @@ use rusqlite::{Connection, TransactionBehavior};
 
 use super::{report, Result, StoreError};
 
-/// One migration: its file in `migrations/`, and the Rust its SQL calls, if any.
+/// One migration: its file in `migrations/sqlite/`, and the Rust its SQL calls, if any.
 struct Migration {
     /// `NNNN_what.sql`, where `NNNN` is the `user_version` the step leaves.
     file: &'static str,
@@ -50,23 +50,23 @@ impl Migration {
 const MIGRATIONS: &[Migration] = &[
     Migration::sql(
         "0001_initial.sql",
-        include_str!("migrations/0001_initial.sql"),
+        include_str!("migrations/sqlite/0001_initial.sql"),
     ),
     Migration::sql(
         "0002_pixel_trust_and_storage.sql",
-        include_str!("migrations/0002_pixel_trust_and_storage.sql"),
+        include_str!("migrations/sqlite/0002_pixel_trust_and_storage.sql"),
     ),
     Migration::sql(
         "0003_outbox_origin.sql",
-        include_str!("migrations/0003_outbox_origin.sql"),
+        include_str!("migrations/sqlite/0003_outbox_origin.sql"),
     ),
     Migration::sql(
         "0004_data_lifecycle.sql",
-        include_str!("migrations/0004_data_lifecycle.sql"),
+        include_str!("migrations/sqlite/0004_data_lifecycle.sql"),
     ),
     Migration::sql(
         "0005_report_rollup.sql",
-        include_str!("migrations/0005_report_rollup.sql"),
+        include_str!("migrations/sqlite/0005_report_rollup.sql"),
     )
     .calling(&[RustFunction {
         name: "m0005_minor_amount",
@@ -75,7 +75,7 @@ const MIGRATIONS: &[Migration] = &[
     }]),
     Migration::sql(
         "0006_dashboard_accounts.sql",
-        include_str!("migrations/0006_dashboard_accounts.sql"),
+        include_str!("migrations/sqlite/0006_dashboard_accounts.sql"),
     ),
 ];
 
@@ -216,13 +216,15 @@ mod tests {
 
     /// A released migration file is frozen: a database may have run it already, and would not run
     /// it again. To change the schema, add a migration:
-    /// 1. write `src/store/migrations/NNNN_what.sql`, `NNNN` the next number, with a header comment
+    /// 1. write `src/store/migrations/sqlite/NNNN_what.sql`, `NNNN` the next number, with a header comment
     ///    saying what and why (if it builds `conversions` again, it creates `report_daily`'s
     ///    triggers again, written out in full: see `0005_report_rollup.sql`); where SQL cannot say
     ///    a step, a Rust SQL function named `mNNNN_…` beside [`m0005_minor_amount`];
     /// 2. add it at the end of [`MIGRATIONS`];
     /// 3. write `schema.sql` again: `CONVAPI_BLESS=1 cargo test --lib schema_sql`, and read its diff;
-    /// 4. add the file's digest, which this test prints, at the end of [`RELEASED`].
+    /// 4. add the file's digest, which this test prints, at the end of [`RELEASED`];
+    /// 5. write the same step for PostgreSQL, `src/store/migrations/postgres/NNNN_what.sql`, and add
+    ///    it to `store/pg.rs`'s list (`tests/postgres.rs` runs it).
     #[test]
     fn released_migrations_are_frozen() {
         let mut problems = Vec::new();
@@ -251,11 +253,11 @@ mod tests {
         assert!(problems.is_empty(), "{}", problems.join("\n"));
     }
 
-    /// `migrations/` holds the listed files and nothing else, numbered 1, 2, 3 … in the order of
+    /// `migrations/sqlite/` holds the listed files and nothing else, numbered 1, 2, 3 … in the order of
     /// [`MIGRATIONS`], and each entry embeds the file it names.
     #[test]
     fn the_migrations_are_the_files_in_order() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/migrations");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/migrations/sqlite");
         let mut on_disk: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -305,7 +307,7 @@ mod tests {
         let mut out = format!("-- convapi's schema at version {SCHEMA_VERSION}");
         out.push_str(
             " (PRAGMA user_version), as the migrations in
--- src/store/migrations/ leave it: each table followed by its indexes and triggers, every statement
+-- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
 -- (schema_sql_is_the_migrated_schema in src/store/migrate.rs); after adding a migration, write it

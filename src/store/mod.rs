@@ -15,6 +15,7 @@ pub mod export;
 pub mod keys;
 mod migrate;
 pub mod outbox;
+pub mod pg;
 pub mod pipeline;
 pub mod rates;
 pub mod report;

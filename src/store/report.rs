@@ -3,7 +3,7 @@
 //! conversions, their revenue in integer minor units of the site currency, and how many are not
 //! converted yet (docs/decisions.md §11). SQLite triggers on `conversions` keep it exact on every
 //! write, whoever writes: the table and its triggers are created by the migration
-//! `migrations/0005_report_rollup.sql` (their text as the database keeps it is in `schema.sql`); no
+//! `migrations/sqlite/0005_report_rollup.sql` (PostgreSQL: `migrations/postgres/`) (their text as the database keeps it is in `schema.sql`); no
 //! code here writes it. [`check_rollup`] aggregates the same cells from scratch, independently of
 //! the triggers, to find where they went wrong.
 //!

@@ -368,7 +368,7 @@ mod tests {
 
     #[test]
     fn the_migration_trims_to_the_cap() {
-        let sql = include_str!("migrations/0002_pixel_trust_and_storage.sql");
+        let sql = include_str!("migrations/sqlite/0002_pixel_trust_and_storage.sql");
         assert!(sql.contains(&format!("WHERE n > {MAX_VISITORS_PER_CLIENT})")));
     }
 

@@ -28,6 +28,9 @@
 //!   for what the binary has no option for, such as a database capped at a few pages (a full
 //!   disk): [`TestApp::restart_in_process`].
 //!
+//! And `postgres.rs` gives each PostgreSQL test a database of its own on the throwaway cluster
+//! that `scripts/test.sh` starts (`CONVAPI_TEST_POSTGRES`).
+//!
 //! All tests run as threads of one process: helpers keep their state per [`TestApp`] (temp dir,
 //! port, child process) and never change process-wide state (environment, current directory,
 //! signal dispositions). Keep this API stable: the test files rely on it. Add, don't break.
@@ -45,6 +48,7 @@ mod inproc;
 mod load;
 pub mod pipeline_support;
 mod pixel;
+pub mod postgres;
 mod sql;
 mod values;
 

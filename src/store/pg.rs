@@ -1,0 +1,152 @@
+//! PostgreSQL, the engine for several nodes on one database: its connection and the schema's
+//! history on it. The migrations are the numbered files in `migrations/postgres/`, one per schema
+//! version as on SQLite (`migrations/sqlite/`); a PostgreSQL database starts at version 6, the
+//! first that convapi runs on PostgreSQL, built by `0006_initial.sql` in one step. The version is
+//! the one row of `schema_version`.
+//!
+//! Nodes that start at once on one database migrate one at a time: each takes a
+//! transaction-scoped advisory lock ([`MIGRATION_LOCK`]) before it reads the version, and applies
+//! what is missing, and sets the version, in that same transaction (PostgreSQL's DDL is
+//! transactional), so every migration is applied once, entirely or not at all. A database newer
+//! than the binary is refused.
+
+use postgres::{Client, NoTls};
+
+use super::{Result, StoreError};
+
+/// One migration: its file in `migrations/postgres/`, and the schema version it leaves.
+struct Migration {
+    version: i64,
+    file: &'static str,
+    sql: &'static str,
+}
+
+/// Every migration of PostgreSQL, in order.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 6,
+    file: "0006_initial.sql",
+    sql: include_str!("migrations/postgres/0006_initial.sql"),
+}];
+
+/// The key of the advisory lock that migrating nodes take, one at a time ("convapi" and 1).
+pub const MIGRATION_LOCK: i64 = 0x636f_6e76_6170_6901;
+
+impl From<postgres::Error> for StoreError {
+    fn from(e: postgres::Error) -> Self {
+        use postgres::error::SqlState;
+        match e.code() {
+            Some(c)
+                if *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::FOREIGN_KEY_VIOLATION =>
+            {
+                StoreError::Conflict(e.to_string())
+            }
+            Some(c) if *c == SqlState::DISK_FULL => StoreError::Full,
+            // A closed connection, or the server refusing or shutting down: the database, not the
+            // work, is at fault.
+            None if e.is_closed() => StoreError::Busy,
+            Some(c)
+                if *c == SqlState::ADMIN_SHUTDOWN
+                    || *c == SqlState::CANNOT_CONNECT_NOW
+                    || *c == SqlState::TOO_MANY_CONNECTIONS
+                    || *c == SqlState::T_R_SERIALIZATION_FAILURE
+                    || *c == SqlState::T_R_DEADLOCK_DETECTED
+                    || *c == SqlState::LOCK_NOT_AVAILABLE =>
+            {
+                StoreError::Busy
+            }
+            _ => StoreError::Other(postgres_message(&e)),
+        }
+    }
+}
+
+/// The server's own message when there is one (`Display` of the client's error says only "db
+/// error"), else the client's.
+fn postgres_message(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("PostgreSQL: {}", db.message()),
+        None => format!("PostgreSQL: {e}"),
+    }
+}
+
+/// Connects to the database at `url` (`postgres://` or `postgresql://`: user, password, host or
+/// Unix-socket directory, port, database).
+pub fn connect(url: &str) -> Result<Client> {
+    Client::connect(url, NoTls).map_err(|e| {
+        StoreError::Other(format!(
+            "cannot connect to PostgreSQL: {}",
+            postgres_message(&e)
+        ))
+    })
+}
+
+/// The schema version of the database, 0 for one convapi never migrated.
+pub fn schema_version(client: &mut Client) -> Result<i64> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass('schema_version') IS NOT NULL", &[])?
+        .get(0);
+    if !exists {
+        return Ok(0);
+    }
+    Ok(client
+        .query_opt("SELECT version FROM schema_version", &[])?
+        .map_or(0, |r| r.get(0)))
+}
+
+/// Brings the database to [`super::SCHEMA_VERSION`] under the migration lock; refuses a newer one.
+pub fn migrate(client: &mut Client) -> Result<()> {
+    migrate_with(client, MIGRATIONS, super::SCHEMA_VERSION)
+}
+
+fn migrate_with(client: &mut Client, migrations: &[Migration], target: i64) -> Result<()> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")?;
+    let found = tx
+        .query_opt("SELECT version FROM schema_version", &[])?
+        .map(|r| r.get::<_, i64>(0));
+    let version = found.unwrap_or(0);
+    if version > target {
+        return Err(StoreError::Other(format!(
+            "database schema version {version} is newer than this binary understands \
+             ({target}); upgrade convapi"
+        )));
+    }
+    if version == target {
+        return Ok(tx.commit()?);
+    }
+    for m in migrations
+        .iter()
+        .filter(|m| m.version > version && m.version <= target)
+    {
+        tx.batch_execute(m.sql).map_err(|e| {
+            StoreError::Other(format!("migration {}: {}", m.file, postgres_message(&e)))
+        })?;
+    }
+    match found {
+        None => tx.execute("INSERT INTO schema_version VALUES ($1)", &[&target])?,
+        Some(_) => tx.execute("UPDATE schema_version SET version = $1", &[&target])?,
+    };
+    tx.commit()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_postgres_migrations_end_at_the_sqlite_schema_version() {
+        let last = MIGRATIONS.last().expect("at least one migration");
+        assert_eq!(last.version, crate::store::SCHEMA_VERSION);
+        for pair in MIGRATIONS.windows(2) {
+            assert_eq!(pair[1].version, pair[0].version + 1, "{}", pair[1].file);
+        }
+        for m in MIGRATIONS {
+            assert!(
+                m.file.starts_with(&format!("{:04}_", m.version)),
+                "{} is named after its version",
+                m.file
+            );
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! PostgreSQL for the tests: a database of its own for each test, on the throwaway cluster that
+//! `scripts/test.sh` starts (`scripts/postgres.sh`) and names in `CONVAPI_TEST_POSTGRES`, the URL
+//! of its superuser. Without that variable a PostgreSQL test fails, saying how to get a cluster.
+
+/// The variable that names the test cluster.
+pub const CLUSTER_VAR: &str = "CONVAPI_TEST_POSTGRES";
+
+/// The cluster's superuser URL, or a failure that says how to get one.
+pub fn cluster_url() -> String {
+    std::env::var(CLUSTER_VAR).unwrap_or_else(|_| {
+        panic!(
+            "{CLUSTER_VAR} is not set: the PostgreSQL tests need a throwaway cluster. Run \
+             scripts/test.sh (it starts one), or start one with `scripts/postgres.sh start DIR` \
+             and set {CLUSTER_VAR} to the URL it prints"
+        )
+    })
+}
+
+/// A new, empty database on the test cluster: its URL. Each test makes its own, so tests share
+/// the cluster, not state; the cluster is thrown away with everything in it.
+pub fn fresh_database() -> String {
+    let cluster = cluster_url();
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = ::postgres::Client::connect(&cluster, ::postgres::NoTls)
+        .unwrap_or_else(|e| panic!("cannot connect to the test cluster at {cluster}: {e}"));
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap_or_else(|e| panic!("cannot create database {name}: {e}"));
+    database_url(&cluster, &name)
+}
+
+/// `cluster` with its database replaced by `name`.
+fn database_url(cluster: &str, name: &str) -> String {
+    let (base, query) = cluster.split_once('?').unwrap_or((cluster, ""));
+    let slash = base.rfind('/').expect("a postgresql:// URL has a path");
+    let mut url = format!("{}/{name}", &base[..slash]);
+    if !query.is_empty() {
+        url.push('?');
+        url.push_str(query);
+    }
+    url
+}
