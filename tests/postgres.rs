@@ -5,6 +5,7 @@
 
 use std::sync::{Arc, Barrier};
 
+use convapi::store::db::AsConn;
 use convapi::store::{self, pg};
 
 use crate::common::postgres::fresh_database;
@@ -231,4 +232,319 @@ fn the_report_rollup_triggers_keep_the_same_rows_on_both_engines() {
     assert_eq!(find(-1, ""), Some((1, 0, 0, 1)));
     assert_eq!(find(20000, "google"), Some((1, 1000, 0, 0)));
     assert_eq!(find(20000, ""), Some((0, 0, 0, 0)));
+}
+
+/// What the tenants' and keys' functions answer for one sequence of calls.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    tenants: Vec<store::tenants::Tenant>,
+    exists: (bool, bool),
+    duplicate_tenant_conflicts: bool,
+    fresh: Option<store::keys::AuthKey>,
+    touched: Option<store::keys::AuthKey>,
+    revoked: Option<store::keys::KeyInfo>,
+    revoked_again: Option<store::keys::KeyInfo>,
+    revoked_unknown: Option<store::keys::KeyInfo>,
+    after_revoke: Option<store::keys::AuthKey>,
+    listed: Vec<store::keys::KeyInfo>,
+    duplicate_hash_conflicts: bool,
+    unknown_hash: Option<store::keys::AuthKey>,
+}
+
+fn tenants_and_keys(c: &impl AsConn) -> Seen {
+    use store::{keys, tenants, StoreError};
+    tenants::create(c, "t1", "One", 1_000).unwrap();
+    tenants::create(c, "t2", "Two", 2_000).unwrap();
+    let duplicate_tenant_conflicts = matches!(
+        tenants::create(c, "t1", "Again", 2_500),
+        Err(StoreError::Conflict(_))
+    );
+    let (h1, h2) = ([1_u8; 32], [2_u8; 32]);
+    keys::create(c, "k1", "t1", Some("ci"), "ask_one", &h1, 3_000).unwrap();
+    keys::create(c, "k2", "t1", None, "ask_two", &h2, 4_000).unwrap();
+    let fresh = keys::by_hash(c, &h1).unwrap();
+    keys::touch(c, "k1", 5_000).unwrap();
+    let touched = keys::by_hash(c, &h1).unwrap();
+    let revoked = keys::revoke(c, "k1", 6_000).unwrap();
+    let revoked_again = keys::revoke(c, "k1", 7_000).unwrap();
+    Seen {
+        tenants: tenants::list(c).unwrap(),
+        exists: (
+            tenants::exists(c, "t2").unwrap(),
+            tenants::exists(c, "nope").unwrap(),
+        ),
+        duplicate_tenant_conflicts,
+        fresh,
+        touched,
+        revoked,
+        revoked_again,
+        revoked_unknown: keys::revoke(c, "k9", 8_000).unwrap(),
+        after_revoke: keys::by_hash(c, &h1).unwrap(),
+        listed: keys::list(c, "t1").unwrap(),
+        duplicate_hash_conflicts: matches!(
+            keys::create(c, "k3", "t2", None, "ask_three", &h2, 9_000),
+            Err(StoreError::Conflict(_))
+        ),
+        unknown_hash: keys::by_hash(c, &[3_u8; 32]).unwrap(),
+    }
+}
+
+#[test]
+fn tenants_and_keys_answer_the_same_on_both_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = store::open_with(&dir.path().join("k.db"), &store::Settings::default()).unwrap();
+    let postgres = pg::open(&fresh_database()).unwrap();
+    let on_sqlite = tenants_and_keys(&sqlite);
+    assert_eq!(tenants_and_keys(&postgres), on_sqlite);
+    // And what they answer is right (not merely the same).
+    assert_eq!(on_sqlite.tenants.len(), 2);
+    assert_eq!(on_sqlite.exists, (true, false));
+    assert!(on_sqlite.duplicate_tenant_conflicts && on_sqlite.duplicate_hash_conflicts);
+    let fresh = on_sqlite.fresh.unwrap();
+    assert!(!fresh.revoked && fresh.last_used_at.is_none() && fresh.tenant_id == "t1");
+    assert_eq!(on_sqlite.touched.unwrap().last_used_at, Some(5_000));
+    let first = on_sqlite.revoked.unwrap().revoked_at;
+    assert!(first.is_some());
+    assert_eq!(on_sqlite.revoked_again.unwrap().revoked_at, first);
+    assert!(on_sqlite.revoked_unknown.is_none() && on_sqlite.unknown_hash.is_none());
+    assert!(on_sqlite.after_revoke.unwrap().revoked);
+    let names: Vec<_> = on_sqlite.listed.iter().map(|k| k.name.clone()).collect();
+    assert_eq!(names, vec![Some("ci".to_owned()), None]);
+}
+
+/// What the sites' functions answer for one sequence of calls.
+#[derive(Debug, PartialEq)]
+struct SitesSeen {
+    created: store::sites::Site,
+    by_tracker: Option<store::sites::Site>,
+    all: Vec<store::sites::Site>,
+    of_t2: Vec<store::sites::Site>,
+    updated: Option<store::sites::Site>,
+    kept: Option<store::sites::Site>,
+    unknown_update: Option<store::sites::Site>,
+    other_currency: Option<String>,
+    checks: Vec<Option<(bool, Option<String>)>>,
+    secret_set: (bool, bool),
+}
+
+fn sites(c: &impl AsConn) -> SitesSeen {
+    use store::sites::{self, NewSite, SiteChanges};
+    store::tenants::create(c, "t1", "One", 1_000).unwrap();
+    store::tenants::create(c, "t2", "Two", 1_000).unwrap();
+    let new = |id: &'static str, tenant: &'static str, tracker: &'static str| NewSite {
+        id,
+        tenant_id: tenant,
+        tracker_id: tracker,
+        name: "Shop",
+        domain: Some("shop.example"),
+        currency: "EUR",
+        window_days: 30,
+        model: "last_non_direct",
+    };
+    let created = sites::create(c, &new("s1", "t1", "trk1"), 2_000).unwrap();
+    sites::create(c, &new("s2", "t2", "trk2"), 3_000).unwrap();
+    let check = |c: &dyn Fn() -> Option<sites::IdentifyCheck>| c().map(|k| (k.signed, k.secret));
+    let mut checks = vec![check(&|| sites::identify_check(c, "s1").unwrap())];
+    let updated = sites::update(
+        c,
+        "s1",
+        &SiteChanges {
+            name: Some("Renamed"),
+            domain: Some(None),
+            currency: Some("USD"),
+            window_days: Some(7),
+            model: Some("first_touch"),
+            signed_identify: Some(true),
+            retain_days: Some(0),
+            expire_conversions: Some(true),
+        },
+    )
+    .unwrap();
+    // Nothing asked, nothing changed.
+    let kept = sites::update(c, "s1", &SiteChanges::default()).unwrap();
+    let secret_set = (
+        sites::set_identity_secret(c, "s1", "sekret").unwrap(),
+        sites::set_identity_secret(c, "s9", "sekret").unwrap(),
+    );
+    checks.push(check(&|| sites::identify_check(c, "s1").unwrap()));
+    checks.push(check(&|| sites::identify_check(c, "s9").unwrap()));
+    SitesSeen {
+        created,
+        by_tracker: sites::by_tracker(c, "trk2").unwrap(),
+        all: sites::list(c, None).unwrap(),
+        of_t2: sites::list(c, Some("t2")).unwrap(),
+        updated,
+        kept,
+        unknown_update: sites::update(c, "s9", &SiteChanges::default()).unwrap(),
+        other_currency: sites::other_reporting_currency(c, "s1", "USD").unwrap(),
+        checks,
+        secret_set,
+    }
+}
+
+#[test]
+fn sites_answer_the_same_on_both_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = store::open_with(&dir.path().join("s.db"), &store::Settings::default()).unwrap();
+    let postgres = pg::open(&fresh_database()).unwrap();
+    let on_sqlite = sites(&sqlite);
+    assert_eq!(sites(&postgres), on_sqlite);
+    let u = on_sqlite.updated.clone().unwrap();
+    assert_eq!(
+        (
+            u.name.as_str(),
+            u.domain.as_deref(),
+            u.currency.as_str(),
+            u.window_days
+        ),
+        ("Renamed", None, "USD", 7)
+    );
+    assert!(u.signed_identify && u.expire_conversions && u.retain_days == 0);
+    assert_eq!(on_sqlite.kept, on_sqlite.updated);
+    assert_eq!(on_sqlite.created.domain.as_deref(), Some("shop.example"));
+    assert_eq!(on_sqlite.all.len(), 2);
+    assert_eq!(on_sqlite.of_t2.len(), 1);
+    assert_eq!(on_sqlite.by_tracker.unwrap().id, "s2");
+    assert!(on_sqlite.unknown_update.is_none() && on_sqlite.other_currency.is_none());
+    assert_eq!(
+        on_sqlite.checks,
+        vec![
+            Some((false, None)),
+            Some((true, Some("sekret".to_owned()))),
+            None
+        ]
+    );
+    assert_eq!(on_sqlite.secret_set, (true, false));
+}
+
+/// What the dashboard accounts' functions (users, web sessions) answer for one sequence of calls.
+#[derive(Debug, PartialEq)]
+struct AccountsSeen {
+    any_before: bool,
+    any_after: bool,
+    other_case_conflicts: bool,
+    by_email: Option<store::users::User>,
+    listed: Vec<store::users::User>,
+    of_other_tenant: Vec<store::users::User>,
+    password_set: (bool, bool),
+    after_password: Option<store::users::User>,
+    resolved: Option<store::web_sessions::SessionRow>,
+    touched: Option<store::web_sessions::SessionRow>,
+    others_deleted: u64,
+    other_gone: bool,
+    expired_deleted: u64,
+    deleted_gone: bool,
+}
+
+fn accounts(c: &impl AsConn) -> AccountsSeen {
+    use store::{users, web_sessions as ws, StoreError};
+    store::tenants::create(c, "t1", "One", 1_000).unwrap();
+    let any_before = users::any(c).unwrap();
+    users::create(c, "u1", "t1", "Ann@Example.com", "h1", 1_000).unwrap();
+    users::create(c, "u2", "t1", "bob@example.com", "h2", 2_000).unwrap();
+    let other_case_conflicts = matches!(
+        users::create(c, "u3", "t1", "ann@example.com", "h", 2_500),
+        Err(StoreError::Conflict(_))
+    );
+    let password_set = (
+        users::set_password(c, "u1", "h3", 3_000).unwrap(),
+        users::set_password(c, "u9", "h3", 3_000).unwrap(),
+    );
+    let (s1, s2, s3) = ([1_u8; 32], [2_u8; 32], [3_u8; 32]);
+    ws::create(c, &s1, "u1", "csrf1", 4_000).unwrap();
+    ws::create(c, &s2, "u1", "csrf2", 4_500).unwrap();
+    ws::create(c, &s3, "u2", "csrf3", 5_000).unwrap();
+    let resolved = ws::resolve(c, &s1).unwrap();
+    ws::touch(c, &s1, 6_000).unwrap();
+    let touched = ws::resolve(c, &s1).unwrap();
+    let others_deleted = ws::delete_others(c, "u1", &s1).unwrap();
+    let other_gone = ws::resolve(c, &s2).unwrap().is_none();
+    let expired_deleted = ws::delete_expired(c, "u2", 5_500, 0).unwrap();
+    ws::delete(c, &s1).unwrap();
+    AccountsSeen {
+        any_before,
+        any_after: users::any(c).unwrap(),
+        other_case_conflicts,
+        by_email: users::by_email(c, "ANN@example.COM").unwrap(),
+        listed: users::list(c, None).unwrap(),
+        of_other_tenant: users::list(c, Some("t9")).unwrap(),
+        password_set,
+        after_password: users::by_id(c, "u1").unwrap(),
+        resolved,
+        touched,
+        others_deleted,
+        other_gone,
+        expired_deleted,
+        deleted_gone: ws::resolve(c, &s1).unwrap().is_none()
+            && ws::resolve(c, &s3).unwrap().is_none(),
+    }
+}
+
+#[test]
+fn dashboard_accounts_answer_the_same_on_both_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = store::open_with(&dir.path().join("a.db"), &store::Settings::default()).unwrap();
+    let postgres = pg::open(&fresh_database()).unwrap();
+    let on_sqlite = accounts(&sqlite);
+    assert_eq!(accounts(&postgres), on_sqlite);
+    assert!(!on_sqlite.any_before && on_sqlite.any_after && on_sqlite.other_case_conflicts);
+    assert_eq!(on_sqlite.by_email.as_ref().unwrap().id, "u1");
+    assert_eq!(on_sqlite.listed.len(), 2);
+    assert!(on_sqlite.of_other_tenant.is_empty());
+    assert_eq!(on_sqlite.password_set, (true, false));
+    let u1 = on_sqlite.after_password.unwrap();
+    assert_eq!(
+        (u1.password_hash.as_str(), u1.password_changed_at),
+        ("h3", 3_000)
+    );
+    let r = on_sqlite.resolved.unwrap();
+    assert_eq!(
+        (r.email.as_str(), r.csrf.as_str(), r.last_seen_at),
+        ("Ann@Example.com", "csrf1", 4_000)
+    );
+    assert_eq!(on_sqlite.touched.unwrap().last_seen_at, 6_000);
+    assert_eq!(
+        (on_sqlite.others_deleted, on_sqlite.expired_deleted),
+        (1, 1)
+    );
+    assert!(on_sqlite.other_gone && on_sqlite.deleted_gone);
+}
+
+fn rates(c: &impl AsConn) -> Vec<Option<(String, String)>> {
+    use store::rates;
+    let newest_before = rates::newest_day(c).unwrap();
+    rates::upsert(c, "USD", "2024-01-02", "1.1").unwrap();
+    // A second import of the same day replaces the rate.
+    rates::upsert(c, "USD", "2024-01-02", "1.2").unwrap();
+    rates::upsert(c, "USD", "2024-01-04", "1.3").unwrap();
+    rates::upsert(c, "GBP", "2024-01-05", "0.8").unwrap();
+    vec![
+        newest_before.map(|d| (d, String::new())),
+        rates::on_or_before(c, "USD", "2024-01-03").unwrap(),
+        rates::on_or_before(c, "USD", "2024-01-04").unwrap(),
+        rates::on_or_before(c, "USD", "2024-01-01").unwrap(),
+        rates::on_or_before(c, "JPY", "2024-01-09").unwrap(),
+        rates::newest_day(c).unwrap().map(|d| (d, String::new())),
+    ]
+}
+
+#[test]
+fn exchange_rates_answer_the_same_on_both_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = store::open_with(&dir.path().join("x.db"), &store::Settings::default()).unwrap();
+    let postgres = pg::open(&fresh_database()).unwrap();
+    let on_sqlite = rates(&sqlite);
+    assert_eq!(rates(&postgres), on_sqlite);
+    let pair = |a: &str, b: &str| Some((a.to_owned(), b.to_owned()));
+    assert_eq!(
+        on_sqlite,
+        vec![
+            None,
+            pair("1.2", "2024-01-02"),
+            pair("1.3", "2024-01-04"),
+            None,
+            None,
+            pair("2024-01-05", ""),
+        ]
+    );
 }

@@ -1,12 +1,13 @@
 //! The `api_keys` table. Only the SHA-256 of a key is stored, looked up by equality on the hash
-//! (an index lookup, so no byte-by-byte comparison of secrets happens in our code).
+//! (an index lookup, so no byte-by-byte comparison of secrets happens in our code). Written once
+//! for both engines (`db.rs`).
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
 
+use super::db::{args, AsConn, Row};
 use super::Result;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyInfo {
     pub id: String,
@@ -19,7 +20,7 @@ pub struct KeyInfo {
 }
 
 /// What authentication needs to know about a presented key.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthKey {
     pub id: String,
     pub tenant_id: String,
@@ -27,22 +28,20 @@ pub struct AuthKey {
     pub last_used_at: Option<i64>,
 }
 
-const COLUMNS: &str = "id, tenant_id, name, prefix, created_at, last_used_at, revoked_at";
-
-fn from_row(r: &Row<'_>) -> rusqlite::Result<KeyInfo> {
+fn from_row(r: &Row) -> Result<KeyInfo> {
     Ok(KeyInfo {
         id: r.get(0)?,
         tenant_id: r.get(1)?,
         name: r.get(2)?,
         prefix: r.get(3)?,
         created_at: super::iso(r.get(4)?),
-        last_used_at: r.get::<_, Option<i64>>(5)?.map(super::iso),
-        revoked_at: r.get::<_, Option<i64>>(6)?.map(super::iso),
+        last_used_at: r.get::<Option<i64>>(5)?.map(super::iso),
+        revoked_at: r.get::<Option<i64>>(6)?.map(super::iso),
     })
 }
 
 pub fn create(
-    conn: &Connection,
+    conn: &impl AsConn,
     id: &str,
     tenant_id: &str,
     name: Option<&str>,
@@ -50,51 +49,56 @@ pub fn create(
     hash: &[u8],
     now_ms: i64,
 ) -> Result<()> {
-    conn.execute(
+    conn.conn().execute(
         "INSERT INTO api_keys (id, tenant_id, name, prefix, hash, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![id, tenant_id, name, prefix, hash, now_ms],
+        args![id, tenant_id, name, prefix, hash, now_ms],
     )?;
     Ok(())
 }
 
-pub fn by_hash(conn: &Connection, hash: &[u8]) -> Result<Option<AuthKey>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT id, tenant_id, revoked_at IS NOT NULL, last_used_at FROM api_keys WHERE hash = ?1",
-        )?
-        .query_row([hash], |r| {
+pub fn by_hash(conn: &impl AsConn, hash: &[u8]) -> Result<Option<AuthKey>> {
+    conn.conn().query_opt(
+        "SELECT id, tenant_id, revoked_at IS NOT NULL, last_used_at FROM api_keys WHERE hash = ?1",
+        args![hash],
+        |r| {
             Ok(AuthKey {
                 id: r.get(0)?,
                 tenant_id: r.get(1)?,
                 revoked: r.get(2)?,
                 last_used_at: r.get(3)?,
             })
-        })
-        .optional()?)
+        },
+    )
 }
 
-pub fn list(conn: &Connection, tenant_id: &str) -> Result<Vec<KeyInfo>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM api_keys WHERE tenant_id = ?1 ORDER BY created_at, id"
-    ))?;
-    let rows = stmt.query_map([tenant_id], from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+pub fn list(conn: &impl AsConn, tenant_id: &str) -> Result<Vec<KeyInfo>> {
+    conn.conn().query_all(
+        "SELECT id, tenant_id, name, prefix, created_at, last_used_at, revoked_at FROM api_keys
+         WHERE tenant_id = ?1 ORDER BY created_at, id",
+        args![tenant_id],
+        from_row,
+    )
 }
 
 /// Marks a key revoked (once: a second revoke keeps the first time). `None` when no such key.
-pub fn revoke(conn: &Connection, id: &str, now_ms: i64) -> Result<Option<KeyInfo>> {
+pub fn revoke(conn: &impl AsConn, id: &str, now_ms: i64) -> Result<Option<KeyInfo>> {
+    let conn = conn.conn();
     conn.execute(
         "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1",
-        params![id, now_ms],
+        args![id, now_ms],
     )?;
-    Ok(conn
-        .prepare_cached(&format!("SELECT {COLUMNS} FROM api_keys WHERE id = ?1"))?
-        .query_row([id], from_row)
-        .optional()?)
+    conn.query_opt(
+        "SELECT id, tenant_id, name, prefix, created_at, last_used_at, revoked_at FROM api_keys
+         WHERE id = ?1",
+        args![id],
+        from_row,
+    )
 }
 
-pub fn touch(conn: &Connection, id: &str, now_ms: i64) -> Result<()> {
-    conn.prepare_cached("UPDATE api_keys SET last_used_at = ?2 WHERE id = ?1")?
-        .execute(params![id, now_ms])?;
+pub fn touch(conn: &impl AsConn, id: &str, now_ms: i64) -> Result<()> {
+    conn.conn().execute(
+        "UPDATE api_keys SET last_used_at = ?2 WHERE id = ?1",
+        args![id, now_ms],
+    )?;
     Ok(())
 }

@@ -10,6 +10,7 @@
 
 pub mod conversions;
 pub mod dashboard;
+pub mod db;
 pub mod erasure;
 pub mod export;
 pub mod keys;

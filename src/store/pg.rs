@@ -79,6 +79,14 @@ pub fn connect(url: &str) -> Result<Client> {
     })
 }
 
+/// Connects to the database at `url` and brings its schema up to date: a connection for the
+/// store's functions (`db.rs`).
+pub fn open(url: &str) -> Result<super::db::PgConn> {
+    let mut client = connect(url)?;
+    migrate(&mut client)?;
+    Ok(super::db::PgConn::new(client))
+}
+
 /// The schema version of the database, 0 for one convapi never migrated.
 pub fn schema_version(client: &mut Client) -> Result<i64> {
     let exists: bool = client

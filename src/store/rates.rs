@@ -1,32 +1,31 @@
-//! The `fx_rates` table: ECB reference rates, units of a currency per 1 EUR on a day.
+//! The `fx_rates` table: ECB reference rates, units of a currency per 1 EUR on a day. Written once
+//! for both engines (`db.rs`).
 
-use rusqlite::{params, Connection, OptionalExtension};
-
+use super::db::{args, AsConn};
 use super::Result;
 
 /// Stores one rate, replacing the one already known for that currency and day (imports are idempotent).
-pub fn upsert(conn: &Connection, currency: &str, date: &str, rate: &str) -> Result<()> {
-    conn.prepare_cached(
+pub fn upsert(conn: &impl AsConn, currency: &str, date: &str, rate: &str) -> Result<()> {
+    conn.conn().execute(
         "INSERT INTO fx_rates (currency, date, rate) VALUES (?1, ?2, ?3)
          ON CONFLICT (currency, date) DO UPDATE SET rate = excluded.rate",
-    )?
-    .execute(params![currency, date, rate])?;
+        args![currency, date, rate],
+    )?;
     Ok(())
 }
 
 /// The rate of `currency` on `date` (YYYY-MM-DD) or the latest earlier day: `(rate, its date)`.
 pub fn on_or_before(
-    conn: &Connection,
+    conn: &impl AsConn,
     currency: &str,
     date: &str,
 ) -> Result<Option<(String, String)>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT rate, date FROM fx_rates WHERE currency = ?1 AND date <= ?2
-             ORDER BY date DESC LIMIT 1",
-        )?
-        .query_row(params![currency, date], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?)
+    conn.conn().query_opt(
+        "SELECT rate, date FROM fx_rates WHERE currency = ?1 AND date <= ?2
+         ORDER BY date DESC LIMIT 1",
+        args![currency, date],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
 }
 
 /// Currencies the ECB publishes every working day: the newest day among them is the newest day
@@ -35,13 +34,15 @@ pub fn on_or_before(
 const DAILY_CURRENCIES: [&str; 4] = ["USD", "GBP", "JPY", "CHF"];
 
 /// The newest day of the imported rates (`YYYY-MM-DD`), by [`DAILY_CURRENCIES`].
-pub fn newest_day(conn: &Connection) -> Result<Option<String>> {
+pub fn newest_day(conn: &impl AsConn) -> Result<Option<String>> {
+    let conn = conn.conn();
     let mut newest: Option<String> = None;
-    let mut stmt = conn.prepare_cached(
-        "SELECT date FROM fx_rates WHERE currency = ?1 ORDER BY date DESC LIMIT 1",
-    )?;
     for c in DAILY_CURRENCIES {
-        let day: Option<String> = stmt.query_row([c], |r| r.get(0)).optional()?;
+        let day: Option<String> = conn.query_opt(
+            "SELECT date FROM fx_rates WHERE currency = ?1 ORDER BY date DESC LIMIT 1",
+            args![c],
+            |r| r.get(0),
+        )?;
         if day > newest {
             newest = day;
         }

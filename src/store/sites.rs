@@ -1,14 +1,15 @@
 //! The `sites` table: what the backend addresses by UUID and the pixel by tracker id.
 //!
 //! A site's identity secret is read only by [`identify_check`] and written only by
-//! [`set_identity_secret`]: [`Site`] never carries it, so no listing or log can show it.
+//! [`set_identity_secret`]: [`Site`] never carries it, so no listing or log can show it. Written
+//! once for both engines (`db.rs`).
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
 
+use super::db::{args, AsConn, Row};
 use super::Result;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Site {
     pub id: String,
@@ -39,7 +40,7 @@ const COLUMNS: &str =
     "id, tenant_id, tracker_id, name, domain, currency, window_days, model, created_at, \
     signed_identify, retain_days, expire_conversions";
 
-fn from_row(r: &Row<'_>) -> rusqlite::Result<Site> {
+fn from_row(r: &Row) -> Result<Site> {
     Ok(Site {
         id: r.get(0)?,
         tenant_id: r.get(1)?,
@@ -67,37 +68,42 @@ pub struct NewSite<'a> {
     pub model: &'a str,
 }
 
-pub fn create(conn: &Connection, s: &NewSite<'_>, now_ms: i64) -> Result<Site> {
-    conn.execute(
+pub fn create(conn: &impl AsConn, s: &NewSite<'_>, now_ms: i64) -> Result<Site> {
+    conn.conn().execute(
         "INSERT INTO sites (id, tenant_id, tracker_id, name, domain, currency, window_days, model, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        params![s.id, s.tenant_id, s.tracker_id, s.name, s.domain, s.currency, s.window_days, s.model, now_ms],
+        args![s.id, s.tenant_id, s.tracker_id, s.name, s.domain, s.currency, s.window_days, s.model, now_ms],
     )?;
     Ok(by_id(conn, s.id)?.expect("site just inserted"))
 }
 
-pub fn by_id(conn: &Connection, id: &str) -> Result<Option<Site>> {
-    Ok(conn
-        .prepare_cached(&format!("SELECT {COLUMNS} FROM sites WHERE id = ?1"))?
-        .query_row([id], from_row)
-        .optional()?)
+pub fn by_id(conn: &impl AsConn, id: &str) -> Result<Option<Site>> {
+    conn.conn().query_opt(
+        &format!("SELECT {COLUMNS} FROM sites WHERE id = ?1"),
+        args![id],
+        from_row,
+    )
 }
 
-pub fn by_tracker(conn: &Connection, tracker_id: &str) -> Result<Option<Site>> {
-    Ok(conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM sites WHERE tracker_id = ?1"
-        ))?
-        .query_row([tracker_id], from_row)
-        .optional()?)
+pub fn by_tracker(conn: &impl AsConn, tracker_id: &str) -> Result<Option<Site>> {
+    conn.conn().query_opt(
+        &format!("SELECT {COLUMNS} FROM sites WHERE tracker_id = ?1"),
+        args![tracker_id],
+        from_row,
+    )
 }
 
-pub fn list(conn: &Connection, tenant_id: Option<&str>) -> Result<Vec<Site>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM sites WHERE ?1 IS NULL OR tenant_id = ?1 ORDER BY created_at, id"
-    ))?;
-    let rows = stmt.query_map([tenant_id], from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+/// Every site, or a tenant's; oldest first.
+pub fn list(conn: &impl AsConn, tenant_id: Option<&str>) -> Result<Vec<Site>> {
+    // The CAST gives PostgreSQL the parameter's type where it is tested for NULL.
+    conn.conn().query_all(
+        &format!(
+            "SELECT {COLUMNS} FROM sites WHERE CAST(?1 AS TEXT) IS NULL OR tenant_id = ?1
+             ORDER BY created_at, id"
+        ),
+        args![tenant_id],
+        from_row,
+    )
 }
 
 /// The settings [`update`] changes; `None` keeps the stored value.
@@ -115,15 +121,15 @@ pub struct SiteChanges<'a> {
 }
 
 /// Changes a site's settings; `None` when there is no such site.
-pub fn update(conn: &Connection, id: &str, c: &SiteChanges<'_>) -> Result<Option<Site>> {
-    let changed = conn.execute(
+pub fn update(conn: &impl AsConn, id: &str, c: &SiteChanges<'_>) -> Result<Option<Site>> {
+    let changed = conn.conn().execute(
         "UPDATE sites SET name = COALESCE(?2, name), domain = CASE WHEN ?10 THEN ?3 ELSE domain END,
              currency = COALESCE(?4, currency), window_days = COALESCE(?5, window_days),
              model = COALESCE(?6, model), signed_identify = COALESCE(?7, signed_identify),
              retain_days = COALESCE(?8, retain_days),
              expire_conversions = COALESCE(?9, expire_conversions)
          WHERE id = ?1",
-        params![
+        args![
             id,
             c.name,
             c.domain.flatten(),
@@ -145,18 +151,17 @@ pub fn update(conn: &Connection, id: &str, c: &SiteChanges<'_>) -> Result<Option
 /// A reporting currency other than `currency` that some of the site's conversions were already
 /// converted to (the report sums reporting values, so they must all be in one currency).
 pub fn other_reporting_currency(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     currency: &str,
 ) -> Result<Option<String>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT reporting_currency FROM conversions
-             WHERE site_id = ?1 AND reporting_currency IS NOT NULL AND reporting_currency <> ?2
-             LIMIT 1",
-        )?
-        .query_row([site_id, currency], |r| r.get(0))
-        .optional()?)
+    conn.conn().query_opt(
+        "SELECT reporting_currency FROM conversions
+         WHERE site_id = ?1 AND reporting_currency IS NOT NULL AND reporting_currency <> ?2
+         LIMIT 1",
+        args![site_id, currency],
+        |r| r.get(0),
+    )
 }
 
 /// How a site checks the pixel's `identify`.
@@ -168,23 +173,24 @@ pub struct IdentifyCheck {
 }
 
 /// `None` when there is no such site.
-pub fn identify_check(conn: &Connection, site_id: &str) -> Result<Option<IdentifyCheck>> {
-    Ok(conn
-        .prepare_cached("SELECT signed_identify, identity_secret FROM sites WHERE id = ?1")?
-        .query_row([site_id], |r| {
+pub fn identify_check(conn: &impl AsConn, site_id: &str) -> Result<Option<IdentifyCheck>> {
+    conn.conn().query_opt(
+        "SELECT signed_identify, identity_secret FROM sites WHERE id = ?1",
+        args![site_id],
+        |r| {
             Ok(IdentifyCheck {
                 signed: r.get(0)?,
                 secret: r.get(1)?,
             })
-        })
-        .optional()?)
+        },
+    )
 }
 
 /// Stores a site's new identity secret in place of the old one; false when there is no such site.
 /// Stored as given, unlike an API key: the server computes HMACs with it.
-pub fn set_identity_secret(conn: &Connection, site_id: &str, secret: &str) -> Result<bool> {
-    Ok(conn.execute(
+pub fn set_identity_secret(conn: &impl AsConn, site_id: &str, secret: &str) -> Result<bool> {
+    Ok(conn.conn().execute(
         "UPDATE sites SET identity_secret = ?2 WHERE id = ?1",
-        params![site_id, secret],
+        args![site_id, secret],
     )? > 0)
 }

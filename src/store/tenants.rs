@@ -1,11 +1,12 @@
-//! The `tenants` table: organisations that own sites and API keys.
+//! The `tenants` table: organisations that own sites and API keys. Written once for both engines
+//! (`db.rs`).
 
-use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
+use super::db::{args, AsConn};
 use super::Result;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Tenant {
     pub id: String,
@@ -13,10 +14,10 @@ pub struct Tenant {
     pub created_at: String,
 }
 
-pub fn create(conn: &Connection, id: &str, name: &str, now_ms: i64) -> Result<Tenant> {
-    conn.execute(
+pub fn create(conn: &impl AsConn, id: &str, name: &str, now_ms: i64) -> Result<Tenant> {
+    conn.conn().execute(
         "INSERT INTO tenants (id, name, created_at) VALUES (?1, ?2, ?3)",
-        params![id, name, now_ms],
+        args![id, name, now_ms],
     )?;
     Ok(Tenant {
         id: id.to_owned(),
@@ -25,24 +26,24 @@ pub fn create(conn: &Connection, id: &str, name: &str, now_ms: i64) -> Result<Te
     })
 }
 
-pub fn exists(conn: &Connection, id: &str) -> Result<bool> {
+pub fn exists(conn: &impl AsConn, id: &str) -> Result<bool> {
     Ok(conn
-        .prepare_cached("SELECT 1 FROM tenants WHERE id = ?1")?
-        .query_row([id], |_| Ok(()))
-        .optional()?
+        .conn()
+        .query_opt("SELECT 1 FROM tenants WHERE id = ?1", args![id], |_| Ok(()))?
         .is_some())
 }
 
 /// Every tenant, oldest first.
-pub fn list(conn: &Connection) -> Result<Vec<Tenant>> {
-    let mut stmt =
-        conn.prepare_cached("SELECT id, name, created_at FROM tenants ORDER BY created_at, id")?;
-    let rows = stmt.query_map([], |r| {
-        Ok(Tenant {
-            id: r.get(0)?,
-            name: r.get(1)?,
-            created_at: super::iso(r.get(2)?),
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+pub fn list(conn: &impl AsConn) -> Result<Vec<Tenant>> {
+    conn.conn().query_all(
+        "SELECT id, name, created_at FROM tenants ORDER BY created_at, id",
+        args![],
+        |r| {
+            Ok(Tenant {
+                id: r.get(0)?,
+                name: r.get(1)?,
+                created_at: super::iso(r.get(2)?),
+            })
+        },
+    )
 }

@@ -1,11 +1,11 @@
 //! The `users` table: people who log in to the dashboard, each in one tenant. Only an Argon2id
-//! PHC string of a password is stored (hashed by the caller, never on the writer thread).
+//! PHC string of a password is stored (hashed by the caller, never on the writer thread). Written
+//! once for both engines (`db.rs`).
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
-
+use super::db::{args, AsConn, Engine, Row};
 use super::Result;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
     pub id: String,
     pub tenant_id: String,
@@ -18,7 +18,7 @@ pub struct User {
 
 const COLUMNS: &str = "id, tenant_id, email, password_hash, created_at, password_changed_at";
 
-fn from_row(r: &Row<'_>) -> rusqlite::Result<User> {
+fn from_row(r: &Row) -> Result<User> {
     Ok(User {
         id: r.get(0)?,
         tenant_id: r.get(1)?,
@@ -31,17 +31,17 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<User> {
 
 /// Inserts a user; a taken email (in any case) is a `Conflict`.
 pub fn create(
-    conn: &Connection,
+    conn: &impl AsConn,
     id: &str,
     tenant_id: &str,
     email: &str,
     password_hash: &str,
     now_ms: i64,
 ) -> Result<User> {
-    conn.execute(
+    conn.conn().execute(
         "INSERT INTO users (id, tenant_id, email, password_hash, created_at, password_changed_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
-        params![id, tenant_id, email, password_hash, now_ms],
+        args![id, tenant_id, email, password_hash, now_ms],
     )?;
     Ok(User {
         id: id.to_owned(),
@@ -53,43 +53,55 @@ pub fn create(
     })
 }
 
-/// The user with this email, compared without regard to ASCII case.
-pub fn by_email(conn: &Connection, email: &str) -> Result<Option<User>> {
-    Ok(conn
-        .prepare_cached(&format!("SELECT {COLUMNS} FROM users WHERE email = ?1"))?
-        .query_row([email], from_row)
-        .optional()?)
+/// The user with this email, compared without regard to case: SQLite's column folds ASCII
+/// (`COLLATE NOCASE`); PostgreSQL's unique index is on `lower(email)`, which the lookup uses.
+pub fn by_email(conn: &impl AsConn, email: &str) -> Result<Option<User>> {
+    let conn = conn.conn();
+    let sql = match conn.engine() {
+        Engine::Sqlite => format!("SELECT {COLUMNS} FROM users WHERE email = ?1"),
+        Engine::Postgres => format!("SELECT {COLUMNS} FROM users WHERE lower(email) = lower(?1)"),
+    };
+    conn.query_opt(&sql, args![email], from_row)
 }
 
-pub fn by_id(conn: &Connection, id: &str) -> Result<Option<User>> {
-    Ok(conn
-        .prepare_cached(&format!("SELECT {COLUMNS} FROM users WHERE id = ?1"))?
-        .query_row([id], from_row)
-        .optional()?)
+pub fn by_id(conn: &impl AsConn, id: &str) -> Result<Option<User>> {
+    conn.conn().query_opt(
+        &format!("SELECT {COLUMNS} FROM users WHERE id = ?1"),
+        args![id],
+        from_row,
+    )
 }
 
 /// Whether any user exists: the first-run page is open only while none does.
-pub fn any(conn: &Connection) -> Result<bool> {
+pub fn any(conn: &impl AsConn) -> Result<bool> {
     Ok(conn
-        .prepare_cached("SELECT 1 FROM users LIMIT 1")?
-        .query_row([], |_| Ok(()))
-        .optional()?
+        .conn()
+        .query_opt("SELECT 1 FROM users LIMIT 1", args![], |_| Ok(()))?
         .is_some())
 }
 
 /// Every user, or one tenant's, oldest first.
-pub fn list(conn: &Connection, tenant_id: Option<&str>) -> Result<Vec<User>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM users WHERE ?1 IS NULL OR tenant_id = ?1 ORDER BY created_at, id"
-    ))?;
-    let rows = stmt.query_map([tenant_id], from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+pub fn list(conn: &impl AsConn, tenant_id: Option<&str>) -> Result<Vec<User>> {
+    // The CAST gives PostgreSQL the parameter's type where it is tested for NULL.
+    conn.conn().query_all(
+        &format!(
+            "SELECT {COLUMNS} FROM users WHERE CAST(?1 AS TEXT) IS NULL OR tenant_id = ?1
+             ORDER BY created_at, id"
+        ),
+        args![tenant_id],
+        from_row,
+    )
 }
 
 /// Replaces a user's password hash; false when there is no such user.
-pub fn set_password(conn: &Connection, id: &str, password_hash: &str, now_ms: i64) -> Result<bool> {
-    Ok(conn.execute(
+pub fn set_password(
+    conn: &impl AsConn,
+    id: &str,
+    password_hash: &str,
+    now_ms: i64,
+) -> Result<bool> {
+    Ok(conn.conn().execute(
         "UPDATE users SET password_hash = ?2, password_changed_at = ?3 WHERE id = ?1",
-        params![id, password_hash, now_ms],
+        args![id, password_hash, now_ms],
     )? > 0)
 }
