@@ -548,3 +548,110 @@ fn exchange_rates_answer_the_same_on_both_engines() {
         ]
     );
 }
+
+/// What the conversions' functions answer for one sequence of reports, as Debug text.
+fn conversions(c: &impl AsConn) -> Vec<String> {
+    use store::conversions::{self as conv, ApiReport, Conversion, Source};
+    store::tenants::create(c, "t1", "One", 1_000).unwrap();
+    store::sites::create(
+        c,
+        &store::sites::NewSite {
+            id: "s1",
+            tenant_id: "t1",
+            tracker_id: "trk1",
+            name: "Shop",
+            domain: None,
+            currency: "EUR",
+            window_days: 30,
+            model: "last_touch",
+        },
+        1_000,
+    )
+    .unwrap();
+    let api = |id: &str, order: &str, session: Option<(&str, &str)>| ApiReport {
+        id: id.to_owned(),
+        site_id: "s1".to_owned(),
+        order_id: Some(order.to_owned()),
+        kind: "purchase".to_owned(),
+        session: session.map(|(s, v)| (s.to_owned(), v.to_owned())),
+        client_id: Some("crm-1".to_owned()),
+        value: Some("19.90".to_owned()),
+        currency: "USD".to_owned(),
+        occurred_at: 5_000,
+    };
+    let pixel = Conversion {
+        id: "e2".to_owned(),
+        site_id: "s1".to_owned(),
+        order_id: Some("o2".to_owned()),
+        kind: "purchase".to_owned(),
+        session_id: "se-pixel".to_owned(),
+        visitor_id: "v-pixel".to_owned(),
+        client_id: None,
+        value: Some("1".to_owned()),
+        currency: "EUR".to_owned(),
+        occurred_at: 4_000,
+    };
+    let mut seen = vec![
+        format!(
+            "{:?}",
+            conv::record_api(c, &api("e1", "o1", Some(("se1", "v1"))), 6_000)
+        ),
+        format!(
+            "{:?}",
+            conv::record_api(c, &api("e9", "o1", Some(("se1", "v1"))), 6_100)
+        ),
+        format!("{:?}", conv::record(c, &pixel, Source::Pixel, 6_200)),
+        format!("{:?}", conv::record(c, &pixel, Source::Pixel, 6_300)),
+        format!("{:?}", conv::find_order(c, "s1", "o2", Source::Api)),
+        format!(
+            "{:?}",
+            conv::record_api(c, &api("e8", "o2", Some(("se2", "v2"))), 6_400)
+        ),
+        format!("{:?}", conv::record_api(c, &api("e7", "o3", None), 6_500)),
+        format!("{:?}", conv::find_order(c, "s1", "o2", Source::Api)),
+        format!("{:?}", conv::find_order(c, "s1", "o3", Source::Api)),
+        format!("{:?}", conv::by_id(c, "e2")),
+        format!("{:?}", conv::outbox_counts(c)),
+    ];
+    for (source, cap) in [(Source::Api, 10), (Source::Api, 1), (Source::Pixel, 10)] {
+        seen.push(format!("{:?}", conv::outbox_waiting_capped(c, source, cap)));
+    }
+    seen.push(format!("{:?}", conv::order_status(c, "s1", "o2")));
+    seen.push(format!("{:?}", conv::order_status(c, "s1", "o9")));
+    seen
+}
+
+#[test]
+fn conversions_are_recorded_the_same_on_both_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = store::open_with(&dir.path().join("c.db"), &store::Settings::default()).unwrap();
+    let postgres = pg::open(&fresh_database()).unwrap();
+    let on_sqlite = conversions(&sqlite);
+    let on_postgres = conversions(&postgres);
+    for (i, (s, p)) in on_sqlite.iter().zip(&on_postgres).enumerate() {
+        assert_eq!(p, s, "answer {i} differs");
+    }
+    assert_eq!(on_postgres.len(), on_sqlite.len());
+    // What they are: a creation, a repeat, the pixel's order and its repeat, the API's take-over
+    // of it (with the API's session), no session for a new order, both orders' outbox rows
+    // waiting as the API's work, and the taken-over order reported by both sources.
+    assert!(on_sqlite[0].starts_with("Ok(Created(Recorded { event_id: \"e1\""));
+    assert!(on_sqlite[1].starts_with("Ok(Repeat(Recorded { event_id: \"e1\""));
+    assert!(on_sqlite[2].contains("created: true"));
+    assert!(on_sqlite[3].contains("created: false"));
+    assert!(on_sqlite[4].ends_with("false)))"), "{}", on_sqlite[4]);
+    assert!(
+        on_sqlite[5].starts_with("Ok(TakenOver(Recorded { event_id: \"e2\", session_id: \"se2\"")
+    );
+    assert_eq!(on_sqlite[6], "Ok(NoSession)");
+    assert!(on_sqlite[7].ends_with("true)))"), "{}", on_sqlite[7]);
+    assert_eq!(on_sqlite[8], "Ok(None)");
+    assert_eq!(on_sqlite[10], "Ok((2, 0))");
+    assert_eq!(&on_sqlite[11..14], ["Ok(2)", "Ok(1)", "Ok(0)"]);
+    assert!(
+        on_sqlite[14].contains("by_pixel: true, by_api: true"),
+        "{}",
+        on_sqlite[14]
+    );
+    assert_eq!(on_sqlite[15], "Ok(None)");
+}

@@ -3,8 +3,7 @@
 //! trust order between the two sources (docs/decisions.md §3) is decided here, inside the
 //! writer's transaction: the API's first report of a pixel order replaces the pixel's details.
 
-use rusqlite::{params, Connection, OptionalExtension};
-
+use super::db::{args, AsConn, Engine, Row};
 use super::pipeline::{Attribution, Reported};
 use super::Result;
 
@@ -62,7 +61,7 @@ pub struct Recorded {
 
 /// An existing conversion for (site, orderId): its id, session, and whether `source` already reported it.
 pub fn find_order(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     order_id: &str,
     source: Source,
@@ -77,24 +76,21 @@ pub fn find_order(
             "SELECT id, session_id, source_pixel FROM conversions WHERE site_id = ?1 AND order_id = ?2"
         }
     };
-    Ok(conn
-        .prepare_cached(sql)?
-        .query_row(params![site_id, order_id], |r| {
-            Ok((
-                Recorded {
-                    event_id: r.get(0)?,
-                    session_id: r.get(1)?,
-                    created: false,
-                },
-                r.get::<_, bool>(2)?,
-            ))
-        })
-        .optional()?)
+    conn.conn().query_opt(sql, args![site_id, order_id], |r| {
+        Ok((
+            Recorded {
+                event_id: r.get(0)?,
+                session_id: r.get(1)?,
+                created: false,
+            },
+            r.get::<bool>(2)?,
+        ))
+    })
 }
 
 /// Records `source`'s report inside the caller's write transaction: a new conversion plus its outbox
 /// row, or, for a known order, just the repeat's source on the existing conversion.
-pub fn record(conn: &Connection, c: &Conversion, source: Source, now_ms: i64) -> Result<Recorded> {
+pub fn record(conn: &impl AsConn, c: &Conversion, source: Source, now_ms: i64) -> Result<Recorded> {
     if let Some(order_id) = &c.order_id {
         if let Some(existing) = add_source(conn, &c.site_id, order_id, source)? {
             return Ok(existing);
@@ -104,27 +100,27 @@ pub fn record(conn: &Connection, c: &Conversion, source: Source, now_ms: i64) ->
 }
 
 /// A new conversion and its outbox row, for an order the caller found unknown in this transaction.
-fn insert(conn: &Connection, c: &Conversion, source: Source, now_ms: i64) -> Result<Recorded> {
-    conn.prepare_cached(
+fn insert(conn: &impl AsConn, c: &Conversion, source: Source, now_ms: i64) -> Result<Recorded> {
+    conn.conn().execute(
         "INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id, client_id, value,
             currency, occurred_at, created_at, source_api, source_pixel)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-    )?
-    .execute(params![
-        c.id,
-        c.site_id,
-        c.order_id,
-        c.kind,
-        c.session_id,
-        c.visitor_id,
-        c.client_id,
-        c.value,
-        c.currency,
-        c.occurred_at,
-        now_ms,
-        source == Source::Api,
-        source == Source::Pixel,
-    ])?;
+        args![
+            &c.id,
+            &c.site_id,
+            &c.order_id,
+            &c.kind,
+            &c.session_id,
+            &c.visitor_id,
+            &c.client_id,
+            &c.value,
+            &c.currency,
+            c.occurred_at,
+            now_ms,
+            source == Source::Api,
+            source == Source::Pixel,
+        ],
+    )?;
     queue(conn, &c.id, source, now_ms)?;
     Ok(Recorded {
         event_id: c.id.clone(),
@@ -134,11 +130,11 @@ fn insert(conn: &Connection, c: &Conversion, source: Source, now_ms: i64) -> Res
 }
 
 /// Adds the conversion's outbox row, due now, as `source`'s work.
-fn queue(conn: &Connection, conversion_id: &str, source: Source, now_ms: i64) -> Result<()> {
-    conn.prepare_cached(
+fn queue(conn: &impl AsConn, conversion_id: &str, source: Source, now_ms: i64) -> Result<()> {
+    conn.conn().execute(
         "INSERT INTO outbox (conversion_id, next_attempt_at, created_at, origin) VALUES (?1, ?2, ?2, ?3)",
-    )?
-    .execute(params![conversion_id, now_ms, source.origin()])?;
+        args![conversion_id, now_ms, source.origin()],
+    )?;
     Ok(())
 }
 
@@ -177,7 +173,7 @@ pub enum ApiRecorded {
 /// nothing; the first API report of a pixel order takes it over (see [`take_over`]). Deciding it
 /// here, not on the request thread's snapshot, makes concurrent sends of one order produce one
 /// conversion and at most one take-over.
-pub fn record_api(conn: &Connection, r: &ApiReport, now_ms: i64) -> Result<ApiRecorded> {
+pub fn record_api(conn: &impl AsConn, r: &ApiReport, now_ms: i64) -> Result<ApiRecorded> {
     if let Some(order_id) = &r.order_id {
         if let Some((mut rec, by_api)) = find_order(conn, &r.site_id, order_id, Source::Api)? {
             if by_api {
@@ -215,12 +211,13 @@ pub fn record_api(conn: &Connection, r: &ApiReport, now_ms: i64) -> Result<ApiRe
 /// the outbox row becomes new work of the API's, due now with no tries, under a new row id: a
 /// pipeline chunk decided on the pixel's details before this commit then finds its item gone (it
 /// claims items by row id) and stores nothing.
-fn take_over(conn: &Connection, conversion_id: &str, r: &ApiReport, now_ms: i64) -> Result<()> {
+fn take_over(conn: &impl AsConn, conversion_id: &str, r: &ApiReport, now_ms: i64) -> Result<()> {
+    let conn = conn.conn();
     let (session_id, visitor_id) = match &r.session {
         Some((s, v)) => (Some(s.as_str()), Some(v.as_str())),
         None => (None, None),
     };
-    conn.prepare_cached(
+    conn.execute(
         "UPDATE conversions SET type = ?2, value = ?3, currency = ?4, occurred_at = ?5,
             session_id = COALESCE(?6, session_id), visitor_id = COALESCE(?7, visitor_id),
             client_id = CASE WHEN ?6 IS NULL THEN client_id ELSE ?8 END,
@@ -229,35 +226,43 @@ fn take_over(conn: &Connection, conversion_id: &str, r: &ApiReport, now_ms: i64)
             attr_campaign = NULL, reporting_value = NULL, reporting_minor = NULL, reporting_currency = NULL,
             fx_rate = NULL, fx_date = NULL, processed_at = NULL
          WHERE id = ?1",
-    )?
-    .execute(params![
-        conversion_id,
-        r.kind,
-        r.value,
-        r.currency,
-        r.occurred_at,
-        session_id,
-        visitor_id,
-        r.client_id,
-    ])?;
-    // A new row id, above every other: a plain delete and insert could get the old id back.
-    let requeued = conn
-        .prepare_cached(
+        args![
+            conversion_id,
+            &r.kind,
+            &r.value,
+            &r.currency,
+            r.occurred_at,
+            session_id,
+            visitor_id,
+            &r.client_id,
+        ],
+    )?;
+    // A new row id, above every other: a plain delete and insert could get the old id back. On
+    // PostgreSQL, nodes may take over orders at once: the identity's sequence gives each its own.
+    let requeue = match conn.engine() {
+        Engine::Sqlite => {
             "UPDATE outbox SET id = (SELECT MAX(id) + 1 FROM outbox), origin = 'api', attempts = 0,
                 next_attempt_at = ?2, last_error = NULL, dead_at = NULL, parked_reason = NULL,
                 created_at = ?2
-             WHERE conversion_id = ?1",
-        )?
-        .execute(params![conversion_id, now_ms])?;
+             WHERE conversion_id = ?1"
+        }
+        Engine::Postgres => {
+            "UPDATE outbox SET id = nextval(pg_get_serial_sequence('outbox', 'id')), origin = 'api',
+                attempts = 0, next_attempt_at = ?2, last_error = NULL, dead_at = NULL,
+                parked_reason = NULL, created_at = ?2
+             WHERE conversion_id = ?1"
+        }
+    };
+    let requeued = conn.execute(requeue, args![conversion_id, now_ms])?;
     if requeued == 0 {
-        queue(conn, conversion_id, Source::Api, now_ms)?;
+        queue(&conn, conversion_id, Source::Api, now_ms)?;
     }
     Ok(())
 }
 
 /// A [`Conversion`] from the first ten columns of a row: `conversions.id, site_id, order_id, type,
 /// session_id, visitor_id, client_id, value, currency, occurred_at`.
-fn conversion(r: &rusqlite::Row<'_>) -> rusqlite::Result<Conversion> {
+fn conversion(r: &Row) -> Result<Conversion> {
     Ok(Conversion {
         id: r.get(0)?,
         site_id: r.get(1)?,
@@ -273,44 +278,45 @@ fn conversion(r: &rusqlite::Row<'_>) -> rusqlite::Result<Conversion> {
 }
 
 /// The conversion `id`, as the pipeline reads it back; `None` when there is none.
-pub fn by_id(conn: &Connection, id: &str) -> Result<Option<Conversion>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT id, site_id, order_id, type, session_id, visitor_id, client_id, value, currency,
-                    occurred_at
-             FROM conversions WHERE id = ?1",
-        )?
-        .query_row([id], conversion)
-        .optional()?)
+pub fn by_id(conn: &impl AsConn, id: &str) -> Result<Option<Conversion>> {
+    conn.conn().query_opt(
+        "SELECT id, site_id, order_id, type, session_id, visitor_id, client_id, value, currency,
+                occurred_at
+         FROM conversions WHERE id = ?1",
+        args![id],
+        conversion,
+    )
 }
 
 /// Outbox rows waiting (dead letters excluded), and dead letters.
-pub fn outbox_counts(conn: &Connection) -> Result<(i64, i64)> {
+pub fn outbox_counts(conn: &impl AsConn) -> Result<(i64, i64)> {
     Ok(conn
-        .prepare_cached("SELECT COUNT(*) - COUNT(dead_at), COUNT(dead_at) FROM outbox")?
-        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?)
+        .conn()
+        .query_opt(
+            "SELECT COUNT(*) - COUNT(dead_at), COUNT(dead_at) FROM outbox",
+            args![],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?
+        .unwrap_or((0, 0)))
 }
 
 /// Outbox rows `source` created that wait for the pipeline (due or backing off; dead letters and
 /// items parked for rates excluded), counted up to `cap` only: the writer calls this to enforce
 /// each source's backlog limit, so its cost must stay bounded.
-pub fn outbox_waiting_capped(conn: &Connection, source: Source, cap: u64) -> Result<u64> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM outbox
-                WHERE origin = ?1 AND dead_at IS NULL AND next_attempt_at IS NOT NULL LIMIT ?2)",
-        )?
-        .query_row(
-            params![source.origin(), cap.min(i64::MAX as u64) as i64],
-            |r| r.get::<_, i64>(0),
-        )?
-        .max(0) as u64)
+pub fn outbox_waiting_capped(conn: &impl AsConn, source: Source, cap: u64) -> Result<u64> {
+    let counted: Option<i64> = conn.conn().query_opt(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM outbox
+            WHERE origin = ?1 AND dead_at IS NULL AND next_attempt_at IS NOT NULL LIMIT ?2) AS w",
+        args![source.origin(), cap.min(i64::MAX as u64) as i64],
+        |r| r.get(0),
+    )?;
+    Ok(counted.unwrap_or(0).max(0) as u64)
 }
 
 /// Records `source` on an existing order and changes nothing else; `None` when the site has no
 /// such order.
 fn add_source(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     order_id: &str,
     source: Source,
@@ -319,11 +325,13 @@ fn add_source(
         return Ok(None);
     };
     if !seen {
-        conn.prepare_cached(&format!(
-            "UPDATE conversions SET {} = 1 WHERE id = ?1",
-            source.column()
-        ))?
-        .execute([&rec.event_id])?;
+        conn.conn().execute(
+            &format!(
+                "UPDATE conversions SET {} = 1 WHERE id = ?1",
+                source.column()
+            ),
+            args![&rec.event_id],
+        )?;
     }
     Ok(Some(rec))
 }
@@ -385,8 +393,8 @@ pub(super) const STATUS_COLUMNS: &str =
      processed_at, outbox.attempts, outbox.last_error, outbox.parked_reason";
 
 /// An [`OrderStatus`] from a row of [`STATUS_COLUMNS`].
-pub(super) fn status_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OrderStatus> {
-    let attribution = match r.get::<_, Option<String>>(17)? {
+pub(super) fn status_row(r: &Row) -> Result<OrderStatus> {
+    let attribution = match r.get::<Option<String>>(17)? {
         Some(model) => Some(Attribution {
             model,
             session_id: r.get(18)?,
@@ -409,7 +417,7 @@ pub(super) fn status_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OrderStatus>
         },
         attribution,
         processed_at: r.get(22)?,
-        attempts: r.get::<_, Option<i64>>(23)?.unwrap_or(0),
+        attempts: r.get::<Option<i64>>(23)?.unwrap_or(0),
         last_error: r.get(24)?,
         parked_reason: r.get(25)?,
     })
@@ -417,16 +425,17 @@ pub(super) fn status_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OrderStatus>
 
 /// The order `order_id` of a site; `None` when the site has no such order.
 pub fn order_status(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     order_id: &str,
 ) -> Result<Option<OrderStatus>> {
-    Ok(conn
-        .prepare_cached(&format!(
+    conn.conn().query_opt(
+        &format!(
             "SELECT {STATUS_COLUMNS}
              FROM conversions LEFT JOIN outbox ON outbox.conversion_id = conversions.id
              WHERE site_id = ?1 AND order_id = ?2"
-        ))?
-        .query_row(params![site_id, order_id], status_row)
-        .optional()?)
+        ),
+        args![site_id, order_id],
+        status_row,
+    )
 }

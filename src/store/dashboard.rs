@@ -11,6 +11,7 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::conversions::{status_row, OrderStatus, STATUS_COLUMNS};
+use super::db::{args, AsConn, Row};
 use super::outbox::NotDead;
 use super::Result;
 
@@ -105,7 +106,7 @@ pub fn conversions(
     let mut scanned = 0u64;
     while let Some(row) = rows.next()? {
         scanned += 1;
-        if matches(row, filter)? && !each(status_row(row)?) {
+        if matches(row, filter)? && !each(status_row(&Row::Sqlite(row))?) {
             return Ok(End::Enough);
         }
         if max_scan.is_some_and(|max| scanned >= max) {
@@ -147,15 +148,16 @@ fn matches(row: &rusqlite::Row<'_>, f: &Filter) -> rusqlite::Result<bool> {
 
 /// The conversion `id` of `site_id` as the order status view shows it; `None` when the site has
 /// none with that id (another site's conversion included).
-pub fn conversion(conn: &Connection, site_id: &str, id: &str) -> Result<Option<OrderStatus>> {
-    Ok(conn
-        .prepare_cached(&format!(
+pub fn conversion(conn: &impl AsConn, site_id: &str, id: &str) -> Result<Option<OrderStatus>> {
+    conn.conn().query_opt(
+        &format!(
             "SELECT {STATUS_COLUMNS}
              FROM conversions LEFT JOIN outbox ON outbox.conversion_id = conversions.id
              WHERE conversions.id = ?1 AND site_id = ?2"
-        ))?
-        .query_row(params![id, site_id], status_row)
-        .optional()?)
+        ),
+        args![id, site_id],
+        status_row,
+    )
 }
 
 /// The distinct types among the site's `latest` most recent conversions, sorted: what the list's

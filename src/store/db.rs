@@ -137,6 +137,12 @@ impl<'a> From<&'a String> for Value<'a> {
     }
 }
 
+impl<'a> From<&'a Option<String>> for Value<'a> {
+    fn from(v: &'a Option<String>) -> Self {
+        v.as_deref().into()
+    }
+}
+
 impl<'a> From<&'a [u8]> for Value<'a> {
     fn from(v: &'a [u8]) -> Self {
         Value::Bytes(v)

@@ -13,6 +13,7 @@ use rusqlite::backup::{Backup, StepResult};
 use rusqlite::{params, Connection};
 
 use super::conversions::{status_row, OrderStatus, STATUS_COLUMNS};
+use super::db::Row;
 use super::sessions::{self, Session};
 use super::{Result, StoreError};
 
@@ -40,7 +41,7 @@ pub fn conversions<E: From<StoreError>>(
         .query(params![site_id, from_ms, to_ms])
         .map_err(StoreError::from)?;
     while let Some(row) = rows.next().map_err(StoreError::from)? {
-        each(&status_row(row).map_err(StoreError::from)?)?;
+        each(&status_row(&Row::Sqlite(row))?)?;
     }
     Ok(())
 }
