@@ -655,3 +655,131 @@ fn conversions_are_recorded_the_same_on_both_engines() {
     );
     assert_eq!(on_sqlite[15], "Ok(None)");
 }
+
+/// What the pixel's and session resolution's functions answer for one sequence, as Debug text.
+fn sessions(c: &impl AsConn) -> Vec<String> {
+    use store::sessions::{self as ss, Campaign, Identifier, NewEvent, Session};
+    store::tenants::create(c, "t1", "One", 1_000).unwrap();
+    store::sites::create(
+        c,
+        &store::sites::NewSite {
+            id: "s1",
+            tenant_id: "t1",
+            tracker_id: "trk1",
+            name: "Shop",
+            domain: None,
+            currency: "EUR",
+            window_days: 30,
+            model: "last_touch",
+        },
+        1_000,
+    )
+    .unwrap();
+    for v in ["va", "vb"] {
+        ss::ensure_visitor(c, "s1", v, 1_000).unwrap();
+        ss::ensure_visitor(c, "s1", v, 2_000).unwrap(); // a repeat changes nothing
+    }
+    let session = |id: &str, visitor: &str, started: i64, last: i64| Session {
+        id: id.to_owned(),
+        visitor_id: visitor.to_owned(),
+        client_id: None,
+        started_at: started,
+        last_activity_at: last,
+        landing_url: None,
+        referrer: Some("https://search.example/".to_owned()),
+        campaign: Campaign {
+            utm_source: Some("news".to_owned()),
+            gclid: Some("g-1".to_owned()),
+            ..Campaign::default()
+        },
+    };
+    ss::insert_with_landing(c, "s1", &session("se1", "va", 10_000, 11_000), Some("ev1")).unwrap();
+    ss::insert_event(
+        c,
+        &NewEvent {
+            id: "ev1",
+            site_id: "s1",
+            session_id: "se1",
+            kind: "pageview",
+            name: None,
+            url: Some("https://shop.example/?utm_source=news"),
+            props: None,
+            ts: 10_000,
+        },
+    )
+    .unwrap();
+    ss::insert(c, "s1", &session("se2", "vb", 20_000, 21_000)).unwrap();
+    ss::insert(c, "s1", &session("se3", "va", 30_000, 30_500)).unwrap();
+    // Activity never goes backwards; an identify marks the session.
+    ss::touch(c, "se3", 35_000, Some("crm-1")).unwrap();
+    ss::touch(c, "se3", 32_000, None).unwrap();
+    ss::link_client(c, "s1", "crm-1", "va", 30_000).unwrap();
+    ss::link_client(c, "s1", "crm-1", "vb", 31_000).unwrap();
+    ss::link_client(c, "s1", "crm-1", "va", 32_000).unwrap(); // va the newest again
+                                                              // The cap: beyond MAX_VISITORS_PER_CLIENT links the least recently identified go.
+    for i in 0..ss::MAX_VISITORS_PER_CLIENT {
+        let v = format!("vc{i:02}");
+        ss::ensure_visitor(c, "s1", &v, 1_000).unwrap();
+        ss::link_client(c, "s1", "crm-2", &v, 40_000 + i as i64).unwrap();
+    }
+    ss::link_client(c, "s1", "crm-2", "va", 50_000).unwrap();
+    let mut crm2 = ss::person(c, "s1", Identifier::Client("crm-2")).unwrap();
+    crm2.sort();
+    let mut crm1 = ss::person(c, "s1", Identifier::Client("crm-1")).unwrap();
+    crm1.sort();
+    let both = vec!["va".to_owned(), "vb".to_owned()];
+    vec![
+        format!("{:?}", ss::by_id(c, "s1", "se1")),
+        format!("{:?}", ss::by_id(c, "s1", "se3")),
+        format!(
+            "{:?}",
+            ss::latest_for_visitor(c, "s1", "va").map(|s| s.map(|s| s.id))
+        ),
+        format!("{crm1:?}"),
+        format!(
+            "{} {:?} {:?}",
+            crm2.len(),
+            crm2.first(),
+            crm2.contains(&"vc00".to_owned())
+        ),
+        format!("{:?}", ss::person(c, "s1", Identifier::Visitor("vb"))),
+        format!("{:?}", ss::person(c, "s1", Identifier::Session("se2"))),
+        format!("{:?}", ss::person(c, "s1", Identifier::Visitor("nobody"))),
+        format!("{:?}", ss::resolve(c, "s1", &both, 25_000, 10_000)),
+        format!("{:?}", ss::resolve(c, "s1", &both, 40_000, 10_000)),
+        format!("{:?}", ss::resolve(c, "s1", &both, 5_000, 100_000)),
+        format!(
+            "{:?}",
+            ss::in_window(c, "s1", &both, 10_500, 30_000)
+                .map(|v| v.into_iter().map(|s| s.id).collect::<Vec<_>>())
+        ),
+    ]
+}
+
+#[test]
+fn sessions_and_their_resolution_answer_the_same_on_both_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = store::open_with(&dir.path().join("v.db"), &store::Settings::default()).unwrap();
+    let postgres = pg::open(&fresh_database()).unwrap();
+    let on_sqlite = sessions(&sqlite);
+    let on_postgres = sessions(&postgres);
+    for (i, (s, p)) in on_sqlite.iter().zip(&on_postgres).enumerate() {
+        assert_eq!(p, s, "answer {i} differs");
+    }
+    assert!(on_sqlite[0].contains("landing_url: Some(\"https://shop.example/?utm_source=news\")"));
+    assert!(on_sqlite[1]
+        .contains("client_id: Some(\"crm-1\"), started_at: 30000, last_activity_at: 35000"));
+    assert_eq!(on_sqlite[2], "Ok(Some(\"se3\"))");
+    assert_eq!(on_sqlite[3], "[\"va\", \"vb\"]");
+    assert_eq!(
+        on_sqlite[4], "50 Some(\"va\") false",
+        "the oldest link dropped"
+    );
+    assert_eq!(on_sqlite[5], "Ok([\"vb\"])");
+    assert_eq!(on_sqlite[6], "Ok([\"vb\"])");
+    assert_eq!(on_sqlite[7], "Ok([])");
+    assert_eq!(on_sqlite[8], "Ok(Some((\"se2\", \"vb\")))");
+    assert_eq!(on_sqlite[9], "Ok(Some((\"se3\", \"va\")))");
+    assert_eq!(on_sqlite[10], "Ok(None)");
+    assert_eq!(on_sqlite[11], "Ok([\"se1\", \"se2\", \"se3\"])");
+}

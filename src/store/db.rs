@@ -84,6 +84,12 @@ impl AsConn for rusqlite::Connection {
     }
 }
 
+impl AsConn for rusqlite::Transaction<'_> {
+    fn conn(&self) -> Conn<'_> {
+        Conn::Sqlite(self)
+    }
+}
+
 impl AsConn for PgConn {
     fn conn(&self) -> Conn<'_> {
         Conn::Postgres(self)

@@ -67,7 +67,7 @@ pub fn sessions<E: From<StoreError>>(
         .query(params![site_id, from_ms, to_ms])
         .map_err(StoreError::from)?;
     while let Some(row) = rows.next().map_err(StoreError::from)? {
-        each(&sessions::from_row(row).map_err(StoreError::from)?)?;
+        each(&sessions::from_row(&Row::Sqlite(row))?)?;
     }
     Ok(())
 }

@@ -4,10 +4,9 @@
 //! A pageview's URL is stored once, in its event row; a session refers to its landing pageview
 //! (`landing_event_id`) and reads the landing URL from there. A `clientId` keeps at most
 //! [`MAX_VISITORS_PER_CLIENT`] visitors, so that resolving a person costs the same however often
-//! its id was claimed.
+//! its id was claimed. Written once for both engines (`db.rs`).
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
-
+use super::db::{args, AsConn, Row};
 use super::Result;
 
 /// Most visitors one `clientId` is linked to (docs/decisions.md §4); linking one more drops the
@@ -55,7 +54,7 @@ pub(super) const COLUMNS: &str = "id, visitor_id, client_id, started_at, last_ac
     (SELECT e.url FROM events e WHERE e.id = sessions.landing_event_id), referrer, \
     utm_source, utm_medium, utm_campaign, utm_term, utm_content, gclid, gbraid, wbraid, fbclid, msclkid, ttclid";
 
-pub(super) fn from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
+pub(super) fn from_row(r: &Row) -> Result<Session> {
     Ok(Session {
         id: r.get(0)?,
         visitor_id: r.get(1)?,
@@ -82,15 +81,15 @@ pub(super) fn from_row(r: &Row<'_>) -> rusqlite::Result<Session> {
 
 /// Records the visitor if it is new.
 pub fn ensure_visitor(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     visitor_id: &str,
     now_ms: i64,
 ) -> Result<()> {
-    conn.prepare_cached(
-        "INSERT OR IGNORE INTO visitors (site_id, id, created_at) VALUES (?1, ?2, ?3)",
-    )?
-    .execute(params![site_id, visitor_id, now_ms])?;
+    conn.conn().execute(
+        "INSERT INTO visitors (site_id, id, created_at) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+        args![site_id, visitor_id, now_ms],
+    )?;
     Ok(())
 }
 
@@ -98,70 +97,69 @@ pub fn ensure_visitor(
 /// links beyond [`MAX_VISITORS_PER_CLIENT`], least recently identified first. A link's
 /// `created_at` stays the time of its first `identify`.
 pub fn link_client(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     client_id: &str,
     visitor_id: &str,
     now_ms: i64,
 ) -> Result<()> {
+    let conn = conn.conn();
     // The common case, a person's browser identifying on every page, writes nothing.
-    let newest: Option<String> = conn
-        .prepare_cached(
-            "SELECT visitor_id FROM visitor_clients WHERE site_id = ?1 AND client_id = ?2
-             ORDER BY id DESC LIMIT 1",
-        )?
-        .query_row(params![site_id, client_id], |r| r.get(0))
-        .optional()?;
+    let newest: Option<String> = conn.query_opt(
+        "SELECT visitor_id FROM visitor_clients WHERE site_id = ?1 AND client_id = ?2
+         ORDER BY id DESC LIMIT 1",
+        args![site_id, client_id],
+        |r| r.get(0),
+    )?;
     if newest.as_deref() == Some(visitor_id) {
         return Ok(());
     }
     // A new row takes an id above every other row's: it becomes the newest link.
-    let first_linked: Option<i64> = conn
-        .prepare_cached(
-            "DELETE FROM visitor_clients WHERE site_id = ?1 AND client_id = ?2 AND visitor_id = ?3
-             RETURNING created_at",
-        )?
-        .query_row(params![site_id, client_id, visitor_id], |r| r.get(0))
-        .optional()?;
-    conn.prepare_cached(
+    let first_linked: Option<i64> = conn.query_opt(
+        "DELETE FROM visitor_clients WHERE site_id = ?1 AND client_id = ?2 AND visitor_id = ?3
+         RETURNING created_at",
+        args![site_id, client_id, visitor_id],
+        |r| r.get(0),
+    )?;
+    conn.execute(
         "INSERT INTO visitor_clients (site_id, client_id, visitor_id, created_at) VALUES (?1, ?2, ?3, ?4)",
-    )?
-    .execute(params![site_id, client_id, visitor_id, first_linked.unwrap_or(now_ms)])?;
-    conn.prepare_cached(
+        args![site_id, client_id, visitor_id, first_linked.unwrap_or(now_ms)],
+    )?;
+    conn.execute(
         "DELETE FROM visitor_clients WHERE site_id = ?1 AND client_id = ?2 AND id <= (
              SELECT id FROM visitor_clients WHERE site_id = ?1 AND client_id = ?2
              ORDER BY id DESC LIMIT 1 OFFSET ?3)",
-    )?
-    .execute(params![site_id, client_id, MAX_VISITORS_PER_CLIENT as i64])?;
+        args![site_id, client_id, MAX_VISITORS_PER_CLIENT as i64],
+    )?;
     Ok(())
 }
 
 /// The visitor's session with the latest activity, if any.
 pub fn latest_for_visitor(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     visitor_id: &str,
 ) -> Result<Option<Session>> {
-    Ok(conn
-        .prepare_cached(&format!(
+    conn.conn().query_opt(
+        &format!(
             "SELECT {COLUMNS} FROM sessions WHERE site_id = ?1 AND visitor_id = ?2
              ORDER BY started_at DESC, last_activity_at DESC LIMIT 1"
-        ))?
-        .query_row(params![site_id, visitor_id], from_row)
-        .optional()?)
+        ),
+        args![site_id, visitor_id],
+        from_row,
+    )
 }
 
-pub fn by_id(conn: &Connection, site_id: &str, id: &str) -> Result<Option<Session>> {
-    Ok(conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM sessions WHERE site_id = ?1 AND id = ?2"
-        ))?
-        .query_row(params![site_id, id], from_row)
-        .optional()?)
+pub fn by_id(conn: &impl AsConn, site_id: &str, id: &str) -> Result<Option<Session>> {
+    conn.conn().query_opt(
+        &format!("SELECT {COLUMNS} FROM sessions WHERE site_id = ?1 AND id = ?2"),
+        args![site_id, id],
+        from_row,
+    )
 }
 
 /// Inserts a session without a landing pageview (its `landing_url` is not stored).
-pub fn insert(conn: &Connection, site_id: &str, s: &Session) -> Result<()> {
+pub fn insert(conn: &impl AsConn, site_id: &str, s: &Session) -> Result<()> {
     insert_with_landing(conn, site_id, s, None)
 }
 
@@ -169,33 +167,42 @@ pub fn insert(conn: &Connection, site_id: &str, s: &Session) -> Result<()> {
 /// which the caller inserts in the same transaction (after the session, which the event refers
 /// to). `s.landing_url` is not stored: the URL lives in the event row only.
 pub fn insert_with_landing(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     s: &Session,
     landing_event_id: Option<&str>,
 ) -> Result<()> {
     let c = &s.campaign;
-    conn.prepare_cached(
+    conn.conn().execute(
         "INSERT INTO sessions (id, site_id, visitor_id, client_id, started_at, last_activity_at,
             landing_event_id, referrer, utm_source, utm_medium, utm_campaign, utm_term, utm_content,
             gclid, gbraid, wbraid, fbclid, msclkid, ttclid)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
-    )?
-    .execute(params![
-        s.id, site_id, s.visitor_id, s.client_id, s.started_at, s.last_activity_at, landing_event_id,
-        s.referrer, c.utm_source, c.utm_medium, c.utm_campaign, c.utm_term, c.utm_content, c.gclid,
-        c.gbraid, c.wbraid, c.fbclid, c.msclkid, c.ttclid
-    ])?;
+        args![
+            &s.id, site_id, &s.visitor_id, &s.client_id, s.started_at, s.last_activity_at,
+            landing_event_id, &s.referrer, &c.utm_source, &c.utm_medium, &c.utm_campaign,
+            &c.utm_term, &c.utm_content, &c.gclid, &c.gbraid, &c.wbraid, &c.fbclid, &c.msclkid,
+            &c.ttclid
+        ],
+    )?;
     Ok(())
 }
 
 /// Extends a session's activity (never backwards) and marks it identified when `client_id` is given.
-pub fn touch(conn: &Connection, id: &str, activity_ms: i64, client_id: Option<&str>) -> Result<()> {
-    conn.prepare_cached(
-        "UPDATE sessions SET last_activity_at = MAX(last_activity_at, ?2), client_id = COALESCE(?3, client_id)
+pub fn touch(
+    conn: &impl AsConn,
+    id: &str,
+    activity_ms: i64,
+    client_id: Option<&str>,
+) -> Result<()> {
+    // A CASE, not SQLite's two-argument MAX (PostgreSQL's is GREATEST): both engines read it.
+    conn.conn().execute(
+        "UPDATE sessions SET last_activity_at = CASE WHEN ?2 > last_activity_at THEN ?2
+                ELSE last_activity_at END,
+            client_id = COALESCE(?3, client_id)
          WHERE id = ?1",
-    )?
-    .execute(params![id, activity_ms, client_id])?;
+        args![id, activity_ms, client_id],
+    )?;
     Ok(())
 }
 
@@ -210,11 +217,11 @@ pub struct NewEvent<'a> {
     pub ts: i64,
 }
 
-pub fn insert_event(conn: &Connection, e: &NewEvent<'_>) -> Result<()> {
-    conn.prepare_cached(
+pub fn insert_event(conn: &impl AsConn, e: &NewEvent<'_>) -> Result<()> {
+    conn.conn().execute(
         "INSERT INTO events (id, site_id, session_id, type, name, url, props, ts) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?
-    .execute(params![e.id, e.site_id, e.session_id, e.kind, e.name, e.url, e.props, e.ts])?;
+        args![e.id, e.site_id, e.session_id, e.kind, e.name, e.url, e.props, e.ts],
+    )?;
     Ok(())
 }
 
@@ -227,7 +234,7 @@ pub enum Identifier<'a> {
 }
 
 /// The visitors that make up the person an identifier names on this site (empty: unknown).
-pub fn person(conn: &Connection, site_id: &str, ident: Identifier<'_>) -> Result<Vec<String>> {
+pub fn person(conn: &impl AsConn, site_id: &str, ident: Identifier<'_>) -> Result<Vec<String>> {
     let (sql, key) = match ident {
         Identifier::Client(k) => (
             "SELECT visitor_id FROM visitor_clients WHERE site_id = ?1 AND client_id = ?2",
@@ -239,32 +246,29 @@ pub fn person(conn: &Connection, site_id: &str, ident: Identifier<'_>) -> Result
             k,
         ),
     };
-    let mut stmt = conn.prepare_cached(sql)?;
-    let rows = stmt.query_map(params![site_id, key], |r| r.get(0))?;
-    Ok(rows.collect::<rusqlite::Result<Vec<String>>>()?)
+    conn.conn()
+        .query_all(sql, args![site_id, key], |r| r.get(0))
 }
 
 /// The person's most recent session that started no later than `at` and whose last activity lies
 /// within `window_ms` before `at` (both edges inclusive): `(session id, its visitor id)`.
 pub fn resolve(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     visitors: &[String],
     at: i64,
     window_ms: i64,
 ) -> Result<Option<(String, String)>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, started_at FROM sessions
-         WHERE site_id = ?1 AND visitor_id = ?2 AND started_at <= ?3 AND last_activity_at >= ?4
-         ORDER BY started_at DESC, id DESC LIMIT 1",
-    )?;
+    let conn = conn.conn();
     let mut best: Option<(String, String, i64)> = None;
     for v in visitors {
-        let found = stmt
-            .query_row(params![site_id, v, at, at - window_ms], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
-            })
-            .optional()?;
+        let found = conn.query_opt(
+            "SELECT id, started_at FROM sessions
+             WHERE site_id = ?1 AND visitor_id = ?2 AND started_at <= ?3 AND last_activity_at >= ?4
+             ORDER BY started_at DESC, id DESC LIMIT 1",
+            args![site_id, v, at, at - window_ms],
+            |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)),
+        )?;
         if let Some((id, started)) = found {
             if best.as_ref().is_none_or(|(_, _, s)| started > *s) {
                 best = Some((id, v.clone(), started));
@@ -277,22 +281,20 @@ pub fn resolve(
 /// The sessions of a set of visitors whose last activity lies in `[from, to]`, oldest first:
 /// the candidates attribution chooses from.
 pub fn in_window(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     visitors: &[String],
     from: i64,
     to: i64,
 ) -> Result<Vec<Session>> {
-    let mut stmt = conn.prepare_cached(&format!(
+    let conn = conn.conn();
+    let sql = format!(
         "SELECT {COLUMNS} FROM sessions
          WHERE site_id = ?1 AND visitor_id = ?2 AND started_at <= ?4 AND last_activity_at >= ?3"
-    ))?;
+    );
     let mut out = Vec::new();
     for v in visitors {
-        let rows = stmt.query_map(params![site_id, v, from, to], from_row)?;
-        for r in rows {
-            out.push(r?);
-        }
+        out.extend(conn.query_all(&sql, args![site_id, v, from, to], from_row)?);
     }
     out.sort_by(|a, b| (a.started_at, &a.id).cmp(&(b.started_at, &b.id)));
     Ok(out)
@@ -301,6 +303,7 @@ pub fn in_window(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::{params, Connection};
 
     /// A database at schema version 1 (before the migrations), with the table rows the migration
     /// rewrites.
