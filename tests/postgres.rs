@@ -783,3 +783,125 @@ fn sessions_and_their_resolution_answer_the_same_on_both_engines() {
     assert_eq!(on_sqlite[10], "Ok(None)");
     assert_eq!(on_sqlite[11], "Ok([\"se1\", \"se2\", \"se3\"])");
 }
+
+/// What the pipeline's and the outbox's functions answer for one sequence, as Debug text.
+fn pipeline_and_outbox(c: &impl AsConn) -> Vec<String> {
+    use store::conversions::{self as conv, ApiReport};
+    use store::outbox;
+    use store::pipeline::{self as pl, Attribution, Reported};
+    store::tenants::create(c, "t1", "One", 1_000).unwrap();
+    store::sites::create(
+        c,
+        &store::sites::NewSite {
+            id: "s1",
+            tenant_id: "t1",
+            tracker_id: "trk1",
+            name: "Shop",
+            domain: None,
+            currency: "EUR",
+            window_days: 30,
+            model: "last_touch",
+        },
+        1_000,
+    )
+    .unwrap();
+    for (i, e) in ["e1", "e2", "e3"].iter().enumerate() {
+        let r = ApiReport {
+            id: (*e).to_owned(),
+            site_id: "s1".to_owned(),
+            order_id: Some(format!("o{i}")),
+            kind: "purchase".to_owned(),
+            session: Some(("se".to_owned(), "v".to_owned())),
+            client_id: None,
+            value: Some("10.00".to_owned()),
+            currency: "USD".to_owned(),
+            occurred_at: 5_000,
+        };
+        conv::record_api(c, &r, 6_000 + i as i64).unwrap();
+    }
+    let due = pl::due(c, 10_000, 10).unwrap();
+    let attribution = Attribution {
+        model: "last_touch".to_owned(),
+        session_id: Some("se".to_owned()),
+        source: "google".to_owned(),
+        medium: "cpc".to_owned(),
+        campaign: None,
+    };
+    let fx = Reported {
+        value: Some("9.25".to_owned()),
+        currency: Some("EUR".to_owned()),
+        rate: Some("1.081".to_owned()),
+        date: Some("2024-04-24".to_owned()),
+    };
+    let mut seen = vec![
+        format!("{due:?}"),
+        format!("{:?}", pl::claim(c, due[0].id, 10_000)),
+        format!("{:?}", pl::claim(c, due[0].id, 1_000)), // not due yet at that time
+    ];
+    pl::finish(c, due[0].id, "e1", &attribution, &fx, 10_000).unwrap();
+    pl::park(
+        c,
+        due[1].id,
+        "e2",
+        &attribution,
+        "no USD rate on or before 2024-04-24",
+    )
+    .unwrap();
+    pl::retry_later(c, due[2].id, 1, 20_000, "boom").unwrap();
+    seen.push(format!("{:?}", pl::claim(c, due[0].id, 10_000)));
+    seen.push(format!("{:?}", pl::next_due(c)));
+    pl::dead_letter(c, due[2].id, "e3", 2, "boom again", 30_000).unwrap();
+    seen.push(format!("{:?}", pl::next_due(c)));
+    seen.push(format!("{:?}", outbox::list(c, None, false)));
+    seen.push(format!("{:?}", outbox::list(c, Some("s1"), true)));
+    seen.push(format!("{:?}", outbox::dead_letters(c, "s1", 10)));
+    seen.push(format!("{:?}", outbox::check_dead(c, "e3")));
+    seen.push(format!("{:?}", outbox::check_dead(c, "e1")));
+    seen.push(format!("{:?}", outbox::check_dead(c, "nope")));
+    seen.push(format!("{:?}", pl::unpark(c, 40_000)));
+    seen.push(format!("{:?}", pl::item_state(c, "e2")));
+    seen.push(format!("{:?}", outbox::retry(c, None, 50_000)));
+    seen.push(format!("{:?}", pl::item_state(c, "e3")));
+    seen.push(format!("{:?}", pl::item_state(c, "e1")));
+    seen.push(format!("{:?}", conv::order_status(c, "s1", "o0")));
+    seen
+}
+
+#[test]
+fn the_pipelines_outcomes_and_the_outbox_answer_the_same_on_both_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = store::open_with(&dir.path().join("p.db"), &store::Settings::default()).unwrap();
+    let postgres = pg::open(&fresh_database()).unwrap();
+    let on_sqlite = pipeline_and_outbox(&sqlite);
+    let on_postgres = pipeline_and_outbox(&postgres);
+    for (i, (s, p)) in on_sqlite.iter().zip(&on_postgres).enumerate() {
+        assert_eq!(p, s, "answer {i} differs");
+    }
+    assert_eq!(on_postgres.len(), on_sqlite.len());
+    assert!(
+        on_sqlite[0].matches("Item {").count() == 3,
+        "{}",
+        on_sqlite[0]
+    );
+    assert!(on_sqlite[1].starts_with("Ok(Some(Item"));
+    assert_eq!(on_sqlite[2], "Ok(None)");
+    assert_eq!(on_sqlite[3], "Ok(None)", "a finished item is gone");
+    assert_eq!(on_sqlite[4], "Ok(Some(20000))");
+    assert_eq!(
+        on_sqlite[5], "Ok(None)",
+        "parked and dead items are never due"
+    );
+    assert!(
+        on_sqlite[6].contains("state: \"fx_pending\"") && on_sqlite[6].contains("state: \"dead\"")
+    );
+    assert!(on_sqlite[8].ends_with(", 1))"), "{}", on_sqlite[8]);
+    assert_eq!(on_sqlite[9], "Ok(Ok(()))");
+    assert_eq!(on_sqlite[10], "Ok(Err(Status(\"processed\")))");
+    assert_eq!(on_sqlite[11], "Ok(Err(Unknown))");
+    assert_eq!(on_sqlite[12], "Ok(1)");
+    assert!(on_sqlite[13].contains("next_attempt_at: Some(40000)"));
+    assert_eq!(on_sqlite[14], "Ok([\"e3\"])");
+    assert!(on_sqlite[15].contains("attempts: 0, next_attempt_at: Some(50000)"));
+    assert_eq!(on_sqlite[16], "Ok(None)");
+    assert!(on_sqlite[17].contains("status: \"processed\""));
+}

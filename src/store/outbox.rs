@@ -5,9 +5,9 @@
 //! outcome. Retrying only puts a dead letter back where a new conversion starts (due now, no tries,
 //! status `queued`), so the pipeline treats it like any other item and a running server's worker
 //! picks it up at its next poll. Like every table module, it opens no transaction of its own.
+//! Written once for both engines (`db.rs`).
 
-use rusqlite::{params, Connection, OptionalExtension};
-
+use super::db::{args, AsConn, Engine, Row};
 use super::Result;
 
 /// One outbox row with the conversion it is for.
@@ -35,7 +35,7 @@ pub struct Entry {
 const ENTRY_COLUMNS: &str = "o.conversion_id, c.site_id, c.order_id, c.status, o.attempts,
     o.next_attempt_at, o.last_error, o.dead_at, o.created_at, o.parked_reason";
 
-fn entry(r: &rusqlite::Row<'_>) -> rusqlite::Result<Entry> {
+fn entry(r: &Row) -> Result<Entry> {
     let next: Option<i64> = r.get(5)?;
     let dead: Option<i64> = r.get(7)?;
     Ok(Entry {
@@ -58,37 +58,51 @@ fn entry(r: &rusqlite::Row<'_>) -> rusqlite::Result<Entry> {
 }
 
 /// The outbox, oldest first: of one site or all, dead letters only or everything.
-pub fn list(conn: &Connection, site_id: Option<&str>, dead_only: bool) -> Result<Vec<Entry>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {ENTRY_COLUMNS}
-         FROM outbox o JOIN conversions c ON c.id = o.conversion_id
-         WHERE (?1 IS NULL OR c.site_id = ?1) AND (?2 = 0 OR o.dead_at IS NOT NULL)
-         ORDER BY o.created_at, o.id"
-    ))?;
-    let rows = stmt.query_map(params![site_id, dead_only], entry)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+pub fn list(conn: &impl AsConn, site_id: Option<&str>, dead_only: bool) -> Result<Vec<Entry>> {
+    conn.conn().query_all(
+        &format!(
+            "SELECT {ENTRY_COLUMNS}
+             FROM outbox o JOIN conversions c ON c.id = o.conversion_id
+             WHERE (CAST(?1 AS TEXT) IS NULL OR c.site_id = ?1) AND (?2 = 0 OR o.dead_at IS NOT NULL)
+             ORDER BY o.created_at, o.id"
+        ),
+        args![site_id, dead_only],
+        entry,
+    )
 }
 
 /// A site's dead letters, the most recently dead first, at most `limit` of them, and how many
 /// there are in all. `CROSS JOIN` keeps the outbox as the outer loop, read through `outbox_due`
 /// (dead ones only): with a plain join SQLite walks the site's conversions instead, a second or
-/// more for a site with a million of them, however few dead letters there are.
-pub fn dead_letters(conn: &Connection, site_id: &str, limit: u32) -> Result<(Vec<Entry>, u64)> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {ENTRY_COLUMNS}
-         FROM outbox o CROSS JOIN conversions c ON c.id = o.conversion_id
-         WHERE o.dead_at IS NOT NULL AND c.site_id = ?1
-         ORDER BY o.dead_at DESC, o.id DESC LIMIT ?2"
-    ))?;
-    let rows = stmt.query_map(params![site_id, limit], entry)?;
-    let items = rows.collect::<rusqlite::Result<Vec<_>>>()?;
-    let total: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM outbox o CROSS JOIN conversions c ON c.id = o.conversion_id
-         WHERE o.dead_at IS NOT NULL AND c.site_id = ?1",
-        params![site_id],
-        |r| r.get(0),
-    )?;
-    Ok((items, total.max(0) as u64))
+/// more for a site with a million of them, however few dead letters there are. PostgreSQL has no
+/// `CROSS JOIN … ON` (and plans the join itself): a plain join there.
+pub fn dead_letters(conn: &impl AsConn, site_id: &str, limit: u32) -> Result<(Vec<Entry>, u64)> {
+    let conn = conn.conn();
+    let (list, count) = match conn.engine() {
+        Engine::Sqlite => (
+            format!(
+                "SELECT {ENTRY_COLUMNS}
+                 FROM outbox o CROSS JOIN conversions c ON c.id = o.conversion_id
+                 WHERE o.dead_at IS NOT NULL AND c.site_id = ?1
+                 ORDER BY o.dead_at DESC, o.id DESC LIMIT ?2"
+            ),
+            "SELECT COUNT(*) FROM outbox o CROSS JOIN conversions c ON c.id = o.conversion_id
+             WHERE o.dead_at IS NOT NULL AND c.site_id = ?1",
+        ),
+        Engine::Postgres => (
+            format!(
+                "SELECT {ENTRY_COLUMNS}
+                 FROM outbox o JOIN conversions c ON c.id = o.conversion_id
+                 WHERE o.dead_at IS NOT NULL AND c.site_id = ?1
+                 ORDER BY o.dead_at DESC, o.id DESC LIMIT ?2"
+            ),
+            "SELECT COUNT(*) FROM outbox o JOIN conversions c ON c.id = o.conversion_id
+             WHERE o.dead_at IS NOT NULL AND c.site_id = ?1",
+        ),
+    };
+    let items = conn.query_all(&list, args![site_id, i64::from(limit)], entry)?;
+    let total: Option<i64> = conn.query_opt(count, args![site_id], |r| r.get(0))?;
+    Ok((items, total.unwrap_or(0).max(0) as u64))
 }
 
 /// Why a conversion cannot be retried.
@@ -101,14 +115,13 @@ pub enum NotDead {
 }
 
 /// Whether the conversion `id` is a dead letter (`Ok(())`), or why not.
-pub fn check_dead(conn: &Connection, id: &str) -> Result<std::result::Result<(), NotDead>> {
-    let row: Option<(String, Option<i64>)> = conn
-        .prepare_cached(
-            "SELECT c.status, o.dead_at FROM conversions c
-             LEFT JOIN outbox o ON o.conversion_id = c.id WHERE c.id = ?1",
-        )?
-        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
+pub fn check_dead(conn: &impl AsConn, id: &str) -> Result<std::result::Result<(), NotDead>> {
+    let row: Option<(String, Option<i64>)> = conn.conn().query_opt(
+        "SELECT c.status, o.dead_at FROM conversions c
+         LEFT JOIN outbox o ON o.conversion_id = c.id WHERE c.id = ?1",
+        args![id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
     Ok(match row {
         None => Err(NotDead::Unknown),
         Some((_, Some(_))) => Ok(()),
@@ -118,27 +131,28 @@ pub fn check_dead(conn: &Connection, id: &str) -> Result<std::result::Result<(),
 
 /// Makes the dead letters of these conversions (all of them with `None`) due at `now_ms` with no
 /// tries counted, and their conversions `queued` again. Returns the conversion ids retried.
-pub fn retry(conn: &Connection, ids: Option<&[String]>, now_ms: i64) -> Result<Vec<String>> {
+pub fn retry(conn: &impl AsConn, ids: Option<&[String]>, now_ms: i64) -> Result<Vec<String>> {
+    let conn = conn.conn();
     let dead: Vec<String> = match ids {
         Some(ids) => ids.to_vec(),
-        None => conn
-            .prepare_cached(
-                "SELECT conversion_id FROM outbox WHERE dead_at IS NOT NULL ORDER BY created_at, id",
-            )?
-            .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<Vec<String>>>()?,
+        None => conn.query_all(
+            "SELECT conversion_id FROM outbox WHERE dead_at IS NOT NULL ORDER BY created_at, id",
+            args![],
+            |r| r.get(0),
+        )?,
     };
     let mut retried = Vec::with_capacity(dead.len());
     for id in dead {
-        let n = conn
-            .prepare_cached(
-                "UPDATE outbox SET dead_at = NULL, attempts = 0, next_attempt_at = ?2, last_error = NULL
-                 WHERE conversion_id = ?1 AND dead_at IS NOT NULL",
-            )?
-            .execute(params![id, now_ms])?;
+        let n = conn.execute(
+            "UPDATE outbox SET dead_at = NULL, attempts = 0, next_attempt_at = ?2, last_error = NULL
+             WHERE conversion_id = ?1 AND dead_at IS NOT NULL",
+            args![&id, now_ms],
+        )?;
         if n == 1 {
-            conn.prepare_cached("UPDATE conversions SET status = 'queued' WHERE id = ?1")?
-                .execute([&id])?;
+            conn.execute(
+                "UPDATE conversions SET status = 'queued' WHERE id = ?1",
+                args![&id],
+            )?;
             retried.push(id);
         }
     }

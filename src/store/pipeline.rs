@@ -5,9 +5,9 @@
 //!
 //! Outbox states: due (`next_attempt_at <= now`), backing off (`next_attempt_at` later), parked for
 //! rates (`next_attempt_at IS NULL`, conversion `fx_pending`), dead (`dead_at` set, conversion `failed`).
+//! Written once for both engines (`db.rs`).
 
-use rusqlite::{params, Connection, OptionalExtension};
-
+use super::db::{args, AsConn, Row};
 use super::Result;
 
 /// One outbox row as the worker sees it.
@@ -20,30 +20,29 @@ pub struct Item {
 }
 
 /// Up to `limit` items due at `now`, oldest due first, dead letters and parked items excluded.
-pub fn due(conn: &Connection, now_ms: i64, limit: usize) -> Result<Vec<Item>> {
-    let mut stmt = conn.prepare_cached(
+pub fn due(conn: &impl AsConn, now_ms: i64, limit: usize) -> Result<Vec<Item>> {
+    conn.conn().query_all(
         "SELECT id, conversion_id, attempts FROM outbox
          WHERE dead_at IS NULL AND next_attempt_at <= ?1
          ORDER BY next_attempt_at, id LIMIT ?2",
-    )?;
-    let rows = stmt.query_map(params![now_ms, limit as i64], item)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        args![now_ms, limit as i64],
+        item,
+    )
 }
 
 /// Re-reads an item inside the worker's transaction: `None` when it was finished, parked, killed
 /// or rescheduled since it was listed (so no outcome is ever stored twice).
-pub fn claim(conn: &Connection, id: i64, now_ms: i64) -> Result<Option<Item>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT id, conversion_id, attempts FROM outbox
-             WHERE id = ?1 AND dead_at IS NULL AND next_attempt_at <= ?2",
-        )?
-        .query_row(params![id, now_ms], item)
-        .optional()?)
+pub fn claim(conn: &impl AsConn, id: i64, now_ms: i64) -> Result<Option<Item>> {
+    conn.conn().query_opt(
+        "SELECT id, conversion_id, attempts FROM outbox
+         WHERE id = ?1 AND dead_at IS NULL AND next_attempt_at <= ?2",
+        args![id, now_ms],
+        item,
+    )
 }
 
 /// An [`Item`] from a row of `id, conversion_id, attempts`.
-fn item(r: &rusqlite::Row<'_>) -> rusqlite::Result<Item> {
+fn item(r: &Row) -> Result<Item> {
     Ok(Item {
         id: r.get(0)?,
         conversion_id: r.get(1)?,
@@ -52,10 +51,15 @@ fn item(r: &rusqlite::Row<'_>) -> rusqlite::Result<Item> {
 }
 
 /// The earliest time an item becomes due (`None`: nothing waits but parked or dead items).
-pub fn next_due(conn: &Connection) -> Result<Option<i64>> {
+pub fn next_due(conn: &impl AsConn) -> Result<Option<i64>> {
     Ok(conn
-        .prepare_cached("SELECT MIN(next_attempt_at) FROM outbox WHERE dead_at IS NULL")?
-        .query_row([], |r| r.get(0))?)
+        .conn()
+        .query_opt(
+            "SELECT MIN(next_attempt_at) FROM outbox WHERE dead_at IS NULL",
+            args![],
+            |r| r.get::<Option<i64>>(0),
+        )?
+        .flatten())
 }
 
 /// The attribution stored with a conversion: what the pipeline decides (on its own thread, for the
@@ -80,24 +84,24 @@ pub struct Reported {
 }
 
 fn store_attribution(
-    conn: &Connection,
+    conn: &impl AsConn,
     conversion_id: &str,
     a: &Attribution,
     status: &str,
 ) -> Result<()> {
-    conn.prepare_cached(
+    conn.conn().execute(
         "UPDATE conversions SET status = ?2, attr_model = ?3, attr_session_id = ?4, attr_source = ?5,
             attr_medium = ?6, attr_campaign = ?7
          WHERE id = ?1",
-    )?
-    .execute(params![conversion_id, status, a.model, a.session_id, a.source, a.medium, a.campaign])?;
+        args![conversion_id, status, &a.model, &a.session_id, &a.source, &a.medium, &a.campaign],
+    )?;
     Ok(())
 }
 
 /// Stores the finished result (with the reporting value in integer minor units for the report's
 /// rollup, `report::minor_amount`) and deletes the outbox row.
 pub fn finish(
-    conn: &Connection,
+    conn: &impl AsConn,
     item_id: i64,
     conversion_id: &str,
     a: &Attribution,
@@ -109,30 +113,29 @@ pub fn finish(
         (Some(v), Some(c)) => super::report::minor_amount(v, c),
         _ => None,
     };
-    conn.prepare_cached(
+    let conn = conn.conn();
+    conn.execute(
         "UPDATE conversions SET status = 'processed', attr_model = ?2, attr_session_id = ?3,
             attr_source = ?4, attr_medium = ?5, attr_campaign = ?6, reporting_value = ?7,
             reporting_minor = ?8, reporting_currency = ?9, fx_rate = ?10, fx_date = ?11,
             processed_at = ?12
          WHERE id = ?1",
-    )?
-    .execute(params![
-        conversion_id,
-        a.model,
-        a.session_id,
-        a.source,
-        a.medium,
-        a.campaign,
-        fx.value,
-        minor,
-        fx.currency,
-        fx.rate,
-        fx.date,
-        now_ms
-    ])?;
-    let deleted = conn
-        .prepare_cached("DELETE FROM outbox WHERE id = ?1")?
-        .execute([item_id])?;
+        args![
+            conversion_id,
+            &a.model,
+            &a.session_id,
+            &a.source,
+            &a.medium,
+            &a.campaign,
+            &fx.value,
+            minor,
+            &fx.currency,
+            &fx.rate,
+            &fx.date,
+            now_ms
+        ],
+    )?;
+    let deleted = conn.execute("DELETE FROM outbox WHERE id = ?1", args![item_id])?;
     if deleted != 1 {
         // The caller claimed the item in this transaction; anything else would be a double.
         return Err(super::StoreError::Other(format!(
@@ -146,60 +149,63 @@ pub fn finish(
 /// arrive, with `reason` (which rate is missing) for the order status to show. Not a failed try:
 /// `attempts` and `last_error` stay.
 pub fn park(
-    conn: &Connection,
+    conn: &impl AsConn,
     item_id: i64,
     conversion_id: &str,
     a: &Attribution,
     reason: &str,
 ) -> Result<()> {
     store_attribution(conn, conversion_id, a, "fx_pending")?;
-    conn.prepare_cached(
+    conn.conn().execute(
         "UPDATE outbox SET next_attempt_at = NULL, parked_reason = ?2 WHERE id = ?1",
-    )?
-    .execute(params![item_id, reason])?;
+        args![item_id, reason],
+    )?;
     Ok(())
 }
 
 /// Makes every parked item due at `now` (after a rates import); returns how many.
-pub fn unpark(conn: &Connection, now_ms: i64) -> Result<usize> {
-    Ok(conn
-        .prepare_cached(
-            "UPDATE outbox SET next_attempt_at = ?1 WHERE next_attempt_at IS NULL AND dead_at IS NULL",
-        )?
-        .execute([now_ms])?)
+pub fn unpark(conn: &impl AsConn, now_ms: i64) -> Result<usize> {
+    let n = conn.conn().execute(
+        "UPDATE outbox SET next_attempt_at = ?1 WHERE next_attempt_at IS NULL AND dead_at IS NULL",
+        args![now_ms],
+    )?;
+    Ok(n as usize)
 }
 
 /// Records a failed try and when to try again.
 pub fn retry_later(
-    conn: &Connection,
+    conn: &impl AsConn,
     item_id: i64,
     attempts: i64,
     next_at: i64,
     error: &str,
 ) -> Result<()> {
-    conn.prepare_cached(
+    conn.conn().execute(
         "UPDATE outbox SET attempts = ?2, next_attempt_at = ?3, last_error = ?4 WHERE id = ?1",
-    )?
-    .execute(params![item_id, attempts, next_at, error])?;
+        args![item_id, attempts, next_at, error],
+    )?;
     Ok(())
 }
 
 /// Gives up on an item: it stays in the outbox as a dead letter with its last error, and its
 /// conversion shows `failed`.
 pub fn dead_letter(
-    conn: &Connection,
+    conn: &impl AsConn,
     item_id: i64,
     conversion_id: &str,
     attempts: i64,
     error: &str,
     now_ms: i64,
 ) -> Result<()> {
-    conn.prepare_cached(
+    let conn = conn.conn();
+    conn.execute(
         "UPDATE outbox SET attempts = ?2, last_error = ?3, dead_at = ?4 WHERE id = ?1",
-    )?
-    .execute(params![item_id, attempts, error, now_ms])?;
-    conn.prepare_cached("UPDATE conversions SET status = 'failed' WHERE id = ?1")?
-        .execute([conversion_id])?;
+        args![item_id, attempts, error, now_ms],
+    )?;
+    conn.execute(
+        "UPDATE conversions SET status = 'failed' WHERE id = ?1",
+        args![conversion_id],
+    )?;
     Ok(())
 }
 
@@ -213,18 +219,17 @@ pub struct ItemState {
 }
 
 /// The outbox row of a conversion; `None` once it has been processed.
-pub fn item_state(conn: &Connection, conversion_id: &str) -> Result<Option<ItemState>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT attempts, next_attempt_at, last_error, dead_at FROM outbox WHERE conversion_id = ?1",
-        )?
-        .query_row([conversion_id], |r| {
+pub fn item_state(conn: &impl AsConn, conversion_id: &str) -> Result<Option<ItemState>> {
+    conn.conn().query_opt(
+        "SELECT attempts, next_attempt_at, last_error, dead_at FROM outbox WHERE conversion_id = ?1",
+        args![conversion_id],
+        |r| {
             Ok(ItemState {
                 attempts: r.get(0)?,
                 next_attempt_at: r.get(1)?,
                 last_error: r.get(2)?,
                 dead_at: r.get(3)?,
             })
-        })
-        .optional()?)
+        },
+    )
 }
