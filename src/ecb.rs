@@ -13,8 +13,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::store::db::AsConn;
 use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, Utc, Weekday};
-use rusqlite::Connection;
 
 use crate::fx::Rate;
 use crate::invalid::Invalid;
@@ -113,7 +113,7 @@ fn header_columns(text: &str) -> impl Iterator<Item = (usize, &str)> {
 
 /// Stores `rates` (replacing a currency's rate of a day already known) and makes every parked
 /// conversion due again; returns how many were released. Runs in the caller's transaction.
-pub fn store_rates(conn: &Connection, rates: &[Rate], now_ms: i64) -> store::Result<usize> {
+pub fn store_rates(conn: &impl AsConn, rates: &[Rate], now_ms: i64) -> store::Result<usize> {
     for r in rates {
         store::rates::upsert(
             conn,

@@ -143,7 +143,7 @@ pub fn campaign_of(url: &str) -> Campaign {
 ///
 /// On a site with signed identify, an `identify` without the right signature still counts as the
 /// visitor's activity, but links nothing, marks no session and is not stored.
-pub fn apply(conn: &rusqlite::Connection, b: &Batch) -> store::Result<Outcome> {
+pub fn apply(conn: &impl crate::store::db::AsConn, b: &Batch) -> store::Result<Outcome> {
     sessions::ensure_visitor(conn, &b.site_id, &b.visitor_id, b.received_at)?;
     let mut current = sessions::latest_for_visitor(conn, &b.site_id, &b.visitor_id)?;
     let has_identify = b

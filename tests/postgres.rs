@@ -905,3 +905,166 @@ fn the_pipelines_outcomes_and_the_outbox_answer_the_same_on_both_engines() {
     assert_eq!(on_sqlite[16], "Ok(None)");
     assert!(on_sqlite[17].contains("status: \"processed\""));
 }
+
+/// The pixel's batches applied on one engine (`tracking::apply`), as what they left: per batch
+/// the outcome without its random session id, then the sessions, links and orders.
+fn pixel_batches(c: &impl AsConn) -> Vec<String> {
+    use convapi::tracking::{apply, Batch, Event, EventKind};
+    use store::sessions::{self as ss, Identifier};
+    store::tenants::create(c, "t1", "One", 1_000).unwrap();
+    store::sites::create(
+        c,
+        &store::sites::NewSite {
+            id: "s1",
+            tenant_id: "t1",
+            tracker_id: "trk1",
+            name: "Shop",
+            domain: Some("shop.example"),
+            currency: "EUR",
+            window_days: 30,
+            model: "last_touch",
+        },
+        1_000,
+    )
+    .unwrap();
+    let batch = |visitor: &str, at: i64, events: Vec<(i64, EventKind)>| Batch {
+        site_id: "s1".to_owned(),
+        visitor_id: visitor.to_owned(),
+        events: events
+            .into_iter()
+            .map(|(ts, kind)| Event { ts, kind })
+            .collect(),
+        received_at: at,
+    };
+    let idle = convapi::tracking::SESSION_IDLE_MS;
+    let batches = [
+        batch(
+            "v1",
+            3_000,
+            vec![
+                (
+                    1_000,
+                    EventKind::Pageview {
+                        url: Some("https://shop.example/?utm_source=news&gclid=abc".to_owned()),
+                        referrer: Some("https://search.example/".to_owned()),
+                    },
+                ),
+                (
+                    2_000,
+                    EventKind::Identify {
+                        user_id: "crm-1".to_owned(),
+                        signature: None,
+                    },
+                ),
+                (
+                    3_000,
+                    EventKind::Purchase {
+                        order_id: "o1".to_owned(),
+                        value: Some("10.00".to_owned()),
+                        currency: "EUR".to_owned(),
+                    },
+                ),
+            ],
+        ),
+        batch(
+            "v1",
+            3_000 + idle + 1_000,
+            vec![
+                (
+                    3_000 + idle + 1_000,
+                    EventKind::Pageview {
+                        url: Some("https://shop.example/again".to_owned()),
+                        referrer: None,
+                    },
+                ),
+                (
+                    3_000 + idle + 1_000,
+                    EventKind::Purchase {
+                        order_id: "o1".to_owned(),
+                        value: Some("10.00".to_owned()),
+                        currency: "EUR".to_owned(),
+                    },
+                ),
+            ],
+        ),
+        batch(
+            "v2",
+            9_000,
+            vec![
+                (
+                    9_000,
+                    EventKind::Identify {
+                        user_id: "crm-1".to_owned(),
+                        signature: None,
+                    },
+                ),
+                (
+                    9_000,
+                    EventKind::Custom {
+                        name: "signup".to_owned(),
+                        props: Some("{\"plan\":\"pro\"}".to_owned()),
+                    },
+                ),
+            ],
+        ),
+    ];
+    let mut seen: Vec<String> = batches
+        .iter()
+        .map(|b| {
+            let o = apply(c, b).unwrap();
+            format!(
+                "created {} repeated {} rejected {}",
+                o.conversions_created, o.conversions_repeated, o.identify_rejected
+            )
+        })
+        .collect();
+    let mut person = ss::person(c, "s1", Identifier::Client("crm-1")).unwrap();
+    person.sort();
+    seen.push(format!("{person:?}"));
+    let v1 = vec!["v1".to_owned()];
+    let sessions = ss::in_window(c, "s1", &v1, 0, i64::MAX).unwrap();
+    for s in &sessions {
+        seen.push(format!(
+            "{} {} {:?} {:?} {:?} {:?} {:?}",
+            s.started_at,
+            s.last_activity_at,
+            s.client_id,
+            s.landing_url,
+            s.referrer,
+            s.campaign.utm_source,
+            s.campaign.gclid
+        ));
+    }
+    let order = store::conversions::order_status(c, "s1", "o1")
+        .unwrap()
+        .unwrap();
+    seen.push(format!(
+        "{:?} {} {:?} {}",
+        order.sources(),
+        order.conversion.session_id == sessions[0].id,
+        order.conversion.value,
+        order.status
+    ));
+    seen
+}
+
+#[test]
+fn the_pixels_batches_leave_the_same_sessions_and_orders_on_both_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = store::open_with(&dir.path().join("b.db"), &store::Settings::default()).unwrap();
+    let postgres = pg::open(&fresh_database()).unwrap();
+    let on_sqlite = pixel_batches(&sqlite);
+    assert_eq!(pixel_batches(&postgres), on_sqlite);
+    assert_eq!(on_sqlite[0], "created 1 repeated 0 rejected 0");
+    assert_eq!(on_sqlite[1], "created 0 repeated 1 rejected 0");
+    assert_eq!(on_sqlite[3], "[\"v1\", \"v2\"]");
+    assert_eq!(on_sqlite.len(), 7, "two sessions of v1: {on_sqlite:?}");
+    assert!(on_sqlite[4]
+        .contains("Some(\"crm-1\") Some(\"https://shop.example/?utm_source=news&gclid=abc\")"));
+    assert!(
+        on_sqlite[4].ends_with("Some(\"news\") Some(\"abc\")"),
+        "{}",
+        on_sqlite[4]
+    );
+    assert_eq!(on_sqlite[6], "[\"pixel\"] true Some(\"10.00\") queued");
+}

@@ -3,6 +3,7 @@
 //! §4, §8). Batches are rate-limited per client address and per tracker, bounded in size, count,
 //! value and age, and never decide what an authenticated report says.
 
+use crate::store::db::AsConn;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -296,7 +297,7 @@ fn parse_event(v: &Value, i: usize, now_ms: i64, oldest: i64) -> Result<Event, A
 
 /// The 404 of an unknown tracker id; when it is a site id (the UUID the API's URLs take), the
 /// message says so and names the id the pixel takes.
-fn unknown_tracker(conn: &rusqlite::Connection, tracker_id: &str) -> Result<ApiError, ApiError> {
+fn unknown_tracker(conn: &impl AsConn, tracker_id: &str) -> Result<ApiError, ApiError> {
     let is_site_id = match uuid::Uuid::parse_str(tracker_id) {
         Ok(u) => store::sites::by_id(conn, &u.hyphenated().to_string())?.is_some(),
         Err(_) => false,

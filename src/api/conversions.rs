@@ -5,6 +5,7 @@
 //! repeats it or takes over the pixel's (the trust order, docs/decisions.md §3) is decided again
 //! in the writer's transaction (`store::conversions::record_api`), never on the snapshot alone.
 
+use crate::store::db::AsConn;
 use serde_json::{json, Value};
 
 use super::validate;
@@ -19,7 +20,7 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 
 /// The session a report attaches to: the first identifier that names a known person decides.
 fn resolve_session(
-    conn: &rusqlite::Connection,
+    conn: &impl AsConn,
     site: &Site,
     r: &validate::Report,
 ) -> Result<(String, String), ApiError> {

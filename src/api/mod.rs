@@ -14,7 +14,7 @@ pub mod validate;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rusqlite::Connection;
+use crate::store::db::AsConn;
 
 pub use error::ApiError;
 
@@ -124,7 +124,7 @@ pub fn bearer_key_hash(ctx: &Ctx) -> Result<Vec<u8>, ApiError> {
 /// `store::read`), so that a request reads its key, site and whatever else it needs in one.
 pub fn authorize(
     app: &App,
-    conn: &Connection,
+    conn: &impl AsConn,
     key_hash: &[u8],
     site_id: &str,
 ) -> Result<Site, ApiError> {

@@ -3,6 +3,7 @@
 //! `--json` prints exactly one JSON value on stdout; errors are one line on stderr, exit 1;
 //! usage errors exit 2 (clap's own). Commands call `store` for SQL and never hold SQL themselves.
 
+use crate::store::db::AsConn;
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
@@ -435,7 +436,7 @@ fn check_db_dir(db: &Path) -> CliResult {
     }
 }
 
-fn require_tenant(conn: &rusqlite::Connection, id: &str) -> CliResult {
+fn require_tenant(conn: &impl AsConn, id: &str) -> CliResult {
     if store::tenants::exists(conn, id)? {
         Ok(())
     } else {
@@ -444,7 +445,7 @@ fn require_tenant(conn: &rusqlite::Connection, id: &str) -> CliResult {
 }
 
 /// The site with that id (a UUID, accepted in any case); an unknown id is an error.
-fn site_by_id(conn: &rusqlite::Connection, id: &str) -> CliResult<store::sites::Site> {
+fn site_by_id(conn: &impl AsConn, id: &str) -> CliResult<store::sites::Site> {
     let key = uuid::Uuid::parse_str(id.trim())
         .map(|u| u.hyphenated().to_string())
         .unwrap_or_else(|_| id.to_owned());

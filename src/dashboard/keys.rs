@@ -2,6 +2,7 @@
 //! key shown once with a `curl` per site to try it with, and revocation behind a confirmation page. Keys are made by `crate::keys` and
 //! stored by `store::keys`, as `convapi key` does.
 
+use crate::store::db::AsConn;
 use maud::{html, Markup};
 
 use super::form::{self, field};
@@ -149,7 +150,7 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
 
 /// The viewer's tenant's key with this id, else [`PageError::NotFound`].
 fn tenant_key(
-    conn: &rusqlite::Connection,
+    conn: &impl AsConn,
     tenant: &str,
     id: &str,
 ) -> Result<Option<KeyInfo>, store::StoreError> {

@@ -5,6 +5,8 @@
 
 use rusqlite::Connection;
 
+use crate::store::db::AsConn;
+
 use super::decide::Decided;
 use super::{BACKOFF_BASE_MS, BACKOFF_CAP_MS, MAX_ATTEMPTS};
 use crate::fx;
@@ -56,7 +58,7 @@ pub(super) fn apply(
     Ok(applied)
 }
 
-fn apply_one(conn: &Connection, d: &Decided, now_ms: i64) -> store::Result<Applied> {
+fn apply_one(conn: &impl AsConn, d: &Decided, now_ms: i64) -> store::Result<Applied> {
     let Some(item) = claim_unchanged(conn, d.item(), now_ms)? else {
         return Ok(Applied::Gone);
     };
@@ -111,14 +113,14 @@ fn missing_rates(currencies: &[&String], day: &str) -> String {
 
 /// The item as it is now, if it is still due, for the same conversion, with the tries it had when
 /// it was decided.
-fn claim_unchanged(conn: &Connection, listed: &Item, now_ms: i64) -> store::Result<Option<Item>> {
+fn claim_unchanged(conn: &impl AsConn, listed: &Item, now_ms: i64) -> store::Result<Option<Item>> {
     Ok(store::pipeline::claim(conn, listed.id, now_ms)?
         .filter(|i| i.attempts == listed.attempts && i.conversion_id == listed.conversion_id))
 }
 
 /// Records a failed try; the item is dead-lettered at [`MAX_ATTEMPTS`].
 fn record_failure(
-    conn: &Connection,
+    conn: &impl AsConn,
     item: &Item,
     error: &str,
     now_ms: i64,
@@ -236,7 +238,7 @@ mod tests {
         (conn, now)
     }
 
-    fn due_now(conn: &Connection, now: i64) -> std::iter::Peekable<std::vec::IntoIter<Item>> {
+    fn due_now(conn: &impl AsConn, now: i64) -> std::iter::Peekable<std::vec::IntoIter<Item>> {
         store::pipeline::due(conn, now, 10)
             .unwrap()
             .into_iter()

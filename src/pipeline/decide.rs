@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
+use crate::store::db::AsConn;
+
 use super::{Options, CHUNK_BUDGET};
 use crate::attribution::{self, Model};
 use crate::fx::{self, Leg};
@@ -161,7 +163,7 @@ impl Decision {
 }
 
 /// Attribution and currency for one conversion; reads only.
-fn decide(conn: &Connection, seen: &mut Seen, conversion_id: &str) -> Result<Decision, Failure> {
+fn decide(conn: &impl AsConn, seen: &mut Seen, conversion_id: &str) -> Result<Decision, Failure> {
     let w = store::conversions::by_id(conn, conversion_id)?
         .ok_or_else(|| Failure::Item(format!("conversion {conversion_id} does not exist")))?;
     let site = match seen.sites.get(&w.site_id) {
@@ -245,7 +247,7 @@ fn decide(conn: &Connection, seen: &mut Seen, conversion_id: &str) -> Result<Dec
 /// A currency's rate against EUR on `day` or the latest earlier day; `None` when there is none.
 /// Read once per chunk and day.
 fn leg(
-    conn: &Connection,
+    conn: &impl AsConn,
     seen: &mut Seen,
     currency: &str,
     day: &str,
@@ -262,7 +264,7 @@ fn leg(
     Ok(found)
 }
 
-fn read_leg(conn: &Connection, currency: &str, day: &str) -> Result<Option<Leg>, Failure> {
+fn read_leg(conn: &impl AsConn, currency: &str, day: &str) -> Result<Option<Leg>, Failure> {
     let Some((rate, date)) = store::rates::on_or_before(conn, currency, day)? else {
         return Ok(None);
     };
