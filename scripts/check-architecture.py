@@ -149,7 +149,6 @@ RUSQLITE_NOT_YET = {
     "src/pipeline/apply.rs",  # the savepoint per item, `is_autocommit`
     "src/pipeline/decide.rs",  # the per-item deadline through SQLite's progress handler
     "src/pipeline/mod.rs",  # the pipeline thread's own connection
-    "src/report.rs",  # store/report.rs is not ported yet
     "src/retention.rs",  # store/retention.rs is not ported yet
     "src/writer.rs",  # the writer's connection and its jobs' type
 }

@@ -119,6 +119,7 @@ const SQL_INTERPOLATION_ALLOWED: &[&str] = &[
     "oracle_condition",  // store/dashboard.rs unit tests: the tests' constant WHERE conditions
     "STATUS_COLUMNS",    // store/conversions.rs, store/export.rs: the order status column list
     "ENTRY_COLUMNS",     // store/outbox.rs: the outbox entry column list
+    "PG_SUMS",           // store/report.rs: the rollup sums' const columns on PostgreSQL
     "sessions::COLUMNS", // store/export.rs: sessions.rs's const column list
 ];
 

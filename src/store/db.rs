@@ -299,6 +299,15 @@ impl FromColumn for Option<String> {
     }
 }
 
+impl FromColumn for Option<Vec<u8>> {
+    fn from_sqlite(r: &rusqlite::Row<'_>, i: usize) -> Result<Self> {
+        Ok(r.get(i)?)
+    }
+    fn from_postgres(r: &postgres::Row, i: usize) -> Result<Self> {
+        pg_column(r, i)
+    }
+}
+
 impl FromColumn for Vec<u8> {
     fn from_sqlite(r: &rusqlite::Row<'_>, i: usize) -> Result<Self> {
         Ok(r.get(i)?)
@@ -378,6 +387,44 @@ impl Conn<'_> {
                     args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
                 let rows = c.with_client(|client| client.query(&statement, &params))?;
                 rows.iter().map(|r| f(&Row::Postgres(r))).collect()
+            }
+        }
+    }
+}
+
+impl Conn<'_> {
+    /// Calls `f` with each row of a query as it is read, without collecting them (PostgreSQL
+    /// streams them from the server); stops at the first error `f` returns. `f` must not use this
+    /// connection.
+    pub fn query_each<E: From<StoreError>>(
+        &self,
+        sql: &str,
+        args: &[Value],
+        mut f: impl FnMut(&Row) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        match self {
+            Conn::Sqlite(c) => {
+                let mut statement = c.prepare_cached(sql).map_err(StoreError::from)?;
+                let mut rows = statement
+                    .query(rusqlite::params_from_iter(args))
+                    .map_err(StoreError::from)?;
+                while let Some(r) = rows.next().map_err(StoreError::from)? {
+                    f(&Row::Sqlite(r))?;
+                }
+                Ok(())
+            }
+            Conn::Postgres(c) => {
+                use postgres::fallible_iterator::FallibleIterator;
+                let statement = c.statement(sql)?;
+                c.with_client(|client| {
+                    let mut rows = client
+                        .query_raw(&statement, args.iter())
+                        .map_err(StoreError::from)?;
+                    while let Some(r) = rows.next().map_err(StoreError::from)? {
+                        f(&Row::Postgres(&r))?;
+                    }
+                    Ok(())
+                })
             }
         }
     }

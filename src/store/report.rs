@@ -10,11 +10,17 @@
 //! The row-by-row read [`each_line`] stays for what the rollup cannot sum exactly: a reporting value
 //! without integer minor units (a currency without them, such as XAU, or an amount past 64 bits),
 //! or a cell whose sum went past 64 bits (SQLite then stores it as an approximate REAL).
+//!
+//! On PostgreSQL the rollup's revenue is `NUMERIC`, so a cell never overflows; a sum past 64 bits
+//! is answered as not exact, like SQLite's. The reads are written once for both engines except
+//! [`sums`] (SQLite's `REAL` cells and its `SUM` overflow error, against PostgreSQL's range check)
+//! and [`check_rollup`] (SQLite only, for its tests and operators).
 
 use rusqlite::{params, types::Value, Connection};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
+use super::db::{args, AsConn, Conn, FromColumn, Row};
 use super::{Result, StoreError};
 
 /// The milliseconds of a UTC day.
@@ -55,9 +61,9 @@ impl GroupBy {
     /// The key of a `report_daily` row, NULL where the conversion's column was.
     fn rollup_key(self) -> &'static str {
         match self {
-            GroupBy::Source => "CASE WHEN nulls & 1 THEN NULL ELSE source END",
-            GroupBy::Medium => "CASE WHEN nulls & 2 THEN NULL ELSE medium END",
-            GroupBy::Campaign => "CASE WHEN nulls & 4 THEN NULL ELSE campaign END",
+            GroupBy::Source => "CASE WHEN (nulls & 1) <> 0 THEN NULL ELSE source END",
+            GroupBy::Medium => "CASE WHEN (nulls & 2) <> 0 THEN NULL ELSE medium END",
+            GroupBy::Campaign => "CASE WHEN (nulls & 4) <> 0 THEN NULL ELSE campaign END",
             GroupBy::Type => "type",
         }
     }
@@ -80,37 +86,30 @@ pub struct Line {
 /// collecting them: the report's exact path where the rollup cannot be exact, in memory that does
 /// not grow with the rows. Stops at the first error `f` returns.
 pub fn each_line<E: From<StoreError>>(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     from_ms: i64,
     to_ms: i64,
     by: GroupBy,
     mut f: impl FnMut(Line) -> std::result::Result<(), E>,
 ) -> std::result::Result<(), E> {
-    let mut stmt = conn
-        .prepare_cached(&format!(
+    conn.conn().query_each(
+        &format!(
             "SELECT {}, attr_model IS NOT NULL, status, reporting_value, occurred_at FROM conversions
              WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3",
             by.column()
-        ))
-        .map_err(StoreError::from)?;
-    let mut rows = stmt
-        .query(params![site_id, from_ms, to_ms])
-        .map_err(StoreError::from)?;
-    while let Some(r) = rows.next().map_err(StoreError::from)? {
-        let line = (|| {
-            Ok::<_, rusqlite::Error>(Line {
+        ),
+        args![site_id, from_ms, to_ms],
+        |r| {
+            f(Line {
                 key: r.get(0)?,
                 attributed: r.get(1)?,
                 status: r.get(2)?,
                 reporting_value: r.get(3)?,
                 occurred_at: r.get(4)?,
             })
-        })()
-        .map_err(StoreError::from)?;
-        f(line)?;
-    }
-    Ok(())
+        },
+    )
 }
 
 /// The sums of some rollup rows (one group of the report, or one day).
@@ -124,17 +123,50 @@ pub struct Sums<K> {
     pub unconverted: i64,
 }
 
+/// The sums' columns on PostgreSQL, after the key and `attributed`: the revenue only when it fits
+/// 64 bits (else 0, and the row counts as inexact).
+const PG_SUMS: &str = "CAST(SUM(conversions) AS BIGINT),
+    CASE WHEN SUM(revenue_minor) BETWEEN -9223372036854775808 AND 9223372036854775807
+        THEN CAST(SUM(revenue_minor) AS BIGINT) ELSE 0 END,
+    CAST(SUM(unconverted) AS BIGINT),
+    CAST(SUM(inexact) AS BIGINT)
+        + CASE WHEN SUM(revenue_minor) BETWEEN -9223372036854775808 AND 9223372036854775807
+            THEN 0 ELSE 1 END";
+
 /// Runs a rollup query whose rows are `key, attributed, conversions, revenue_minor, unconverted,
-/// inexact`; `None` as soon as a sum cannot be exact: a row counts inexact values, or its revenue
-/// is not an integer (a cell past 64 bits), or SQLite's `SUM` overflowed 64 bits.
-fn sums<K: rusqlite::types::FromSql>(
-    conn: &Connection,
-    sql: &str,
+/// inexact` (`sqlite` or `postgres`, by the engine); `None` as soon as a sum cannot be exact: a
+/// row counts inexact values, or its revenue is not an integer (a SQLite cell past 64 bits), or
+/// the sum went past 64 bits (SQLite's `SUM` fails; PostgreSQL's is checked in the query).
+fn sums<K: rusqlite::types::FromSql + FromColumn>(
+    conn: &impl AsConn,
+    sqlite: &str,
+    postgres: &str,
     site_id: &str,
     from_day: i64,
     to_day: i64,
 ) -> Result<Option<Vec<Sums<K>>>> {
-    let mut stmt = conn.prepare_cached(sql)?;
+    let conn = match conn.conn() {
+        Conn::Sqlite(c) => c,
+        pg @ Conn::Postgres(_) => {
+            let rows = pg.query_all(postgres, args![site_id, from_day, to_day], |r: &Row| {
+                Ok((
+                    r.get::<i64>(5)?,
+                    Sums {
+                        key: r.get(0)?,
+                        attributed: r.get(1)?,
+                        conversions: r.get(2)?,
+                        revenue_minor: r.get(3)?,
+                        unconverted: r.get(4)?,
+                    },
+                ))
+            })?;
+            if rows.iter().any(|(inexact, _)| *inexact != 0) {
+                return Ok(None);
+            }
+            return Ok(Some(rows.into_iter().map(|(_, s)| s).collect()));
+        }
+    };
+    let mut stmt = conn.prepare_cached(sqlite)?;
     let mut rows = stmt.query(params![site_id, from_day, to_day])?;
     let mut out = Vec::new();
     loop {
@@ -169,26 +201,32 @@ fn is_integer_overflow(e: &rusqlite::Error) -> bool {
 /// The rollup summed per grouping key over the UTC days `[from_day, to_day)`, one row per key and
 /// `attributed`, NULL keys as `None`; `None` when the sums cannot be exact (see [`sums`]).
 pub fn groups(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     from_day: i64,
     to_day: i64,
     by: GroupBy,
 ) -> Result<Option<Vec<Sums<Option<String>>>>> {
-    let sql = format!(
+    let sqlite = format!(
         "SELECT {} AS k, attributed, SUM(conversions), SUM(revenue_minor), SUM(unconverted),
             SUM(inexact) + SUM(typeof(revenue_minor) <> 'integer')
          FROM report_daily WHERE site_id = ?1 AND day >= ?2 AND day < ?3
          GROUP BY k, attributed HAVING SUM(conversions) > 0",
         by.rollup_key()
     );
-    sums(conn, &sql, site_id, from_day, to_day)
+    let postgres = format!(
+        "SELECT {} AS k, attributed, {PG_SUMS}
+         FROM report_daily WHERE site_id = ?1 AND day >= ?2 AND day < ?3
+         GROUP BY k, attributed HAVING SUM(conversions) > 0",
+        by.rollup_key()
+    );
+    sums(conn, &sqlite, &postgres, site_id, from_day, to_day)
 }
 
 /// The rollup summed per UTC day number over `[from_day, to_day)`, days with conversions only,
 /// ascending; `None` when the sums cannot be exact (see [`sums`]).
 pub fn days(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     from_day: i64,
     to_day: i64,
@@ -199,6 +237,11 @@ pub fn days(
             SUM(inexact) + SUM(typeof(revenue_minor) <> 'integer')
          FROM report_daily WHERE site_id = ?1 AND day >= ?2 AND day < ?3
          GROUP BY day HAVING SUM(conversions) > 0 ORDER BY day",
+        &format!(
+            "SELECT day, 1, {PG_SUMS}
+             FROM report_daily WHERE site_id = ?1 AND day >= ?2 AND day < ?3
+             GROUP BY day HAVING SUM(conversions) > 0 ORDER BY day"
+        ),
         site_id,
         from_day,
         to_day,

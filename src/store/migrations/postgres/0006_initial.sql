@@ -8,6 +8,8 @@
 -- - the two integer keys SQLite assigns (outbox.id, visitor_clients.id) are identity columns;
 -- - users.email is unique without regard to case through an index on lower(email) (SQLite:
 --   COLLATE NOCASE);
+-- - the rollup's revenue (report_daily.revenue_minor) is NUMERIC: a cell never overflows (SQLite
+--   turns one past 64 bits into an approximate REAL, which the report then reads around);
 -- - the rollup's triggers are functions: PostgreSQL has no boolean arithmetic, so each condition
 --   becomes 0/1 through CASE, and SQLite's null-safe IS NOT is IS DISTINCT FROM.
 
@@ -164,7 +166,7 @@ CREATE TABLE report_daily (
     campaign       TEXT NOT NULL,
     nulls          BIGINT NOT NULL,
     conversions    BIGINT NOT NULL,
-    revenue_minor  BIGINT NOT NULL,
+    revenue_minor  NUMERIC NOT NULL,
     unconverted    BIGINT NOT NULL,
     inexact        BIGINT NOT NULL,
     PRIMARY KEY (site_id, day, type, attributed, source, medium, campaign, nulls)
