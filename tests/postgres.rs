@@ -1206,3 +1206,99 @@ fn the_report_answers_the_same_on_both_engines() {
     assert!(on_sqlite[4].contains("google") && on_sqlite[4].contains("21.01"));
     assert_eq!(on_sqlite[6], "rollup exact: false");
 }
+
+/// What `convapi export` streams on one engine: conversions (with a tie in time) and sessions.
+fn exports(c: &impl AsConn) -> Vec<String> {
+    use store::conversions::{self as conv, ApiReport};
+    use store::sessions::{self as ss, Campaign, Session};
+    store::tenants::create(c, "t1", "One", 1_000).unwrap();
+    store::sites::create(
+        c,
+        &store::sites::NewSite {
+            id: "s1",
+            tenant_id: "t1",
+            tracker_id: "trk1",
+            name: "Shop",
+            domain: None,
+            currency: "EUR",
+            window_days: 30,
+            model: "last_touch",
+        },
+        1_000,
+    )
+    .unwrap();
+    for (id, at) in [("e1", 5_000), ("e2", 4_000), ("e3", 5_000), ("e4", 9_000)] {
+        let r = ApiReport {
+            id: id.to_owned(),
+            site_id: "s1".to_owned(),
+            order_id: Some(format!("o-{id}")),
+            kind: "purchase".to_owned(),
+            session: Some(("se".to_owned(), "v".to_owned())),
+            client_id: None,
+            value: None,
+            currency: "EUR".to_owned(),
+            occurred_at: at,
+        };
+        conv::record_api(c, &r, 1_000).unwrap();
+    }
+    for (id, visitor, at) in [
+        ("sa", "v2", 100),
+        ("sb", "v1", 300),
+        ("sc", "v1", 200),
+        ("sd", "v1", 9_999),
+    ] {
+        ss::ensure_visitor(c, "s1", visitor, 0).unwrap();
+        let s = Session {
+            id: id.to_owned(),
+            visitor_id: visitor.to_owned(),
+            client_id: None,
+            started_at: at,
+            last_activity_at: at,
+            landing_url: None,
+            referrer: None,
+            campaign: Campaign::default(),
+        };
+        ss::insert(c, "s1", &s).unwrap();
+    }
+    let mut seen = Vec::new();
+    store::export::conversions::<store::StoreError>(c, "s1", 0, 9_000, |o| {
+        seen.push(format!(
+            "{} {} {}",
+            o.conversion.id, o.conversion.occurred_at, o.status
+        ));
+        Ok(())
+    })
+    .unwrap();
+    store::export::sessions::<store::StoreError>(c, "s1", 0, 1_000, |s| {
+        seen.push(format!("{} {} {}", s.id, s.visitor_id, s.started_at));
+        Ok(())
+    })
+    .unwrap();
+    // A caller's error stops the stream and comes back as it was.
+    let stopped = store::export::conversions(c, "s1", 0, i64::MAX, |_| {
+        Err(store::StoreError::Other("enough".to_owned()))
+    });
+    seen.push(format!("{stopped:?}"));
+    seen
+}
+
+#[test]
+fn exports_stream_the_same_rows_on_both_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = store::open_with(&dir.path().join("x2.db"), &store::Settings::default()).unwrap();
+    let postgres = pg::open(&fresh_database()).unwrap();
+    let on_sqlite = exports(&sqlite);
+    assert_eq!(exports(&postgres), on_sqlite);
+    assert_eq!(
+        on_sqlite,
+        vec![
+            "e2 4000 queued",
+            "e1 5000 queued",
+            "e3 5000 queued",
+            "sc v1 200",
+            "sb v1 300",
+            "sa v2 100",
+            "Err(Other(\"enough\"))",
+        ]
+    );
+}

@@ -4,72 +4,81 @@
 //! The streaming reads hand each row to the caller and keep nothing: memory stays the same for ten
 //! rows or ten million. They never open a transaction themselves (the caller runs them inside
 //! [`super::read`], so the whole export is one snapshot), and their `ORDER BY` is always the order of
-//! the index the query walks, so SQLite never buffers rows to sort them.
+//! the index the query walks, so SQLite never buffers rows to sort them. The two streaming reads
+//! are written for both engines (`db.rs`); the backup and the file sizes are SQLite's (on
+//! PostgreSQL, `pg_dump` does the backup's work).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::backup::{Backup, StepResult};
-use rusqlite::{params, Connection};
+use rusqlite::Connection;
 
 use super::conversions::{status_row, OrderStatus, STATUS_COLUMNS};
-use super::db::Row;
+use super::db::{args, AsConn, Engine};
 use super::sessions::{self, Session};
 use super::{Result, StoreError};
 
 /// Calls `each` with every conversion of `site_id` that occurred in `[from_ms, to_ms)`, oldest
 /// first; stops at the first error `each` returns.
 pub fn conversions<E: From<StoreError>>(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     from_ms: i64,
     to_ms: i64,
     mut each: impl FnMut(&OrderStatus) -> std::result::Result<(), E>,
 ) -> std::result::Result<(), E> {
-    // `rowid` breaks ties in `occurred_at` because it is the index entry's own last key: any other
-    // tie-breaker would make SQLite sort each run of equal times in memory.
-    let mut stmt = conn
-        .prepare(&format!(
+    let conn = conn.conn();
+    // SQLite: `rowid` breaks ties in `occurred_at` because it is the index entry's own last key:
+    // any other tie-breaker would make SQLite sort each run of equal times in memory. PostgreSQL
+    // has neither `INDEXED BY` nor a rowid; the id breaks ties there.
+    let sql = match conn.engine() {
+        Engine::Sqlite => format!(
             "SELECT {STATUS_COLUMNS}
              FROM conversions INDEXED BY conversions_site_time
              LEFT JOIN outbox ON outbox.conversion_id = conversions.id
              WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3
              ORDER BY occurred_at, conversions.rowid"
-        ))
-        .map_err(StoreError::from)?;
-    let mut rows = stmt
-        .query(params![site_id, from_ms, to_ms])
-        .map_err(StoreError::from)?;
-    while let Some(row) = rows.next().map_err(StoreError::from)? {
-        each(&status_row(&Row::Sqlite(row))?)?;
-    }
-    Ok(())
+        ),
+        Engine::Postgres => format!(
+            "SELECT {STATUS_COLUMNS}
+             FROM conversions LEFT JOIN outbox ON outbox.conversion_id = conversions.id
+             WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3
+             ORDER BY occurred_at, conversions.id"
+        ),
+    };
+    conn.query_each(&sql, args![site_id, from_ms, to_ms], |row| {
+        each(&status_row(row)?)
+    })
 }
 
 /// Calls `each` with every session of `site_id` that started in `[from_ms, to_ms)`, by visitor and
 /// then start time (the order of the index on sessions); stops at the first error `each` returns.
 pub fn sessions<E: From<StoreError>>(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     from_ms: i64,
     to_ms: i64,
     mut each: impl FnMut(&Session) -> std::result::Result<(), E>,
 ) -> std::result::Result<(), E> {
-    let mut stmt = conn
-        .prepare(&format!(
+    let conn = conn.conn();
+    let sql = match conn.engine() {
+        Engine::Sqlite => format!(
             "SELECT {} FROM sessions INDEXED BY sessions_visitor
              WHERE site_id = ?1 AND started_at >= ?2 AND started_at < ?3
              ORDER BY visitor_id, started_at, rowid",
             sessions::COLUMNS
-        ))
-        .map_err(StoreError::from)?;
-    let mut rows = stmt
-        .query(params![site_id, from_ms, to_ms])
-        .map_err(StoreError::from)?;
-    while let Some(row) = rows.next().map_err(StoreError::from)? {
-        each(&sessions::from_row(&Row::Sqlite(row))?)?;
-    }
-    Ok(())
+        ),
+        Engine::Postgres => format!(
+            "SELECT {} FROM sessions
+             WHERE site_id = ?1 AND started_at >= ?2 AND started_at < ?3
+             ORDER BY visitor_id, started_at, id",
+            sessions::COLUMNS
+        ),
+    };
+    conn.query_each(&sql, args![site_id, from_ms, to_ms], |row| {
+        each(&sessions::from_row(row)?)
+    })
 }
 
 /// Pages copied per backup step: 4 MiB at the default page size.
