@@ -1302,3 +1302,131 @@ fn exports_stream_the_same_rows_on_both_engines() {
         ]
     );
 }
+
+/// The dashboard's reads on one engine: the list (a filter, a page bound and its cursor), one
+/// conversion, the recent types, the retry of a dead letter and the site's activity.
+fn dashboard_reads(c: &impl AsConn) -> Vec<String> {
+    use store::conversions::{self as conv, ApiReport};
+    use store::dashboard::{self as dash, Filter};
+    store::tenants::create(c, "t1", "One", 1_000).unwrap();
+    store::sites::create(
+        c,
+        &store::sites::NewSite {
+            id: "s1",
+            tenant_id: "t1",
+            tracker_id: "trk1",
+            name: "Shop",
+            domain: None,
+            currency: "EUR",
+            window_days: 30,
+            model: "last_touch",
+        },
+        1_000,
+    )
+    .unwrap();
+    for i in 0..6_i64 {
+        let r = ApiReport {
+            id: format!("e{i}"),
+            site_id: "s1".to_owned(),
+            order_id: Some(format!("o{i}")),
+            kind: if i % 3 == 0 { "lead" } else { "purchase" }.to_owned(),
+            session: Some(("se".to_owned(), "v".to_owned())),
+            client_id: None,
+            value: None,
+            currency: "EUR".to_owned(),
+            occurred_at: 10_000 + (i / 2) * 1_000, // two at each time
+        };
+        conv::record_api(c, &r, 2_000 + i).unwrap();
+    }
+    let item = store::pipeline::due(c, 50_000, 10)
+        .unwrap()
+        .into_iter()
+        .find(|it| it.conversion_id == "e1")
+        .unwrap();
+    store::pipeline::dead_letter(c, item.id, "e1", 5, "boom", 3_000).unwrap();
+    let page = |filter: &Filter, before: Option<&dash::Cursor>, max: Option<u64>| {
+        let mut ids = Vec::new();
+        let end = dash::conversions(c, "s1", filter, before, max, |o| {
+            ids.push(o.conversion.id.clone());
+            ids.len() < 3
+        })
+        .unwrap();
+        (ids, end)
+    };
+    let (first, end) = page(&Filter::all(), None, None);
+    let (bounded, bounded_end) = page(
+        &Filter {
+            kind: Some("purchase".to_owned()),
+            ..Filter::all()
+        },
+        None,
+        Some(2),
+    );
+    let cursor = match &bounded_end {
+        dash::End::Bounded(c) => Some(c.clone()),
+        _ => None,
+    };
+    let (next, next_end) = page(
+        &Filter {
+            kind: Some("purchase".to_owned()),
+            ..Filter::all()
+        },
+        cursor.as_ref(),
+        Some(10),
+    );
+    let failed = page(
+        &Filter {
+            status: Some("failed".to_owned()),
+            ..Filter::all()
+        },
+        None,
+        None,
+    );
+    vec![
+        format!("{first:?} {end:?}"),
+        format!("{bounded:?} {bounded_end:?}"),
+        format!("{next:?} {next_end:?}"),
+        format!("{failed:?}"),
+        format!(
+            "{:?}",
+            dash::conversion(c, "s1", "e1").map(|o| o.map(|o| o.status))
+        ),
+        format!("{:?}", dash::recent_types(c, "s1", 3)),
+        format!("{:?}", dash::recent_types(c, "s1", 100)),
+        format!("{:?}", dash::retry_dead(c, "other", "e1", 4_000)),
+        format!("{:?}", dash::retry_dead(c, "s1", "e2", 4_000)),
+        format!("{:?}", dash::retry_dead(c, "s1", "e1", 4_000)),
+        format!("{:?}", dash::site_activity(c, "s1")),
+    ]
+}
+
+#[test]
+fn the_dashboards_reads_answer_the_same_on_both_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = store::open_with(&dir.path().join("d.db"), &store::Settings::default()).unwrap();
+    let postgres = pg::open(&fresh_database()).unwrap();
+    let on_sqlite = dashboard_reads(&sqlite);
+    let on_postgres = dashboard_reads(&postgres);
+    for (i, (s, p)) in on_sqlite.iter().zip(&on_postgres).enumerate() {
+        assert_eq!(p, s, "answer {i} differs");
+    }
+    assert_eq!(on_sqlite[0], "[\"e5\", \"e4\", \"e3\"] Enough");
+    assert!(
+        on_sqlite[1]
+            .starts_with("[\"e5\", \"e4\"] Bounded(Cursor { occurred_at: 12000, id: \"e4\""),
+        "{}",
+        on_sqlite[1]
+    );
+    assert_eq!(on_sqlite[2], "[\"e2\", \"e1\"] Exhausted");
+    assert_eq!(on_sqlite[3], "([\"e1\"], Exhausted)");
+    assert_eq!(on_sqlite[4], "Ok(Some(\"failed\"))");
+    assert_eq!(on_sqlite[5], "Ok([\"lead\", \"purchase\"])");
+    assert_eq!(on_sqlite[7], "Ok(Err(Unknown))");
+    assert_eq!(on_sqlite[8], "Ok(Err(Status(\"queued\")))");
+    assert_eq!(on_sqlite[9], "Ok(Ok(()))");
+    assert!(
+        on_sqlite[10].contains("last_conversion: Some(2005)"),
+        "{}",
+        on_sqlite[10]
+    );
+}

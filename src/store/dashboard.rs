@@ -6,12 +6,11 @@
 //! caller's number of index rows per page however rare its filter (docs/decisions.md §10, "The
 //! conversions list"), so a page costs the same on a site with a thousand conversions or a million.
 //! No index is added for the dashboard: each one would be paid by every `POST …/conversions`.
-//! Like every table module, it opens no transaction of its own.
-
-use rusqlite::{params, Connection, OptionalExtension};
+//! Like every table module, it opens no transaction of its own. Written for both engines
+//! (`db.rs`); SQLite's `INDEXED BY` hints are its own.
 
 use super::conversions::{status_row, OrderStatus, STATUS_COLUMNS};
-use super::db::{args, AsConn, Row};
+use super::db::{args, AsConn, Engine, Row};
 use super::outbox::NotDead;
 use super::Result;
 
@@ -74,7 +73,7 @@ pub enum End {
 /// (`occurred_at`, then `id`, both descending), starting after `before` when given, until `each`
 /// returns `false`, the range ends, or `max_scan` rows of the range were looked at, matching or not.
 pub fn conversions(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     filter: &Filter,
     before: Option<&Cursor>,
@@ -83,51 +82,78 @@ pub fn conversions(
 ) -> Result<End> {
     // The index gives `occurred_at` in order; SQLite sorts only each run of equal times by id
     // (a partial sort), so rows stream without reading the whole range first.
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {STATUS_COLUMNS}
-         FROM conversions INDEXED BY conversions_site_time
-         LEFT JOIN outbox ON outbox.conversion_id = conversions.id
-         WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3
-           AND occurred_at <= ?4 AND (occurred_at < ?4 OR conversions.id < ?5)
-         ORDER BY occurred_at DESC, conversions.id DESC"
-    ))?;
+    let conn = conn.conn();
+    let index = match conn.engine() {
+        Engine::Sqlite => format!(
+            "SELECT {STATUS_COLUMNS}
+             FROM conversions INDEXED BY conversions_site_time
+             LEFT JOIN outbox ON outbox.conversion_id = conversions.id
+             WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3
+               AND occurred_at <= ?4 AND (occurred_at < ?4 OR conversions.id < ?5)
+             ORDER BY occurred_at DESC, conversions.id DESC"
+        ),
+        Engine::Postgres => format!(
+            "SELECT {STATUS_COLUMNS}
+             FROM conversions LEFT JOIN outbox ON outbox.conversion_id = conversions.id
+             WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3
+               AND occurred_at <= ?4 AND (occurred_at < ?4 OR conversions.id < ?5)
+             ORDER BY occurred_at DESC, conversions.id DESC"
+        ),
+    };
     let (before_at, before_id) = match before {
         Some(c) => (c.occurred_at, c.id.as_str()),
         // Past every stored time: no row has a later one, and `<` then decides alone.
         None => (i64::MAX, ""),
     };
-    let mut rows = stmt.query(params![
-        site_id,
-        filter.from_ms,
-        filter.to_ms,
-        before_at,
-        before_id
-    ])?;
     let mut scanned = 0u64;
-    while let Some(row) = rows.next()? {
-        scanned += 1;
-        if matches(row, filter)? && !each(status_row(&Row::Sqlite(row))?) {
-            return Ok(End::Enough);
-        }
-        if max_scan.is_some_and(|max| scanned >= max) {
-            return Ok(End::Bounded(Cursor {
-                occurred_at: row.get(9)?,
-                id: row.get(0)?,
-            }));
-        }
+    let mut end = End::Exhausted;
+    // `query_each` stops at the first error: `Stop` is how this loop says it has enough.
+    let streamed = conn.query_each(
+        &index,
+        args![site_id, filter.from_ms, filter.to_ms, before_at, before_id],
+        |row| {
+            scanned += 1;
+            if matches(row, filter)? && !each(status_row(row)?) {
+                end = End::Enough;
+                return Err(Stop::Done);
+            }
+            if max_scan.is_some_and(|max| scanned >= max) {
+                end = End::Bounded(Cursor {
+                    occurred_at: row.get(9)?,
+                    id: row.get(0)?,
+                });
+                return Err(Stop::Done);
+            }
+            Ok(())
+        },
+    );
+    match streamed {
+        Ok(()) | Err(Stop::Done) => Ok(end),
+        Err(Stop::Failed(e)) => Err(e),
     }
-    Ok(End::Exhausted)
 }
 
-/// Whether a row of `STATUS_COLUMNS` passes the filters, read without copying its text.
-fn matches(row: &rusqlite::Row<'_>, f: &Filter) -> rusqlite::Result<bool> {
+/// Why the list's stream stopped early.
+enum Stop {
+    Done,
+    Failed(super::StoreError),
+}
+
+impl From<super::StoreError> for Stop {
+    fn from(e: super::StoreError) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+/// Whether a row of `STATUS_COLUMNS` passes the filters.
+fn matches(row: &Row, f: &Filter) -> Result<bool> {
     if let Some(kind) = &f.kind {
-        if row.get_ref(3)?.as_str()? != kind {
+        if row.get::<String>(3)? != *kind {
             return Ok(false);
         }
     }
     if let Some(status) = &f.status {
-        if row.get_ref(12)?.as_str()? != status {
+        if row.get::<String>(12)? != *status {
             return Ok(false);
         }
     }
@@ -163,32 +189,45 @@ pub fn conversion(conn: &impl AsConn, site_id: &str, id: &str) -> Result<Option<
 /// The distinct types among the site's `latest` most recent conversions, sorted: what the list's
 /// type filter offers. Bounded because no index has the type; a type used only long ago can still be
 /// typed into the filter's URL.
-pub fn recent_types(conn: &Connection, site_id: &str, latest: u64) -> Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT DISTINCT type FROM (
-             SELECT type FROM conversions INDEXED BY conversions_site_time
-             WHERE site_id = ?1 ORDER BY occurred_at DESC LIMIT ?2)
-         ORDER BY type",
-    )?;
-    let rows = stmt.query_map(params![site_id, latest.min(i64::MAX as u64) as i64], |r| {
-        r.get(0)
-    })?;
-    Ok(rows.collect::<rusqlite::Result<Vec<String>>>()?)
+pub fn recent_types(conn: &impl AsConn, site_id: &str, latest: u64) -> Result<Vec<String>> {
+    let conn = conn.conn();
+    let sql = match conn.engine() {
+        Engine::Sqlite => {
+            "SELECT DISTINCT type FROM (
+                 SELECT type FROM conversions INDEXED BY conversions_site_time
+                 WHERE site_id = ?1 ORDER BY occurred_at DESC LIMIT ?2)
+             ORDER BY type"
+        }
+        Engine::Postgres => {
+            "SELECT DISTINCT type FROM (
+                 SELECT type FROM conversions
+                 WHERE site_id = ?1 ORDER BY occurred_at DESC LIMIT ?2) AS latest
+             ORDER BY type"
+        }
+    };
+    conn.query_all(
+        sql,
+        args![site_id, latest.min(i64::MAX as u64) as i64],
+        |r| r.get(0),
+    )
 }
 
 /// Retries the dead letter of conversion `id` when it belongs to `site_id` (the same change as
 /// `convapi outbox retry`, see [`super::outbox::retry`]); a conversion of another site is
 /// [`NotDead::Unknown`], like one that does not exist.
 pub fn retry_dead(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     id: &str,
     now_ms: i64,
 ) -> Result<std::result::Result<(), NotDead>> {
     let of_site = conn
-        .prepare_cached("SELECT 1 FROM conversions WHERE id = ?1 AND site_id = ?2")?
-        .query_row(params![id, site_id], |_| Ok(()))
-        .optional()?
+        .conn()
+        .query_opt(
+            "SELECT 1 FROM conversions WHERE id = ?1 AND site_id = ?2",
+            args![id, site_id],
+            |_| Ok(()),
+        )?
         .is_some();
     if !of_site {
         return Ok(Err(NotDead::Unknown));
@@ -204,6 +243,7 @@ pub fn retry_dead(
 mod tests {
     use super::*;
     use crate::store::conversions::{record, Conversion, Source};
+    use rusqlite::{params, Connection};
 
     /// A database with sites `s` and `other` and `n` conversions of `s`, two per minute (so that
     /// times tie), the newest last: every third failed, every fifth of type `lead`, every seventh
@@ -504,19 +544,25 @@ pub struct SiteActivity {
 /// `rates::newest_day`'s few primary-key steps. A session that started earlier but
 /// is still active, or a conversion received late for an old date, may be missed by the times:
 /// they are the overview's status, not an audit.
-pub fn site_activity(conn: &Connection, site_id: &str) -> Result<SiteActivity> {
-    let pixel_last_seen = conn
-        .prepare_cached(
+pub fn site_activity(conn: &impl AsConn, site_id: &str) -> Result<SiteActivity> {
+    let c = conn.conn();
+    let lookback = i64::from(ACTIVITY_LOOKBACK);
+    let pixel_last_seen = c
+        .query_opt(
             "SELECT max(last_activity_at) FROM (SELECT last_activity_at FROM sessions
-             WHERE site_id = ?1 ORDER BY started_at DESC LIMIT ?2)",
+             WHERE site_id = ?1 ORDER BY started_at DESC LIMIT ?2) AS latest",
+            args![site_id, lookback],
+            |r| r.get::<Option<i64>>(0),
         )?
-        .query_row(params![site_id, ACTIVITY_LOOKBACK], |r| r.get(0))?;
-    let last_conversion = conn
-        .prepare_cached(
+        .flatten();
+    let last_conversion = c
+        .query_opt(
             "SELECT max(created_at) FROM (SELECT created_at FROM conversions
-             WHERE site_id = ?1 ORDER BY occurred_at DESC LIMIT ?2)",
+             WHERE site_id = ?1 ORDER BY occurred_at DESC LIMIT ?2) AS latest",
+            args![site_id, lookback],
+            |r| r.get::<Option<i64>>(0),
         )?
-        .query_row(params![site_id, ACTIVITY_LOOKBACK], |r| r.get(0))?;
+        .flatten();
     let rates_until = super::rates::newest_day(conn)?;
     Ok(SiteActivity {
         pixel_last_seen,
