@@ -411,8 +411,17 @@ fn open(db: &Path) -> CliResult<rusqlite::Connection> {
 }
 
 /// SQLite creates the file but not its directory, and says only "unable to open database file"
-/// when the directory is missing: name it instead.
+/// when the directory is missing: name it instead. A PostgreSQL URL is refused by name: that engine
+/// is being built (docs/decisions.md §12), and its URL is no file path.
 fn check_db_dir(db: &Path) -> CliResult {
+    let text = db.to_string_lossy();
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        return Err(format!(
+            "--db {text}: this build runs on a SQLite file only; PostgreSQL is being built \
+             (docs/decisions.md §12). Give a file path, such as --db convapi.db"
+        )
+        .into());
+    }
     let dir = match db.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => return Ok(()),

@@ -89,7 +89,15 @@ impl TestApp {
 
 /// Runs the binary with `--db DB` (when given) and `args`, with no `CONVAPI_*` environment.
 pub fn cli_run(db: Option<&Path>, args: &[&str]) -> CliRun {
+    cli_run_in(None, db, args)
+}
+
+/// [`cli_run`] in the working directory `cwd` (when given): relative paths resolve there.
+pub fn cli_run_in(cwd: Option<&Path>, db: Option<&Path>, args: &[&str]) -> CliRun {
     let mut cmd = Command::new(BIN);
+    if let Some(cwd) = cwd {
+        cmd.current_dir(cwd);
+    }
     scrub_env(&mut cmd);
     if let Some(db) = db {
         cmd.arg("--db").arg(db);
