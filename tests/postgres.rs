@@ -1430,3 +1430,55 @@ fn the_dashboards_reads_answer_the_same_on_both_engines() {
         on_sqlite[10]
     );
 }
+
+/// Erasure on one engine, after the pixel's batches of [`pixel_batches`]: a person by clientId
+/// with conversions kept anonymous, then again (nothing left), then a visitor with deletion.
+fn erasures(c: &impl AsConn) -> Vec<String> {
+    use store::erasure::{forget, Person};
+    use store::sessions::{self as ss, Identifier};
+    pixel_batches(c);
+    ss::ensure_visitor(c, "s1", "v9", 0).unwrap();
+    let mut seen = vec![
+        format!("{:?}", forget(c, "s1", Person::Client("crm-1"), false)),
+        format!("{:?}", forget(c, "s1", Person::Client("crm-1"), false)),
+        format!("{:?}", ss::person(c, "s1", Identifier::Client("crm-1"))),
+    ];
+    let order = store::conversions::order_status(c, "s1", "o1")
+        .unwrap()
+        .unwrap();
+    seen.push(format!(
+        "{:?} {:?} {:?} {}",
+        order.conversion.visitor_id,
+        order.conversion.session_id,
+        order.conversion.client_id,
+        order.status
+    ));
+    seen.push(format!(
+        "{:?}",
+        forget(c, "s1", Person::Visitor("v9"), true)
+    ));
+    seen.push(format!(
+        "{:?}",
+        forget(c, "s1", Person::Visitor("nobody"), true)
+    ));
+    seen
+}
+
+#[test]
+fn erasure_forgets_the_same_rows_on_both_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = store::open_with(&dir.path().join("f.db"), &store::Settings::default()).unwrap();
+    let postgres = pg::open(&fresh_database()).unwrap();
+    let on_sqlite = erasures(&sqlite);
+    assert_eq!(erasures(&postgres), on_sqlite);
+    assert_eq!(
+        on_sqlite[0],
+        "Ok(Erased { visitors: 2, links: 2, sessions: 3, events: 5, conversions_anonymised: 1, conversions_deleted: 0 })"
+    );
+    assert!(on_sqlite[1]
+        .contains("visitors: 0, links: 0, sessions: 0, events: 0, conversions_anonymised: 0"));
+    assert_eq!(on_sqlite[2], "Ok([])");
+    assert_eq!(on_sqlite[3], "\"\" \"\" None queued");
+    assert!(on_sqlite[4].contains("visitors: 1"), "{}", on_sqlite[4]);
+    assert!(on_sqlite[5].contains("visitors: 0"), "{}", on_sqlite[5]);
+}

@@ -7,10 +7,14 @@
 //! (the columns are `NOT NULL`, and no visitor or session has an empty id), `client_id` and
 //! `attr_session_id` become NULL. It runs inside the caller's write transaction, so a person is
 //! erased entirely or not at all, and a second erasure finds nothing and counts zeros.
+//!
+//! Written once for both engines (`db.rs`). What the rows leave behind in the file differs:
+//! SQLite overwrites deleted rows in place (`secure_delete`, see `retention.rs`); PostgreSQL keeps
+//! dead row versions until `VACUUM` reclaims them.
 
-use rusqlite::{params, Connection};
 use serde::Serialize;
 
+use super::db::{args, AsConn};
 use super::Result;
 
 /// Whom to forget.
@@ -37,90 +41,93 @@ pub struct Erased {
 /// Forgets `person` on `site_id`; with `delete_conversions` their conversions (and any pipeline
 /// work left for them) are deleted instead of anonymised.
 pub fn forget(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     person: Person<'_>,
     delete_conversions: bool,
 ) -> Result<Erased> {
+    let conn = conn.conn();
     let client_id = match person {
         Person::Client(c) => Some(c),
         Person::Visitor(_) => None,
     };
-    let visitors = visitors_of(conn, site_id, person)?;
+    let visitors = visitors_of(&conn, site_id, person)?;
     let mut erased = Erased::default();
 
     // Conversions first: they name sessions and visitors that are about to go.
     let mut ids: Vec<String> = Vec::new();
-    {
-        let mut by_client = conn
-            .prepare_cached("SELECT id FROM conversions WHERE site_id = ?1 AND client_id = ?2")?;
-        if let Some(c) = client_id {
-            for id in by_client.query_map(params![site_id, c], |r| r.get(0))? {
-                ids.push(id?);
-            }
-        }
-        // By the visitor, or by one of its sessions: the pixel may have recorded the visitor of
-        // the session it saw, the API the one its identifiers resolved to.
-        let mut by_visitor = conn.prepare_cached(
+    if let Some(c) = client_id {
+        ids.extend(conn.query_all(
+            "SELECT id FROM conversions WHERE site_id = ?1 AND client_id = ?2",
+            args![site_id, c],
+            |r| r.get(0),
+        )?);
+    }
+    // By the visitor, or by one of its sessions: the pixel may have recorded the visitor of the
+    // session it saw, the API the one its identifiers resolved to.
+    for v in &visitors {
+        ids.extend(conn.query_all(
             "SELECT id FROM conversions WHERE site_id = ?1 AND visitor_id = ?2
              UNION
              SELECT c.id FROM sessions s JOIN conversions c ON c.session_id = s.id
              WHERE s.site_id = ?1 AND s.visitor_id = ?2",
-        )?;
-        for v in &visitors {
-            for id in by_visitor.query_map(params![site_id, v], |r| r.get(0))? {
-                ids.push(id?);
-            }
-        }
+            args![site_id, v],
+            |r| r.get(0),
+        )?);
     }
     ids.sort();
     ids.dedup();
+    let count = |n: u64| n as usize;
     for id in &ids {
         if delete_conversions {
-            conn.prepare_cached("DELETE FROM outbox WHERE conversion_id = ?1")?
-                .execute([id])?;
-            erased.conversions_deleted += conn
-                .prepare_cached("DELETE FROM conversions WHERE id = ?1")?
-                .execute([id])?;
+            conn.execute("DELETE FROM outbox WHERE conversion_id = ?1", args![id])?;
+            erased.conversions_deleted +=
+                count(conn.execute("DELETE FROM conversions WHERE id = ?1", args![id])?);
         } else {
-            erased.conversions_anonymised += conn
-                .prepare_cached(
-                    "UPDATE conversions SET visitor_id = '', session_id = '', client_id = NULL,
-                         attr_session_id = NULL
-                     WHERE id = ?1",
-                )?
-                .execute([id])?;
+            erased.conversions_anonymised += count(conn.execute(
+                "UPDATE conversions SET visitor_id = '', session_id = '', client_id = NULL,
+                     attr_session_id = NULL
+                 WHERE id = ?1",
+                args![id],
+            )?);
         }
     }
 
     for v in &visitors {
-        erased.events += conn
-            .prepare_cached(
-                "DELETE FROM events WHERE session_id IN
-                     (SELECT id FROM sessions WHERE site_id = ?1 AND visitor_id = ?2)",
-            )?
-            .execute(params![site_id, v])?;
-        erased.sessions += conn
-            .prepare_cached("DELETE FROM sessions WHERE site_id = ?1 AND visitor_id = ?2")?
-            .execute(params![site_id, v])?;
-        erased.links += conn
-            .prepare_cached("DELETE FROM visitor_clients WHERE site_id = ?1 AND visitor_id = ?2")?
-            .execute(params![site_id, v])?;
-        erased.visitors += conn
-            .prepare_cached("DELETE FROM visitors WHERE site_id = ?1 AND id = ?2")?
-            .execute(params![site_id, v])?;
+        erased.events += count(conn.execute(
+            "DELETE FROM events WHERE session_id IN
+                 (SELECT id FROM sessions WHERE site_id = ?1 AND visitor_id = ?2)",
+            args![site_id, v],
+        )?);
+        erased.sessions += count(conn.execute(
+            "DELETE FROM sessions WHERE site_id = ?1 AND visitor_id = ?2",
+            args![site_id, v],
+        )?);
+        erased.links += count(conn.execute(
+            "DELETE FROM visitor_clients WHERE site_id = ?1 AND visitor_id = ?2",
+            args![site_id, v],
+        )?);
+        erased.visitors += count(conn.execute(
+            "DELETE FROM visitors WHERE site_id = ?1 AND id = ?2",
+            args![site_id, v],
+        )?);
     }
     Ok(erased)
 }
 
 /// The visitors that make up `person`, without the empty id of erased conversions.
-fn visitors_of(conn: &Connection, site_id: &str, person: Person<'_>) -> Result<Vec<String>> {
+fn visitors_of(conn: &impl AsConn, site_id: &str, person: Person<'_>) -> Result<Vec<String>> {
+    let conn = conn.conn();
     let mut out: Vec<String> = Vec::new();
     match person {
         Person::Visitor(v) => {
             let known = conn
-                .prepare_cached("SELECT 1 FROM visitors WHERE site_id = ?1 AND id = ?2")?
-                .exists(params![site_id, v])?;
+                .query_opt(
+                    "SELECT 1 FROM visitors WHERE site_id = ?1 AND id = ?2",
+                    args![site_id, v],
+                    |_| Ok(()),
+                )?
+                .is_some();
             if known {
                 out.push(v.to_owned());
             }
@@ -128,14 +135,13 @@ fn visitors_of(conn: &Connection, site_id: &str, person: Person<'_>) -> Result<V
         Person::Client(c) => {
             // Linked now, or seen identifying in a session (a link dropped by the cap on visitors
             // per clientId still left its sessions marked).
-            let mut stmt = conn.prepare_cached(
+            out.extend(conn.query_all(
                 "SELECT visitor_id FROM visitor_clients WHERE site_id = ?1 AND client_id = ?2
                  UNION
                  SELECT visitor_id FROM sessions WHERE site_id = ?1 AND client_id = ?2",
-            )?;
-            for v in stmt.query_map(params![site_id, c], |r| r.get(0))? {
-                out.push(v?);
-            }
+                args![site_id, c],
+                |r| r.get(0),
+            )?);
         }
     }
     out.retain(|v| !v.is_empty());
