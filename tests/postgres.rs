@@ -10,6 +10,42 @@ use convapi::store::{self, pg};
 
 use crate::common::postgres::fresh_database;
 
+/// The tenant `t1` and its site `s1` (EUR, a 30-day window, last touch), with `domain`.
+fn shop(c: &impl AsConn, domain: Option<&str>) -> store::sites::Site {
+    store::tenants::create(c, "t1", "One", 1_000).unwrap();
+    store::sites::create(
+        c,
+        &store::sites::NewSite {
+            id: "s1",
+            tenant_id: "t1",
+            tracker_id: "trk1",
+            name: "Shop",
+            domain,
+            currency: "EUR",
+            window_days: 30,
+            model: "last_touch",
+        },
+        1_000,
+    )
+    .unwrap()
+}
+
+/// A fresh SQLite file (in the returned directory) and a fresh PostgreSQL database, both migrated.
+fn both_engines() -> (tempfile::TempDir, rusqlite::Connection, store::db::PgConn) {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = store::open_with(&dir.path().join("t.db"), &store::Settings::default()).unwrap();
+    let postgres = pg::open(&fresh_database()).unwrap();
+    (dir, sqlite, postgres)
+}
+
+/// The same answers, one by one (so a failure names the first that differs), and as many.
+fn assert_same_answers(on_postgres: &[String], on_sqlite: &[String]) {
+    for (i, (s, p)) in on_sqlite.iter().zip(on_postgres).enumerate() {
+        assert_eq!(p, s, "answer {i} differs");
+    }
+    assert_eq!(on_postgres.len(), on_sqlite.len());
+}
+
 fn client(url: &str) -> ::postgres::Client {
     ::postgres::Client::connect(url, ::postgres::NoTls).expect("connect to the test database")
 }
@@ -291,9 +327,7 @@ fn tenants_and_keys(c: &impl AsConn) -> Seen {
 
 #[test]
 fn tenants_and_keys_answer_the_same_on_both_engines() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = store::open_with(&dir.path().join("k.db"), &store::Settings::default()).unwrap();
-    let postgres = pg::open(&fresh_database()).unwrap();
+    let (_dir, sqlite, postgres) = both_engines();
     let on_sqlite = tenants_and_keys(&sqlite);
     assert_eq!(tenants_and_keys(&postgres), on_sqlite);
     // And what they answer is right (not merely the same).
@@ -384,9 +418,7 @@ fn sites(c: &impl AsConn) -> SitesSeen {
 
 #[test]
 fn sites_answer_the_same_on_both_engines() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = store::open_with(&dir.path().join("s.db"), &store::Settings::default()).unwrap();
-    let postgres = pg::open(&fresh_database()).unwrap();
+    let (_dir, sqlite, postgres) = both_engines();
     let on_sqlite = sites(&sqlite);
     assert_eq!(sites(&postgres), on_sqlite);
     let u = on_sqlite.updated.clone().unwrap();
@@ -482,9 +514,7 @@ fn accounts(c: &impl AsConn) -> AccountsSeen {
 
 #[test]
 fn dashboard_accounts_answer_the_same_on_both_engines() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = store::open_with(&dir.path().join("a.db"), &store::Settings::default()).unwrap();
-    let postgres = pg::open(&fresh_database()).unwrap();
+    let (_dir, sqlite, postgres) = both_engines();
     let on_sqlite = accounts(&sqlite);
     assert_eq!(accounts(&postgres), on_sqlite);
     assert!(!on_sqlite.any_before && on_sqlite.any_after && on_sqlite.other_case_conflicts);
@@ -530,9 +560,7 @@ fn rates(c: &impl AsConn) -> Vec<Option<(String, String)>> {
 
 #[test]
 fn exchange_rates_answer_the_same_on_both_engines() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = store::open_with(&dir.path().join("x.db"), &store::Settings::default()).unwrap();
-    let postgres = pg::open(&fresh_database()).unwrap();
+    let (_dir, sqlite, postgres) = both_engines();
     let on_sqlite = rates(&sqlite);
     assert_eq!(rates(&postgres), on_sqlite);
     let pair = |a: &str, b: &str| Some((a.to_owned(), b.to_owned()));
@@ -552,22 +580,7 @@ fn exchange_rates_answer_the_same_on_both_engines() {
 /// What the conversions' functions answer for one sequence of reports, as Debug text.
 fn conversions(c: &impl AsConn) -> Vec<String> {
     use store::conversions::{self as conv, ApiReport, Conversion, Source};
-    store::tenants::create(c, "t1", "One", 1_000).unwrap();
-    store::sites::create(
-        c,
-        &store::sites::NewSite {
-            id: "s1",
-            tenant_id: "t1",
-            tracker_id: "trk1",
-            name: "Shop",
-            domain: None,
-            currency: "EUR",
-            window_days: 30,
-            model: "last_touch",
-        },
-        1_000,
-    )
-    .unwrap();
+    shop(c, None);
     let api = |id: &str, order: &str, session: Option<(&str, &str)>| ApiReport {
         id: id.to_owned(),
         site_id: "s1".to_owned(),
@@ -623,15 +636,10 @@ fn conversions(c: &impl AsConn) -> Vec<String> {
 
 #[test]
 fn conversions_are_recorded_the_same_on_both_engines() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = store::open_with(&dir.path().join("c.db"), &store::Settings::default()).unwrap();
-    let postgres = pg::open(&fresh_database()).unwrap();
+    let (_dir, sqlite, postgres) = both_engines();
     let on_sqlite = conversions(&sqlite);
     let on_postgres = conversions(&postgres);
-    for (i, (s, p)) in on_sqlite.iter().zip(&on_postgres).enumerate() {
-        assert_eq!(p, s, "answer {i} differs");
-    }
-    assert_eq!(on_postgres.len(), on_sqlite.len());
+    assert_same_answers(&on_postgres, &on_sqlite);
     // What they are: a creation, a repeat, the pixel's order and its repeat, the API's take-over
     // of it (with the API's session), no session for a new order, both orders' outbox rows
     // waiting as the API's work, and the taken-over order reported by both sources.
@@ -659,22 +667,7 @@ fn conversions_are_recorded_the_same_on_both_engines() {
 /// What the pixel's and session resolution's functions answer for one sequence, as Debug text.
 fn sessions(c: &impl AsConn) -> Vec<String> {
     use store::sessions::{self as ss, Campaign, Identifier, NewEvent, Session};
-    store::tenants::create(c, "t1", "One", 1_000).unwrap();
-    store::sites::create(
-        c,
-        &store::sites::NewSite {
-            id: "s1",
-            tenant_id: "t1",
-            tracker_id: "trk1",
-            name: "Shop",
-            domain: None,
-            currency: "EUR",
-            window_days: 30,
-            model: "last_touch",
-        },
-        1_000,
-    )
-    .unwrap();
+    shop(c, None);
     for v in ["va", "vb"] {
         ss::ensure_visitor(c, "s1", v, 1_000).unwrap();
         ss::ensure_visitor(c, "s1", v, 2_000).unwrap(); // a repeat changes nothing
@@ -758,14 +751,10 @@ fn sessions(c: &impl AsConn) -> Vec<String> {
 
 #[test]
 fn sessions_and_their_resolution_answer_the_same_on_both_engines() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = store::open_with(&dir.path().join("v.db"), &store::Settings::default()).unwrap();
-    let postgres = pg::open(&fresh_database()).unwrap();
+    let (_dir, sqlite, postgres) = both_engines();
     let on_sqlite = sessions(&sqlite);
     let on_postgres = sessions(&postgres);
-    for (i, (s, p)) in on_sqlite.iter().zip(&on_postgres).enumerate() {
-        assert_eq!(p, s, "answer {i} differs");
-    }
+    assert_same_answers(&on_postgres, &on_sqlite);
     assert!(on_sqlite[0].contains("landing_url: Some(\"https://shop.example/?utm_source=news\")"));
     assert!(on_sqlite[1]
         .contains("client_id: Some(\"crm-1\"), started_at: 30000, last_activity_at: 35000"));
@@ -789,22 +778,7 @@ fn pipeline_and_outbox(c: &impl AsConn) -> Vec<String> {
     use store::conversions::{self as conv, ApiReport};
     use store::outbox;
     use store::pipeline::{self as pl, Attribution, Reported};
-    store::tenants::create(c, "t1", "One", 1_000).unwrap();
-    store::sites::create(
-        c,
-        &store::sites::NewSite {
-            id: "s1",
-            tenant_id: "t1",
-            tracker_id: "trk1",
-            name: "Shop",
-            domain: None,
-            currency: "EUR",
-            window_days: 30,
-            model: "last_touch",
-        },
-        1_000,
-    )
-    .unwrap();
+    shop(c, None);
     for (i, e) in ["e1", "e2", "e3"].iter().enumerate() {
         let r = ApiReport {
             id: (*e).to_owned(),
@@ -869,15 +843,10 @@ fn pipeline_and_outbox(c: &impl AsConn) -> Vec<String> {
 
 #[test]
 fn the_pipelines_outcomes_and_the_outbox_answer_the_same_on_both_engines() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = store::open_with(&dir.path().join("p.db"), &store::Settings::default()).unwrap();
-    let postgres = pg::open(&fresh_database()).unwrap();
+    let (_dir, sqlite, postgres) = both_engines();
     let on_sqlite = pipeline_and_outbox(&sqlite);
     let on_postgres = pipeline_and_outbox(&postgres);
-    for (i, (s, p)) in on_sqlite.iter().zip(&on_postgres).enumerate() {
-        assert_eq!(p, s, "answer {i} differs");
-    }
-    assert_eq!(on_postgres.len(), on_sqlite.len());
+    assert_same_answers(&on_postgres, &on_sqlite);
     assert!(
         on_sqlite[0].matches("Item {").count() == 3,
         "{}",
@@ -911,22 +880,7 @@ fn the_pipelines_outcomes_and_the_outbox_answer_the_same_on_both_engines() {
 fn pixel_batches(c: &impl AsConn) -> Vec<String> {
     use convapi::tracking::{apply, Batch, Event, EventKind};
     use store::sessions::{self as ss, Identifier};
-    store::tenants::create(c, "t1", "One", 1_000).unwrap();
-    store::sites::create(
-        c,
-        &store::sites::NewSite {
-            id: "s1",
-            tenant_id: "t1",
-            tracker_id: "trk1",
-            name: "Shop",
-            domain: Some("shop.example"),
-            currency: "EUR",
-            window_days: 30,
-            model: "last_touch",
-        },
-        1_000,
-    )
-    .unwrap();
+    shop(c, Some("shop.example"));
     let batch = |visitor: &str, at: i64, events: Vec<(i64, EventKind)>| Batch {
         site_id: "s1".to_owned(),
         visitor_id: visitor.to_owned(),
@@ -1050,9 +1004,7 @@ fn pixel_batches(c: &impl AsConn) -> Vec<String> {
 
 #[test]
 fn the_pixels_batches_leave_the_same_sessions_and_orders_on_both_engines() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = store::open_with(&dir.path().join("b.db"), &store::Settings::default()).unwrap();
-    let postgres = pg::open(&fresh_database()).unwrap();
+    let (_dir, sqlite, postgres) = both_engines();
     let on_sqlite = pixel_batches(&sqlite);
     assert_eq!(pixel_batches(&postgres), on_sqlite);
     assert_eq!(on_sqlite[0], "created 1 repeated 0 rejected 0");
@@ -1076,22 +1028,7 @@ fn reports(c: &impl AsConn) -> Vec<String> {
     use store::conversions::{self as conv, ApiReport};
     use store::pipeline::{self as pl, Attribution, Reported};
     use store::report::GroupBy;
-    store::tenants::create(c, "t1", "One", 1_000).unwrap();
-    let site = store::sites::create(
-        c,
-        &store::sites::NewSite {
-            id: "s1",
-            tenant_id: "t1",
-            tracker_id: "trk1",
-            name: "Shop",
-            domain: None,
-            currency: "EUR",
-            window_days: 30,
-            model: "last_touch",
-        },
-        1_000,
-    )
-    .unwrap();
+    let site = shop(c, None);
     let day = 86_400_000_i64;
     let sources = [Some("google"), Some("google"), None, Some("news"), None];
     for (i, source) in sources.iter().enumerate() {
@@ -1187,15 +1124,10 @@ fn reports(c: &impl AsConn) -> Vec<String> {
 
 #[test]
 fn the_report_answers_the_same_on_both_engines() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = store::open_with(&dir.path().join("r2.db"), &store::Settings::default()).unwrap();
-    let postgres = pg::open(&fresh_database()).unwrap();
+    let (_dir, sqlite, postgres) = both_engines();
     let on_sqlite = reports(&sqlite);
     let on_postgres = reports(&postgres);
-    for (i, (s, p)) in on_sqlite.iter().zip(&on_postgres).enumerate() {
-        assert_eq!(p, s, "report {i} differs");
-    }
-    assert_eq!(on_postgres.len(), on_sqlite.len());
+    assert_same_answers(&on_postgres, &on_sqlite);
     // google: 10.00 + 11.01; news: 13.03; unconverted: the two not processed.
     assert!(on_sqlite[0].contains("google"), "{}", on_sqlite[0]);
     assert!(on_sqlite[0].contains("21.01"), "{}", on_sqlite[0]);
@@ -1211,22 +1143,7 @@ fn the_report_answers_the_same_on_both_engines() {
 fn exports(c: &impl AsConn) -> Vec<String> {
     use store::conversions::{self as conv, ApiReport};
     use store::sessions::{self as ss, Campaign, Session};
-    store::tenants::create(c, "t1", "One", 1_000).unwrap();
-    store::sites::create(
-        c,
-        &store::sites::NewSite {
-            id: "s1",
-            tenant_id: "t1",
-            tracker_id: "trk1",
-            name: "Shop",
-            domain: None,
-            currency: "EUR",
-            window_days: 30,
-            model: "last_touch",
-        },
-        1_000,
-    )
-    .unwrap();
+    shop(c, None);
     for (id, at) in [("e1", 5_000), ("e2", 4_000), ("e3", 5_000), ("e4", 9_000)] {
         let r = ApiReport {
             id: id.to_owned(),
@@ -1284,9 +1201,7 @@ fn exports(c: &impl AsConn) -> Vec<String> {
 
 #[test]
 fn exports_stream_the_same_rows_on_both_engines() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = store::open_with(&dir.path().join("x2.db"), &store::Settings::default()).unwrap();
-    let postgres = pg::open(&fresh_database()).unwrap();
+    let (_dir, sqlite, postgres) = both_engines();
     let on_sqlite = exports(&sqlite);
     assert_eq!(exports(&postgres), on_sqlite);
     assert_eq!(
@@ -1308,22 +1223,7 @@ fn exports_stream_the_same_rows_on_both_engines() {
 fn dashboard_reads(c: &impl AsConn) -> Vec<String> {
     use store::conversions::{self as conv, ApiReport};
     use store::dashboard::{self as dash, Filter};
-    store::tenants::create(c, "t1", "One", 1_000).unwrap();
-    store::sites::create(
-        c,
-        &store::sites::NewSite {
-            id: "s1",
-            tenant_id: "t1",
-            tracker_id: "trk1",
-            name: "Shop",
-            domain: None,
-            currency: "EUR",
-            window_days: 30,
-            model: "last_touch",
-        },
-        1_000,
-    )
-    .unwrap();
+    shop(c, None);
     for i in 0..6_i64 {
         let r = ApiReport {
             id: format!("e{i}"),
@@ -1402,14 +1302,10 @@ fn dashboard_reads(c: &impl AsConn) -> Vec<String> {
 
 #[test]
 fn the_dashboards_reads_answer_the_same_on_both_engines() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = store::open_with(&dir.path().join("d.db"), &store::Settings::default()).unwrap();
-    let postgres = pg::open(&fresh_database()).unwrap();
+    let (_dir, sqlite, postgres) = both_engines();
     let on_sqlite = dashboard_reads(&sqlite);
     let on_postgres = dashboard_reads(&postgres);
-    for (i, (s, p)) in on_sqlite.iter().zip(&on_postgres).enumerate() {
-        assert_eq!(p, s, "answer {i} differs");
-    }
+    assert_same_answers(&on_postgres, &on_sqlite);
     assert_eq!(on_sqlite[0], "[\"e5\", \"e4\", \"e3\"] Enough");
     assert!(
         on_sqlite[1]
@@ -1466,9 +1362,7 @@ fn erasures(c: &impl AsConn) -> Vec<String> {
 
 #[test]
 fn erasure_forgets_the_same_rows_on_both_engines() {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = store::open_with(&dir.path().join("f.db"), &store::Settings::default()).unwrap();
-    let postgres = pg::open(&fresh_database()).unwrap();
+    let (_dir, sqlite, postgres) = both_engines();
     let on_sqlite = erasures(&sqlite);
     assert_eq!(erasures(&postgres), on_sqlite);
     assert_eq!(
