@@ -334,9 +334,7 @@ impl Conn<'_> {
             }
             Conn::Postgres(c) => {
                 let statement = c.statement(sql)?;
-                let params: Vec<&(dyn ToSql + Sync)> =
-                    args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
-                Ok(c.with_client(|client| client.execute(&statement, &params))?)
+                Ok(c.with_client(|client| client.execute(&statement, &pg_params(args)))?)
             }
         }
     }
@@ -356,9 +354,7 @@ impl Conn<'_> {
                 .transpose(),
             Conn::Postgres(c) => {
                 let statement = c.statement(sql)?;
-                let params: Vec<&(dyn ToSql + Sync)> =
-                    args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
-                let rows = c.with_client(|client| client.query(&statement, &params))?;
+                let rows = c.with_client(|client| client.query(&statement, &pg_params(args)))?;
                 rows.first().map(|r| f(&Row::Postgres(r))).transpose()
             }
         }
@@ -371,28 +367,14 @@ impl Conn<'_> {
         args: &[Value],
         mut f: impl FnMut(&Row) -> Result<T>,
     ) -> Result<Vec<T>> {
-        match self {
-            Conn::Sqlite(c) => {
-                let mut statement = c.prepare_cached(sql)?;
-                let mut rows = statement.query(rusqlite::params_from_iter(args))?;
-                let mut out = Vec::new();
-                while let Some(r) = rows.next()? {
-                    out.push(f(&Row::Sqlite(r))?);
-                }
-                Ok(out)
-            }
-            Conn::Postgres(c) => {
-                let statement = c.statement(sql)?;
-                let params: Vec<&(dyn ToSql + Sync)> =
-                    args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
-                let rows = c.with_client(|client| client.query(&statement, &params))?;
-                rows.iter().map(|r| f(&Row::Postgres(r))).collect()
-            }
-        }
+        let mut out = Vec::new();
+        self.query_each(sql, args, |r| {
+            out.push(f(r)?);
+            Ok::<_, StoreError>(())
+        })?;
+        Ok(out)
     }
-}
 
-impl Conn<'_> {
     /// Calls `f` with each row of a query as it is read, without collecting them (PostgreSQL
     /// streams them from the server); stops at the first error `f` returns. `f` must not use this
     /// connection.
@@ -428,6 +410,11 @@ impl Conn<'_> {
             }
         }
     }
+}
+
+/// A statement's arguments as the PostgreSQL client takes them.
+fn pg_params<'a>(args: &'a [Value<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
+    args.iter().map(|a| a as &(dyn ToSql + Sync)).collect()
 }
 
 /// `sql` with SQLite's numbered placeholders `?N` written as PostgreSQL's `$N`, outside string
