@@ -344,6 +344,7 @@ pub fn serve(
         let what = what.to_owned();
         move |e: std::io::Error| StartError::Setup(format!("{what}: {e}"))
     };
+    sys::widen_backlog(&listener).map_err(setup("the listener's accept queue"))?;
     let addr = listener
         .local_addr()
         .map_err(setup("the listener's address"))?;

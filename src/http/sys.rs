@@ -228,6 +228,26 @@ pub(super) fn shutdown_fd(fd: libc::c_int, how: Shutdown) {
     }
 }
 
+/// How many finished handshakes the kernel may queue for `accept`. std's `bind` listens with 128: a
+/// burst of a few hundred connections (a page view's pixel calls from many visitors at once, or
+/// clients that open connections and send nothing) fills that while the accept thread starts
+/// connection threads, and Linux then drops the next SYNs, so every client behind them, the
+/// authenticated API's too, waits a full second for its SYN to be retransmitted. The kernel caps
+/// the value at `net.core.somaxconn` (4096 on current kernels).
+pub const LISTEN_BACKLOG: libc::c_int = 1024;
+
+/// Sets the accept queue of an already listening socket to [`LISTEN_BACKLOG`]: `listen(2)` on a
+/// socket that listens already only changes its backlog.
+pub(super) fn widen_backlog(listener: &std::net::TcpListener) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: listen(2) on a borrowed descriptor; it closes nothing.
+    if unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Shuts the listening socket down: blocked and later `accept`s on it fail, and new connections
 /// are refused. Its descriptors stay open (they are closed with their owners).
 pub(super) fn shutdown_listener(listener: &std::net::TcpListener) {
@@ -256,4 +276,43 @@ pub(super) fn send_nonblocking(fd: libc::c_int, bytes: &[u8]) -> usize {
         off += n as usize;
     }
     off
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// The backlog Linux reports for a listener (`tcpi_sacked` of a socket in `TCP_LISTEN`).
+    fn backlog(listener: &std::net::TcpListener) -> u32 {
+        use std::os::fd::AsRawFd;
+        // SAFETY: as in `accept_queue_len`.
+        unsafe {
+            let mut info: libc::tcp_info = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+            let rc = libc::getsockopt(
+                listener.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                &mut info as *mut _ as *mut libc::c_void,
+                &mut len,
+            );
+            assert_eq!(rc, 0);
+            info.tcpi_sacked
+        }
+    }
+
+    #[test]
+    fn the_listener_queues_a_burst_of_a_thousand_handshakes() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let before = backlog(&listener);
+        widen_backlog(&listener).unwrap();
+        let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .map(|s| s.trim().parse().unwrap())
+            .unwrap_or(LISTEN_BACKLOG as u32);
+        assert_eq!(backlog(&listener), (LISTEN_BACKLOG as u32).min(somaxconn));
+        assert!(
+            backlog(&listener) > before || somaxconn <= before,
+            "{before}"
+        );
+    }
 }
