@@ -97,7 +97,7 @@ impl Floor {
         self.writer
             .submit(move |c| {
                 if job == Job::Row {
-                    c.execute_batch("UPDATE noop_floor SET n = n + 1")?;
+                    c.execute("UPDATE noop_floor SET n = n + 1", &[])?;
                 }
                 Ok(())
             })

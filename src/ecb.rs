@@ -305,7 +305,7 @@ impl Fetcher {
 /// The newest rate day stored (see `store::dashboard::site_activity`).
 fn newest_day(pool: &DbPool) -> store::Result<Option<NaiveDate>> {
     let conn = pool.get().map_err(store::StoreError::from)?;
-    let day = store::read(&conn, store::rates::newest_day)?;
+    let day = store::read(&conn, |c| store::rates::newest_day(c))?;
     Ok(day.and_then(|d| crate::fx::parse_day(&d).ok()))
 }
 

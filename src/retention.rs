@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+use crate::store::db::{AsConn, Conn};
+
 use crate::metrics::Metrics;
 use crate::store::retention::{Pruned, RECLAIM_PAGES};
 use crate::store::{self, StoreError};
@@ -45,14 +47,14 @@ const DAY_MS: i64 = 86_400_000;
 
 /// Deletes everything past its retention at `now_ms`, then gives the free pages back; reads with
 /// `conn`, writes through `writer`.
-pub fn prune_once(conn: &Connection, writer: &Writer, now_ms: i64) -> store::Result<Pruned> {
+pub fn prune_once(conn: &impl AsConn, writer: &Writer, now_ms: i64) -> store::Result<Pruned> {
     prune(conn, now_ms, writer, &Metrics::default(), &|| false)
 }
 
 /// Runs one job through the writer, then pauses (see [`PAUSE_FACTOR`]).
 fn job<T: Send + 'static>(
     writer: &Writer,
-    f: impl FnOnce(&Connection) -> store::Result<T> + Send + 'static,
+    f: impl FnOnce(&Conn) -> store::Result<T> + Send + 'static,
 ) -> store::Result<T> {
     writer.yield_to_queued(MAX_YIELD);
     let started = std::time::Instant::now();
@@ -71,13 +73,13 @@ fn job<T: Send + 'static>(
 /// jobs when `stop` says so. What was committed before an error stays done; the next pass goes on
 /// from there.
 pub fn prune(
-    conn: &Connection,
+    conn: &impl AsConn,
     now_ms: i64,
     writer: &Writer,
     metrics: &Metrics,
     stop: &dyn Fn() -> bool,
 ) -> store::Result<Pruned> {
-    let policies = store::read(conn, store::retention::policies)?;
+    let policies = store::read(conn, |c| store::retention::policies(c))?;
     let mut total = Pruned::default();
     for p in policies {
         let cutoff = now_ms - p.retain_days * DAY_MS;
@@ -125,7 +127,7 @@ pub fn prune(
             total.conversions
         );
         // Each job returns the free pages it found and frees up to RECLAIM_PAGES of them.
-        while !stop() && job(writer, store::retention::reclaim)? > RECLAIM_PAGES {}
+        while !stop() && job(writer, |c| store::retention::reclaim(c))? > RECLAIM_PAGES {}
     }
     Ok(total)
 }

@@ -36,10 +36,11 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 use crate::store::conversions::Source;
+use crate::store::db::Conn;
 use crate::store::{self, StoreError};
 
 type Value = Box<dyn Any + Send>;
-type JobFn = Box<dyn FnOnce(&Connection) -> store::Result<Value> + Send>;
+type JobFn = Box<dyn FnOnce(&Conn) -> store::Result<Value> + Send>;
 type ReplyTx = SyncSender<Result<Value, WriteError>>;
 
 struct Job {
@@ -278,7 +279,7 @@ impl Writer {
     pub fn submit_pixel<T, F>(&self, f: F) -> Result<T, WriteError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> store::Result<T> + Send + 'static,
+        F: FnOnce(&Conn) -> store::Result<T> + Send + 'static,
     {
         let taken = self
             .pixel_jobs
@@ -303,7 +304,7 @@ impl Writer {
     pub fn submit<T, F>(&self, f: F) -> Result<T, WriteError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> store::Result<T> + Send + 'static,
+        F: FnOnce(&Conn) -> store::Result<T> + Send + 'static,
     {
         let (reply, rx) = mpsc::sync_channel(1);
         let job = Job {
@@ -328,7 +329,7 @@ impl Writer {
     /// Queues `f` without waiting for it (best-effort bookkeeping such as `lastUsedAt`).
     pub fn submit_detached<F>(&self, f: F)
     where
-        F: FnOnce(&Connection) -> store::Result<()> + Send + 'static,
+        F: FnOnce(&Conn) -> store::Result<()> + Send + 'static,
     {
         let job = Job {
             run: Box::new(move |c| f(c).map(|()| Box::new(()) as Value)),
@@ -497,7 +498,7 @@ fn commit_batch(
                             log::error!("write job failed: {e}");
                         }
                         answer(reply, Err(WriteError::from(e.clone())));
-                        if conn.is_autocommit() {
+                        if !conn.in_transaction() {
                             return Err(BatchError::Lost(e));
                         }
                     }

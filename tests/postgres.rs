@@ -147,12 +147,20 @@ fn a_database_newer_than_the_binary_is_refused_and_left_as_it_is() {
 
 #[test]
 fn a_server_that_cannot_be_reached_is_named_in_the_error() {
-    let Err(e) = pg::connect("postgresql://nobody@localhost:1/none?host=/nonexistent-convapi-dir")
+    let Err(e) =
+        pg::connect("postgresql://nobody:hush@localhost:1/none?host=/nonexistent-convapi-dir")
     else {
         panic!("connected to a server that does not exist");
     };
     let e = e.to_string();
-    assert!(e.starts_with("cannot connect to PostgreSQL"), "{e}");
+    assert!(
+        e.starts_with(
+            "cannot connect to PostgreSQL at \
+             postgresql://nobody:***@localhost:1/none?host=/nonexistent-convapi-dir: "
+        ),
+        "{e}"
+    );
+    assert!(!e.contains("hush"), "{e}");
 }
 
 /// The rows of `report_daily`, in one order, as both engines return them.
@@ -1375,4 +1383,127 @@ fn erasure_forgets_the_same_rows_on_both_engines() {
     assert_eq!(on_sqlite[3], "\"\" \"\" None queued");
     assert!(on_sqlite[4].contains("visitors: 1"), "{}", on_sqlite[4]);
     assert!(on_sqlite[5].contains("visitors: 0"), "{}", on_sqlite[5]);
+}
+
+/// What the transaction runners do with success, failure, failed statements in and out of
+/// savepoints, and snapshots; `other` is a second connection to the same database.
+fn runners(c: &impl AsConn, other: &impl AsConn) -> Vec<String> {
+    use store::StoreError;
+    let mut seen = Vec::new();
+    let list = || store::tenants::list(c).unwrap();
+    let ids = || list().iter().map(|t| t.id.clone()).collect::<Vec<_>>();
+    // Committed when the closure succeeds.
+    store::write_tx(c, |tx| store::tenants::create(tx, "a", "A", 1)).unwrap();
+    // Nothing stays of a closure that fails.
+    let failed: Result<(), StoreError> = store::write_tx(c, |tx| {
+        store::tenants::create(tx, "b", "B", 1)?;
+        Err(StoreError::Other("no".into()))
+    });
+    seen.push(format!(
+        "failed closure: {:?}",
+        failed.map_err(|e| e.to_string())
+    ));
+    // A failed statement inside a savepoint is undone alone; the transaction goes on and commits.
+    let kept = store::write_tx(c, |tx| {
+        let dup = store::savepoint(tx, |sp| store::tenants::create(sp, "a", "again", 1));
+        let after = tx.in_transaction();
+        store::tenants::create(tx, "c", "C", 1)?;
+        Ok::<_, StoreError>((dup.is_err(), after))
+    });
+    seen.push(format!("savepoint: {kept:?}"));
+    seen.push(format!("tenants: {:?}", ids()));
+    // One snapshot per read: a commit by another connection in between is not seen inside it.
+    let (before, inside) = store::read(c, |r| {
+        let before = store::tenants::list(r)?.len();
+        store::write_tx(other, |tx| store::tenants::create(tx, "e", "E", 1))?;
+        Ok::<_, StoreError>((before, store::tenants::list(r)?.len()))
+    })
+    .unwrap();
+    seen.push(format!(
+        "snapshot: {before} then {inside}, after {}",
+        list().len()
+    ));
+    seen
+}
+
+#[test]
+fn the_transaction_runners_behave_the_same_on_both_engines() {
+    let (dir, sqlite, postgres) = both_engines();
+    let sqlite_other = store::open(&dir.path().join("t.db")).unwrap();
+    let on_sqlite = runners(&sqlite, &sqlite_other);
+    let url = fresh_database();
+    let postgres = {
+        drop(postgres);
+        pg::open(&url).unwrap()
+    };
+    let on_postgres = runners(&postgres, &pg::open(&url).unwrap());
+    assert_eq!(
+        on_sqlite[2], "tenants: [\"a\", \"c\"]",
+        "what SQLite kept: {on_sqlite:?}"
+    );
+    assert_same_answers(&on_postgres, &on_sqlite);
+}
+
+/// The one difference: a failed statement outside any savepoint. SQLite undoes that statement
+/// alone; PostgreSQL can then only roll back, and the runner says so instead of letting `COMMIT`
+/// roll back in silence (which would acknowledge writes that are gone). convapi's writes never
+/// carry on past a failure outside a savepoint: every writer job has one.
+#[test]
+fn a_transaction_postgresql_aborted_is_an_error_never_a_silent_rollback() {
+    let (_dir, sqlite, postgres) = both_engines();
+    for (engine, conn) in [("sqlite", sqlite.conn()), ("postgres", postgres.conn())] {
+        store::tenants::create(&conn, "a", "A", 1).unwrap();
+        let carried_on = store::write_tx(&conn, |tx| {
+            store::tenants::create(tx, "d", "D", 1)?;
+            let duplicate = store::tenants::create(tx, "a", "again", 1);
+            Ok::<_, store::StoreError>(duplicate.is_err())
+        });
+        let kept: Vec<String> = store::tenants::list(&conn)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.id)
+            .collect();
+        match engine {
+            "sqlite" => {
+                assert!(carried_on.unwrap());
+                assert_eq!(kept, ["a", "d"]);
+            }
+            _ => {
+                let e = carried_on.unwrap_err().to_string();
+                assert!(e.contains("rolled back"), "{e}");
+                assert_eq!(kept, ["a"]);
+            }
+        }
+        assert!(!conn.in_transaction(), "{engine}");
+    }
+}
+
+#[test]
+fn a_statement_past_its_deadline_is_interrupted_on_both_engines() {
+    use std::time::{Duration, Instant};
+    let (_dir, sqlite, postgres) = both_engines();
+    for (engine, conn) in [("sqlite", sqlite.conn()), ("postgres", postgres.conn())] {
+        let started = Instant::now();
+        let slow = store::read(&conn, |r| {
+            r.interrupt_after(Duration::from_millis(200), || match r.engine() {
+                store::db::Engine::Sqlite => r.query_opt(
+                    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n)
+                     SELECT COUNT(*) FROM n",
+                    &[],
+                    |row| row.get::<i64>(0),
+                ),
+                store::db::Engine::Postgres => r
+                    .query_opt("SELECT pg_sleep(30)::text", &[], |row| row.get::<String>(0))
+                    .map(|_| None),
+            })
+        });
+        assert!(
+            matches!(slow, Ok(Err(_))),
+            "{engine}: interrupted, {:?}",
+            slow.map(|r| r.map_err(|e| e.to_string()))
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{engine}");
+        // The next statement on the connection is not interrupted.
+        assert!(store::tenants::list(&conn).is_ok(), "{engine}");
+    }
 }

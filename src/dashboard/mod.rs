@@ -82,7 +82,7 @@ impl Dashboard {
     /// Runs `f`'s reads in one read transaction on a pooled connection.
     pub fn read<T>(
         &self,
-        f: impl FnOnce(&rusqlite::Connection) -> Result<T, PageError>,
+        f: impl FnOnce(&crate::store::db::Conn) -> Result<T, PageError>,
     ) -> Result<T, PageError> {
         let conn = self.pool.get().map_err(crate::store::StoreError::from)?;
         crate::store::read(&conn, f)

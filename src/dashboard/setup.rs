@@ -22,7 +22,7 @@ pub const TOKEN_CHARS: usize = 32;
 /// Makes the first-run token when the database has no user yet; returns it for the log line.
 pub fn arm(d: &Dashboard) -> Result<Option<String>, ArmError> {
     let conn = d.pool.get().map_err(store::StoreError::from)?;
-    if store::read(&conn, store::users::any)? {
+    if store::read(&conn, |c| store::users::any(c))? {
         return Ok(None);
     }
     let token = crate::keys::random_base62(TOKEN_CHARS).map_err(ArmError::Randomness)?;

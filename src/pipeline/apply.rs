@@ -3,8 +3,6 @@
 //! write transaction. It opens no transaction of its own: the writer's job holds it, so a result
 //! and the fate of its outbox row commit together.
 
-use rusqlite::Connection;
-
 use crate::store::db::AsConn;
 
 use super::decide::Decided;
@@ -39,7 +37,7 @@ pub(super) enum Applied {
 /// as a failed try; a transient error (busy, full), or one that cost the whole transaction, fails
 /// the whole chunk, which then stays due.
 pub(super) fn apply(
-    conn: &Connection,
+    conn: &impl AsConn,
     decided: Vec<Decided>,
     now_ms: i64,
 ) -> store::Result<Vec<Applied>> {
@@ -47,7 +45,7 @@ pub(super) fn apply(
     for d in decided {
         let done = match store::savepoint(conn, |conn| apply_one(conn, &d, now_ms)) {
             Ok(a) => a,
-            Err(e) if e.is_transient() || conn.is_autocommit() => return Err(e),
+            Err(e) if e.is_transient() || !conn.conn().in_transaction() => return Err(e),
             Err(e) => match claim_unchanged(conn, d.item(), now_ms)? {
                 Some(current) => record_failure(conn, &current, &e.to_string(), now_ms)?,
                 None => Applied::Gone,
@@ -173,6 +171,7 @@ mod tests {
     use crate::store::conversions::{self, Conversion, Source};
     use crate::store::sessions::{self, Session};
     use crate::store::{sites, tenants};
+    use rusqlite::Connection;
 
     const DAY_MS: i64 = 86_400_000;
 

@@ -5,9 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use rusqlite::Connection;
-
-use crate::store::db::AsConn;
+use crate::store::db::{AsConn, Conn};
 
 use super::{Options, CHUNK_BUDGET};
 use crate::attribution::{self, Model};
@@ -20,7 +18,7 @@ use crate::store::{self, StoreError};
 /// Decides items from `items` until [`CHUNK_BUDGET`] is spent or `opts.batch` items are decided,
 /// in one read transaction. A transient failure (busy, full) ends the pass; nothing is written.
 pub(super) fn decide_chunk(
-    conn: &Connection,
+    conn: &impl AsConn,
     items: &mut std::iter::Peekable<std::vec::IntoIter<Item>>,
     opts: &Options,
 ) -> store::Result<Vec<Decided>> {
@@ -35,7 +33,12 @@ pub(super) fn decide_chunk(
                 Err(Failure::Item(error)) => Decided::Fail { item, error },
             };
             decided.push(d);
-            if decided.len() >= opts.batch.max(1) || started.elapsed() >= CHUNK_BUDGET {
+            // On PostgreSQL a failed statement leaves the snapshot unreadable: the rest of the
+            // chunk waits for the next one.
+            if decided.len() >= opts.batch.max(1)
+                || started.elapsed() >= CHUNK_BUDGET
+                || !conn.in_transaction()
+            {
                 break;
             }
         }
@@ -54,15 +57,13 @@ struct Seen {
 
 /// [`decide`] for one item, interrupted after `deadline`.
 fn decide_item(
-    conn: &Connection,
+    conn: &Conn,
     seen: &mut Seen,
     conversion_id: &str,
     deadline: Duration,
 ) -> Result<Decision, Failure> {
     let until = Instant::now() + deadline;
-    conn.progress_handler(1_000, Some(move || Instant::now() > until))?;
-    let decided = decide(conn, seen, conversion_id);
-    conn.progress_handler(0, None::<fn() -> bool>)?;
+    let decided = conn.interrupt_after(deadline, || decide(conn, seen, conversion_id))?;
     decided.map_err(|f| match f {
         Failure::Item(msg) if Instant::now() > until => Failure::Item(format!(
             "took longer than {}s ({msg})",
@@ -117,12 +118,6 @@ impl From<StoreError> for Failure {
         } else {
             Failure::Item(e.to_string())
         }
-    }
-}
-
-impl From<rusqlite::Error> for Failure {
-    fn from(e: rusqlite::Error) -> Self {
-        Failure::from(StoreError::from(e))
     }
 }
 

@@ -27,6 +27,8 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+use crate::store::db::AsConn;
+
 use crate::metrics::Metrics;
 use crate::store::pipeline::Item;
 use crate::store::{self, StoreError};
@@ -93,7 +95,7 @@ pub struct DrainStats {
 /// writing through `writer`. Items that fail are rescheduled after `now_ms`, so they wait for a
 /// later pass.
 pub fn drain_once(
-    conn: &Connection,
+    conn: &impl AsConn,
     writer: &Writer,
     metrics: &Metrics,
     now_ms: i64,
@@ -113,7 +115,7 @@ pub fn drain_once(
 /// batch (no transaction or fsync of its own). `apply` re-checks every item inside the write
 /// transaction, so an item that changed in between is left alone.
 pub fn drain(
-    conn: &Connection,
+    conn: &impl AsConn,
     writer: &Writer,
     metrics: &Metrics,
     now_ms: i64,

@@ -17,8 +17,9 @@
 //! SQL that the two dialects spell differently is chosen by the function that runs it, with
 //! [`Conn::engine`]; shared SQL is written once.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use postgres::types::{IsNull, ToSql, Type};
 use rusqlite::OptionalExtension;
@@ -32,10 +33,17 @@ pub enum Engine {
     Postgres,
 }
 
-/// A PostgreSQL connection with the statements it prepared, by SQL text.
+/// A PostgreSQL connection with the statements it prepared, by SQL text, and the state of its
+/// transaction, which the client does not tell.
 pub struct PgConn {
     client: RefCell<postgres::Client>,
     statements: RefCell<HashMap<String, postgres::Statement>>,
+    /// A transaction is open (a `BEGIN` succeeded, no `COMMIT` or `ROLLBACK` ran since).
+    in_tx: Cell<bool>,
+    /// A statement failed in the open transaction and no `ROLLBACK TO` a savepoint undid it since.
+    /// PostgreSQL then refuses every statement until the transaction ends, and turns its `COMMIT`
+    /// into a silent `ROLLBACK`: the runners check this flag instead of trusting the `COMMIT`.
+    aborted: Cell<bool>,
 }
 
 impl PgConn {
@@ -43,7 +51,48 @@ impl PgConn {
         PgConn {
             client: RefCell::new(client),
             statements: RefCell::new(HashMap::new()),
+            in_tx: Cell::new(false),
+            aborted: Cell::new(false),
         }
+    }
+
+    /// One round trip: whether the server answers on this connection.
+    pub fn ping(&self) -> Result<()> {
+        self.failed(self.client.borrow_mut().simple_query("SELECT 1"))
+            .map(drop)
+    }
+
+    /// Whether the client's connection is gone (the server closed it, or the network did).
+    pub fn is_closed(&self) -> bool {
+        self.client.borrow().is_closed()
+    }
+
+    /// Notes a failed statement: inside a transaction it aborts the transaction.
+    fn failed<T>(&self, r: std::result::Result<T, postgres::Error>) -> Result<T> {
+        if r.is_err() && self.in_tx.get() {
+            self.aborted.set(true);
+        }
+        Ok(r?)
+    }
+
+    /// Runs a transaction-control statement and keeps track of the transaction's state.
+    fn tx_control(&self, sql: &str) -> Result<()> {
+        let r = self.client.borrow_mut().batch_execute(sql);
+        let word = sql.split_whitespace().next().unwrap_or("");
+        match word {
+            "BEGIN" | "START" if r.is_ok() => {
+                self.in_tx.set(true);
+                self.aborted.set(false);
+            }
+            // Whatever they answer, the transaction is over (or the connection is).
+            "COMMIT" | "ROLLBACK" if !sql.starts_with("ROLLBACK TO") => {
+                self.in_tx.set(false);
+                self.aborted.set(false);
+            }
+            "ROLLBACK" if r.is_ok() => self.aborted.set(false),
+            _ => {}
+        }
+        self.failed(r)
     }
 
     /// Runs `f` on the client itself (migrations, transaction control).
@@ -55,10 +104,11 @@ impl PgConn {
         if let Some(s) = self.statements.borrow().get(sql) {
             return Ok(s.clone());
         }
-        let prepared = self
-            .client
-            .borrow_mut()
-            .prepare(&postgres_placeholders(sql))?;
+        let prepared = self.failed(
+            self.client
+                .borrow_mut()
+                .prepare(&postgres_placeholders(sql)),
+        )?;
         self.statements
             .borrow_mut()
             .insert(sql.to_owned(), prepared.clone());
@@ -325,6 +375,61 @@ impl Conn<'_> {
         }
     }
 
+    /// Runs a transaction-control statement (`BEGIN`, `SAVEPOINT x`, `COMMIT`...): on SQLite
+    /// through the statement cache (parsed once per connection), on PostgreSQL as a simple query
+    /// (one round trip, nothing to prepare).
+    pub(super) fn tx_control(&self, sql: &str) -> Result<()> {
+        match self {
+            Conn::Sqlite(c) => Ok(c.prepare_cached(sql)?.execute([]).map(|_| ())?),
+            Conn::Postgres(c) => c.tx_control(sql),
+        }
+    }
+
+    /// Whether a transaction is open and can still commit what it wrote. On SQLite a failed
+    /// statement may end the whole transaction by itself (`SQLITE_FULL`, `SQLITE_BUSY`,
+    /// `SQLITE_NOMEM`); on PostgreSQL any failed statement outside a savepoint that was rolled back
+    /// leaves the transaction unable to commit.
+    pub fn in_transaction(&self) -> bool {
+        match self {
+            Conn::Sqlite(c) => !c.is_autocommit(),
+            Conn::Postgres(c) => c.in_tx.get() && !c.aborted.get(),
+        }
+    }
+
+    /// Runs `f`, whose statements on this connection are interrupted once `deadline` has passed:
+    /// they fail, and `f` with them. On SQLite a progress handler checks the clock every thousand
+    /// virtual-machine steps across everything `f` runs; on PostgreSQL each statement of `f` may
+    /// run for `deadline` (`statement_timeout`, local to the open transaction), and the
+    /// transaction can then only roll back ([`Conn::in_transaction`] says so).
+    pub fn interrupt_after<T>(&self, deadline: Duration, f: impl FnOnce() -> T) -> Result<T> {
+        match self {
+            Conn::Sqlite(c) => {
+                let until = Instant::now() + deadline;
+                c.progress_handler(1_000, Some(move || Instant::now() > until))?;
+                let out = f();
+                c.progress_handler(0, None::<fn() -> bool>)?;
+                Ok(out)
+            }
+            Conn::Postgres(_) => {
+                let ms = deadline.as_millis().clamp(1, i32::MAX as u128).to_string();
+                self.query_opt(
+                    "SELECT set_config('statement_timeout', ?1, true)",
+                    args![&ms],
+                    |_| Ok(()),
+                )?;
+                Ok(f())
+            }
+        }
+    }
+
+    /// Whether a transaction is open at all, even one that can only roll back.
+    pub(super) fn transaction_open(&self) -> bool {
+        match self {
+            Conn::Sqlite(c) => !c.is_autocommit(),
+            Conn::Postgres(c) => c.in_tx.get(),
+        }
+    }
+
     /// Runs a statement; the number of rows it changed.
     pub fn execute(&self, sql: &str, args: &[Value]) -> Result<u64> {
         match self {
@@ -334,7 +439,7 @@ impl Conn<'_> {
             }
             Conn::Postgres(c) => {
                 let statement = c.statement(sql)?;
-                Ok(c.with_client(|client| client.execute(&statement, &pg_params(args)))?)
+                c.failed(c.with_client(|client| client.execute(&statement, &pg_params(args))))
             }
         }
     }
@@ -354,7 +459,8 @@ impl Conn<'_> {
                 .transpose(),
             Conn::Postgres(c) => {
                 let statement = c.statement(sql)?;
-                let rows = c.with_client(|client| client.query(&statement, &pg_params(args)))?;
+                let rows =
+                    c.failed(c.with_client(|client| client.query(&statement, &pg_params(args))))?;
                 rows.first().map(|r| f(&Row::Postgres(r))).transpose()
             }
         }
@@ -401,8 +507,8 @@ impl Conn<'_> {
                 c.with_client(|client| {
                     let mut rows = client
                         .query_raw(&statement, args.iter())
-                        .map_err(StoreError::from)?;
-                    while let Some(r) = rows.next().map_err(StoreError::from)? {
+                        .or_else(|e| c.failed(Err(e)))?;
+                    while let Some(r) = rows.next().or_else(|e| c.failed(Err(e)))? {
                         f(&Row::Postgres(&r))?;
                     }
                     Ok(())

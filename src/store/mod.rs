@@ -18,6 +18,7 @@ mod migrate;
 pub mod outbox;
 pub mod pg;
 pub mod pipeline;
+pub mod pool;
 pub mod rates;
 pub mod report;
 pub mod retention;
@@ -34,6 +35,7 @@ use r2d2::Pool;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, ErrorCode};
 
+use db::{AsConn, Conn, Engine};
 use migrate::migrate;
 #[cfg(test)]
 pub(crate) use migrate::version_1_fixture;
@@ -209,30 +211,38 @@ pub fn open_pool(path: &Path, size: u32, settings: &Settings) -> Result<DbPool> 
         .map_err(|e| StoreError::Other(format!("cannot open {}: {e}", path.display())))
 }
 
-/// Runs a transaction-control statement (`BEGIN`, `SAVEPOINT x`, `COMMIT`...) through the
-/// connection's statement cache: parsed once per connection, not once per use.
-fn tx_control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(sql)?.execute([]).map(|_| ())
-}
-
-/// Ends a failed write transaction, unless SQLite already did (it rolls the whole transaction back
-/// by itself when a statement fails with `SQLITE_FULL`, `SQLITE_BUSY` or `SQLITE_NOMEM`).
-fn roll_back(conn: &Connection) {
-    if !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
+/// Ends a failed write transaction, unless it already ended (SQLite rolls the whole transaction
+/// back by itself when a statement fails with `SQLITE_FULL`, `SQLITE_BUSY` or `SQLITE_NOMEM`).
+fn roll_back(conn: Conn) {
+    if conn.transaction_open() {
+        let _ = conn.tx_control("ROLLBACK");
     }
 }
 
-/// The process's one write-transaction runner: runs `f` in a `BEGIN IMMEDIATE` transaction and
-/// commits when it succeeds; when `f` or the commit fails, nothing of it stays. In `serve` only
-/// the writer thread calls it (once per batch); the CLI's commands call it for their own writes.
+/// The process's one write-transaction runner: runs `f` in a write transaction and commits when it
+/// succeeds; when `f` or the commit fails, nothing of it stays. SQLite's is `BEGIN IMMEDIATE` (the
+/// write lock first: no deadlock between two writers that both read first); PostgreSQL's is
+/// `READ COMMITTED`, each statement written to be right under concurrent writers (`ON CONFLICT`,
+/// conditional updates, row locks). A transaction a failed statement left unable to commit is an
+/// error here, never a silent rollback. In `serve` only the writer thread calls it (once per
+/// batch); the CLI's commands call it for their own writes.
 pub fn write_tx<T, E: From<StoreError>>(
-    conn: &Connection,
-    f: impl FnOnce(&Connection) -> std::result::Result<T, E>,
+    conn: &impl AsConn,
+    f: impl FnOnce(&Conn) -> std::result::Result<T, E>,
 ) -> std::result::Result<T, E> {
-    tx_control(conn, "BEGIN IMMEDIATE").map_err(StoreError::from)?;
-    let result = f(conn).and_then(|v| {
-        tx_control(conn, "COMMIT").map_err(StoreError::from)?;
+    let conn = conn.conn();
+    let begin = match conn.engine() {
+        Engine::Sqlite => "BEGIN IMMEDIATE",
+        Engine::Postgres => "BEGIN",
+    };
+    conn.tx_control(begin)?;
+    let result = f(&conn).and_then(|v| {
+        if !conn.in_transaction() {
+            return Err(
+                StoreError::Other("the transaction failed and was rolled back".to_owned()).into(),
+            );
+        }
+        conn.tx_control("COMMIT")?;
         Ok(v)
     });
     if result.is_err() {
@@ -244,19 +254,21 @@ pub fn write_tx<T, E: From<StoreError>>(
 /// Runs `f` in a savepoint of the caller's write transaction: `Ok` keeps what it wrote, `Err`
 /// leaves nothing of it. After an `Err` the rest of the transaction goes on, unless the whole
 /// transaction is gone — rolled back by SQLite itself (see [`roll_back`]) or, should the savepoint
-/// fail to roll back, here — which the caller must check with `conn.is_autocommit()` before
+/// fail to roll back, here — which the caller must check with [`Conn::in_transaction`] before
 /// writing anything more. Savepoints nest: the pipeline's, one per item, inside the writer's, one
 /// per job.
-pub fn savepoint<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-    tx_control(conn, "SAVEPOINT work")?;
-    let result = f(conn).and_then(|v| {
-        tx_control(conn, "RELEASE work")?;
+pub fn savepoint<T>(conn: &impl AsConn, f: impl FnOnce(&Conn) -> Result<T>) -> Result<T> {
+    let conn = conn.conn();
+    conn.tx_control("SAVEPOINT work")?;
+    let result = f(&conn).and_then(|v| {
+        conn.tx_control("RELEASE work")?;
         Ok(v)
     });
-    if result.is_err() && !conn.is_autocommit() {
+    if result.is_err() && conn.transaction_open() {
         // `ROLLBACK TO` and `RELEASE` name the innermost savepoint called `work`: this one.
-        let undone =
-            tx_control(conn, "ROLLBACK TO work").and_then(|()| tx_control(conn, "RELEASE work"));
+        let undone = conn
+            .tx_control("ROLLBACK TO work")
+            .and_then(|()| conn.tx_control("RELEASE work"));
         if undone.is_err() {
             roll_back(conn);
         }
@@ -264,26 +276,32 @@ pub fn savepoint<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>)
     result
 }
 
-/// Runs `f`'s reads in one read transaction: one snapshot, and one WAL read lock and page-cache
-/// check instead of one per statement. (Every commit by the writer empties a reader's page cache at
-/// its next transaction, so statements in separate transactions each start cold.)
+/// Runs `f`'s reads in one read transaction: one snapshot (PostgreSQL's `REPEATABLE READ`, which
+/// SQLite's read transactions are by nature), and on SQLite one WAL read lock and page-cache check
+/// instead of one per statement. (Every commit by the writer empties a reader's page cache at its
+/// next transaction, so statements in separate transactions each start cold.)
 pub fn read<T, E: From<StoreError>>(
-    conn: &Connection,
-    f: impl FnOnce(&Connection) -> std::result::Result<T, E>,
+    conn: &impl AsConn,
+    f: impl FnOnce(&Conn) -> std::result::Result<T, E>,
 ) -> std::result::Result<T, E> {
-    struct End<'a>(&'a Connection);
+    struct End<'a>(Conn<'a>);
     impl Drop for End<'_> {
         fn drop(&mut self) {
             // Nothing was written: ending the transaction either way is the same. A pooled
             // connection must never go back to the pool inside one, even after a panic.
-            if !self.0.is_autocommit() && tx_control(self.0, "COMMIT").is_err() {
+            if self.0.transaction_open() && self.0.tx_control("COMMIT").is_err() {
                 roll_back(self.0);
             }
         }
     }
-    tx_control(conn, "BEGIN").map_err(StoreError::from)?;
+    let conn = conn.conn();
+    let begin = match conn.engine() {
+        Engine::Sqlite => "BEGIN",
+        Engine::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+    };
+    conn.tx_control(begin)?;
     let _end = End(conn);
-    f(conn)
+    f(&conn)
 }
 
 /// Milliseconds since the Unix epoch, now.

@@ -69,14 +69,79 @@ fn postgres_message(e: &postgres::Error) -> String {
 }
 
 /// Connects to the database at `url` (`postgres://` or `postgresql://`: user, password, host or
-/// Unix-socket directory, port, database).
+/// Unix-socket directory, port, database), durably: see [`durable_commits`].
 pub fn connect(url: &str) -> Result<Client> {
-    Client::connect(url, NoTls).map_err(|e| {
+    let mut client = Client::connect(url, NoTls).map_err(|e| {
         StoreError::Other(format!(
-            "cannot connect to PostgreSQL: {}",
+            "cannot connect to PostgreSQL at {}: {}",
+            redacted(url),
             postgres_message(&e)
         ))
-    })
+    })?;
+    durable_commits(&mut client)?;
+    Ok(client)
+}
+
+/// convapi answers 202 only once a conversion is durable. PostgreSQL's `synchronous_commit = off`
+/// (settable per server, database or role) acknowledges a commit before it is on disk, so a
+/// connection that starts with it off is switched back on for its own session, and the first such
+/// connection says so in the log. `local`, `remote_write`, `on` and `remote_apply` all flush
+/// locally before answering and are kept. A server running with `fsync = off` cannot be made
+/// durable from a session: that is logged as an error once, and convapi runs on.
+fn durable_commits(client: &mut Client) -> Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static WARNED_ASYNC: AtomicBool = AtomicBool::new(false);
+    static WARNED_FSYNC: AtomicBool = AtomicBool::new(false);
+    let row = client.query_one(
+        "SELECT current_setting('synchronous_commit'), current_setting('fsync')",
+        &[],
+    )?;
+    let (commit, fsync): (String, String) = (row.get(0), row.get(1));
+    if commit == "off" {
+        client.batch_execute("SET synchronous_commit = on")?;
+        if !WARNED_ASYNC.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "PostgreSQL runs with synchronous_commit = off: convapi's connections set it \
+                 back to on for themselves, since a conversion is acknowledged only once durable"
+            );
+        }
+    }
+    if fsync == "off" && !WARNED_FSYNC.swap(true, Ordering::Relaxed) {
+        log::error!(
+            "PostgreSQL runs with fsync = off: a power failure can lose acknowledged \
+             conversions; set fsync = on in postgresql.conf"
+        );
+    }
+    Ok(())
+}
+
+/// `url` without its password, for logs and messages.
+pub fn redacted(url: &str) -> String {
+    let mut out = url.to_owned();
+    // In the authority: scheme://user:password@host
+    if let Some(start) = out.find("://").map(|i| i + 3) {
+        let end = out[start..]
+            .find(['/', '?'])
+            .map_or(out.len(), |i| start + i);
+        if let Some(at) = out[start..end].rfind('@').map(|i| start + i) {
+            if let Some(colon) = out[start..at].find(':').map(|i| start + i) {
+                out.replace_range(colon + 1..at, "***");
+            }
+        }
+    }
+    // In the query: ?password=…&…
+    if let Some(q) = out.find('?') {
+        let (head, query) = out.split_at(q + 1);
+        let query: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _)) if k == "password" => format!("{k}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out = format!("{head}{}", query.join("&"));
+    }
+    out
 }
 
 /// Connects to the database at `url` and brings its schema up to date: a connection for the
@@ -141,6 +206,22 @@ fn migrate_with(client: &mut Client, migrations: &[Migration], target: i64) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_is_shown_without_its_password() {
+        assert_eq!(
+            redacted("postgres://convapi:s3cr%40t@db.example:5432/convapi?sslmode=require"),
+            "postgres://convapi:***@db.example:5432/convapi?sslmode=require"
+        );
+        assert_eq!(
+            redacted("postgresql://u@/convapi?host=/run/postgresql&password=pw&port=5433"),
+            "postgresql://u@/convapi?host=/run/postgresql&password=***&port=5433"
+        );
+        assert_eq!(
+            redacted("postgres://db.example/convapi"),
+            "postgres://db.example/convapi"
+        );
+    }
 
     #[test]
     fn the_postgres_migrations_end_at_the_sqlite_schema_version() {

@@ -6,8 +6,9 @@
 //! `limit` row deletions, so that the writer is never held up long by one job. What the pruner
 //! removes and when is decided by `crate::retention`; nothing here loops over a whole table.
 
-use rusqlite::{params, Connection};
+use rusqlite::Connection;
 
+use super::db::{args, AsConn, Conn};
 use super::Result;
 
 /// `site create`'s default for `--retain-days`: 13 months, so a year-on-year comparison of a
@@ -41,11 +42,17 @@ pub fn prepare_deletes(conn: &Connection) -> Result<()> {
 }
 
 /// Gives up to [`RECLAIM_PAGES`] free pages back to the file system; returns how many were free
-/// before. Inside a write transaction, like any other job.
-pub fn reclaim(conn: &Connection) -> Result<i64> {
-    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+/// before. Inside a write transaction, like any other job. PostgreSQL has no such step: its
+/// autovacuum makes dead rows' space reusable, and only `VACUUM FULL` (outside any transaction, an
+/// operator's decision) gives it back to the file system; it answers 0.
+pub fn reclaim(conn: &impl AsConn) -> Result<i64> {
+    let sqlite = match conn.conn() {
+        Conn::Sqlite(c) => c,
+        Conn::Postgres(_) => return Ok(0),
+    };
+    let free: i64 = sqlite.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
     if free > 0 {
-        conn.execute_batch(INCREMENTAL_VACUUM)?;
+        sqlite.execute_batch(INCREMENTAL_VACUUM)?;
     }
     Ok(free)
 }
@@ -59,18 +66,18 @@ pub struct Policy {
 }
 
 /// The sites that keep pixel data for a limited time.
-pub fn policies(conn: &Connection) -> Result<Vec<Policy>> {
-    let mut stmt = conn.prepare_cached(
+pub fn policies(conn: &impl AsConn) -> Result<Vec<Policy>> {
+    conn.conn().query_all(
         "SELECT id, retain_days, expire_conversions FROM sites WHERE retain_days > 0 ORDER BY id",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        Ok(Policy {
-            site_id: r.get(0)?,
-            retain_days: r.get(1)?,
-            expire_conversions: r.get(2)?,
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        args![],
+        |r| {
+            Ok(Policy {
+                site_id: r.get(0)?,
+                retain_days: r.get(1)?,
+                expire_conversions: r.get(2)?,
+            })
+        },
+    )
 }
 
 /// Rows one prune call deleted, per table.
@@ -97,24 +104,29 @@ impl Pruned {
     }
 }
 
+/// Whether a query finds a row.
+fn exists(conn: &impl AsConn, sql: &str, args: &[super::db::Value]) -> Result<bool> {
+    Ok(conn.conn().query_opt(sql, args, |_| Ok(()))?.is_some())
+}
+
 /// Whether the site has a session [`prune_sessions`] would delete: a read, so that the pruner
 /// sends the writer no job for a site with nothing to prune.
-pub fn has_old_sessions(conn: &Connection, site_id: &str, cutoff_ms: i64) -> Result<bool> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT 1 FROM sessions
-             WHERE site_id = ?1 AND started_at < ?2 AND last_activity_at < ?2 LIMIT 1",
-        )?
-        .exists(params![site_id, cutoff_ms])?)
+pub fn has_old_sessions(conn: &impl AsConn, site_id: &str, cutoff_ms: i64) -> Result<bool> {
+    exists(
+        conn,
+        "SELECT 1 FROM sessions
+         WHERE site_id = ?1 AND started_at < ?2 AND last_activity_at < ?2 LIMIT 1",
+        args![site_id, cutoff_ms],
+    )
 }
 
 /// Whether the site has a conversion [`expire_conversions`] would delete.
-pub fn has_old_conversions(conn: &Connection, site_id: &str, cutoff_ms: i64) -> Result<bool> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT 1 FROM conversions WHERE site_id = ?1 AND occurred_at < ?2 LIMIT 1",
-        )?
-        .exists(params![site_id, cutoff_ms])?)
+pub fn has_old_conversions(conn: &impl AsConn, site_id: &str, cutoff_ms: i64) -> Result<bool> {
+    exists(
+        conn,
+        "SELECT 1 FROM conversions WHERE site_id = ?1 AND occurred_at < ?2 LIMIT 1",
+        args![site_id, cutoff_ms],
+    )
 }
 
 /// Deletes about `limit` rows of the site's sessions whose start and last activity both lie
@@ -125,60 +137,59 @@ pub fn has_old_conversions(conn: &Connection, site_id: &str, cutoff_ms: i64) -> 
 /// A session with more events than the budget left loses some of them now and goes in a later
 /// call. Returns nothing deleted once no such session is left.
 pub fn prune_sessions(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     cutoff_ms: i64,
     limit: usize,
 ) -> Result<Pruned> {
+    let conn = conn.conn();
     let mut out = Pruned::default();
-    let old: Vec<(String, String)> = {
-        let mut stmt = conn.prepare_cached(
-            "SELECT id, visitor_id FROM sessions
-             WHERE site_id = ?1 AND started_at < ?2 AND last_activity_at < ?2
-             ORDER BY started_at LIMIT ?3",
-        )?;
-        let rows = stmt.query_map(params![site_id, cutoff_ms, limit as i64], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
-        rows.collect::<rusqlite::Result<Vec<_>>>()?
-    };
+    let old: Vec<(String, String)> = conn.query_all(
+        "SELECT id, visitor_id FROM sessions
+         WHERE site_id = ?1 AND started_at < ?2 AND last_activity_at < ?2
+         ORDER BY started_at LIMIT ?3",
+        args![site_id, cutoff_ms, limit as i64],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
     let mut visitors: Vec<String> = Vec::new();
     for (session, visitor) in &old {
         let budget = limit.saturating_sub(out.rows());
         if budget == 0 {
             break;
         }
-        let events = conn
-            .prepare_cached(
-                "DELETE FROM events WHERE rowid IN
-                     (SELECT rowid FROM events WHERE session_id = ?1 LIMIT ?2)",
-            )?
-            .execute(params![session, budget as i64])?;
+        let events = conn.execute(
+            "DELETE FROM events WHERE id IN
+                 (SELECT id FROM events WHERE session_id = ?1 LIMIT ?2)",
+            args![session, budget as i64],
+        )? as usize;
         out.events += events;
         if events == budget {
             // Maybe more events: the session waits for the next call.
             break;
         }
-        out.sessions += conn
-            .prepare_cached("DELETE FROM sessions WHERE id = ?1")?
-            .execute([session])?;
+        out.sessions +=
+            conn.execute("DELETE FROM sessions WHERE id = ?1", args![session])? as usize;
         visitors.push(visitor.clone());
     }
     visitors.sort();
     visitors.dedup();
     for v in &visitors {
-        let left = conn
-            .prepare_cached("SELECT 1 FROM sessions WHERE site_id = ?1 AND visitor_id = ?2")?
-            .exists(params![site_id, v])?;
+        let left = exists(
+            &conn,
+            "SELECT 1 FROM sessions WHERE site_id = ?1 AND visitor_id = ?2",
+            args![site_id, v],
+        )?;
         if left {
             continue;
         }
-        out.links += conn
-            .prepare_cached("DELETE FROM visitor_clients WHERE site_id = ?1 AND visitor_id = ?2")?
-            .execute(params![site_id, v])?;
-        out.visitors += conn
-            .prepare_cached("DELETE FROM visitors WHERE site_id = ?1 AND id = ?2")?
-            .execute(params![site_id, v])?;
+        out.links += conn.execute(
+            "DELETE FROM visitor_clients WHERE site_id = ?1 AND visitor_id = ?2",
+            args![site_id, v],
+        )? as usize;
+        out.visitors += conn.execute(
+            "DELETE FROM visitors WHERE site_id = ?1 AND id = ?2",
+            args![site_id, v],
+        )? as usize;
     }
     Ok(out)
 }
@@ -186,26 +197,22 @@ pub fn prune_sessions(
 /// Deletes up to `limit` of the site's conversions that occurred before `cutoff_ms`, with any
 /// pipeline work left for them.
 pub fn expire_conversions(
-    conn: &Connection,
+    conn: &impl AsConn,
     site_id: &str,
     cutoff_ms: i64,
     limit: usize,
 ) -> Result<usize> {
-    let ids: Vec<String> = {
-        let mut stmt = conn.prepare_cached(
-            "SELECT id FROM conversions WHERE site_id = ?1 AND occurred_at < ?2
-             ORDER BY occurred_at LIMIT ?3",
-        )?;
-        let rows = stmt.query_map(params![site_id, cutoff_ms, limit as i64], |r| r.get(0))?;
-        rows.collect::<rusqlite::Result<Vec<_>>>()?
-    };
+    let conn = conn.conn();
+    let ids: Vec<String> = conn.query_all(
+        "SELECT id FROM conversions WHERE site_id = ?1 AND occurred_at < ?2
+         ORDER BY occurred_at LIMIT ?3",
+        args![site_id, cutoff_ms, limit as i64],
+        |r| r.get(0),
+    )?;
     let mut deleted = 0;
     for id in &ids {
-        conn.prepare_cached("DELETE FROM outbox WHERE conversion_id = ?1")?
-            .execute([id])?;
-        deleted += conn
-            .prepare_cached("DELETE FROM conversions WHERE id = ?1")?
-            .execute([id])?;
+        conn.execute("DELETE FROM outbox WHERE conversion_id = ?1", args![id])?;
+        deleted += conn.execute("DELETE FROM conversions WHERE id = ?1", args![id])? as usize;
     }
     Ok(deleted)
 }
