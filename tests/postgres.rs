@@ -1507,3 +1507,127 @@ fn a_statement_past_its_deadline_is_interrupted_on_both_engines() {
         assert!(store::tenants::list(&conn).is_ok(), "{engine}");
     }
 }
+
+/// `convapi --db postgres://… COMMAND`, with its exit code and output.
+fn cli(url: &str, args: &[&str]) -> crate::common::CliRun {
+    crate::common::cli_run(Some(std::path::Path::new(url)), args)
+}
+
+fn ok_json(url: &str, args: &[&str]) -> serde_json::Value {
+    let run = cli(url, args);
+    assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+    run.json()
+}
+
+/// Every command but `serve` and `backup` runs on PostgreSQL as on SQLite: the README's set-up,
+/// then each command that reads or changes what it made.
+#[test]
+fn the_commands_run_on_a_postgresql_database() {
+    let url = fresh_database();
+    let tenant = ok_json(&url, &["tenant", "create", "Acme", "--json"]);
+    let tenant_id = tenant["id"].as_str().unwrap();
+    let site = ok_json(
+        &url,
+        &[
+            "site",
+            "create",
+            "--tenant",
+            tenant_id,
+            "--name",
+            "Shop",
+            "--domain",
+            "shop.example",
+            "--currency",
+            "EUR",
+            "--json",
+        ],
+    );
+    let site_id = site["id"].as_str().unwrap();
+    let key = ok_json(&url, &["key", "create", "--tenant", tenant_id, "--json"]);
+    assert!(key["key"].as_str().unwrap().starts_with("ask_"));
+    let rates = format!(
+        "{}/tests/data/eurofxref-daily-sample.csv",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut stdin_user = std::process::Command::new(crate::common::BIN);
+    crate::common::scrub_env(&mut stdin_user);
+    let user = stdin_user
+        .args(["--db", &url, "user", "create", "--tenant", tenant_id])
+        .args(["--email", "you@shop.example", "--password-stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    user.stdin
+        .as_ref()
+        .unwrap()
+        .write_all(b"a long passphrase\n")
+        .unwrap();
+    let user = user.wait_with_output().unwrap();
+    assert!(user.status.success(), "{user:?}");
+    // What each command answers, as text, with the ids that vary put aside.
+    let mut seen = Vec::new();
+    for args in [
+        &["tenant", "list", "--json"][..],
+        &["site", "list", "--json"],
+        &["site", "update", site_id, "--window-days", "7", "--json"],
+        &["key", "list", "--tenant", tenant_id, "--json"],
+        &["rates", "import", &rates, "--json"],
+        &["report", "--site", site_id, "--by", "source", "--json"],
+        &["outbox", "list", "--json"],
+        &["outbox", "retry", "--all", "--json"],
+        &["export", "--site", site_id, "--format", "csv"],
+        &["user", "list", "--json"],
+        &["site", "identity-secret", site_id, "--json"],
+        &["forget", "--site", site_id, "--visitor-id", "v1", "--json"],
+    ] {
+        let run = cli(&url, args);
+        assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+        assert_eq!(run.stderr, "", "{args:?}");
+        seen.push(format!("{} {}", args[0], run.stdout));
+    }
+    let seen = seen.join("\n");
+    for needle in [
+        "tenant [{\"id\":",
+        "\"name\":\"Acme\"",
+        "\"name\":\"Shop\"",
+        "\"windowDays\":7",
+        "\"name\":null",
+        "\"imported\":28",
+        "report []",
+        "outbox []",
+        "eventId,orderId,type,status",
+        "you@shop.example",
+        "\"identitySecret\":\"isk_",
+        "\"visitors\":0",
+    ] {
+        assert!(seen.contains(needle), "{needle:?} missing from:\n{seen}");
+    }
+}
+
+/// `backup` copies a SQLite file: on PostgreSQL it names the tool to use instead and writes
+/// nothing; an unreachable server is named, without its password.
+#[test]
+fn backup_names_pg_dump_and_an_unreachable_server_is_named() {
+    let url = fresh_database();
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("copy.db");
+    let run = cli(&url, &["backup", dest.to_str().unwrap()]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("pg_dump"), "{}", run.stderr);
+    assert!(!dest.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+    let gone = "postgresql://nobody:hush@localhost:1/none?host=/nonexistent-convapi-dir";
+    let run = cli(gone, &["tenant", "list"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr
+            .contains("cannot connect to PostgreSQL at postgresql://nobody:***@"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("hush"), "{}", run.stderr);
+}

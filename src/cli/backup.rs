@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use super::{open, print, CliResult};
+use super::{open, print, CliError, CliResult};
 use crate::store;
 
 #[derive(clap::Args)]
@@ -22,7 +22,24 @@ pub(super) struct BackupArgs {
     json: bool,
 }
 
+/// `backup` copies a SQLite file; PostgreSQL has tools of its own.
+fn on_postgres(db: &Path) -> CliError {
+    format!(
+        "backup copies a SQLite file, and {} is PostgreSQL: back it up with PostgreSQL's own \
+         tools, e.g. pg_dump --format=custom --file=convapi.dump followed by the same URL (or \
+         your provider's snapshots)",
+        store::pool::Location::of(db).display()
+    )
+    .into()
+}
+
 pub(super) fn backup(db: &Path, a: BackupArgs) -> CliResult {
+    if matches!(
+        store::pool::Location::of(db),
+        store::pool::Location::Postgres(_)
+    ) {
+        return Err(on_postgres(db));
+    }
     let dest = a.file;
     if same_file(db, &dest) {
         return Err(format!(
@@ -34,7 +51,9 @@ pub(super) fn backup(db: &Path, a: BackupArgs) -> CliResult {
     if !a.force && dest.exists() {
         return Err(format!("{} exists; use --force to replace it", dest.display()).into());
     }
-    let src = open(db)?;
+    let store::pool::DbConn::Sqlite(src) = open(db)? else {
+        return Err(on_postgres(db));
+    };
     let mut partial = dest.clone().into_os_string();
     partial.push(format!(".partial-{}", std::process::id()));
     let partial = PathBuf::from(partial);

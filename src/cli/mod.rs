@@ -402,25 +402,27 @@ fn run(cli: Cli) -> CliResult {
     }
 }
 
-fn open(db: &Path) -> CliResult<rusqlite::Connection> {
+fn open(db: &Path) -> CliResult<store::pool::DbConn> {
     check_db_dir(db)?;
-    store::open(db).map_err(|e| match e {
+    let location = store::pool::Location::of(db);
+    store::pool::open(&location, &store::Settings::default()).map_err(|e| match e {
         StoreError::Busy | StoreError::Full => CliError::Store(e),
+        // PostgreSQL's messages name the server already.
+        e if matches!(location, store::pool::Location::Postgres(_)) => {
+            CliError::Failed(e.to_string())
+        }
         e => CliError::Failed(format!("{}: {e}", db.display())),
     })
 }
 
 /// SQLite creates the file but not its directory, and says only "unable to open database file"
-/// when the directory is missing: name it instead. A PostgreSQL URL is refused by name: that engine
-/// is being built (docs/decisions.md §12), and its URL is no file path.
+/// when the directory is missing: name it instead. A PostgreSQL URL has no directory.
 fn check_db_dir(db: &Path) -> CliResult {
-    let text = db.to_string_lossy();
-    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-        return Err(format!(
-            "--db {text}: this build runs on a SQLite file only; PostgreSQL is being built \
-             (docs/decisions.md §12). Give a file path, such as --db convapi.db"
-        )
-        .into());
+    if matches!(
+        store::pool::Location::of(db),
+        store::pool::Location::Postgres(_)
+    ) {
+        return Ok(());
     }
     let dir = match db.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,

@@ -84,35 +84,45 @@ pub fn connect(url: &str) -> Result<Client> {
 
 /// convapi answers 202 only once a conversion is durable. PostgreSQL's `synchronous_commit = off`
 /// (settable per server, database or role) acknowledges a commit before it is on disk, so a
-/// connection that starts with it off is switched back on for its own session, and the first such
-/// connection says so in the log. `local`, `remote_write`, `on` and `remote_apply` all flush
-/// locally before answering and are kept. A server running with `fsync = off` cannot be made
-/// durable from a session: that is logged as an error once, and convapi runs on.
+/// connection that starts with it off switches it back on for its own session. `local`,
+/// `remote_write`, `on` and `remote_apply` all flush locally before answering and are kept.
+/// [`durability_warnings`] says what a session cannot change.
 fn durable_commits(client: &mut Client) -> Result<()> {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    static WARNED_ASYNC: AtomicBool = AtomicBool::new(false);
-    static WARNED_FSYNC: AtomicBool = AtomicBool::new(false);
+    let commit: String = client
+        .query_one("SELECT current_setting('synchronous_commit')", &[])?
+        .get(0);
+    if commit == "off" {
+        client.batch_execute("SET synchronous_commit = on")?;
+    }
+    Ok(())
+}
+
+/// What `serve` logs at start about the server's durability: `fsync = off` (which no session can
+/// change: a power failure can lose acknowledged conversions) and a `synchronous_commit = off`
+/// default (which convapi's sessions override).
+pub fn durability_warnings(url: &str) -> Result<Vec<String>> {
+    let mut client = Client::connect(url, NoTls)?;
     let row = client.query_one(
         "SELECT current_setting('synchronous_commit'), current_setting('fsync')",
         &[],
     )?;
     let (commit, fsync): (String, String) = (row.get(0), row.get(1));
-    if commit == "off" {
-        client.batch_execute("SET synchronous_commit = on")?;
-        if !WARNED_ASYNC.swap(true, Ordering::Relaxed) {
-            log::warn!(
-                "PostgreSQL runs with synchronous_commit = off: convapi's connections set it \
-                 back to on for themselves, since a conversion is acknowledged only once durable"
-            );
-        }
-    }
-    if fsync == "off" && !WARNED_FSYNC.swap(true, Ordering::Relaxed) {
-        log::error!(
-            "PostgreSQL runs with fsync = off: a power failure can lose acknowledged \
-             conversions; set fsync = on in postgresql.conf"
+    let mut out = Vec::new();
+    if fsync == "off" {
+        out.push(
+            "PostgreSQL runs with fsync = off: a power failure can lose acknowledged conversions; \
+             set fsync = on in postgresql.conf"
+                .to_owned(),
         );
     }
-    Ok(())
+    if commit == "off" {
+        out.push(
+            "PostgreSQL's default is synchronous_commit = off: convapi's connections set it to on \
+             for themselves, since a conversion is acknowledged only once durable"
+                .to_owned(),
+        );
+    }
+    Ok(out)
 }
 
 /// `url` without its password, for logs and messages.
@@ -173,6 +183,8 @@ pub fn migrate(client: &mut Client) -> Result<()> {
 fn migrate_with(client: &mut Client, migrations: &[Migration], target: i64) -> Result<()> {
     let mut tx = client.transaction()?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    // Without it, every start would log PostgreSQL's notice that the table exists.
+    tx.batch_execute("SET LOCAL client_min_messages = warning")?;
     tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")?;
     let found = tx
         .query_opt("SELECT version FROM schema_version", &[])?

@@ -379,7 +379,7 @@ impl Drop for TestApp {
 }
 
 /// The process must not pick up the developer's configuration.
-pub(super) fn scrub_env(cmd: &mut Command) {
+pub fn scrub_env(cmd: &mut Command) {
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("CONVAPI_") {
             cmd.env_remove(k);
