@@ -84,8 +84,12 @@ impl Floor {
         )
         .map_err(|e| e.to_string())?;
         drop(conn);
-        let (writer, thread) = convapi::writer::Writer::start(path, &settings, Default::default())
-            .map_err(|e| e.to_string())?;
+        let (writer, thread) = convapi::writer::Writer::start(
+            &convapi::store::pool::Location::of(path),
+            &settings,
+            Default::default(),
+        )
+        .map_err(|e| e.to_string())?;
         // The writer runs as long as the process: it is never joined.
         drop(thread);
         Ok(Floor { writer, job })

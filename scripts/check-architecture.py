@@ -145,9 +145,6 @@ for path in rust_files(SRC):
 RUSQLITE_NOT_YET = {
     "src/checkpoint.rs",  # SQLite's WAL checkpoints: no PostgreSQL twin needed
     "src/pipeline/apply.rs",  # its unit tests open a SQLite file
-    "src/pipeline/mod.rs",  # the pipeline thread's own connection
-    "src/retention.rs",  # the pruner thread's own connection
-    "src/writer.rs",  # the writer's connection and its jobs' type
 }
 naming = set()
 for path in rust_files(SRC):

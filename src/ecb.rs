@@ -19,7 +19,8 @@ use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, Utc, Weekday};
 use crate::fx::Rate;
 use crate::invalid::Invalid;
 use crate::metrics::Metrics;
-use crate::store::{self, DbPool};
+use crate::store;
+use crate::store::pool::Db;
 use crate::writer::Writer;
 
 /// Where `rates fetch` and the fetcher get the daily file by default.
@@ -266,7 +267,7 @@ impl Fetcher {
     /// Starts the thread: it looks at once (the fetch at start), then every minute.
     pub fn start(
         url: String,
-        pool: DbPool,
+        pool: Db,
         writer: Writer,
         metrics: Metrics,
         status: SharedStatus,
@@ -303,8 +304,8 @@ impl Fetcher {
 }
 
 /// The newest rate day stored (see `store::dashboard::site_activity`).
-fn newest_day(pool: &DbPool) -> store::Result<Option<NaiveDate>> {
-    let conn = pool.get().map_err(store::StoreError::from)?;
+fn newest_day(pool: &Db) -> store::Result<Option<NaiveDate>> {
+    let conn = pool.get()?;
     let day = store::read(&conn, |c| store::rates::newest_day(c))?;
     Ok(day.and_then(|d| crate::fx::parse_day(&d).ok()))
 }
@@ -312,7 +313,7 @@ fn newest_day(pool: &DbPool) -> store::Result<Option<NaiveDate>> {
 /// One look of the fetcher at `now`: fetches and stores when [`due`], and records the outcome.
 pub fn look(
     url: &str,
-    pool: &DbPool,
+    pool: &Db,
     writer: &Writer,
     metrics: &Metrics,
     status: &SharedStatus,

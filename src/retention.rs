@@ -16,14 +16,12 @@
 //! Tests call [`prune_once`] on a connection of their own, through a [`Writer`] of their own: the
 //! same write path as the thread's.
 
-use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rusqlite::Connection;
-
 use crate::store::db::{AsConn, Conn};
+use crate::store::pool::{DbConn, Location};
 
 use crate::metrics::Metrics;
 use crate::store::retention::{Pruned, RECLAIM_PAGES};
@@ -148,13 +146,13 @@ impl Pruner {
     /// Opens the pruner's own connection (for its reads) and starts its thread; deletions go
     /// through `writer`.
     pub fn start(
-        db: &Path,
+        location: &Location,
         settings: &store::Settings,
         writer: Writer,
         metrics: Metrics,
         every: Duration,
     ) -> store::Result<Pruner> {
-        let conn = store::open_with(db, settings)?;
+        let conn = store::pool::open(location, settings)?;
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -176,7 +174,7 @@ impl Pruner {
     }
 }
 
-fn run(conn: &Connection, s: &Shared, writer: &Writer, metrics: &Metrics, every: Duration) {
+fn run(conn: &DbConn, s: &Shared, writer: &Writer, metrics: &Metrics, every: Duration) {
     let stopped = || *s.stopped.lock().unwrap_or_else(|p| p.into_inner());
     loop {
         {

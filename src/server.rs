@@ -28,6 +28,7 @@ use crate::http;
 use crate::metrics::Metrics;
 use crate::ratelimit::{Limiter, Rate};
 use crate::store;
+use crate::store::pool::{Db, Location};
 use crate::writer::{Writer, WriterConfig};
 
 /// What `convapi serve` runs with.
@@ -64,9 +65,10 @@ pub struct Running {
     pipeline_thread: Option<JoinHandle<()>>,
     pruner: crate::retention::Pruner,
     rates_fetcher: Option<crate::ecb::Fetcher>,
-    checkpointer: Checkpointer,
-    /// Held until the server has stopped; see the module doc.
-    lock: File,
+    /// SQLite's alone: PostgreSQL checkpoints by itself.
+    checkpointer: Option<Checkpointer>,
+    /// Held until the server has stopped; see the module doc. PostgreSQL takes several servers.
+    lock: Option<File>,
 }
 
 /// The lock file of a database: `<db>.lock` beside it.
@@ -159,21 +161,33 @@ impl From<store::StoreError> for StartError {
 
 /// Opens the database, starts the writer, the checkpointer, the pipeline and the HTTP front.
 pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
-    let lock = lock_database(&config.db)?;
+    let location = Location::of(&config.db);
+    let lock = match &location {
+        Location::File(path) => Some(lock_database(path)?),
+        Location::Postgres(url) => {
+            for warning in store::pg::durability_warnings(url)? {
+                log::error!("{warning}");
+            }
+            None
+        }
+    };
     let threads = config.http.threads.max(1);
-    let pool = store::open_pool(&config.db, threads as u32 + 2, &config.store)?;
-    let (writer, writer_thread) = Writer::start(&config.db, &config.store, config.writer.clone())?;
-    let checkpointer = Checkpointer::start(&config.db, &config.store, writer.catch_up())?;
+    let pool = Db::open(&location, threads as u32 + 2, &config.store)?;
+    let (writer, writer_thread) = Writer::start(&location, &config.store, config.writer.clone())?;
+    let checkpointer = match &location {
+        Location::File(path) => Some(Checkpointer::start(path, &config.store, writer.catch_up())?),
+        Location::Postgres(_) => None,
+    };
     let metrics = Metrics::default();
     let (pipeline, pipeline_thread) = if config.pipeline {
         let (w, t) =
-            crate::pipeline::spawn(&config.db, &config.store, metrics.clone(), writer.clone())?;
+            crate::pipeline::spawn(&location, &config.store, metrics.clone(), writer.clone())?;
         (w, Some(t))
     } else {
         (crate::pipeline::Waker::disabled(), None)
     };
     let pruner = crate::retention::Pruner::start(
-        &config.db,
+        &location,
         &config.store,
         writer.clone(),
         metrics.clone(),

@@ -26,17 +26,16 @@
 //! over, and only this thread can run one with no commit in between (see `checkpoint.rs`).
 
 use std::any::Any;
-use std::path::Path;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rusqlite::Connection;
-
 use crate::store::conversions::Source;
-use crate::store::db::Conn;
+use crate::store::db::{AsConn, Conn};
+use crate::store::pool::{DbConn, Location};
 use crate::store::{self, StoreError};
 
 type Value = Box<dyn Any + Send>;
@@ -134,7 +133,7 @@ struct Budget {
 }
 
 impl Budget {
-    fn start(conn: &Connection, source: Source, limit: u64) -> store::Result<Budget> {
+    fn start(conn: &impl AsConn, source: Source, limit: u64) -> store::Result<Budget> {
         let waiting = if limit == 0 {
             0
         } else {
@@ -233,11 +232,11 @@ impl Writer {
     /// Opens the writer's own connection and starts its thread. The thread ends, after committing
     /// everything queued, once every `Writer` handle is dropped.
     pub fn start(
-        path: &Path,
+        location: &Location,
         settings: &store::Settings,
         config: WriterConfig,
     ) -> store::Result<(Writer, JoinHandle<()>)> {
-        let conn = store::open_with(path, settings)?;
+        let conn = store::pool::open(location, settings)?;
         store::journals_in_memory(&conn)?;
         let reply_timeout = config.reply_timeout;
         let queue = config.queue.max(1);
@@ -390,7 +389,7 @@ impl Writer {
 }
 
 fn run(
-    conn: Connection,
+    conn: DbConn,
     rx: Receiver<Job>,
     config: WriterConfig,
     healthy: Arc<AtomicBool>,
@@ -408,14 +407,14 @@ fn run(
     // bound reaches the limit. Another process can add waiting items too (`rates import` makes
     // parked ones due): a commit by another connection changes `data_version`, and then every
     // budget is counted exactly.
-    let changes_at_start = conn.total_changes();
+    let changes_at_start = conn.conn().total_changes();
     let counted: Vec<std::cell::Cell<(u64, u64)>> = budgets
         .iter()
         .map(|b| std::cell::Cell::new((b.waiting.load(Ordering::Relaxed), changes_at_start)))
         .collect();
-    let data_version = std::cell::Cell::new(store::data_version(&conn).ok());
-    let refresh = |c: &Connection| {
-        let version = store::data_version(c).ok();
+    let data_version = std::cell::Cell::new(store::outside_commits(&conn).ok());
+    let refresh = |c: &Conn| {
+        let version = store::outside_commits(c).ok();
         let others_committed = version.is_none() || version != data_version.get();
         data_version.set(version);
         for (budget, counted) in budgets.iter().zip(&counted) {
@@ -446,7 +445,7 @@ fn run(
         let first = match rx.recv_timeout(IDLE_REFRESH) {
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) => {
-                refresh(&conn);
+                refresh(&conn.conn());
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => break,
@@ -459,7 +458,7 @@ fn run(
             }
         }
         let n = batch.len();
-        commit_batch(&conn, &mut batch, &healthy, &refresh);
+        commit_batch(&conn.conn(), &mut batch, &healthy, &refresh);
         pending.done(n);
         if catch_up.take() {
             // Outside any transaction, after the batch was answered. A failure only means the WAL
@@ -479,10 +478,10 @@ fn run(
 /// `SQLITE_FULL`, `SQLITE_BUSY` or `SQLITE_NOMEM`: the jobs already run in it are then lost, are
 /// answered `Unavailable` (retry), and the rest of the batch goes on in a new transaction.
 fn commit_batch(
-    conn: &Connection,
+    conn: &Conn,
     batch: &mut Vec<Job>,
     healthy: &AtomicBool,
-    after_commit: &dyn Fn(&Connection),
+    after_commit: &dyn Fn(&Conn),
 ) {
     let mut jobs = batch.drain(..).collect::<std::collections::VecDeque<Job>>();
     while !jobs.is_empty() {
@@ -600,7 +599,7 @@ mod tests {
 
     /// The checkpoint sequence number in the WAL header: SQLite adds one each time the WAL
     /// starts over from its beginning.
-    fn wal_generation(db: &Path) -> u32 {
+    fn wal_generation(db: &std::path::Path) -> u32 {
         let mut wal = db.as_os_str().to_owned();
         wal.push("-wal");
         let header = std::fs::read(wal).expect("the WAL exists while the writer runs");
@@ -615,8 +614,12 @@ mod tests {
         let db = dir.path().join("w.db");
         let checkpointer = store::open(&db).unwrap();
         let reader = store::open(&db).unwrap();
-        let (writer, thread) =
-            Writer::start(&db, &Default::default(), WriterConfig::default()).unwrap();
+        let (writer, thread) = Writer::start(
+            &Location::of(&db),
+            &Default::default(),
+            WriterConfig::default(),
+        )
+        .unwrap();
         let write = |n: u32| {
             writer
                 .submit(move |c| store::tenants::create(c, &format!("t{n}"), "t", 0).map(drop))
@@ -652,8 +655,12 @@ mod tests {
                 .len()
         };
         let checkpointer = store::open(&db).unwrap();
-        let (writer, thread) =
-            Writer::start(&db, &Default::default(), WriterConfig::default()).unwrap();
+        let (writer, thread) = Writer::start(
+            &Location::of(&db),
+            &Default::default(),
+            WriterConfig::default(),
+        )
+        .unwrap();
         let big = "x".repeat(1 << 20);
         let n = store::WAL_SIZE_LIMIT / (1 << 20) + 8;
         writer
@@ -685,8 +692,12 @@ mod tests {
             queue: 8,
             ..WriterConfig::default()
         };
-        let (writer, thread) =
-            Writer::start(&dir.path().join("w.db"), &Default::default(), config).unwrap();
+        let (writer, thread) = Writer::start(
+            &Location::of(&dir.path().join("w.db")),
+            &Default::default(),
+            config,
+        )
+        .unwrap();
         // The writer is held inside a job until the test lets it go.
         let (release, held) = mpsc::channel::<()>();
         let (started, running) = mpsc::channel::<()>();

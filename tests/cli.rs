@@ -642,15 +642,14 @@ fn a_busy_database_fails_a_command_with_a_retry_hint() {
     assert_eq!(cli_run(Some(&db), &["tenant", "create", "Other"]).code, 0);
 }
 
-/// `serve` with a PostgreSQL URL as `--db` is refused by name (serving on that engine is being
-/// built; the other commands run on it, see `postgres.rs`), and nothing is created under a path
-/// spelled like the URL.
+/// `serve` on a PostgreSQL server it cannot reach says which (without the password), exits 1, and
+/// creates nothing under a path spelled like the URL.
 #[test]
-fn serve_on_a_postgres_url_is_refused_by_name_until_that_engine_serves() {
+fn serve_on_an_unreachable_postgresql_names_it_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     for url in [
-        "postgres://app@localhost/convapi",
-        "postgresql://app@localhost/convapi",
+        "postgres://app:hush@localhost:1/convapi?host=/nonexistent-convapi-dir",
+        "postgresql://app:hush@localhost:1/convapi?host=/nonexistent-convapi-dir",
     ] {
         let run = cli_run_in(
             Some(dir.path()),
@@ -660,9 +659,13 @@ fn serve_on_a_postgres_url_is_refused_by_name_until_that_engine_serves() {
         assert_fails(
             &run,
             1,
-            &[url, "SQLite file only", "--db convapi.db"],
-            "a PostgreSQL URL",
+            &[
+                "cannot connect to PostgreSQL at ",
+                "app:***@localhost:1/convapi",
+            ],
+            "an unreachable PostgreSQL",
         );
+        assert!(!run.stderr.contains("hush"), "{}", run.stderr);
     }
     assert_eq!(
         std::fs::read_dir(dir.path()).unwrap().count(),

@@ -1631,3 +1631,31 @@ fn backup_names_pg_dump_and_an_unreachable_server_is_named() {
     );
     assert!(!run.stderr.contains("hush"), "{}", run.stderr);
 }
+
+/// A database whose default is `synchronous_commit = off` would acknowledge commits before they
+/// are on disk: convapi's connections switch it back on for themselves, and `serve` says what it
+/// found (and that the throwaway test cluster runs with `fsync = off`).
+#[test]
+fn connections_commit_durably_even_where_the_default_is_not() {
+    let url = fresh_database();
+    let mut admin = client(&url);
+    let db: String = admin
+        .query_one("SELECT current_database()", &[])
+        .unwrap()
+        .get(0);
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE \"{db}\" SET synchronous_commit = off"
+        ))
+        .unwrap();
+    let mut plain = client(&url);
+    let setting = |c: &mut ::postgres::Client| -> String {
+        c.query_one("SHOW synchronous_commit", &[]).unwrap().get(0)
+    };
+    assert_eq!(setting(&mut plain), "off", "the database's default");
+    let mut ours = pg::connect(&url).unwrap();
+    assert_eq!(setting(&mut ours), "on");
+    let warnings = pg::durability_warnings(&url).unwrap().join("\n");
+    assert!(warnings.contains("synchronous_commit = off"), "{warnings}");
+    assert!(warnings.contains("fsync = off"), "{warnings}");
+}

@@ -172,7 +172,7 @@ fn bin_dir(tmp: &Path) -> PathBuf {
 
 #[test]
 fn the_walk_through_prints_what_the_readme_shows() {
-    walk_through();
+    walk_through(None);
 }
 
 /// Regression: with the "Run it" server still on 8080, the walk-through's server could not start,
@@ -185,11 +185,29 @@ fn the_walk_through_passes_with_another_server_on_8080() {
         std::net::TcpListener::bind("127.0.0.1:8080").is_err(),
         "8080 is taken"
     );
-    walk_through();
+    walk_through(None);
 }
 
-/// Runs the walk-through and compares what each block prints with the README.
-fn walk_through() {
+/// The same walk-through with `CONVAPI_DB` naming a fresh PostgreSQL database, as the README says
+/// a user can: every block prints what it prints on the SQLite file.
+#[test]
+fn the_walk_through_prints_the_same_on_postgresql() {
+    let url = crate::common::postgres::fresh_database();
+    walk_through(Some(url.clone()));
+    // It ran there: the walk-through's order is in that database.
+    let mut c = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let orders: Vec<String> = c
+        .query("SELECT order_id FROM conversions", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(orders, ["A-1001"]);
+}
+
+/// Runs the walk-through (with `CONVAPI_DB` set to `db` when given) and compares what each block
+/// prints with the README.
+fn walk_through(db: Option<String>) {
     // The walk-through gives the pipeline `sleep 2` to process an order: not beside a heavy test.
     let _timing = timing_sensitive();
     let steps = steps(&readme());
@@ -219,6 +237,9 @@ fn walk_through() {
         if k.to_string_lossy().starts_with("CONVAPI_") {
             cmd.env_remove(k);
         }
+    }
+    if let Some(db) = &db {
+        cmd.env("CONVAPI_DB", db);
     }
     // The walk-through runs from the repository's root, as a reader who just installed from it.
     cmd.current_dir(env!("CARGO_MANIFEST_DIR"))

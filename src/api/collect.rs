@@ -13,8 +13,8 @@ use super::validate;
 use super::{ApiError, App};
 use crate::http::{Ctx, Reply};
 use crate::ratelimit::{self, Limiter, Rate};
+use crate::store;
 use crate::store::conversions::Source;
-use crate::store::{self, StoreError};
 use crate::tracking::{Batch, Event, EventKind};
 
 /// Largest accepted batch body.
@@ -122,7 +122,7 @@ pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
         .take(&tracker_id, cost, at)
         .map_err(|wait| limited(app, wait))?;
     let site = {
-        let conn = app.pool.get().map_err(StoreError::from)?;
+        let conn = app.pool.get()?;
         match store::sites::by_tracker(&conn, &tracker_id)? {
             Some(site) => site,
             None => return Err(unknown_tracker(&conn, &tracker_id)?),

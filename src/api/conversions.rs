@@ -13,7 +13,7 @@ use super::{ApiError, App};
 use crate::http::{Ctx, Reply};
 use crate::store::conversions::{ApiRecorded, ApiReport, OrderStatus, Recorded, Source};
 use crate::store::sessions::Identifier;
-use crate::store::{self, sites::Site, StoreError};
+use crate::store::{self, sites::Site};
 
 /// Largest accepted body.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -63,7 +63,7 @@ fn read_submission(ctx: &mut Ctx, now_ms: i64) -> Result<validate::Report, ApiEr
 
 pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError> {
     let key_hash = super::bearer_key_hash(ctx)?;
-    let conn = app.pool.get().map_err(StoreError::from)?;
+    let conn = app.pool.get()?;
     let now = store::now_ms();
     // Checks 1 to 3, then the body (4 to 7), then order and session, on one read snapshot: the
     // body is in memory already (the connection's thread read it before the request came here,
@@ -160,7 +160,7 @@ pub fn order_status(
     order_id: &str,
 ) -> Result<Reply, ApiError> {
     let key_hash = super::bearer_key_hash(ctx)?;
-    let conn = app.pool.get().map_err(StoreError::from)?;
+    let conn = app.pool.get()?;
     let order = store::read(&conn, |conn| {
         let site = super::authorize(app, conn, &key_hash, site_id)?;
         Ok::<_, ApiError>(store::conversions::order_status(conn, &site.id, order_id)?)

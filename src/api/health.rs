@@ -42,7 +42,7 @@ pub fn metrics(app: &App, ctx: &Ctx) -> Result<Reply, ApiError> {
         .as_ref()
         .and_then(|c| store::conversions::outbox_counts(c).ok())
         .unwrap_or((-1, -1));
-    if let Some(Ok((db, wal))) = conn.as_ref().map(|c| store::export::file_sizes(c)) {
+    if let Some(Ok((db, wal))) = conn.as_ref().map(store::export::file_sizes) {
         app.metrics.set_db_sizes(db, wal);
     }
     drop(conn);

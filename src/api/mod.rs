@@ -21,12 +21,13 @@ pub use error::ApiError;
 use crate::http::{Ctx, Handled, Lane, Refusal, Reply, Service};
 use crate::metrics::Metrics;
 use crate::ratelimit::{Limiter, Rate};
-use crate::store::{self, keys::AuthKey, sites::Site, DbPool};
+use crate::store::pool::Db;
+use crate::store::{self, keys::AuthKey, sites::Site};
 use crate::writer::Writer;
 
 /// Everything a handler may use: the read pool, the writer, metrics and the pipeline's waker.
 pub struct App {
-    pub pool: DbPool,
+    pub pool: Db,
     pub writer: Writer,
     pub metrics: Metrics,
     /// Keys whose `lastUsedAt` was written within the last minute (by key id).

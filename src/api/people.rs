@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::{validate, ApiError, App};
 use crate::http::{Ctx, Reply};
-use crate::store::{self, erasure::Person, StoreError};
+use crate::store::{self, erasure::Person};
 
 /// `deleteConversions` from the query: absent is false; any other parameter is ignored.
 fn delete_conversions(query: &str) -> Result<bool, ApiError> {
@@ -41,7 +41,7 @@ fn delete_conversions(query: &str) -> Result<bool, ApiError> {
 
 pub fn forget(app: &App, ctx: &mut Ctx, site_id: &str, client_id: &str) -> Result<Reply, ApiError> {
     let key_hash = super::bearer_key_hash(ctx)?;
-    let conn = app.pool.get().map_err(StoreError::from)?;
+    let conn = app.pool.get()?;
     let site = store::read(&conn, |conn| {
         super::authorize(app, conn, &key_hash, site_id)
     })?;

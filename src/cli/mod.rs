@@ -30,7 +30,8 @@ mod user;
     about = "A self-hosted Conversions API: one binary, one SQLite file."
 )]
 struct Cli {
-    /// The SQLite database file; created with its schema on first use.
+    /// The database: a SQLite file, created with its schema on first use; or a PostgreSQL database
+    /// as a URL, `postgres://USER:PASSWORD@HOST:PORT/DATABASE` (schema created on first use).
     #[arg(
         long,
         global = true,

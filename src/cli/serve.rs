@@ -174,14 +174,6 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     use signal_hook::consts::{SIGINT, SIGTERM};
     // Register before starting so that a signal during start-up is not lost.
     check_db_dir(&db)?;
-    if let crate::store::pool::Location::Postgres(_) = crate::store::pool::Location::of(&db) {
-        return Err(format!(
-            "--db {}: serve runs on a SQLite file only in this build; the other commands run on \
-             PostgreSQL already (docs/decisions.md §12). Give a file path, such as --db convapi.db",
-            crate::store::pool::Location::of(&db).display()
-        )
-        .into());
-    }
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(|e| e.to_string())?;
     check_addr(&a.addr)?;
@@ -198,7 +190,7 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     })?;
     log::info!(
         "serving {} with {}, group commit of up to {}",
-        config.db.display(),
+        crate::store::pool::Location::of(&config.db).display(),
         count(config.http.threads, "thread", "threads"),
         count(config.writer.batch, "write", "writes"),
     );

@@ -27,7 +27,7 @@ pub use error::PageError;
 
 use crate::http::{Ctx, Reply};
 use crate::ratelimit::{Limiter, Rate};
-use crate::store::DbPool;
+use crate::store::pool::Db;
 use crate::writer::Writer;
 
 /// How the dashboard runs: set by `serve`'s options.
@@ -45,7 +45,7 @@ pub struct Settings {
 
 /// Everything a dashboard handler may use.
 pub struct Dashboard {
-    pub pool: DbPool,
+    pub pool: Db,
     pub writer: Writer,
     /// Wakes the pipeline after a write that gives it work (a dead letter queued again).
     pub pipeline: crate::pipeline::Waker,
@@ -60,7 +60,7 @@ pub struct Dashboard {
 
 impl Dashboard {
     pub fn new(
-        pool: DbPool,
+        pool: Db,
         writer: Writer,
         pipeline: crate::pipeline::Waker,
         settings: Settings,
@@ -84,7 +84,7 @@ impl Dashboard {
         &self,
         f: impl FnOnce(&crate::store::db::Conn) -> Result<T, PageError>,
     ) -> Result<T, PageError> {
-        let conn = self.pool.get().map_err(crate::store::StoreError::from)?;
+        let conn = self.pool.get()?;
         crate::store::read(&conn, f)
     }
 }

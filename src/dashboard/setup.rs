@@ -21,7 +21,7 @@ pub const TOKEN_CHARS: usize = 32;
 
 /// Makes the first-run token when the database has no user yet; returns it for the log line.
 pub fn arm(d: &Dashboard) -> Result<Option<String>, ArmError> {
-    let conn = d.pool.get().map_err(store::StoreError::from)?;
+    let conn = d.pool.get()?;
     if store::read(&conn, |c| store::users::any(c))? {
         return Ok(None);
     }

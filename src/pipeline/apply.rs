@@ -178,7 +178,7 @@ mod tests {
     /// One pass at `now` as the worker makes it, through a writer of its own on the test's file.
     fn drain_at(dir: &std::path::Path, conn: &Connection, now: i64) -> crate::pipeline::DrainStats {
         let (writer, thread) = crate::writer::Writer::start(
-            &dir.join("t.db"),
+            &crate::store::pool::Location::of(&dir.join("t.db")),
             &Default::default(),
             Default::default(),
         )

@@ -19,15 +19,13 @@
 //! worker's.
 
 use std::collections::HashSet;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rusqlite::Connection;
-
 use crate::store::db::AsConn;
+use crate::store::pool::{DbConn, Location};
 
 use crate::metrics::Metrics;
 use crate::store::pipeline::Item;
@@ -235,12 +233,12 @@ impl Waker {
 /// Opens the worker's own connection (for its reads) and starts its thread; results are written
 /// through `writer`.
 pub fn spawn(
-    db: &Path,
+    location: &Location,
     settings: &store::Settings,
     metrics: Metrics,
     writer: Writer,
 ) -> store::Result<(Waker, JoinHandle<()>)> {
-    let conn = store::open_with(db, settings)?;
+    let conn = store::pool::open(location, settings)?;
     let shared = Arc::new(Shared::default());
     let s = shared.clone();
     let handle = std::thread::Builder::new()
@@ -250,7 +248,7 @@ pub fn spawn(
     Ok((Waker(Some(shared)), handle))
 }
 
-fn run(conn: Connection, metrics: &Metrics, s: &Shared, writer: Writer) {
+fn run(conn: DbConn, metrics: &Metrics, s: &Shared, writer: Writer) {
     let opts = Options::default();
     let stop = || s.stopping.load(Ordering::SeqCst);
     loop {

@@ -40,6 +40,9 @@ pub struct PgConn {
     statements: RefCell<HashMap<String, postgres::Statement>>,
     /// A transaction is open (a `BEGIN` succeeded, no `COMMIT` or `ROLLBACK` ran since).
     in_tx: Cell<bool>,
+    /// Rows inserted, updated or deleted by [`Conn::execute`] on this connection since it opened
+    /// (SQLite's `total_changes`, which counts the same).
+    changes: Cell<u64>,
     /// A statement failed in the open transaction and no `ROLLBACK TO` a savepoint undid it since.
     /// PostgreSQL then refuses every statement until the transaction ends, and turns its `COMMIT`
     /// into a silent `ROLLBACK`: the runners check this flag instead of trusting the `COMMIT`.
@@ -53,6 +56,7 @@ impl PgConn {
             statements: RefCell::new(HashMap::new()),
             in_tx: Cell::new(false),
             aborted: Cell::new(false),
+            changes: Cell::new(0),
         }
     }
 
@@ -422,6 +426,15 @@ impl Conn<'_> {
         }
     }
 
+    /// Rows this connection has inserted, updated or deleted since it opened, rolled back or not:
+    /// an upper bound of what it changed.
+    pub fn total_changes(&self) -> u64 {
+        match self {
+            Conn::Sqlite(c) => c.total_changes(),
+            Conn::Postgres(c) => c.changes.get(),
+        }
+    }
+
     /// Whether a transaction is open at all, even one that can only roll back.
     pub(super) fn transaction_open(&self) -> bool {
         match self {
@@ -439,7 +452,10 @@ impl Conn<'_> {
             }
             Conn::Postgres(c) => {
                 let statement = c.statement(sql)?;
-                c.failed(c.with_client(|client| client.execute(&statement, &pg_params(args))))
+                let n =
+                    c.failed(c.with_client(|client| client.execute(&statement, &pg_params(args))))?;
+                c.changes.set(c.changes.get().saturating_add(n));
+                Ok(n)
             }
         }
     }

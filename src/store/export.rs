@@ -15,7 +15,7 @@ use rusqlite::backup::{Backup, StepResult};
 use rusqlite::Connection;
 
 use super::conversions::{status_row, OrderStatus, STATUS_COLUMNS};
-use super::db::{args, AsConn, Engine};
+use super::db::{args, AsConn, Conn, Engine};
 use super::sessions::{self, Session};
 use super::{Result, StoreError};
 
@@ -147,8 +147,23 @@ pub fn backup(src: &Connection, dest: &Path) -> Result<BackupDone> {
     })
 }
 
-/// The bytes of the database file `conn` is connected to, and of its WAL (0 when there is none).
-pub fn file_sizes(conn: &Connection) -> Result<(u64, u64)> {
+/// The bytes of the database file `conn` is connected to, and of its WAL (0 when there is none);
+/// on PostgreSQL the size of the database and 0.
+pub fn file_sizes(conn: &impl AsConn) -> Result<(u64, u64)> {
+    let conn = match conn.conn() {
+        Conn::Sqlite(c) => c,
+        Conn::Postgres(_) => {
+            let bytes: i64 = conn
+                .conn()
+                .query_opt(
+                    "SELECT pg_database_size(current_database())",
+                    args![],
+                    |r| r.get(0),
+                )?
+                .unwrap_or(0);
+            return Ok((bytes.max(0) as u64, 0));
+        }
+    };
     let path = conn
         .path()
         .filter(|p| !p.is_empty())

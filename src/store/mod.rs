@@ -155,17 +155,22 @@ pub fn configure(conn: &Connection, settings: &Settings) -> rusqlite::Result<()>
 /// touched; in a file that cost a `pwrite` per page, about a fifth of the writer's time. Those
 /// journals hold one job's pages at a time and never need to survive a crash (the WAL does).
 /// Not for connections that migrate or `VACUUM` (`open` does both): their temporary files can be
-/// as large as the database.
-pub fn journals_in_memory(conn: &Connection) -> Result<()> {
-    conn.execute_batch("PRAGMA temp_store = MEMORY")?;
+/// as large as the database. PostgreSQL has nothing of the kind to set.
+pub fn journals_in_memory(conn: &impl AsConn) -> Result<()> {
+    if let Conn::Sqlite(c) = conn.conn() {
+        c.execute_batch("PRAGMA temp_store = MEMORY")?;
+    }
     Ok(())
 }
 
 /// Copies what the WAL holds into the database file as far as no reader needs the old pages, without
 /// waiting for the writer or readers (`PRAGMA wal_checkpoint(PASSIVE)`). Returns how many frames
-/// the WAL holds since it last started over.
-pub fn checkpoint_passive(conn: &Connection) -> Result<i64> {
-    Ok(conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))?)
+/// the WAL holds since it last started over. PostgreSQL checkpoints by itself: 0.
+pub fn checkpoint_passive(conn: &impl AsConn) -> Result<i64> {
+    match conn.conn() {
+        Conn::Sqlite(c) => Ok(c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))?),
+        Conn::Postgres(_) => Ok(0),
+    }
 }
 
 /// Changes whenever another connection commits (SQLite's `PRAGMA data_version`): the
@@ -177,9 +182,26 @@ pub fn data_version(conn: &Connection) -> Result<i64> {
         .query_row([], |r| r.get(0))?)
 }
 
-/// Reads one table: the health check's proof that the file opens, has its schema and answers.
-pub fn ping(conn: &Connection) -> Result<()> {
-    conn.query_row("SELECT COUNT(*) FROM sites", [], |r| r.get::<_, i64>(0))?;
+/// How long the writer may go on trusting its own count of the outbox on PostgreSQL, where other
+/// nodes commit all the time and there is no cheap test that they did.
+pub const OUTSIDE_COMMITS_EVERY_MS: i64 = 1_000;
+
+/// A value that changes whenever other connections may have committed since it was last read: on
+/// SQLite `data_version` (exact, and free); on PostgreSQL the current period of
+/// [`OUTSIDE_COMMITS_EVERY_MS`], so whoever compares it counts again at least that often.
+pub fn outside_commits(conn: &impl AsConn) -> Result<i64> {
+    match conn.conn() {
+        Conn::Sqlite(c) => data_version(c),
+        Conn::Postgres(_) => Ok(now_ms().div_euclid(OUTSIDE_COMMITS_EVERY_MS)),
+    }
+}
+
+/// Reads one table: the health check's proof that the database opens, has its schema and answers.
+pub fn ping(conn: &impl AsConn) -> Result<()> {
+    conn.conn()
+        .query_opt("SELECT COUNT(*) FROM sites", db::args![], |r| {
+            r.get::<i64>(0)
+        })?;
     Ok(())
 }
 

@@ -101,9 +101,11 @@ fn durable_commits(client: &mut Client) -> Result<()> {
 /// change: a power failure can lose acknowledged conversions) and a `synchronous_commit = off`
 /// default (which convapi's sessions override).
 pub fn durability_warnings(url: &str) -> Result<Vec<String>> {
-    let mut client = Client::connect(url, NoTls)?;
+    let mut client = connect(url)?;
+    // `reset_val`: the default this session started with, before `durable_commits` changed it.
     let row = client.query_one(
-        "SELECT current_setting('synchronous_commit'), current_setting('fsync')",
+        "SELECT (SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit'),
+                current_setting('fsync')",
         &[],
     )?;
     let (commit, fsync): (String, String) = (row.get(0), row.get(1));

@@ -38,8 +38,12 @@ pub fn drain_with(app: &TestApp, now_ms: i64, metrics: &Metrics) -> DrainStats {
 /// Runs `f` with a writer of its own on the app's database file (as the server's pipeline writes
 /// through the server's writer), stopped once `f` returns.
 pub fn with_writer<T>(app: &TestApp, f: impl FnOnce(&Writer) -> T) -> T {
-    let (writer, thread) = Writer::start(&app.db, &Default::default(), WriterConfig::default())
-        .expect("start a writer");
+    let (writer, thread) = Writer::start(
+        &convapi::store::pool::Location::of(&app.db),
+        &Default::default(),
+        WriterConfig::default(),
+    )
+    .expect("start a writer");
     let out = f(&writer);
     drop(writer);
     thread.join().expect("writer thread");
