@@ -77,6 +77,20 @@ pub fn prune(
     metrics: &Metrics,
     stop: &dyn Fn() -> bool,
 ) -> store::Result<Pruned> {
+    // On PostgreSQL one node of the cluster prunes at a time; the others skip the pass.
+    if !store::retention::take_lead(conn)? {
+        log::debug!("pruner: another node is pruning");
+        return Ok(Pruned::default());
+    }
+    struct Lead<'a, C: AsConn>(&'a C);
+    impl<C: AsConn> Drop for Lead<'_, C> {
+        fn drop(&mut self) {
+            if let Err(e) = store::retention::end_lead(self.0) {
+                log::warn!("pruner: cannot give up the lead: {e}");
+            }
+        }
+    }
+    let _lead = Lead(conn);
     let policies = store::read(conn, |c| store::retention::policies(c))?;
     let mut total = Pruned::default();
     for p in policies {

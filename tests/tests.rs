@@ -147,3 +147,7 @@ mod js;
 // own on the throwaway cluster of `scripts/test.sh` (fails loudly without one). Here: what holds on
 // PostgreSQL.
 mod postgres;
+// Several `serve` nodes on one PostgreSQL database: one conversion per order across nodes, each
+// outbox item processed once with exact totals, nodes migrating at once. Each test on a database of
+// its own on the throwaway cluster of `scripts/test.sh`.
+mod multinode;

@@ -122,8 +122,18 @@ pub fn drain(
 ) -> store::Result<DrainStats> {
     let mut stats = DrainStats::default();
     let mut seen = HashSet::new();
+    /// Ends the claims of one listing however the pass leaves it (done, stopped, failed).
+    struct Claims<'a, C: AsConn>(&'a C);
+    impl<C: AsConn> Drop for Claims<'_, C> {
+        fn drop(&mut self) {
+            if let Err(e) = store::pipeline::release_claims(self.0) {
+                log::warn!("pipeline: cannot release its claims: {e}");
+            }
+        }
+    }
     loop {
         let items = store::pipeline::due(conn, now_ms, opts.batch.max(1))?;
+        let _claims = Claims(conn);
         // An item still due after its turn (its failure could not be recorded, or rates arrived
         // while it was being parked) is not taken again in this pass: the pass always ends.
         let fresh: Vec<Item> = items.into_iter().filter(|i| seen.insert(i.id)).collect();

@@ -5,7 +5,7 @@
 
 use super::db::{args, AsConn, Engine, Row};
 use super::pipeline::{Attribution, Reported};
-use super::Result;
+use super::{Result, StoreError};
 
 /// Where a conversion report came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,20 +91,44 @@ pub fn find_order(
 /// Records `source`'s report inside the caller's write transaction: a new conversion plus its outbox
 /// row, or, for a known order, just the repeat's source on the existing conversion.
 pub fn record(conn: &impl AsConn, c: &Conversion, source: Source, now_ms: i64) -> Result<Recorded> {
-    if let Some(order_id) = &c.order_id {
-        if let Some(existing) = add_source(conn, &c.site_id, order_id, source)? {
-            return Ok(existing);
+    // Twice at most: an order another node inserted since the lookup is found the second time.
+    for _ in 0..2 {
+        if let Some(order_id) = &c.order_id {
+            if let Some(existing) = add_source(conn, &c.site_id, order_id, source)? {
+                return Ok(existing);
+            }
+        }
+        if let Some(created) = insert(conn, c, source, now_ms)? {
+            return Ok(created);
         }
     }
-    insert(conn, c, source, now_ms)
+    Err(lost_race(c))
 }
 
-/// A new conversion and its outbox row, for an order the caller found unknown in this transaction.
-fn insert(conn: &impl AsConn, c: &Conversion, source: Source, now_ms: i64) -> Result<Recorded> {
-    conn.conn().execute(
+/// An order that another transaction inserted and then, it seems, removed again, twice in a row:
+/// not expected; the caller's work fails and can be retried.
+fn lost_race(c: &Conversion) -> StoreError {
+    StoreError::Other(format!(
+        "order {:?} of site {} was inserted by another node and is gone again",
+        c.order_id, c.site_id
+    ))
+}
+
+/// A new conversion and its outbox row, for an order the caller found unknown in this transaction;
+/// `None` when the order exists after all: on PostgreSQL another node's writer may have inserted it
+/// since the lookup (`ON CONFLICT DO NOTHING` waits for that transaction and then inserts nothing),
+/// and the caller looks it up again. On SQLite the one writer makes that impossible.
+fn insert(
+    conn: &impl AsConn,
+    c: &Conversion,
+    source: Source,
+    now_ms: i64,
+) -> Result<Option<Recorded>> {
+    let inserted = conn.conn().execute(
         "INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id, client_id, value,
             currency, occurred_at, created_at, source_api, source_pixel)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+         ON CONFLICT DO NOTHING",
         args![
             &c.id,
             &c.site_id,
@@ -121,12 +145,15 @@ fn insert(conn: &impl AsConn, c: &Conversion, source: Source, now_ms: i64) -> Re
             source == Source::Pixel,
         ],
     )?;
+    if inserted == 0 {
+        return Ok(None);
+    }
     queue(conn, &c.id, source, now_ms)?;
-    Ok(Recorded {
+    Ok(Some(Recorded {
         event_id: c.id.clone(),
         session_id: c.session_id.clone(),
         created: true,
-    })
+    }))
 }
 
 /// Adds the conversion's outbox row, due now, as `source`'s work.
@@ -174,20 +201,34 @@ pub enum ApiRecorded {
 /// here, not on the request thread's snapshot, makes concurrent sends of one order produce one
 /// conversion and at most one take-over.
 pub fn record_api(conn: &impl AsConn, r: &ApiReport, now_ms: i64) -> Result<ApiRecorded> {
+    // Twice at most: an order another node inserted since the lookup is found the second time.
+    for _ in 0..2 {
+        if let Some(done) = record_api_once(conn, r, now_ms)? {
+            return Ok(done);
+        }
+    }
+    Err(StoreError::Other(format!(
+        "order {:?} of site {} was inserted by another node and is gone again",
+        r.order_id, r.site_id
+    )))
+}
+
+/// [`record_api`]'s one try: `None` when the order turned out to exist at the insert.
+fn record_api_once(conn: &impl AsConn, r: &ApiReport, now_ms: i64) -> Result<Option<ApiRecorded>> {
     if let Some(order_id) = &r.order_id {
         if let Some((mut rec, by_api)) = find_order(conn, &r.site_id, order_id, Source::Api)? {
             if by_api {
-                return Ok(ApiRecorded::Repeat(rec));
+                return Ok(Some(ApiRecorded::Repeat(rec)));
             }
             take_over(conn, &rec.event_id, r, now_ms)?;
             if let Some((session_id, _)) = &r.session {
                 rec.session_id = session_id.clone();
             }
-            return Ok(ApiRecorded::TakenOver(rec));
+            return Ok(Some(ApiRecorded::TakenOver(rec)));
         }
     }
     let Some((session_id, visitor_id)) = &r.session else {
-        return Ok(ApiRecorded::NoSession);
+        return Ok(Some(ApiRecorded::NoSession));
     };
     let c = Conversion {
         id: r.id.clone(),
@@ -201,8 +242,8 @@ pub fn record_api(conn: &impl AsConn, r: &ApiReport, now_ms: i64) -> Result<ApiR
         currency: r.currency.clone(),
         occurred_at: r.occurred_at,
     };
-    // The order is unknown: looked up above, in this transaction.
-    Ok(ApiRecorded::Created(insert(conn, &c, Source::Api, now_ms)?))
+    // The order was unknown when looked up above, in this transaction.
+    Ok(insert(conn, &c, Source::Api, now_ms)?.map(ApiRecorded::Created))
 }
 
 /// The API's first report of a conversion the pixel created: its `type`, `value`, `currency`

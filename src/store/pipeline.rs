@@ -7,7 +7,7 @@
 //! rates (`next_attempt_at IS NULL`, conversion `fx_pending`), dead (`dead_at` set, conversion `failed`).
 //! Written once for both engines (`db.rs`).
 
-use super::db::{args, AsConn, Row};
+use super::db::{args, AsConn, Engine, Row};
 use super::Result;
 
 /// One outbox row as the worker sees it.
@@ -19,15 +19,45 @@ pub struct Item {
     pub attempts: i64,
 }
 
-/// Up to `limit` items due at `now`, oldest due first, dead letters and parked items excluded.
+/// Up to `limit` items due at `now`, oldest due first, dead letters and parked items excluded,
+/// each *claimed* for this connection until [`release_claims`].
+///
+/// On PostgreSQL, where several nodes' pipelines drain one outbox, a claim is a session-level
+/// advisory lock on the item's id: an item another node holds is skipped, so two nodes do not
+/// decide the same items, and a node that dies loses its claims with its session at once (no lease
+/// to wait out). The lock is taken in the outer query over candidates already ordered and limited
+/// (`OFFSET 0` keeps PostgreSQL from merging the two), so it is tried once per candidate and every
+/// lock taken is on a row returned. A claim never decides what is stored: [`claim`], in the
+/// writer's transaction, still re-reads each item before its outcome is written. On SQLite one
+/// server drains the file and nothing is locked.
 pub fn due(conn: &impl AsConn, now_ms: i64, limit: usize) -> Result<Vec<Item>> {
-    conn.conn().query_all(
-        "SELECT id, conversion_id, attempts FROM outbox
-         WHERE dead_at IS NULL AND next_attempt_at <= ?1
-         ORDER BY next_attempt_at, id LIMIT ?2",
-        args![now_ms, limit as i64],
-        item,
-    )
+    let conn = conn.conn();
+    let sql = match conn.engine() {
+        Engine::Sqlite => {
+            "SELECT id, conversion_id, attempts FROM outbox
+             WHERE dead_at IS NULL AND next_attempt_at <= ?1
+             ORDER BY next_attempt_at, id LIMIT ?2"
+        }
+        Engine::Postgres => {
+            "SELECT id, conversion_id, attempts FROM (
+                 SELECT id, conversion_id, attempts, next_attempt_at FROM outbox
+                 WHERE dead_at IS NULL AND next_attempt_at <= ?1
+                 ORDER BY next_attempt_at, id LIMIT ?2 OFFSET 0) candidates
+             WHERE pg_try_advisory_lock(id)
+             ORDER BY next_attempt_at, id"
+        }
+    };
+    conn.query_all(sql, args![now_ms, limit as i64], item)
+}
+
+/// Ends every claim [`due`] made on this connection (PostgreSQL's advisory locks; nothing on
+/// SQLite). The pipeline's connection holds no other session lock.
+pub fn release_claims(conn: &impl AsConn) -> Result<()> {
+    let conn = conn.conn();
+    if conn.engine() == Engine::Postgres {
+        conn.query_opt("SELECT pg_advisory_unlock_all()", args![], |_| Ok(()))?;
+    }
+    Ok(())
 }
 
 /// Re-reads an item inside the worker's transaction: `None` when it was finished, parked, killed

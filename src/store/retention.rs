@@ -57,6 +57,34 @@ pub fn reclaim(conn: &impl AsConn) -> Result<i64> {
     Ok(free)
 }
 
+/// The key of the advisory lock a PostgreSQL node holds while it prunes ("convapi" and 2): the
+/// cluster prunes on one node at a time.
+pub const PRUNE_LOCK: i64 = 0x636f_6e76_6170_6902;
+
+/// Takes the lead of pruning for this connection's session: on PostgreSQL the advisory lock
+/// [`PRUNE_LOCK`] if no other node holds it (`false` then: that node prunes); on SQLite always
+/// (one server per file). Ends with [`end_lead`], or with the session.
+pub fn take_lead(conn: &impl AsConn) -> Result<bool> {
+    match conn.conn() {
+        Conn::Sqlite(_) => Ok(true),
+        c @ Conn::Postgres(_) => Ok(c
+            .query_opt("SELECT pg_try_advisory_lock(?1)", args![PRUNE_LOCK], |r| {
+                r.get::<bool>(0)
+            })?
+            .unwrap_or(false)),
+    }
+}
+
+/// Gives up the lead [`take_lead`] took.
+pub fn end_lead(conn: &impl AsConn) -> Result<()> {
+    if let c @ Conn::Postgres(_) = conn.conn() {
+        c.query_opt("SELECT pg_advisory_unlock(?1)", args![PRUNE_LOCK], |_| {
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
 /// A site's retention settings, as the pruner reads them.
 #[derive(Debug, Clone)]
 pub struct Policy {

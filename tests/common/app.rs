@@ -48,6 +48,8 @@ pub struct Options {
     pub serve_args: Vec<String>,
     /// Extra environment for the server process.
     pub env: Vec<(String, String)>,
+    /// `--db` (a PostgreSQL URL, say); `None`: `convapi.db` in the app's temporary directory.
+    pub db: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -59,6 +61,7 @@ impl Default for Options {
             domain: None,
             serve_args: Vec::new(),
             env: Vec::new(),
+            db: None,
         }
     }
 }
@@ -89,6 +92,11 @@ impl Builder {
     }
     pub fn env(mut self, k: &str, v: &str) -> Self {
         self.0.env.push((k.into(), v.into()));
+        self
+    }
+    /// Serves `--db DB` instead of a file of its own (a PostgreSQL URL, say).
+    pub fn db(mut self, db: &str) -> Self {
+        self.0.db = Some(PathBuf::from(db));
         self
     }
     pub fn start(self) -> TestApp {
@@ -150,7 +158,10 @@ impl TestApp {
             .prefix("convapi-test-")
             .tempdir()
             .expect("temp dir");
-        let db = dir.path().join("convapi.db");
+        let db = options
+            .db
+            .clone()
+            .unwrap_or_else(|| dir.path().join("convapi.db"));
         let agent = agent();
         let mut app = TestApp {
             dir,
@@ -189,6 +200,29 @@ impl TestApp {
         app.key = app.create_key(&app.tenant.id.clone());
         app.spawn();
         app
+    }
+
+    /// A second `serve` on this app's database (of PostgreSQL, where several may run), with the
+    /// same tenant, site, key and options, a temporary directory and log of its own.
+    pub fn another_node(&self) -> TestApp {
+        let dir = tempfile::Builder::new()
+            .prefix("convapi-test-")
+            .tempdir()
+            .expect("temp dir");
+        let mut node = TestApp {
+            dir,
+            db: self.db.clone(),
+            base: String::new(),
+            tenant: self.tenant.clone(),
+            site: self.site.clone(),
+            key: self.key.clone(),
+            options: self.options.clone(),
+            child: None,
+            in_process: None,
+            agent: agent(),
+        };
+        node.spawn();
+        node
     }
 
     /// The server's log so far (its stderr).

@@ -1,0 +1,258 @@
+//! Several `convapi serve` nodes on one PostgreSQL database, as behind a load balancer: each test
+//! starts two nodes (`TestApp::another_node`) on a database of its own on the throwaway cluster of
+//! `scripts/test.sh`, and checks what must hold across them: one conversion per order, each outbox
+//! item processed once with exact report totals, migrations applied once by nodes starting at once.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::postgres::fresh_database;
+use crate::common::{heavy_load, TestApp};
+
+/// Epoch ms of the visitor's session: within the default 30-day window of now.
+fn recently() -> i64 {
+    chrono::Utc::now().timestamp_millis() - 60_000
+}
+
+/// Two nodes on a fresh database, the second started once the first has set it up; the visitor
+/// `v1` identified as `client-1` in a session on the first.
+fn two_nodes(serve_args: &[&str]) -> (TestApp, TestApp) {
+    let a = TestApp::builder()
+        .db(&fresh_database())
+        .serve_args(serve_args)
+        .start();
+    let b = a.another_node();
+    a.identify("v1", "client-1", recently());
+    (a, b)
+}
+
+fn psql(app: &TestApp) -> ::postgres::Client {
+    ::postgres::Client::connect(app.db.to_str().unwrap(), ::postgres::NoTls)
+        .expect("connect to the test database")
+}
+
+fn one_i64(c: &mut ::postgres::Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).unwrap().get(0)
+}
+
+/// A metric's value in a node's `/metrics`.
+fn metric(app: &TestApp, name: &str) -> u64 {
+    let text = app.get("/metrics").text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}")) as u64
+}
+
+#[test]
+fn the_same_order_sent_to_both_nodes_at_once_is_one_conversion() {
+    let (a, b) = two_nodes(&["--pipeline", "off"]);
+    for round in 0..50 {
+        let body = json!({"clientId": "client-1", "orderId": format!("race-{round}"),
+                          "value": 10, "currency": "EUR"});
+        let answers: Vec<(u16, Value)> = std::thread::scope(|s| {
+            let sent: Vec<_> = [&a, &b]
+                .into_iter()
+                .map(|node| {
+                    let body = &body;
+                    s.spawn(move || {
+                        let r = node.post_conversion(body);
+                        (r.status, r.json())
+                    })
+                })
+                .collect();
+            sent.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let statuses: Vec<u16> = answers.iter().map(|(s, _)| *s).collect();
+        // One is taken (202), the other is the same order again (200 or 202, never a second
+        // conversion); both name the same event.
+        assert!(
+            statuses.iter().all(|s| *s == 200 || *s == 202) && statuses.contains(&202),
+            "round {round}: {answers:?}"
+        );
+        assert_eq!(
+            answers[0].1["eventId"], answers[1].1["eventId"],
+            "round {round}: {answers:?}"
+        );
+    }
+    let mut c = psql(&a);
+    assert_eq!(
+        one_i64(&mut c, "SELECT COUNT(*) FROM conversions"),
+        50,
+        "one conversion per order"
+    );
+    assert_eq!(
+        one_i64(&mut c, "SELECT COUNT(*) FROM outbox"),
+        50,
+        "one outbox item per order"
+    );
+}
+
+#[test]
+fn ten_thousand_conversions_over_two_nodes_are_each_processed_once_with_exact_totals() {
+    let _heavy = heavy_load();
+    let (a, b) = two_nodes(&[]);
+    const N: usize = 10_000;
+    const SENDERS: usize = 8;
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..SENDERS {
+            let node = if t % 2 == 0 { &a } else { &b };
+            s.spawn(move || {
+                for i in (t..N).step_by(SENDERS) {
+                    // Values 0.01 to 100.00: the sum is known exactly.
+                    let cents = i % 10_000 + 1;
+                    let body: Value = serde_json::from_str(&format!(
+                        r#"{{"clientId": "client-1", "orderId": "o-{i}", "value": {}.{:02},
+                            "currency": "EUR"}}"#,
+                        cents / 100,
+                        cents % 100
+                    ))
+                    .unwrap();
+                    let r = node.post_conversion(&body);
+                    assert_eq!(r.status, 202, "order {i}: {}", r.text());
+                }
+            });
+        }
+    });
+    let sent_in = started.elapsed();
+    let mut c = psql(&a);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = one_i64(&mut c, "SELECT COUNT(*) FROM outbox");
+        if left == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left} items still in the outbox"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        one_i64(
+            &mut c,
+            "SELECT COUNT(*) FROM conversions WHERE status = 'processed'"
+        ),
+        N as i64
+    );
+    // Each item processed by exactly one node: the nodes' counts add up to N, no more.
+    let (on_a, on_b) = (
+        metric(&a, "convapi_pipeline_processed_total"),
+        metric(&b, "convapi_pipeline_processed_total"),
+    );
+    assert_eq!(
+        on_a + on_b,
+        N as u64,
+        "processed on a: {on_a}, on b: {on_b}"
+    );
+    // The rollup, written by both nodes' writers at once, is exact.
+    let expected_minor: i64 = (0..N).map(|i| (i % 10_000 + 1) as i64).sum();
+    // The report's groups (one channel here) add up to every order and its exact revenue.
+    let report = a.cli_json(&["report", "--site", &a.site.id, "--json"]);
+    let groups = report.as_array().expect("report groups");
+    let conversions: u64 = groups
+        .iter()
+        .map(|g| g["conversions"].as_u64().unwrap())
+        .sum();
+    let revenue: Vec<String> = groups.iter().map(|g| g["revenue"].to_string()).collect();
+    assert_eq!(conversions, N as u64, "{report}");
+    assert_eq!(
+        revenue,
+        [format!(
+            "{}.{:02}",
+            expected_minor / 100,
+            expected_minor % 100
+        )],
+        "{report}"
+    );
+    assert_eq!(
+        one_i64(
+            &mut c,
+            "SELECT CAST(SUM(revenue_minor) AS BIGINT) FROM report_daily"
+        ),
+        expected_minor
+    );
+    eprintln!("{N} conversions over two nodes: sent in {sent_in:?}; processed a {on_a}, b {on_b}");
+}
+
+/// A `convapi serve` process on `db`, killed when dropped.
+struct Node(std::process::Child);
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `serve` on `db` and returns it with the first line it printed (or what went wrong).
+fn serve(db: &str) -> (Node, String) {
+    use std::io::BufRead;
+    let mut cmd = std::process::Command::new(crate::common::BIN);
+    crate::common::scrub_env(&mut cmd);
+    let mut child = cmd
+        .args(["--db", db, "serve", "--addr", "127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn serve");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| "nothing within 60 s".into());
+    (Node(child), line)
+}
+
+#[test]
+fn nodes_started_at_once_on_an_empty_database_each_apply_the_migrations_once() {
+    let url = fresh_database();
+    // Four servers started at once on the empty database, each migrating as it starts.
+    let nodes: Vec<(Node, String)> = std::thread::scope(|s| {
+        let url = &url;
+        let started: Vec<_> = (0..4).map(|_| s.spawn(move || serve(url))).collect();
+        started.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let agent = crate::common::agent();
+    for (_, line) in &nodes {
+        let base = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("a node did not start: {line:?}"));
+        let r = crate::common::send(&agent, "GET", &format!("{base}/healthz"), &[], None);
+        assert_eq!(r.status, 200, "{base}");
+    }
+    let mut c = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let versions: Vec<i64> = c
+        .query("SELECT version FROM schema_version", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        versions,
+        [convapi::store::SCHEMA_VERSION],
+        "one version row"
+    );
+    let tables: HashSet<String> = c
+        .query(
+            "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        tables.contains("conversions") && tables.contains("outbox"),
+        "{tables:?}"
+    );
+}
