@@ -115,8 +115,9 @@ pub(super) fn migrate(db: &Path, a: MigrateArgs) -> CliResult {
             format!(
                 "migrated {} to {to}: {} tables, {} in {:.1} s; row counts and every site's \
                  report checked equal\n\
-                 next: stop using {} (it is unchanged); convapi serves PostgreSQL once that \
-                 engine is built (docs/decisions.md §12): then run convapi serve --db '{to}'",
+                 next: this build does not serve PostgreSQL yet (docs/decisions.md §12), so \
+                 keep serving from {}, which the copy only read; once convapi does, stop the \
+                 server, migrate again into an empty database and run convapi serve --db '{to}'",
                 from.display(),
                 copied.tables.len(),
                 super::count(copied.rows() as usize, "row", "rows"),
