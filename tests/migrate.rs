@@ -533,3 +533,33 @@ fn a_missing_source_or_a_url_that_is_not_postgresql_is_refused_before_anything()
         run.stderr
     );
 }
+
+#[test]
+fn a_target_another_session_writes_to_is_refused_after_ten_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("convapi.db");
+    assert_eq!(cli_run(Some(&db), &["tenant", "create", "Acme"]).code, 0);
+    let url = fresh_database();
+    pg::open(&url).unwrap();
+    // A node in the middle of a write: it holds its row lock on tenants until it commits.
+    let mut node = client(&url);
+    let mut writing = node.transaction().unwrap();
+    writing
+        .batch_execute("LOCK TABLE tenants IN ROW EXCLUSIVE MODE")
+        .unwrap();
+    let started = std::time::Instant::now();
+    let run = migrate(&db, &url, &[]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(10),
+        "it waited for the lock"
+    );
+    assert!(
+        run.stderr
+            .contains("another session kept writing to the target's tables"),
+        "{}",
+        run.stderr
+    );
+    writing.rollback().unwrap();
+    assert_no_rows(&url);
+}

@@ -425,13 +425,23 @@ fn plan(
 /// with rows in any of them. A writer holding a table (a node running on it) makes the lock wait
 /// at most 10 s, then fail.
 fn lock_and_check_empty(client: &mut postgres::Client) -> Result<(), CopyError> {
-    let names: Vec<String> = TABLES.iter().map(|t| quoted(t)).collect();
+    let table_list: Vec<String> = TABLES.iter().map(|t| quoted(t)).collect();
+    let table_list = table_list.join(", ");
     client
         .batch_execute(&format!(
-            "SET LOCAL lock_timeout = '10s'; LOCK TABLE {} IN EXCLUSIVE MODE",
-            names.join(", ")
+            "SET LOCAL lock_timeout = '10s'; LOCK TABLE {table_list} IN EXCLUSIVE MODE"
         ))
-        .map_err(pg_error)?;
+        .map_err(|e| match e.code() {
+            Some(c) if *c == postgres::error::SqlState::LOCK_NOT_AVAILABLE => {
+                CopyError::Store(StoreError::Other(
+                    "another session kept writing to the target's tables for 10 s (a convapi \
+                     node running on it, or another migrate): the target must be a database \
+                     nothing else uses"
+                        .to_owned(),
+                ))
+            }
+            _ => pg_error(e).into(),
+        })?;
     let mut full = Vec::new();
     for table in TABLES {
         let table_ident = quoted(table);
