@@ -176,6 +176,7 @@ fn every_subcommand_and_option_has_a_description() {
             "key create",
             "key list",
             "key revoke",
+            "migrate",
             "outbox",
             "outbox list",
             "outbox retry",

@@ -121,6 +121,10 @@ const SQL_INTERPOLATION_ALLOWED: &[&str] = &[
     "ENTRY_COLUMNS",     // store/outbox.rs: the outbox entry column list
     "PG_SUMS",           // store/report.rs: the rollup sums' const columns on PostgreSQL
     "sessions::COLUMNS", // store/export.rs: sessions.rs's const column list
+    "table_ident",       // store/copy.rs: a table of copy::TABLES or the catalog's, quoted
+    "column_list",       // store/copy.rs: a table's columns as both catalogs name them, quoted
+    "identity_column",   // store/copy.rs: an identity column the target's catalog names, quoted
+    "REAL_TOLERANCE",    // store/copy.rs: the const tolerance of a REAL rollup cell
 ];
 
 #[test]

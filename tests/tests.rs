@@ -24,7 +24,7 @@
 //!   only a browser shows → `dashboard_browser.rs`;
 //! - a command of the CLI → the file of what it does (`report.rs`, `lifecycle_export.rs`, `ops.rs`,
 //!   `keys.rs`), or `cli.rs` for help, usage errors and exit codes;
-//! - the PostgreSQL engine's own properties → `postgres.rs`;
+//! - the PostgreSQL engine's own properties → `postgres.rs`; moving a database to it → `migrate.rs`;
 //! - not sure → the file whose entry names the property; if none does, a new file with a header
 //!   that says what belongs in it, and its entry here. A helper two files need goes to `common/`.
 
@@ -151,3 +151,8 @@ mod postgres;
 // outbox item processed once with exact totals, nodes migrating at once. Each test on a database of
 // its own on the throwaway cluster of `scripts/test.sh`.
 mod multinode;
+// `convapi migrate`: a database built through the CLI and a served API copied into PostgreSQL
+// (every table row for row, keys and logins as they were, ids and the rollup), a non-empty
+// target refused, a failure mid-copy leaving no row, the progress lines. Here: moving a
+// database from SQLite to PostgreSQL.
+mod migrate;

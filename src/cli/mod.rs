@@ -14,6 +14,7 @@ mod backup;
 mod export;
 mod forget;
 mod key;
+mod migrate;
 mod outbox;
 mod rates;
 mod report;
@@ -84,6 +85,8 @@ enum Command {
     /// Erase one person of a site: visitors, links, sessions and pixel events; conversions lose
     /// their identifiers (or go).
     Forget(forget::ForgetArgs),
+    /// Copy a SQLite database into an empty PostgreSQL database, checked before it commits.
+    Migrate(migrate::MigrateArgs),
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -398,6 +401,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Export(a) => export::export(&db, a),
         Command::Backup(a) => backup::backup(&db, a),
         Command::Forget(a) => forget::forget(&db, a),
+        Command::Migrate(a) => migrate::migrate(&db, a),
         Command::User(user::UserCmd::Create(a)) => user::create(&db, a),
         Command::User(user::UserCmd::List(a)) => user::list(&db, a),
     }

@@ -9,6 +9,7 @@
 //! transaction, so the writer can group many of them into one commit.
 
 pub mod conversions;
+pub mod copy;
 pub mod dashboard;
 pub mod db;
 pub mod erasure;

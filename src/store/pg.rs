@@ -38,7 +38,7 @@ impl From<postgres::Error> for StoreError {
             Some(c)
                 if *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::FOREIGN_KEY_VIOLATION =>
             {
-                StoreError::Conflict(e.to_string())
+                StoreError::Conflict(postgres_message(&e))
             }
             Some(c) if *c == SqlState::DISK_FULL => StoreError::Full,
             // A closed connection, or the server refusing or shutting down: the database, not the
@@ -185,9 +185,14 @@ pub fn migrate(client: &mut Client) -> Result<()> {
 fn migrate_with(client: &mut Client, migrations: &[Migration], target: i64) -> Result<()> {
     let mut tx = client.transaction()?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
-    // Without it, every start would log PostgreSQL's notice that the table exists.
-    tx.batch_execute("SET LOCAL client_min_messages = warning")?;
-    tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")?;
+    // Created only when missing: a role that may read and write the tables but not create any
+    // opens a migrated database all the same.
+    let exists: bool = tx
+        .query_one("SELECT to_regclass('schema_version') IS NOT NULL", &[])?
+        .get(0);
+    if !exists {
+        tx.batch_execute("CREATE TABLE schema_version (version BIGINT NOT NULL)")?;
+    }
     let found = tx
         .query_opt("SELECT version FROM schema_version", &[])?
         .map(|r| r.get::<_, i64>(0));

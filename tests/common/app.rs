@@ -9,7 +9,7 @@
 //! signal dispositions). A child's environment is set on its `Command`, never with `set_var`.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -205,13 +205,19 @@ impl TestApp {
     /// A second `serve` on this app's database (of PostgreSQL, where several may run), with the
     /// same tenant, site, key and options, a temporary directory and log of its own.
     pub fn another_node(&self) -> TestApp {
+        self.node_on(&self.db)
+    }
+
+    /// A `serve` on `db` (a copy of this app's database, say) with this app's tenant, site, key
+    /// and options, a temporary directory and log of its own.
+    pub fn node_on(&self, db: &Path) -> TestApp {
         let dir = tempfile::Builder::new()
             .prefix("convapi-test-")
             .tempdir()
             .expect("temp dir");
         let mut node = TestApp {
             dir,
-            db: self.db.clone(),
+            db: db.to_path_buf(),
             base: String::new(),
             tenant: self.tenant.clone(),
             site: self.site.clone(),

@@ -40,3 +40,31 @@ fn database_url(cluster: &str, name: &str) -> String {
     }
     url
 }
+
+/// A new login role that is no superuser (it may only log in) and a new, empty database it owns:
+/// the URL that connects to it as that role. For what must work for an ordinary owner of the
+/// database, not only for the cluster's superuser.
+pub fn fresh_owned_database() -> String {
+    let cluster = cluster_url();
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let (role, name) = (format!("r_{suffix}"), format!("t_{suffix}"));
+    let mut admin = ::postgres::Client::connect(&cluster, ::postgres::NoTls)
+        .unwrap_or_else(|e| panic!("cannot connect to the test cluster at {cluster}: {e}"));
+    // Two statements: CREATE DATABASE cannot run inside the transaction a batch is.
+    for sql in [
+        format!("CREATE ROLE {role} LOGIN"),
+        format!("CREATE DATABASE {name} OWNER {role}"),
+    ] {
+        admin
+            .batch_execute(&sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    }
+    as_role(&database_url(&cluster, &name), &role)
+}
+
+/// `url` connecting as `role` (no password: the test cluster trusts its socket).
+pub fn as_role(url: &str, role: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a postgresql:// URL");
+    let rest = rest.split_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{role}@{rest}")
+}
