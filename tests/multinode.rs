@@ -256,3 +256,93 @@ fn nodes_started_at_once_on_an_empty_database_each_apply_the_migrations_once() {
         "{tables:?}"
     );
 }
+
+/// One order to `node` (by its current address); `Some(eventId)` when it answered 202, `None` when
+/// the node could not be reached (killed) or answered otherwise.
+fn try_order(agent: &ureq::Agent, base: &str, node: &TestApp, order: &str) -> Option<String> {
+    let body = json!({"clientId": "client-1", "orderId": order, "value": 1, "currency": "EUR"});
+    let r = crate::common::try_send(
+        agent,
+        "POST",
+        &format!("{base}/api/sites/{}/conversions", node.site.id),
+        &[
+            ("Authorization", &format!("Bearer {}", node.key.key)),
+            ("Content-Type", "application/json"),
+        ],
+        Some(&serde_json::to_vec(&body).unwrap()),
+    )
+    .ok()?;
+    (r.status == 202).then(|| r.json()["eventId"].as_str().unwrap().to_owned())
+}
+
+#[test]
+fn killing_one_node_under_load_loses_no_acknowledged_order_and_the_other_finishes_its_work() {
+    let _heavy = heavy_load();
+    let (a, mut b) = two_nodes(&[]);
+    let agent = crate::common::agent();
+    let mut acked: Vec<(String, String)> = Vec::new();
+    let mut next = 0usize;
+    for cycle in 0..5 {
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (base_a, base_b, pid_b) = (a.base.clone(), b.base.clone(), b.pid());
+        let counter = std::sync::atomic::AtomicUsize::new(next);
+        let got: Vec<Vec<(String, String)>> = std::thread::scope(|s| {
+            let senders: Vec<_> = (0..4)
+                .map(|t| {
+                    let (node, base) = if t % 2 == 0 {
+                        (&a, &base_a)
+                    } else {
+                        (&b, &base_b)
+                    };
+                    let (stop, counter, agent) = (&stop, &counter, &agent);
+                    s.spawn(move || {
+                        let mut mine = Vec::new();
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            let i = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let order = format!("k-{i}");
+                            if let Some(event) = try_order(agent, base, node, &order) {
+                                mine.push((order, event));
+                            }
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            // Under load for a moment, then the second node dies without a word.
+            std::thread::sleep(Duration::from_millis(400));
+            let killed = std::process::Command::new("kill")
+                .args(["-KILL", &pid_b.to_string()])
+                .status()
+                .unwrap();
+            assert!(killed.success(), "cycle {cycle}: kill -9");
+            std::thread::sleep(Duration::from_millis(300));
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            senders.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        next = counter.into_inner();
+        acked.extend(got.into_iter().flatten());
+        b.kill9();
+        b.restart();
+    }
+    assert!(acked.len() > 50, "only {} orders acknowledged", acked.len());
+    // Whatever the killed node had claimed, the nodes finish: the outbox empties.
+    let mut c = psql(&a);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while one_i64(&mut c, "SELECT COUNT(*) FROM outbox") > 0 {
+        assert!(Instant::now() < deadline, "the outbox did not drain");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Every acknowledged order is there, processed, under the eventId its 202 gave.
+    for (order, event) in &acked {
+        let row = c
+            .query_opt(
+                "SELECT id, status FROM conversions WHERE order_id = $1",
+                &[order],
+            )
+            .unwrap()
+            .unwrap_or_else(|| panic!("acknowledged order {order} is lost"));
+        let (id, status): (String, String) = (row.get(0), row.get(1));
+        assert_eq!((&id, status.as_str()), (event, "processed"), "{order}");
+    }
+    eprintln!("{} orders acknowledged over 5 kills", acked.len());
+}
