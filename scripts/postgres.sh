@@ -5,6 +5,8 @@
 #   scripts/postgres.sh start DIR    initdb into DIR (which must not exist, or be empty), start the
 #                                    server, and print its superuser's URL on stdout
 #   scripts/postgres.sh stop DIR     stop the server (immediately) and remove DIR
+#   scripts/postgres.sh pause DIR    stop the server (fast: its connections are closed), keep DIR
+#   scripts/postgres.sh resume DIR   start a paused server again, with the same settings
 #
 # Uses Debian's postgresql package (scripts/install-test-deps.sh installs it): the newest
 # /usr/lib/postgresql/*/bin, else initdb and pg_ctl from PATH. As root, the cluster belongs to the
@@ -13,7 +15,7 @@
 # (synchronous_commit stays on).
 set -euo pipefail
 
-usage() { sed -n '5,6p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -eq 2 ] || usage
 CMD=$1
 DIR=$2
@@ -32,6 +34,12 @@ AS=()
 if [ "$(id -u)" -eq 0 ]; then AS=(runuser -u postgres --); fi
 PORT=5432
 
+start_server() {
+    "${AS[@]}" "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 -o \
+        "-k $DIR -c listen_addresses= -p $PORT -c fsync=off -c full_page_writes=off -c max_connections=200" \
+        start >/dev/null || { cat "$DIR/server.log" >&2; exit 1; }
+}
+
 case "$CMD" in
     start)
         mkdir -p "$DIR"
@@ -40,10 +48,15 @@ case "$CMD" in
         if [ ${#AS[@]} -gt 0 ]; then chown postgres: "$DIR"; fi
         "${AS[@]}" "$BIN/initdb" -D "$DIR/data" -U postgres -A trust -E UTF8 --no-locale --no-sync \
             >"$DIR/initdb.log" 2>&1 || { cat "$DIR/initdb.log" >&2; exit 1; }
-        "${AS[@]}" "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 -o \
-            "-k $DIR -c listen_addresses= -p $PORT -c fsync=off -c full_page_writes=off -c max_connections=200" \
-            start >/dev/null || { cat "$DIR/server.log" >&2; exit 1; }
+        start_server
         echo "postgresql://postgres@localhost:$PORT/postgres?host=$DIR"
+        ;;
+    pause)
+        "${AS[@]}" "$BIN/pg_ctl" -D "$DIR/data" -m fast -w -t 60 stop >/dev/null
+        ;;
+    resume)
+        DIR=$(cd "$DIR" && pwd)
+        start_server
         ;;
     stop)
         if [ -d "$DIR/data" ]; then

@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::store::db::{AsConn, Conn};
-use crate::store::pool::{DbConn, Location};
+use crate::store::pool::{Lasting, Location};
 
 use crate::metrics::Metrics;
 use crate::store::retention::{Pruned, RECLAIM_PAGES};
@@ -166,12 +166,12 @@ impl Pruner {
         metrics: Metrics,
         every: Duration,
     ) -> store::Result<Pruner> {
-        let conn = store::pool::open(location, settings)?;
+        let mut conn = store::pool::Lasting::open(location, settings)?;
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("pruner".into())
-            .spawn(move || run(&conn, &s, &writer, &metrics, every))
+            .spawn(move || run(&mut conn, &s, &writer, &metrics, every))
             .map_err(|e| StoreError::Other(e.to_string()))?;
         Ok(Pruner { shared, thread })
     }
@@ -188,7 +188,7 @@ impl Pruner {
     }
 }
 
-fn run(conn: &DbConn, s: &Shared, writer: &Writer, metrics: &Metrics, every: Duration) {
+fn run(lasting: &mut Lasting, s: &Shared, writer: &Writer, metrics: &Metrics, every: Duration) {
     let stopped = || *s.stopped.lock().unwrap_or_else(|p| p.into_inner());
     loop {
         {
@@ -200,7 +200,10 @@ fn run(conn: &DbConn, s: &Shared, writer: &Writer, metrics: &Metrics, every: Dur
                 return;
             }
         }
-        if let Err(e) = prune(conn, store::now_ms(), writer, metrics, &stopped) {
+        let pruned = lasting
+            .get()
+            .and_then(|conn| prune(conn, store::now_ms(), writer, metrics, &stopped));
+        if let Err(e) = pruned {
             log::warn!("pruner: {e}; trying again in {:.0}s", every.as_secs_f64());
         }
     }

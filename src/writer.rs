@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use crate::store::conversions::Source;
 use crate::store::db::{AsConn, Conn};
-use crate::store::pool::{DbConn, Location};
+use crate::store::pool::{Lasting, Location};
 use crate::store::{self, StoreError};
 
 type Value = Box<dyn Any + Send>;
@@ -236,14 +236,15 @@ impl Writer {
         settings: &store::Settings,
         config: WriterConfig,
     ) -> store::Result<(Writer, JoinHandle<()>)> {
-        let conn = store::pool::open(location, settings)?;
-        store::journals_in_memory(&conn)?;
+        let mut lasting = store::pool::Lasting::open(location, settings)?;
+        let conn = lasting.get()?;
+        store::journals_in_memory(conn)?;
         let reply_timeout = config.reply_timeout;
         let queue = config.queue.max(1);
         let (tx, rx) = mpsc::sync_channel::<Job>(queue);
         let healthy = Arc::new(AtomicBool::new(true));
-        let api = Budget::start(&conn, Source::Api, config.max_backlog)?;
-        let pixel = Budget::start(&conn, Source::Pixel, config.max_pixel_backlog)?;
+        let api = Budget::start(conn, Source::Api, config.max_backlog)?;
+        let pixel = Budget::start(conn, Source::Pixel, config.max_pixel_backlog)?;
         let pending = Arc::new(Pending::default());
         let catch_up = CatchUp::default();
         let (h, budgets, p, c) = (
@@ -254,7 +255,7 @@ impl Writer {
         );
         let handle = std::thread::Builder::new()
             .name("writer".into())
-            .spawn(move || run(conn, rx, config, h, budgets, &p, &c))
+            .spawn(move || run(lasting, rx, config, h, budgets, &p, &c))
             .map_err(|e| StoreError::Other(format!("cannot start writer: {e}")))?;
         Ok((
             Writer {
@@ -389,7 +390,7 @@ impl Writer {
 }
 
 fn run(
-    conn: DbConn,
+    mut lasting: Lasting,
     rx: Receiver<Job>,
     config: WriterConfig,
     healthy: Arc<AtomicBool>,
@@ -407,12 +408,16 @@ fn run(
     // bound reaches the limit. Another process can add waiting items too (`rates import` makes
     // parked ones due): a commit by another connection changes `data_version`, and then every
     // budget is counted exactly.
-    let changes_at_start = conn.conn().total_changes();
+    let Ok(first) = lasting.get() else {
+        log::error!("writer: its database connection is gone before the first write");
+        return;
+    };
+    let changes_at_start = first.conn().total_changes();
     let counted: Vec<std::cell::Cell<(u64, u64)>> = budgets
         .iter()
         .map(|b| std::cell::Cell::new((b.waiting.load(Ordering::Relaxed), changes_at_start)))
         .collect();
-    let data_version = std::cell::Cell::new(store::outside_commits(&conn).ok());
+    let data_version = std::cell::Cell::new(store::outside_commits(first).ok());
     let refresh = |c: &Conn| {
         let version = store::outside_commits(c).ok();
         let others_committed = version.is_none() || version != data_version.get();
@@ -445,7 +450,9 @@ fn run(
         let first = match rx.recv_timeout(IDLE_REFRESH) {
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) => {
-                refresh(&conn.conn());
+                if let Ok(conn) = lasting.get() {
+                    refresh(&conn.conn());
+                }
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => break,
@@ -458,12 +465,25 @@ fn run(
             }
         }
         let n = batch.len();
+        // On PostgreSQL the connection may have been closed by a restart: opened again here, and
+        // while the database cannot be reached every write is answered "retry later".
+        let conn = match lasting.get() {
+            Ok(conn) => conn,
+            Err(e) => {
+                healthy.store(false, Ordering::SeqCst);
+                for job in batch.drain(..) {
+                    answer(job.reply, Err(WriteError::from(e.clone())));
+                }
+                pending.done(n);
+                continue;
+            }
+        };
         commit_batch(&conn.conn(), &mut batch, &healthy, &refresh);
         pending.done(n);
         if catch_up.take() {
             // Outside any transaction, after the batch was answered. A failure only means the WAL
             // does not start over this time; the checkpointer logs lasting ones.
-            if let Err(e) = store::checkpoint_passive(&conn) {
+            if let Err(e) = store::checkpoint_passive(conn) {
                 log::debug!("writer checkpoint: {e}");
             }
         }

@@ -1,7 +1,9 @@
 //! Several `convapi serve` nodes on one PostgreSQL database, as behind a load balancer: each test
 //! starts two nodes (`TestApp::another_node`) on a database of its own on the throwaway cluster of
 //! `scripts/test.sh`, and checks what must hold across them: one conversion per order, each outbox
-//! item processed once with exact report totals, migrations applied once by nodes starting at once.
+//! item processed once with exact report totals, migrations applied once by nodes starting at once,
+//! no acknowledged order lost when a node is killed, and a PostgreSQL restart (on a cluster of the
+//! test's own) costing 503s while it is down and nothing more.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -345,4 +347,139 @@ fn killing_one_node_under_load_loses_no_acknowledged_order_and_the_other_finishe
         assert_eq!((&id, status.as_str()), (event, "processed"), "{order}");
     }
     eprintln!("{} orders acknowledged over 5 kills", acked.len());
+}
+
+/// A PostgreSQL cluster of the test's own (`scripts/postgres.sh`), so that restarting it disturbs
+/// no other test; stopped and removed when dropped.
+struct Cluster {
+    dir: std::path::PathBuf,
+    _parent: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start() -> (Cluster, String) {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        // As root the cluster belongs to the `postgres` user, who must reach its directory.
+        std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = parent.path().join("pg");
+        let url = Cluster::script("start", &dir);
+        (
+            Cluster {
+                dir,
+                _parent: parent,
+            },
+            url.trim().to_owned(),
+        )
+    }
+
+    fn script(cmd: &str, dir: &std::path::Path) -> String {
+        let out = std::process::Command::new("bash")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh"))
+            .args([cmd, dir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "postgres.sh {cmd}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("bash")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh"))
+            .args(["stop", self.dir.to_str().unwrap()])
+            .output();
+    }
+}
+
+#[test]
+fn postgresql_restarted_under_load_means_503s_while_it_is_down_then_202s_and_nothing_lost() {
+    let _heavy = heavy_load();
+    let (cluster, url) = Cluster::start();
+    let app = TestApp::builder().db(&url).start();
+    app.identify("v1", "client-1", recently());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let down = std::sync::atomic::AtomicBool::new(false);
+    let counter = std::sync::atomic::AtomicUsize::new(0);
+    // (order, eventId, sent while the database was down, status)
+    let seen: Vec<(String, Option<String>, bool, u16)> = std::thread::scope(|s| {
+        let senders: Vec<_> = (0..2)
+            .map(|_| {
+                let (stop, down, counter, app) = (&stop, &down, &counter, &app);
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let i = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let order = format!("r-{i}");
+                        let was_down = down.load(std::sync::atomic::Ordering::Relaxed);
+                        let body = json!({"clientId": "client-1", "orderId": order,
+                                          "value": 1, "currency": "EUR"});
+                        let r = app.post_conversion(&body);
+                        let event = (r.status == 202)
+                            .then(|| r.json()["eventId"].as_str().unwrap().to_owned());
+                        mine.push((order, event, was_down, r.status));
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(700));
+        down.store(true, std::sync::atomic::Ordering::Relaxed);
+        Cluster::script("pause", &cluster.dir);
+        let health_down = app.get("/healthz").status;
+        std::thread::sleep(Duration::from_millis(1500));
+        Cluster::script("resume", &cluster.dir);
+        down.store(false, std::sync::atomic::Ordering::Relaxed);
+        // Back: within a few seconds the node answers 202 again by itself.
+        let back = Instant::now() + Duration::from_secs(20);
+        while app.get("/healthz").status != 200 {
+            assert!(Instant::now() < back, "/healthz never came back");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(health_down, 503, "/healthz while PostgreSQL is down");
+        senders
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let statuses: HashSet<u16> = seen.iter().map(|(_, _, _, s)| *s).collect();
+    assert!(
+        statuses.iter().all(|s| *s == 202 || *s == 503),
+        "only 202 and 503: {statuses:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|(_, _, was_down, s)| *was_down && *s == 503),
+        "503s while down"
+    );
+    assert!(
+        seen.iter().rev().take(20).any(|(_, _, _, s)| *s == 202),
+        "202s again after: {:?}",
+        &seen[seen.len().saturating_sub(5)..]
+    );
+    // Nothing acknowledged is lost; the outbox drains.
+    let mut c = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while one_i64(&mut c, "SELECT COUNT(*) FROM outbox") > 0 {
+        assert!(Instant::now() < deadline, "the outbox did not drain");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut acked = 0;
+    for (order, event, _, _) in &seen {
+        let Some(event) = event else { continue };
+        acked += 1;
+        let id: String = c
+            .query_opt("SELECT id FROM conversions WHERE order_id = $1", &[order])
+            .unwrap()
+            .unwrap_or_else(|| panic!("acknowledged order {order} is lost"))
+            .get(0);
+        assert_eq!(&id, event, "{order}");
+    }
+    assert!(acked > 20, "{acked} acknowledged");
+    drop(app);
+    drop(cluster);
 }

@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::store::db::AsConn;
-use crate::store::pool::{DbConn, Location};
+use crate::store::pool::{Lasting, Location};
 
 use crate::metrics::Metrics;
 use crate::store::pipeline::Item;
@@ -248,7 +248,7 @@ pub fn spawn(
     metrics: Metrics,
     writer: Writer,
 ) -> store::Result<(Waker, JoinHandle<()>)> {
-    let conn = store::pool::open(location, settings)?;
+    let conn = store::pool::Lasting::open(location, settings)?;
     let shared = Arc::new(Shared::default());
     let s = shared.clone();
     let handle = std::thread::Builder::new()
@@ -258,7 +258,7 @@ pub fn spawn(
     Ok((Waker(Some(shared)), handle))
 }
 
-fn run(conn: DbConn, metrics: &Metrics, s: &Shared, writer: Writer) {
+fn run(mut lasting: Lasting, metrics: &Metrics, s: &Shared, writer: Writer) {
     let opts = Options::default();
     let stop = || s.stopping.load(Ordering::SeqCst);
     loop {
@@ -272,12 +272,15 @@ fn run(conn: DbConn, metrics: &Metrics, s: &Shared, writer: Writer) {
             s.wake_pending.store(false, Ordering::Release);
         }
         let now = store::now_ms();
-        let wait = match drain(&conn, &writer, metrics, now, &opts, &stop) {
-            Ok(stats) => {
+        let drained = lasting
+            .get()
+            .and_then(|conn| Ok((conn, drain(conn, &writer, metrics, now, &opts, &stop)?)));
+        let wait = match drained {
+            Ok((conn, stats)) => {
                 if stats != DrainStats::default() {
                     log::debug!("pipeline: {stats:?}");
                 }
-                match store::pipeline::next_due(&conn) {
+                match store::pipeline::next_due(conn) {
                     Ok(Some(due)) => {
                         let ms = due.saturating_sub(store::now_ms()).max(0) as u64;
                         Duration::from_millis(ms).min(POLL)

@@ -28,6 +28,9 @@ const MIGRATIONS: &[Migration] = &[Migration {
     sql: include_str!("migrations/postgres/0006_initial.sql"),
 }];
 
+/// How long a connection attempt may take when the URL sets no `connect_timeout`.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The key of the advisory lock that migrating nodes take, one at a time ("convapi" and 1).
 pub const MIGRATION_LOCK: i64 = 0x636f_6e76_6170_6901;
 
@@ -71,13 +74,23 @@ fn postgres_message(e: &postgres::Error) -> String {
 /// Connects to the database at `url` (`postgres://` or `postgresql://`: user, password, host or
 /// Unix-socket directory, port, database), durably: see [`durable_commits`].
 pub fn connect(url: &str) -> Result<Client> {
-    let mut client = Client::connect(url, NoTls).map_err(|e| {
+    let fail = |why: String| {
         StoreError::Other(format!(
-            "cannot connect to PostgreSQL at {}: {}",
-            redacted(url),
-            postgres_message(&e)
+            "cannot connect to PostgreSQL at {}: {why}",
+            redacted(url)
         ))
-    })?;
+    };
+    let mut config: postgres::Config = url
+        .parse()
+        .map_err(|e: postgres::Error| fail(postgres_message(&e)))?;
+    // A host that does not answer would otherwise hold the caller for the system's TCP timeout
+    // (minutes): the writer's reconnect, the pool's request threads.
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    let mut client = config
+        .connect(NoTls)
+        .map_err(|e| fail(postgres_message(&e)))?;
     durable_commits(&mut client)?;
     Ok(client)
 }

@@ -63,6 +63,51 @@ pub fn open(location: &Location, settings: &Settings) -> Result<DbConn> {
     })
 }
 
+/// A connection of its own for a thread that keeps one for as long as `serve` runs (the writer, the
+/// pipeline, the pruner): when the server closed it (PostgreSQL restarted, the network broke),
+/// [`Lasting::get`] opens a new one, so the thread recovers by itself once the database is back.
+pub struct Lasting {
+    location: Location,
+    settings: Settings,
+    conn: Option<DbConn>,
+}
+
+impl Lasting {
+    /// Opens the first connection: an error here is the caller's to report (the server does not
+    /// start).
+    pub fn open(location: &Location, settings: &Settings) -> Result<Lasting> {
+        Ok(Lasting {
+            location: location.clone(),
+            settings: *settings,
+            conn: Some(open(location, settings)?),
+        })
+    }
+
+    /// The connection, opened again first when the last one broke; `Busy` while the database
+    /// cannot be reached (the next call tries again).
+    pub fn get(&mut self) -> Result<&DbConn> {
+        let broken = match &self.conn {
+            Some(DbConn::Postgres(c)) => c.is_closed(),
+            Some(DbConn::Sqlite(_)) => false,
+            None => true,
+        };
+        if broken {
+            self.conn = None;
+            match open(&self.location, &self.settings) {
+                Ok(c) => {
+                    log::info!("connected to {} again", self.location.display());
+                    self.conn = Some(c);
+                }
+                Err(e) => {
+                    log::warn!("cannot reach {}: {e}", self.location.display());
+                    return Err(StoreError::Busy);
+                }
+            }
+        }
+        Ok(self.conn.as_ref().expect("opened above"))
+    }
+}
+
 /// Makes the PostgreSQL connections of a [`Db`]: r2d2's manager for [`PgConn`], so that each
 /// pooled connection keeps the statements it prepared (`r2d2_postgres` hands out a bare client,
 /// with nowhere to keep them).
