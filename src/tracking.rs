@@ -145,6 +145,7 @@ pub fn campaign_of(url: &str) -> Campaign {
 /// visitor's activity, but links nothing, marks no session and is not stored.
 pub fn apply(conn: &impl crate::store::db::AsConn, b: &Batch) -> store::Result<Outcome> {
     sessions::ensure_visitor(conn, &b.site_id, &b.visitor_id, b.received_at)?;
+    sessions::lock_visitor(conn, &b.site_id, &b.visitor_id)?;
     let mut current = sessions::latest_for_visitor(conn, &b.site_id, &b.visitor_id)?;
     let has_identify = b
         .events

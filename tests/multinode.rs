@@ -483,3 +483,48 @@ fn postgresql_restarted_under_load_means_503s_while_it_is_down_then_202s_and_not
     drop(app);
     drop(cluster);
 }
+
+#[test]
+fn pixel_batches_of_one_visitor_at_two_nodes_at_once_make_one_session() {
+    let (a, b) = two_nodes(&["--pipeline", "off"]);
+    let now = chrono::Utc::now().timestamp_millis();
+    for round in 0..20 {
+        let visitor = format!("vis-{round}");
+        // A visitor seen before, whose last session ended (idle for more than 30 minutes) on odd
+        // rounds; a new visitor on even ones.
+        if round % 2 == 1 {
+            a.pageview(&visitor, "https://shop.example/old", now - 2 * 3_600_000);
+        }
+        let sessions: Vec<String> = std::thread::scope(|s| {
+            let sent: Vec<_> = [&a, &b]
+                .into_iter()
+                .enumerate()
+                .map(|(i, node)| {
+                    let visitor = &visitor;
+                    s.spawn(move || {
+                        node.pixel(
+                            visitor,
+                            json!([
+                                {"type": "pageview", "url": format!("https://shop.example/{i}"),
+                                 "ts": now + i as i64},
+                                {"type": "identify", "userId": format!("user-{round}"),
+                                 "ts": now + i as i64}
+                            ]),
+                        )
+                    })
+                })
+                .collect();
+            sent.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(sessions[0], sessions[1], "round {round}: one session");
+    }
+    // Each round's visitor: one new session (and its earlier one on odd rounds); v1's one.
+    let mut c = psql(&a);
+    assert_eq!(one_i64(&mut c, "SELECT COUNT(*) FROM sessions"), 31);
+    assert_eq!(one_i64(&mut c, "SELECT COUNT(*) FROM visitors"), 21);
+    assert_eq!(
+        one_i64(&mut c, "SELECT COUNT(*) FROM visitor_clients"),
+        21,
+        "one identify link per visitor"
+    );
+}

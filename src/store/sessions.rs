@@ -93,6 +93,22 @@ pub fn ensure_visitor(
     Ok(())
 }
 
+/// Holds the visitor's row until the caller's transaction ends, on PostgreSQL, where several
+/// nodes may apply batches of one visitor at once: the second waits for the first to commit, then
+/// sees its session and links, so the two batches make one session and one link. SQLite's one
+/// writer needs no lock. The visitor must exist ([`ensure_visitor`]).
+pub fn lock_visitor(conn: &impl AsConn, site_id: &str, visitor_id: &str) -> Result<()> {
+    let conn = conn.conn();
+    if conn.engine() == super::db::Engine::Postgres {
+        conn.query_opt(
+            "SELECT 1 FROM visitors WHERE site_id = ?1 AND id = ?2 FOR UPDATE",
+            args![site_id, visitor_id],
+            |_| Ok(()),
+        )?;
+    }
+    Ok(())
+}
+
 /// Links a visitor to a merchant user id as its most recently identified visitor, and drops the
 /// links beyond [`MAX_VISITORS_PER_CLIENT`], least recently identified first. A link's
 /// `created_at` stays the time of its first `identify`.
