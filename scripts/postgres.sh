@@ -32,11 +32,14 @@ bindir() {
 BIN=$(bindir)
 AS=()
 if [ "$(id -u)" -eq 0 ]; then AS=(runuser -u postgres --); fi
-PORT=5432
+# PG_PORT and PG_OPTS (extra server options, e.g. TLS and a TCP address for a test of TLS) are for
+# the tests; by default the server listens on no TCP address at all.
+PORT=${PG_PORT:-5432}
+OPTS=${PG_OPTS:-}
 
 start_server() {
     "${AS[@]}" "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 -o \
-        "-k $DIR -c listen_addresses= -p $PORT -c fsync=off -c full_page_writes=off -c max_connections=200" \
+        "-k $DIR -c listen_addresses= -p $PORT -c fsync=off -c full_page_writes=off -c max_connections=200 $OPTS" \
         start >/dev/null || { cat "$DIR/server.log" >&2; exit 1; }
 }
 

@@ -156,3 +156,6 @@ mod multinode;
 // target refused, a failure mid-copy leaving no row, the progress lines. Here: moving a
 // database from SQLite to PostgreSQL.
 mod migrate;
+// `sslmode=require`: TLS to PostgreSQL with the server's certificate verified, on a cluster of the
+// test's own with a CA and a certificate made by `openssl`.
+mod tls;
