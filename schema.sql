@@ -1,4 +1,4 @@
--- convapi's schema at version 6 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 7 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
@@ -88,6 +88,12 @@ CREATE TABLE events (
     ts          INTEGER NOT NULL
 );
 CREATE INDEX events_session ON events(session_id);
+
+CREATE TABLE first_run (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    token       TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+);
 
 CREATE TABLE fx_rates (
     currency  TEXT NOT NULL,

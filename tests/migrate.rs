@@ -13,7 +13,7 @@ use crate::common::postgres::{as_role, cluster_url, fresh_database, fresh_owned_
 use crate::common::*;
 
 /// The tables `migrate` copies (every table of the schema but `schema_version`).
-const TABLES: [&str; 13] = [
+const TABLES: [&str; 14] = [
     "tenants",
     "api_keys",
     "sites",
@@ -27,6 +27,7 @@ const TABLES: [&str; 13] = [
     "users",
     "web_sessions",
     "report_daily",
+    "first_run",
 ];
 
 const PASSWORD: &str = "a long passphrase";
@@ -528,7 +529,7 @@ fn progress_off_a_terminal_is_one_plain_line_per_table_on_stderr() {
     assert_eq!(out.len(), 2, "{}", run.stdout);
     assert!(
         out[0].starts_with(&format!(
-            "migrated {} to {url}: 13 tables, 1 row in ",
+            "migrated {} to {url}: 14 tables, 1 row in ",
             db.display()
         )),
         "{}",

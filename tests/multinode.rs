@@ -528,3 +528,50 @@ fn pixel_batches_of_one_visitor_at_two_nodes_at_once_make_one_session() {
         "one identify link per visitor"
     );
 }
+
+#[test]
+fn the_first_run_link_either_node_logged_works_on_both_and_makes_one_user() {
+    use crate::common::{setup_fields, setup_token, DashClient};
+    let a = TestApp::builder().db(&fresh_database()).start();
+    let b = a.another_node();
+    // Both nodes log the same link: the token lives in the database, not in one node's memory.
+    let token = setup_token(&a);
+    assert_eq!(setup_token(&b), token);
+    let path = format!("/dashboard/setup?token={token}");
+    // The form, opened on each node, sent to both at once: one first user, and the other answer
+    // is the page that no longer exists.
+    let barrier = std::sync::Barrier::new(2);
+    let answers: Vec<u16> = std::thread::scope(|s| {
+        let sent = [(&a, "a@shop.example"), (&b, "b@shop.example")].map(|(node, email)| {
+            let (token, path, barrier) = (&token, &path, &barrier);
+            s.spawn(move || {
+                let client = DashClient::new(node);
+                let csrf = DashClient::csrf_from(&client.page(path));
+                barrier.wait();
+                client
+                    .post_form(
+                        "/dashboard/setup",
+                        &setup_fields(
+                            token,
+                            Some(&csrf),
+                            "new",
+                            "Shop",
+                            email,
+                            "a long passphrase",
+                        ),
+                    )
+                    .status
+            })
+        });
+        sent.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut sorted = answers.clone();
+    sorted.sort();
+    assert_eq!(sorted, [303, 404], "{answers:?}");
+    let mut c = psql(&a);
+    assert_eq!(one_i64(&mut c, "SELECT COUNT(*) FROM users"), 1);
+    assert_eq!(one_i64(&mut c, "SELECT COUNT(*) FROM first_run"), 0);
+    // Spent: the link is gone on both.
+    assert_eq!(DashClient::new(&a).get(&path).status, 404);
+    assert_eq!(DashClient::new(&b).get(&path).status, 404);
+}

@@ -21,8 +21,6 @@ pub mod routes;
 pub mod setup;
 pub mod sites;
 
-use std::sync::Mutex;
-
 pub use error::PageError;
 
 use crate::http::{Ctx, Reply};
@@ -50,8 +48,6 @@ pub struct Dashboard {
     /// Wakes the pipeline after a write that gives it work (a dead letter queued again).
     pub pipeline: crate::pipeline::Waker,
     pub settings: Settings,
-    /// The first-run token while no user exists (see [`setup`]); kept in memory only.
-    pub setup_token: Mutex<Option<String>>,
     /// Failed logins per account and per client address.
     pub throttle: auth::Throttles,
     /// Sessions whose `last_seen_at` was written within the last minute (by id hash).
@@ -70,7 +66,6 @@ impl Dashboard {
             writer,
             pipeline,
             settings,
-            setup_token: Mutex::new(None),
             throttle: auth::Throttles::default(),
             session_touched: Limiter::new(Rate::once_every(
                 auth::TOUCH_INTERVAL,

@@ -1,4 +1,5 @@
-//! The first-run page: while no user exists, `serve` makes a one-time token (in memory only) and
+//! The first-run page: while no user exists, `serve` makes a one-time token (kept in the database,
+//! `store::first_run`, so that every node of a cluster serves the link and a restart keeps it) and
 //! logs a link with it; the page at that link creates the first user, in a new tenant or an
 //! existing one. Without the token, or once any user exists (made here or by
 //! `convapi user create`), the page is the `404` of any missing page. The account made here is
@@ -22,12 +23,31 @@ pub const TOKEN_CHARS: usize = 32;
 /// Makes the first-run token when the database has no user yet; returns it for the log line.
 pub fn arm(d: &Dashboard) -> Result<Option<String>, ArmError> {
     let conn = d.pool.get()?;
-    if store::read(&conn, |c| store::users::any(c))? {
+    let (any, live) = store::read(&conn, |c| {
+        Ok::<_, store::StoreError>((store::users::any(c)?, store::first_run::token(c)?))
+    })?;
+    if any {
+        if live.is_some() {
+            // A user was made another way (the CLI) since: the token has done its work.
+            d.writer
+                .submit(|c| store::first_run::clear(c))
+                .map_err(|e| ArmError::Store(store::StoreError::Other(e.to_string())))?;
+        }
         return Ok(None);
     }
-    let token = crate::keys::random_base62(TOKEN_CHARS).map_err(ArmError::Randomness)?;
-    *d.setup_token.lock().unwrap_or_else(|p| p.into_inner()) = Some(token.clone());
-    Ok(Some(token))
+    if let Some(token) = live {
+        return Ok(Some(token));
+    }
+    let offered = crate::keys::random_base62(TOKEN_CHARS).map_err(ArmError::Randomness)?;
+    // Another node starting at the same moment may offer its own first: the live one wins.
+    let token = d
+        .writer
+        .submit(move |c| {
+            store::first_run::offer(c, &offered, store::now_ms())?;
+            store::first_run::token(c)
+        })
+        .map_err(|e| ArmError::Store(store::StoreError::Other(e.to_string())))?;
+    Ok(token)
 }
 
 /// Why the first-run token could not be made.
@@ -90,12 +110,9 @@ pub fn local_origin(addr: SocketAddr) -> String {
 /// What the login page says while the first-run token is live and no user exists: where the
 /// first-run link is. `None` once anyone can log in.
 pub fn no_user_yet(d: &Dashboard) -> Result<Option<&'static str>, PageError> {
-    let armed = d
-        .setup_token
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .is_some();
-    if !armed || d.read(|c| Ok(store::users::any(c)?))? {
+    let (armed, any) =
+        d.read(|c| Ok((store::first_run::token(c)?.is_some(), store::users::any(c)?)))?;
+    if !armed || any {
         return Ok(None);
     }
     Ok(Some(
@@ -104,21 +121,16 @@ pub fn no_user_yet(d: &Dashboard) -> Result<Option<&'static str>, PageError> {
     ))
 }
 
-/// Whether `given` is the live first-run token (compared in constant time).
-fn token_matches(d: &Dashboard, given: &str) -> bool {
-    let held = d.setup_token.lock().unwrap_or_else(|p| p.into_inner());
-    held.as_deref().is_some_and(|t| form::same(t, given))
-}
-
-/// The token is live and no user exists; else the page does not exist.
+/// The token is live (compared in constant time) and no user exists; else the page does not exist.
 fn open(d: &Dashboard, given: &str) -> Result<Vec<Tenant>, PageError> {
-    if !token_matches(d, given) {
-        return Err(PageError::NotFound);
-    }
-    let (any, tenants) = d.read(|c| Ok((store::users::any(c)?, store::tenants::list(c)?)))?;
-    if any {
-        // A user was made some other way (the CLI): the token has done its work.
-        *d.setup_token.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    let (live, any, tenants) = d.read(|c| {
+        Ok((
+            store::first_run::token(c)?,
+            store::users::any(c)?,
+            store::tenants::list(c)?,
+        ))
+    })?;
+    if !live.is_some_and(|t| form::same(&t, given)) || any {
         return Err(PageError::NotFound);
     }
     Ok(tenants)
@@ -238,8 +250,10 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
     let session = form::random_token()?;
     let session_hash = auth::session_hash(&session);
     let session_csrf = form::random_token()?;
+    let spent = token.clone();
     let made = d.writer.submit(move |c| {
-        if store::users::any(c)? {
+        // Spending the token first makes two submissions at once (two nodes) make one user.
+        if !store::first_run::spend(c, &spent)? || store::users::any(c)? {
             return Ok(false);
         }
         let now = store::now_ms();
@@ -254,7 +268,6 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
         store::web_sessions::create(c, &session_hash, &user_id, &session_csrf, now)?;
         Ok(true)
     })?;
-    *d.setup_token.lock().unwrap_or_else(|p| p.into_inner()) = None;
     if !made {
         return Err(PageError::NotFound);
     }

@@ -68,6 +68,7 @@ pub const TABLES: &[&str] = &[
     "users",
     "web_sessions",
     "report_daily",
+    "first_run",
 ];
 
 /// The rollup's trigger on `conversions`, switched off for the copy when the role may.

@@ -77,6 +77,10 @@ const MIGRATIONS: &[Migration] = &[
         "0006_dashboard_accounts.sql",
         include_str!("migrations/sqlite/0006_dashboard_accounts.sql"),
     ),
+    Migration::sql(
+        "0007_first_run_token.sql",
+        include_str!("migrations/sqlite/0007_first_run_token.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.
@@ -204,6 +208,10 @@ mod tests {
         (
             "0006_dashboard_accounts.sql",
             "a73a00110fa34f3b9aa9cc048ccc6ae8604d94478bbac9860bed41228042cc63",
+        ),
+        (
+            "0007_first_run_token.sql",
+            "bed70e2434abb12020f24d6a80b7efe7e8cdda532ceb9c0f220ffb0b5a785c85",
         ),
     ];
 

@@ -14,6 +14,7 @@ pub mod dashboard;
 pub mod db;
 pub mod erasure;
 pub mod export;
+pub mod first_run;
 pub mod keys;
 mod migrate;
 pub mod outbox;

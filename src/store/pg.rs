@@ -22,11 +22,18 @@ struct Migration {
 }
 
 /// Every migration of PostgreSQL, in order.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 6,
-    file: "0006_initial.sql",
-    sql: include_str!("migrations/postgres/0006_initial.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 6,
+        file: "0006_initial.sql",
+        sql: include_str!("migrations/postgres/0006_initial.sql"),
+    },
+    Migration {
+        version: 7,
+        file: "0007_first_run_token.sql",
+        sql: include_str!("migrations/postgres/0007_first_run_token.sql"),
+    },
+];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
