@@ -3,7 +3,7 @@
 # (the pixel's unit tests), curl and python3 (the README's walk-through, tests/readme.rs), GNU time
 # (peak memory of `convapi export`, tests/lifecycle_export.rs), PostgreSQL (the second engine's
 # tests, on a throwaway cluster: scripts/postgres.sh), openssl (the certificates of the TLS test,
-# tests/tls.rs),
+# tests/tls.rs), HAProxy (packaging/haproxy.cfg in front of two nodes, tests/haproxy.rs),
 # schemathesis (API fuzzing against openapi.yaml), and the packaging linters CI runs:
 # systemd-analyze (the systemd unit) and hadolint (the Containerfile). Idempotent.
 set -euo pipefail
@@ -17,6 +17,7 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
 if [ ${#need_apt[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -159,3 +159,6 @@ mod migrate;
 // `sslmode=require`: TLS to PostgreSQL with the server's certificate verified, on a cluster of the
 // test's own with a CA and a certificate made by `openssl`.
 mod tls;
+// packaging/haproxy.cfg, the file README's "Beyond one box" and packaging/compose.yaml use, in
+// front of two nodes: orders spread over both, and every order answered 202 when one is killed.
+mod haproxy;
