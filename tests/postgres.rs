@@ -1659,3 +1659,46 @@ fn connections_commit_durably_even_where_the_default_is_not() {
     assert!(warnings.contains("synchronous_commit = off"), "{warnings}");
     assert!(warnings.contains("fsync = off"), "{warnings}");
 }
+
+/// `convapi forget` on PostgreSQL vacuums the tables erasure touched, so that the dead versions
+/// of the erased rows leave the tables now (SQLite's `secure_delete` overwrites them in place).
+#[test]
+fn forget_on_postgresql_vacuums_what_it_erased() {
+    let url = fresh_database();
+    let conn = pg::open(&url).unwrap();
+    let site = shop(&conn, None);
+    store::sessions::ensure_visitor(&conn, &site.id, "v1", 1_000).unwrap();
+    drop(conn);
+    let run = cli(
+        &url,
+        &["forget", "--site", &site.id, "--visitor-id", "v1", "--json"],
+    );
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        run.json()["visitors"],
+        serde_json::json!(1),
+        "{}",
+        run.stdout
+    );
+    let mut c = client(&url);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let vacuumed: i64 = c
+            .query_one(
+                "SELECT COUNT(*) FROM pg_stat_user_tables
+                 WHERE relname IN ('events', 'sessions', 'visitor_clients', 'visitors',
+                                   'conversions') AND last_vacuum IS NOT NULL",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        if vacuumed == 5 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{vacuumed} of 5 vacuumed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

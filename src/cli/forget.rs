@@ -42,6 +42,7 @@ pub(super) fn forget(db: &Path, a: ForgetArgs) -> CliResult {
         store::retention::reclaim(tx)?;
         Ok((site, erased))
     })?;
+    store::erasure::vacuum_erased(&conn)?;
     let mut out = crate::api::people::erased_json(&site.id, &erased);
     out["clientId"] = serde_json::json!(a.client_id);
     out["visitorId"] = serde_json::json!(a.visitor_id);

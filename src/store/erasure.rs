@@ -10,12 +10,27 @@
 //!
 //! Written once for both engines (`db.rs`). What the rows leave behind in the file differs:
 //! SQLite overwrites deleted rows in place (`secure_delete`, see `retention.rs`); PostgreSQL keeps
-//! dead row versions until `VACUUM` reclaims them.
+//! dead row versions until `VACUUM` removes them ([`vacuum_erased`]).
 
 use serde::Serialize;
 
-use super::db::{args, AsConn};
+use super::db::{args, AsConn, Conn};
 use super::Result;
+
+/// After an erasure has committed, on PostgreSQL: `VACUUM` of the tables erasure touches, so that
+/// the dead versions of the erased rows leave the tables and their indexes now rather than when
+/// autovacuum comes by (no snapshot can read them any more; their bytes stay in the files' free
+/// space until overwritten, and in the write-ahead log until it is recycled). It reads each table
+/// whole: the operator's `convapi forget` runs it, the API's erasure leaves it to autovacuum.
+/// SQLite needs nothing: `secure_delete` overwrote the rows in the transaction itself.
+pub fn vacuum_erased(conn: &impl AsConn) -> Result<()> {
+    if let Conn::Postgres(c) = conn.conn() {
+        c.with_client(|client| {
+            client.batch_execute("VACUUM events, sessions, visitor_clients, visitors, conversions")
+        })?;
+    }
+    Ok(())
+}
 
 /// Whom to forget.
 #[derive(Debug, Clone, Copy)]
