@@ -35,14 +35,17 @@ trap 'git -C "$ROOT" worktree remove --force "$WORK/old" 2>/dev/null || true; cl
 
 echo "building $OLD_REV and the checkout (release)" >&2
 git -C "$ROOT" worktree add --quiet --detach "$WORK/old" "$OLD_REV"
-(cd "$WORK/old" && CARGO_TARGET_DIR=$WORK/old-target cargo build --release --quiet --bin convapi --example seed)
+# COMPARE_OLD_TARGET_DIR: a cargo target dir kept between runs for OLD_REV's build (as cpu.sh's
+# CPU_BENCH_OLD_TARGET_DIR); default: a temporary one, built from scratch.
+OLD_TARGET=${COMPARE_OLD_TARGET_DIR:-$WORK/old-target}
+(cd "$WORK/old" && CARGO_TARGET_DIR=$OLD_TARGET cargo build --release --quiet --bin convapi --example seed)
 (cd "$ROOT" && cargo build --release --quiet --bin convapi)
 TARGET_DIR=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-declare -A BIN=([old]=$WORK/old-target/release/convapi [new]=$TARGET_DIR/release/convapi)
+declare -A BIN=([old]=$OLD_TARGET/release/convapi [new]=$TARGET_DIR/release/convapi)
 
 echo "seeding the template database" >&2
-"$WORK/old-target/release/examples/seed" --db "$WORK/template.db" --ids "$WORK/ids.txt" \
+"$OLD_TARGET/release/examples/seed" --db "$WORK/template.db" --ids "$WORK/ids.txt" \
     --sessions 120000 --users 10000 >"$WORK/seed.json"
 read -r SITE_ID KEY < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["siteId"], d["key"])' "$WORK/seed.json")
 export BENCH_SITE=$SITE_ID BENCH_KEY=$KEY BENCH_IDS=$WORK/ids.txt BENCH_MODE=unique
