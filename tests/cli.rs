@@ -627,7 +627,7 @@ fn report_and_wait_for(app: &TestApp, currency: &str, now: i64, status: &str) {
 /// bare "database is locked". Reads go on in WAL mode, so the command is one that writes.
 #[test]
 fn a_busy_database_fails_a_command_with_a_retry_hint() {
-    if sqlite_only("SQLite's write lock held by another connection (PostgreSQL has none)") {
+    if sqlite_only("SQLite's write lock held by another connection, against --busy-timeout-ms") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
