@@ -170,15 +170,11 @@ fn pixel_in_chromium_then_backend_report_is_one_conversion() {
     );
 
     // The session, as stored: one session for this visitor, from the landing page.
-    let db =
-        rusqlite::Connection::open_with_flags(&app.db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .expect("open the database read-only");
-    let sessions = rows(
-        &db,
+    let sessions = app.objects(
         "SELECT id, client_id, (SELECT url FROM events WHERE id = landing_event_id) AS landing_url,
                 referrer, utm_source, utm_medium, utm_campaign, utm_term, utm_content, gclid, fbclid
          FROM sessions WHERE site_id = ?1 AND visitor_id = ?2",
-        [&app.site.id, &visitor_id],
+        &[&app.site.id, &visitor_id],
     );
     assert_eq!(
         sessions,
@@ -197,10 +193,9 @@ fn pixel_in_chromium_then_backend_report_is_one_conversion() {
         })],
         "one session for the cookie's visitor, as svc('sessionId') named it, from the landing page"
     );
-    let events = rows(
-        &db,
+    let events = app.objects(
         "SELECT type, name, url FROM events WHERE session_id = ?1 ORDER BY ts, type DESC",
-        [&page_session],
+        &[&page_session],
     );
     assert_eq!(
         events,
@@ -212,10 +207,9 @@ fn pixel_in_chromium_then_backend_report_is_one_conversion() {
         "both batches' events joined the landing session"
     );
     assert_eq!(
-        rows(
-            &db,
+        app.objects(
             "SELECT client_id FROM visitor_clients WHERE site_id = ?1 AND visitor_id = ?2",
-            [&app.site.id, &visitor_id],
+            &[&app.site.id, &visitor_id],
         ),
         vec![json!({"client_id": TRACKER_CLIENT})],
         "identify linked the visitor to the clientId"
@@ -244,11 +238,10 @@ fn pixel_in_chromium_then_backend_report_is_one_conversion() {
     assert_eq!(status["sources"], json!(["pixel", "api"]), "{status}");
     assert_eq!(status["eventId"], pixel_event_id, "{status}");
     assert_eq!(
-        rows(
-            &db,
+        app.objects(
             "SELECT id, session_id, source_pixel, source_api, value, currency
              FROM conversions WHERE site_id = ?1 AND order_id = ?2",
-            [&app.site.id, ORDER_ID],
+            &[&app.site.id, &ORDER_ID],
         ),
         vec![json!({
             "id": pixel_event_id,
@@ -262,28 +255,6 @@ fn pixel_in_chromium_then_backend_report_is_one_conversion() {
     );
 
     browser.close(&mut cdp);
-}
-
-/// Every row of a query, each as a JSON object keyed by column name (text, integer or null).
-fn rows(db: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params) -> Vec<Value> {
-    let mut stmt = db.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
-    let names: Vec<String> = stmt.column_names().iter().map(|n| n.to_string()).collect();
-    stmt.query_map(params, |r| {
-        let mut obj = serde_json::Map::new();
-        for (i, name) in names.iter().enumerate() {
-            let v = match r.get_ref(i)? {
-                rusqlite::types::ValueRef::Null => Value::Null,
-                rusqlite::types::ValueRef::Integer(n) => json!(n),
-                rusqlite::types::ValueRef::Text(t) => json!(String::from_utf8_lossy(t)),
-                other => panic!("unexpected column type in {name}: {other:?}"),
-            };
-            obj.insert(name.clone(), v);
-        }
-        Ok(Value::Object(obj))
-    })
-    .unwrap_or_else(|e| panic!("{sql}: {e}"))
-    .collect::<Result<_, _>>()
-    .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ const PER_BATCH: i64 = 10;
 const N: i64 = BATCHES * PER_BATCH;
 
 fn outbox(app: &TestApp) -> i64 {
-    app.query_i64("SELECT COUNT(*) FROM outbox", [])
+    app.query_i64("SELECT COUNT(*) FROM outbox", &[])
 }
 
 #[test]
@@ -90,15 +90,15 @@ fn kill_9_mid_drain_loses_nothing_and_counts_nothing_twice() {
             left => Err(left.to_string()),
         },
     );
-    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", []), N);
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", &[]), N);
     assert_eq!(
-        app.query_i64("SELECT COUNT(*) FROM conversions WHERE status = 'processed' AND reporting_value IS NOT NULL AND processed_at IS NOT NULL", []),
+        app.query_i64("SELECT COUNT(*) FROM conversions WHERE status = 'processed' AND reporting_value IS NOT NULL AND processed_at IS NOT NULL", &[]),
         N
     );
-    let usd = app.query_i64("SELECT COUNT(*) FROM conversions WHERE currency = 'USD' AND reporting_value = '0.94' AND fx_rate = '0.9433962264' AND fx_date = '2026-11-16'", []);
+    let usd = app.query_i64("SELECT COUNT(*) FROM conversions WHERE currency = 'USD' AND reporting_value = '0.94' AND fx_rate = '0.9433962264' AND fx_date = '2026-11-16'", &[]);
     let eur = app.query_i64(
         "SELECT COUNT(*) FROM conversions WHERE currency = 'EUR' AND reporting_value = '0.10'",
-        [],
+        &[],
     );
     assert_eq!((usd, eur), (N / 2, N / 2));
 

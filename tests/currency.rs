@@ -198,10 +198,10 @@ fn the_daily_file_imports_and_imports_are_idempotent() {
             (out["from"].as_str(), out["to"].as_str()),
             (Some("2026-11-17"), Some("2026-11-17"))
         );
-        assert_eq!(app.query_i64("SELECT COUNT(*) FROM fx_rates", []), 28);
+        assert_eq!(app.query_i64("SELECT COUNT(*) FROM fx_rates", &[]), 28);
     }
     import_rates(&app, &hist());
-    assert_eq!(app.query_i64("SELECT COUNT(*) FROM fx_rates", []), 28 + 14);
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM fx_rates", &[]), 28 + 14);
     // EUR → JPY: no minor unit. 10.50 × 163.40 = 1715.7 → 1716
     let v = converted(&app, json!(10.5), "EUR", "2026-11-17T10:00:00Z");
     assert_fx(&v, 1716.0, "JPY", 163.4, "2026-11-17");
@@ -237,7 +237,7 @@ fn a_bad_rates_file_is_refused_whole() {
     ]);
     assert_eq!(run.code, 1, "{run:?}");
     assert_eq!(
-        app.query_i64("SELECT COUNT(*) FROM fx_rates", []),
+        app.query_i64("SELECT COUNT(*) FROM fx_rates", &[]),
         0,
         "nothing half-imported"
     );

@@ -97,7 +97,7 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     ui.expect_page(200, "/dashboard/");
     ui.expect_text(".who", EMAIL);
     assert_eq!(
-        app.query_str("SELECT tenant_id FROM users WHERE email = ?1", [EMAIL]),
+        app.query_str("SELECT tenant_id FROM users WHERE email = ?1", &[&EMAIL]),
         Some(app.tenant.id.clone()),
         "the user joined the chosen tenant"
     );
@@ -129,13 +129,17 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
         .to_owned();
     ui.expect_page(200, &path);
     let (tenant, tracker_id) = {
-        let db = app.sqlite();
-        db.query_row(
+        let rows = app.rows(
             "SELECT tenant_id, tracker_id FROM sites WHERE id = ?1 AND name = ?2",
-            [&site_id, SITE_NAME],
-            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+            &[&site_id, &SITE_NAME],
+        );
+        let row = rows
+            .first()
+            .unwrap_or_else(|| panic!("no site {site_id} named {SITE_NAME}"));
+        (
+            row[0].as_str().expect("tenant_id").to_owned(),
+            row[1].as_str().expect("tracker_id").to_owned(),
         )
-        .unwrap_or_else(|e| panic!("site {site_id} named {SITE_NAME}: {e}"))
     };
     assert_eq!(tenant, app.tenant.id);
     assert_eq!(ui.text("#site-id"), site_id);
@@ -192,7 +196,7 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
         || {
             app.query_i64(
                 "SELECT COUNT(*) FROM sessions WHERE site_id = ?1 AND client_id = ?2",
-                [&site_id, CLIENT_ID],
+                &[&site_id, &CLIENT_ID],
             ) == 1
         },
     );

@@ -49,7 +49,7 @@ fn settle(app: &TestApp) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while app.query_i64(
         "SELECT COUNT(*) FROM conversions WHERE status = 'queued'",
-        [],
+        &[],
     ) > 0
     {
         assert!(Instant::now() < deadline, "the pipeline did not finish");
@@ -256,18 +256,16 @@ fn a_dead_letter_is_listed_and_retried() {
     settle(&app);
     // Plant a dead letter as the pipeline leaves one after its last try (tests/pipeline.rs makes
     // one for real; here only the dashboard's side is under test).
-    let conn = app.sqlite();
-    conn.execute(
-        "INSERT OR REPLACE INTO outbox (conversion_id, attempts, next_attempt_at, last_error, dead_at, created_at)
+    app.execute("DELETE FROM outbox WHERE conversion_id = ?1", &[&event]);
+    app.execute(
+        "INSERT INTO outbox (conversion_id, attempts, next_attempt_at, last_error, dead_at, created_at)
          VALUES (?1, 10, NULL, 'value <b>bad</b>', ?2, ?2)",
-        rusqlite::params![event, now_ms()],
-    )
-    .unwrap();
-    conn.execute(
+        &[&event, &now_ms()],
+    );
+    app.execute(
         "UPDATE conversions SET status = 'failed' WHERE id = ?1",
-        [&event],
-    )
-    .unwrap();
+        &[&event],
+    );
     let d = login(&app, &app.tenant.id);
     let base = format!("/dashboard/sites/{}", app.site.id);
     let page = d.page(&format!("{base}/dead-letters"));
@@ -286,7 +284,7 @@ fn a_dead_letter_is_listed_and_retried() {
     );
     assert_eq!(r.status, 403);
     assert_eq!(
-        app.query_str("SELECT status FROM conversions WHERE id = ?1", [&event]),
+        app.query_str("SELECT status FROM conversions WHERE id = ?1", &[&event]),
         Some("failed".into())
     );
 
@@ -300,7 +298,7 @@ fn a_dead_letter_is_listed_and_retried() {
     // The pipeline was woken and processed it again (no rows left as dead letters).
     settle(&app);
     assert_eq!(
-        app.query_i64("SELECT COUNT(*) FROM outbox WHERE dead_at IS NOT NULL", []),
+        app.query_i64("SELECT COUNT(*) FROM outbox WHERE dead_at IS NOT NULL", &[]),
         0
     );
     // A second retry finds nothing dead: back with a note, not an error.
@@ -469,7 +467,7 @@ fn dashboard_details_forms_words_and_file_names() {
     let event = r.json()["eventId"].as_str().unwrap().to_owned();
     let deadline = Instant::now() + Duration::from_secs(20);
     while app
-        .query_str("SELECT status FROM conversions WHERE id = ?1", [&event])
+        .query_str("SELECT status FROM conversions WHERE id = ?1", &[&event])
         .as_deref()
         != Some("fx_pending")
     {

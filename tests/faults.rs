@@ -91,9 +91,8 @@ fn twenty_kill_9_cycles_under_load_lose_and_duplicate_nothing() {
     );
 
     // Inspect the file as the last kill left it, before any server opens it again.
-    let c = app.sqlite();
-    assert_intact(&c);
-    let stored = stored_conversions(&c);
+    assert_intact(&app);
+    let stored = stored_conversions(&app);
     let mut by_order: HashMap<&str, Vec<String>> = HashMap::new();
     for s in &stored {
         by_order.entry(&s.order).or_default().push(s.id.clone());
@@ -126,15 +125,11 @@ fn twenty_kill_9_cycles_under_load_lose_and_duplicate_nothing() {
         acked.len(),
         started.elapsed()
     );
-    let orphans: i64 = c
-        .query_row(
-            "SELECT COUNT(*) FROM outbox WHERE conversion_id NOT IN (SELECT id FROM conversions)",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let orphans = app.query_i64(
+        "SELECT COUNT(*) FROM outbox WHERE conversion_id NOT IN (SELECT id FROM conversions)",
+        &[],
+    );
     assert_eq!(orphans, 0);
-    drop(c);
 
     // And the server still answers them all the same way.
     app.options.serve_args = vec!["--pipeline".into(), "off".into()];

@@ -546,7 +546,7 @@ fn e2e_a_conversion_whose_body_is_cut_short_is_not_committed() {
         assert_eq!(ex.statuses(), vec![400], "{case}: {:?}", ex.raw);
         assert!(ex.closed, "{case}: left open: {:?}", ex.raw);
     }
-    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", []), 0);
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", &[]), 0);
     // The same request whole is accepted: the refusals above were for the cut alone.
     let body = padded_conversion(&unique("whole"), 4096);
     let mut req =
@@ -554,7 +554,7 @@ fn e2e_a_conversion_whose_body_is_cut_short_is_not_committed() {
     req.extend_from_slice(&body);
     let ex = exchange(&app.addr(), &req, false);
     assert_eq!(ex.statuses(), vec![202], "{:?}", ex.raw);
-    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", []), 1);
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", &[]), 1);
 }
 
 #[test]
@@ -573,5 +573,5 @@ fn e2e_a_conversion_hidden_behind_a_duplicate_content_length_is_not_committed() 
     let ex = exchange(&app.addr(), &req, false);
     assert_eq!(ex.statuses(), vec![400], "{:?}", ex.raw);
     assert!(ex.says_close() && ex.closed, "{:?}", ex.raw);
-    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", []), 0);
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", &[]), 0);
 }

@@ -19,24 +19,18 @@ fn app() -> TestApp {
 
 /// `(rows, outbox rows, source_api, source_pixel)` for one order of the default site.
 fn stored(app: &TestApp, order: &str) -> (i64, i64, i64, i64) {
-    let c = app.sqlite();
-    let (rows, api, pixel): (i64, i64, i64) = c
-        .query_row(
-            "SELECT COUNT(*), COALESCE(SUM(source_api), 0), COALESCE(SUM(source_pixel), 0)
-             FROM conversions WHERE site_id = ?1 AND order_id = ?2",
-            [&app.site.id, order],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .unwrap();
-    let outbox: i64 = c
-        .query_row(
-            "SELECT COUNT(*) FROM outbox o JOIN conversions c ON c.id = o.conversion_id
-             WHERE c.site_id = ?1 AND c.order_id = ?2",
-            [&app.site.id, order],
-            |r| r.get(0),
-        )
-        .unwrap();
-    (rows, outbox, api, pixel)
+    let row = &app.rows(
+        "SELECT COUNT(*), COALESCE(SUM(source_api), 0), COALESCE(SUM(source_pixel), 0)
+         FROM conversions WHERE site_id = ?1 AND order_id = ?2",
+        &[&app.site.id, &order],
+    )[0];
+    let n = |i: usize| row[i].as_i64().unwrap_or_else(|| panic!("{row:?}"));
+    let outbox = app.query_i64(
+        "SELECT COUNT(*) FROM outbox o JOIN conversions c ON c.id = o.conversion_id
+         WHERE c.site_id = ?1 AND c.order_id = ?2",
+        &[&app.site.id, &order],
+    );
+    (n(0), outbox, n(1), n(2))
 }
 
 /// The order's `sources` from the status endpoint, sorted, and its `eventId`.
@@ -99,7 +93,7 @@ fn a_repeated_order_answers_the_original_event_and_session() {
     assert_eq!(
         app.query_str(
             "SELECT value || ' ' || currency FROM conversions WHERE id = ?1",
-            [&e1]
+            &[&e1]
         ),
         Some("10 EUR".into())
     );
@@ -115,12 +109,15 @@ fn a_repeated_order_answers_the_original_event_and_session() {
     let b = app.post_conversion(&signup).accepted().0;
     assert_ne!(a, b);
     assert_eq!(
-        app.query_i64("SELECT COUNT(*) FROM conversions WHERE type = 'signup'", []),
+        app.query_i64(
+            "SELECT COUNT(*) FROM conversions WHERE type = 'signup'",
+            &[]
+        ),
         2
     );
     assert_eq!(
-        app.query_i64("SELECT COUNT(*) FROM outbox", []),
-        app.query_i64("SELECT COUNT(*) FROM conversions", []),
+        app.query_i64("SELECT COUNT(*) FROM outbox", &[]),
+        app.query_i64("SELECT COUNT(*) FROM conversions", &[]),
         "one outbox row per conversion"
     );
 }
@@ -144,7 +141,7 @@ fn order_ids_are_unique_per_site_not_globally() {
     assert_eq!(
         app.query_i64(
             "SELECT COUNT(*) FROM conversions WHERE order_id = 'SAME'",
-            []
+            &[]
         ),
         2
     );
@@ -160,7 +157,7 @@ fn pixel_purchase_then_api_leaves_one_conversion_with_both_sources() {
     assert_eq!(
         app.query_str(
             "SELECT session_id FROM conversions WHERE id = ?1",
-            [&pixel_event]
+            &[&pixel_event]
         ),
         Some(s.clone())
     );
@@ -284,7 +281,7 @@ fn thirty_two_concurrent_sends_of_one_new_order_make_one_conversion() {
         assert_eq!(
             app.query_str(
                 "SELECT id FROM conversions WHERE site_id = ?1 AND order_id = ?2",
-                [&app.site.id, &order]
+                &[&app.site.id, &order]
             ),
             Some(pairs[0].0.clone())
         );

@@ -53,12 +53,13 @@ fn signed_identify(app: &TestApp, on: bool) -> Value {
 
 /// The visitors linked to a client id, in link order.
 fn linked(app: &TestApp, client_id: &str) -> Vec<String> {
-    let c = app.sqlite();
-    let mut stmt = c
-        .prepare("SELECT visitor_id FROM visitor_clients WHERE client_id = ?1 ORDER BY id")
-        .unwrap();
-    let rows = stmt.query_map([client_id], |r| r.get(0)).unwrap();
-    rows.collect::<rusqlite::Result<_>>().unwrap()
+    app.rows(
+        "SELECT visitor_id FROM visitor_clients WHERE client_id = ?1 ORDER BY id",
+        &[&client_id],
+    )
+    .iter()
+    .map(|r| r[0].as_str().expect("visitor_id").to_owned())
+    .collect()
 }
 
 fn metric(app: &TestApp, name: &str) -> i64 {
@@ -134,19 +135,19 @@ fn attribution_hijack_an_unsigned_identify_links_nothing_when_signing_is_on() {
     assert_eq!(
         app.query_i64(
             "SELECT COUNT(*) FROM visitor_clients WHERE visitor_id = 'v-attacker'",
-            []
+            &[]
         ),
         0
     );
     assert_eq!(
-        app.query_str("SELECT client_id FROM sessions WHERE id = ?1", [&attacker]),
+        app.query_str("SELECT client_id FROM sessions WHERE id = ?1", &[&attacker]),
         None,
         "the attacker's session is not marked"
     );
     assert_eq!(
         app.query_i64(
             "SELECT COUNT(*) FROM events WHERE type = 'identify' AND session_id = ?1",
-            [&attacker]
+            &[&attacker]
         ),
         0,
         "an ignored identify is not stored"
@@ -165,7 +166,7 @@ fn attribution_hijack_an_unsigned_identify_links_nothing_when_signing_is_on() {
     );
     assert_eq!(linked(&app, "user-42"), ["v-real", "v-phone"]);
     assert_eq!(
-        app.query_str("SELECT client_id FROM sessions WHERE id = ?1", [&phone])
+        app.query_str("SELECT client_id FROM sessions WHERE id = ?1", &[&phone])
             .as_deref(),
         Some("user-42")
     );
@@ -309,7 +310,7 @@ fn resolution_cost_a_client_id_keeps_its_50_latest_visitors() {
     );
     // Other client ids and the visitors themselves are untouched.
     assert_eq!(
-        app.query_i64("SELECT COUNT(*) FROM visitors WHERE id LIKE 'v-%'", []),
+        app.query_i64("SELECT COUNT(*) FROM visitors WHERE id LIKE 'v-%'", &[]),
         61
     );
 }
@@ -350,13 +351,18 @@ fn attribution_hijack_rejected_identify_is_counted_in_metrics() {
     assert_eq!(metric(&app, name), 101);
 }
 
-/// Bytes the database holds in use (pages in use × page size), as a fresh connection sees it.
+/// Bytes the database holds in use, as a fresh connection sees it: SQLite's pages in use × page
+/// size; on PostgreSQL the size of its tables with their indexes and TOAST.
 fn bytes_in_use(app: &TestApp) -> i64 {
-    app.query_i64(
+    let sql = if app.is_postgres() {
+        "SELECT CAST(SUM(pg_total_relation_size(c.oid)) AS BIGINT) FROM pg_class c
+         JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE c.relkind = 'r' AND n.nspname = current_schema()"
+    } else {
         "SELECT (page_count - freelist_count) * page_size
-         FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()",
-        [],
-    )
+         FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()"
+    };
+    app.query_i64(sql, &[])
 }
 
 #[test]
@@ -376,7 +382,13 @@ fn disk_growth_each_pageview_url_is_stored_once() {
         let events: Vec<_> = (0..100)
             .map(|i| {
                 let head = format!("https://shop.example/p?utm_source=s{b}x{i}&q=");
-                let url = format!("{head}{}", "a".repeat(URL_CHARS - head.len()));
+                // Hex digits of no pattern: PostgreSQL would compress a run of one letter away.
+                let noise: String =
+                    std::iter::repeat_with(|| uuid::Uuid::new_v4().simple().to_string())
+                        .flat_map(|u| u.chars().collect::<Vec<_>>())
+                        .take(URL_CHARS - head.len())
+                        .collect();
+                let url = format!("{head}{noise}");
                 json!({"type": "pageview", "url": url, "ts": t + b * 100 + i})
             })
             .collect();

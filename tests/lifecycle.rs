@@ -7,9 +7,10 @@ use crate::common::pipeline_support::*;
 use crate::common::*;
 use serde_json::{json, Value};
 
-/// Whether `needle` occurs anywhere in the database file and its companions.
+/// Whether `needle` occurs anywhere in the database file and its companions (on PostgreSQL: in any
+/// row of any table, `db_text`).
 fn on_disk(app: &TestApp, needle: &str) -> bool {
-    let bytes = app.db_bytes();
+    let bytes = app.db_text();
     bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
@@ -43,7 +44,9 @@ fn counts(v: &Value) -> [i64; 6] {
 #[test]
 fn forget_removes_the_person_from_every_table_and_the_file_but_not_the_revenue() {
     let mut app = manual().start();
-    assert_eq!(app.query_i64("PRAGMA auto_vacuum", []), 2, "incremental");
+    if sqlite_part("the file's auto_vacuum, and deleted rows gone from its bytes (secure_delete)") {
+        assert_eq!(app.query_i64("PRAGMA auto_vacuum", &[]), 2, "incremental");
+    }
     let now = now_ms();
     let client = unique("client-erase-me");
     let (phone, laptop, other) = (
@@ -122,13 +125,13 @@ fn forget_removes_the_person_from_every_table_and_the_file_but_not_the_revenue()
     );
     assert_eq!(mine_after["attribution"]["sessionId"], Value::Null);
     assert_eq!(
-        app.query_i64("SELECT COUNT(*) FROM visitors WHERE id = ?1", [&other]),
+        app.query_i64("SELECT COUNT(*) FROM visitors WHERE id = ?1", &[&other]),
         1
     );
     assert_eq!(
         app.query_i64(
             "SELECT COUNT(*) FROM sessions WHERE visitor_id = ?1",
-            [&other]
+            &[&other]
         ),
         1
     );
@@ -146,7 +149,8 @@ fn forget_removes_the_person_from_every_table_and_the_file_but_not_the_revenue()
     ]);
     assert_eq!(counts(&by_visitor), [1, 0, 1, 1, 0, 0], "{by_visitor}");
 
-    // After the server's last checkpoint, no byte of the file names the person.
+    // After the server's last checkpoint, no byte of the file names the person (on PostgreSQL: no
+    // row; its dead row versions wait for `VACUUM`, decisions §12).
     app.stop();
     for needle in [client.as_str(), &phone, &laptop, &secret_url, &lone] {
         assert!(
@@ -211,7 +215,7 @@ fn the_people_endpoint_checks_the_key_and_answers_what_it_removed() {
         "deleteConversions",
     );
     assert_eq!(
-        app.query_i64("SELECT COUNT(*) FROM visitors WHERE id = ?1", [&visitor]),
+        app.query_i64("SELECT COUNT(*) FROM visitors WHERE id = ?1", &[&visitor]),
         1,
         "refused requests erase nothing"
     );
@@ -227,7 +231,7 @@ fn the_people_endpoint_checks_the_key_and_answers_what_it_removed() {
     );
     assert!(sessions == 1 && events >= 2, "{done}");
     expect_error(&app.order_status(&order), 404, "ORDER_NOT_FOUND");
-    assert_eq!(app.query_i64("SELECT COUNT(*) FROM outbox", []), 0);
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM outbox", &[]), 0);
     let again = delete_person(&app, &key, &site, &client, "").expect(200);
     assert_eq!(counts(&again), [0; 6], "{again}");
     // An id nobody ever used is a person with nothing to erase, not an error.
@@ -257,16 +261,16 @@ fn retention_prunes_old_pixel_data_and_keeps_what_conversions_show() {
     let new_before = status(&app, &new_order);
     assert_eq!(old_before["status"], json!("processed"), "{old_before}");
     let sessions_of =
-        |v: &str| app.query_i64("SELECT COUNT(*) FROM sessions WHERE visitor_id = ?1", [v]);
+        |v: &str| app.query_i64("SELECT COUNT(*) FROM sessions WHERE visitor_id = ?1", &[&v]);
     assert!(sessions_of(&old) >= 1 && sessions_of(&new) >= 1);
 
     let prune = |at: i64| {
-        let conn = convapi::store::open(&app.db).expect("open db");
+        let conn = app.store();
         with_writer(&app, |w| convapi::retention::prune_once(&conn, w, at)).expect("prune")
     };
     let metrics = convapi::metrics::Metrics::default();
     let pruned = {
-        let conn = convapi::store::open(&app.db).expect("open db");
+        let conn = app.store();
         with_writer(&app, |w| {
             convapi::retention::prune(&conn, now_ms(), w, &metrics, &|| false)
         })
@@ -284,7 +288,7 @@ fn retention_prunes_old_pixel_data_and_keeps_what_conversions_show() {
     assert_eq!(
         app.query_i64(
             "SELECT COUNT(*) FROM events e JOIN sessions s ON s.id = e.session_id WHERE s.visitor_id = ?1",
-            [&new]
+            &[&new]
         ),
         1
     );

@@ -52,6 +52,10 @@ fn serve_at_expecting_exit(db: &std::path::Path, addr: &str) -> CliRun {
 
 #[test]
 fn a_second_server_on_the_same_database_refuses_to_start_and_names_the_first() {
+    if sqlite_only("the lock file: one server per SQLite file (nodes share a PostgreSQL database)")
+    {
+        return;
+    }
     let mut app = TestApp::start();
     let first = app.pid();
     let run = serve_expecting_exit(&app.db);
@@ -95,7 +99,7 @@ fn an_address_in_use_is_refused_naming_addr_and_creating_nothing() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("new.db");
+    let db = test_db(dir.path(), "new.db");
     let run = serve_at_expecting_exit(&db, &addr);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(
@@ -113,6 +117,9 @@ fn an_address_in_use_is_refused_naming_addr_and_creating_nothing() {
 
 #[test]
 fn a_different_database_in_the_same_directory_is_not_locked_out() {
+    if sqlite_only("the lock file beside a SQLite file") {
+        return;
+    }
     let app = TestApp::start();
     let other = app.dir.path().join("other.db");
     let mut child = Command::new(BIN)
@@ -246,9 +253,10 @@ fn dead_letters_are_listed_and_retried_and_a_running_server_processes_them() {
 
     // The cause fixed (the value, and rates for USD): a rates import releases the parked order
     // but not the dead letter.
-    app.sqlite()
-        .execute("UPDATE conversions SET value = '12' WHERE id = ?1", [&dead])
-        .expect("fix the value");
+    app.execute(
+        "UPDATE conversions SET value = '12' WHERE id = ?1",
+        &[&dead],
+    );
     app.cli_json(&[
         "rates",
         "import",

@@ -374,7 +374,7 @@ fn passes_are_idempotent_and_an_order_from_both_sources_is_processed_once() {
     assert_eq!(v["sources"], json!(["pixel", "api"]));
     assert_eq!(v["status"], "processed");
     assert_eq!(v["reportingValue"].as_f64(), Some(49.9));
-    assert_eq!(app.query_i64("SELECT COUNT(*) FROM outbox", []), 0);
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM outbox", &[]), 0);
 }
 
 /// Accepts an order, then corrupts its stored value in the file — what a bad hand edit or a broken
@@ -386,19 +386,16 @@ fn poison(app: &TestApp) -> (String, String) {
             &json!({"visitorId": "v", "orderId": order, "value": 12, "currency": "EUR"}),
         )
         .accepted();
-    let n = app
-        .sqlite()
-        .execute(
-            "UPDATE conversions SET value = 'twelve' WHERE id = ?1",
-            [&event],
-        )
-        .expect("corrupt");
+    let n = app.execute(
+        "UPDATE conversions SET value = 'twelve' WHERE id = ?1",
+        &[&event],
+    );
     assert_eq!(n, 1);
     (order, event)
 }
 
 fn item(app: &TestApp, event: &str) -> Option<convapi::store::pipeline::ItemState> {
-    convapi::store::pipeline::item_state(&app.sqlite(), event).expect("outbox")
+    convapi::store::pipeline::item_state(&app.store(), event).expect("outbox")
 }
 
 #[test]
@@ -520,7 +517,7 @@ fn a_slow_item_is_interrupted_and_retried_later() {
     let (order, _) = report_for(&app, &app.site.id, "busy");
     let event = status(&app, &order)["eventId"].as_str().unwrap().to_owned();
 
-    let conn = convapi::store::open(&app.db).unwrap();
+    let conn = app.store();
     let impatient = Options {
         item_deadline: Duration::ZERO,
         ..Options::default()
@@ -568,26 +565,20 @@ fn the_server_processes_work_as_it_arrives_past_a_poison_item() {
     );
     // A poison item written straight into the file, first in the queue.
     let session = app
-        .query_str("SELECT id FROM sessions LIMIT 1", [])
+        .query_str("SELECT id FROM sessions LIMIT 1", &[])
         .unwrap();
     let poison_id = uuid::Uuid::new_v4().to_string();
-    {
-        let mut db = app.sqlite();
-        let tx = db.transaction().unwrap();
-        tx.execute(
-            "INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id, value, currency,
-                occurred_at, created_at, source_api)
-             VALUES (?1, ?2, 'poison', 'purchase', ?3, 'v', 'twelve', 'EUR', ?4, ?4, 1)",
-            rusqlite::params![poison_id, app.site.id, session, now],
-        )
-        .unwrap();
-        tx.execute(
-            "INSERT INTO outbox (conversion_id, next_attempt_at, created_at) VALUES (?1, ?2, ?2)",
-            rusqlite::params![poison_id, now],
-        )
-        .unwrap();
-        tx.commit().unwrap();
-    }
+    // The conversion first: the pipeline only looks at the outbox.
+    app.execute(
+        "INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id, value, currency,
+            occurred_at, created_at, source_api)
+         VALUES (?1, ?2, 'poison', 'purchase', ?3, 'v', 'twelve', 'EUR', ?4, ?4, 1)",
+        &[&poison_id, &app.site.id, &session, &now],
+    );
+    app.execute(
+        "INSERT INTO outbox (conversion_id, next_attempt_at, created_at) VALUES (?1, ?2, ?2)",
+        &[&poison_id, &now],
+    );
     let orders: Vec<String> = (0..20)
         .map(|i| {
             let o = format!("live-{i}");

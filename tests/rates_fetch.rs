@@ -91,7 +91,7 @@ fn rates_import_takes_the_ecb_zips_as_published() {
     assert_eq!(
         app.query_str(
             "SELECT rate FROM fx_rates WHERE currency = 'USD' AND date = '2026-11-13'",
-            []
+            &[]
         )
         .as_deref(),
         Some("1.05")
@@ -153,7 +153,7 @@ fn serve_rates_fetch_daily_fetches_at_start_when_rates_are_old_and_shows_it() {
         .start();
     // No rate stored: the fetch at start, on the fetcher's own thread.
     poll("the fetch at start to store the daily file", || {
-        app.query_i64("SELECT COUNT(*) FROM fx_rates", []) > 0
+        app.query_i64("SELECT COUNT(*) FROM fx_rates", &[]) > 0
     });
     assert_eq!(served.hits.load(Ordering::SeqCst), 1);
     let metrics = app.get("/metrics").text();

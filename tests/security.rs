@@ -29,7 +29,7 @@ fn keys_are_stored_and_looked_up_as_hashes_and_never_logged() {
     assert_eq!(
         app.query_i64(
             "SELECT COUNT(*) FROM api_keys WHERE hash = ?1",
-            [digest.as_slice()]
+            &[&digest.as_slice()]
         ),
         1
     );
@@ -46,7 +46,7 @@ fn keys_are_stored_and_looked_up_as_hashes_and_never_logged() {
     let r = app.post_conversion_as(&other.key, &app.site.id, &json!({"visitorId": "v-sec"}));
     expect_error(&r, 401, "UNAUTHORIZED");
     let secret_part = &key[app.key.prefix.len()..];
-    let db = app.db_bytes();
+    let db = app.db_text();
     assert!(!contains(&db, key.as_bytes()), "the key is in the database");
     assert!(
         !contains(&db, secret_part.as_bytes()),
@@ -220,17 +220,20 @@ fn injection_attempts_are_stored_verbatim() {
     assert_eq!(status["orderId"], json!(order));
     assert_eq!(status["eventId"], json!(event));
     assert_eq!(
-        app.query_str("SELECT client_id FROM conversions WHERE id = ?1", [&event]),
+        app.query_str("SELECT client_id FROM conversions WHERE id = ?1", &[&event]),
         Some(client.to_owned())
     );
     assert_eq!(
-        app.query_str("SELECT visitor_id FROM conversions WHERE id = ?1", [&event]),
+        app.query_str(
+            "SELECT visitor_id FROM conversions WHERE id = ?1",
+            &[&event]
+        ),
         Some("v-inj'--".to_owned())
     );
     // A LIKE-style wildcard and a quote in the path match nothing else.
     expect_error(&app.order_status("%"), 404, "ORDER_NOT_FOUND");
     expect_error(&app.order_status("' OR 1=1 --"), 404, "ORDER_NOT_FOUND");
-    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", []), 1);
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", &[]), 1);
 }
 
 #[test]
@@ -287,7 +290,7 @@ fn tenants_are_isolated_on_both_endpoints() {
         403,
         "FORBIDDEN",
     );
-    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", []), 1);
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", &[]), 1);
 }
 
 #[test]
@@ -333,5 +336,5 @@ fn revoked_keys_and_malformed_authorization_get_401_on_both_endpoints() {
         let r = send(&agent(), "GET", &url, &headers, None);
         expect_error(&r, 401, "UNAUTHORIZED");
     }
-    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", []), 1);
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", &[]), 1);
 }

@@ -93,16 +93,18 @@ fn sigterm_lets_the_request_in_flight_finish_then_exits_0() {
     assert_eq!(app.wait_exit(), Some(0), "log:\n{}", app.log());
     // A clean stop is not an error: the listener shut down under tiny_http's accept loop once
     // logged `ERROR ... Invalid argument` (vendor/tiny_http/PATCHES.md 18).
+    // (The test cluster's `fsync = off` is logged as an error at start: a cluster's setting.)
     let log = app.log();
     assert!(
-        !log.contains(" ERROR "),
+        !log.lines()
+            .any(|l| l.contains(" ERROR ") && !l.contains("fsync = off")),
         "a clean stop logs no error:\n{log}"
     );
     assert_eq!(
         app.query_i64(
             "SELECT COUNT(*) FROM conversions c JOIN outbox o ON o.conversion_id = c.id \
              WHERE c.order_id = 'DRAIN-1'",
-            []
+            &[]
         ),
         1,
         "the acknowledged conversion and its outbox row are on disk"

@@ -198,14 +198,11 @@ fn a_new_session_starts_after_30_idle_minutes() {
             {"type": "pageview", "url": "https://shop.example/e", "ts": t3 + 31 * MINUTE},
         ]),
     );
-    let c = app.sqlite();
-    let sessions: Vec<(String, i64, i64)> = c
-        .prepare("SELECT id, started_at, last_activity_at FROM sessions WHERE visitor_id = 'v-1' ORDER BY started_at")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let sessions: Vec<(String, i64, i64)> = app
+        .rows("SELECT id, started_at, last_activity_at FROM sessions WHERE visitor_id = 'v-1' ORDER BY started_at", &[])
+        .iter()
+        .map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_i64().unwrap(), r[2].as_i64().unwrap()))
+        .collect();
     assert_eq!(sessions.len(), 4, "{sessions:?}");
     assert_eq!(sessions[0], (s1.clone(), t0, t1));
     assert_eq!(sessions[1], (s2.clone(), t2, t2 + 29 * MINUTE));
@@ -215,7 +212,7 @@ fn a_new_session_starts_after_30_idle_minutes() {
         (s3.clone(), t3 + 31 * MINUTE, t3 + 31 * MINUTE)
     );
     assert_eq!(
-        app.query_i64("SELECT COUNT(*) FROM events WHERE session_id = ?1", [&s1]),
+        app.query_i64("SELECT COUNT(*) FROM events WHERE session_id = ?1", &[&s1]),
         2
     );
 
@@ -247,15 +244,12 @@ fn a_new_campaign_starts_a_new_session_carrying_its_landing_page() {
     let ad = app.pageview("v-1", ad_url, t + 4 * MINUTE);
     assert_ne!(ad, news);
 
-    let c = app.sqlite();
-    let row: [Option<String>; 8] = c
-        .query_row(
-            "SELECT (SELECT url FROM events WHERE id = landing_event_id), referrer, utm_source, utm_medium, utm_campaign, utm_term, utm_content, gclid
-             FROM sessions WHERE id = ?1",
-            [&news],
-            |r| Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?]),
-        )
-        .unwrap();
+    let rows = app.rows(
+        "SELECT (SELECT url FROM events WHERE id = landing_event_id), referrer, utm_source, utm_medium, utm_campaign, utm_term, utm_content, gclid
+         FROM sessions WHERE id = ?1",
+        &[&news],
+    );
+    let row: [Option<String>; 8] = std::array::from_fn(|i| rows[0][i].as_str().map(str::to_owned));
     assert_eq!(
         row,
         [
@@ -270,17 +264,20 @@ fn a_new_campaign_starts_a_new_session_carrying_its_landing_page() {
         ]
     );
     assert_eq!(
-        app.query_str("SELECT gclid FROM sessions WHERE id = ?1", [&ad])
+        app.query_str("SELECT gclid FROM sessions WHERE id = ?1", &[&ad])
             .as_deref(),
         Some("abc123")
     );
     assert_eq!(
-        app.query_str("SELECT (SELECT url FROM events WHERE id = landing_event_id) FROM sessions WHERE id = ?1", [&ad])
+        app.query_str("SELECT (SELECT url FROM events WHERE id = landing_event_id) FROM sessions WHERE id = ?1", &[&ad])
             .as_deref(),
         Some(ad_url)
     );
     assert_eq!(
-        app.query_i64("SELECT COUNT(*) FROM sessions WHERE visitor_id = 'v-1'", []),
+        app.query_i64(
+            "SELECT COUNT(*) FROM sessions WHERE visitor_id = 'v-1'",
+            &[]
+        ),
         3
     );
 }
@@ -291,7 +288,7 @@ fn pixel_ts_is_clamped_to_the_receive_time() {
     let before = now_ms();
     let s = app.pageview("v-1", "https://shop.example/", before + DAY);
     let after = now_ms();
-    let started = app.query_i64("SELECT started_at FROM sessions WHERE id = ?1", [&s]);
+    let started = app.query_i64("SELECT started_at FROM sessions WHERE id = ?1", &[&s]);
     assert!(
         (before..=after).contains(&started),
         "a ts a day ahead is clamped to the receive time: {started} not in [{before}, {after}]"
@@ -313,7 +310,7 @@ fn pixel_ts_written_as_an_integral_float_is_a_timestamp() {
     assert_eq!(r.status, 200, "{v}");
     let sid = v["sessionId"].as_str().unwrap().to_owned();
     assert_eq!(
-        app.query_i64("SELECT started_at FROM sessions WHERE id = ?1", [&sid]),
+        app.query_i64("SELECT started_at FROM sessions WHERE id = ?1", &[&sid]),
         t
     );
 }
@@ -323,14 +320,14 @@ fn identify_marks_the_session_and_links_the_visitor() {
     let app = TestApp::start();
     let s = app.identify("v-1", "user-9", now_ms() - MINUTE);
     assert_eq!(
-        app.query_str("SELECT client_id FROM sessions WHERE id = ?1", [&s])
+        app.query_str("SELECT client_id FROM sessions WHERE id = ?1", &[&s])
             .as_deref(),
         Some("user-9")
     );
     assert_eq!(
         app.query_i64(
             "SELECT COUNT(*) FROM visitor_clients WHERE client_id = 'user-9' AND visitor_id = 'v-1'",
-            []
+            &[]
         ),
         1
     );
@@ -524,8 +521,8 @@ fn collect_refuses_an_unknown_tracker_and_malformed_batches() {
     assert_eq!(
         app.query_i64(
             "SELECT COUNT(*) FROM sessions WHERE visitor_id = 'v-bad'",
-            []
-        ) + app.query_i64("SELECT COUNT(*) FROM conversions", []),
+            &[]
+        ) + app.query_i64("SELECT COUNT(*) FROM conversions", &[]),
         0,
         "a refused batch writes nothing"
     );

@@ -224,7 +224,7 @@ fn sixty_four_slow_bodies_neither_slow_other_requests_nor_stay_open() {
     assert!(slow >= 64, "only {slow} connections counted as slow");
     // Nothing of the slow conversions was taken; the measured ones all were.
     assert_eq!(
-        app.query_i64("SELECT COUNT(*) FROM conversions", []),
+        app.query_i64("SELECT COUNT(*) FROM conversions", &[]),
         convert.len() as i64
     );
 }
@@ -315,5 +315,5 @@ fn a_preread_body_cut_short_is_a_400_and_nothing_is_committed() {
     let _ = s.read_to_end(&mut raw);
     let text = String::from_utf8_lossy(&raw);
     assert!(text.starts_with("HTTP/1.1 400"), "{text:?}");
-    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", []), 0);
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", &[]), 0);
 }

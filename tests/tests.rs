@@ -4,8 +4,9 @@
 //! the shared harness is `common/`, whose header says which helpers go through the front door (the
 //! binary's CLI and HTTP) and which reach behind it, and why.
 //!
-//! Tests share the process, not state: each starts its own server on its own temp-dir database and
-//! port, and nothing may change process-wide state (environment, current directory, signal
+//! Tests share the process, not state: each starts its own server on its own database (a temp-dir
+//! file, or on a run with `CONVAPI_TEST_ENGINE=postgres` a fresh database of the test cluster:
+//! `common/sql.rs`) and port, and nothing may change process-wide state (environment, current directory, signal
 //! dispositions); the library keeps none of its own (settings travel in each server's config).
 //!
 //! Where a new test goes: to the one file whose entry below names its property, so that each

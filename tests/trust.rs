@@ -161,7 +161,7 @@ fn an_api_repeat_after_a_take_over_returns_the_original_event_and_session_and_ch
     assert_eq!(
         app.query_i64(
             "SELECT COUNT(*) FROM conversions WHERE order_id = 'ORD-2'",
-            []
+            &[]
         ),
         1
     );
@@ -257,7 +257,7 @@ fn a_pixel_flood_of_unconvertible_purchases_cannot_make_the_api_answer_503() {
     assert_eq!(
         app.query_i64(
             "SELECT COUNT(*) FROM conversions WHERE currency = 'XTS'",
-            []
+            &[]
         ),
         20
     );

@@ -19,7 +19,12 @@ fn big_batch(tracker: &str, visitor: &str, n: usize) -> Value {
     json!({"trackerId": tracker, "visitorId": visitor, "events": events})
 }
 
+/// The size of the database file and its WAL; on PostgreSQL, of the database
+/// (`pg_database_size`).
 fn db_and_wal_bytes(app: &TestApp) -> u64 {
+    if app.is_postgres() {
+        return app.query_i64("SELECT pg_database_size(current_database())", &[]) as u64;
+    }
     let size = |suffix: &str| {
         std::fs::metadata(format!("{}{suffix}", app.db.display()))
             .map(|m| m.len())
@@ -228,7 +233,7 @@ fn duplicate_json_members_are_invalid_json_on_both_endpoints() {
         Some(pixel.as_bytes()),
     );
     expect_error(&r, 400, "INVALID_JSON");
-    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", []), 0);
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", &[]), 0);
 }
 
 /// Before: one batch could carry 100 purchases of up to 1e12 each, inflating revenue at will, and
@@ -254,7 +259,7 @@ fn pixel_purchases_are_bounded_in_count_value_and_age() {
     );
     let body = expect_error(&r, 400, "VALIDATION_ERROR");
     assert_eq!(body["field"], "events[0].value", "{body}");
-    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", []), 0);
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", &[]), 0);
 
     app.pixel(
         "v",

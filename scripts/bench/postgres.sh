@@ -7,7 +7,7 @@
 #   scripts/bench/postgres.sh 5 20        5 rounds of 20 s
 #   scripts/bench/postgres.sh --force 1 2 a smoke run on a busy machine: 1 round of 2 s
 #
-# Builds the checkout (release: convapi and the seed example; PG_BENCH_TARGET_DIR, if set, is
+# Builds the checkout (release: convapi and the seeding example; PG_BENCH_TARGET_DIR, if set, is
 # the cargo target dir), seeds one SQLite template (seed.rs --sessions 800 --users 200: 400
 # visitors, 200 of them identified; reference rates imported, so the pipeline can finish every
 # conversion) and copies it with `convapi migrate` into a PostgreSQL template database, then
@@ -193,7 +193,7 @@ if [ ${#AS[@]} -gt 0 ]; then chown postgres: "$PGDIR"; fi
 
 # ---------------------------------------------------------------------------------------- build
 if [ -n "${PG_BENCH_TARGET_DIR:-}" ]; then export CARGO_TARGET_DIR=$PG_BENCH_TARGET_DIR; fi
-say "building the checkout (release: convapi and the seed example${CARGO_TARGET_DIR:+, in $CARGO_TARGET_DIR})"
+say "building the checkout (release: convapi and the seeding example${CARGO_TARGET_DIR:+, in $CARGO_TARGET_DIR})"
 (cd "$ROOT" && cargo build --release --quiet --bin convapi --example seed) || die "the build failed"
 TARGET_DIR=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')

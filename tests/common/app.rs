@@ -1,4 +1,5 @@
-//! The server process: [`TestApp`] creates a temp dir with its own database, a tenant, a site and
+//! The server process: [`TestApp`] creates a temp dir with its own database (a file, or on a
+//! PostgreSQL run a fresh database of the test cluster, dropped with the app), a tenant, a site and
 //! an API key (through the CLI, see `cli.rs`), starts `convapi serve --addr 127.0.0.1:0`, reads the
 //! chosen port from the one stdout line, and kills the server on `Drop`. The server's stderr (its
 //! logs) goes to `server.log` in the temp dir and is printed when a test fails, so failures explain
@@ -17,6 +18,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::client::agent;
+use super::postgres::{drop_database, fresh_database};
+use super::sql::on_postgres;
 
 /// The binary under test, built once by cargo for all integration tests.
 pub const BIN: &str = env!("CARGO_BIN_EXE_convapi");
@@ -48,7 +51,8 @@ pub struct Options {
     pub serve_args: Vec<String>,
     /// Extra environment for the server process.
     pub env: Vec<(String, String)>,
-    /// `--db` (a PostgreSQL URL, say); `None`: `convapi.db` in the app's temporary directory.
+    /// `--db` (a PostgreSQL URL, say); `None`: the run's engine (`sql.rs`, `CONVAPI_TEST_ENGINE`),
+    /// `convapi.db` in the app's temporary directory, or a fresh database on the test cluster.
     pub db: Option<PathBuf>,
 }
 
@@ -141,6 +145,10 @@ pub struct TestApp {
     in_process: Option<convapi::server::Running>,
     /// The HTTP client of this app's requests (`client.rs`).
     pub(super) agent: ureq::Agent,
+    /// The plain PostgreSQL client of `sql.rs`'s peeks, connected on first use.
+    pub(super) peek: std::sync::Mutex<Option<::postgres::Client>>,
+    /// The database of the run's engine this app created (dropped with the app), if it did.
+    owned_db: Option<String>,
 }
 
 impl TestApp {
@@ -158,14 +166,19 @@ impl TestApp {
             .prefix("convapi-test-")
             .tempdir()
             .expect("temp dir");
-        let db = options
-            .db
-            .clone()
-            .unwrap_or_else(|| dir.path().join("convapi.db"));
+        // The run's engine (sql.rs, `CONVAPI_TEST_ENGINE`) unless the test named a database.
+        let owned_db = (options.db.is_none() && on_postgres()).then(fresh_database);
+        let db = match (&options.db, &owned_db) {
+            (Some(db), _) => db.clone(),
+            (None, Some(url)) => PathBuf::from(url),
+            (None, None) => dir.path().join("convapi.db"),
+        };
         let agent = agent();
         let mut app = TestApp {
             dir,
             db,
+            peek: Default::default(),
+            owned_db,
             base: String::new(),
             tenant: Tenant { id: String::new() },
             site: Site {
@@ -218,6 +231,8 @@ impl TestApp {
         let mut node = TestApp {
             dir,
             db: db.to_path_buf(),
+            peek: Default::default(),
+            owned_db: None,
             base: String::new(),
             tenant: self.tenant.clone(),
             site: self.site.clone(),
@@ -406,6 +421,13 @@ impl Drop for TestApp {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if let Some(url) = self.owned_db.take() {
+            // The peeking client first; the database may not be dropped while one is connected.
+            if let Ok(mut peek) = self.peek.lock() {
+                peek.take();
+            }
+            drop_database(&url);
         }
         if std::thread::panicking() {
             let log = self.log();

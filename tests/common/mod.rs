@@ -16,11 +16,13 @@
 //!   its file holds, then the file's integrity and its conversions with their outbox rows.
 //!
 //! Three reach behind it, on purpose:
-//! - `sql.rs` opens the server's database file with plain rusqlite (not the library) to check what
-//!   no endpoint shows — one row per order, only a key's hash on disk, outbox rows left — and to
-//!   plant states the API refuses to create;
+//! - `sql.rs` opens the server's database with a plain client (not the library: rusqlite for a
+//!   file, `postgres` for a URL) to check what no endpoint shows — one row per order, only a key's
+//!   hash stored, outbox rows left — and to plant states the API refuses to create; it also says
+//!   which engine the run is (`CONVAPI_TEST_ENGINE`) and marks what only SQLite has
+//!   ([`sqlite_only`]);
 //! - `pipeline_support.rs` uses the library (`convapi::pipeline`, `convapi::store`) to drain the
-//!   pipeline in this process against the server's database file while the server runs with
+//!   pipeline in this process against the server's database while the server runs with
 //!   `--pipeline off`: each pass happens exactly when the test says, with a clock it chooses, so
 //!   attribution, backoff and dead-letter tests are deterministic instead of waiting on a worker.
 //!   Only the pipeline's test files import it (`use crate::common::pipeline_support::*`);
@@ -29,7 +31,8 @@
 //!   disk): [`TestApp::restart_in_process`].
 //!
 //! And `postgres.rs` gives each PostgreSQL test a database of its own on the throwaway cluster
-//! that `scripts/test.sh` starts (`CONVAPI_TEST_POSTGRES`).
+//! that `scripts/test.sh` starts (`CONVAPI_TEST_POSTGRES`): on a PostgreSQL run
+//! (`CONVAPI_TEST_ENGINE=postgres`), every [`TestApp`] too.
 //!
 //! All tests run as threads of one process: helpers keep their state per [`TestApp`] (temp dir,
 //! port, child process) and never change process-wide state (environment, current directory,
@@ -58,4 +61,5 @@ pub use cli::*;
 pub use client::*;
 pub use dashboard::*;
 pub use load::*;
+pub use sql::*;
 pub use values::*;

@@ -18,7 +18,7 @@ pub fn manual() -> Builder {
     TestApp::builder().serve_args(&["--pipeline", "off"])
 }
 
-/// One pipeline pass over everything due now, in this process, on the app's database file.
+/// One pipeline pass over everything due now, in this process, on the app's database.
 pub fn drain(app: &TestApp) -> DrainStats {
     drain_at(app, now_ms())
 }
@@ -29,13 +29,13 @@ pub fn drain_at(app: &TestApp, now_ms: i64) -> DrainStats {
 }
 
 pub fn drain_with(app: &TestApp, now_ms: i64, metrics: &Metrics) -> DrainStats {
-    let conn = convapi::store::open(&app.db).expect("open db");
+    let conn = app.store();
     with_writer(app, |writer| {
         pipeline::drain_once(&conn, writer, metrics, now_ms).expect("drain")
     })
 }
 
-/// Runs `f` with a writer of its own on the app's database file (as the server's pipeline writes
+/// Runs `f` with a writer of its own on the app's database (as the server's pipeline writes
 /// through the server's writer), stopped once `f` returns.
 pub fn with_writer<T>(app: &TestApp, f: impl FnOnce(&Writer) -> T) -> T {
     let (writer, thread) = Writer::start(
@@ -208,7 +208,7 @@ pub fn one_failure(last_try: bool) -> DrainStats {
 
 /// The outbox item of conversion `id`.
 pub fn item(app: &TestApp, id: &str) -> convapi::store::pipeline::ItemState {
-    convapi::store::pipeline::item_state(&app.sqlite(), id)
+    convapi::store::pipeline::item_state(&app.store(), id)
         .expect("outbox")
         .unwrap_or_else(|| panic!("{id} is not in the outbox"))
 }
@@ -229,19 +229,16 @@ pub fn parked_order(app: &TestApp, visitor: &str, order: &str) -> String {
 /// fails `MAX_ATTEMPTS` times. The failing passes run in this process with a clock a year ahead,
 /// so the server's own pipeline (on the real clock) never sees the item due meanwhile.
 pub fn dead_letter(app: &TestApp, id: &str) {
-    let db = app.sqlite();
-    db.execute(
+    app.execute(
         "UPDATE conversions SET value = 'twelve' WHERE id = ?1",
-        [id],
-    )
-    .expect("break the value");
+        &[&id],
+    );
     let mut at = now_ms() + 365 * DAY;
-    db.execute(
+    app.execute(
         "UPDATE outbox SET next_attempt_at = ?2 WHERE conversion_id = ?1",
-        rusqlite::params![id, at],
-    )
-    .expect("schedule");
-    let conn = convapi::store::open(&app.db).expect("open db");
+        &[&id, &at],
+    );
+    let conn = app.store();
     let metrics = Metrics::default();
     for attempt in 1..=pipeline::MAX_ATTEMPTS {
         let stats =

@@ -29,6 +29,25 @@ pub fn fresh_database() -> String {
     database_url(&cluster, &name)
 }
 
+/// Drops the database `url` names (made by [`fresh_database`]), closing what is still connected to
+/// it; a failure only warns, as the cluster is thrown away with whatever it still holds.
+pub fn drop_database(url: &str) {
+    let name = database_name(url);
+    let cluster = cluster_url();
+    let dropped = ::postgres::Client::connect(&cluster, ::postgres::NoTls).and_then(|mut admin| {
+        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    });
+    if let Err(e) = dropped {
+        eprintln!("could not drop database {name}: {e}");
+    }
+}
+
+/// The database `url` names.
+fn database_name(url: &str) -> &str {
+    let base = url.split_once('?').map_or(url, |(base, _)| base);
+    &base[base.rfind('/').expect("a postgresql:// URL has a path") + 1..]
+}
+
 /// `cluster` with its database replaced by `name`.
 fn database_url(cluster: &str, name: &str) -> String {
     let (base, query) = cluster.split_once('?').unwrap_or((cluster, ""));
