@@ -175,6 +175,13 @@ pub(super) fn bytes_received(fd: libc::c_int) -> u64 {
 /// `tcpi_unacked`). A healthy accept loop keeps it at zero; a queue that stays non-empty means
 /// nobody accepts any more.
 pub fn accept_queue_len(listener: &std::net::TcpListener) -> Option<u32> {
+    listener_info(listener).map(|info| info.tcpi_unacked)
+}
+
+#[cfg(all(target_os = "linux", any(test, not(feature = "portable-supervision"))))]
+/// `TCP_INFO` of a socket in `TCP_LISTEN`; `None` for any other socket, or when the call fails.
+/// A listener's `tcpi_unacked` is its accept queue, `tcpi_sacked` its backlog.
+fn listener_info(listener: &std::net::TcpListener) -> Option<libc::tcp_info> {
     use std::os::fd::AsRawFd;
     // SAFETY: the kernel fills at most `len` bytes of the zeroed struct; the fd is borrowed.
     unsafe {
@@ -187,7 +194,7 @@ pub fn accept_queue_len(listener: &std::net::TcpListener) -> Option<u32> {
             &mut info as *mut _ as *mut libc::c_void,
             &mut len,
         );
-        (rc == 0 && info.tcpi_state == 10/* TCP_LISTEN */).then_some(info.tcpi_unacked)
+        (rc == 0 && info.tcpi_state == 10/* TCP_LISTEN */).then_some(info)
     }
 }
 
@@ -282,23 +289,11 @@ pub(super) fn send_nonblocking(fd: libc::c_int, bytes: &[u8]) -> usize {
 mod tests {
     use super::*;
 
-    /// The backlog Linux reports for a listener (`tcpi_sacked` of a socket in `TCP_LISTEN`).
+    /// The backlog Linux reports for a listener.
     fn backlog(listener: &std::net::TcpListener) -> u32 {
-        use std::os::fd::AsRawFd;
-        // SAFETY: as in `accept_queue_len`.
-        unsafe {
-            let mut info: libc::tcp_info = std::mem::zeroed();
-            let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-            let rc = libc::getsockopt(
-                listener.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_INFO,
-                &mut info as *mut _ as *mut libc::c_void,
-                &mut len,
-            );
-            assert_eq!(rc, 0);
-            info.tcpi_sacked
-        }
+        listener_info(listener)
+            .expect("a listening socket")
+            .tcpi_sacked
     }
 
     #[test]
