@@ -1,4 +1,4 @@
--- convapi's schema at version 7 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 8 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
@@ -43,7 +43,7 @@ CREATE TABLE conversions (
     fx_rate             TEXT,
     fx_date             TEXT,
     processed_at        INTEGER
-, reporting_minor INTEGER);
+, reporting_minor INTEGER, user_hashes TEXT, consent_ad_user_data INTEGER, consent_ad_personalization INTEGER);
 CREATE INDEX conversions_site_client ON conversions(site_id, client_id) WHERE client_id IS NOT NULL;
 CREATE UNIQUE INDEX conversions_site_order ON conversions(site_id, order_id) WHERE order_id IS NOT NULL;
 CREATE INDEX conversions_site_time ON conversions(site_id, occurred_at);
@@ -76,6 +76,44 @@ BEGIN
         revenue_minor = revenue_minor + excluded.revenue_minor,
         unconverted = unconverted + excluded.unconverted, inexact = inexact + excluded.inexact;
 END;
+
+CREATE TABLE deliveries (
+    id               INTEGER PRIMARY KEY,
+    destination_id   TEXT NOT NULL REFERENCES destinations(id) ON DELETE CASCADE,
+    conversion_id    TEXT NOT NULL REFERENCES conversions(id) ON DELETE CASCADE,
+    status           TEXT NOT NULL DEFAULT 'pending'
+                         CHECK (status IN ('pending', 'delivered', 'failed', 'too_old', 'skipped')),
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at  INTEGER,
+    last_error       TEXT,
+    delivered_at     INTEGER,
+    created_at       INTEGER NOT NULL,
+    UNIQUE (destination_id, conversion_id)
+);
+CREATE INDEX deliveries_conversion ON deliveries(conversion_id);
+CREATE INDEX deliveries_due ON deliveries(destination_id, next_attempt_at) WHERE status = 'pending';
+
+CREATE TABLE destinations (
+    id            TEXT PRIMARY KEY,
+    site_id       TEXT NOT NULL REFERENCES sites(id),
+    kind          TEXT NOT NULL CHECK (kind IN ('meta', 'ga4', 'google_ads')),
+    name          TEXT NOT NULL,
+    settings      TEXT NOT NULL,            -- JSON: the platform's ids (not secret)
+    secrets       TEXT NOT NULL,            -- JSON: credentials, write-only
+    endpoint      TEXT,                     -- overrides the platform's base URL
+    events        TEXT NOT NULL,            -- JSON: conversion type -> the platform's event name
+    consent       TEXT NOT NULL CHECK (consent IN ('ads', 'analytics', 'none')),
+    enabled       INTEGER NOT NULL DEFAULT 1,
+    created_at    INTEGER NOT NULL,
+    updated_at    INTEGER NOT NULL,
+    -- health, written by the sender of any node
+    failures      INTEGER NOT NULL DEFAULT 0,  -- consecutive failed sends
+    paused_until  INTEGER,                     -- circuit open until then
+    last_ok_at    INTEGER,
+    last_error    TEXT,
+    last_error_at INTEGER
+);
+CREATE INDEX destinations_site ON destinations(site_id);
 
 CREATE TABLE events (
     id          TEXT PRIMARY KEY,            -- UUID
@@ -148,7 +186,7 @@ CREATE TABLE sessions (
     wbraid            TEXT,
     fbclid            TEXT,
     msclkid           TEXT,
-    ttclid            TEXT, landing_event_id TEXT,
+    ttclid            TEXT, landing_event_id TEXT, consent_analytics INTEGER, consent_ads INTEGER, client_ip TEXT, user_agent TEXT, fbp TEXT, fbc TEXT, ga_client_id TEXT, ga_session_id TEXT,
     FOREIGN KEY (site_id, visitor_id) REFERENCES visitors(site_id, id)
 );
 CREATE INDEX sessions_site_client ON sessions(site_id, client_id) WHERE client_id IS NOT NULL;
@@ -165,7 +203,7 @@ CREATE TABLE sites (
     window_days  INTEGER NOT NULL,           -- attribution window
     model        TEXT NOT NULL,              -- last_non_direct | last_touch | first_touch
     created_at   INTEGER NOT NULL
-, signed_identify INTEGER NOT NULL DEFAULT 0, identity_secret TEXT, retain_days INTEGER NOT NULL DEFAULT 395, expire_conversions INTEGER NOT NULL DEFAULT 0);
+, signed_identify INTEGER NOT NULL DEFAULT 0, identity_secret TEXT, retain_days INTEGER NOT NULL DEFAULT 395, expire_conversions INTEGER NOT NULL DEFAULT 0, consent_required INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX sites_tenant ON sites(tenant_id);
 
 CREATE TABLE tenants (

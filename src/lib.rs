@@ -10,6 +10,7 @@ pub mod csv;
 pub mod currency;
 pub mod dashboard;
 pub mod ecb;
+pub mod forward;
 pub mod fx;
 pub mod http;
 pub mod invalid;

@@ -399,6 +399,7 @@ fn sites(c: &impl AsConn) -> SitesSeen {
             signed_identify: Some(true),
             retain_days: Some(0),
             expire_conversions: Some(true),
+            consent_required: Some(true),
         },
     )
     .unwrap();

@@ -251,6 +251,7 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
             signed_identify: a.signed_identify.as_deref().map(|v| v == "on"),
             retain_days: a.retain_days,
             expire_conversions: a.expire_conversions.as_deref().map(|v| v == "on"),
+            consent_required: None,
         };
         if changes.signed_identify == Some(true) {
             let check = store::sites::identify_check(tx, &site.id)?;

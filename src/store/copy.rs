@@ -64,6 +64,8 @@ pub const TABLES: &[&str] = &[
     "events",
     "conversions",
     "outbox",
+    "destinations",
+    "deliveries",
     "fx_rates",
     "users",
     "web_sessions",

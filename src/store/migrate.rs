@@ -81,6 +81,10 @@ const MIGRATIONS: &[Migration] = &[
         "0007_first_run_token.sql",
         include_str!("migrations/sqlite/0007_first_run_token.sql"),
     ),
+    Migration::sql(
+        "0008_forwarding.sql",
+        include_str!("migrations/sqlite/0008_forwarding.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.
@@ -212,6 +216,10 @@ mod tests {
         (
             "0007_first_run_token.sql",
             "bed70e2434abb12020f24d6a80b7efe7e8cdda532ceb9c0f220ffb0b5a785c85",
+        ),
+        (
+            "0008_forwarding.sql",
+            "fc5ada96e11673550a703f2367495b7d79751073663729542fadde7305bb38df",
         ),
     ];
 

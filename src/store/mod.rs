@@ -12,6 +12,8 @@ pub mod conversions;
 pub mod copy;
 pub mod dashboard;
 pub mod db;
+pub mod deliveries;
+pub mod destinations;
 pub mod erasure;
 pub mod export;
 pub mod first_run;

@@ -33,6 +33,11 @@ const MIGRATIONS: &[Migration] = &[
         file: "0007_first_run_token.sql",
         sql: include_str!("migrations/postgres/0007_first_run_token.sql"),
     },
+    Migration {
+        version: 8,
+        file: "0008_forwarding.sql",
+        sql: include_str!("migrations/postgres/0008_forwarding.sql"),
+    },
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

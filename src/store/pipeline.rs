@@ -172,6 +172,8 @@ pub fn finish(
             "outbox item {item_id} vanished while being processed"
         )));
     }
+    // Its deliveries to the site's destinations, in the same transaction (docs/decisions.md §13).
+    super::deliveries::enqueue(&conn, conversion_id, now_ms)?;
     Ok(())
 }
 

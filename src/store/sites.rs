@@ -26,6 +26,9 @@ pub struct Site {
     pub retain_days: i64,
     /// Whether conversions older than `retain_days` are deleted too.
     pub expire_conversions: bool,
+    /// Whether the pixel keeps nothing on the device, and nothing is forwarded, before the visitor
+    /// consents (docs/decisions.md §13).
+    pub consent_required: bool,
     pub created_at: String,
 }
 
@@ -38,7 +41,7 @@ impl Site {
 
 const COLUMNS: &str =
     "id, tenant_id, tracker_id, name, domain, currency, window_days, model, created_at, \
-    signed_identify, retain_days, expire_conversions";
+    signed_identify, retain_days, expire_conversions, consent_required";
 
 fn from_row(r: &Row) -> Result<Site> {
     Ok(Site {
@@ -54,6 +57,7 @@ fn from_row(r: &Row) -> Result<Site> {
         signed_identify: r.get(9)?,
         retain_days: r.get(10)?,
         expire_conversions: r.get(11)?,
+        consent_required: r.get(12)?,
     })
 }
 
@@ -118,6 +122,7 @@ pub struct SiteChanges<'a> {
     pub signed_identify: Option<bool>,
     pub retain_days: Option<i64>,
     pub expire_conversions: Option<bool>,
+    pub consent_required: Option<bool>,
 }
 
 /// Changes a site's settings; `None` when there is no such site.
@@ -127,7 +132,8 @@ pub fn update(conn: &impl AsConn, id: &str, c: &SiteChanges<'_>) -> Result<Optio
              currency = COALESCE(?4, currency), window_days = COALESCE(?5, window_days),
              model = COALESCE(?6, model), signed_identify = COALESCE(?7, signed_identify),
              retain_days = COALESCE(?8, retain_days),
-             expire_conversions = COALESCE(?9, expire_conversions)
+             expire_conversions = COALESCE(?9, expire_conversions),
+             consent_required = COALESCE(?11, consent_required)
          WHERE id = ?1",
         args![
             id,
@@ -139,7 +145,8 @@ pub fn update(conn: &impl AsConn, id: &str, c: &SiteChanges<'_>) -> Result<Optio
             c.signed_identify,
             c.retain_days,
             c.expire_conversions,
-            c.domain.is_some()
+            c.domain.is_some(),
+            c.consent_required
         ],
     )?;
     if changed == 0 {

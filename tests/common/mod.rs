@@ -47,6 +47,7 @@ mod cli;
 mod client;
 pub mod crash;
 mod dashboard;
+pub mod fake;
 mod inproc;
 mod load;
 pub mod pipeline_support;

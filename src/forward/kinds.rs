@@ -1,0 +1,204 @@
+//! What each kind of destination needs (docs/decisions.md §13): its settings (not secret), its
+//! credentials (write-only), the event name each conversion type goes out as by default, and the
+//! consent it requires by default. The CLI and the dashboard build and check destinations with it.
+
+use serde_json::{Map, Value};
+
+use crate::store::destinations::{Destination, CONSENT_RULES, KINDS};
+
+/// One field of a destination's form.
+#[derive(Debug, Clone, Copy)]
+pub struct Field {
+    /// The key in `settings` or `secrets`, and the CLI flag (`--<key with dashes>`).
+    pub key: &'static str,
+    pub label: &'static str,
+    pub required: bool,
+    pub secret: bool,
+}
+
+/// What a kind of destination is made of.
+#[derive(Debug, Clone, Copy)]
+pub struct Kind {
+    pub name: &'static str,
+    pub label: &'static str,
+    pub fields: &'static [Field],
+    /// The consent rule a new destination of this kind gets.
+    pub consent: &'static str,
+    /// The event name of a conversion type not in [`Kind::default_events`] (the type itself when `None`).
+    pub default_events: &'static [(&'static str, &'static str)],
+    /// Most events in one request (the platform's limit).
+    pub max_batch: usize,
+    /// Oldest event the platform takes, in milliseconds before the send.
+    pub max_age_ms: i64,
+}
+
+const fn field(key: &'static str, label: &'static str, required: bool, secret: bool) -> Field {
+    Field {
+        key,
+        label,
+        required,
+        secret,
+    }
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+pub const META: Kind = Kind {
+    name: "meta",
+    label: "Meta Conversions API",
+    fields: &[
+        field("pixel_id", "Pixel (dataset) id", true, false),
+        field("access_token", "Access token", true, true),
+        field("test_event_code", "Test event code", false, false),
+    ],
+    consent: "ads",
+    default_events: &[
+        ("purchase", "Purchase"),
+        ("signup", "CompleteRegistration"),
+        ("lead", "Lead"),
+        ("subscribe", "Subscribe"),
+        ("add_to_cart", "AddToCart"),
+        ("checkout", "InitiateCheckout"),
+    ],
+    max_batch: 1_000,
+    max_age_ms: 7 * DAY_MS,
+};
+
+pub const GA4: Kind = Kind {
+    name: "ga4",
+    label: "Google Analytics 4 (Measurement Protocol)",
+    fields: &[
+        field("measurement_id", "Measurement id (G-…)", true, false),
+        field("api_secret", "API secret", true, true),
+    ],
+    consent: "analytics",
+    default_events: &[
+        ("purchase", "purchase"),
+        ("signup", "sign_up"),
+        ("lead", "generate_lead"),
+        ("add_to_cart", "add_to_cart"),
+        ("checkout", "begin_checkout"),
+    ],
+    max_batch: 25,
+    max_age_ms: 72 * 3_600_000,
+};
+
+pub const GOOGLE_ADS: Kind = Kind {
+    name: "google_ads",
+    label: "Google Ads (offline click conversions)",
+    fields: &[
+        field("customer_id", "Customer id (digits)", true, false),
+        field("conversion_action", "Conversion action id", true, false),
+        field(
+            "login_customer_id",
+            "Login (manager) customer id",
+            false,
+            false,
+        ),
+        field("developer_token", "Developer token", true, true),
+        field("client_id", "OAuth client id", true, false),
+        field("client_secret", "OAuth client secret", true, true),
+        field("refresh_token", "OAuth refresh token", true, true),
+    ],
+    consent: "ads",
+    default_events: &[],
+    max_batch: 2_000,
+    max_age_ms: 90 * DAY_MS,
+};
+
+pub const ALL: &[Kind] = &[META, GA4, GOOGLE_ADS];
+
+/// The kind called `name`.
+pub fn kind(name: &str) -> Option<&'static Kind> {
+    ALL.iter().find(|k| k.name == name)
+}
+
+impl Kind {
+    /// The event name a conversion type goes out as when the user names none.
+    pub fn default_event(&self, conversion_type: &str) -> String {
+        self.default_events
+            .iter()
+            .find(|(t, _)| *t == conversion_type)
+            .map_or(conversion_type, |(_, e)| e)
+            .to_string()
+    }
+
+    pub fn field(&self, key: &str) -> Option<&'static Field> {
+        self.fields.iter().find(|f| f.key == key)
+    }
+}
+
+/// Why a destination cannot be stored, phrased for the person who typed it.
+pub fn check(d: &Destination) -> Result<(), String> {
+    debug_assert!(KINDS.contains(&d.kind.as_str()) || kind(&d.kind).is_none());
+    let Some(k) = kind(&d.kind) else {
+        return Err(format!(
+            "unknown destination kind '{}': use one of {}",
+            d.kind,
+            KINDS.join(", ")
+        ));
+    };
+    if d.name.trim().is_empty() || d.name.chars().count() > 100 {
+        return Err("the name must be 1 to 100 characters".into());
+    }
+    if !CONSENT_RULES.contains(&d.consent.as_str()) {
+        return Err(format!(
+            "unknown consent rule '{}': use one of {}",
+            d.consent,
+            CONSENT_RULES.join(", ")
+        ));
+    }
+    for (key, map, secret) in [
+        ("settings", &d.settings, false),
+        ("secrets", &d.secrets, true),
+    ] {
+        for (k2, v) in map {
+            match k.field(k2) {
+                Some(f) if f.secret == secret => {}
+                _ => return Err(format!("{} has no {key} field '{k2}'", k.label)),
+            }
+            let Some(s) = v.as_str() else {
+                return Err(format!("'{k2}' must be text"));
+            };
+            if s.len() > 2_048 || s.chars().any(char::is_control) {
+                return Err(format!(
+                    "'{k2}' must be at most 2048 characters, without control characters"
+                ));
+            }
+        }
+    }
+    for f in k.fields.iter().filter(|f| f.required) {
+        let map: &Map<String, Value> = if f.secret { &d.secrets } else { &d.settings };
+        if map
+            .get(f.key)
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            return Err(format!(
+                "{} needs '{}' ({}): pass --{}",
+                k.label,
+                f.key,
+                f.label,
+                f.key.replace('_', "-")
+            ));
+        }
+    }
+    if d.events.is_empty() {
+        return Err("name at least one conversion type to send (--event purchase)".into());
+    }
+    for (t, e) in &d.events {
+        if t.is_empty() || e.is_empty() || t.len() > 100 || e.len() > 100 {
+            return Err(format!(
+                "event '{t}={e}': a conversion type and an event name of 1 to 100 characters"
+            ));
+        }
+    }
+    if let Some(url) = &d.endpoint {
+        if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() > 2_048 {
+            return Err(format!(
+                "endpoint '{url}' must be an http:// or https:// URL (the platform's base, without a path to an API version)"
+            ));
+        }
+    }
+    Ok(())
+}

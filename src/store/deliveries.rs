@@ -1,0 +1,388 @@
+//! The `deliveries` table: one row per processed conversion and destination that receives it
+//! (docs/decisions.md §13), written by the pipeline in the transaction that processes the
+//! conversion and drained by the sender (`forward/`).
+//!
+//! States: `pending` (due at `next_attempt_at`), `delivered`, `failed` (a dead letter: the platform
+//! refused it for good, or it failed too often; `convapi destination retry` makes it pending again),
+//! `too_old` (past the platform's age limit, never sent) and `skipped` (the destination's consent
+//! rule does not hold, or the platform needs something the conversion has not, such as a click id).
+//! Every outcome is written only over a `pending` row, so two senders never both decide one.
+//! Written once for both engines (`db.rs`).
+
+use super::db::{args, AsConn, Engine, Row};
+use super::Result;
+
+/// The statuses of a delivery.
+pub const STATUSES: &[&str] = &["pending", "delivered", "failed", "too_old", "skipped"];
+
+/// Writes one pending delivery of a processed conversion for each enabled destination of its site
+/// that receives its type, due at once. Runs in the pipeline's transaction: with no destination it
+/// is one read of the conversion by its key and one indexed read of an empty range.
+pub fn enqueue(conn: &impl AsConn, conversion_id: &str, now_ms: i64) -> Result<u64> {
+    let conn = conn.conn();
+    let sql = match conn.engine() {
+        Engine::Sqlite => {
+            "INSERT INTO deliveries (destination_id, conversion_id, next_attempt_at, created_at)
+             SELECT d.id, c.id, ?2, ?2 FROM conversions c JOIN destinations d ON d.site_id = c.site_id
+             WHERE c.id = ?1 AND d.enabled = 1
+               AND EXISTS (SELECT 1 FROM json_each(d.events) WHERE key = c.type)
+             ON CONFLICT DO NOTHING"
+        }
+        Engine::Postgres => {
+            "INSERT INTO deliveries (destination_id, conversion_id, next_attempt_at, created_at)
+             SELECT d.id, c.id, ?2, ?2 FROM conversions c JOIN destinations d ON d.site_id = c.site_id
+             WHERE c.id = ?1 AND d.enabled = 1 AND jsonb_exists(d.events::jsonb, c.type)
+             ON CONFLICT DO NOTHING"
+        }
+    };
+    conn.execute(sql, args![conversion_id, now_ms])
+}
+
+/// Writes a pending delivery to `destination_id` for each processed conversion of its site that
+/// occurred in `[from_ms, to_ms)`, whose type it receives and that it has no delivery of yet
+/// (`convapi destination replay`). Returns how many.
+pub fn replay(
+    conn: &impl AsConn,
+    destination_id: &str,
+    from_ms: i64,
+    to_ms: i64,
+    now_ms: i64,
+) -> Result<u64> {
+    let conn = conn.conn();
+    let has_type = match conn.engine() {
+        Engine::Sqlite => "EXISTS (SELECT 1 FROM json_each(d.events) WHERE key = c.type)",
+        Engine::Postgres => "jsonb_exists(d.events::jsonb, c.type)",
+    };
+    conn.execute(
+        &format!(
+            "INSERT INTO deliveries (destination_id, conversion_id, next_attempt_at, created_at)
+             SELECT d.id, c.id, ?4, ?4 FROM destinations d
+             JOIN conversions c ON c.site_id = d.site_id
+             WHERE d.id = ?1 AND c.status = 'processed' AND c.occurred_at >= ?2
+               AND c.occurred_at < ?3 AND {has_type}
+             ON CONFLICT DO NOTHING"
+        ),
+        args![destination_id, from_ms, to_ms, now_ms],
+    )
+}
+
+/// The destinations with a delivery due at `now` whose circuit is closed, the longest waiting first.
+pub fn due_destinations(conn: &impl AsConn, now_ms: i64) -> Result<Vec<String>> {
+    conn.conn().query_all(
+        "SELECT d.id FROM destinations d
+         WHERE (d.paused_until IS NULL OR d.paused_until <= ?1)
+           AND EXISTS (SELECT 1 FROM deliveries x WHERE x.destination_id = d.id
+                       AND x.status = 'pending' AND x.next_attempt_at <= ?1)
+         ORDER BY COALESCE(d.last_ok_at, 0), d.id",
+        args![now_ms],
+        |r| r.get(0),
+    )
+}
+
+/// The earliest time a pending delivery is due, at or after the circuit of its destination
+/// closes (`None`: nothing is pending).
+pub fn next_due(conn: &impl AsConn) -> Result<Option<i64>> {
+    Ok(conn
+        .conn()
+        .query_opt(
+            "SELECT MIN(CASE WHEN d.paused_until > x.next_attempt_at THEN d.paused_until
+                             ELSE x.next_attempt_at END)
+             FROM deliveries x JOIN destinations d ON d.id = x.destination_id
+             WHERE x.status = 'pending'",
+            args![],
+            |r| r.get::<Option<i64>>(0),
+        )?
+        .flatten())
+}
+
+/// Takes a destination for this connection's sender until [`release`]: on PostgreSQL, where
+/// several nodes send, a session-level advisory lock in a key space of its own (two keys: a
+/// constant and the hash of the id), so one destination has one sender at a time; `false` when
+/// another node holds it. SQLite's one server keeps its own table of destinations in hand.
+pub fn claim(conn: &impl AsConn, destination_id: &str) -> Result<bool> {
+    let conn = conn.conn();
+    if conn.engine() == Engine::Postgres {
+        return Ok(conn
+            .query_opt(
+                "SELECT pg_try_advisory_lock(1668246134, hashtext(?1))",
+                args![destination_id],
+                |r| r.get::<bool>(0),
+            )?
+            .unwrap_or(false));
+    }
+    Ok(true)
+}
+
+/// Ends a [`claim`].
+pub fn release(conn: &impl AsConn, destination_id: &str) -> Result<()> {
+    let conn = conn.conn();
+    if conn.engine() == Engine::Postgres {
+        conn.query_opt(
+            "SELECT pg_advisory_unlock(1668246134, hashtext(?1))",
+            args![destination_id],
+            |_| Ok(()),
+        )?;
+    }
+    Ok(())
+}
+
+/// A pending delivery as the sender lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Due {
+    pub id: i64,
+    pub conversion_id: String,
+    /// Failed tries so far.
+    pub attempts: i64,
+}
+
+/// Up to `limit` deliveries of a destination due at `now`, oldest due first.
+pub fn due(
+    conn: &impl AsConn,
+    destination_id: &str,
+    now_ms: i64,
+    limit: usize,
+) -> Result<Vec<Due>> {
+    conn.conn().query_all(
+        "SELECT id, conversion_id, attempts FROM deliveries
+         WHERE destination_id = ?1 AND status = 'pending' AND next_attempt_at <= ?2
+         ORDER BY next_attempt_at, id LIMIT ?3",
+        args![destination_id, now_ms, limit as i64],
+        |r| {
+            Ok(Due {
+                id: r.get(0)?,
+                conversion_id: r.get(1)?,
+                attempts: r.get(2)?,
+            })
+        },
+    )
+}
+
+/// What a session holds for forwarding.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionFacts {
+    pub id: String,
+    pub started_at: i64,
+    pub landing_url: Option<String>,
+    pub consent_analytics: Option<bool>,
+    pub consent_ads: Option<bool>,
+    pub client_ip: Option<String>,
+    pub user_agent: Option<String>,
+    pub fbp: Option<String>,
+    pub fbc: Option<String>,
+    pub ga_client_id: Option<String>,
+    pub ga_session_id: Option<String>,
+    pub gclid: Option<String>,
+    pub gbraid: Option<String>,
+    pub wbraid: Option<String>,
+    pub fbclid: Option<String>,
+}
+
+/// Everything a destination's mapping reads of one conversion.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    pub conversion_id: String,
+    pub site_id: String,
+    pub order_id: Option<String>,
+    pub conversion_type: String,
+    pub value: Option<String>,
+    pub currency: String,
+    pub occurred_at: i64,
+    pub client_id: Option<String>,
+    pub visitor_id: String,
+    /// JSON of SHA-256 digests (`em`, `ph`, `em_g`, `ph_g`), see the migration `0008`.
+    pub user_hashes: Option<String>,
+    pub consent_ad_user_data: Option<bool>,
+    pub consent_ad_personalization: Option<bool>,
+    /// Whether the site asks for consent before anything is kept (then no answer means no).
+    pub consent_required: bool,
+    /// The session the conversion was recorded in.
+    pub session: Option<SessionFacts>,
+    /// The session attribution credited, when it is another one.
+    pub attributed: Option<SessionFacts>,
+}
+
+const SESSION_COLUMNS: &str = "s.id, s.started_at, \
+    (SELECT e.url FROM events e WHERE e.id = s.landing_event_id), s.consent_analytics, s.consent_ads, \
+    s.client_ip, s.user_agent, s.fbp, s.fbc, s.ga_client_id, s.ga_session_id, s.gclid, s.gbraid, \
+    s.wbraid, s.fbclid";
+
+fn opt_bool(r: &Row, i: usize) -> Result<Option<bool>> {
+    Ok(r.get::<Option<i64>>(i)?.map(|v| v != 0))
+}
+
+fn session_facts(r: &Row) -> Result<SessionFacts> {
+    Ok(SessionFacts {
+        id: r.get(0)?,
+        started_at: r.get(1)?,
+        landing_url: r.get(2)?,
+        consent_analytics: opt_bool(r, 3)?,
+        consent_ads: opt_bool(r, 4)?,
+        client_ip: r.get(5)?,
+        user_agent: r.get(6)?,
+        fbp: r.get(7)?,
+        fbc: r.get(8)?,
+        ga_client_id: r.get(9)?,
+        ga_session_id: r.get(10)?,
+        gclid: r.get(11)?,
+        gbraid: r.get(12)?,
+        wbraid: r.get(13)?,
+        fbclid: r.get(14)?,
+    })
+}
+
+fn session(conn: &impl AsConn, id: &str) -> Result<Option<SessionFacts>> {
+    conn.conn().query_opt(
+        &format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?1"),
+        args![id],
+        session_facts,
+    )
+}
+
+/// The facts of a conversion (`None` when it was deleted since).
+pub fn facts(conn: &impl AsConn, conversion_id: &str) -> Result<Option<Facts>> {
+    let row = conn.conn().query_opt(
+        "SELECT c.id, c.site_id, c.order_id, c.type, c.value, c.currency, c.occurred_at,
+             c.client_id, c.visitor_id, c.user_hashes, c.consent_ad_user_data,
+             c.consent_ad_personalization, s.consent_required, c.session_id, c.attr_session_id
+         FROM conversions c JOIN sites s ON s.id = c.site_id WHERE c.id = ?1",
+        args![conversion_id],
+        |r| {
+            Ok((
+                Facts {
+                    conversion_id: r.get(0)?,
+                    site_id: r.get(1)?,
+                    order_id: r.get(2)?,
+                    conversion_type: r.get(3)?,
+                    value: r.get(4)?,
+                    currency: r.get(5)?,
+                    occurred_at: r.get(6)?,
+                    client_id: r.get(7)?,
+                    visitor_id: r.get(8)?,
+                    user_hashes: r.get(9)?,
+                    consent_ad_user_data: opt_bool(r, 10)?,
+                    consent_ad_personalization: opt_bool(r, 11)?,
+                    consent_required: r.get(12)?,
+                    session: None,
+                    attributed: None,
+                },
+                r.get::<String>(13)?,
+                r.get::<Option<String>>(14)?,
+            ))
+        },
+    )?;
+    let Some((mut f, session_id, attributed_id)) = row else {
+        return Ok(None);
+    };
+    f.session = session(conn, &session_id)?;
+    if let Some(a) = attributed_id.filter(|a| *a != session_id) {
+        f.attributed = session(conn, &a)?;
+    }
+    Ok(Some(f))
+}
+
+/// Marks a pending delivery delivered; `false` when it was not pending any more.
+pub fn delivered(conn: &impl AsConn, id: i64, attempts: i64, now_ms: i64) -> Result<bool> {
+    Ok(conn.conn().execute(
+        "UPDATE deliveries SET status = 'delivered', attempts = ?2, delivered_at = ?3,
+             next_attempt_at = NULL, last_error = NULL
+         WHERE id = ?1 AND status = 'pending'",
+        args![id, attempts, now_ms],
+    )? == 1)
+}
+
+/// Reschedules a pending delivery after a failed try.
+pub fn retry(
+    conn: &impl AsConn,
+    id: i64,
+    attempts: i64,
+    next_at: i64,
+    error: &str,
+) -> Result<bool> {
+    Ok(conn.conn().execute(
+        "UPDATE deliveries SET attempts = ?2, next_attempt_at = ?3, last_error = ?4
+         WHERE id = ?1 AND status = 'pending'",
+        args![id, attempts, next_at, error],
+    )? == 1)
+}
+
+/// Moves a pending delivery to a final status (`failed`, `too_old`, `skipped`) with its reason.
+pub fn finish(
+    conn: &impl AsConn,
+    id: i64,
+    status: &str,
+    attempts: i64,
+    reason: &str,
+) -> Result<bool> {
+    debug_assert!(matches!(status, "failed" | "too_old" | "skipped"));
+    Ok(conn.conn().execute(
+        "UPDATE deliveries SET status = ?2, attempts = ?3, last_error = ?4, next_attempt_at = NULL
+         WHERE id = ?1 AND status = 'pending'",
+        args![id, status, attempts, reason],
+    )? == 1)
+}
+
+/// Makes a destination's dead letters (or one conversion's, with `conversion_id`) pending again,
+/// due at `now`, with their tries counted from zero. Returns how many.
+pub fn retry_failed(
+    conn: &impl AsConn,
+    destination_id: &str,
+    conversion_id: Option<&str>,
+    now_ms: i64,
+) -> Result<u64> {
+    conn.conn().execute(
+        "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?3
+         WHERE destination_id = ?1 AND status = 'failed' AND (?2 IS NULL OR conversion_id = ?2)",
+        args![destination_id, conversion_id, now_ms],
+    )
+}
+
+/// One delivery as the order status and the order page show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct View {
+    pub destination_id: String,
+    pub destination: String,
+    pub kind: String,
+    pub status: String,
+    pub attempts: i64,
+    pub last_error: Option<String>,
+    pub next_attempt_at: Option<i64>,
+    pub delivered_at: Option<i64>,
+}
+
+/// A conversion's deliveries, in the order its destinations were made.
+pub fn of_conversion(conn: &impl AsConn, conversion_id: &str) -> Result<Vec<View>> {
+    conn.conn().query_all(
+        "SELECT d.id, d.name, d.kind, x.status, x.attempts, x.last_error, x.next_attempt_at,
+             x.delivered_at
+         FROM deliveries x JOIN destinations d ON d.id = x.destination_id
+         WHERE x.conversion_id = ?1 ORDER BY d.created_at, d.id",
+        args![conversion_id],
+        |r| {
+            Ok(View {
+                destination_id: r.get(0)?,
+                destination: r.get(1)?,
+                kind: r.get(2)?,
+                status: r.get(3)?,
+                attempts: r.get(4)?,
+                last_error: r.get(5)?,
+                next_attempt_at: r.get(6)?,
+                delivered_at: r.get(7)?,
+            })
+        },
+    )
+}
+
+/// How many deliveries of a destination are in each status, in the order of [`STATUSES`].
+pub fn counts(conn: &impl AsConn, destination_id: &str) -> Result<[i64; 5]> {
+    let mut out = [0i64; 5];
+    for (status, n) in conn.conn().query_all(
+        "SELECT status, COUNT(*) FROM deliveries WHERE destination_id = ?1 GROUP BY status",
+        args![destination_id],
+        |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)),
+    )? {
+        if let Some(i) = STATUSES.iter().position(|s| *s == status) {
+            out[i] = n;
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,253 @@
+//! The `destinations` table: the ad platforms a site's conversions are passed on to
+//! (docs/decisions.md §13), with their health as the senders of every node record it.
+//!
+//! A destination's credentials (`secrets`) are write-only: [`Destination`]'s `Debug` masks them,
+//! listings show [`Destination::masked_secrets`], and they leave the database only in the request
+//! to the platform. Written once for both engines (`db.rs`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use super::db::{args, AsConn, Row};
+use super::{Result, StoreError};
+
+/// The platforms a destination can be.
+pub const KINDS: &[&str] = &["meta", "ga4", "google_ads"];
+/// Which consent a destination needs before it receives a conversion.
+pub const CONSENT_RULES: &[&str] = &["ads", "analytics", "none"];
+
+#[derive(Clone, PartialEq)]
+pub struct Destination {
+    pub id: String,
+    pub site_id: String,
+    /// One of [`KINDS`].
+    pub kind: String,
+    pub name: String,
+    /// The platform's ids (pixel id, measurement id, customer id …): not secret.
+    pub settings: Map<String, Value>,
+    /// Credentials: write-only (see the module's documentation).
+    pub secrets: Map<String, Value>,
+    /// Replaces the platform's base URL (a gateway, or a test server).
+    pub endpoint: Option<String>,
+    /// Conversion type → the platform's event name; types not listed are not sent.
+    pub events: BTreeMap<String, String>,
+    /// One of [`CONSENT_RULES`].
+    pub consent: String,
+    pub enabled: bool,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub health: Health,
+}
+
+/// What the senders last saw of a destination.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Health {
+    /// Failed sends in a row (0 after a success).
+    pub failures: i64,
+    /// The circuit is open until then: no send is tried before.
+    pub paused_until: Option<i64>,
+    pub last_ok_at: Option<i64>,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<i64>,
+}
+
+impl fmt::Debug for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Destination")
+            .field("id", &self.id)
+            .field("site_id", &self.site_id)
+            .field("kind", &self.kind)
+            .field("name", &self.name)
+            .field("settings", &self.settings)
+            .field("secrets", &self.masked_secrets())
+            .field("endpoint", &self.endpoint)
+            .field("events", &self.events)
+            .field("consent", &self.consent)
+            .field("enabled", &self.enabled)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Destination {
+    /// The credentials as a listing shows them: each value's last four characters after `••••`
+    /// (nothing of a value shorter than 12).
+    pub fn masked_secrets(&self) -> BTreeMap<String, String> {
+        self.secrets
+            .iter()
+            .map(|(k, v)| (k.clone(), mask(v.as_str().unwrap_or(""))))
+            .collect()
+    }
+
+    /// A setting as text (`None` when unset or empty).
+    pub fn setting(&self, key: &str) -> Option<&str> {
+        self.settings
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    }
+
+    /// A credential as text (`None` when unset or empty).
+    pub fn secret(&self, key: &str) -> Option<&str> {
+        self.secrets
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    }
+}
+
+/// `••••` and the last four characters of a value of twelve or more.
+pub fn mask(v: &str) -> String {
+    let chars: Vec<char> = v.chars().collect();
+    if chars.len() >= 12 {
+        format!(
+            "••••{}",
+            chars[chars.len() - 4..].iter().collect::<String>()
+        )
+    } else {
+        "••••".to_string()
+    }
+}
+
+const COLUMNS: &str = "id, site_id, kind, name, settings, secrets, endpoint, events, consent, \
+    enabled, created_at, updated_at, failures, paused_until, last_ok_at, last_error, last_error_at";
+
+fn json_object(text: &str, what: &str) -> Result<Map<String, Value>> {
+    match serde_json::from_str(text) {
+        Ok(Value::Object(m)) => Ok(m),
+        _ => Err(StoreError::Other(format!(
+            "destination {what} is not a JSON object"
+        ))),
+    }
+}
+
+fn from_row(r: &Row) -> Result<Destination> {
+    let events = json_object(&r.get::<String>(7)?, "events")?
+        .into_iter()
+        .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_string()))
+        .collect();
+    Ok(Destination {
+        id: r.get(0)?,
+        site_id: r.get(1)?,
+        kind: r.get(2)?,
+        name: r.get(3)?,
+        settings: json_object(&r.get::<String>(4)?, "settings")?,
+        secrets: json_object(&r.get::<String>(5)?, "secrets")?,
+        endpoint: r.get(6)?,
+        events,
+        consent: r.get(8)?,
+        enabled: r.get(9)?,
+        created_at: r.get(10)?,
+        updated_at: r.get(11)?,
+        health: Health {
+            failures: r.get(12)?,
+            paused_until: r.get(13)?,
+            last_ok_at: r.get(14)?,
+            last_error: r.get(15)?,
+            last_error_at: r.get(16)?,
+        },
+    })
+}
+
+fn events_json(d: &Destination) -> String {
+    serde_json::to_string(&d.events).expect("a map of strings serialises")
+}
+
+/// Stores a new destination (its health starts empty).
+pub fn insert(conn: &impl AsConn, d: &Destination) -> Result<()> {
+    conn.conn().execute(
+        "INSERT INTO destinations (id, site_id, kind, name, settings, secrets, endpoint, events,
+             consent, enabled, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        args![
+            &d.id,
+            &d.site_id,
+            &d.kind,
+            &d.name,
+            Value::Object(d.settings.clone()).to_string().as_str(),
+            Value::Object(d.secrets.clone()).to_string().as_str(),
+            &d.endpoint,
+            events_json(d).as_str(),
+            &d.consent,
+            d.enabled,
+            d.created_at,
+            d.updated_at
+        ],
+    )?;
+    Ok(())
+}
+
+/// Writes everything of `d` but its id, site, kind, creation time and health; `false` when it is gone.
+pub fn update(conn: &impl AsConn, d: &Destination) -> Result<bool> {
+    Ok(conn.conn().execute(
+        "UPDATE destinations SET name = ?2, settings = ?3, secrets = ?4, endpoint = ?5, events = ?6,
+             consent = ?7, enabled = ?8, updated_at = ?9
+         WHERE id = ?1",
+        args![
+            &d.id,
+            &d.name,
+            Value::Object(d.settings.clone()).to_string().as_str(),
+            Value::Object(d.secrets.clone()).to_string().as_str(),
+            &d.endpoint,
+            events_json(d).as_str(),
+            &d.consent,
+            d.enabled,
+            d.updated_at
+        ],
+    )? == 1)
+}
+
+pub fn by_id(conn: &impl AsConn, id: &str) -> Result<Option<Destination>> {
+    conn.conn().query_opt(
+        &format!("SELECT {COLUMNS} FROM destinations WHERE id = ?1"),
+        args![id],
+        from_row,
+    )
+}
+
+/// A site's destinations, oldest first.
+pub fn for_site(conn: &impl AsConn, site_id: &str) -> Result<Vec<Destination>> {
+    conn.conn().query_all(
+        &format!("SELECT {COLUMNS} FROM destinations WHERE site_id = ?1 ORDER BY created_at, id"),
+        args![site_id],
+        from_row,
+    )
+}
+
+/// Deletes a destination with its credentials and its deliveries; `false` when there was none.
+pub fn remove(conn: &impl AsConn, id: &str) -> Result<bool> {
+    let conn = conn.conn();
+    conn.execute(
+        "DELETE FROM deliveries WHERE destination_id = ?1",
+        args![id],
+    )?;
+    Ok(conn.execute("DELETE FROM destinations WHERE id = ?1", args![id])? == 1)
+}
+
+/// Records a send the platform answered (whatever it said of each event): the circuit closes.
+pub fn record_ok(conn: &impl AsConn, id: &str, now_ms: i64) -> Result<()> {
+    conn.conn().execute(
+        "UPDATE destinations SET failures = 0, paused_until = NULL, last_ok_at = ?2 WHERE id = ?1",
+        args![id, now_ms],
+    )?;
+    Ok(())
+}
+
+/// Records a send that failed as a whole (the platform down, throttling, bad credentials), with
+/// the circuit open until `paused_until`.
+pub fn record_failure(
+    conn: &impl AsConn,
+    id: &str,
+    error: &str,
+    paused_until: Option<i64>,
+    now_ms: i64,
+) -> Result<()> {
+    conn.conn().execute(
+        "UPDATE destinations SET failures = failures + 1, paused_until = ?3, last_error = ?2,
+             last_error_at = ?4
+         WHERE id = ?1",
+        args![id, error, paused_until, now_ms],
+    )?;
+    Ok(())
+}
