@@ -129,24 +129,46 @@ impl Kind {
 }
 
 /// Why a destination cannot be stored, phrased for the person who typed it.
-pub fn check(d: &Destination) -> Result<(), String> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for Refused {
+    fn from(s: String) -> Self {
+        Refused(s)
+    }
+}
+
+impl From<&str> for Refused {
+    fn from(s: &str) -> Self {
+        Refused(s.to_string())
+    }
+}
+
+/// Checks a destination before it is stored.
+pub fn check(d: &Destination) -> Result<(), Refused> {
     debug_assert!(KINDS.contains(&d.kind.as_str()) || kind(&d.kind).is_none());
     let Some(k) = kind(&d.kind) else {
-        return Err(format!(
+        return Err(Refused(format!(
             "unknown destination kind '{}': use one of {}",
             d.kind,
             KINDS.join(", ")
-        ));
+        )));
     };
     if d.name.trim().is_empty() || d.name.chars().count() > 100 {
         return Err("the name must be 1 to 100 characters".into());
     }
     if !CONSENT_RULES.contains(&d.consent.as_str()) {
-        return Err(format!(
+        return Err(Refused(format!(
             "unknown consent rule '{}': use one of {}",
             d.consent,
             CONSENT_RULES.join(", ")
-        ));
+        )));
     }
     for (key, map, secret) in [
         ("settings", &d.settings, false),
@@ -155,15 +177,15 @@ pub fn check(d: &Destination) -> Result<(), String> {
         for (k2, v) in map {
             match k.field(k2) {
                 Some(f) if f.secret == secret => {}
-                _ => return Err(format!("{} has no {key} field '{k2}'", k.label)),
+                _ => return Err(Refused(format!("{} has no {key} field '{k2}'", k.label))),
             }
             let Some(s) = v.as_str() else {
-                return Err(format!("'{k2}' must be text"));
+                return Err(Refused(format!("'{k2}' must be text")));
             };
             if s.len() > 2_048 || s.chars().any(char::is_control) {
-                return Err(format!(
+                return Err(Refused(format!(
                     "'{k2}' must be at most 2048 characters, without control characters"
-                ));
+                )));
             }
         }
     }
@@ -174,13 +196,13 @@ pub fn check(d: &Destination) -> Result<(), String> {
             .and_then(Value::as_str)
             .is_none_or(str::is_empty)
         {
-            return Err(format!(
+            return Err(Refused(format!(
                 "{} needs '{}' ({}): pass --{}",
                 k.label,
                 f.key,
                 f.label,
                 f.key.replace('_', "-")
-            ));
+            )));
         }
     }
     if d.events.is_empty() {
@@ -188,16 +210,16 @@ pub fn check(d: &Destination) -> Result<(), String> {
     }
     for (t, e) in &d.events {
         if t.is_empty() || e.is_empty() || t.len() > 100 || e.len() > 100 {
-            return Err(format!(
+            return Err(Refused(format!(
                 "event '{t}={e}': a conversion type and an event name of 1 to 100 characters"
-            ));
+            )));
         }
     }
     if let Some(url) = &d.endpoint {
         if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() > 2_048 {
-            return Err(format!(
+            return Err(Refused(format!(
                 "endpoint '{url}' must be an http:// or https:// URL (the platform's base, without a path to an API version)"
-            ));
+            )));
         }
     }
     Ok(())

@@ -141,14 +141,14 @@ impl Http {
         headers: &[(&str, &str)],
         content_type: &str,
         body: &str,
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, NoAnswer> {
         let mut req = self.agent.post(url).header("Content-Type", content_type);
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
         let mut resp = req
             .send(body)
-            .map_err(|e| format!("{}: {e}", redact_url(url)))?;
+            .map_err(|e| NoAnswer(format!("{}: {e}", redact_url(url))))?;
         let status = resp.status().as_u16();
         let retry_after_ms = resp
             .headers()
@@ -161,12 +161,22 @@ impl Http {
             .with_config()
             .limit(MAX_ANSWER_BYTES)
             .read_to_string()
-            .map_err(|e| format!("{}: {e}", redact_url(url)))?;
+            .map_err(|e| NoAnswer(format!("{}: {e}", redact_url(url))))?;
         Ok(Answer {
             status,
             body,
             retry_after_ms,
         })
+    }
+}
+
+/// Why a request got no answer (connection, timeout, an answer too long), without secrets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoAnswer(pub String);
+
+impl std::fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
 }
 
