@@ -77,6 +77,12 @@ BEGIN
         unconverted = unconverted + excluded.unconverted, inexact = inexact + excluded.inexact;
 END;
 
+CREATE TABLE daily_salts (
+    day         INTEGER PRIMARY KEY,          -- days since 1970-01-01 (UTC)
+    salt        TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+
 CREATE TABLE deliveries (
     id               INTEGER PRIMARY KEY,
     destination_id   TEXT NOT NULL REFERENCES destinations(id) ON DELETE CASCADE,

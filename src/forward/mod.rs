@@ -4,3 +4,74 @@
 pub mod hash;
 pub mod kinds;
 pub mod platform;
+
+use platform::{Event, Http, Outage, Platform, REQUEST_TIMEOUT};
+
+use crate::store::deliveries::{Facts, SessionFacts};
+use crate::store::destinations::Destination;
+
+/// Every platform convapi sends to, one per kind of destination.
+static PLATFORMS: &[&dyn Platform] = &[];
+
+/// The platform of a kind of destination (`None`: not one convapi knows).
+pub fn platform(kind: &str) -> Option<&'static dyn Platform> {
+    PLATFORMS.iter().copied().find(|p| p.kind().name == kind)
+}
+
+/// A made-up purchase, as the "send a test event" button and `convapi destination test` send it:
+/// an order id that says what it is, one unit of the site's currency, a session with a click of
+/// each network and consent granted.
+pub fn test_facts(dest: &Destination, currency: &str, now_ms: i64) -> Facts {
+    let session = SessionFacts {
+        id: "convapi-test-session".into(),
+        started_at: now_ms - 60_000,
+        landing_url: Some("https://example.com/?utm_source=convapi-test".into()),
+        consent_analytics: Some(true),
+        consent_ads: Some(true),
+        client_ip: Some("203.0.113.7".into()),
+        user_agent: Some("Mozilla/5.0 (convapi test event)".into()),
+        fbp: Some(format!("fb.1.{}.1234567890", now_ms - 60_000)),
+        fbc: None,
+        ga_client_id: Some("1234567890.1700000000".into()),
+        ga_session_id: Some(((now_ms - 60_000) / 1000).to_string()),
+        gclid: Some("convapi-test-gclid".into()),
+        gbraid: None,
+        wbraid: None,
+        fbclid: Some("convapi-test-fbclid".into()),
+    };
+    Facts {
+        conversion_id: format!("convapi-test-{now_ms}"),
+        site_id: dest.site_id.clone(),
+        order_id: Some(format!("convapi-test-{now_ms}")),
+        conversion_type: "purchase".into(),
+        value: Some("1.00".into()),
+        currency: currency.to_string(),
+        occurred_at: now_ms - 1_000,
+        client_id: Some("convapi-test-customer".into()),
+        visitor_id: "convapi-test-visitor".into(),
+        user_hashes: hash::user_hashes(Some("test@example.com"), None),
+        consent_ad_user_data: Some(true),
+        consent_ad_personalization: Some(true),
+        consent_required: false,
+        session: Some(session),
+        attributed: None,
+    }
+}
+
+/// Sends a test event to `dest` in its platform's test mode and returns the platform's answer.
+pub fn send_test(dest: &Destination, currency: &str, now_ms: i64) -> Result<String, Outage> {
+    let p = platform(&dest.kind)
+        .ok_or_else(|| Outage::Rejected(format!("unknown destination kind '{}'", dest.kind)))?;
+    let facts = test_facts(dest, currency, now_ms);
+    let name = dest
+        .events
+        .get("purchase")
+        .cloned()
+        .unwrap_or_else(|| p.kind().default_event("purchase"));
+    let event = Event {
+        delivery_id: 0,
+        facts: &facts,
+        name: &name,
+    };
+    p.test(&Http::new(REQUEST_TIMEOUT), dest, &event, now_ms)
+}

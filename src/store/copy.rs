@@ -71,6 +71,7 @@ pub const TABLES: &[&str] = &[
     "web_sessions",
     "report_daily",
     "first_run",
+    "daily_salts",
 ];
 
 /// The rollup's trigger on `conversions`, switched off for the copy when the role may.

@@ -219,7 +219,7 @@ mod tests {
         ),
         (
             "0008_forwarding.sql",
-            "fc5ada96e11673550a703f2367495b7d79751073663729542fadde7305bb38df",
+            "48f959cd06a21ad1926caa7ede5fc99abc8d9da70d07bde34f511f9371d03387",
         ),
     ];
 

@@ -63,3 +63,12 @@ CREATE TABLE deliveries (
 );
 CREATE INDEX deliveries_due ON deliveries(destination_id, next_attempt_at) WHERE status = 'pending';
 CREATE INDEX deliveries_conversion ON deliveries(conversion_id);
+
+-- The salt of the day that a visitor without analytics consent is counted by (a hash of the salt,
+-- the site, the address and the user agent): made on the day's first such hit by whichever node
+-- gets it, deleted when the day is over, so yesterday's visitors can no longer be recomputed.
+CREATE TABLE daily_salts (
+    day         INTEGER PRIMARY KEY,          -- days since 1970-01-01 (UTC)
+    salt        TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+);
