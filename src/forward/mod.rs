@@ -4,6 +4,7 @@
 pub mod hash;
 pub mod kinds;
 pub mod platform;
+pub mod sender;
 
 use platform::{Event, Http, Outage, Platform, REQUEST_TIMEOUT};
 
