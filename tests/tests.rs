@@ -53,6 +53,10 @@ mod cli;
 // The pipeline: attribution models, channel rules, window edge, idempotent passes, backoff, dead
 // letters, slow items, the worker inside a running server. Here: what happens after the 202.
 mod pipeline;
+// The sender of deliveries to ad platforms, whatever the platform: once each, consent, the one bad
+// event of a batch, a platform down or throttling, another destination unaffected, kill -9 during
+// delivery, the order status and /metrics. Here: what happens to a delivery after processing.
+mod forward;
 // Currency conversion: `rates import`, the day's or latest earlier rate, crossing through EUR,
 // `fx_pending`, exact report sums. Here: anything about amounts in another currency.
 mod currency;
