@@ -167,3 +167,9 @@ mod tls;
 // packaging/haproxy.cfg, the file README's "Beyond one box" and packaging/compose.yaml use, in
 // front of two nodes: orders spread over both, and every order answered 202 when one is killed.
 mod haproxy;
+// Meta's Conversions API and GA4's Measurement Protocol, in process against fake platforms on
+// 127.0.0.1 that check each documented field, hash and limit: each rule of the mapping, each class
+// of error, the age limits, the test event, secrets in no error. Here: what one platform's module
+// sends and how it reads the answer (the sender's batching, backoff and circuit are not here).
+mod forward_ga4;
+mod forward_meta;
