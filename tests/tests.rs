@@ -163,3 +163,8 @@ mod tls;
 // packaging/haproxy.cfg, the file README's "Beyond one box" and packaging/compose.yaml use, in
 // front of two nodes: orders spread over both, and every order answered 202 when one is killed.
 mod haproxy;
+// Google Ads' offline click conversions, in process against a fake Google (token endpoint and
+// upload method): each mapping rule, the OAuth token's exchange, cache and refresh, partial
+// failure rows, each error class, batch size, `validateOnly`, secrets kept out of errors. Here:
+// what convapi sends to Google Ads and how it reads the answer.
+mod forward_ads;

@@ -1,6 +1,7 @@
 //! Passing processed conversions on to ad platforms (docs/decisions.md §13): Meta's Conversions
 //! API, GA4's Measurement Protocol and Google Ads' click conversions.
 
+pub mod google_ads;
 pub mod hash;
 pub mod kinds;
 pub mod platform;
@@ -11,7 +12,7 @@ use crate::store::deliveries::{Facts, SessionFacts};
 use crate::store::destinations::Destination;
 
 /// Every platform convapi sends to, one per kind of destination.
-static PLATFORMS: &[&dyn Platform] = &[];
+static PLATFORMS: &[&dyn Platform] = &[&google_ads::GoogleAds];
 
 /// The platform of a kind of destination (`None`: not one convapi knows).
 pub fn platform(kind: &str) -> Option<&'static dyn Platform> {
