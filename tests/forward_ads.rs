@@ -1080,3 +1080,50 @@ fn secrets_are_absent_from_every_error() {
     // And the destination's own Debug masks them.
     assert_no_secret(&format!("{d:?}"));
 }
+
+#[test]
+fn a_conversion_that_cannot_be_built_fails_alone_and_the_rows_keep_their_indexes() {
+    let g = google();
+    let d = dest(&g);
+    let mut no_click = purchase("x");
+    no_click.session = Some(session(None, None, None));
+    let mut bad_value = purchase("g-2");
+    bad_value.value = Some("twelve".into());
+    let verdicts = send(
+        &g,
+        &d,
+        &[
+            no_click,
+            purchase("g-1"),
+            bad_value,
+            purchase("bad-gclid"),
+            purchase("g-3"),
+        ],
+        NOW,
+    )
+    .unwrap();
+    assert!(
+        matches!(&verdicts[0], Verdict::Failed(e) if e.contains("no Google click id")),
+        "{verdicts:?}"
+    );
+    assert_eq!(verdicts[1], Verdict::Delivered);
+    assert!(
+        matches!(&verdicts[2], Verdict::Failed(e) if e.contains("twelve")),
+        "{verdicts:?}"
+    );
+    assert!(
+        matches!(&verdicts[3], Verdict::Failed(e) if e.contains("UNPARSEABLE_GCLID")),
+        "{verdicts:?}"
+    );
+    assert_eq!(verdicts[4], Verdict::Delivered);
+    assert_eq!(g.last_conversions().len(), 3, "only the sendable ones go");
+    // A customer id that is not one stops the destination before any request.
+    let mut d = dest(&g);
+    d.settings.insert("customer_id".into(), json!("acme-shop"));
+    let before = g.fake.requests().len();
+    assert!(matches!(
+        send(&g, &d, &[purchase("g-4")], NOW),
+        Err(Outage::Unauthorized(e)) if e.contains("customer_id")
+    ));
+    assert_eq!(g.fake.requests().len(), before);
+}
