@@ -890,6 +890,28 @@ fn http_429_and_resource_exhausted_are_throttled_with_retry_after() {
         }
         other => panic!("expected Throttled, got {other:?}"),
     }
+    // Without Retry-After, the wait of the quota error's details.
+    let g = google_with(|_, _| {
+        Some(Reply::status(
+            429,
+            error_body(
+                429,
+                "RESOURCE_EXHAUSTED",
+                "Too many requests.",
+                vec![json!({
+                "errorCode": {"quotaError": "RESOURCE_EXHAUSTED"}, "message": "Too many requests.",
+                "details": {"quotaErrorDetails": {"rateScope": "DEVELOPER", "rateName": "Requests per developer", "retryDelay": "90s"}}})],
+            ),
+        ))
+    });
+    let d = dest(&g);
+    assert!(matches!(
+        send(&g, &d, &[purchase("g-1")], NOW),
+        Err(Outage::Throttled {
+            retry_after_ms: Some(90_000),
+            ..
+        })
+    ));
 }
 
 #[test]

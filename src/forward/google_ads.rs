@@ -466,6 +466,14 @@ struct RowError {
     message: String,
     class: Class,
     after_ms: Option<i64>,
+    /// `details.quotaErrorDetails.retryDelay` of a quota error: the wait Google asks for.
+    retry_delay_ms: Option<i64>,
+}
+
+/// A protobuf `Duration` as JSON spells it (`"30s"`, `"1.5s"`), in milliseconds.
+fn duration_ms(v: &Value) -> Option<i64> {
+    let secs: f64 = v.as_str()?.strip_suffix('s')?.parse().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| (secs * 1_000.0).ceil() as i64)
 }
 
 /// The error code of a `GoogleAdsError`: its one `errorCode` member, as (family, code).
@@ -528,6 +536,9 @@ fn failure_errors(cfg: &Config<'_>, status: &Value, token: Option<&str>) -> Vec<
             ),
             class,
             after_ms,
+            retry_delay_ms: e
+                .pointer("/details/quotaErrorDetails/retryDelay")
+                .and_then(duration_ms),
         });
     }
     out
@@ -555,6 +566,7 @@ fn partial_failure(cfg: &Config<'_>, body: &str) -> Result<Vec<RowError>, Outage
             message: cfg.scrub(message, None),
             class: Class::Failed,
             after_ms: None,
+            retry_delay_ms: None,
         }]);
     }
     Ok(errors)
@@ -646,7 +658,9 @@ fn outage(cfg: &Config<'_>, answer: &Answer, token: &str) -> Option<Outage> {
     Some(if s == 429 || status == "RESOURCE_EXHAUSTED" {
         Outage::Throttled {
             error: text,
-            retry_after_ms: answer.retry_after_ms,
+            retry_after_ms: answer
+                .retry_after_ms
+                .or_else(|| errors.iter().filter_map(|e| e.retry_delay_ms).max()),
         }
     } else if s >= 500
         || matches!(
@@ -778,6 +792,14 @@ fn access_token(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quota_retry_delays_read_as_protobuf_durations() {
+        assert_eq!(duration_ms(&json!("30s")), Some(30_000));
+        assert_eq!(duration_ms(&json!("1.5s")), Some(1_500));
+        assert_eq!(duration_ms(&json!("30")), None);
+        assert_eq!(duration_ms(&json!(30)), None);
+    }
 
     #[test]
     fn conversion_date_time_is_utc_with_its_offset() {
