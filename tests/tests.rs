@@ -173,3 +173,8 @@ mod haproxy;
 // sends and how it reads the answer (the sender's batching, backoff and circuit are not here).
 mod forward_ga4;
 mod forward_meta;
+// Google Ads' offline click conversions, in process against a fake Google (token endpoint and
+// upload method): each mapping rule, the OAuth token's exchange, cache and refresh, partial
+// failure rows, each error class, batch size, `validateOnly`, secrets kept out of errors. Here:
+// what convapi sends to Google Ads and how it reads the answer.
+mod forward_ads;
