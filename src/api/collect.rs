@@ -266,10 +266,10 @@ pub fn ad_cookies(obj: &Map<String, Value>) -> AdCookies {
             "_fbp" => out.fbp = meta_cookie(v),
             "_fbc" => out.fbc = meta_cookie(v),
             "_ga" => out.ga_client_id = ga_client_id(v),
-            n if n.strip_prefix("_ga_").is_some_and(is_container) => {
-                if out.ga_session_id.is_none() {
-                    out.ga_session_id = ga_session_id(v);
-                }
+            n if out.ga_session_id.is_none()
+                && n.strip_prefix("_ga_").is_some_and(is_container) =>
+            {
+                out.ga_session_id = ga_session_id(v);
             }
             _ => {}
         }
