@@ -662,3 +662,121 @@ fn site_create_and_update_take_consent_required() {
         strict.stdout
     );
 }
+
+#[test]
+fn malformed_consent_cookies_and_agents_are_anonymous_input_bounded_and_dropped() {
+    let app = TestApp::start();
+    let tracker = app.site.tracker_id.clone();
+    // A consent value that is not a boolean is a refusal, even where no answer means yes.
+    let r = collect_as(
+        &app,
+        UA,
+        &batch(
+            &tracker,
+            "v-odd",
+            json!({"consent": {"analytics": "yes", "ads": 1}}),
+            pageview(LANDING),
+        ),
+    );
+    assert_eq!(r.expect(200)["visitorId"], Value::Null);
+    let odd = kept(&app, &r.str("sessionId"));
+    assert_eq!(
+        (
+            &odd["consent_analytics"],
+            &odd["consent_ads"],
+            &odd["gclid"],
+            &odd["client_ip"]
+        ),
+        (&json!(0), &json!(0), &Value::Null, &Value::Null),
+        "{odd}"
+    );
+
+    // Too many cookies: none kept; one too long: dropped; an overlong agent: not kept (the
+    // address is); every batch still counts.
+    let many: serde_json::Map<String, Value> = (0..=convapi::api::collect::MAX_COOKIES)
+        .map(|i| (format!("_ga_C{i}"), json!("GS2.1.s1700000001$o1")))
+        .chain([("_fbp".to_owned(), json!("fb.1.1700000000000.1"))])
+        .collect();
+    let long_agent = format!(
+        "Mozilla/5.0 {}",
+        "x".repeat(convapi::api::collect::MAX_USER_AGENT_CHARS)
+    );
+    for (visitor, cookies, agent) in [
+        ("v-many", Value::Object(many), UA.to_owned()),
+        (
+            "v-long",
+            json!({"_fbc": format!(
+                "fb.1.1700000000000.{}",
+                "a".repeat(convapi::api::collect::MAX_COOKIE_CHARS)
+            )}),
+            UA.to_owned(),
+        ),
+        ("v-agent", json!({}), long_agent),
+    ] {
+        let r = collect_as(
+            &app,
+            &agent,
+            &batch(
+                &tracker,
+                visitor,
+                json!({"consent": {"ads": true, "analytics": true}, "cookies": cookies}),
+                pageview("https://s.example/"),
+            ),
+        );
+        assert_eq!(r.expect(200)["accepted"], json!(1));
+        let k = kept(&app, &r.str("sessionId"));
+        for col in ["fbp", "fbc", "ga_session_id"] {
+            assert_eq!(k[col], Value::Null, "{visitor} {col}: {k}");
+        }
+        assert_eq!(k["client_ip"], json!("127.0.0.1"), "{visitor}");
+        let agent_kept = if visitor == "v-agent" {
+            Value::Null
+        } else {
+            json!(UA)
+        };
+        assert_eq!(k["user_agent"], agent_kept, "{visitor}");
+    }
+}
+
+#[test]
+fn behind_a_trusted_proxy_the_forwarded_address_counts_and_is_kept() {
+    let app = TestApp::builder()
+        .serve_args(&["--trusted-proxies", "127.0.0.1"])
+        .start();
+    let send = |xff: &str, consent: Value| {
+        let r = app.send(
+            "POST",
+            "/api/collect",
+            &[
+                ("Content-Type", "text/plain"),
+                ("User-Agent", UA),
+                ("X-Forwarded-For", xff),
+            ],
+            Some(
+                &serde_json::to_vec(&batch(
+                    &app.site.tracker_id,
+                    "v1",
+                    json!({ "consent": consent }),
+                    pageview("https://s.example/"),
+                ))
+                .unwrap(),
+            ),
+        );
+        kept(&app, &r.str("sessionId"))
+    };
+    let a = send("203.0.113.7", json!({"analytics": false}));
+    let b = send("203.0.113.8", json!({"analytics": false}));
+    let a_again = send("203.0.113.7", json!({"analytics": false}));
+    assert_ne!(
+        a["visitor_id"], b["visitor_id"],
+        "another address, another visitor"
+    );
+    assert_eq!(a["visitor_id"], a_again["visitor_id"]);
+    assert_eq!(
+        a["client_ip"],
+        json!("203.0.113.7"),
+        "ads consent: the client's address, not the proxy's"
+    );
+    let granted = send("198.51.100.1", json!({"analytics": true, "ads": true}));
+    assert_eq!(granted["client_ip"], json!("198.51.100.1"));
+}
