@@ -1,7 +1,9 @@
 //! Consent on the server (docs/decisions.md §13): what a pixel batch keeps as the visitor's consent
 //! and the site's option allow — cookieless visitor ids by the day's salt, `identify` dropped, click
 //! ids, address, user agent and the ad platforms' cookies only with the consent they need — and the
-//! conversions API's `email`, `phone` and `consent`, hashed on receipt. Both engines.
+//! conversions API's `email`, `phone` and `consent`, hashed on receipt. Both engines; the test of
+//! two nodes making the day's salt at once runs on PostgreSQL whatever the run's engine (as
+//! `multinode.rs`: it needs `CONVAPI_TEST_POSTGRES`).
 
 use crate::common::pipeline_support::*;
 use crate::common::*;
@@ -779,4 +781,38 @@ fn behind_a_trusted_proxy_the_forwarded_address_counts_and_is_kept() {
     );
     let granted = send("198.51.100.1", json!({"analytics": true, "ads": true}));
     assert_eq!(granted["client_ip"], json!("198.51.100.1"));
+}
+
+/// Two nodes on one PostgreSQL database (whatever the run's engine) that both see a visitor
+/// without analytics consent for the first time today, at once: one salt, so one visitor and one
+/// session.
+#[test]
+fn two_nodes_making_the_days_salt_at_once_agree_on_the_visitor() {
+    let a = TestApp::builder()
+        .db(&crate::common::postgres::fresh_database())
+        .start();
+    let b = a.another_node();
+    assert_eq!(a.query_i64("SELECT COUNT(*) FROM daily_salts", &[]), 0);
+    let body = batch(
+        &a.site.tracker_id,
+        "ignored",
+        json!({"consent": {"analytics": false}}),
+        pageview("https://s.example/"),
+    );
+    let sessions: Vec<String> = std::thread::scope(|s| {
+        let sent: Vec<_> = [&a, &b]
+            .into_iter()
+            .map(|node| {
+                let body = &body;
+                s.spawn(move || collect_as(node, UA, body).str("sessionId"))
+            })
+            .collect();
+        sent.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(sessions[0], sessions[1], "one visitor, one session");
+    assert_eq!(a.query_i64("SELECT COUNT(*) FROM daily_salts", &[]), 1);
+    assert_eq!(
+        a.query_i64("SELECT COUNT(*) FROM visitors WHERE id LIKE 'cl-%'", &[]),
+        1
+    );
 }
