@@ -430,11 +430,17 @@ pub fn apply_with(
         if stated {
             sessions::update_forwarding(conn, &session.id, f)?;
         }
-        // Ads consent withdrawn: the click ids the session kept go, their channel stays.
+        // Ads consent withdrawn: the click ids the session kept go, from its landing URL too;
+        // their channel stays.
         if f.consent_ads == Some(false) {
             let stripped = without_click_ids(session.campaign.clone());
             if stripped != session.campaign {
                 sessions::set_campaign(conn, &session.id, &stripped)?;
+            }
+            if let Some(landing) = &session.landing_url {
+                if let Cow::Owned(url) = url_without_click_ids(landing) {
+                    sessions::set_landing_url(conn, &session.id, &url)?;
+                }
             }
         }
     }

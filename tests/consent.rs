@@ -417,7 +417,9 @@ fn a_later_batch_adds_cookies_and_a_withdrawal_clears_what_ads_consent_kept() {
         json!("fb.1.1700000000000.1234567890")
     );
 
-    // Ads consent withdrawn: address, agent, Meta cookies and click ids go; the channel stays.
+    assert_eq!(kept(&app, &session)["landing_url"], json!(LANDING));
+    // Ads consent withdrawn: address, agent, Meta cookies and click ids (in the landing URL too)
+    // go; the channel stays.
     collect_as(
         &app,
         UA,
@@ -447,6 +449,10 @@ fn a_later_batch_adds_cookies_and_a_withdrawal_clears_what_ads_consent_kept() {
             &json!("1234567890.1700000000")
         ),
         "{after}"
+    );
+    assert_eq!(
+        after["landing_url"],
+        json!("https://s.example/p?utm_campaign=spring&x=1#top")
     );
 }
 

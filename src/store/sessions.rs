@@ -295,6 +295,17 @@ pub fn set_campaign(conn: &impl AsConn, id: &str, c: &Campaign) -> Result<()> {
     Ok(())
 }
 
+/// Rewrites the URL of a session's landing pageview (when ads consent is withdrawn: without its
+/// click ids).
+pub fn set_landing_url(conn: &impl AsConn, session_id: &str, url: &str) -> Result<()> {
+    conn.conn().execute(
+        "UPDATE events SET url = ?2
+         WHERE id = (SELECT landing_event_id FROM sessions WHERE id = ?1)",
+        args![session_id, url],
+    )?;
+    Ok(())
+}
+
 /// Extends a session's activity (never backwards) and marks it identified when `client_id` is given.
 pub fn touch(
     conn: &impl AsConn,
