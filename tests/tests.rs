@@ -104,6 +104,10 @@ mod slow_bodies;
 // Signed identify against attribution hijack, the cap on visitors per clientId, URLs stored once.
 // Here: what the pixel may link and store.
 mod identify;
+// Consent (what a pixel batch keeps as the visitor's consent and the site allow: cookieless
+// visitors, identify, click ids, address, user agent, the ad platforms' cookies) and the
+// conversions API's email, phone and consent. Here: anything consent decides on the server.
+mod consent;
 // Request ids (`X-Request-Id` honoured or a UUIDv7) and the access log in text and JSON. Here:
 // anything about what the server logs.
 mod logs;
