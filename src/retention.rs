@@ -91,19 +91,34 @@ pub fn prune(
         }
     }
     let _lead = Lead(conn);
+    let today = store::salts::day_of(now_ms);
+    job(writer, move |c| store::retention::drop_past_salts(c, today))?;
     let policies = store::read(conn, |c| store::retention::policies(c))?;
     let mut total = Pruned::default();
     for p in policies {
         let cutoff = now_ms - p.retain_days * DAY_MS;
         // Checked on the pruner's own connection first: a site with nothing to prune costs the
         // writer no job.
-        let (mut sessions, mut conversions) = store::read(conn, |c| {
+        let (mut sessions, mut conversions, mut hashes) = store::read(conn, |c| {
             Ok::<_, StoreError>((
                 store::retention::has_old_sessions(c, &p.site_id, cutoff)?,
                 p.expire_conversions
                     && store::retention::has_old_conversions(c, &p.site_id, cutoff)?,
+                !p.expire_conversions
+                    && store::retention::has_old_user_hashes(c, &p.site_id, cutoff)?,
             ))
         })?;
+        // Kept conversions keep no hashed e-mail or phone past the retention (docs/decisions.md §13).
+        while hashes {
+            if stop() {
+                return Ok(total);
+            }
+            let site = p.site_id.clone();
+            let n = job(writer, move |c| {
+                store::retention::drop_old_user_hashes(c, &site, cutoff, BATCH_ROWS)
+            })?;
+            hashes = n > 0;
+        }
         while sessions {
             if stop() {
                 return Ok(total);

@@ -475,6 +475,38 @@ fn forget_and_retention_remove_what_a_session_kept_for_forwarding() {
         app.query_i64("SELECT COUNT(*) FROM sessions WHERE client_ip IS NOT NULL OR fbp IS NOT NULL OR ga_client_id IS NOT NULL", &[])
     };
     assert_eq!(with_ip(), 2);
+    // Conversions with a hashed e-mail: one of the person forgotten below, one kept past the
+    // retention (its time planted 40 days back), one recent.
+    collect_as(
+        &app,
+        UA,
+        &batch(&tracker, "v-kept", json!({}), pageview(LANDING)),
+    )
+    .expect(200);
+    for (visitor, order) in [
+        ("v-forget", "o-forget"),
+        ("v-kept", "o-old"),
+        ("v-kept", "o-new"),
+    ] {
+        app.post_conversion(
+            &json!({"visitorId": visitor, "orderId": order, "email": "a@example.com"}),
+        )
+        .accepted();
+    }
+    app.execute(
+        "UPDATE conversions SET occurred_at = ?1 WHERE order_id = 'o-old'",
+        &[&(now_ms() - 40 * DAY)],
+    );
+    let hashed = |order: &str| {
+        app.query_i64(
+            "SELECT COUNT(*) FROM conversions WHERE order_id = ?1 AND user_hashes IS NOT NULL",
+            &[&order],
+        )
+    };
+    assert_eq!(
+        (hashed("o-forget"), hashed("o-old"), hashed("o-new")),
+        (1, 1, 1)
+    );
 
     app.cli_json(&[
         "forget",
@@ -484,7 +516,7 @@ fn forget_and_retention_remove_what_a_session_kept_for_forwarding() {
         "v-forget",
         "--json",
     ]);
-    assert_eq!(with_ip(), 1);
+    assert_eq!(with_ip(), 2, "v-old's and v-kept's stay");
     app.cli_json(&[
         "site",
         "update",
@@ -493,9 +525,32 @@ fn forget_and_retention_remove_what_a_session_kept_for_forwarding() {
         "30",
         "--json",
     ]);
+    // A salt of a past day that no visitor without consent came after to delete.
+    app.execute(
+        "INSERT INTO daily_salts (day, salt, created_at) VALUES (1, 'old', 0)",
+        &[],
+    );
     let conn = app.store();
     with_writer(&app, |w| convapi::retention::prune_once(&conn, w, now_ms())).expect("prune");
-    assert_eq!(with_ip(), 0, "the 40-day-old session went with its fields");
+    assert_eq!(with_ip(), 1, "the 40-day-old session went with its fields");
+    assert_eq!(
+        app.query_i64("SELECT COUNT(*) FROM daily_salts WHERE day = 1", &[]),
+        0,
+        "the pruner deletes the salts of past days"
+    );
+    assert_eq!(
+        (hashed("o-forget"), hashed("o-old"), hashed("o-new")),
+        (0, 0, 1),
+        "forget and the retention drop a kept conversion's hashed e-mail"
+    );
+    assert_eq!(
+        app.query_i64(
+            "SELECT COUNT(*) FROM conversions WHERE order_id IN ('o-forget', 'o-old')",
+            &[]
+        ),
+        2,
+        "the conversions themselves stay (the site does not expire them)"
+    );
 }
 
 #[test]

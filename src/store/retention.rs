@@ -222,6 +222,40 @@ pub fn prune_sessions(
     Ok(out)
 }
 
+/// Whether the site keeps conversions older than `cutoff_ms` with a hashed e-mail or phone.
+pub fn has_old_user_hashes(conn: &impl AsConn, site_id: &str, cutoff_ms: i64) -> Result<bool> {
+    exists(
+        conn,
+        "SELECT 1 FROM conversions WHERE site_id = ?1 AND occurred_at < ?2
+             AND user_hashes IS NOT NULL LIMIT 1",
+        args![site_id, cutoff_ms],
+    )
+}
+
+/// Drops the hashed e-mail and phone of up to `limit` of the site's conversions that occurred
+/// before `cutoff_ms` (kept conversions keep no personal data past the site's retention); how many.
+pub fn drop_old_user_hashes(
+    conn: &impl AsConn,
+    site_id: &str,
+    cutoff_ms: i64,
+    limit: usize,
+) -> Result<usize> {
+    Ok(conn.conn().execute(
+        "UPDATE conversions SET user_hashes = NULL WHERE id IN (
+             SELECT id FROM conversions WHERE site_id = ?1 AND occurred_at < ?2
+                 AND user_hashes IS NOT NULL LIMIT ?3)",
+        args![site_id, cutoff_ms, limit as i64],
+    )? as usize)
+}
+
+/// Deletes the salts of days before `day` (`daily_salts`): a day's salt goes once it is over even
+/// when no visitor without consent comes the next day.
+pub fn drop_past_salts(conn: &impl AsConn, day: i64) -> Result<usize> {
+    Ok(conn
+        .conn()
+        .execute("DELETE FROM daily_salts WHERE day < ?1", args![day])? as usize)
+}
+
 /// Deletes up to `limit` of the site's conversions that occurred before `cutoff_ms`, with any
 /// pipeline work left for them.
 pub fn expire_conversions(
