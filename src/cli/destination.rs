@@ -421,7 +421,11 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
         .fields
         .0
         .iter()
-        .filter(|(k, _)| kinds::kind(&d.kind).and_then(|x| x.field(k)).is_some_and(|f| f.secret))
+        .filter(|(k, _)| {
+            kinds::kind(&d.kind)
+                .and_then(|x| x.field(k))
+                .is_some_and(|f| f.secret)
+        })
         .map(|(k, (_, env))| {
             if *env {
                 format!("{k} (from ${})", secret_env(k))
@@ -484,9 +488,14 @@ pub(super) fn retry(db: &Path, a: RetryArgs) -> CliResult {
         let conversion = match &a.order {
             None => None,
             Some(order) => Some(
-                store::conversions::find_order(tx, &d.site_id, order, store::conversions::Source::Api)?
-                    .map(|(r, _)| r.event_id)
-                    .ok_or_else(|| format!("site {} has no order {order:?}", d.site_id))?,
+                store::conversions::find_order(
+                    tx,
+                    &d.site_id,
+                    order,
+                    store::conversions::Source::Api,
+                )?
+                .map(|(r, _)| r.event_id)
+                .ok_or_else(|| format!("site {} has no order {order:?}", d.site_id))?,
             ),
         };
         let n = store::deliveries::retry_failed(tx, &d.id, conversion.as_deref(), store::now_ms())?;

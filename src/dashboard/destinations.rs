@@ -378,7 +378,13 @@ fn destination_fields(kind: &kinds::Kind, f: &Fields, stored: Option<&Destinatio
     }
 }
 
-fn new_page(v: &Viewer, site: &Site, kind: &kinds::Kind, f: &Fields, error: Option<&str>) -> Markup {
+fn new_page(
+    v: &Viewer,
+    site: &Site,
+    kind: &kinds::Kind,
+    f: &Fields,
+    error: Option<&str>,
+) -> Markup {
     let base = base(site);
     let body = html! {
         p.crumbs { "Settings / " a href=(base) { "Destinations" } }

@@ -8,8 +8,8 @@
 //! loaded.
 
 use super::{
-    account, auth, conversions, destinations, keys, layout, report, setup, sites, Dashboard, PageError,
-    PageResult, Viewer,
+    account, auth, conversions, destinations, keys, layout, report, setup, sites, Dashboard,
+    PageError, PageResult, Viewer,
 };
 use crate::http::{decode_segment, Ctx, Reply, StaticFile};
 use crate::store::{self, sites::Site};
