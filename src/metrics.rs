@@ -38,6 +38,8 @@ struct Inner {
     rates_fetch_success_at: AtomicU64,
     rates_fetch_failure_at: AtomicU64,
     rates_fetch_failures: AtomicU64,
+    /// (destination id, kind, outcome) → deliveries; one row per destination and outcome seen.
+    deliveries: Mutex<BTreeMap<(String, String, &'static str), u64>>,
 }
 
 /// Why the connection supervisor shut a connection down.
@@ -184,6 +186,18 @@ impl Metrics {
             self.0.rates_fetch_failure_at.store(t, Ordering::Relaxed);
             self.0.rates_fetch_failures.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Counts `n` deliveries to a destination with an outcome (`delivered`, `retried`, `failed`,
+    /// `too_old`, `skipped`, or `outage` for a request that failed as a whole).
+    pub fn add_deliveries(&self, destination: &str, kind: &str, outcome: &'static str, n: u64) {
+        *self
+            .0
+            .deliveries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((destination.to_string(), kind.to_string(), outcome))
+            .or_default() += n;
     }
 
     /// The exposition text; `outbox_depth`/`dead_letters` are read from the database by the caller.
@@ -358,6 +372,21 @@ impl Metrics {
             "# HELP convapi_wal_size_bytes Size of the database's write-ahead log (the -wal file).\n# TYPE convapi_wal_size_bytes gauge\nconvapi_wal_size_bytes {}",
             load(&self.0.wal_bytes)
         );
+        out.push_str("# HELP convapi_deliveries_total Deliveries to ad platforms by destination and outcome (outage: a request that failed as a whole).\n");
+        out.push_str("# TYPE convapi_deliveries_total counter\n");
+        for ((destination, kind, outcome), n) in self
+            .0
+            .deliveries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            // Ids and kinds are convapi's own (UUIDs, fixed names): nothing to escape.
+            let _ = writeln!(
+                out,
+                "convapi_deliveries_total{{destination=\"{destination}\",kind=\"{kind}\",outcome=\"{outcome}\"}} {n}"
+            );
+        }
         out
     }
 }

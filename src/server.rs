@@ -1,7 +1,7 @@
 //! `convapi serve`: wires the process together and takes it apart again.
 //!
-//! Start order: the store (read pool), the writer, the checkpointer, the pipeline, the pruner
-//! (`retention.rs`), the rates fetcher (`ecb.rs`, with `--rates-fetch daily`), then the HTTP front
+//! Start order: the store (read pool), the writer, the checkpointer, the pipeline, the sender of
+//! deliveries to ad platforms (`forward/sender.rs`), the pruner (`retention.rs`), the rates fetcher (`ecb.rs`, with `--rates-fetch daily`), then the HTTP front
 //! serving [`api::Api`]. Stop order is the reverse, so that every request already received
 //! is answered and every write it queued is committed before the writer ends, and the last
 //! checkpoint runs once nothing else writes. This is the only module that knows all the parts;
@@ -54,6 +54,8 @@ pub struct ServeConfig {
     pub public_url: Option<String>,
     /// `--rates-fetch daily`: the URL of the ECB's daily file; `None`: off.
     pub rates_fetch: Option<String>,
+    /// The sender of deliveries to ad platforms (`--forward-threads`, `--forward-timeout`).
+    pub forward: crate::forward::sender::Options,
 }
 
 /// A running server: its address, and a way to stop it.
@@ -63,6 +65,7 @@ pub struct Running {
     app: Arc<App>,
     writer_thread: JoinHandle<()>,
     pipeline_thread: Option<JoinHandle<()>>,
+    sender: crate::forward::sender::Sender,
     pruner: crate::retention::Pruner,
     rates_fetcher: Option<crate::ecb::Fetcher>,
     /// SQLite's alone: PostgreSQL checkpoints by itself.
@@ -186,6 +189,13 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
     } else {
         (crate::pipeline::Waker::disabled(), None)
     };
+    let sender = crate::forward::sender::Sender::start(
+        &location,
+        &config.store,
+        metrics.clone(),
+        writer.clone(),
+        &config.forward,
+    )?;
     let pruner = crate::retention::Pruner::start(
         &location,
         &config.store,
@@ -248,6 +258,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
         app,
         writer_thread,
         pipeline_thread,
+        sender,
         pruner,
         rates_fetcher,
         checkpointer,
@@ -265,6 +276,7 @@ impl Running {
         if let Some(t) = self.pipeline_thread {
             let _ = t.join();
         }
+        self.sender.stop();
         self.pruner.stop();
         if let Some(f) = self.rates_fetcher {
             f.stop();

@@ -13,7 +13,7 @@ use crate::common::postgres::{as_role, cluster_url, fresh_database, fresh_owned_
 use crate::common::*;
 
 /// The tables `migrate` copies (every table of the schema but `schema_version`).
-const TABLES: [&str; 14] = [
+const TABLES: [&str; 17] = [
     "tenants",
     "api_keys",
     "sites",
@@ -23,11 +23,14 @@ const TABLES: [&str; 14] = [
     "events",
     "conversions",
     "outbox",
+    "destinations",
+    "deliveries",
     "fx_rates",
     "users",
     "web_sessions",
     "report_daily",
     "first_run",
+    "daily_salts",
 ];
 
 const PASSWORD: &str = "a long passphrase";
@@ -64,6 +67,36 @@ fn populated() -> TestApp {
     for o in &orders {
         app.post_conversion(o).accepted();
     }
+    // A destination: its deliveries are written as the pipeline processes the orders.
+    app.cli_json(&[
+        "destination",
+        "add",
+        "--site",
+        &app.site.id,
+        "--kind",
+        "ga4",
+        "--name",
+        "GA4",
+        "--measurement-id",
+        "G-TEST123",
+        "--api-secret",
+        "ga4-secret-0000000",
+        "--json",
+    ]);
+    // A visit without analytics consent on a site that requires it: counted by the day's salt.
+    app.cli_json(&[
+        "site",
+        "update",
+        &app.site.id,
+        "--consent-required",
+        "on",
+        "--json",
+    ]);
+    app.collect(
+        &json!({"trackerId": app.site.tracker_id, "visitorId": "v-anon",
+        "events": [{"type": "pageview", "url": "https://shop.example/", "ts": now - HOUR}]}),
+    )
+    .expect(200);
     let (dead, _) = app
         .post_conversion(
             &json!({"visitorId": "v-ads", "orderId": "o-dead", "value": 9, "currency": "ISK"}),

@@ -1,7 +1,8 @@
 //! Several `convapi serve` nodes on one PostgreSQL database, as behind a load balancer: each test
 //! starts two nodes (`TestApp::another_node`) on a database of its own on the throwaway cluster of
 //! `scripts/test.sh`, and checks what must hold across them: one conversion per order, each outbox
-//! item processed once with exact report totals, migrations applied once by nodes starting at once,
+//! item processed once with exact report totals, each order sent once to an ad platform both nodes
+//! send to, migrations applied once by nodes starting at once,
 //! no acknowledged order lost when a node is killed, and a PostgreSQL restart (on a cluster of the
 //! test's own) costing 503s while it is down and nothing more.
 
@@ -574,4 +575,76 @@ fn the_first_run_link_either_node_logged_works_on_both_and_makes_one_user() {
     // Spent: the link is gone on both.
     assert_eq!(DashClient::new(&a).get(&path).status, 404);
     assert_eq!(DashClient::new(&b).get(&path).status, 404);
+}
+
+#[test]
+fn both_nodes_send_to_one_destination_and_each_order_goes_once() {
+    use crate::common::fake::{FakePlatform, Reply};
+    // Meta's answer, a little slow, so both nodes' senders want the destination at once.
+    let fake = FakePlatform::start(|r| {
+        std::thread::sleep(Duration::from_millis(10));
+        let n = r.json()["data"].as_array().map_or(0, Vec::len);
+        Reply::ok(json!({"events_received": n}))
+    });
+    let (a, b) = two_nodes(&["--forward-threads", "4"]);
+    a.cli_json(&[
+        "destination",
+        "add",
+        "--site",
+        &a.site.id,
+        "--kind",
+        "meta",
+        "--name",
+        "Meta",
+        "--pixel-id",
+        "1234567890",
+        "--access-token",
+        "EAAB-secret-token-0000",
+        "--endpoint",
+        &fake.url(),
+        "--json",
+    ]);
+    let mut orders = HashSet::new();
+    for i in 0..300 {
+        let node = if i % 2 == 0 { &a } else { &b };
+        let order = format!("fwd-{i}");
+        node.post_conversion(
+            &json!({"clientId": "client-1", "orderId": order, "value": 10, "currency": "EUR"}),
+        )
+        .accepted();
+        orders.insert(order);
+    }
+    let ids = |reqs: &[crate::common::fake::Recorded]| -> Vec<String> {
+        reqs.iter()
+            .flat_map(|r| {
+                r.json()["data"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|e| e["event_id"].as_str().unwrap().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let reqs = fake.wait_for(Duration::from_secs(60), |r| {
+        ids(r).into_iter().collect::<HashSet<_>>().len() >= orders.len()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let sent = ids(&fake.requests());
+    let distinct: HashSet<String> = sent.iter().cloned().collect();
+    assert_eq!(distinct, orders, "every order, under its id");
+    assert_eq!(
+        sent.len(),
+        orders.len(),
+        "no order sent twice by the two nodes ({} requests)",
+        reqs.len()
+    );
+    let mut c = psql(&a);
+    assert_eq!(
+        one_i64(
+            &mut c,
+            "SELECT COUNT(*) FROM deliveries WHERE status = 'delivered'"
+        ),
+        300
+    );
 }

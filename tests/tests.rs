@@ -53,6 +53,10 @@ mod cli;
 // The pipeline: attribution models, channel rules, window edge, idempotent passes, backoff, dead
 // letters, slow items, the worker inside a running server. Here: what happens after the 202.
 mod pipeline;
+// The sender of deliveries to ad platforms, whatever the platform: once each, consent, the one bad
+// event of a batch, a platform down or throttling, another destination unaffected, kill -9 during
+// delivery, the order status and /metrics. Here: what happens to a delivery after processing.
+mod forward;
 // Currency conversion: `rates import`, the day's or latest earlier rate, crossing through EUR,
 // `fx_pending`, exact report sums. Here: anything about amounts in another currency.
 mod currency;
@@ -168,3 +172,9 @@ mod tls;
 // packaging/haproxy.cfg, the file README's "Beyond one box" and packaging/compose.yaml use, in
 // front of two nodes: orders spread over both, and every order answered 202 when one is killed.
 mod haproxy;
+// Meta's Conversions API and GA4's Measurement Protocol, in process against fake platforms on
+// 127.0.0.1 that check each documented field, hash and limit: each rule of the mapping, each class
+// of error, the age limits, the test event, secrets in no error. Here: what one platform's module
+// sends and how it reads the answer (the sender's batching, backoff and circuit are not here).
+mod forward_ga4;
+mod forward_meta;

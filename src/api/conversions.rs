@@ -161,15 +161,39 @@ pub fn order_status(
 ) -> Result<Reply, ApiError> {
     let key_hash = super::bearer_key_hash(ctx)?;
     let conn = app.pool.get()?;
-    let order = store::read(&conn, |conn| {
+    let (order, deliveries) = store::read(&conn, |conn| {
         let site = super::authorize(app, conn, &key_hash, site_id)?;
-        Ok::<_, ApiError>(store::conversions::order_status(conn, &site.id, order_id)?)
+        let Some(order) = store::conversions::order_status(conn, &site.id, order_id)? else {
+            return Err(ApiError::OrderNotFound);
+        };
+        let deliveries = store::deliveries::of_conversion(conn, &order.conversion.id)?;
+        Ok::<_, ApiError>((order, deliveries))
     })?;
     drop(conn);
-    Ok(Reply::json(
-        200,
-        &status_json(&order.ok_or(ApiError::OrderNotFound)?),
-    ))
+    let mut v = status_json(&order);
+    v["deliveries"] = deliveries_json(&deliveries);
+    Ok(Reply::json(200, &v))
+}
+
+/// A conversion's deliveries to the site's destinations, as the order status lookup shows them.
+pub fn deliveries_json(deliveries: &[store::deliveries::View]) -> Value {
+    Value::Array(
+        deliveries
+            .iter()
+            .map(|d| {
+                json!({
+                    "destinationId": d.destination_id,
+                    "destination": d.destination,
+                    "kind": d.kind,
+                    "status": d.status,
+                    "attempts": d.attempts,
+                    "lastError": d.last_error,
+                    "nextAttemptAt": d.next_attempt_at.map(store::iso),
+                    "deliveredAt": d.delivered_at.map(store::iso),
+                })
+            })
+            .collect(),
+    )
 }
 
 /// The order status view's JSON: stored decimal texts as JSON numbers, times as RFC 3339.

@@ -4,7 +4,8 @@
 //!
 //! CSV records and the conversion columns are `crate::csv`'s (the dashboard's download writes the
 //! same). NDJSON lines are the order status lookup's JSON (`api::conversions::status_json`) plus
-//! `visitorId` and `clientId`.
+//! `visitorId` and `clientId`, without the lookup's `deliveries` to ad platforms (the export is of
+//! the conversions; where each went is the lookup's and the order page's).
 
 use std::io::{BufWriter, Write};
 use std::path::Path;

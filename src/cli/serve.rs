@@ -87,6 +87,13 @@ pub(super) struct ServeArgs {
     /// come only from `convapi rates import` / `rates fetch`.
     #[arg(long, env = "CONVAPI_RATES_FETCH", default_value = "off", value_parser = ["off", "daily"])]
     rates_fetch: String,
+    /// Threads that send processed conversions to the sites' destinations (Meta, GA4, Google Ads):
+    /// at most this many requests to ad platforms at a time. 0: nothing is sent; deliveries wait.
+    #[arg(long, env = "CONVAPI_FORWARD_THREADS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(0..=64))]
+    forward_threads: u16,
+    /// Seconds one request to an ad platform may take, connection included.
+    #[arg(long, env = "CONVAPI_FORWARD_TIMEOUT", default_value_t = 15.0, value_parser = positive_secs)]
+    forward_timeout: f64,
     /// Where `--rates-fetch daily` downloads the daily file from.
     #[arg(long, env = "CONVAPI_RATES_URL", default_value = crate::ecb::DAILY_URL)]
     rates_url: String,
@@ -260,6 +267,10 @@ fn config(db: PathBuf, a: ServeArgs) -> crate::server::ServeConfig {
         secure_cookies: a.secure_cookies,
         public_url: a.public_url,
         rates_fetch: (a.rates_fetch == "daily").then_some(a.rates_url),
+        forward: crate::forward::sender::Options {
+            threads: a.forward_threads as usize,
+            timeout: std::time::Duration::from_secs_f64(a.forward_timeout),
+        },
     }
 }
 

@@ -1,9 +1,12 @@
 //! Passing processed conversions on to ad platforms (docs/decisions.md §13): Meta's Conversions
 //! API, GA4's Measurement Protocol and Google Ads' click conversions.
 
+pub mod ga4;
 pub mod hash;
 pub mod kinds;
+pub mod meta;
 pub mod platform;
+pub mod sender;
 
 use platform::{Event, Http, Outage, Platform, REQUEST_TIMEOUT};
 
@@ -11,7 +14,7 @@ use crate::store::deliveries::{Facts, SessionFacts};
 use crate::store::destinations::Destination;
 
 /// Every platform convapi sends to, one per kind of destination.
-static PLATFORMS: &[&dyn Platform] = &[];
+static PLATFORMS: &[&dyn Platform] = &[&meta::Meta, &ga4::Ga4];
 
 /// The platform of a kind of destination (`None`: not one convapi knows).
 pub fn platform(kind: &str) -> Option<&'static dyn Platform> {

@@ -49,21 +49,26 @@ pub fn replay(
     now_ms: i64,
 ) -> Result<u64> {
     let conn = conn.conn();
-    let has_type = match conn.engine() {
-        Engine::Sqlite => "EXISTS (SELECT 1 FROM json_each(d.events) WHERE key = c.type)",
-        Engine::Postgres => "jsonb_exists(d.events::jsonb, c.type)",
-    };
-    conn.execute(
-        &format!(
+    let sql = match conn.engine() {
+        Engine::Sqlite => {
             "INSERT INTO deliveries (destination_id, conversion_id, next_attempt_at, created_at)
              SELECT d.id, c.id, ?4, ?4 FROM destinations d
              JOIN conversions c ON c.site_id = d.site_id
              WHERE d.id = ?1 AND c.status = 'processed' AND c.occurred_at >= ?2
-               AND c.occurred_at < ?3 AND {has_type}
+               AND c.occurred_at < ?3
+               AND EXISTS (SELECT 1 FROM json_each(d.events) WHERE key = c.type)
              ON CONFLICT DO NOTHING"
-        ),
-        args![destination_id, from_ms, to_ms, now_ms],
-    )
+        }
+        Engine::Postgres => {
+            "INSERT INTO deliveries (destination_id, conversion_id, next_attempt_at, created_at)
+             SELECT d.id, c.id, ?4, ?4 FROM destinations d
+             JOIN conversions c ON c.site_id = d.site_id
+             WHERE d.id = ?1 AND c.status = 'processed' AND c.occurred_at >= ?2
+               AND c.occurred_at < ?3 AND jsonb_exists(d.events::jsonb, c.type)
+             ON CONFLICT DO NOTHING"
+        }
+    };
+    conn.execute(sql, args![destination_id, from_ms, to_ms, now_ms])
 }
 
 /// The destinations with a delivery due at `now` whose circuit is closed, the longest waiting first.

@@ -101,10 +101,17 @@ pub fn forget(
         } else {
             erased.conversions_anonymised += count(conn.execute(
                 "UPDATE conversions SET visitor_id = '', session_id = '', client_id = NULL,
-                     attr_session_id = NULL
+                     attr_session_id = NULL, user_hashes = NULL
                  WHERE id = ?1",
                 args![id],
             )?);
+            // Nothing of the person goes to an ad platform after this (docs/decisions.md §13).
+            conn.execute(
+                "UPDATE deliveries SET status = 'skipped', next_attempt_at = NULL,
+                     last_error = 'the person was erased (forget) before it was sent'
+                 WHERE conversion_id = ?1 AND status = 'pending'",
+                args![id],
+            )?;
         }
     }
 

@@ -1,0 +1,407 @@
+//! Meta's Conversions API (docs/decisions.md §13): one `POST {base}/v21.0/{pixel_id}/events` per
+//! batch of at most 1,000 events, the access token in the JSON body (never in a URL, which a proxy
+//! or a log could keep), each conversion mapped as Meta's parameter reference says, and Meta's
+//! answers sorted into the sender's classes by their documented error codes.
+
+use serde_json::{json, Map, Number, Value};
+
+use crate::store::deliveries::{Facts, SessionFacts};
+use crate::store::destinations::Destination;
+
+use super::hash::{sha256_hex, user_hash};
+use super::kinds::{Kind, META};
+use super::platform::{
+    click_session, consent, redact_url, Answer, Event, Http, Outage, Platform, Verdict,
+};
+
+/// Meta's Conversions API.
+pub struct Meta;
+
+/// The Graph API's host, replaced by a destination's `endpoint`.
+pub const DEFAULT_BASE: &str = "https://graph.facebook.com";
+/// The Graph API version the events go to.
+pub const API_VERSION: &str = "v21.0";
+/// Oldest click an `fbc` is built from: Meta's click id, like the pixel's `_fbc` cookie, lives 90 days.
+pub const FBC_MAX_AGE_MS: i64 = 90 * 86_400_000;
+/// Most characters of a platform's message kept in an error.
+const MAX_ERROR_CHARS: usize = 500;
+
+impl Platform for Meta {
+    fn kind(&self) -> &'static Kind {
+        &META
+    }
+
+    fn check(
+        &self,
+        _dest: &Destination,
+        event: &Event<'_>,
+        now_ms: i64,
+    ) -> Option<(&'static str, String)> {
+        let f = event.facts;
+        if now_ms - f.occurred_at > META.max_age_ms {
+            return Some((
+                "too_old",
+                format!(
+                    "the conversion is {} old; Meta takes events up to 7 days old",
+                    age(now_ms - f.occurred_at)
+                ),
+            ));
+        }
+        if user_data(f, now_ms).is_empty() {
+            return Some((
+                "skipped",
+                "nothing to match the person on: no e-mail, phone, client id, browser or click id, \
+                 IP address or user agent (or no consent to send them)"
+                    .into(),
+            ));
+        }
+        None
+    }
+
+    fn send(
+        &self,
+        http: &Http,
+        dest: &Destination,
+        events: &[Event<'_>],
+        now_ms: i64,
+    ) -> Result<Vec<Verdict>, Outage> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let answer = post(http, dest, events, dest.setting("test_event_code"), now_ms)?;
+        classify(dest, &answer, events.len())
+            .map(|()| vec![Verdict::Delivered; events.len()])
+            .or_else(|e| match e {
+                Refusal::Outage(o) => Err(o),
+                Refusal::Event(reason) => Ok(vec![Verdict::Failed(reason); events.len()]),
+            })
+    }
+
+    fn test(
+        &self,
+        http: &Http,
+        dest: &Destination,
+        event: &Event<'_>,
+        now_ms: i64,
+    ) -> Result<String, Outage> {
+        let Some(code) = dest.setting("test_event_code") else {
+            return Err(Outage::Rejected(
+                "Meta shows test events only with a test event code: copy the code from Events \
+                 Manager (your dataset → Test events) and set it on the destination with \
+                 --test-event-code, then send the test again"
+                    .into(),
+            ));
+        };
+        let answer = post(http, dest, std::slice::from_ref(event), Some(code), now_ms)?;
+        match classify(dest, &answer, 1) {
+            Ok(()) => {}
+            Err(Refusal::Outage(o)) => return Err(o),
+            Err(Refusal::Event(reason)) => return Err(Outage::Rejected(reason)),
+        }
+        let v: Value = serde_json::from_str(&answer.body).unwrap_or(Value::Null);
+        let n = v
+            .get("events_received")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let mut text = format!(
+            "Meta received {n} event{} (fbtrace_id {}) with test event code {code}",
+            if n == 1 { "" } else { "s" },
+            v.get("fbtrace_id")
+                .and_then(Value::as_str)
+                .unwrap_or("none")
+        );
+        if let Some(msgs) = v.get("messages").and_then(Value::as_array) {
+            let msgs: Vec<String> = msgs
+                .iter()
+                .map(|m| m.as_str().map_or_else(|| m.to_string(), str::to_string))
+                .collect();
+            if !msgs.is_empty() {
+                text.push_str(&format!("; messages: {}", msgs.join("; ")));
+            }
+        }
+        Ok(scrub(&text, dest))
+    }
+}
+
+/// Why Meta did not take a request: an outage of the whole request, or a refusal of its one event.
+enum Refusal {
+    Outage(Outage),
+    Event(String),
+}
+
+/// Posts `events` as one request.
+fn post(
+    http: &Http,
+    dest: &Destination,
+    events: &[Event<'_>],
+    test_event_code: Option<&str>,
+    now_ms: i64,
+) -> Result<Answer, Outage> {
+    let (Some(pixel), Some(token)) = (dest.setting("pixel_id"), dest.secret("access_token")) else {
+        return Err(Outage::Unauthorized(
+            "the destination has no pixel id or access token".into(),
+        ));
+    };
+    let url = format!(
+        "{}/{API_VERSION}/{}/events",
+        base(dest, DEFAULT_BASE),
+        percent_encoding::utf8_percent_encode(pixel, percent_encoding::NON_ALPHANUMERIC)
+    );
+    let mut body = Map::new();
+    body.insert(
+        "data".into(),
+        Value::Array(events.iter().map(|e| event_json(e, now_ms)).collect()),
+    );
+    body.insert("access_token".into(), Value::String(token.to_string()));
+    if let Some(code) = test_event_code {
+        body.insert("test_event_code".into(), Value::String(code.to_string()));
+    }
+    http.post(
+        &url,
+        &[],
+        "application/json",
+        &Value::Object(body).to_string(),
+    )
+    .map_err(|e| Outage::Transient(scrub(&format!("Meta: no answer: {e}"), dest)))
+}
+
+/// One conversion as an element of Meta's `data` (docs/decisions.md §13 says where each field
+/// comes from).
+pub fn event_json(e: &Event<'_>, now_ms: i64) -> Value {
+    let f = e.facts;
+    let user = user_data(f, now_ms);
+    let mut m = Map::new();
+    m.insert("event_name".into(), json!(e.name));
+    m.insert("event_time".into(), json!(f.occurred_at.div_euclid(1_000)));
+    m.insert("event_id".into(), json!(dedup_key(f)));
+    let website = user.contains_key("client_user_agent");
+    m.insert(
+        "action_source".into(),
+        json!(if website { "website" } else { "other" }),
+    );
+    if let Some(url) = f.session.as_ref().and_then(|s| s.landing_url.as_deref()) {
+        m.insert("event_source_url".into(), json!(url));
+    }
+    m.insert("user_data".into(), Value::Object(user));
+    let mut custom = Map::new();
+    if let Some(v) = f.value.as_deref().and_then(decimal) {
+        custom.insert("value".into(), Value::Number(v));
+    }
+    if !f.currency.is_empty() {
+        custom.insert("currency".into(), json!(f.currency));
+    }
+    if let Some(order) = f.order_id.as_deref().filter(|o| !o.is_empty()) {
+        custom.insert("order_id".into(), json!(order));
+    }
+    m.insert("custom_data".into(), Value::Object(custom));
+    Value::Object(m)
+}
+
+/// The key Meta deduplicates the pixel's and the server's events on: the order id, or the
+/// conversion's id when the backend sent no order id.
+pub fn dedup_key(f: &Facts) -> &str {
+    f.order_id
+        .as_deref()
+        .filter(|o| !o.is_empty())
+        .unwrap_or(&f.conversion_id)
+}
+
+/// Meta's `user_data` of a conversion: only what the consent in force lets go for advertising.
+fn user_data(f: &Facts, now_ms: i64) -> Map<String, Value> {
+    let mut u = Map::new();
+    if !consent(f).ad_user_data {
+        return u;
+    }
+    if let Some(c) = f.client_id.as_deref().filter(|c| !c.is_empty()) {
+        u.insert("external_id".into(), json!([sha256_hex(c)]));
+    }
+    for key in ["em", "ph"] {
+        if let Some(h) = user_hash(f.user_hashes.as_deref(), key) {
+            u.insert(key.into(), json!([h]));
+        }
+    }
+    let s = f.session.as_ref();
+    if let Some(fbp) = s.and_then(|s| s.fbp.as_deref()).filter(|v| !v.is_empty()) {
+        u.insert("fbp".into(), json!(fbp));
+    }
+    if let Some(fbc) = fbc(f, now_ms) {
+        u.insert("fbc".into(), json!(fbc));
+    }
+    if let Some(ip) = s
+        .and_then(|s| s.client_ip.as_deref())
+        .filter(|v| !v.is_empty())
+    {
+        u.insert("client_ip_address".into(), json!(ip));
+    }
+    if let Some(ua) = s
+        .and_then(|s| s.user_agent.as_deref())
+        .filter(|v| !v.is_empty())
+    {
+        u.insert("client_user_agent".into(), json!(ua));
+    }
+    u
+}
+
+/// The click id: the `_fbc` cookie the pixel saw (in the conversion's session, else the credited
+/// one), else `fb.1.<first seen, ms>.<fbclid>` from the click that brought the visitor, the
+/// fbclid unmodified, while that click is at most 90 days old.
+pub fn fbc(f: &Facts, now_ms: i64) -> Option<String> {
+    let cookie = |s: Option<&SessionFacts>| {
+        s.and_then(|s| s.fbc.clone())
+            .filter(|v: &String| !v.is_empty())
+    };
+    if let Some(c) = cookie(f.session.as_ref()).or_else(|| cookie(f.attributed.as_ref())) {
+        return Some(c);
+    }
+    let click = click_session(f)?;
+    let fbclid = click.fbclid.as_deref().filter(|v| !v.is_empty())?;
+    (now_ms - click.started_at <= FBC_MAX_AGE_MS)
+        .then(|| format!("fb.1.{}.{fbclid}", click.started_at))
+}
+
+/// A decimal's exact text as a JSON number (no trip through `f64`: serde_json keeps the digits).
+pub fn decimal(text: &str) -> Option<Number> {
+    let t = text.trim();
+    let digits = t.strip_prefix('-').unwrap_or(t);
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, "0"));
+    let ok = !int.is_empty()
+        && !frac.is_empty()
+        && int.bytes().all(|b| b.is_ascii_digit())
+        && frac.bytes().all(|b| b.is_ascii_digit());
+    if !ok {
+        return None;
+    }
+    t.parse::<Number>().ok()
+}
+
+/// The base URL: the destination's `endpoint` when it has one, without a trailing `/`.
+pub fn base<'a>(dest: &'a Destination, default: &'a str) -> &'a str {
+    dest.endpoint
+        .as_deref()
+        .filter(|e| !e.is_empty())
+        .unwrap_or(default)
+        .trim_end_matches('/')
+}
+
+/// `text` without any of the destination's credentials (a platform may echo a token back), cut to
+/// a length an error column and a log line take.
+pub fn scrub(text: &str, dest: &Destination) -> String {
+    let mut t = redact_urls(text);
+    for v in dest.secrets.values() {
+        if let Some(s) = v.as_str().filter(|s| s.len() >= 4) {
+            t = t.replace(s, "[redacted]");
+        }
+    }
+    if t.chars().count() > MAX_ERROR_CHARS {
+        t = t.chars().take(MAX_ERROR_CHARS).collect::<String>() + "…";
+    }
+    t
+}
+
+/// Every `http(s)://…` of a text without its query string ([`redact_url`] on each).
+fn redact_urls(text: &str) -> String {
+    text.split(' ')
+        .map(|w| {
+            if w.starts_with("http://") || w.starts_with("https://") {
+                redact_url(w)
+            } else {
+                w
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// "3 days", "5 hours": how old something is, for a reason a person reads.
+pub fn age(ms: i64) -> String {
+    let hours = ms / 3_600_000;
+    if hours >= 48 {
+        format!("{} days", hours / 24)
+    } else {
+        format!("{hours} hours")
+    }
+}
+
+/// Meta's answer to a request of `n` events: taken, or why not (the Graph API's error codes,
+/// "Handling Errors", and the Marketing API's rate-limit codes).
+fn classify(dest: &Destination, a: &Answer, n: usize) -> Result<(), Refusal> {
+    let v: Value = serde_json::from_str(&a.body).unwrap_or(Value::Null);
+    if (200..300).contains(&a.status) {
+        if v.get("events_received").is_some() {
+            return Ok(());
+        }
+        return Err(Refusal::Outage(Outage::Transient(scrub(
+            &format!(
+                "Meta answered HTTP {} without events_received: {}",
+                a.status, a.body
+            ),
+            dest,
+        ))));
+    }
+    let err = v.get("error");
+    let code = err.and_then(|e| e.get("code")).and_then(Value::as_i64);
+    let subcode = err
+        .and_then(|e| e.get("error_subcode"))
+        .and_then(Value::as_i64);
+    let transient = err
+        .and_then(|e| e.get("is_transient"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let text = scrub(&describe(a, err), dest);
+    let throttled = || {
+        Refusal::Outage(Outage::Throttled {
+            error: text.clone(),
+            retry_after_ms: a.retry_after_ms,
+        })
+    };
+    if a.status == 429 {
+        return Err(throttled());
+    }
+    match (code, subcode) {
+        _ if transient => Err(Refusal::Outage(Outage::Transient(text))),
+        (Some(1 | 2), _) => Err(Refusal::Outage(Outage::Transient(text))),
+        (Some(4 | 17 | 32 | 341 | 368 | 613 | 80_000..=80_014), _) | (_, Some(2_446_079)) => {
+            Err(throttled())
+        }
+        (Some(3 | 10 | 102 | 190 | 200..=299), _) | (Some(100), Some(33)) => {
+            Err(Refusal::Outage(Outage::Unauthorized(text)))
+        }
+        _ if a.status >= 500 => Err(Refusal::Outage(Outage::Transient(text))),
+        (None, _) if a.status == 401 || a.status == 403 => {
+            Err(Refusal::Outage(Outage::Unauthorized(text)))
+        }
+        (None, _) if a.status == 408 => Err(Refusal::Outage(Outage::Transient(text))),
+        _ if n > 1 => Err(Refusal::Outage(Outage::Rejected(text))),
+        _ => Err(Refusal::Event(text)),
+    }
+}
+
+/// "Meta answered HTTP 400: (#100) Invalid parameter [code 100, subcode 2804003]: the user's
+/// message (fbtrace_id …)".
+fn describe(a: &Answer, err: Option<&Value>) -> String {
+    let Some(e) = err else {
+        let body: String = a.body.chars().take(200).collect();
+        return format!("Meta answered HTTP {}: {body}", a.status);
+    };
+    let s = |k: &str| e.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let mut t = format!(
+        "Meta answered HTTP {}: {}",
+        a.status,
+        s("message").unwrap_or("an error")
+    );
+    match (
+        e.get("code").and_then(Value::as_i64),
+        e.get("error_subcode").and_then(Value::as_i64),
+    ) {
+        (Some(c), Some(sc)) => t.push_str(&format!(" [code {c}, subcode {sc}]")),
+        (Some(c), None) => t.push_str(&format!(" [code {c}]")),
+        _ => {}
+    }
+    if let Some(m) = s("error_user_msg") {
+        t.push_str(&format!(": {m}"));
+    }
+    if let Some(id) = s("fbtrace_id") {
+        t.push_str(&format!(" (fbtrace_id {id})"));
+    }
+    t
+}

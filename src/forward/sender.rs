@@ -1,0 +1,713 @@
+//! The sender (docs/decisions.md §13): drains the `deliveries` the pipeline writes, one
+//! destination at a time per thread, in batches within the platform's limit.
+//!
+//! A few threads (`serve --forward-threads`, 2 by default) each with a database connection of
+//! their own for reads; every outcome goes through the request writer, one job per batch, like the
+//! pipeline's. A thread takes a destination (in-process, and on PostgreSQL with an advisory lock
+//! so one node sends it), reads its due deliveries and their facts, drops those whose consent rule
+//! does not hold (`skipped`) or that the platform would refuse by age (`too_old`), sends the rest
+//! as one request, and stores what the platform said of each. A crash between the send and the
+//! commit leaves the deliveries pending: they are sent again with the same dedup key (the order
+//! id), which every platform recognises.
+//!
+//! What goes wrong is kept to its destination:
+//! - a request that fails as a whole (no answer, 5xx, throttled, refused credentials) reschedules
+//!   its events and counts a failure of the destination; after [`CIRCUIT_AFTER`] in a row its
+//!   circuit opens ([`pause_ms`]): nothing is sent to it until then, while the other threads go on
+//!   with the other destinations;
+//! - a request refused as invalid as a whole is sent again event by event, so one bad event is
+//!   the only one failed;
+//! - an event refused for good is a dead letter (`failed`); one that keeps failing is one after
+//!   [`MAX_ATTEMPTS`] tries, with backoff and jitter between them (about 15 hours in all).
+//!
+//! Budget: at most `threads` requests in flight, each within [`REQUEST_TIMEOUT`]; a batch holds at
+//! most the platform's limit of events; an answer is read up to `MAX_ANSWER_BYTES`; idle
+//! connections are kept per host and few (`platform::Http`).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::platform::{self, Event, Http, Outage, Platform, Verdict, REQUEST_TIMEOUT};
+use crate::metrics::Metrics;
+use crate::store::db::AsConn;
+use crate::store::deliveries::{self, Due, Facts};
+use crate::store::destinations::{self, Destination};
+use crate::store::pool::{Lasting, Location};
+use crate::store::{self, StoreError};
+use crate::writer::{WriteError, Writer};
+
+/// Tries after which a delivery that keeps failing is a dead letter.
+pub const MAX_ATTEMPTS: i64 = 24;
+/// The delay after the first failed try; it doubles with each further one, up to the cap.
+pub const BACKOFF_BASE_MS: i64 = 5_000;
+pub const BACKOFF_CAP_MS: i64 = 3_600_000;
+/// Failed requests in a row after which a destination's circuit opens.
+pub const CIRCUIT_AFTER: i64 = 3;
+/// How long the circuit stays open the first time; it doubles with each further failure, up to
+/// the cap.
+pub const CIRCUIT_BASE_MS: i64 = 30_000;
+pub const CIRCUIT_CAP_MS: i64 = 600_000;
+/// How long a destination whose credentials were refused waits before it is tried again.
+pub const UNAUTHORIZED_PAUSE_MS: i64 = 900_000;
+/// How long a throttled destination waits when the platform named no time.
+pub const THROTTLED_PAUSE_MS: i64 = 60_000;
+/// The longest a sender thread sleeps without looking for due deliveries.
+pub const POLL: Duration = Duration::from_secs(1);
+
+/// How the sender runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Sender threads: at most this many requests to platforms at a time. 0: nothing is sent
+    /// (deliveries wait).
+    pub threads: usize,
+    /// The time limit of one request.
+    pub timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            threads: 2,
+            timeout: REQUEST_TIMEOUT,
+        }
+    }
+}
+
+/// What one pass did, in deliveries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SendStats {
+    pub delivered: usize,
+    pub retried: usize,
+    pub failed: usize,
+    pub too_old: usize,
+    pub skipped: usize,
+    /// Requests that failed as a whole.
+    pub outages: usize,
+}
+
+/// The destinations in this process's hands, so two of its threads never send one together.
+#[derive(Default)]
+pub struct InHand(Mutex<HashSet<String>>);
+
+impl InHand {
+    fn take(&self, id: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_string())
+    }
+
+    fn give_back(&self, id: &str) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+    }
+}
+
+/// The delay before try `attempts + 1`, given `attempts` failed ones: [`BACKOFF_BASE_MS`] doubled
+/// per failure up to [`BACKOFF_CAP_MS`], times a jitter in [0.5, 1].
+pub fn backoff_ms(attempts: i64, jitter: f64) -> i64 {
+    let exp = (attempts - 1).clamp(0, 30) as u32;
+    let full = BACKOFF_BASE_MS
+        .saturating_mul(1i64 << exp)
+        .min(BACKOFF_CAP_MS);
+    ((full as f64) * jitter.clamp(0.5, 1.0)).round() as i64
+}
+
+/// How long a destination's circuit opens after its `failures`-th failed request in a row
+/// (`None`: not yet, below [`CIRCUIT_AFTER`]).
+pub fn pause_ms(failures: i64) -> Option<i64> {
+    (failures >= CIRCUIT_AFTER).then(|| {
+        let exp = (failures - CIRCUIT_AFTER).clamp(0, 20) as u32;
+        CIRCUIT_BASE_MS
+            .saturating_mul(1i64 << exp)
+            .min(CIRCUIT_CAP_MS)
+    })
+}
+
+fn jitter() -> f64 {
+    getrandom::u32()
+        .map(|r| 0.5 + 0.5 * (r as f64 / u32::MAX as f64))
+        .unwrap_or(0.75)
+}
+
+/// Sends what is due at `now_ms` to every destination not in another sender's hands, once each
+/// (tests drive it with a clock of their own). Reads with `conn`, writes through `writer`.
+pub fn drain_once(
+    conn: &impl AsConn,
+    writer: &Writer,
+    metrics: &Metrics,
+    http: &Http,
+    now_ms: i64,
+) -> store::Result<SendStats> {
+    let mut stats = SendStats::default();
+    let in_hand = InHand::default();
+    for id in deliveries::due_destinations(conn, now_ms)? {
+        send_destination(
+            conn, writer, metrics, http, &in_hand, &id, now_ms, &mut stats,
+        )?;
+    }
+    Ok(stats)
+}
+
+/// One batch of one destination, if it is free: taken, sent, its outcomes written, given back.
+/// Returns whether it was free.
+#[allow(clippy::too_many_arguments)]
+fn send_destination(
+    conn: &impl AsConn,
+    writer: &Writer,
+    metrics: &Metrics,
+    http: &Http,
+    in_hand: &InHand,
+    id: &str,
+    now_ms: i64,
+    stats: &mut SendStats,
+) -> store::Result<bool> {
+    if !in_hand.take(id) {
+        return Ok(false);
+    }
+    struct GiveBack<'a>(&'a InHand, &'a str);
+    impl Drop for GiveBack<'_> {
+        fn drop(&mut self) {
+            self.0.give_back(self.1);
+        }
+    }
+    let _in_hand = GiveBack(in_hand, id);
+    if !deliveries::claim(conn, id)? {
+        return Ok(false);
+    }
+    let sent = send_batch(conn, writer, metrics, http, id, now_ms, stats);
+    let released = deliveries::release(conn, id);
+    sent?;
+    released?;
+    Ok(true)
+}
+
+/// What becomes of one delivery.
+#[derive(Debug)]
+enum Fate {
+    Delivered {
+        attempts: i64,
+    },
+    /// Due again at the time given, with this many tries counted.
+    Again {
+        attempts: i64,
+        at: i64,
+        error: String,
+    },
+    Final {
+        status: &'static str,
+        attempts: i64,
+        reason: String,
+    },
+}
+
+fn send_batch(
+    conn: &impl AsConn,
+    writer: &Writer,
+    metrics: &Metrics,
+    http: &Http,
+    id: &str,
+    now_ms: i64,
+    stats: &mut SendStats,
+) -> store::Result<()> {
+    let Some(dest) = destinations::by_id(conn, id)? else {
+        return Ok(());
+    };
+    if dest.health.paused_until.is_some_and(|until| until > now_ms) {
+        return Ok(());
+    }
+    let Some(platform) = super::platform(&dest.kind) else {
+        log::error!(
+            "forward: destination {id} is of kind '{}', which this binary does not know",
+            dest.kind
+        );
+        return Ok(());
+    };
+    let due = deliveries::due(conn, id, now_ms, platform.kind().max_batch)?;
+    if due.is_empty() {
+        return Ok(());
+    }
+    let mut fates: Vec<(&Due, Fate)> = Vec::with_capacity(due.len());
+    let mut ready: Vec<(&Due, Facts, String)> = Vec::with_capacity(due.len());
+    for d in &due {
+        // A conversion deleted since (forget, retention) took its deliveries with it.
+        let Some(facts) = deliveries::facts(conn, &d.conversion_id)? else {
+            continue;
+        };
+        let final_ = |status, reason: String| Fate::Final {
+            status,
+            attempts: d.attempts,
+            reason,
+        };
+        if !platform::consent_holds(&dest.consent, platform::consent(&facts)) {
+            fates.push((d, final_("skipped", consent_reason(&dest.consent))));
+            continue;
+        }
+        let Some(name) = dest.events.get(&facts.conversion_type).cloned() else {
+            fates.push((
+                d,
+                final_(
+                    "skipped",
+                    format!(
+                        "the destination no longer sends conversions of type '{}'",
+                        facts.conversion_type
+                    ),
+                ),
+            ));
+            continue;
+        };
+        let event = Event {
+            delivery_id: d.id,
+            facts: &facts,
+            name: &name,
+        };
+        if let Some((status, reason)) = platform.check(&dest, &event, now_ms) {
+            fates.push((d, final_(status, reason)));
+            continue;
+        }
+        ready.push((d, facts, name));
+    }
+    let mut outage = None;
+    if !ready.is_empty() {
+        let events: Vec<Event<'_>> = ready
+            .iter()
+            .map(|(d, f, name)| Event {
+                delivery_id: d.id,
+                facts: f,
+                name,
+            })
+            .collect();
+        let verdicts = deliver(platform, http, &dest, &events, now_ms);
+        for ((d, _, _), v) in ready.iter().zip(verdicts) {
+            let fate = match v {
+                Ok(Verdict::Delivered) => Fate::Delivered {
+                    attempts: d.attempts + 1,
+                },
+                Ok(Verdict::Failed(reason)) => Fate::Final {
+                    status: "failed",
+                    attempts: d.attempts + 1,
+                    reason,
+                },
+                Ok(Verdict::Retry { error, after_ms }) => again(d, error, after_ms, true, now_ms),
+                Err(o) => {
+                    let f = match &o {
+                        Outage::Transient(e) => again(d, e.clone(), None, true, now_ms),
+                        // Not the event's fault: its tries are not counted.
+                        Outage::Throttled {
+                            error,
+                            retry_after_ms,
+                        } => again(
+                            d,
+                            error.clone(),
+                            Some(retry_after_ms.unwrap_or(THROTTLED_PAUSE_MS)),
+                            false,
+                            now_ms,
+                        ),
+                        Outage::Unauthorized(e) => {
+                            again(d, e.clone(), Some(UNAUTHORIZED_PAUSE_MS), false, now_ms)
+                        }
+                        Outage::Rejected(e) => Fate::Final {
+                            status: "failed",
+                            attempts: d.attempts + 1,
+                            reason: e.clone(),
+                        },
+                    };
+                    if !matches!(o, Outage::Rejected(_)) {
+                        outage.get_or_insert(o);
+                    }
+                    f
+                }
+            };
+            fates.push((d, fate));
+        }
+    }
+    let paused_until = outage.as_ref().and_then(|o| match o {
+        Outage::Throttled { retry_after_ms, .. } => {
+            Some(now_ms + retry_after_ms.unwrap_or(THROTTLED_PAUSE_MS))
+        }
+        Outage::Unauthorized(_) => Some(now_ms + UNAUTHORIZED_PAUSE_MS),
+        _ => pause_ms(dest.health.failures + 1).map(|p| now_ms + p),
+    });
+    if let Some(o) = &outage {
+        stats.outages += 1;
+        log::warn!(
+            "forward: destination {id} ({}): {o}{}",
+            dest.kind,
+            paused_until.map_or(String::new(), |t| format!(
+                "; paused until {}",
+                store::iso(t)
+            ))
+        );
+    }
+    let mut counted: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for (_, f) in &fates {
+        let outcome = match f {
+            Fate::Delivered { .. } => "delivered",
+            Fate::Again { .. } => "retried",
+            Fate::Final { status, .. } => status,
+        };
+        *counted.entry(outcome).or_default() += 1;
+    }
+    let writes: Vec<(i64, Fate)> = fates.into_iter().map(|(d, f)| (d.id, f)).collect();
+    let dest_id = dest.id.clone();
+    let error = outage.as_ref().map(|o| o.to_string());
+    let answered = !ready.is_empty() && outage.is_none();
+    writer
+        .submit(move |c| {
+            for (delivery, fate) in &writes {
+                match fate {
+                    Fate::Delivered { attempts } => {
+                        deliveries::delivered(c, *delivery, *attempts, now_ms)?;
+                    }
+                    Fate::Again {
+                        attempts,
+                        at,
+                        error,
+                    } => {
+                        deliveries::retry(c, *delivery, *attempts, *at, error)?;
+                    }
+                    Fate::Final {
+                        status,
+                        attempts,
+                        reason,
+                    } => {
+                        deliveries::finish(c, *delivery, status, *attempts, reason)?;
+                    }
+                }
+            }
+            if let Some(e) = &error {
+                destinations::record_failure(c, &dest_id, e, paused_until, now_ms)?;
+            } else if answered {
+                destinations::record_ok(c, &dest_id, now_ms)?;
+            }
+            Ok(())
+        })
+        .map_err(|e| match e {
+            WriteError::Unavailable(m) => {
+                log::debug!("forward: writer unavailable: {m}");
+                StoreError::Busy
+            }
+            WriteError::Failed(e) => e,
+        })?;
+    // Counted once committed.
+    if outage.is_some() {
+        metrics.add_deliveries(&dest.id, &dest.kind, "outage", 1);
+    }
+    for (outcome, n) in counted {
+        metrics.add_deliveries(&dest.id, &dest.kind, outcome, n);
+        match outcome {
+            "delivered" => stats.delivered += n as usize,
+            "retried" => stats.retried += n as usize,
+            "failed" => stats.failed += n as usize,
+            "too_old" => stats.too_old += n as usize,
+            _ => stats.skipped += n as usize,
+        }
+    }
+    Ok(())
+}
+
+fn consent_reason(rule: &str) -> String {
+    match rule {
+        "analytics" => "no analytics consent".into(),
+        _ => "no consent to use the person's data for ads (ad_user_data)".into(),
+    }
+}
+
+/// A failed try of `d`: due again after the platform's wait or the backoff, or a dead letter
+/// once it has had [`MAX_ATTEMPTS`] counted tries.
+fn again(d: &Due, error: String, after_ms: Option<i64>, counts: bool, now_ms: i64) -> Fate {
+    let attempts = d.attempts + i64::from(counts);
+    if counts && attempts >= MAX_ATTEMPTS {
+        return Fate::Final {
+            status: "failed",
+            attempts,
+            reason: format!("{error} (gave up after {attempts} tries)"),
+        };
+    }
+    let wait = after_ms
+        .unwrap_or(0)
+        .max(backoff_ms(attempts.max(1), jitter()));
+    Fate::Again {
+        attempts,
+        at: now_ms + wait,
+        error,
+    }
+}
+
+/// Sends `events` as one request; when the platform refuses the request as a whole as invalid,
+/// sends them one by one, so that only the bad one fails. One answer per event, in order.
+fn deliver(
+    platform: &dyn Platform,
+    http: &Http,
+    dest: &Destination,
+    events: &[Event<'_>],
+    now_ms: i64,
+) -> Vec<Result<Verdict, Outage>> {
+    match platform.send(http, dest, events, now_ms) {
+        Ok(v) if v.len() == events.len() => v.into_iter().map(Ok).collect(),
+        Ok(v) => {
+            let o = Outage::Transient(format!(
+                "the {} mapping gave {} answers for {} events",
+                dest.kind,
+                v.len(),
+                events.len()
+            ));
+            vec![Err(o); events.len()]
+        }
+        Err(Outage::Rejected(e)) if events.len() > 1 => {
+            log::info!(
+                "forward: destination {} refused a batch of {} as invalid ({e}); sending them one by one",
+                dest.id,
+                events.len()
+            );
+            let mut out = Vec::with_capacity(events.len());
+            for (i, one) in events.iter().enumerate() {
+                let r = deliver(platform, http, dest, std::slice::from_ref(one), now_ms);
+                let stop = matches!(r.first(), Some(Err(o)) if !matches!(o, Outage::Rejected(_)));
+                out.extend(r);
+                if stop {
+                    // The platform is down or throttling: the rest wait with it.
+                    let o = out.last().cloned().expect("one answer").unwrap_err();
+                    out.extend(std::iter::repeat_n(Err(o), events.len() - i - 1));
+                    break;
+                }
+            }
+            out
+        }
+        Err(o) => vec![Err(o); events.len()],
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    stopping: AtomicBool,
+    sleep: Mutex<()>,
+    cv: Condvar,
+    in_hand: InHand,
+}
+
+/// The running sender threads.
+pub struct Sender {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Sender {
+    /// Starts `opts.threads` sender threads, each with a connection of its own.
+    pub fn start(
+        location: &Location,
+        settings: &store::Settings,
+        metrics: Metrics,
+        writer: Writer,
+        opts: &Options,
+    ) -> store::Result<Sender> {
+        let shared = Arc::new(Shared::default());
+        let http = Http::new(opts.timeout);
+        let mut threads = Vec::with_capacity(opts.threads);
+        for i in 0..opts.threads {
+            let conn = Lasting::open(location, settings)?;
+            let (s, w, m, h) = (
+                shared.clone(),
+                writer.clone(),
+                metrics.clone(),
+                http.clone(),
+            );
+            let t = std::thread::Builder::new()
+                .name(format!("forward-{i}"))
+                .spawn(move || run(conn, &s, &w, &m, &h))
+                .map_err(|e| StoreError::Other(e.to_string()))?;
+            threads.push(t);
+        }
+        Ok(Sender { shared, threads })
+    }
+
+    /// Stops the threads after the request each has in hand (at most the request time limit).
+    pub fn stop(self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        {
+            let _g = self.shared.sleep.lock().unwrap_or_else(|p| p.into_inner());
+            self.shared.cv.notify_all();
+        }
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(mut lasting: Lasting, s: &Shared, writer: &Writer, metrics: &Metrics, http: &Http) {
+    let stopping = || s.stopping.load(Ordering::SeqCst);
+    while !stopping() {
+        let now = store::now_ms();
+        let pass = lasting.get().and_then(|conn| {
+            let mut stats = SendStats::default();
+            let mut worked = false;
+            for id in deliveries::due_destinations(conn, now)? {
+                if stopping() {
+                    break;
+                }
+                if send_destination(
+                    conn, writer, metrics, http, &s.in_hand, &id, now, &mut stats,
+                )? {
+                    worked = true;
+                    // Look again from the start: the longest-waiting destination goes first.
+                    break;
+                }
+            }
+            let next = if worked {
+                None
+            } else {
+                deliveries::next_due(conn)?
+            };
+            Ok((worked, next))
+        });
+        let wait = match pass {
+            Ok((true, _)) => continue,
+            // Due now but in another thread's or node's hands: look again shortly.
+            Ok((false, Some(due))) => Duration::from_millis(
+                (due - store::now_ms()).clamp(100, POLL.as_millis() as i64) as u64,
+            ),
+            Ok((false, None)) => POLL,
+            Err(e) => {
+                log::warn!("forward: pass interrupted, retrying: {e}");
+                POLL
+            }
+        };
+        let g = s.sleep.lock().unwrap_or_else(|p| p.into_inner());
+        let _ =
+            s.cv.wait_timeout_while(g, wait, |_| !stopping())
+                .unwrap_or_else(|p| p.into_inner());
+    }
+    log::debug!("forward: sender thread stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::forward::kinds::{Kind, META};
+    use crate::store::deliveries::Facts;
+
+    /// A platform that refuses any batch holding an order id starting with `bad` as a whole, and
+    /// fails with `down` once that many requests were made.
+    struct Scripted {
+        batches: Mutex<Vec<Vec<String>>>,
+        down_after: usize,
+    }
+
+    impl Platform for Scripted {
+        fn kind(&self) -> &'static Kind {
+            &META
+        }
+        fn check(&self, _: &Destination, _: &Event<'_>, _: i64) -> Option<(&'static str, String)> {
+            None
+        }
+        fn send(
+            &self,
+            _: &Http,
+            _: &Destination,
+            events: &[Event<'_>],
+            _: i64,
+        ) -> Result<Vec<Verdict>, Outage> {
+            let ids: Vec<String> = events
+                .iter()
+                .map(|e| e.facts.order_id.clone().unwrap())
+                .collect();
+            let mut b = self.batches.lock().unwrap();
+            b.push(ids.clone());
+            if b.len() > self.down_after {
+                return Err(Outage::Transient("down".into()));
+            }
+            if ids.iter().any(|i| i.starts_with("bad")) {
+                return Err(Outage::Rejected("invalid parameter".into()));
+            }
+            Ok(vec![Verdict::Delivered; events.len()])
+        }
+        fn test(&self, _: &Http, _: &Destination, _: &Event<'_>, _: i64) -> Result<String, Outage> {
+            Ok(String::new())
+        }
+    }
+
+    fn dest() -> Destination {
+        Destination {
+            id: "d".into(),
+            site_id: "s".into(),
+            kind: "meta".into(),
+            name: "d".into(),
+            settings: Default::default(),
+            secrets: Default::default(),
+            endpoint: None,
+            events: Default::default(),
+            consent: "none".into(),
+            enabled: true,
+            created_at: 0,
+            updated_at: 0,
+            health: Default::default(),
+        }
+    }
+
+    fn run(orders: &[&str], down_after: usize) -> (Vec<Result<Verdict, Outage>>, Vec<Vec<String>>) {
+        let facts: Vec<Facts> = orders
+            .iter()
+            .map(|o| Facts {
+                order_id: Some(o.to_string()),
+                ..Default::default()
+            })
+            .collect();
+        let events: Vec<Event<'_>> = facts
+            .iter()
+            .map(|f| Event {
+                delivery_id: 0,
+                facts: f,
+                name: "Purchase",
+            })
+            .collect();
+        let p = Scripted {
+            batches: Mutex::new(Vec::new()),
+            down_after,
+        };
+        let out = deliver(&p, &Http::new(REQUEST_TIMEOUT), &dest(), &events, 0);
+        (out, p.batches.into_inner().unwrap())
+    }
+
+    #[test]
+    fn a_batch_refused_as_a_whole_is_sent_again_one_by_one_and_only_the_bad_event_fails() {
+        let (out, batches) = run(&["a", "bad", "c"], usize::MAX);
+        assert_eq!(batches.len(), 4, "{batches:?}");
+        assert_eq!(out[0], Ok(Verdict::Delivered));
+        assert_eq!(out[1], Err(Outage::Rejected("invalid parameter".into())));
+        assert_eq!(out[2], Ok(Verdict::Delivered));
+    }
+
+    #[test]
+    fn an_outage_while_sending_one_by_one_stops_there_and_the_rest_wait() {
+        let (out, batches) = run(&["bad", "b", "c", "d"], 2);
+        assert_eq!(
+            batches.len(),
+            3,
+            "whole batch, then 'bad', then 'b' finds it down"
+        );
+        assert_eq!(out.len(), 4);
+        assert!(matches!(out[0], Err(Outage::Rejected(_))));
+        for o in &out[1..] {
+            assert_eq!(*o, Err(Outage::Transient("down".into())));
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_the_circuit_opens_after_three_failures() {
+        assert_eq!(backoff_ms(1, 1.0), BACKOFF_BASE_MS);
+        assert_eq!(backoff_ms(2, 1.0), 2 * BACKOFF_BASE_MS);
+        assert_eq!(backoff_ms(40, 1.0), BACKOFF_CAP_MS);
+        assert_eq!(backoff_ms(1, 0.5), BACKOFF_BASE_MS / 2);
+        assert_eq!(pause_ms(CIRCUIT_AFTER - 1), None);
+        assert_eq!(pause_ms(CIRCUIT_AFTER), Some(CIRCUIT_BASE_MS));
+        assert_eq!(pause_ms(CIRCUIT_AFTER + 1), Some(2 * CIRCUIT_BASE_MS));
+        assert_eq!(pause_ms(100), Some(CIRCUIT_CAP_MS));
+        // The tries of a delivery that keeps failing span about fifteen hours.
+        let total: i64 = (1..MAX_ATTEMPTS).map(|a| backoff_ms(a, 1.0)).sum();
+        assert!((14 * 3_600_000..17 * 3_600_000).contains(&total), "{total}");
+    }
+}
