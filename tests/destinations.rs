@@ -677,7 +677,10 @@ fn destination_test_prints_the_platforms_answer() {
     if has_platform("meta") {
         let v = run.json();
         assert_eq!(v["ok"], true, "{v}");
-        assert!(!v["answer"].as_str().unwrap().is_empty(), "{v}");
+        assert!(
+            v["answer"].as_str().unwrap().contains("FAKE-TRACE-4242"),
+            "the platform's answer: {v}"
+        );
         let reqs = good.wait_for(std::time::Duration::from_secs(5), |r| !r.is_empty());
         assert_eq!(reqs.len(), 1, "{reqs:#?}");
         assert!(reqs[0].url.contains("1234567890"), "{reqs:#?}");
@@ -1017,6 +1020,10 @@ fn the_dashboards_test_button_shows_the_platforms_answer() {
     if has_platform("meta") {
         assert!(html.contains("class=\"card test-result ok\""), "{html}");
         assert!(html.contains("Test event sent"), "{html}");
+        assert!(
+            html.contains("FAKE-TRACE-4242"),
+            "the platform's answer: {html}"
+        );
         let reqs = good.wait_for(std::time::Duration::from_secs(5), |r| !r.is_empty());
         assert_eq!(reqs.len(), 1, "one request: {reqs:#?}");
         let bad = fake_meta(false);
