@@ -484,8 +484,16 @@ fn form_message(e: &kinds::Refused) -> String {
 struct Extra<'a> {
     flash: Option<&'a str>,
     error: Option<&'a str>,
-    /// The answer to "Send a test event": `Ok` the platform took it, `Err` why not.
-    test: Option<Result<String, String>>,
+    /// The answer to "Send a test event".
+    test: Option<TestAnswer>,
+}
+
+/// What "Send a test event" got, credentials masked out.
+enum TestAnswer {
+    /// The platform took it; its answer.
+    Took(String),
+    /// Why not: the platform's refusal, or no answer.
+    Failed(String),
 }
 
 fn edit_page(
@@ -506,12 +514,12 @@ fn edit_page(
         (layout::flash(extra.flash))
         @if let Some(result) = &extra.test {
             @match result {
-                Ok(answer) => section.card.test-result.ok #test-result role="status" {
+                TestAnswer::Took(answer) => section.card.test-result.ok #test-result role="status" {
                     h2 { "Test event sent" }
                     p { "The platform took it. Its answer:" }
                     pre #test-answer { code { (answer) } }
                 },
-                Err(error) => section.card.test-result.error #test-result role="alert" {
+                TestAnswer::Failed(error) => section.card.test-result.error #test-result role="alert" {
                     h2 { "Test event failed" }
                     p.error-text #test-error { (error) }
                     p.hint { "Check the fields below (a credential may be wrong or lack a permission), save, and send another." }
@@ -676,9 +684,10 @@ pub fn test(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> 
     form::post_form(ctx, v)?;
     let dest = load(d, site, id)?;
     let kind = kind_of(&dest)?;
-    let result = forward::send_test(&dest, &site.currency, store::now_ms())
-        .map(|answer| redact(&answer, &dest))
-        .map_err(|outage| redact(&outage.to_string(), &dest));
+    let result = match forward::send_test(&dest, &site.currency, store::now_ms()) {
+        Ok(answer) => TestAnswer::Took(redact(&answer, &dest)),
+        Err(outage) => TestAnswer::Failed(redact(&outage.to_string(), &dest)),
+    };
     let extra = Extra {
         test: Some(result),
         ..Extra::default()
