@@ -10,8 +10,8 @@
 //! that came back from a platform or the sender has the destination's credentials masked out
 //! ([`redact`]).
 //!
-//! The commands write with their own connection beside a running server, whose sender picks up
-//! new pending deliveries within its poll.
+//! The commands write with their own connection beside a running server, whose sender looks for
+//! pending deliveries every second.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -113,7 +113,8 @@ pub(super) struct UpdateArgs {
     /// Switch it on: processed conversions are passed on from now on.
     #[arg(long)]
     enabled: bool,
-    /// Switch it off: nothing more is passed on (pending deliveries wait).
+    /// Switch it off: conversions processed from now on are not passed on to it (deliveries
+    /// already pending are still sent; `destination remove` drops them).
     #[arg(long, conflicts_with = "enabled")]
     disabled: bool,
     /// Print the destination as one JSON object.
@@ -504,7 +505,7 @@ pub(super) fn retry(db: &Path, a: RetryArgs) -> CliResult {
     let out = json!({"id": d.id, "retried": n});
     print(a.json, &out, || {
         format!(
-            "retried {} of destination {}; a running server sends them within its next poll",
+            "retried {} of destination {}; a running server sends them within a second or so",
             count(n as usize, "dead letter", "dead letters"),
             d.id
         )

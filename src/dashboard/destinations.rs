@@ -373,7 +373,7 @@ fn destination_fields(kind: &kinds::Kind, f: &Fields, stored: Option<&Destinatio
         input #d-endpoint type="url" name="endpoint" value=(f.endpoint);
         label.checkbox for="d-enabled" {
             input #d-enabled type="checkbox" name="enabled" value="on" checked[f.enabled];
-            " Enabled " span.hint { "(processed conversions are passed on)" }
+            " Enabled " span.hint { "(conversions processed from now on are passed on; unticked, deliveries already pending still go)" }
         }
     }
 }
@@ -579,7 +579,7 @@ pub fn edit_form(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str
         Some(if n == "0" {
             "Nothing to retry: no dead letters."
         } else {
-            "Dead letters queued again: the sender tries them within its next poll."
+            "Dead letters queued again: the sender tries them within a second or so."
         })
     } else {
         None
