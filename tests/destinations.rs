@@ -770,6 +770,22 @@ fn the_dashboard_adds_edits_and_removes_a_destination() {
         html.contains("type=\"password\" name=\"f_access_token\" value=\"\""),
         "{html}"
     );
+    // Every kind's form has its fields, credentials as password inputs.
+    for k in convapi::forward::kinds::ALL {
+        let html = d.get(&format!("{base}/new?kind={}", k.name)).text();
+        assert!(
+            html.contains(&format!("New destination: {}", k.label)),
+            "{html}"
+        );
+        for f in k.fields {
+            let input = if f.secret {
+                format!("type=\"password\" name=\"f_{}\" value=\"\"", f.key)
+            } else {
+                format!("type=\"text\" name=\"f_{}\"", f.key)
+            };
+            assert!(html.contains(&input), "{}: {input} in {html}", k.name);
+        }
+    }
     let unknown = d.get(&format!("{base}/new?kind=tiktok"));
     assert_eq!(unknown.status, 400);
     assert!(
