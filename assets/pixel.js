@@ -2,7 +2,7 @@
 (function (w, d, n) {
 // every entry point goes through g(): never throw into the host page
 function g(f) { return function () { try { return f.apply(this, arguments) } catch (e) {} } }
-var S = w.svc, Q = S && S.q || [], L = w.location, C = w.crypto, B = [], sid = null, tid, vid, T, last, s, i, m, url;
+var S = w.svc, Q = S && S.q || [], L = w.location, C = w.crypto, B = [], K = {}, sid = null, R, tid, vid, T, last, s, i, m, url;
 if (S && S.v) return; // loaded twice
 try {
   s = d.currentScript;
@@ -13,8 +13,20 @@ try {
   vid = m ? m[1] : C.randomUUID ? C.randomUUID() : [].map.call(C.getRandomValues(new Uint8Array(16)),
     function (x) { return (x + 256).toString(16).slice(1) }).join('');
 } catch (e) { return }
-function ck() { // 13 months, renewed on every load
-  try { d.cookie = '_svc_vid=' + vid + '; max-age=34214400; path=/; SameSite=Lax' + (L.protocol == 'https:' ? '; Secure' : '') } catch (e) {}
+function ck(x) { // 13 months, renewed on every load; x: delete it
+  try { d.cookie = '_svc_vid=' + vid + '; max-age=' + (x ? 0 : 34214400) + '; path=/; SameSite=Lax' + (L.protocol == 'https:' ? '; Secure' : '') } catch (e) {}
+}
+// consent k ('analytics', 'ads'): as given, else granted unless the site requires consent (R)
+function ok(k) { return K[k] == null ? !R : K[k] }
+function jar() { // the ad platforms' cookies, as consent allows
+  var o = {};
+  try {
+    d.cookie.split(/; */).forEach(function (c) {
+      var k = c.split('=')[0];
+      /^_(fb[pc]|ga(_\w+)?)$/.test(k) && ok(k[1] == 'f' ? 'ads' : 'analytics') && (o[k] = c.slice(k.length + 1));
+    });
+  } catch (e) {}
+  return o;
 }
 function push(e) {
   e.ts = Date.now();
@@ -28,30 +40,39 @@ function pv(f) { // dedupe ignores the fragment: anchor jumps are no pageviews
 }
 function flush(b) { // b: page going away
   clearTimeout(T); T = 0;
-  var c = [], z = 0;
+  var c = [], z = 0, k = [];
   tid && B.splice(0).forEach(function (e) { // <= 100 events, ~16k chars (beacon cap 64 KiB)
+    // identify needs analytics consent: kept while it is not known
+    if (e.type == 'identify' && !ok('analytics')) return K.analytics == null && k.push(e);
     var l = JSON.stringify(e).length;
     if (c[0] && (c.length > 99 || z + l > 16e3)) send(c, b), c = [], z = 0;
     c.push(e); z += l;
   });
   c[0] && send(c, b);
+  tid && (B = k);
 }
 function send(ev, b) {
-  var body = JSON.stringify({ trackerId: tid, visitorId: vid, events: ev });
+  var body = JSON.stringify({ trackerId: tid, visitorId: vid, consent: K, cookies: jar(), events: ev });
   try { if (b && n.sendBeacon(url, body)) return } catch (e) {} // string: text/plain, no preflight
   fetch(url, { method: 'POST', body: body, keepalive: true, headers: { 'Content-Type': 'text/plain' } })
     .then(function (r) {
       return r.json().then(g(function (j) {
         if (r.ok) {
           sid = j.sessionId || sid;
-          j.visitorId && j.visitorId != vid && (vid = j.visitorId, ck());
+          j.consent == 'required' && !R && (R = 1, ok('analytics') || ck(1));
+          j.visitorId && j.visitorId != vid && (vid = j.visitorId, ok('analytics') && ck());
         } else if (r.status == 400 && ev[j.index]) ev.splice(j.index, 1), ev[0] && send(ev); // drop the bad one
       }));
     }).catch(g());
 }
 var api = g(function (c, a, p) {
   if (c == 'sessionId') return sid;
-  if (c == 'init') !tid && a && (tid = '' + a, sched());
+  if (c == 'init') !tid && a && (tid = '' + a, R = p && p.consent == 'required', sched());
+  if (c == 'consent' && a) {
+    ['analytics', 'ads'].forEach(function (k) { a[k] != null && (K[k] = !!a[k]) });
+    ok('analytics') ? ck() : K.analytics === false && ck(1);
+    sched();
+  }
   // p: the backend's HMAC of the user id, for sites that require signed identify
   if (c == 'identify' && a != null && a !== '') push({ type: 'identify', userId: '' + a, signature: p ? '' + p : void 0 });
   if (c != 'track' || !a) return;
@@ -64,8 +85,9 @@ var api = g(function (c, a, p) {
 });
 api.v = 1;
 g(function () {
-  ck(); pv();
+  pv();
   for (i = 0; i < Q.length; i++) api.apply(w, Q[i]);
+  ok('analytics') && ck();
   w.svc = api;
   var H = w.history, nav = g(function () { pv() }), on = 'addEventListener';
   ['pushState', 'replaceState'].forEach(function (k) {

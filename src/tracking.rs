@@ -1,14 +1,17 @@
 //! The pixel's session rules (docs/decisions.md §4): which session each event joins, what a new
 //! session carries, what `identify` links (and, on a site that requires it, the check of its
-//! signature), and pixel purchases recorded as conversions.
+//! signature), pixel purchases recorded as conversions, and what the visitor's consent lets a batch
+//! keep (docs/decisions.md §13).
 //!
 //! [`apply`] runs inside the writer's transaction, so a batch is sessionised atomically.
 
+use std::borrow::Cow;
+
 use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
 use crate::store::conversions::{Conversion, Source};
-use crate::store::sessions::{self, Campaign, NewEvent, Session};
+use crate::store::sessions::{self, Campaign, Forwarding, NewEvent, Session};
 use crate::store::{self};
 
 /// Idle time after which the next event starts a new session.
@@ -51,10 +54,47 @@ pub struct Batch {
     pub received_at: i64,
 }
 
+/// What the visitor's consent lets a batch keep (docs/decisions.md §13).
+#[derive(Debug, Clone, Default)]
+pub struct Privacy {
+    /// Without ads consent click ids are not kept, in the session or in the URLs stored (their
+    /// channel is: [`without_click_ids`]).
+    pub no_ads: bool,
+    /// The consent the batch stated and what the consent in force lets the session keep for
+    /// passing conversions on; the caller leaves out what it does not allow.
+    pub forwarding: Forwarding,
+    /// Without analytics consent: the visitor id the batch sent is ignored, the visitor is
+    /// counted by [`cookieless_visitor`], and `identify` is dropped.
+    pub cookieless: Option<Cookieless>,
+}
+
+impl Privacy {
+    /// Everything allowed, nothing more kept: what [`apply`] assumes.
+    pub fn granted() -> Privacy {
+        Privacy::default()
+    }
+}
+
+/// What a visitor without analytics consent is counted by.
+#[derive(Debug, Clone)]
+pub struct Cookieless {
+    /// The client address, as the server determines it (`--trusted-proxies` included).
+    pub address: String,
+    pub user_agent: String,
+    /// `(day, salt)` when the caller knows the day's salt already (see `store::salts`).
+    pub salt: Option<(i64, String)>,
+}
+
 #[derive(Debug, Clone)]
 pub struct Outcome {
     /// The visitor's current session after the batch.
     pub session_id: String,
+    /// The visitor the batch was counted as; `None` for a cookieless one (nothing to store).
+    pub visitor_id: Option<String>,
+    /// `(day, salt)` a cookieless batch was counted with, for the caller to keep.
+    pub salt: Option<(i64, String)>,
+    /// `identify` events dropped for want of analytics consent.
+    pub identify_dropped: usize,
     /// Conversions newly created by pixel purchases (work for the pipeline).
     pub conversions_created: usize,
     pub conversions_repeated: usize,
@@ -108,6 +148,87 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The query parameters that are click ids: kept only with ads consent.
+pub const CLICK_ID_PARAMS: [&str; 6] = ["gclid", "gbraid", "wbraid", "fbclid", "msclkid", "ttclid"];
+
+/// The visitor id of a visitor without analytics consent: SHA-256 of the day's salt, the site,
+/// the client address and the user agent (each length-prefixed), 128 bits of it in hex behind
+/// `cl-`. The same browser on the same address is one visitor for a day; the next day's salt makes
+/// it another, and once a day's salt is deleted nobody can tell which address its ids came from.
+pub fn cookieless_visitor(salt: &str, site_id: &str, address: &str, user_agent: &str) -> String {
+    let mut h = Sha256::new();
+    for part in [salt, site_id, address, user_agent] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    format!("cl-{}", &hex(&h.finalize())[..32])
+}
+
+/// `url` without its click-id query parameters (the query as [`campaign_of`] reads it: after
+/// the first `?`, up to a `#`); borrowed when it has none.
+pub fn url_without_click_ids(url: &str) -> Cow<'_, str> {
+    let Some((base, rest)) = url.split_once('?') else {
+        return Cow::Borrowed(url);
+    };
+    let (query, fragment) = match rest.find('#') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let is_click = |pair: &&str| {
+        let key = pair.split('=').next().unwrap_or("");
+        form_urlencoded::parse(key.as_bytes())
+            .next()
+            .is_some_and(|(k, _)| CLICK_ID_PARAMS.contains(&k.as_ref()))
+    };
+    if !query.split('&').any(|p| is_click(&p)) {
+        return Cow::Borrowed(url);
+    }
+    let kept: Vec<&str> = query.split('&').filter(|p| !is_click(p)).collect();
+    let mut out = base.to_owned();
+    if !kept.is_empty() {
+        out.push('?');
+        out.push_str(&kept.join("&"));
+    }
+    out.push_str(fragment);
+    Cow::Owned(out)
+}
+
+/// A campaign without its click ids, for a visit without ads consent. The click's channel stays:
+/// when no UTM source or medium was tagged, the source and medium attribution gives the click
+/// (`gclid` → google/cpc, `fbclid` → facebook/paid, ...) take their place, so the visit is still
+/// counted as the paid click it was, without the id that names the click.
+pub fn without_click_ids(mut c: Campaign) -> Campaign {
+    let channel = |c: &Campaign| {
+        let s = Session {
+            id: String::new(),
+            visitor_id: String::new(),
+            client_id: None,
+            started_at: 0,
+            last_activity_at: 0,
+            landing_url: None,
+            referrer: None,
+            campaign: c.clone(),
+        };
+        crate::attribution::channel(&s, None)
+    };
+    let with = channel(&c);
+    for id in [
+        &mut c.gclid,
+        &mut c.gbraid,
+        &mut c.wbraid,
+        &mut c.fbclid,
+        &mut c.msclkid,
+        &mut c.ttclid,
+    ] {
+        *id = None;
+    }
+    if channel(&c) != with {
+        c.utm_source = Some(with.source);
+        c.utm_medium = Some(with.medium);
+    }
+    c
+}
+
 /// The UTM parameters and click ids of a URL's query string.
 pub fn campaign_of(url: &str) -> Campaign {
     let Some((_, rest)) = url.split_once('?') else {
@@ -144,9 +265,37 @@ pub fn campaign_of(url: &str) -> Campaign {
 /// On a site with signed identify, an `identify` without the right signature still counts as the
 /// visitor's activity, but links nothing, marks no session and is not stored.
 pub fn apply(conn: &impl crate::store::db::AsConn, b: &Batch) -> store::Result<Outcome> {
-    sessions::ensure_visitor(conn, &b.site_id, &b.visitor_id, b.received_at)?;
-    sessions::lock_visitor(conn, &b.site_id, &b.visitor_id)?;
-    let mut current = sessions::latest_for_visitor(conn, &b.site_id, &b.visitor_id)?;
+    apply_with(conn, b, &Privacy::granted())
+}
+
+/// [`apply`] as the visitor's consent allows (docs/decisions.md §13): without analytics consent
+/// the batch counts as a cookieless visitor and its `identify` events are dropped (like an
+/// unsigned one); without ads consent no click id is kept; a new session keeps `p.forwarding`,
+/// and a session the batch joined takes what the batch stated (`sessions::update_forwarding`).
+pub fn apply_with(
+    conn: &impl crate::store::db::AsConn,
+    b: &Batch,
+    p: &Privacy,
+) -> store::Result<Outcome> {
+    let (visitor_id, salt) = match &p.cookieless {
+        None => (b.visitor_id.clone(), None),
+        Some(c) => {
+            let day = store::salts::day_of(b.received_at);
+            let salt = match &c.salt {
+                Some((d, s)) if *d == day => s.clone(),
+                _ => store::salts::for_day(conn, day, b.received_at)?,
+            };
+            let v = cookieless_visitor(&salt, &b.site_id, &c.address, &c.user_agent);
+            (v, Some((day, salt)))
+        }
+    };
+    let visitor_id = visitor_id.as_str();
+    sessions::ensure_visitor(conn, &b.site_id, visitor_id, b.received_at)?;
+    sessions::lock_visitor(conn, &b.site_id, visitor_id)?;
+    let mut current = sessions::latest_for_visitor(conn, &b.site_id, visitor_id)?;
+    // The session this batch started last: it has the batch's forwarding fields already.
+    let mut started: Option<String> = None;
+    let mut dropped = 0;
     let has_identify = b
         .events
         .iter()
@@ -169,7 +318,15 @@ pub fn apply(conn: &impl crate::store::db::AsConn, b: &Batch) -> store::Result<O
             EventKind::Pageview { url, referrer } => (url.as_deref(), referrer.as_deref()),
             _ => (None, None),
         };
-        let campaign = url.map(campaign_of).unwrap_or_default();
+        let mut campaign = url.map(campaign_of).unwrap_or_default();
+        let url = match url {
+            Some(u) if p.no_ads => {
+                campaign = without_click_ids(campaign);
+                Some(url_without_click_ids(u))
+            }
+            other => other.map(Cow::Borrowed),
+        };
+        let url = url.as_deref();
         let starts_new = match &current {
             None => true,
             Some(s) => {
@@ -181,7 +338,7 @@ pub fn apply(conn: &impl crate::store::db::AsConn, b: &Batch) -> store::Result<O
         let session = if starts_new {
             let s = Session {
                 id: uuid::Uuid::now_v7().to_string(),
-                visitor_id: b.visitor_id.clone(),
+                visitor_id: visitor_id.to_owned(),
                 client_id: None,
                 started_at: ev.ts,
                 last_activity_at: ev.ts,
@@ -191,7 +348,8 @@ pub fn apply(conn: &impl crate::store::db::AsConn, b: &Batch) -> store::Result<O
             };
             // The landing URL stays in the pageview's event row only.
             let landing = url.is_some().then_some(event_id.as_str());
-            sessions::insert_with_landing(conn, &b.site_id, &s, landing)?;
+            sessions::insert_forwarding(conn, &b.site_id, &s, landing, &p.forwarding)?;
+            started = Some(s.id.clone());
             current.insert(s)
         } else {
             let s = current.as_mut().expect("joined an existing session");
@@ -210,16 +368,17 @@ pub fn apply(conn: &impl crate::store::db::AsConn, b: &Batch) -> store::Result<O
             ts: ev.ts,
         };
         match &ev.kind {
-            EventKind::Pageview { url, .. } => {
-                event.url = url.as_deref();
+            EventKind::Pageview { .. } => {
+                event.url = url;
                 sessions::insert_event(conn, &event)?;
             }
+            EventKind::Identify { .. } if p.cookieless.is_some() => dropped += 1,
             EventKind::Identify { user_id, signature } => {
                 if !identify_ok(user_id, signature.as_deref()) {
                     rejected += 1;
                     continue;
                 }
-                sessions::link_client(conn, &b.site_id, user_id, &b.visitor_id, b.received_at)?;
+                sessions::link_client(conn, &b.site_id, user_id, visitor_id, b.received_at)?;
                 sessions::touch(conn, &session.id, ev.ts, Some(user_id))?;
                 session.client_id = Some(user_id.clone());
                 event.kind = "identify";
@@ -243,7 +402,7 @@ pub fn apply(conn: &impl crate::store::db::AsConn, b: &Batch) -> store::Result<O
                     order_id: Some(order_id.clone()),
                     kind: "purchase".into(),
                     session_id: session.id.clone(),
-                    visitor_id: b.visitor_id.clone(),
+                    visitor_id: visitor_id.to_owned(),
                     client_id: session.client_id.clone(),
                     value: value.clone(),
                     currency: currency.clone(),
@@ -257,10 +416,39 @@ pub fn apply(conn: &impl crate::store::db::AsConn, b: &Batch) -> store::Result<O
             }
         }
     }
+    let session = current.expect("a batch has at least one event");
+    let f = &p.forwarding;
+    // A session joined, not started, by this batch: it takes what the batch stated, when the
+    // batch stated anything (a batch without consent or cookies writes nothing more).
+    if started.as_deref() != Some(session.id.as_str()) {
+        let stated = f.consent_analytics.is_some()
+            || f.consent_ads.is_some()
+            || f.fbp.is_some()
+            || f.fbc.is_some()
+            || f.ga_client_id.is_some()
+            || f.ga_session_id.is_some();
+        if stated {
+            sessions::update_forwarding(conn, &session.id, f)?;
+        }
+        // Ads consent withdrawn: the click ids the session kept go, from its landing URL too;
+        // their channel stays.
+        if f.consent_ads == Some(false) {
+            let stripped = without_click_ids(session.campaign.clone());
+            if stripped != session.campaign {
+                sessions::set_campaign(conn, &session.id, &stripped)?;
+            }
+            if let Some(landing) = &session.landing_url {
+                if let Cow::Owned(url) = url_without_click_ids(landing) {
+                    sessions::set_landing_url(conn, &session.id, &url)?;
+                }
+            }
+        }
+    }
     Ok(Outcome {
-        session_id: current
-            .map(|s| s.id)
-            .expect("a batch has at least one event"),
+        session_id: session.id,
+        visitor_id: p.cookieless.is_none().then(|| visitor_id.to_owned()),
+        salt,
+        identify_dropped: dropped,
         conversions_created: created,
         conversions_repeated: repeated,
         identify_rejected: rejected,
@@ -282,6 +470,65 @@ mod tests {
         assert!(c.utm_campaign.is_none());
         assert!(!campaign_of("https://shop.example/p?x=1").is_some());
         assert!(!campaign_of("https://shop.example/p#utm_source=x").is_some());
+    }
+
+    #[test]
+    fn click_ids_leave_urls_and_campaigns_but_their_channel_stays() {
+        assert_eq!(
+            url_without_click_ids(
+                "https://s.example/p?utm_source=n&gclid=G1&x=1&fbclid=F#f?gclid=2"
+            ),
+            "https://s.example/p?utm_source=n&x=1#f?gclid=2"
+        );
+        assert_eq!(
+            url_without_click_ids("https://s.example/p?gclid=G&msclkid=M"),
+            "https://s.example/p"
+        );
+        assert_eq!(
+            url_without_click_ids("https://s.example/p?%67clid=G"),
+            "https://s.example/p",
+            "the key is read decoded, as campaign_of reads it"
+        );
+        assert!(matches!(
+            url_without_click_ids("https://s.example/p?x=gclid"),
+            Cow::Borrowed(_)
+        ));
+        let c = without_click_ids(campaign_of("https://s.example/?gclid=G&utm_campaign=c"));
+        assert_eq!(c.gclid, None);
+        assert_eq!(
+            (c.utm_source.as_deref(), c.utm_medium.as_deref()),
+            (Some("google"), Some("cpc"))
+        );
+        assert_eq!(c.utm_campaign.as_deref(), Some("c"));
+        let c = without_click_ids(campaign_of("https://s.example/?fbclid=F&utm_medium=social"));
+        assert_eq!(
+            (
+                c.fbclid.as_deref(),
+                c.utm_source.as_deref(),
+                c.utm_medium.as_deref()
+            ),
+            (None, None, Some("social")),
+            "tagged UTM decides already"
+        );
+        let plain = campaign_of("https://s.example/?utm_source=x");
+        assert_eq!(without_click_ids(plain.clone()), plain);
+    }
+
+    #[test]
+    fn cookieless_visitors_are_one_per_salt_site_address_and_agent() {
+        let v = cookieless_visitor("salt", "site", "10.0.0.1", "UA");
+        assert!(v.starts_with("cl-") && v.len() == 35, "{v}");
+        assert_eq!(v, cookieless_visitor("salt", "site", "10.0.0.1", "UA"));
+        for other in [
+            cookieless_visitor("salt2", "site", "10.0.0.1", "UA"),
+            cookieless_visitor("salt", "site2", "10.0.0.1", "UA"),
+            cookieless_visitor("salt", "site", "10.0.0.2", "UA"),
+            cookieless_visitor("salt", "site", "10.0.0.1", "UA2"),
+            // Length prefixes: moving a character from one part to the next is another input.
+            cookieless_visitor("salt", "site1", "0.0.0.1", "UA"),
+        ] {
+            assert_ne!(v, other);
+        }
     }
 
     #[test]

@@ -257,6 +257,130 @@ fn pixel_in_chromium_then_backend_report_is_one_conversion() {
     browser.close(&mut cdp);
 }
 
+/// A site that requires consent (docs/decisions.md §13): the pixel, set up with
+/// `{consent: 'required'}`, writes no `_svc_vid` cookie and the server counts the visitor
+/// cookieless until the page calls `svc('consent', {analytics: true})`; then the cookie is there
+/// and the next batch is counted under its id.
+#[test]
+fn on_a_consent_required_site_the_cookie_comes_only_with_consent() {
+    let chromium = chromium_path();
+    let app = TestApp::start();
+    let site = app.cli_json(&[
+        "site",
+        "update",
+        &app.site.id,
+        "--consent-required",
+        "on",
+        "--json",
+    ]);
+    assert_eq!(site["consentRequired"], json!(true), "{site}");
+    let page_html = format!(
+        r#"<!doctype html>
+<html><head><meta charset="utf-8"><title>Consent shop</title>
+<script>
+  window.svc = window.svc || function () {{ (svc.q = svc.q || []).push(arguments); }};
+  svc('init', '{tracker}', {{consent: 'required'}});
+  svc('identify', 'user-7');
+</script>
+<script async src="{base}/pixel.js"></script>
+</head><body><h1>Cookies?</h1></body></html>
+"#,
+        tracker = app.site.tracker_id,
+        base = app.base,
+    );
+    let server = Server::start(move |mut conn| {
+        let Some((head, _)) = read_request(&mut conn) else {
+            return;
+        };
+        let path = head.split_whitespace().nth(1).unwrap_or("/");
+        let (status, body) = if path.starts_with("/consent") {
+            ("200 OK", page_html.as_str())
+        } else {
+            ("404 Not Found", "not found")
+        };
+        let _ = write!(
+            conn,
+            "HTTP/1.1 {status}\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\n\
+             Cache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    });
+    let mut browser = Browser::launch(&chromium);
+    let mut cdp = browser.connect();
+    let page = open_page(&mut cdp);
+    let page = Some(page.as_str());
+    let url = format!("http://{}/consent/p?gclid=G-1", server.addr);
+    let nav = cdp.call("Page.navigate", json!({"url": url}), page);
+    assert!(nav.get("errorText").is_none(), "navigate failed: {nav}");
+    poll("the pixel to load", || {
+        cdp_eval(&mut cdp, page, "window.svc && window.svc.v === 1") == json!(true)
+    });
+    // The first batch is answered: the pageview reached the server, without consent.
+    poll("the first batch's answer", || {
+        cdp_eval(&mut cdp, page, "svc('sessionId')").is_string()
+    });
+    let vid_cookie = |cdp: &mut crate::common::browser::Cdp| -> Option<String> {
+        let cookies = cdp.call("Storage.getCookies", json!({}), None);
+        cookies["cookies"]
+            .as_array()
+            .expect("cookies")
+            .iter()
+            .find(|c| c["name"] == "_svc_vid")
+            .map(|c| c["value"].as_str().expect("value").to_owned())
+    };
+    assert_eq!(vid_cookie(&mut cdp), None, "no cookie before consent");
+    assert_eq!(
+        cdp_eval(&mut cdp, page, "document.cookie.indexOf('_svc_vid') < 0"),
+        json!(true)
+    );
+    let before = app.objects(
+        "SELECT visitor_id, gclid, client_ip, consent_analytics FROM sessions WHERE site_id = ?1",
+        &[&app.site.id],
+    );
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert!(
+        before[0]["visitor_id"].as_str().unwrap().starts_with("cl-"),
+        "a cookieless visitor: {before:?}"
+    );
+    assert_eq!(
+        before[0]["gclid"],
+        Value::Null,
+        "no click id without ads consent"
+    );
+    assert_eq!(before[0]["client_ip"], Value::Null);
+    assert_eq!(
+        app.query_i64("SELECT COUNT(*) FROM visitor_clients", &[]),
+        0,
+        "identify waits for consent"
+    );
+
+    cdp_eval(&mut cdp, page, "svc('consent', {analytics: true}); true");
+    let vid = vid_cookie(&mut cdp).expect("the cookie once analytics consent is given");
+    assert!(!vid.is_empty() && !vid.starts_with("cl-"), "{vid}");
+    // A step in the single-page app: the next batch, with the identify that waited, under the
+    // cookie's id.
+    cdp_eval(
+        &mut cdp,
+        page,
+        "history.pushState({}, '', '/consent/next'); true",
+    );
+    poll("the identify to link the cookie's visitor", || {
+        app.query_i64(
+            "SELECT COUNT(*) FROM visitor_clients WHERE client_id = 'user-7' AND visitor_id = ?1",
+            &[&vid],
+        ) == 1
+    });
+    assert_eq!(
+        app.rows(
+            "SELECT consent_analytics, consent_ads FROM sessions WHERE visitor_id = ?1",
+            &[&vid]
+        ),
+        vec![vec![json!(1), Value::Null]],
+        "analytics granted, ads not asked"
+    );
+    browser.close(&mut cdp);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The shop: a second origin (another port on 127.0.0.1) serving the merchant's pages.
 

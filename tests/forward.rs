@@ -93,7 +93,7 @@ fn send_at(app: &TestApp, now: i64) -> SendStats {
 fn order(app: &TestApp, visitor: &str) -> String {
     let id = unique("order");
     app.post_conversion(
-        &json!({"visitorId": visitor, "orderId": id, "value": "19.99", "currency": "EUR"}),
+        &json!({"visitorId": visitor, "orderId": id, "value": 19.99, "currency": "EUR"}),
     )
     .accepted();
     id
@@ -117,7 +117,8 @@ fn a_processed_conversion_is_delivered_once_and_the_status_and_metrics_say_so() 
     let fake = FakePlatform::start(meta_ok);
     let app = TestApp::start();
     let dest = add_destination(&app, "meta", "Meta", &fake.url());
-    app.pageview("v1", "https://shop.example/?fbclid=abc", now_ms() - 60_000);
+    app.identify("v1", "client-1", now_ms() - 60_000);
+    app.pageview("v1", "https://shop.example/?fbclid=abc", now_ms() - 50_000);
     let orders: Vec<String> = (0..3).map(|_| order(&app, "v1")).collect();
     let reqs = fake.wait_for(Duration::from_secs(30), |r| event_ids(r).len() >= 3);
     let got: BTreeSet<String> = event_ids(&reqs).into_iter().collect();
@@ -159,7 +160,7 @@ fn a_conversion_without_ads_consent_reaches_no_destination_that_needs_it() {
     let fake = FakePlatform::start(meta_ok);
     let app = by_hand();
     add_destination(&app, "meta", "Meta", &fake.url());
-    app.pageview("v1", "https://shop.example/", now_ms() - 60_000);
+    app.identify("v1", "client-1", now_ms() - 60_000);
     let denied = order(&app, "v1");
     let given = order(&app, "v1");
     app.execute(
@@ -196,7 +197,7 @@ fn one_invalid_event_fails_alone_and_the_rest_of_its_batch_is_delivered() {
     });
     let app = by_hand();
     add_destination(&app, "meta", "Meta", &fake.url());
-    app.pageview("v1", "https://shop.example/", now_ms() - 60_000);
+    app.identify("v1", "client-1", now_ms() - 60_000);
     let mut good: Vec<String> = (0..4).map(|_| order(&app, "v1")).collect();
     let bad = unique("bad-order");
     app.post_conversion(&json!({"visitorId": "v1", "orderId": bad, "value": 1, "currency": "EUR"}))
@@ -223,7 +224,7 @@ fn a_platform_down_for_a_minute_opens_its_circuit_and_loses_nothing() {
     let fake = FakePlatform::start(|_| Reply::status(503, json!({"error": "unavailable"})));
     let app = by_hand();
     let dest = add_destination(&app, "meta", "Meta", &fake.url());
-    app.pageview("v1", "https://shop.example/", now_ms() - 60_000);
+    app.identify("v1", "client-1", now_ms() - 60_000);
     let orders: Vec<String> = (0..3).map(|_| order(&app, "v1")).collect();
     drain(&app);
     let t0 = now_ms();
@@ -302,7 +303,7 @@ fn throttling_waits_what_the_platform_asks() {
     });
     let app = by_hand();
     let dest = add_destination(&app, "meta", "Meta", &fake.url());
-    app.pageview("v1", "https://shop.example/", now_ms() - 60_000);
+    app.identify("v1", "client-1", now_ms() - 60_000);
     let o = order(&app, "v1");
     drain(&app);
     let t0 = now_ms();
@@ -343,7 +344,7 @@ fn a_destination_that_is_down_delays_neither_conversions_nor_another_destination
         .start();
     add_destination(&app, "meta", "A (down)", &down.url());
     add_destination(&app, "meta", "B", &up.url());
-    app.pageview("v1", "https://shop.example/", now_ms() - 60_000);
+    app.identify("v1", "client-1", now_ms() - 60_000);
     let started = Instant::now();
     let mut slowest = Duration::ZERO;
     let mut orders = Vec::new();
@@ -383,7 +384,7 @@ fn kill_9_during_delivery_under_load_loses_no_delivery_and_repeats_only_with_the
     });
     let mut app = TestApp::start();
     add_destination(&app, "meta", "Meta", &fake.url());
-    app.pageview("v1", "https://shop.example/", now_ms() - 60_000);
+    app.identify("v1", "client-1", now_ms() - 60_000);
     let mut acked: Vec<String> = Vec::new();
     for cycle in 0..5 {
         let load = crash::Load {

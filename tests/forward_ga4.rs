@@ -230,6 +230,24 @@ fn value_is_the_exact_decimal_number() {
 }
 
 #[test]
+fn a_time_ahead_of_the_send_goes_as_the_send_time() {
+    let now = now_ms();
+    let mut f = purchase(1, now);
+    f.occurred_at = now + 4 * 60_000;
+    let (fake, problems) = fake_ga4();
+    let out = platform("ga4").send(&http(), &ga4_dest(&fake.url()), &[ev(&f, "purchase")], now);
+    assert_eq!(out.unwrap(), vec![Verdict::Delivered]);
+    assert!(
+        problems.lock().unwrap().is_empty(),
+        "{:?}",
+        problems.lock().unwrap()
+    );
+    let b = fake.requests()[0].json();
+    assert_eq!(b["timestamp_micros"], json!(now * 1000));
+    assert_eq!(b["events"][0]["timestamp_micros"], json!(now * 1000));
+}
+
+#[test]
 fn transaction_id_is_never_empty() {
     let now = now_ms();
     let mut none = purchase(1, now);

@@ -202,12 +202,12 @@ fn meta_problems(r: &Recorded) -> Vec<String> {
             let parts: Vec<&str> = fbc.as_str().unwrap_or("").splitn(4, '.').collect();
             if !(parts.len() == 4
                 && parts[0] == "fb"
-                && parts[1] == "1"
+                && matches!(parts[1], "0" | "1" | "2")
                 && parts[2].len() == 13
                 && parts[2].bytes().all(|b| b.is_ascii_digit())
                 && !parts[3].is_empty())
             {
-                bad("fbc is not fb.1.<ms>.<fbclid>");
+                bad("fbc is not fb.<subdomain index>.<ms>.<fbclid>");
             }
         }
         let c = &e["custom_data"];
@@ -357,7 +357,8 @@ fn fbc_is_the_cookie_when_the_pixel_saw_one_else_built_from_the_click_and_droppe
     let now = now_ms();
     // The cookie as the pixel read it wins.
     let mut cookie = purchase(1, now);
-    cookie.session.as_mut().unwrap().fbc = Some("fb.1.1700000000123.CookieClickId".into());
+    let cookie_fbc = format!("fb.2.{}.CookieClickId", now - 5 * DAY);
+    cookie.session.as_mut().unwrap().fbc = Some(cookie_fbc.clone());
     cookie.session.as_mut().unwrap().fbclid = Some("OtherClick".into());
     // No cookie: built from the credited click's session, first seen 10 days ago, fbclid as is.
     let clicked = now - 10 * DAY;
@@ -389,10 +390,7 @@ fn fbc_is_the_cookie_when_the_pixel_saw_one_else_built_from_the_click_and_droppe
         problems.lock().unwrap()
     );
     let data = fake.requests()[0].json()["data"].clone();
-    assert_eq!(
-        data[0]["user_data"]["fbc"],
-        json!("fb.1.1700000000123.CookieClickId")
-    );
+    assert_eq!(data[0]["user_data"]["fbc"], json!(cookie_fbc));
     assert_eq!(
         data[1]["user_data"]["fbc"],
         json!(format!("fb.1.{clicked}.IwAR2F4-dbP0l7Mn_Case"))
@@ -402,6 +400,27 @@ fn fbc_is_the_cookie_when_the_pixel_saw_one_else_built_from_the_click_and_droppe
         json!(format!("fb.1.{}.EdgeClick", now - 90 * DAY))
     );
     assert!(data[3]["user_data"].get("fbc").is_none(), "{}", data[3]);
+}
+
+#[test]
+fn an_fbc_cookie_older_than_90_days_is_dropped_and_a_time_ahead_of_the_send_is_the_send_time() {
+    let now = now_ms();
+    let mut old = purchase(1, now);
+    old.session.as_mut().unwrap().fbc = Some(format!("fb.1.{}.OldCookie", now - 90 * DAY - 1));
+    let mut fresh = purchase(2, now);
+    fresh.session.as_mut().unwrap().fbc = Some(format!("fb.1.{}.FreshCookie", now - 89 * DAY));
+    let mut ahead = purchase(3, now);
+    ahead.occurred_at = now + 4 * 60_000;
+    let (out, reqs) = send_one_batch(&[old, fresh, ahead]);
+    assert_eq!(out.unwrap(), vec![Verdict::Delivered; 3]);
+    let data = reqs[0].json()["data"].clone();
+    assert!(data[0]["user_data"].get("fbc").is_none(), "{}", data[0]);
+    assert_eq!(
+        data[1]["user_data"]["fbc"],
+        json!(format!("fb.1.{}.FreshCookie", now - 89 * DAY))
+    );
+    let sent = data[2]["event_time"].as_i64().unwrap();
+    assert!(sent <= now_ms() / 1000 && sent >= now / 1000, "{sent}");
 }
 
 #[test]

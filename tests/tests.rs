@@ -104,6 +104,10 @@ mod slow_bodies;
 // Signed identify against attribution hijack, the cap on visitors per clientId, URLs stored once.
 // Here: what the pixel may link and store.
 mod identify;
+// Consent (what a pixel batch keeps as the visitor's consent and the site allow: cookieless
+// visitors, identify, click ids, address, user agent, the ad platforms' cookies) and the
+// conversions API's email, phone and consent. Here: anything consent decides on the server.
+mod consent;
 // Request ids (`X-Request-Id` honoured or a UUIDv7) and the access log in text and JSON. Here:
 // anything about what the server logs.
 mod logs;
@@ -178,3 +182,8 @@ mod haproxy;
 // sends and how it reads the answer (the sender's batching, backoff and circuit are not here).
 mod forward_ga4;
 mod forward_meta;
+// Google Ads' offline click conversions, in process against a fake Google (token endpoint and
+// upload method): each mapping rule, the OAuth token's exchange, cache and refresh, partial
+// failure rows, each error class, batch size, `validateOnly`, secrets kept out of errors. Here:
+// what convapi sends to Google Ads and how it reads the answer.
+mod forward_ads;

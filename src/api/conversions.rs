@@ -113,6 +113,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     app.writer
         .admit_outbox_work(Source::Api)
         .inspect_err(|_| app.metrics.inc_unavailable())?;
+    let user_data = r.user_data;
     let report = ApiReport {
         id: uuid::Uuid::now_v7().to_string(),
         site_id: site.id.clone(),
@@ -128,7 +129,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     // writer's transaction: the snapshot above may be stale.
     let outcome = app
         .writer
-        .submit(move |c| store::conversions::record_api(c, &report, now))
+        .submit(move |c| store::conversions::record_api_with(c, &report, user_data.as_ref(), now))
         .inspect_err(|e| super::count_unavailable(app, e))?;
     let rec = match outcome {
         ApiRecorded::Created(rec) => {

@@ -24,6 +24,8 @@ pub struct Report {
     pub value: Option<String>,
     pub currency: String,
     pub occurred_at: i64,
+    /// What the backend added for passing the conversion on (`None`: none of it).
+    pub user_data: Option<crate::store::conversions::UserData>,
 }
 
 /// Applies the field rules of a report (docs/decisions.md §3, check 7) to a parsed body, in the
@@ -56,7 +58,67 @@ pub fn report(obj: &Map<String, Value>, now_ms: i64) -> Result<Report, ApiError>
         value: value(obj, "value")?,
         currency: currency(obj, "currency")?,
         occurred_at: occurred_at(obj, now_ms)?,
+        user_data: user_data(obj)?,
     })
+}
+
+/// The optional fields a backend adds for passing a conversion on to ad platforms
+/// (docs/decisions.md §13): `email` and `phone`, normalised and hashed here (the raw values go no
+/// further, and no error repeats them), and `consent` (`adUserData`, `adPersonalization`).
+/// `None` when none of them is given: a report without them costs three map lookups.
+pub fn user_data(
+    obj: &Map<String, Value>,
+) -> Result<Option<crate::store::conversions::UserData>, ApiError> {
+    use crate::forward::hash;
+    let (email, phone, consent) = (
+        field(obj, "email"),
+        field(obj, "phone"),
+        field(obj, "consent"),
+    );
+    if email.is_none() && phone.is_none() && consent.is_none() {
+        return Ok(None);
+    }
+    let normalised =
+        |name: &str, v: Option<&Value>, f: fn(&str) -> Result<String, &'static str>| match v {
+            None => Ok(None),
+            Some(Value::String(s)) => f(s)
+                .map(Some)
+                .map_err(|why| ApiError::validation(name, format!("{name} {why}"))),
+            Some(_) => Err(ApiError::validation(
+                name,
+                format!("{name} must be a string"),
+            )),
+        };
+    let email = normalised("email", email, hash::normalise_email)?;
+    let phone = normalised("phone", phone, hash::normalise_phone)?;
+    let (ad_user_data, ad_personalization) = match consent {
+        None => (None, None),
+        Some(Value::Object(m)) => {
+            let flag = |name: &str| {
+                let path = format!("consent.{name}");
+                match field(m, name) {
+                    None => Ok(None),
+                    Some(Value::Bool(b)) => Ok(Some(*b)),
+                    Some(_) => Err(ApiError::validation(
+                        path.clone(),
+                        format!("{path} must be true or false"),
+                    )),
+                }
+            };
+            (flag("adUserData")?, flag("adPersonalization")?)
+        }
+        Some(_) => {
+            return Err(ApiError::validation(
+                "consent",
+                "consent must be an object such as {\"adUserData\": true, \"adPersonalization\": false}",
+            ))
+        }
+    };
+    Ok(Some(crate::store::conversions::UserData {
+        user_hashes: hash::user_hashes(email.as_deref(), phone.as_deref()),
+        consent_ad_user_data: ad_user_data,
+        consent_ad_personalization: ad_personalization,
+    }))
 }
 
 /// Parses a body that must be one JSON object, refusing deep nesting before serde recurses, and

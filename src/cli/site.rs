@@ -18,13 +18,14 @@ pub(super) enum SiteCmd {
     Create(CreateArgs),
     /// List the sites, of every tenant or of one.
     List(ListArgs),
-    /// Change a site's name, domain, currency, attribution window, model, signed identify or retention.
+    /// Change a site's name, domain, currency, attribution window, model, signed identify,
+    /// retention or consent requirement.
     Update(UpdateArgs),
     /// Create or replace a site's identity secret and print it (the only time it is shown).
     IdentitySecret(IdentitySecretArgs),
 }
 
-/// `--signed-identify` and `--expire-conversions` values.
+/// `--signed-identify`, `--expire-conversions` and `--consent-required` values.
 const ON_OFF: [&str; 2] = ["on", "off"];
 /// The longest retention that is not "forever", in days.
 const MAX_RETAIN_DAYS: i64 = 36_500;
@@ -61,6 +62,11 @@ pub(super) struct CreateArgs {
     /// their sessions, for the revenue totals).
     #[arg(long, default_value = "off", value_parser = ON_OFF)]
     expire_conversions: String,
+    /// Whether visitors must consent before the pixel keeps anything on their device and before
+    /// anything is passed on to ad platforms ("on": no answer means no; "off": no answer means
+    /// yes; an explicit refusal always counts).
+    #[arg(long, default_value = "off", value_parser = ON_OFF)]
+    consent_required: String,
     /// Print the site as one JSON object.
     #[arg(long)]
     json: bool,
@@ -110,6 +116,10 @@ pub(super) struct UpdateArgs {
     /// Whether conversions older than the retention are deleted too.
     #[arg(long, group = "changes", value_parser = ON_OFF)]
     expire_conversions: Option<String>,
+    /// Whether visitors must consent before the pixel keeps anything on their device and before
+    /// anything is passed on to ad platforms.
+    #[arg(long, group = "changes", value_parser = ON_OFF)]
+    consent_required: Option<String>,
     /// Print the site as one JSON object.
     #[arg(long)]
     json: bool,
@@ -167,6 +177,7 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
             signed_identify: Some(secret.is_some()),
             retain_days: Some(a.retain_days),
             expire_conversions: Some(a.expire_conversions == "on"),
+            consent_required: Some(a.consent_required == "on"),
             ..SiteChanges::default()
         };
         Ok(store::sites::update(tx, &site.id, &settings)?.expect("site just created"))
@@ -251,7 +262,7 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
             signed_identify: a.signed_identify.as_deref().map(|v| v == "on"),
             retain_days: a.retain_days,
             expire_conversions: a.expire_conversions.as_deref().map(|v| v == "on"),
-            consent_required: None,
+            consent_required: a.consent_required.as_deref().map(|v| v == "on"),
         };
         if changes.signed_identify == Some(true) {
             let check = store::sites::identify_check(tx, &site.id)?;
@@ -271,7 +282,7 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
 /// The human line of `create` and `update`.
 fn describe(done: &str, site: &Site) -> String {
     format!(
-        "{done} site {} ({}): tracker id {}, currency {}, window {}, model {}{}",
+        "{done} site {} ({}): tracker id {}, currency {}, window {}, model {}{}{}",
         site.id,
         site.name,
         site.tracker_id,
@@ -280,6 +291,11 @@ fn describe(done: &str, site: &Site) -> String {
         site.model,
         if site.signed_identify {
             ", signed identify"
+        } else {
+            ""
+        },
+        if site.consent_required {
+            ", consent required"
         } else {
             ""
         }

@@ -50,13 +50,13 @@ impl Platform for Ga4 {
         http: &Http,
         dest: &Destination,
         events: &[Event<'_>],
-        _now_ms: i64,
+        now_ms: i64,
     ) -> Result<Vec<Verdict>, Outage> {
         let url = url(dest, "/mp/collect")?;
         let groups = groups(events);
         let mut verdicts: Vec<Option<Verdict>> = vec![None; events.len()];
         for (i, group) in groups.iter().enumerate() {
-            match post_group(http, dest, &url, events, group) {
+            match post_group(http, dest, &url, events, group, now_ms) {
                 Ok(()) => {
                     for &k in group {
                         verdicts[k] = Some(Verdict::Delivered);
@@ -72,11 +72,12 @@ impl Platform for Ga4 {
                     // The request of one browser among others was refused without saying which
                     // event: each of its events alone, so one bad event sinks only itself.
                     for &k in group {
-                        verdicts[k] = Some(match post_group(http, dest, &url, events, &[k]) {
-                            Ok(()) => Verdict::Delivered,
-                            Err(Refusal::Event(reason)) => Verdict::Failed(reason),
-                            Err(Refusal::Outage(o)) => retry(o),
-                        });
+                        verdicts[k] =
+                            Some(match post_group(http, dest, &url, events, &[k], now_ms) {
+                                Ok(()) => Verdict::Delivered,
+                                Err(Refusal::Event(reason)) => Verdict::Failed(reason),
+                                Err(Refusal::Outage(o)) => retry(o),
+                            });
                     }
                 }
                 Err(Refusal::Outage(o)) => {
@@ -110,10 +111,10 @@ impl Platform for Ga4 {
         http: &Http,
         dest: &Destination,
         event: &Event<'_>,
-        _now_ms: i64,
+        now_ms: i64,
     ) -> Result<String, Outage> {
         let url = url(dest, "/debug/mp/collect")?;
-        let body = request_json(std::slice::from_ref(event), &[0]);
+        let body = request_json(std::slice::from_ref(event), &[0], now_ms);
         let answer = http
             .post(&url, &[], "application/json", &body.to_string())
             .map_err(|e| Outage::Transient(scrub(&format!("GA4: no answer: {e}"), dest)))?;
@@ -201,8 +202,9 @@ fn post_group(
     url: &str,
     events: &[Event<'_>],
     idx: &[usize],
+    now_ms: i64,
 ) -> Result<(), Refusal> {
-    let body = request_json(events, idx);
+    let body = request_json(events, idx, now_ms);
     let answer = http
         .post(url, &[], "application/json", &body.to_string())
         .map_err(|e| {
@@ -280,7 +282,7 @@ fn groups(events: &[Event<'_>]) -> Vec<Vec<usize>> {
 }
 
 /// The body of one request: the events `idx` of `events`, which share a [`Header`].
-fn request_json(events: &[Event<'_>], idx: &[usize]) -> Value {
+fn request_json(events: &[Event<'_>], idx: &[usize], now_ms: i64) -> Value {
     let first = events[idx[0]].facts;
     let h = header(first);
     let grant = |b: bool| if b { "GRANTED" } else { "DENIED" };
@@ -291,10 +293,10 @@ fn request_json(events: &[Event<'_>], idx: &[usize]) -> Value {
     }
     let earliest = idx
         .iter()
-        .map(|&k| events[k].facts.occurred_at)
+        .map(|&k| micros(events[k].facts, now_ms))
         .min()
-        .unwrap_or(first.occurred_at);
-    m.insert("timestamp_micros".into(), json!(earliest * 1_000));
+        .unwrap_or_else(|| micros(first, now_ms));
+    m.insert("timestamp_micros".into(), json!(earliest));
     m.insert(
         "consent".into(),
         json!({"ad_user_data": grant(h.consent.0), "ad_personalization": grant(h.consent.1)}),
@@ -304,13 +306,23 @@ fn request_json(events: &[Event<'_>], idx: &[usize]) -> Value {
     }
     m.insert(
         "events".into(),
-        Value::Array(idx.iter().map(|&k| event_json(&events[k])).collect()),
+        Value::Array(
+            idx.iter()
+                .map(|&k| event_json(&events[k], now_ms))
+                .collect(),
+        ),
     );
     Value::Object(m)
 }
 
+/// When a conversion happened, in microseconds; a time ahead of the send (a backend's clock) as
+/// the send's, GA4 taking no events from the future.
+fn micros(f: &Facts, now_ms: i64) -> i64 {
+    f.occurred_at.min(now_ms) * 1_000
+}
+
 /// One conversion as an element of `events`.
-fn event_json(e: &Event<'_>) -> Value {
+fn event_json(e: &Event<'_>, now_ms: i64) -> Value {
     let f = e.facts;
     let mut p = Map::new();
     p.insert("transaction_id".into(), json!(dedup_key(f)));
@@ -326,7 +338,7 @@ fn event_json(e: &Event<'_>) -> Value {
     p.insert("engagement_time_msec".into(), json!(ENGAGEMENT_TIME_MSEC));
     json!({
         "name": e.name,
-        "timestamp_micros": f.occurred_at * 1_000,
+        "timestamp_micros": micros(f, now_ms),
         "params": Value::Object(p),
     })
 }

@@ -172,7 +172,12 @@ pub fn event_json(e: &Event<'_>, now_ms: i64) -> Value {
     let user = user_data(f, now_ms);
     let mut m = Map::new();
     m.insert("event_name".into(), json!(e.name));
-    m.insert("event_time".into(), json!(f.occurred_at.div_euclid(1_000)));
+    // A time ahead of the send (a backend's clock, up to the 5 minutes the API lets through) goes
+    // as the send's: neither platform takes events from the future.
+    m.insert(
+        "event_time".into(),
+        json!(f.occurred_at.min(now_ms).div_euclid(1_000)),
+    );
     m.insert("event_id".into(), json!(dedup_key(f)));
     let website = user.contains_key("client_user_agent");
     m.insert(
@@ -244,14 +249,19 @@ fn user_data(f: &Facts, now_ms: i64) -> Map<String, Value> {
 
 /// The click id: the `_fbc` cookie the pixel saw (in the conversion's session, else the credited
 /// one), else `fb.1.<first seen, ms>.<fbclid>` from the click that brought the visitor, the
-/// fbclid unmodified, while that click is at most 90 days old.
+/// fbclid unmodified; either only while its click is at most 90 days old.
 pub fn fbc(f: &Facts, now_ms: i64) -> Option<String> {
     let cookie = |s: Option<&SessionFacts>| {
         s.and_then(|s| s.fbc.clone())
             .filter(|v: &String| !v.is_empty())
     };
     if let Some(c) = cookie(f.session.as_ref()).or_else(|| cookie(f.attributed.as_ref())) {
-        return Some(c);
+        // `fb.<subdomain index>.<creation time, ms>.<fbclid>`: a cookie whose time cannot be read
+        // goes as the pixel saw it.
+        let created = c.split('.').nth(2).and_then(|t| t.parse::<i64>().ok());
+        return created
+            .is_none_or(|t| now_ms - t <= FBC_MAX_AGE_MS)
+            .then_some(c);
     }
     let click = click_session(f)?;
     let fbclid = click.fbclid.as_deref().filter(|v| !v.is_empty())?;

@@ -2,6 +2,7 @@
 //! API, GA4's Measurement Protocol and Google Ads' click conversions.
 
 pub mod ga4;
+pub mod google_ads;
 pub mod hash;
 pub mod kinds;
 pub mod meta;
@@ -14,7 +15,7 @@ use crate::store::deliveries::{Facts, SessionFacts};
 use crate::store::destinations::Destination;
 
 /// Every platform convapi sends to, one per kind of destination.
-static PLATFORMS: &[&dyn Platform] = &[&meta::Meta, &ga4::Ga4];
+static PLATFORMS: &[&dyn Platform] = &[&meta::Meta, &ga4::Ga4, &google_ads::GoogleAds];
 
 /// The platform of a kind of destination (`None`: not one convapi knows).
 pub fn platform(kind: &str) -> Option<&'static dyn Platform> {

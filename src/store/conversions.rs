@@ -181,6 +181,16 @@ pub struct ApiReport {
     pub occurred_at: i64,
 }
 
+/// What a backend added to a report for passing the conversion on (docs/decisions.md §13).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserData {
+    /// JSON of the SHA-256 digests of the normalised e-mail and phone (`forward::hash`).
+    pub user_hashes: Option<String>,
+    /// The backend's consent; it overrides the session's.
+    pub consent_ad_user_data: Option<bool>,
+    pub consent_ad_personalization: Option<bool>,
+}
+
 /// What [`record_api`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApiRecorded {
@@ -201,9 +211,26 @@ pub enum ApiRecorded {
 /// here, not on the request thread's snapshot, makes concurrent sends of one order produce one
 /// conversion and at most one take-over.
 pub fn record_api(conn: &impl AsConn, r: &ApiReport, now_ms: i64) -> Result<ApiRecorded> {
+    record_api_with(conn, r, None, now_ms)
+}
+
+/// [`record_api`] with what the backend added for passing the conversion on: stored with a new
+/// conversion and with a take-over (the API's report replaces the pixel's), not with a repeat.
+/// Without it the statements are [`record_api`]'s, and no more.
+pub fn record_api_with(
+    conn: &impl AsConn,
+    r: &ApiReport,
+    user_data: Option<&UserData>,
+    now_ms: i64,
+) -> Result<ApiRecorded> {
     // Twice at most: an order another node inserted since the lookup is found the second time.
     for _ in 0..2 {
         if let Some(done) = record_api_once(conn, r, now_ms)? {
+            if let (Some(u), ApiRecorded::Created(rec) | ApiRecorded::TakenOver(rec)) =
+                (user_data, &done)
+            {
+                set_user_data(conn, &rec.event_id, u)?;
+            }
             return Ok(done);
         }
     }
@@ -244,6 +271,22 @@ fn record_api_once(conn: &impl AsConn, r: &ApiReport, now_ms: i64) -> Result<Opt
     };
     // The order was unknown when looked up above, in this transaction.
     Ok(insert(conn, &c, Source::Api, now_ms)?.map(ApiRecorded::Created))
+}
+
+/// Stores what the backend added to a conversion's report (every field: one not given is cleared).
+fn set_user_data(conn: &impl AsConn, conversion_id: &str, u: &UserData) -> Result<()> {
+    conn.conn().execute(
+        "UPDATE conversions SET user_hashes = ?2, consent_ad_user_data = ?3,
+            consent_ad_personalization = ?4
+         WHERE id = ?1",
+        args![
+            conversion_id,
+            &u.user_hashes,
+            u.consent_ad_user_data.map(i64::from),
+            u.consent_ad_personalization.map(i64::from)
+        ],
+    )?;
+    Ok(())
 }
 
 /// The API's first report of a conversion the pixel created: its `type`, `value`, `currency`

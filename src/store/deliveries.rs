@@ -192,6 +192,7 @@ pub struct Facts {
     pub value: Option<String>,
     pub currency: String,
     pub occurred_at: i64,
+    /// The conversion's `clientId`, else the one its session was identified with.
     pub client_id: Option<String>,
     pub visitor_id: String,
     /// JSON of SHA-256 digests (`em`, `ph`, `em_g`, `ph_g`), see the migration `0008`.
@@ -247,7 +248,8 @@ fn session(conn: &impl AsConn, id: &str) -> Result<Option<SessionFacts>> {
 pub fn facts(conn: &impl AsConn, conversion_id: &str) -> Result<Option<Facts>> {
     let row = conn.conn().query_opt(
         "SELECT c.id, c.site_id, c.order_id, c.type, c.value, c.currency, c.occurred_at,
-             c.client_id, c.visitor_id, c.user_hashes, c.consent_ad_user_data,
+             COALESCE(c.client_id, (SELECT s.client_id FROM sessions s WHERE s.id = c.session_id)),
+             c.visitor_id, c.user_hashes, c.consent_ad_user_data,
              c.consent_ad_personalization, s.consent_required, c.session_id, c.attr_session_id
          FROM conversions c JOIN sites s ON s.id = c.site_id WHERE c.id = ?1",
         args![conversion_id],

@@ -26,6 +26,7 @@ pub mod pool;
 pub mod rates;
 pub mod report;
 pub mod retention;
+pub mod salts;
 pub mod sessions;
 pub mod sites;
 pub mod tenants;

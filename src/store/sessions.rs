@@ -188,18 +188,120 @@ pub fn insert_with_landing(
     s: &Session,
     landing_event_id: Option<&str>,
 ) -> Result<()> {
+    insert_forwarding(conn, site_id, s, landing_event_id, &Forwarding::default())
+}
+
+/// [`insert_with_landing`], with the consent the batch stated and what it allows the session to
+/// keep for passing conversions on.
+pub fn insert_forwarding(
+    conn: &impl AsConn,
+    site_id: &str,
+    s: &Session,
+    landing_event_id: Option<&str>,
+    f: &Forwarding,
+) -> Result<()> {
     let c = &s.campaign;
     conn.conn().execute(
         "INSERT INTO sessions (id, site_id, visitor_id, client_id, started_at, last_activity_at,
             landing_event_id, referrer, utm_source, utm_medium, utm_campaign, utm_term, utm_content,
-            gclid, gbraid, wbraid, fbclid, msclkid, ttclid)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+            gclid, gbraid, wbraid, fbclid, msclkid, ttclid, consent_analytics, consent_ads,
+            client_ip, user_agent, fbp, fbc, ga_client_id, ga_session_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
+            ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
         args![
             &s.id, site_id, &s.visitor_id, &s.client_id, s.started_at, s.last_activity_at,
             landing_event_id, &s.referrer, &c.utm_source, &c.utm_medium, &c.utm_campaign,
             &c.utm_term, &c.utm_content, &c.gclid, &c.gbraid, &c.wbraid, &c.fbclid, &c.msclkid,
+            &c.ttclid, f.consent_analytics.map(i64::from), f.consent_ads.map(i64::from),
+            &f.client_ip, &f.user_agent, &f.fbp, &f.fbc, &f.ga_client_id, &f.ga_session_id
+        ],
+    )?;
+    Ok(())
+}
+
+/// What a session keeps for passing its conversions on (docs/decisions.md §13), only as the
+/// visitor's consent allows: the caller leaves out what it does not allow.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Forwarding {
+    /// The consent the pixel stated (`None`: not asked).
+    pub consent_analytics: Option<bool>,
+    pub consent_ads: Option<bool>,
+    /// With ads consent.
+    pub client_ip: Option<String>,
+    pub user_agent: Option<String>,
+    pub fbp: Option<String>,
+    pub fbc: Option<String>,
+    /// With analytics consent.
+    pub ga_client_id: Option<String>,
+    pub ga_session_id: Option<String>,
+}
+
+/// A later batch's consent and forwarding fields, applied to a session it joined. A stated
+/// consent replaces the stored one. An explicit ads denial clears what ads consent kept (address,
+/// user agent, Meta's cookies; the click ids: [`set_campaign`]), an explicit analytics denial the
+/// Google Analytics ids.
+/// Otherwise the address and user agent of the session's first batch stay, and newer cookies
+/// replace older ones.
+pub fn update_forwarding(conn: &impl AsConn, id: &str, f: &Forwarding) -> Result<()> {
+    conn.conn().execute(
+        "UPDATE sessions SET
+            consent_analytics = COALESCE(?2, consent_analytics),
+            consent_ads = COALESCE(?3, consent_ads),
+            client_ip = CASE WHEN ?3 = 0 THEN NULL ELSE COALESCE(client_ip, ?4) END,
+            user_agent = CASE WHEN ?3 = 0 THEN NULL ELSE COALESCE(user_agent, ?5) END,
+            fbp = CASE WHEN ?3 = 0 THEN NULL ELSE COALESCE(?6, fbp) END,
+            fbc = CASE WHEN ?3 = 0 THEN NULL ELSE COALESCE(?7, fbc) END,
+            ga_client_id = CASE WHEN ?2 = 0 THEN NULL ELSE COALESCE(?8, ga_client_id) END,
+            ga_session_id = CASE WHEN ?2 = 0 THEN NULL ELSE COALESCE(?9, ga_session_id) END
+         WHERE id = ?1",
+        args![
+            id,
+            f.consent_analytics.map(i64::from),
+            f.consent_ads.map(i64::from),
+            &f.client_ip,
+            &f.user_agent,
+            &f.fbp,
+            &f.fbc,
+            &f.ga_client_id,
+            &f.ga_session_id
+        ],
+    )?;
+    Ok(())
+}
+
+/// Replaces a session's UTM fields and click ids (when ads consent is withdrawn: the click ids go,
+/// their channel stays, see `tracking::without_click_ids`).
+pub fn set_campaign(conn: &impl AsConn, id: &str, c: &Campaign) -> Result<()> {
+    conn.conn().execute(
+        "UPDATE sessions SET utm_source = ?2, utm_medium = ?3, utm_campaign = ?4, utm_term = ?5,
+            utm_content = ?6, gclid = ?7, gbraid = ?8, wbraid = ?9, fbclid = ?10, msclkid = ?11,
+            ttclid = ?12
+         WHERE id = ?1",
+        args![
+            id,
+            &c.utm_source,
+            &c.utm_medium,
+            &c.utm_campaign,
+            &c.utm_term,
+            &c.utm_content,
+            &c.gclid,
+            &c.gbraid,
+            &c.wbraid,
+            &c.fbclid,
+            &c.msclkid,
             &c.ttclid
         ],
+    )?;
+    Ok(())
+}
+
+/// Rewrites the URL of a session's landing pageview (when ads consent is withdrawn: without its
+/// click ids).
+pub fn set_landing_url(conn: &impl AsConn, session_id: &str, url: &str) -> Result<()> {
+    conn.conn().execute(
+        "UPDATE events SET url = ?2
+         WHERE id = (SELECT landing_event_id FROM sessions WHERE id = ?1)",
+        args![session_id, url],
     )?;
     Ok(())
 }

@@ -78,7 +78,9 @@ export function browser(opts = {}) {
       rec.cookieWrites.push(s);
       const [kv] = s.split(';');
       const i = kv.indexOf('=');
-      jar.set(kv.slice(0, i).trim(), kv.slice(i + 1).trim());
+      // max-age=0 deletes the cookie, as a browser does
+      if (/;\s*max-age=0(;|$)/i.test(s)) jar.delete(kv.slice(0, i).trim());
+      else jar.set(kv.slice(0, i).trim(), kv.slice(i + 1).trim());
     },
     addEventListener: on('document'),
   };

@@ -44,7 +44,7 @@ CREATE TABLE destinations (
     paused_until  BIGINT,                     -- circuit open until then
     last_ok_at    BIGINT,
     last_error    TEXT,
-    last_error_at INTEGER
+    last_error_at BIGINT
 );
 CREATE INDEX destinations_site ON destinations(site_id);
 
