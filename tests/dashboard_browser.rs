@@ -360,6 +360,39 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     ui.expect_page(200, &format!("/dashboard/sites/{site_id}/dead-letters"));
     shots.take(&mut ui, "10-dead-letters");
 
+    // Settings → Destinations: empty, a Meta destination added through its form (the endpoint a
+    // fake Meta of this test), and its test event with Meta's answer.
+    let meta = crate::common::fake::FakePlatform::start(|_| {
+        crate::common::fake::Reply::ok(
+            json!({"events_received": 1, "messages": [], "fbtrace_id": "BROWSER-TRACE-1"}),
+        )
+    });
+    let destinations = format!("/dashboard/sites/{site_id}/destinations");
+    ui.click(&format!("nav.tabs a[href='{destinations}']"));
+    ui.expect_page(200, &destinations);
+    ui.expect_text("#no-destinations", "No destination yet. Add one below");
+    shots.take(&mut ui, "10a-destinations");
+    ui.click(&format!("a[href='{destinations}/new?kind=meta']"));
+    ui.expect_page(200, &format!("{destinations}/new"));
+    ui.fill("#d-name", "Meta pixel");
+    ui.fill("#f-pixel-id", "1234567890");
+    ui.fill("#f-access-token", "EAAB-browser-token-0000000");
+    ui.fill("#f-test-event-code", "TEST4242");
+    ui.fill("#d-endpoint", &meta.url());
+    shots.take(&mut ui, "10b-destination-new");
+    ui.submit("#d-name");
+    let path = ui.path();
+    assert!(
+        path.starts_with(&format!("{destinations}/")) && path.ends_with("?added=1"),
+        "{path}"
+    );
+    ui.expect_text("#flash", "Destination added.");
+    ui.expect_text("label[for=f-access-token]", "stored: ••••0000");
+    ui.submit("#test-form button");
+    ui.expect_text("#test-result", "Test event sent");
+    ui.expect_text("#test-answer", "BROWSER-TRACE-1");
+    shots.take(&mut ui, "10c-destination-test");
+
     ui.click("a[href='/dashboard/account']");
     ui.expect_page(200, "/dashboard/account");
     for field in ["current_password", "new_password", "new_password_confirm"] {
@@ -430,7 +463,7 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     );
 
     let count = shots.taken;
-    assert_eq!(count, 13);
+    assert_eq!(count, 16);
     drop(ui);
     browser.close(&mut cdp);
 }

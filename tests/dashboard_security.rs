@@ -53,6 +53,23 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
     ];
     let key_revoke = format!("/dashboard/settings/api-keys/{}/revoke", w.app.key.id);
     let retry = format!("/dashboard/sites/{site}/dead-letters/{dead}/retry");
+    let dest = format!("/dashboard/sites/{site}/destinations/{}", w.dest_a);
+    w.app.execute(
+        "INSERT INTO deliveries (destination_id, conversion_id, status, attempts, created_at)
+         VALUES (?1, ?2, 'failed', 10, ?3)",
+        &[&w.dest_a, &dead, &now_ms()],
+    );
+    let destination_fields = |name: &'static str| {
+        vec![
+            ("kind", "meta"),
+            ("name", name),
+            ("f_pixel_id", "123"),
+            ("f_access_token", "EAAB-forged-token-0000"),
+            ("events", "purchase"),
+            ("consent", "ads"),
+            ("endpoint", "http://127.0.0.1:9"),
+        ]
+    };
     let new_password = "another long passphrase";
     let forms: Vec<(String, Vec<(&str, &str)>)> = vec![
         (
@@ -80,6 +97,14 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
                 ("new_password_confirm", new_password),
             ],
         ),
+        (
+            format!("/dashboard/sites/{site}/destinations"),
+            destination_fields("Forged destination"),
+        ),
+        (dest.clone(), destination_fields("Renamed destination")),
+        (format!("{dest}/test"), vec![]),
+        (format!("{dest}/retry"), vec![]),
+        (format!("{dest}/remove"), vec![]),
         ("/dashboard/logout".into(), vec![]),
     ];
     // A made-up token of a token's length, never issued to anyone.
@@ -146,6 +171,42 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
             w.app.key.id
         )),
         1
+    );
+    let r = a.post_form(&forms[6].0, &with(&forms[6].1));
+    assert_eq!(r.status, 303, "destination create: {}", r.text());
+    assert_eq!(
+        w.count("SELECT COUNT(*) FROM destinations WHERE name = 'Forged destination'"),
+        1
+    );
+    let r = a.post_form(&dest, &with(&forms[7].1));
+    assert_eq!(r.status, 303, "destination update: {}", r.text());
+    assert_eq!(
+        w.app
+            .query_str("SELECT name FROM destinations WHERE id = ?1", &[&w.dest_a])
+            .as_deref(),
+        Some("Renamed destination")
+    );
+    let r = a.post_form(&format!("{dest}/test"), &with(&[]));
+    assert_eq!(r.status, 200, "destination test: {}", r.text());
+    assert!(r.text().contains("id=\"test-result\""), "{}", r.text());
+    let r = a.post_form(&format!("{dest}/retry"), &with(&[]));
+    assert_eq!(r.status, 303, "destination retry: {}", r.text());
+    assert_eq!(
+        w.count(&format!(
+            "SELECT COUNT(*) FROM deliveries WHERE destination_id = '{}' AND status <> 'failed'",
+            w.dest_a
+        )),
+        1,
+        "the dead letter is pending again"
+    );
+    let r = a.post_form(&format!("{dest}/remove"), &with(&[]));
+    assert_eq!(r.status, 303, "destination remove: {}", r.text());
+    assert_eq!(
+        w.count(&format!(
+            "SELECT COUNT(*) FROM destinations WHERE id = '{}'",
+            w.dest_a
+        )),
+        0
     );
     let r = a.post_form(&forms[5].0, &with(&forms[5].1));
     assert_eq!(r.status, 303, "password change: {}", r.text());
@@ -274,6 +335,12 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
     let a = w.login_a();
     let b = w.login_b();
     let (sa, sb, ka) = (&w.app.site.id, &w.site_b.id, &w.app.key.id);
+    let da = &w.dest_a;
+    w.app.execute(
+        "INSERT INTO deliveries (destination_id, conversion_id, status, attempts, created_at)
+         VALUES (?1, ?2, 'failed', 10, ?3)",
+        &[da, &event, &now_ms()],
+    );
     let gets = [
         format!("/dashboard/sites/{sa}"),
         format!("/dashboard/sites/{sa}/conversions"),
@@ -283,6 +350,10 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
         format!("/dashboard/sites/{sa}/report.csv"),
         format!("/dashboard/sites/{sa}/dead-letters"),
         format!("/dashboard/settings/api-keys/{ka}/revoke"),
+        format!("/dashboard/sites/{sa}/destinations"),
+        format!("/dashboard/sites/{sa}/destinations/new?kind=meta"),
+        format!("/dashboard/sites/{sa}/destinations/{da}"),
+        format!("/dashboard/sites/{sa}/destinations/{da}/remove"),
     ];
     for path in &gets {
         assert_eq!(a.get(path).status, 200, "A's own {path}");
@@ -291,10 +362,14 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
         path.replace(sa.as_str(), "00000000-0000-4000-8000-000000000000")
             .replace(ka.as_str(), "00000000-0000-4000-8000-000000000001")
             .replace(event.as_str(), "00000000-0000-4000-8000-000000000002")
+            .replace(da.as_str(), "00000000-0000-4000-8000-000000000003")
     };
     let mut all_gets = gets.to_vec();
     // B's own site with A's conversion.
     all_gets.push(format!("/dashboard/sites/{sb}/conversions/{event}"));
+    // B's own site with A's destination.
+    all_gets.push(format!("/dashboard/sites/{sb}/destinations/{da}"));
+    all_gets.push(format!("/dashboard/sites/{sb}/destinations/{da}/remove"));
     for path in &all_gets {
         let r = b.get(path);
         assert_eq!(r.status, 404, "B: GET {path}: {}", r.text());
@@ -306,6 +381,7 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
             "GET {path}: the same page as for a missing id"
         );
         assert!(!r.text().contains("A-ORDER"), "GET {path}");
+        assert!(!r.text().contains("Meta of A"), "GET {path}");
     }
     // The id in capitals, or no id at all, is the same missing page too.
     let missing_site = b.get("/dashboard/sites/00000000-0000-4000-8000-000000000000");
@@ -343,7 +419,36 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
             vec![],
         ),
         (format!("/dashboard/settings/api-keys/{ka}/revoke"), vec![]),
+        (
+            format!("/dashboard/sites/{sa}/destinations"),
+            vec![
+                ("kind", "meta"),
+                ("name", "Planted by B"),
+                ("f_pixel_id", "1"),
+                ("f_access_token", "EAAB-token-of-b-0000"),
+                ("events", "purchase"),
+                ("consent", "none"),
+                ("endpoint", "http://127.0.0.1:9"),
+            ],
+        ),
     ];
+    let destination_update = vec![
+        ("name", "Taken over"),
+        ("f_pixel_id", "1"),
+        ("f_access_token", "EAAB-token-of-b-0000"),
+        ("events", "purchase"),
+        ("consent", "none"),
+        ("endpoint", "http://127.0.0.1:9"),
+        ("enabled", "on"),
+    ];
+    let mut posts = posts;
+    for s in [sa, sb] {
+        let dest = format!("/dashboard/sites/{s}/destinations/{da}");
+        posts.push((dest.clone(), destination_update.clone()));
+        for action in ["test", "retry", "remove"] {
+            posts.push((format!("{dest}/{action}"), vec![]));
+        }
+    }
     for (path, fields) in &posts {
         let mut f = fields.clone();
         f.push(("csrf", &csrf));
@@ -357,6 +462,13 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
     for secret in [sa.as_str(), &w.app.site.tracker_id, "Test site"] {
         assert!(!sites.contains(secret), "B's sites list shows A's {secret}");
     }
+    let dests = b.get(&format!("/dashboard/sites/{sb}/destinations")).text();
+    assert!(
+        dests.contains("id=\"no-destinations\"")
+            && !dests.contains("Meta of A")
+            && !dests.contains(da.as_str()),
+        "B's destinations page shows A's: {dests}"
+    );
     let keys = b.get("/dashboard/settings/api-keys").text();
     assert!(keys.contains(&w.key_b.prefix), "B sees its own key");
     assert!(
@@ -390,6 +502,8 @@ fn dashboard_path_parameters_are_not_decoded_lossily() {
         "/dead-letters",
         "/report",
         "/report.csv",
+        "/destinations",
+        "/destinations/x",
     ]
     .iter()
     .map(|rest| ("GET", format!("/dashboard/sites/x%FFy{rest}"), "site id"))
@@ -420,6 +534,19 @@ fn dashboard_path_parameters_are_not_decoded_lossily() {
             "POST",
             format!("/dashboard/settings/api-keys/{key}%FF/revoke"),
             "key id",
+        ),
+        (
+            "GET",
+            format!("/dashboard/sites/{site}/destinations/{}%FF", w.dest_a),
+            "destination id",
+        ),
+        (
+            "POST",
+            format!(
+                "/dashboard/sites/{site}/destinations/{}%FF/remove",
+                w.dest_a
+            ),
+            "destination id",
         ),
     ]);
     let before = w.state();
@@ -468,6 +595,10 @@ fn logged_out_every_page_redirects_to_the_login_form() {
         "/dashboard/settings/api-keys".into(),
         format!("/dashboard/settings/api-keys/{k}/revoke"),
         "/dashboard/account".into(),
+        format!("/dashboard/sites/{s}/destinations"),
+        format!("/dashboard/sites/{s}/destinations/new?kind=meta"),
+        format!("/dashboard/sites/{s}/destinations/{}", w.dest_a),
+        format!("/dashboard/sites/{s}/destinations/{}/remove", w.dest_a),
     ];
     let before = w.state();
     let nobody = DashClient::new(&w.app);
@@ -492,6 +623,11 @@ fn logged_out_every_page_redirects_to_the_login_form() {
             "/dashboard/settings/api-keys".into(),
             "/dashboard/logout".into(),
             "/dashboard/account".into(),
+            format!("/dashboard/sites/{s}/destinations"),
+            format!("/dashboard/sites/{s}/destinations/{}", w.dest_a),
+            format!("/dashboard/sites/{s}/destinations/{}/test", w.dest_a),
+            format!("/dashboard/sites/{s}/destinations/{}/retry", w.dest_a),
+            format!("/dashboard/sites/{s}/destinations/{}/remove", w.dest_a),
         ] {
             let r = c.post_form(&path, &[("name", "x"), ("csrf", "x")]);
             assert!(
@@ -1083,6 +1219,27 @@ fn what_the_pixel_and_the_api_sent_is_escaped_on_every_page() {
         &p("xss-site"),
         "--json",
     ]);
+    // A destination's name (at most 100 characters), the sender's last error of it, and a
+    // delivery's last error, as a platform may word them.
+    let dest_name =
+        "xss-dest\"><script>window.__xss='xss-dest'</script><img src=x onerror=window.__xss=1>";
+    app.cli_json(&[
+        "destination",
+        "update",
+        &w.dest_a,
+        "--name",
+        dest_name,
+        "--json",
+    ]);
+    app.execute(
+        "UPDATE destinations SET last_error = ?2, failures = 1 WHERE id = ?1",
+        &[&w.dest_a, &p("xss-health")],
+    );
+    app.execute(
+        "INSERT INTO deliveries (destination_id, conversion_id, status, attempts, last_error, created_at)
+         VALUES (?1, ?2, 'failed', 3, ?3, ?4)",
+        &[&w.dest_a, &api_status["eventId"].as_str().unwrap(), &p("xss-delivery"), &now_ms()],
+    );
     let a = w.login_a();
     let csrf = a.csrf();
     let r = a.post_form(
@@ -1120,7 +1277,24 @@ fn what_the_pixel_and_the_api_sent_is_escaped_on_every_page() {
         ),
         (
             format!("/dashboard/sites/{s}/conversions/{}", ev(&api_status)),
-            vec![p("xss-apiorder"), p("xss-source")],
+            vec![
+                p("xss-apiorder"),
+                p("xss-source"),
+                dest_name.into(),
+                p("xss-delivery"),
+            ],
+        ),
+        (
+            format!("/dashboard/sites/{s}/destinations"),
+            vec![dest_name.into(), p("xss-health")],
+        ),
+        (
+            format!("/dashboard/sites/{s}/destinations/{}", w.dest_a),
+            vec![dest_name.into(), p("xss-health")],
+        ),
+        (
+            format!("/dashboard/sites/{s}/destinations/{}/remove", w.dest_a),
+            vec![dest_name.into()],
         ),
         (
             format!("/dashboard/sites/{s}/conversions/{dead}"),
@@ -1268,6 +1442,9 @@ fn what_the_pixel_and_the_api_sent_is_escaped_on_every_page() {
         format!("/dashboard/sites/{s}/report?{range}&by=source"),
         format!("/dashboard/sites/{s}/report?{range}&by=campaign"),
         format!("/dashboard/sites/{s}/dead-letters"),
+        format!("/dashboard/sites/{s}/conversions/{}", ev(&api_status)),
+        format!("/dashboard/sites/{s}/destinations"),
+        format!("/dashboard/sites/{s}/destinations/{}", w.dest_a),
         "/dashboard/".into(),
     ] {
         let seen = xss_after_load(&mut cdp, &format!("{}{path}", app.base));
@@ -1297,6 +1474,10 @@ fn dashboard_pages_send_the_security_headers() {
         format!("/dashboard/sites/{s}/conversions"),
         format!("/dashboard/sites/{s}/report"),
         format!("/dashboard/sites/{s}/dead-letters"),
+        format!("/dashboard/sites/{s}/destinations"),
+        format!("/dashboard/sites/{s}/destinations/new?kind=ga4"),
+        format!("/dashboard/sites/{s}/destinations/{}", w.dest_a),
+        format!("/dashboard/sites/{s}/destinations/{}/remove", w.dest_a),
         "/dashboard/settings/api-keys".into(),
         format!("/dashboard/settings/api-keys/{}/revoke", w.app.key.id),
         "/dashboard/account".into(),
@@ -1494,6 +1675,9 @@ struct World {
     app: TestApp,
     site_b: Site,
     key_b: Key,
+    /// A destination of tenant A's site, disabled (no delivery is queued for it, so no sender
+    /// writes its health), its endpoint a port nothing listens on.
+    dest_a: String,
 }
 
 impl World {
@@ -1504,7 +1688,33 @@ impl World {
         let key_b = app.create_key(&tenant_b.id);
         create_user(&app, &app.tenant.id, EMAIL_A, PASSWORD_A);
         create_user(&app, &tenant_b.id, EMAIL_B, PASSWORD_B);
-        World { app, site_b, key_b }
+        let dest_a = app.cli_json(&[
+            "destination",
+            "add",
+            "--site",
+            &app.site.id,
+            "--kind",
+            "meta",
+            "--name",
+            "Meta of A",
+            "--pixel-id",
+            "123",
+            "--access-token",
+            "EAAB-token-of-tenant-a-0000",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--disabled",
+            "--json",
+        ])["id"]
+            .as_str()
+            .expect("destination id")
+            .to_owned();
+        World {
+            app,
+            site_b,
+            key_b,
+            dest_a,
+        }
     }
 
     fn login_a(&self) -> DashClient<'_> {
@@ -1519,7 +1729,8 @@ impl World {
         self.app.query_i64(sql, &[])
     }
 
-    /// What the forms could change: sites, keys, dead letters, users and their passwords.
+    /// What the forms could change: sites, keys, dead letters, users and their passwords,
+    /// destinations and their deliveries.
     fn state(&self) -> Vec<Value> {
         let dump = |sql: &str| -> Value {
             Value::Array(
@@ -1536,6 +1747,8 @@ impl World {
             dump("SELECT conversion_id, attempts, dead_at, next_attempt_at FROM outbox ORDER BY conversion_id"),
             dump("SELECT id, tenant_id, email, password_hash FROM users ORDER BY id"),
             dump("SELECT COUNT(*) FROM tenants"),
+            dump("SELECT id, site_id, name, settings, secrets, endpoint, events, consent, enabled FROM destinations ORDER BY id"),
+            dump("SELECT destination_id, conversion_id, status, attempts FROM deliveries ORDER BY id"),
         ]
     }
 }

@@ -148,6 +148,11 @@ mod dashboard_browser;
 // what the pixel sent on every page, security headers. Here: every security property of the
 // dashboard, each tested once (CSRF, the throttle and other tenants' 404s nowhere else).
 mod dashboard_security;
+// Destinations as a merchant manages them: `convapi destination add|list|update|remove|test|retry|
+// replay`, the dashboard's Settings → Destinations and its test button, the order page's
+// deliveries, the site's consent option; no credential in any output, page or log. Here: managing
+// where conversions are passed on to (what a platform receives goes to its own file).
+mod destinations;
 // The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without). Here: the
 // pixel's own logic; new cases go to `tests/js/`.
 mod js;

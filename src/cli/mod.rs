@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use crate::store::{self, StoreError};
 
 mod backup;
+mod destination;
 mod export;
 mod forget;
 mod key;
@@ -82,6 +83,9 @@ enum Command {
     /// Dashboard users: people who log in to the web pages of one tenant.
     #[command(subcommand)]
     User(user::UserCmd),
+    /// Ad platforms a site's conversions are passed on to (Meta, GA4, Google Ads).
+    #[command(subcommand)]
+    Destination(destination::DestinationCmd),
     /// Erase one person of a site: visitors, links, sessions and pixel events; conversions lose
     /// their identifiers (or go).
     Forget(forget::ForgetArgs),
@@ -404,6 +408,18 @@ fn run(cli: Cli) -> CliResult {
         Command::Migrate(a) => migrate::migrate(&db, a),
         Command::User(user::UserCmd::Create(a)) => user::create(&db, a),
         Command::User(user::UserCmd::List(a)) => user::list(&db, a),
+        Command::Destination(d) => {
+            use destination::DestinationCmd as D;
+            match d {
+                D::Add(a) => destination::add(&db, a),
+                D::List(a) => destination::list(&db, a),
+                D::Update(a) => destination::update(&db, a),
+                D::Remove(a) => destination::remove(&db, a),
+                D::Test(a) => destination::test(&db, a),
+                D::Retry(a) => destination::retry(&db, a),
+                D::Replay(a) => destination::replay(&db, a),
+            }
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! A site's conversions: the filtered list newest first with its CSV download, one conversion's
-//! page (what the order status lookup shows), and the dead letters with their retry.
+//! page (what the order status lookup shows, with its deliveries to the site's destinations), and
+//! the dead letters with their retry.
 //!
 //! Reads go through `store::dashboard`, whose list looks at no more than [`MAX_SCAN`] rows per
 //! page (docs/decisions.md §10, "The conversions list"); the retry is the same change as
@@ -447,9 +448,14 @@ pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult
 /// `GET /dashboard/sites/{id}/conversions/{eventId}`: one conversion as the order status lookup
 /// shows it.
 pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
-    let o = d
-        .read(|c| Ok(list::conversion(c, &site.id, id)?))?
-        .ok_or(PageError::NotFound)?;
+    let (o, deliveries, destinations) = d.read(|c| {
+        let Some(o) = list::conversion(c, &site.id, id)? else {
+            return Err(PageError::NotFound);
+        };
+        let deliveries = store::deliveries::of_conversion(c, &o.conversion.id)?;
+        let destinations = store::destinations::for_site(c, &site.id)?;
+        Ok((o, deliveries, destinations))
+    })?;
     let c = &o.conversion;
     let title = match &c.order_id {
         Some(order) => format!("Order {order}"),
@@ -507,6 +513,7 @@ pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
                 }
             }
         }
+        (super::destinations::deliveries_card(site, &deliveries, &destinations))
         p { a href={ (base(site)) "/conversions" } { "All conversions" } }
     };
     Ok(layout::html(

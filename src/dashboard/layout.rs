@@ -70,6 +70,7 @@ pub enum SiteTab {
     Conversions,
     Report,
     DeadLetters,
+    Destinations,
 }
 
 /// A page of one site: the site's name, its sub-navigation with `tab` current, then `body`.
@@ -87,6 +88,11 @@ pub fn site_page(viewer: &Viewer, site: &Site, tab: SiteTab, title: &str, body: 
             SiteTab::DeadLetters,
             format!("{base}/dead-letters"),
             "Dead letters",
+        ),
+        (
+            SiteTab::Destinations,
+            format!("{base}/destinations"),
+            "Destinations",
         ),
     ];
     let inner = html! {

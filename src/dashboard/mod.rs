@@ -12,6 +12,7 @@ pub mod accounts;
 pub mod auth;
 pub mod chart;
 pub mod conversions;
+pub mod destinations;
 pub mod error;
 pub mod form;
 pub mod keys;

@@ -8,8 +8,8 @@
 //! loaded.
 
 use super::{
-    account, auth, conversions, keys, layout, report, setup, sites, Dashboard, PageError,
-    PageResult, Viewer,
+    account, auth, conversions, destinations, keys, layout, report, setup, sites, Dashboard,
+    PageError, PageResult, Viewer,
 };
 use crate::http::{decode_segment, Ctx, Reply, StaticFile};
 use crate::store::{self, sites::Site};
@@ -46,6 +46,15 @@ pub fn dispatch(d: &Dashboard, ctx: &mut Ctx) -> (&'static str, PageResult) {
         ("GET" | "HEAD", ["dashboard", "sites", id, "conversions", event]) => ("dash_conversion", site_item(d, ctx, id, ("event id", event), conversions::order)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "dead-letters"]) => ("dash_dead_letters", site(d, ctx, id, conversions::dead_letters)),
         ("POST", ["dashboard", "sites", id, "dead-letters", conversion, "retry"]) => ("dash_dead_letter_retry", site_item(d, ctx, id, ("conversion id", conversion), conversions::retry)),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "destinations"]) => ("dash_destinations", site(d, ctx, id, destinations::list)),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "destinations", "new"]) => ("dash_destination_new", site(d, ctx, id, destinations::new_form)),
+        ("POST", ["dashboard", "sites", id, "destinations"]) => ("dash_destination_create", site(d, ctx, id, destinations::create)),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "destinations", dest]) => ("dash_destination", site_item(d, ctx, id, ("destination id", dest), destinations::edit_form)),
+        ("POST", ["dashboard", "sites", id, "destinations", dest]) => ("dash_destination_update", site_item(d, ctx, id, ("destination id", dest), destinations::update)),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "destinations", dest, "remove"]) => ("dash_destination_remove", site_item(d, ctx, id, ("destination id", dest), destinations::remove_form)),
+        ("POST", ["dashboard", "sites", id, "destinations", dest, "remove"]) => ("dash_destination_remove", site_item(d, ctx, id, ("destination id", dest), destinations::remove)),
+        ("POST", ["dashboard", "sites", id, "destinations", dest, "test"]) => ("dash_destination_test", site_item(d, ctx, id, ("destination id", dest), destinations::test)),
+        ("POST", ["dashboard", "sites", id, "destinations", dest, "retry"]) => ("dash_destination_retry", site_item(d, ctx, id, ("destination id", dest), destinations::retry)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "report"]) => ("dash_report", site(d, ctx, id, report::page)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "report.csv"]) => ("dash_report_csv", site(d, ctx, id, report::csv)),
         // Logged out, every other path is the login page too: which pages exist is for the logged-in.

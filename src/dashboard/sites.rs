@@ -56,6 +56,8 @@ struct Fields {
     currency: String,
     window_days: String,
     model: String,
+    /// The settings form's "Require consent before tracking" (not on the new-site form).
+    consent_required: bool,
 }
 
 impl Fields {
@@ -66,6 +68,7 @@ impl Fields {
             currency: s.currency.clone(),
             window_days: s.window_days.to_string(),
             model: s.model.clone(),
+            consent_required: s.consent_required,
         }
     }
 
@@ -76,6 +79,7 @@ impl Fields {
             currency: field(f, "currency").to_owned(),
             window_days: field(f, "window_days").to_owned(),
             model: field(f, "model").to_owned(),
+            consent_required: f.contains_key("consent_required"),
         }
     }
 }
@@ -87,6 +91,7 @@ struct Checked {
     currency: String,
     window_days: i64,
     model: String,
+    consent_required: bool,
 }
 
 fn check(f: &Fields) -> Result<Checked, Invalid> {
@@ -111,7 +116,22 @@ fn check(f: &Fields) -> Result<Checked, Invalid> {
         currency: f.currency.clone(),
         window_days,
         model: f.model.clone(),
+        consent_required: f.consent_required,
     })
+}
+
+/// The settings form's consent option (docs/decisions.md §13).
+fn consent_field(f: &Fields) -> Markup {
+    html! {
+        label.checkbox for="consent_required" {
+            input #consent_required type="checkbox" name="consent_required" value="on" checked[f.consent_required];
+            " Require consent before tracking"
+        }
+        p.hint #consent-help {
+            "When on, the pixel stores nothing on the visitor's device (no " code { "_svc_vid" } " cookie: a visitor id that changes daily) and nothing is passed on to a destination until the page reports the visitor's choice with "
+            code { "svc('consent', {analytics: true, ads: true})" } ". When off, visitors count as consenting unless the page says otherwise."
+        }
+    }
 }
 
 /// The fields of the new-site and settings forms.
@@ -162,6 +182,7 @@ pub fn new_form(_d: &Dashboard, _ctx: &mut Ctx, v: &Viewer) -> PageResult {
         currency: "EUR".into(),
         window_days: crate::sites::DEFAULT_WINDOW_DAYS.to_string(),
         model: crate::sites::MODELS[0].into(),
+        consent_required: false,
     };
     Ok(layout::html(200, new_page(v, &f, None)))
 }
@@ -371,12 +392,18 @@ fn overview_page(
                 button.copy type="button" data-copy="#snippet" { "Copy snippet" }
             }
         }
+        section.card #destinations-link {
+            h2 { "Destinations" }
+            p { "Pass this site's conversions on to Meta, Google Analytics 4 or Google Ads from your server, with consent: "
+                a href={ "/dashboard/sites/" (site.id) "/destinations" } { "Settings → Destinations" } "." }
+        }
         section.card {
             h2 { "Settings" }
             (layout::form_error(error))
             form #settings-form method="post" action={ "/dashboard/sites/" (site.id) } {
                 (layout::csrf_field(v))
                 (site_fields(f))
+                (consent_field(f))
                 button type="submit" { "Save" }
             }
         }
@@ -430,6 +457,7 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
             currency: Some(&c.currency),
             window_days: Some(c.window_days),
             model: Some(&c.model),
+            consent_required: Some(c.consent_required),
             ..SiteChanges::default()
         };
         Ok(Ok(store::sites::update(conn, &id, &changes)?))

@@ -338,7 +338,7 @@ pub fn retry_failed(
 ) -> Result<u64> {
     conn.conn().execute(
         "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?3
-         WHERE destination_id = ?1 AND status = 'failed' AND (?2 IS NULL OR conversion_id = ?2)",
+         WHERE destination_id = ?1 AND status = 'failed' AND (CAST(?2 AS TEXT) IS NULL OR conversion_id = ?2)",
         args![destination_id, conversion_id, now_ms],
     )
 }

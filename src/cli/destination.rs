@@ -1,0 +1,704 @@
+//! `convapi destination ...`: the ad platforms a site's conversions are passed on to
+//! (docs/decisions.md §13): add, list, update and remove them, send a test event, retry dead
+//! letters and replay past conversions.
+//!
+//! The options of each kind's fields (`--pixel-id`, `--access-token`, …) are made from
+//! `forward::kinds`, so a field added there is an option here. A credential (a field marked
+//! secret) may come from its option or from the environment variable `CONVAPI_<FIELD>` (e.g.
+//! `CONVAPI_ACCESS_TOKEN`), so that it need not sit in the shell's history; the option wins. A
+//! credential is never printed: listings show [`Destination::masked_secrets`], and every text
+//! that came back from a platform or the sender has the destination's credentials masked out
+//! ([`redact`]).
+//!
+//! The commands write with their own connection beside a running server, whose sender looks for
+//! pending deliveries every second.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use clap::parser::ValueSource;
+use clap::{Arg, ArgAction, ArgMatches, Subcommand};
+use serde_json::{json, Map, Value};
+
+use super::{count, open, print, site_by_id, CliError, CliResult};
+use crate::dashboard::destinations::{parse_events, redact};
+use crate::forward::{self, kinds};
+use crate::store::{
+    self,
+    db::AsConn,
+    destinations::{Destination, Health, CONSENT_RULES, KINDS},
+};
+
+#[derive(Subcommand)]
+pub(super) enum DestinationCmd {
+    /// Add a destination to a site: an ad platform its processed conversions are passed on to.
+    Add(AddArgs),
+    /// List a site's destinations with their health and deliveries (credentials masked).
+    List(ListArgs),
+    /// Change a destination; options left out keep their values.
+    Update(UpdateArgs),
+    /// Remove a destination with its credentials and its deliveries.
+    Remove(IdArgs),
+    /// Send a test event in the platform's test mode and print the platform's answer.
+    Test(IdArgs),
+    /// Retry a destination's dead letters: make them pending again with their tries reset.
+    Retry(RetryArgs),
+    /// Pass on a site's past processed conversions a destination never got.
+    Replay(ReplayArgs),
+}
+
+#[derive(clap::Args)]
+pub(super) struct AddArgs {
+    /// The site's id (UUID).
+    #[arg(long)]
+    site: String,
+    /// The platform.
+    #[arg(long, value_parser = KINDS.to_vec())]
+    kind: String,
+    /// A name to tell destinations apart (1 to 100 characters).
+    #[arg(long)]
+    name: String,
+    #[command(flatten)]
+    fields: FieldArgs,
+    /// A conversion type to send, and optionally the platform's event name for it
+    /// (`purchase=Purchase`); repeat for each type. Default: `purchase` under the kind's name for it.
+    #[arg(long = "event", value_name = "TYPE[=EVENT_NAME]")]
+    events: Vec<String>,
+    /// The consent a conversion needs before it is sent (default: the kind's: `ads` for Meta and
+    /// Google Ads, `analytics` for GA4).
+    #[arg(long, value_parser = CONSENT_RULES.to_vec())]
+    consent: Option<String>,
+    /// Send to this base URL instead of the platform's (a gateway, or a test server).
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+    /// Add it switched off: nothing is passed on until `destination update ID --enabled`.
+    #[arg(long)]
+    disabled: bool,
+    /// Print the destination as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct ListArgs {
+    /// The site's id (UUID).
+    #[arg(long)]
+    site: String,
+    /// Print the destinations as one JSON array.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct UpdateArgs {
+    /// The destination's id (from `destination list`).
+    id: String,
+    /// A new name.
+    #[arg(long)]
+    name: Option<String>,
+    #[command(flatten)]
+    fields: FieldArgs,
+    /// The conversion types to send (replaces the whole list): `TYPE[=EVENT_NAME]`, repeated.
+    #[arg(long = "event", value_name = "TYPE[=EVENT_NAME]")]
+    events: Vec<String>,
+    /// A new consent rule.
+    #[arg(long, value_parser = CONSENT_RULES.to_vec())]
+    consent: Option<String>,
+    /// A new endpoint override (the platform's base URL replaced).
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+    /// Send to the platform itself again (forget the endpoint override).
+    #[arg(long, conflicts_with = "endpoint")]
+    no_endpoint: bool,
+    /// Switch it on: processed conversions are passed on from now on.
+    #[arg(long)]
+    enabled: bool,
+    /// Switch it off: conversions processed from now on are not passed on to it (deliveries
+    /// already pending are still sent; `destination remove` drops them).
+    #[arg(long, conflicts_with = "enabled")]
+    disabled: bool,
+    /// Print the destination as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct IdArgs {
+    /// The destination's id (from `destination list`).
+    id: String,
+    /// Print the outcome as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct RetryArgs {
+    /// The destination's id (from `destination list`).
+    id: String,
+    /// Only the dead letter of this order (its orderId).
+    #[arg(long, value_name = "ORDER_ID")]
+    order: Option<String>,
+    /// Print how many were retried as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct ReplayArgs {
+    /// The site's id (UUID).
+    #[arg(long)]
+    site: String,
+    /// Only this destination (default: every enabled destination of the site).
+    #[arg(long, value_name = "ID")]
+    destination: Option<String>,
+    /// First day included (YYYY-MM-DD, UTC), by the conversions' occurredAt.
+    #[arg(long, value_parser = super::report::parse_day)]
+    from: chrono::NaiveDate,
+    /// Last day included (YYYY-MM-DD, UTC).
+    #[arg(long, value_parser = super::report::parse_day)]
+    to: chrono::NaiveDate,
+    /// Print what was enqueued as one JSON array.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The environment variable a credential may come from: `CONVAPI_` and its key in capitals.
+pub fn secret_env(key: &str) -> String {
+    format!("CONVAPI_{}", key.to_ascii_uppercase())
+}
+
+/// Every field of every kind once, in the kinds' order.
+fn all_fields() -> Vec<&'static kinds::Field> {
+    let mut out: Vec<&'static kinds::Field> = Vec::new();
+    for k in kinds::ALL {
+        for f in k.fields {
+            if !out.iter().any(|o| o.key == f.key) {
+                out.push(f);
+            }
+        }
+    }
+    out
+}
+
+/// One option per field of `forward::kinds` (`--pixel-id`, `--access-token`, …): the values
+/// given, and whether each came from the environment.
+#[derive(Default)]
+pub(super) struct FieldArgs(BTreeMap<&'static str, (String, bool)>);
+
+impl clap::FromArgMatches for FieldArgs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut out = FieldArgs::default();
+        out.update_from_arg_matches(m)?;
+        Ok(out)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        for f in all_fields() {
+            if let Some(v) = m.get_one::<String>(f.key) {
+                let from_env = m.value_source(f.key) == Some(ValueSource::EnvVariable);
+                self.0.insert(f.key, (v.clone(), from_env));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl clap::Args for FieldArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        all_fields().into_iter().fold(cmd, |cmd, f| {
+            let of: Vec<&str> = kinds::ALL
+                .iter()
+                .filter(|k| k.field(f.key).is_some())
+                .map(|k| k.name)
+                .collect();
+            let mut help = format!("{} ({}", f.label, of.join(", "));
+            help.push_str(if f.required { ")" } else { ", optional)" });
+            // clap keeps option names and variables for the life of the process: leaked once.
+            let long: &'static str = Box::leak(f.key.replace('_', "-").into_boxed_str());
+            let mut arg = Arg::new(f.key)
+                .long(long)
+                .value_name("VALUE")
+                .action(ArgAction::Set);
+            if f.secret {
+                let var: &'static str = Box::leak(secret_env(f.key).into_boxed_str());
+                help.push_str("; a credential: also read from $");
+                help.push_str(var);
+                // Never show the variable's value in --help.
+                arg = arg.env(var).hide_env_values(true);
+            }
+            cmd.arg(arg.help(help))
+        })
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// The destination `id` (a UUID, accepted in any case); an unknown id is an error.
+fn destination_by_id(conn: &impl AsConn, id: &str) -> CliResult<Destination> {
+    let key = uuid::Uuid::parse_str(id.trim())
+        .map(|u| u.hyphenated().to_string())
+        .unwrap_or_else(|_| id.to_owned());
+    store::destinations::by_id(conn, &key)?.ok_or_else(|| {
+        format!("no destination with id {id} (`convapi destination list --site SITE` lists them)")
+            .into()
+    })
+}
+
+/// Applies the field options to `d`: an option of a field its kind has not is refused (one from
+/// the environment is ignored: it may be meant for another kind); an empty value unsets the field.
+fn apply_fields(d: &mut Destination, kind: &kinds::Kind, given: &FieldArgs) -> CliResult<()> {
+    for (key, (value, from_env)) in &given.0 {
+        let Some(f) = kind.field(key) else {
+            if *from_env {
+                continue;
+            }
+            let flags: Vec<String> = kind
+                .fields
+                .iter()
+                .map(|f| format!("--{}", f.key.replace('_', "-")))
+                .collect();
+            return Err(format!(
+                "{} has no --{}: its options are {}",
+                kind.label,
+                key.replace('_', "-"),
+                flags.join(", ")
+            )
+            .into());
+        };
+        let map = if f.secret {
+            &mut d.secrets
+        } else {
+            &mut d.settings
+        };
+        let value = value.trim();
+        if value.is_empty() {
+            map.remove(f.key);
+        } else {
+            map.insert(f.key.to_owned(), Value::from(value));
+        }
+    }
+    Ok(())
+}
+
+/// A refusal of `forward::kinds::check` as the error; one that asks for a credential's option
+/// also names its environment variable.
+fn refused(e: kinds::Refused) -> CliError {
+    let secret = all_fields().into_iter().find(|f| {
+        f.secret
+            && e.0
+                .ends_with(&format!("pass --{}", f.key.replace('_', "-")))
+    });
+    match secret {
+        Some(f) => CliError::Failed(format!("{} (or set ${})", e.0, secret_env(f.key))),
+        None => CliError::Failed(e.0),
+    }
+}
+
+pub(super) fn add(db: &Path, a: AddArgs) -> CliResult {
+    let kind = kinds::kind(&a.kind).expect("clap allows only known kinds");
+    let conn = open(db)?;
+    let site = site_by_id(&conn, &a.site)?;
+    let events = if a.events.is_empty() {
+        BTreeMap::from([("purchase".to_owned(), kind.default_event("purchase"))])
+    } else {
+        parse_events(kind, &a.events).map_err(refused)?
+    };
+    let now = store::now_ms();
+    let mut d = Destination {
+        id: uuid::Uuid::new_v4().to_string(),
+        site_id: site.id.clone(),
+        kind: kind.name.to_owned(),
+        name: a.name.trim().to_owned(),
+        settings: Map::new(),
+        secrets: Map::new(),
+        endpoint: a.endpoint.map(|e| e.trim().to_owned()),
+        events,
+        consent: a.consent.unwrap_or_else(|| kind.consent.to_owned()),
+        enabled: !a.disabled,
+        created_at: now,
+        updated_at: now,
+        health: Health::default(),
+    };
+    apply_fields(&mut d, kind, &a.fields)?;
+    kinds::check(&d).map_err(refused)?;
+    store::destinations::insert(&conn, &d)?;
+    let out = destination_json(&d, [0; 5]);
+    print(a.json, &out, || {
+        format!(
+            "added destination {} ({}, {}) to site {}{}\nTry it: convapi destination test {}",
+            d.id,
+            d.name,
+            kind.label,
+            site.id,
+            if d.enabled { "" } else { ", disabled" },
+            d.id
+        )
+    })
+}
+
+pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+    let conn = open(db)?;
+    let site = site_by_id(&conn, &a.site)?;
+    let rows = store::read(&conn, |c| -> CliResult<_> {
+        let mut rows = Vec::new();
+        for d in store::destinations::for_site(c, &site.id)? {
+            let counts = store::deliveries::counts(c, &d.id)?;
+            rows.push((d, counts));
+        }
+        Ok(rows)
+    })?;
+    let out: Vec<Value> = rows.iter().map(|(d, c)| destination_json(d, *c)).collect();
+    print(a.json, &out, || {
+        if rows.is_empty() {
+            return format!(
+                "site {} has no destination: add one with `convapi destination add --site {} --kind meta|ga4|google_ads --name NAME ...`",
+                site.id, site.id
+            );
+        }
+        let mut text = String::new();
+        for (d, counts) in &rows {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&describe(d, *counts));
+        }
+        text
+    })
+}
+
+pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
+    let nothing = a.name.is_none()
+        && a.fields.0.is_empty()
+        && a.events.is_empty()
+        && a.consent.is_none()
+        && a.endpoint.is_none()
+        && !a.no_endpoint
+        && !a.enabled
+        && !a.disabled;
+    if nothing {
+        return Err(format!(
+            "nothing to change: give at least one option (see `convapi destination update --help`), e.g. `convapi destination update {} --access-token TOKEN`",
+            a.id
+        )
+        .into());
+    }
+    let conn = open(db)?;
+    let (d, counts) = store::write_tx(&conn, |tx| -> CliResult<_> {
+        let mut d = destination_by_id(tx, &a.id)?;
+        let kind = kinds::kind(&d.kind)
+            .ok_or_else(|| format!("destination {} is of an unknown kind {}", d.id, d.kind))?;
+        if let Some(name) = &a.name {
+            d.name = name.trim().to_owned();
+        }
+        apply_fields(&mut d, kind, &a.fields)?;
+        if !a.events.is_empty() {
+            d.events = parse_events(kind, &a.events).map_err(refused)?;
+        }
+        if let Some(c) = &a.consent {
+            d.consent = c.clone();
+        }
+        if a.no_endpoint {
+            d.endpoint = None;
+        } else if let Some(e) = &a.endpoint {
+            d.endpoint = Some(e.trim().to_owned());
+        }
+        if a.enabled {
+            d.enabled = true;
+        } else if a.disabled {
+            d.enabled = false;
+        }
+        d.updated_at = store::now_ms();
+        kinds::check(&d).map_err(refused)?;
+        if !store::destinations::update(tx, &d)? {
+            return Err(format!("no destination with id {}", a.id).into());
+        }
+        let counts = store::deliveries::counts(tx, &d.id)?;
+        Ok((d, counts))
+    })?;
+    // Which credentials this replaced, and from where (a variable left set replaces one too).
+    let replaced: Vec<String> = a
+        .fields
+        .0
+        .iter()
+        .filter(|(k, _)| {
+            kinds::kind(&d.kind)
+                .and_then(|x| x.field(k))
+                .is_some_and(|f| f.secret)
+        })
+        .map(|(k, (_, env))| {
+            if *env {
+                format!("{k} (from ${})", secret_env(k))
+            } else {
+                (*k).to_owned()
+            }
+        })
+        .collect();
+    print(a.json, &destination_json(&d, counts), || {
+        let mut text = format!("updated destination {}", d.id);
+        if !replaced.is_empty() {
+            text.push_str(&format!("; replaced {}", replaced.join(", ")));
+        }
+        format!("{text}\n{}", describe(&d, counts))
+    })
+}
+
+pub(super) fn remove(db: &Path, a: IdArgs) -> CliResult {
+    let conn = open(db)?;
+    let d = store::write_tx(&conn, |tx| -> CliResult<_> {
+        let d = destination_by_id(tx, &a.id)?;
+        store::destinations::remove(tx, &d.id)?;
+        Ok(d)
+    })?;
+    let out = json!({"id": d.id, "siteId": d.site_id, "removed": true});
+    print(a.json, &out, || {
+        format!(
+            "removed destination {} ({}) with its credentials and deliveries",
+            d.id, d.name
+        )
+    })
+}
+
+pub(super) fn test(db: &Path, a: IdArgs) -> CliResult {
+    let conn = open(db)?;
+    let d = destination_by_id(&conn, &a.id)?;
+    let site = site_by_id(&conn, &d.site_id)?;
+    drop(conn);
+    match forward::send_test(&d, &site.currency, store::now_ms()) {
+        Ok(answer) => {
+            let answer = redact(&answer, &d);
+            let out = json!({"id": d.id, "ok": true, "answer": answer});
+            print(a.json, &out, || {
+                format!("the platform took the test event: {answer}")
+            })
+        }
+        Err(outage) => Err(format!(
+            "the test event to destination {} failed: {}",
+            d.id,
+            redact(&outage.to_string(), &d)
+        )
+        .into()),
+    }
+}
+
+pub(super) fn retry(db: &Path, a: RetryArgs) -> CliResult {
+    let conn = open(db)?;
+    let (d, n) = store::write_tx(&conn, |tx| -> CliResult<_> {
+        let d = destination_by_id(tx, &a.id)?;
+        let conversion = match &a.order {
+            None => None,
+            Some(order) => Some(
+                store::conversions::find_order(
+                    tx,
+                    &d.site_id,
+                    order,
+                    store::conversions::Source::Api,
+                )?
+                .map(|(r, _)| r.event_id)
+                .ok_or_else(|| format!("site {} has no order {order:?}", d.site_id))?,
+            ),
+        };
+        let n = store::deliveries::retry_failed(tx, &d.id, conversion.as_deref(), store::now_ms())?;
+        Ok((d, n))
+    })?;
+    let out = json!({"id": d.id, "retried": n});
+    print(a.json, &out, || {
+        format!(
+            "retried {} of destination {}; a running server sends them within a second or so",
+            count(n as usize, "dead letter", "dead letters"),
+            d.id
+        )
+    })
+}
+
+pub(super) fn replay(db: &Path, a: ReplayArgs) -> CliResult {
+    if a.from > a.to {
+        return Err(format!("--from {} is after --to {}", a.from, a.to).into());
+    }
+    let (from_ms, to_ms) = crate::report::day_range(Some(a.from), Some(a.to));
+    let conn = open(db)?;
+    let site = site_by_id(&conn, &a.site)?;
+    let now = store::now_ms();
+    let done = store::write_tx(&conn, |tx| -> CliResult<_> {
+        let targets: Vec<Destination> = match &a.destination {
+            Some(id) => {
+                let d = destination_by_id(tx, id)?;
+                if d.site_id != site.id {
+                    return Err(format!(
+                        "destination {id} is not one of site {}'s (`convapi destination list --site {}`)",
+                        site.id, site.id
+                    )
+                    .into());
+                }
+                if !d.enabled {
+                    return Err(format!(
+                        "destination {id} is disabled: enable it first (`convapi destination update {id} --enabled`)"
+                    )
+                    .into());
+                }
+                vec![d]
+            }
+            None => store::destinations::for_site(tx, &site.id)?
+                .into_iter()
+                .filter(|d| d.enabled)
+                .collect(),
+        };
+        let mut done = Vec::new();
+        for d in targets {
+            // Nothing older than the platform takes: it would only be marked too old.
+            let oldest = kinds::kind(&d.kind).map_or(from_ms, |k| now - k.max_age_ms);
+            let from = from_ms.max(oldest);
+            let n = if from < to_ms {
+                store::deliveries::replay(tx, &d.id, from, to_ms, now)?
+            } else {
+                0
+            };
+            done.push((d, n, from));
+        }
+        Ok(done)
+    })?;
+    let out: Vec<Value> = done
+        .iter()
+        .map(|(d, n, from)| {
+            json!({
+                "destinationId": d.id,
+                "name": d.name,
+                "kind": d.kind,
+                "enqueued": n,
+                "from": store::iso(*from),
+            })
+        })
+        .collect();
+    print(a.json, &out, || {
+        if done.is_empty() {
+            return format!(
+                "site {} has no enabled destination: nothing replayed (`convapi destination list --site {}`)",
+                site.id, site.id
+            );
+        }
+        let mut text = String::new();
+        for (d, n, from) in &done {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&format!(
+                "destination {} ({}): {} enqueued",
+                d.id,
+                d.name,
+                count(*n as usize, "conversion", "conversions")
+            ));
+            if *from > from_ms {
+                let limit = kinds::kind(&d.kind).map_or("the platform", |k| k.label);
+                text.push_str(&format!(
+                    " (from {} on: {limit} takes nothing older)",
+                    store::iso(*from)
+                ));
+            }
+        }
+        text
+    })
+}
+
+/// A destination as `--json` prints it: credentials masked, times in RFC 3339.
+fn destination_json(d: &Destination, counts: [i64; 5]) -> Value {
+    let iso = |t: Option<i64>| t.map(store::iso);
+    let deliveries: Map<String, Value> = store::deliveries::STATUSES
+        .iter()
+        .zip(counts)
+        .map(|(s, n)| (camel(s), json!(n)))
+        .collect();
+    json!({
+        "id": d.id,
+        "siteId": d.site_id,
+        "kind": d.kind,
+        "name": d.name,
+        "settings": d.settings,
+        "secrets": d.masked_secrets(),
+        "endpoint": d.endpoint,
+        "events": d.events,
+        "consent": d.consent,
+        "enabled": d.enabled,
+        "createdAt": store::iso(d.created_at),
+        "updatedAt": store::iso(d.updated_at),
+        "health": {
+            "failures": d.health.failures,
+            "lastOkAt": iso(d.health.last_ok_at),
+            "lastError": d.health.last_error.as_deref().map(|e| redact(e, d)),
+            "lastErrorAt": iso(d.health.last_error_at),
+            "pausedUntil": iso(d.health.paused_until),
+        },
+        "deliveries": deliveries,
+    })
+}
+
+/// `too_old` → `tooOld`.
+fn camel(s: &str) -> String {
+    let mut out = String::new();
+    let mut up = false;
+    for c in s.chars() {
+        if c == '_' {
+            up = true;
+        } else if up {
+            out.push(c.to_ascii_uppercase());
+            up = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The human block of one destination.
+fn describe(d: &Destination, counts: [i64; 5]) -> String {
+    let kind = kinds::kind(&d.kind).map_or(d.kind.as_str(), |k| k.label);
+    let mut lines = vec![format!(
+        "{}  {}  ({}){}",
+        d.id,
+        d.name,
+        kind,
+        if d.enabled { "" } else { "  DISABLED" }
+    )];
+    let settings: Vec<String> = d
+        .settings
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .chain(d.masked_secrets().iter().map(|(k, v)| format!("{k}={v}")))
+        .collect();
+    lines.push(format!("  fields:     {}", settings.join("  ")));
+    let events: Vec<String> = d.events.iter().map(|(t, e)| format!("{t}={e}")).collect();
+    lines.push(format!("  events:     {}", events.join(", ")));
+    lines.push(format!("  consent:    {}", d.consent));
+    if let Some(e) = &d.endpoint {
+        lines.push(format!("  endpoint:   {e}"));
+    }
+    let h = &d.health;
+    let mut health = match h.last_ok_at {
+        Some(t) => format!("last ok {}", store::iso(t)),
+        None => "never sent yet".to_owned(),
+    };
+    if h.failures > 0 {
+        health.push_str(&format!(
+            "; {} in a row",
+            count(h.failures as usize, "failure", "failures")
+        ));
+    }
+    if let Some(t) = h.paused_until.filter(|t| *t > store::now_ms()) {
+        health.push_str(&format!("; paused until {}", store::iso(t)));
+    }
+    if let Some(e) = &h.last_error {
+        health.push_str(&format!(
+            "; last error {}: {}",
+            h.last_error_at.map(store::iso).unwrap_or_default(),
+            redact(e, d)
+        ));
+    }
+    lines.push(format!("  health:     {health}"));
+    let deliveries: Vec<String> = store::deliveries::STATUSES
+        .iter()
+        .zip(counts)
+        .map(|(s, n)| format!("{s} {n}"))
+        .collect();
+    lines.push(format!("  deliveries: {}", deliveries.join(", ")));
+    lines.join("\n")
+}

@@ -1,0 +1,776 @@
+//! A site's Settings → Destinations (docs/decisions.md §13): the ad platforms its processed
+//! conversions are passed on to, with their health and delivery counts; a form per kind made from
+//! `forward::kinds` (the same fields as `convapi destination add`); the edit form, where a
+//! credential shows only masked and a blank credential field keeps the stored one; removal behind
+//! a confirmation page; "Send a test event" with the platform's answer; "Retry dead letters".
+//!
+//! Tenancy: a destination is loaded by id and must belong to the site of the URL, itself of the
+//! viewer's tenant ([`super::routes::site`]); anything else is the same 404 as a missing id, and
+//! the writes check it again in their own transaction. Credentials never reach a page: the
+//! forms' credential inputs are always empty, and every text that came back from a platform or
+//! the sender has the destination's credentials masked out ([`redact`]).
+
+use std::collections::{BTreeMap, HashMap};
+
+use maud::{html, Markup};
+use serde_json::{Map, Value};
+
+use super::form::{self, field};
+use super::layout::{self, SiteTab};
+use super::{Dashboard, PageError, PageResult, Viewer};
+use crate::forward::{self, kinds};
+use crate::http::Ctx;
+use crate::store::{
+    self,
+    destinations::{Destination, Health, CONSENT_RULES},
+    sites::Site,
+};
+
+/// A conversion type as the API takes it: `^[a-z][a-z0-9_]{0,63}$`.
+pub fn is_type_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
+}
+
+/// `text` with each of `dest`'s credentials replaced by its mask: what a platform or the sender
+/// said may quote a request (a URL with GA4's `api_secret`, say), and a credential is never shown.
+pub fn redact(text: &str, dest: &Destination) -> String {
+    let mut out = text.to_owned();
+    for v in dest.secrets.values() {
+        if let Some(s) = v.as_str().filter(|s| s.len() >= 4) {
+            out = out.replace(s, &store::destinations::mask(s));
+            // As a URL or a form carries it, too.
+            let encoded: String = form_urlencoded::byte_serialize(s.as_bytes()).collect();
+            if encoded != s {
+                out = out.replace(&encoded, &store::destinations::mask(s));
+            }
+        }
+    }
+    out
+}
+
+/// A delivery status in plain words, and what it means.
+pub fn delivery_words(status: &str) -> (&'static str, &'static str) {
+    match status {
+        "pending" => ("pending", "Waiting to be sent, or to be sent again after a failure."),
+        "delivered" => ("delivered", "The platform took it (or already had it)."),
+        "failed" => (
+            "dead letter",
+            "The platform refused it for good, or it failed too often: fix the cause, then Retry dead letters.",
+        ),
+        "too_old" => ("too old", "Older than the platform accepts: never sent."),
+        "skipped" => (
+            "skipped",
+            "Not sent: the consent the destination needs was not given, or the platform needs what the conversion lacks (a click id).",
+        ),
+        _ => ("unknown", ""),
+    }
+}
+
+/// A consent rule in plain words.
+fn consent_words(rule: &str) -> &'static str {
+    match rule {
+        "ads" => "ads consent (ad_user_data)",
+        "analytics" => "analytics consent",
+        "none" => "no consent needed",
+        _ => "",
+    }
+}
+
+fn base(site: &Site) -> String {
+    format!("/dashboard/sites/{}/destinations", site.id)
+}
+
+fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// The site's destination with this id, else [`PageError::NotFound`] (another site's, or none).
+fn load(d: &Dashboard, site: &Site, id: &str) -> Result<Destination, PageError> {
+    d.read(|c| Ok(store::destinations::by_id(c, id)?))?
+        .filter(|x| x.site_id == site.id)
+        .ok_or(PageError::NotFound)
+}
+
+/// The kind of a stored destination (a kind this build does not know is a broken row).
+fn kind_of(dest: &Destination) -> Result<&'static kinds::Kind, PageError> {
+    kinds::kind(&dest.kind).ok_or_else(|| {
+        PageError::Internal(format!(
+            "destination {} has an unknown kind {}",
+            dest.id, dest.kind
+        ))
+    })
+}
+
+/// The `deliveries` counts as `delivered 3 · pending 1 · …` (the non-zero ones; "none yet").
+fn counts_markup(counts: &[i64; 5]) -> Markup {
+    let shown: Vec<(&str, i64)> = store::deliveries::STATUSES
+        .iter()
+        .zip(counts)
+        .filter(|(_, n)| **n > 0)
+        .map(|(s, n)| (*s, *n))
+        .collect();
+    html! {
+        @if shown.is_empty() {
+            span.hint { "none yet" }
+        } @else {
+            @for (i, (s, n)) in shown.iter().enumerate() {
+                @if i > 0 { " · " }
+                span class={ "delivery-count delivery-" (s) } title=(delivery_words(s).1) { (delivery_words(s).0) " " (n) }
+            }
+        }
+    }
+}
+
+/// What the senders last saw of a destination.
+fn health_markup(dest: &Destination, now: i64) -> Markup {
+    let h = &dest.health;
+    html! {
+        @match h.last_ok_at {
+            Some(t) => span.ok { "Last sent " (layout::date(t)) "." },
+            None => span.hint { "Nothing sent yet." },
+        }
+        @if h.failures > 0 {
+            " " span.error-text { (h.failures) " failed " (if h.failures == 1 { "try" } else { "tries" }) " in a row." }
+        }
+        @if let Some(t) = h.paused_until.filter(|t| *t > now) {
+            " " span.waiting { "Paused until " (layout::date(t)) " (the platform failed; deliveries wait)." }
+        }
+        @if let Some(e) = &h.last_error {
+            br;
+            span.error-text.last-error { "Last error"
+                @if let Some(t) = h.last_error_at { " (" (layout::date(t)) ")" }
+                ": " (redact(e, dest)) }
+        }
+    }
+}
+
+fn events_text(events: &BTreeMap<String, String>) -> String {
+    events
+        .iter()
+        .map(|(t, e)| format!("{t}={e}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `GET /dashboard/sites/{id}/destinations`.
+pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
+    let q = form::query(ctx);
+    let flash = if q.contains_key("removed") {
+        Some("Destination removed, with its credentials and deliveries.")
+    } else {
+        None
+    };
+    let rows = d.read(|c| {
+        let mut rows = Vec::new();
+        for x in store::destinations::for_site(c, &site.id)? {
+            let counts = store::deliveries::counts(c, &x.id)?;
+            rows.push((x, counts));
+        }
+        Ok(rows)
+    })?;
+    let base = base(site);
+    let now = store::now_ms();
+    let body = html! {
+        p.crumbs { "Settings" }
+        h1 { "Destinations" }
+        (layout::flash(flash))
+        p.hint { "Each processed conversion of this site is passed on to every enabled destination that receives its type and whose consent rule holds, through the outbox: a platform that is down delays only its own deliveries." }
+        @if rows.is_empty() {
+            div.empty #no-destinations {
+                p { "No destination yet. Add one below to pass this site's processed conversions on to Meta, Google Analytics 4 or Google Ads; then use " strong { "Send a test event" } " on its page to check the credentials." }
+                p.hint { "From the command line: " code { "convapi destination add --site " (site.id) " --kind meta --name NAME --pixel-id ID --access-token TOKEN" } "." }
+            }
+        } @else {
+            div.table-wrap {
+                table #destinations {
+                    thead { tr { th { "Name" } th { "Platform" } th { "Sends" } th { "Consent" } th { "Health" } th { "Deliveries" } } }
+                    tbody {
+                        @for (x, counts) in &rows {
+                            tr.destination {
+                                td {
+                                    a href={ (base) "/" (enc(&x.id)) } { (x.name) }
+                                    @if !x.enabled { " " span.badge.disabled { "disabled" } }
+                                }
+                                td { (kinds::kind(&x.kind).map_or(x.kind.as_str(), |k| k.label)) }
+                                td { @for (i, (t, e)) in x.events.iter().enumerate() { @if i > 0 { ", " } code { (t) } " → " (e) } }
+                                td { (consent_words(&x.consent)) }
+                                td.health { (health_markup(x, now)) }
+                                td { (counts_markup(counts)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        section.card #add-destination {
+            h2 { "Add a destination" }
+            ul.kinds {
+                @for k in kinds::ALL {
+                    li { a.button.secondary href={ (base) "/new?kind=" (k.name) } { (k.label) } }
+                }
+            }
+        }
+    };
+    Ok(layout::html(
+        200,
+        layout::site_page(v, site, SiteTab::Destinations, "Destinations", body),
+    ))
+}
+
+/// The values of a destination form, as typed (credential inputs are never filled in).
+struct Fields {
+    name: String,
+    values: HashMap<&'static str, String>,
+    events: String,
+    consent: String,
+    endpoint: String,
+    enabled: bool,
+}
+
+impl Fields {
+    fn new(kind: &kinds::Kind) -> Fields {
+        Fields {
+            name: String::new(),
+            values: HashMap::new(),
+            events: format!("purchase={}", kind.default_event("purchase")),
+            consent: kind.consent.to_owned(),
+            endpoint: String::new(),
+            enabled: true,
+        }
+    }
+
+    fn of(dest: &Destination, kind: &kinds::Kind) -> Fields {
+        Fields {
+            name: dest.name.clone(),
+            values: kind
+                .fields
+                .iter()
+                .filter(|f| !f.secret)
+                .map(|f| (f.key, dest.setting(f.key).unwrap_or("").to_owned()))
+                .collect(),
+            events: events_text(&dest.events),
+            consent: dest.consent.clone(),
+            endpoint: dest.endpoint.clone().unwrap_or_default(),
+            enabled: dest.enabled,
+        }
+    }
+
+    fn of_form(f: &HashMap<String, String>, kind: &kinds::Kind) -> Fields {
+        Fields {
+            name: field(f, "name").to_owned(),
+            values: kind
+                .fields
+                .iter()
+                .map(|x| (x.key, field(f, &format!("f_{}", x.key)).to_owned()))
+                .collect(),
+            events: field(f, "events").to_owned(),
+            consent: field(f, "consent").to_owned(),
+            endpoint: field(f, "endpoint").to_owned(),
+            enabled: f.contains_key("enabled"),
+        }
+    }
+
+    /// Applies the form to `dest`: settings as typed (blank unsets), a credential only when typed
+    /// (blank keeps the stored one), then checks it as `convapi destination` does.
+    fn apply(&self, dest: &mut Destination, kind: &kinds::Kind) -> Result<(), kinds::Refused> {
+        dest.name = self.name.clone();
+        for f in kind.fields {
+            let value = self.values.get(f.key).map(String::as_str).unwrap_or("");
+            let map = if f.secret {
+                &mut dest.secrets
+            } else {
+                &mut dest.settings
+            };
+            if !value.is_empty() {
+                map.insert(f.key.to_owned(), Value::from(value));
+            } else if !f.secret {
+                map.remove(f.key);
+            }
+        }
+        let lines: Vec<String> = self
+            .events
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        dest.events = parse_events(kind, &lines)?;
+        dest.consent = self.consent.clone();
+        dest.endpoint = (!self.endpoint.is_empty()).then(|| self.endpoint.clone());
+        dest.enabled = self.enabled;
+        kinds::check(dest)
+    }
+}
+
+/// `TYPE[=EVENT_NAME]` entries (the form's lines, the CLI's `--event`s) as the events map; a type
+/// without a name gets the kind's name for it.
+pub fn parse_events(
+    kind: &kinds::Kind,
+    lines: &[String],
+) -> Result<BTreeMap<String, String>, kinds::Refused> {
+    let mut out = BTreeMap::new();
+    for e in lines {
+        let (t, name) = match e.split_once('=') {
+            Some((t, n)) => (t.trim(), n.trim().to_owned()),
+            None => (e.trim(), kind.default_event(e.trim())),
+        };
+        if !is_type_name(t) {
+            return Err(kinds::Refused(format!(
+                "event {e:?}: the conversion type must be the API's type (a lower-case letter, then up to 63 lower-case letters, digits or _), e.g. purchase or purchase=Purchase"
+            )));
+        }
+        if name.is_empty() {
+            return Err(kinds::Refused(format!(
+                "event {e:?}: name the platform's event after the = (or leave out the = for {})",
+                kind.default_event(t)
+            )));
+        }
+        out.insert(t.to_owned(), name);
+    }
+    Ok(out)
+}
+
+/// The fields of the add and edit forms; `stored` is the destination being edited.
+fn destination_fields(kind: &kinds::Kind, f: &Fields, stored: Option<&Destination>) -> Markup {
+    let masked = stored.map(Destination::masked_secrets).unwrap_or_default();
+    html! {
+        label for="d-name" { "Name " span.hint { "(to tell destinations apart)" } }
+        input #d-name type="text" name="name" value=(f.name) required maxlength="100";
+        @for x in kind.fields {
+            @let id = format!("f-{}", x.key.replace('_', "-"));
+            label for=(id) {
+                (x.label)
+                @if !x.required { " " span.hint { "(optional)" } }
+                @if x.secret {
+                    " " span.hint {
+                        @match masked.get(x.key) {
+                            Some(m) => { "(stored: " (m) "; leave blank to keep it)" }
+                            None => { "(write-only: never shown again)" }
+                        }
+                    }
+                }
+            }
+            @if x.secret {
+                input id=(id) type="password" name={ "f_" (x.key) } value="" autocomplete="new-password" required[x.required && stored.is_none()];
+            } @else {
+                input id=(id) type="text" name={ "f_" (x.key) } value=(f.values.get(x.key).map(String::as_str).unwrap_or("")) required[x.required];
+            }
+        }
+        label for="d-events" { "Events " span.hint { "(one conversion type per line, optionally with the platform's event name: " code { "purchase=" (kind.default_event("purchase")) } ")" } }
+        textarea #d-events name="events" rows="3" required { (f.events) }
+        label for="d-consent" { "Consent " span.hint { "(what a visitor must have granted before a conversion is sent)" } }
+        select #d-consent name="consent" {
+            @for c in CONSENT_RULES {
+                option value=(c) selected[*c == f.consent] { (consent_words(c)) }
+            }
+        }
+        label for="d-endpoint" { "Endpoint " span.hint { "(optional: a gateway or test server instead of the platform, e.g. https://gateway.example)" } }
+        input #d-endpoint type="url" name="endpoint" value=(f.endpoint);
+        label.checkbox for="d-enabled" {
+            input #d-enabled type="checkbox" name="enabled" value="on" checked[f.enabled];
+            " Enabled " span.hint { "(conversions processed from now on are passed on; unticked, deliveries already pending still go)" }
+        }
+    }
+}
+
+fn new_page(
+    v: &Viewer,
+    site: &Site,
+    kind: &kinds::Kind,
+    f: &Fields,
+    error: Option<&str>,
+) -> Markup {
+    let base = base(site);
+    let body = html! {
+        p.crumbs { "Settings / " a href=(base) { "Destinations" } }
+        h1 { "New destination: " (kind.label) }
+        section.card {
+            (layout::form_error(error))
+            form #destination-form method="post" action=(base) {
+                (layout::csrf_field(v))
+                input type="hidden" name="kind" value=(kind.name);
+                (destination_fields(kind, f, None))
+                button type="submit" { "Add destination" }
+                " " a href=(base) { "Cancel" }
+            }
+        }
+    };
+    layout::site_page(v, site, SiteTab::Destinations, "New destination", body)
+}
+
+/// The kind named in a form or query, else the `400` page naming the kinds.
+fn kind_param(name: &str) -> Result<&'static kinds::Kind, PageError> {
+    kinds::kind(name).ok_or_else(|| {
+        let names: Vec<&str> = kinds::ALL.iter().map(|k| k.name).collect();
+        PageError::BadRequest(format!(
+            "kind must be one of {}: choose one under Add a destination.",
+            names.join(", ")
+        ))
+    })
+}
+
+/// `GET /dashboard/sites/{id}/destinations/new?kind=KIND`.
+pub fn new_form(_d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
+    let q = form::query(ctx);
+    let kind = kind_param(q.get("kind").map(String::as_str).unwrap_or(""))?;
+    Ok(layout::html(
+        200,
+        new_page(v, site, kind, &Fields::new(kind), None),
+    ))
+}
+
+/// `POST /dashboard/sites/{id}/destinations`: adds it, `303` to its page.
+pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
+    let form = form::post_form(ctx, v)?;
+    let kind = kind_param(field(&form, "kind"))?;
+    let fields = Fields::of_form(&form, kind);
+    let now = store::now_ms();
+    let mut dest = Destination {
+        id: uuid::Uuid::new_v4().to_string(),
+        site_id: site.id.clone(),
+        kind: kind.name.to_owned(),
+        name: String::new(),
+        settings: Map::new(),
+        secrets: Map::new(),
+        endpoint: None,
+        events: BTreeMap::new(),
+        consent: String::new(),
+        enabled: true,
+        created_at: now,
+        updated_at: now,
+        health: Health::default(),
+    };
+    if let Err(e) = fields.apply(&mut dest, kind) {
+        let msg = form_message(&e);
+        return Ok(layout::html(
+            400,
+            new_page(v, site, kind, &fields, Some(&msg)),
+        ));
+    }
+    let id = dest.id.clone();
+    d.writer
+        .submit(move |c| store::destinations::insert(c, &dest))?;
+    Ok(layout::redirect(&format!(
+        "{}/{}?added=1",
+        base(site),
+        enc(&id)
+    )))
+}
+
+/// A refusal of `forward::kinds::check` in the form's words: its `pass --flag` becomes the field.
+fn form_message(e: &kinds::Refused) -> String {
+    let text = e.0.split(": pass --").next().unwrap_or(&e.0);
+    let mut text = text.to_owned();
+    if e.0.contains(": pass --") {
+        text.push_str(": fill in that field");
+    }
+    if !text.ends_with('.') {
+        text.push('.');
+    }
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => text,
+    }
+}
+
+/// What the edit page shows above its form.
+#[derive(Default)]
+struct Extra<'a> {
+    flash: Option<&'a str>,
+    error: Option<&'a str>,
+    /// The answer to "Send a test event".
+    test: Option<TestAnswer>,
+}
+
+/// What "Send a test event" got, credentials masked out.
+enum TestAnswer {
+    /// The platform took it; its answer.
+    Took(String),
+    /// Why not: the platform's refusal, or no answer.
+    Failed(String),
+}
+
+fn edit_page(
+    d: &Dashboard,
+    v: &Viewer,
+    site: &Site,
+    dest: &Destination,
+    f: &Fields,
+    extra: Extra<'_>,
+) -> Result<Markup, PageError> {
+    let kind = kind_of(dest)?;
+    let counts = d.read(|c| Ok(store::deliveries::counts(c, &dest.id)?))?;
+    let failed = counts[2];
+    let url = format!("{}/{}", base(site), enc(&dest.id));
+    let body = html! {
+        p.crumbs { "Settings / " a href=(base(site)) { "Destinations" } }
+        h1 { (dest.name) }
+        (layout::flash(extra.flash))
+        @if let Some(result) = &extra.test {
+            @match result {
+                TestAnswer::Took(answer) => section.card.test-result.ok #test-result role="status" {
+                    h2 { "Test event sent" }
+                    p { "The platform took it. Its answer:" }
+                    pre #test-answer { code { (answer) } }
+                },
+                TestAnswer::Failed(error) => section.card.test-result.error #test-result role="alert" {
+                    h2 { "Test event failed" }
+                    p.error-text #test-error { (error) }
+                    p.hint { "Check the fields below (a credential may be wrong or lack a permission), save, and send another." }
+                },
+            }
+        }
+        section.card #destination-health {
+            h2 { "Health" }
+            p { (kinds::kind(&dest.kind).map_or("", |k| k.label)) @if !dest.enabled { " — " span.badge.disabled { "disabled" } } }
+            p.health { (health_markup(dest, store::now_ms())) }
+            p #delivery-counts { "Deliveries: " (counts_markup(&counts)) }
+            div.actions {
+                form.inline #test-form method="post" action={ (url) "/test" } {
+                    (layout::csrf_field(v))
+                    button type="submit" { "Send a test event" }
+                }
+                @if failed > 0 {
+                    " "
+                    form.inline #retry-form method="post" action={ (url) "/retry" } {
+                        (layout::csrf_field(v))
+                        button type="submit" { "Retry dead letters (" (failed) ")" }
+                    }
+                }
+            }
+            p.hint { "The test sends a made-up purchase in the platform's test mode (Meta's test event code, GA4's validation server, Google Ads' validate_only): nothing is counted as a conversion." }
+        }
+        section.card {
+            h2 { "Settings" }
+            (layout::form_error(extra.error))
+            form #destination-form method="post" action=(url) {
+                (layout::csrf_field(v))
+                (destination_fields(kind, f, Some(dest)))
+                button type="submit" { "Save" }
+            }
+        }
+        p { a.danger #remove-link href={ (url) "/remove" } { "Remove this destination" } }
+    };
+    Ok(layout::site_page(
+        v,
+        site,
+        SiteTab::Destinations,
+        &dest.name,
+        body,
+    ))
+}
+
+/// `GET /dashboard/sites/{id}/destinations/{dest}`.
+pub fn edit_form(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
+    let dest = load(d, site, id)?;
+    let kind = kind_of(&dest)?;
+    let q = form::query(ctx);
+    let flash = if q.contains_key("added") {
+        Some("Destination added. Send a test event to check its credentials.")
+    } else if q.contains_key("saved") {
+        Some("Saved.")
+    } else if let Some(n) = q.get("retried") {
+        Some(if n == "0" {
+            "Nothing to retry: no dead letters."
+        } else {
+            "Dead letters queued again: the sender tries them within a second or so."
+        })
+    } else {
+        None
+    };
+    let extra = Extra {
+        flash,
+        ..Extra::default()
+    };
+    let page = edit_page(d, v, site, &dest, &Fields::of(&dest, kind), extra)?;
+    Ok(layout::html(200, page))
+}
+
+/// `POST /dashboard/sites/{id}/destinations/{dest}`: saves, `303` back with "Saved.". A blank
+/// credential keeps the stored one; the site is checked again in the write's own transaction.
+pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
+    let form = form::post_form(ctx, v)?;
+    let mut dest = load(d, site, id)?;
+    let kind = kind_of(&dest)?;
+    let fields = Fields::of_form(&form, kind);
+    let stored = dest.clone();
+    if let Err(e) = fields.apply(&mut dest, kind) {
+        let msg = form_message(&e);
+        let extra = Extra {
+            error: Some(&msg),
+            ..Extra::default()
+        };
+        return Ok(layout::html(
+            400,
+            edit_page(d, v, site, &stored, &fields, extra)?,
+        ));
+    }
+    dest.updated_at = store::now_ms();
+    let site_id = site.id.clone();
+    let saved = d.writer.submit(move |c| {
+        // Written only over this site's destination, with the credentials the form left blank
+        // as they are now (not as they were when the form was read).
+        let Some(now) = store::destinations::by_id(c, &dest.id)?.filter(|x| x.site_id == site_id)
+        else {
+            return Ok(false);
+        };
+        for (k, v) in &now.secrets {
+            if stored.secrets.get(k) == dest.secrets.get(k) {
+                dest.secrets.insert(k.clone(), v.clone());
+            }
+        }
+        store::destinations::update(c, &dest)
+    })?;
+    if !saved {
+        return Err(PageError::NotFound);
+    }
+    Ok(layout::redirect(&format!(
+        "{}/{}?saved=1",
+        base(site),
+        enc(id)
+    )))
+}
+
+/// `GET /dashboard/sites/{id}/destinations/{dest}/remove`: the confirmation.
+pub fn remove_form(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
+    let dest = load(d, site, id)?;
+    let counts = d.read(|c| Ok(store::deliveries::counts(c, &dest.id)?))?;
+    let url = format!("{}/{}", base(site), enc(&dest.id));
+    let body = html! {
+        p.crumbs { "Settings / " a href=(base(site)) { "Destinations" } }
+        h1 { "Remove destination" }
+        section.card {
+            p { "Remove " strong { (dest.name) } " (" (kinds::kind(&dest.kind).map_or(dest.kind.as_str(), |k| k.label)) ")? "
+                "Its credentials and its " (counts.iter().sum::<i64>()) " deliveries are deleted, pending ones too: nothing more is sent to it. This cannot be undone." }
+            form #remove-form method="post" action={ (url) "/remove" } {
+                (layout::csrf_field(v))
+                button.danger type="submit" { "Remove destination" }
+                " " a href=(url) { "Cancel" }
+            }
+        }
+    };
+    Ok(layout::html(
+        200,
+        layout::site_page(v, site, SiteTab::Destinations, "Remove destination", body),
+    ))
+}
+
+/// `POST /dashboard/sites/{id}/destinations/{dest}/remove`: `303` to the list with a flash.
+pub fn remove(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
+    form::post_form(ctx, v)?;
+    let (site_id, id) = (site.id.clone(), id.to_owned());
+    let done = d.writer.submit(move |c| {
+        if store::destinations::by_id(c, &id)?.is_none_or(|x| x.site_id != site_id) {
+            return Ok(false);
+        }
+        store::destinations::remove(c, &id)
+    })?;
+    if !done {
+        return Err(PageError::NotFound);
+    }
+    Ok(layout::redirect(&format!("{}?removed=1", base(site))))
+}
+
+/// `POST /dashboard/sites/{id}/destinations/{dest}/test`: sends the test event (on this request's
+/// thread, within the platform client's time limit) and answers the destination's page with the
+/// platform's answer.
+pub fn test(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
+    form::post_form(ctx, v)?;
+    let dest = load(d, site, id)?;
+    let kind = kind_of(&dest)?;
+    let result = match forward::send_test(&dest, &site.currency, store::now_ms()) {
+        Ok(answer) => TestAnswer::Took(redact(&answer, &dest)),
+        Err(outage) => TestAnswer::Failed(redact(&outage.to_string(), &dest)),
+    };
+    let extra = Extra {
+        test: Some(result),
+        ..Extra::default()
+    };
+    let page = edit_page(d, v, site, &dest, &Fields::of(&dest, kind), extra)?;
+    Ok(layout::html(200, page))
+}
+
+/// `POST /dashboard/sites/{id}/destinations/{dest}/retry`: the destination's dead letters pending
+/// again with their tries reset (`convapi destination retry`), `303` back.
+pub fn retry(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
+    form::post_form(ctx, v)?;
+    let (site_id, dest_id) = (site.id.clone(), id.to_owned());
+    let retried = d.writer.submit(move |c| {
+        if store::destinations::by_id(c, &dest_id)?.is_none_or(|x| x.site_id != site_id) {
+            return Ok(None);
+        }
+        Ok(Some(store::deliveries::retry_failed(
+            c,
+            &dest_id,
+            None,
+            store::now_ms(),
+        )?))
+    })?;
+    let Some(n) = retried else {
+        return Err(PageError::NotFound);
+    };
+    Ok(layout::redirect(&format!(
+        "{}/{}?retried={n}",
+        base(site),
+        enc(id)
+    )))
+}
+
+/// The order page's card: each delivery of the conversion (destination, status, tries, last
+/// error, delivered at).
+pub fn deliveries_card(
+    site: &Site,
+    views: &[store::deliveries::View],
+    destinations: &[Destination],
+) -> Markup {
+    let base = base(site);
+    let has_destinations = !destinations.is_empty();
+    let error = |x: &store::deliveries::View| {
+        let text = x.last_error.as_deref().unwrap_or("");
+        match destinations.iter().find(|d| d.id == x.destination_id) {
+            Some(d) => redact(text, d),
+            None => text.to_owned(),
+        }
+    };
+    html! {
+        div.card #deliveries {
+            h2 { "Deliveries" }
+            @if views.is_empty() {
+                @if has_destinations {
+                    p.empty #no-deliveries { "Not passed on to any destination: none receives this conversion's type, or it was processed before they were added ("
+                        code { "convapi destination replay" } " sends past ones)." }
+                } @else {
+                    p.empty #no-deliveries { "Not passed on: this site has no destination. " a href=(base) { "Settings → Destinations" } " adds Meta, Google Analytics 4 or Google Ads." }
+                }
+            } @else {
+                div.table-wrap {
+                    table #delivery-list {
+                        thead { tr { th { "Destination" } th { "Status" } th.num { "Failed tries" } th { "Last error" } th { "Delivered" } } }
+                        tbody {
+                            @for x in views {
+                                tr.delivery {
+                                    td { a href={ (base) "/" (enc(&x.destination_id)) } { (x.destination) } " " span.hint { (kinds::kind(&x.kind).map_or(x.kind.as_str(), |k| k.label)) } }
+                                    td {
+                                        span class={ "status delivery-" (x.status) } title=(delivery_words(&x.status).1) { (delivery_words(&x.status).0) }
+                                        @if x.status == "pending" {
+                                            @if let Some(t) = x.next_attempt_at { " " span.hint { "next try " (layout::date(t)) } }
+                                        }
+                                    }
+                                    td.num { (x.attempts) }
+                                    td.error-text { (error(x)) }
+                                    td.nowrap { (x.delivered_at.map(layout::date).unwrap_or_else(|| "—".into())) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
