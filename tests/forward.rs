@@ -447,3 +447,33 @@ fn kill_9_during_delivery_under_load_loses_no_delivery_and_repeats_only_with_the
         ids.len() - sent.len()
     );
 }
+
+#[test]
+fn a_disabled_destination_sends_nothing_and_its_pending_deliveries_wait_for_it() {
+    let fake = FakePlatform::start(meta_ok);
+    let app = by_hand();
+    let dest = add_destination(&app, "meta", "Meta", &fake.url());
+    app.identify("v1", "client-1", now_ms() - 60_000);
+    let queued = order(&app, "v1");
+    drain(&app);
+    app.cli_json(&["destination", "update", &dest, "--disabled", "--json"]);
+    let later = order(&app, "v1");
+    drain(&app);
+    let stats = send_at(&app, now_ms());
+    assert_eq!(
+        stats,
+        SendStats::default(),
+        "nothing is sent while it is off"
+    );
+    assert!(fake.requests().is_empty());
+    assert_eq!(delivery(&app, &queued)["status"], "pending");
+    assert_eq!(
+        status(&app, &later)["deliveries"],
+        json!([]),
+        "a conversion processed while it is off is not queued for it"
+    );
+    app.cli_json(&["destination", "update", &dest, "--enabled", "--json"]);
+    send_at(&app, now_ms());
+    assert_eq!(event_ids(&fake.requests()), vec![queued.clone()]);
+    assert_eq!(delivery(&app, &queued)["status"], "delivered");
+}

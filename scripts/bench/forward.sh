@@ -3,7 +3,7 @@
 #
 #   scripts/bench/forward.sh [ROUNDS] [SECONDS]      (defaults: 3 rounds of 10 s)
 #
-# Builds the release binary and seeds a template database (the seed example: 20k sessions, 2k
+# Builds the release binary and seeds a template database (examples/seed.rs: 20k sessions, 2k
 # users), starts two fake Meta endpoints (scripts/bench/fake_platform.py: one answering at once,
 # one that holds every request for 60 s, a platform down without refusing connections), then runs
 # ROUNDS rounds of three scenarios in an order that rotates between rounds, each on a fresh copy of

@@ -110,11 +110,13 @@ pub(super) struct UpdateArgs {
     /// Send to the platform itself again (forget the endpoint override).
     #[arg(long, conflicts_with = "endpoint")]
     no_endpoint: bool,
-    /// Switch it on: processed conversions are passed on from now on.
+    /// Switch it on: processed conversions are passed on from now on, and deliveries that waited
+    /// while it was off go out.
     #[arg(long)]
     enabled: bool,
-    /// Switch it off: conversions processed from now on are not passed on to it (deliveries
-    /// already pending are still sent; `destination remove` drops them).
+    /// Switch it off: nothing is sent to it, and conversions processed meanwhile are not queued
+    /// for it (deliveries already pending wait until it is on again; `destination remove` drops
+    /// them).
     #[arg(long, conflicts_with = "enabled")]
     disabled: bool,
     /// Print the destination as one JSON object.

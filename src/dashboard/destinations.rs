@@ -373,7 +373,7 @@ fn destination_fields(kind: &kinds::Kind, f: &Fields, stored: Option<&Destinatio
         input #d-endpoint type="url" name="endpoint" value=(f.endpoint);
         label.checkbox for="d-enabled" {
             input #d-enabled type="checkbox" name="enabled" value="on" checked[f.enabled];
-            " Enabled " span.hint { "(conversions processed from now on are passed on; unticked, deliveries already pending still go)" }
+            " Enabled " span.hint { "(unticked: nothing is sent, conversions processed meanwhile are not queued for it, and deliveries already pending wait until it is on again)" }
         }
     }
 }

@@ -215,7 +215,7 @@ fn send_batch(
     let Some(dest) = destinations::by_id(conn, id)? else {
         return Ok(());
     };
-    if dest.health.paused_until.is_some_and(|until| until > now_ms) {
+    if !dest.enabled || dest.health.paused_until.is_some_and(|until| until > now_ms) {
         return Ok(());
     }
     let Some(platform) = super::platform(&dest.kind) else {

@@ -71,11 +71,12 @@ pub fn replay(
     conn.execute(sql, args![destination_id, from_ms, to_ms, now_ms])
 }
 
-/// The destinations with a delivery due at `now` whose circuit is closed, the longest waiting first.
+/// The enabled destinations with a delivery due at `now` whose circuit is closed, the longest
+/// waiting first (a disabled destination's deliveries wait until it is enabled again).
 pub fn due_destinations(conn: &impl AsConn, now_ms: i64) -> Result<Vec<String>> {
     conn.conn().query_all(
         "SELECT d.id FROM destinations d
-         WHERE (d.paused_until IS NULL OR d.paused_until <= ?1)
+         WHERE d.enabled = 1 AND (d.paused_until IS NULL OR d.paused_until <= ?1)
            AND EXISTS (SELECT 1 FROM deliveries x WHERE x.destination_id = d.id
                        AND x.status = 'pending' AND x.next_attempt_at <= ?1)
          ORDER BY COALESCE(d.last_ok_at, 0), d.id",
@@ -93,7 +94,7 @@ pub fn next_due(conn: &impl AsConn) -> Result<Option<i64>> {
             "SELECT MIN(CASE WHEN d.paused_until > x.next_attempt_at THEN d.paused_until
                              ELSE x.next_attempt_at END)
              FROM deliveries x JOIN destinations d ON d.id = x.destination_id
-             WHERE x.status = 'pending'",
+             WHERE x.status = 'pending' AND d.enabled = 1",
             args![],
             |r| r.get::<Option<i64>>(0),
         )?
