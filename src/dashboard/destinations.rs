@@ -39,18 +39,11 @@ pub fn is_type_name(s: &str) -> bool {
 /// `text` with each of `dest`'s credentials replaced by its mask: what a platform or the sender
 /// said may quote a request (a URL with GA4's `api_secret`, say), and a credential is never shown.
 pub fn redact(text: &str, dest: &Destination) -> String {
-    let mut out = text.to_owned();
-    for v in dest.secrets.values() {
-        if let Some(s) = v.as_str().filter(|s| s.len() >= 4) {
-            out = out.replace(s, &store::destinations::mask(s));
-            // As a URL or a form carries it, too.
-            let encoded: String = form_urlencoded::byte_serialize(s.as_bytes()).collect();
-            if encoded != s {
-                out = out.replace(&encoded, &store::destinations::mask(s));
-            }
-        }
-    }
-    out
+    crate::forward::platform::hide_secrets(
+        text,
+        crate::forward::platform::secrets_of(dest),
+        store::destinations::mask,
+    )
 }
 
 /// A delivery status in plain words, and what it means.

@@ -261,25 +261,19 @@ impl<'a> Config<'a> {
 
     /// Takes every secret (and `extra`, the access token) out of a text from an answer.
     fn scrub(&self, s: &str, extra: Option<&str>) -> String {
-        let mut out = s.to_string();
-        for secret in [
-            Some(self.developer_token),
-            Some(self.client_secret),
-            Some(self.refresh_token),
-            extra,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            if secret.is_empty() {
-                continue;
-            }
-            // As sent, and as the token request's form encoded it (`1//x` is `1%2F%2Fx` there).
-            let encoded: String = form_urlencoded::byte_serialize(secret.as_bytes()).collect();
-            out = out
-                .replace(secret, "[redacted]")
-                .replace(&encoded, "[redacted]");
-        }
+        // As sent, and as the token request's form encoded it (`1//x` is `1%2F%2Fx` there).
+        let out = super::platform::hide_secrets(
+            s,
+            [
+                Some(self.developer_token),
+                Some(self.client_secret),
+                Some(self.refresh_token),
+                extra,
+            ]
+            .into_iter()
+            .flatten(),
+            |_| "[redacted]".into(),
+        );
         // Cut after the secrets are out, so that no half of one is left at the cut.
         out.chars().take(MAX_MESSAGE_CHARS).collect()
     }

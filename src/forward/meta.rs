@@ -296,12 +296,11 @@ pub fn base<'a>(dest: &'a Destination, default: &'a str) -> &'a str {
 /// `text` without any of the destination's credentials (a platform may echo a token back), cut to
 /// a length an error column and a log line take.
 pub fn scrub(text: &str, dest: &Destination) -> String {
-    let mut t = redact_urls(text);
-    for v in dest.secrets.values() {
-        if let Some(s) = v.as_str().filter(|s| s.len() >= 4) {
-            t = t.replace(s, "[redacted]");
-        }
-    }
+    let mut t = super::platform::hide_secrets(
+        &redact_urls(text),
+        super::platform::secrets_of(dest),
+        |_| "[redacted]".into(),
+    );
     if t.chars().count() > MAX_ERROR_CHARS {
         t = t.chars().take(MAX_ERROR_CHARS).collect::<String>() + "…";
     }

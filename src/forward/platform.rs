@@ -186,6 +186,29 @@ pub fn redact_url(url: &str) -> &str {
     url.split('?').next().unwrap_or(url)
 }
 
+/// `text` with each of `secrets` of four characters or more — as written, and as a URL or a form
+/// encodes it — replaced by `with(secret)`: what a platform answers may quote a request back.
+pub fn hide_secrets<'a>(
+    text: &str,
+    secrets: impl IntoIterator<Item = &'a str>,
+    with: impl Fn(&str) -> String,
+) -> String {
+    let mut out = text.to_owned();
+    for s in secrets.into_iter().filter(|s| s.len() >= 4) {
+        out = out.replace(s, &with(s));
+        let encoded: String = form_urlencoded::byte_serialize(s.as_bytes()).collect();
+        if encoded != s {
+            out = out.replace(&encoded, &with(s));
+        }
+    }
+    out
+}
+
+/// A destination's credentials as text.
+pub fn secrets_of(dest: &Destination) -> impl Iterator<Item = &str> {
+    dest.secrets.values().filter_map(|v| v.as_str())
+}
+
 /// The consent in force for a conversion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Consent {
