@@ -821,7 +821,7 @@ fn pipeline_and_outbox(c: &impl AsConn) -> Vec<String> {
         format!("{:?}", pl::claim(c, due[0].id, 10_000)),
         format!("{:?}", pl::claim(c, due[0].id, 1_000)), // not due yet at that time
     ];
-    pl::finish(c, due[0].id, "e1", &attribution, &fx, 10_000).unwrap();
+    pl::finish(c, due[0].id, "e1", &attribution, &fx, 10_000, true).unwrap();
     pl::park(
         c,
         due[1].id,
@@ -1079,6 +1079,7 @@ fn reports(c: &impl AsConn) -> Vec<String> {
                     date: None,
                 },
                 2_000,
+                true,
             )
             .unwrap();
         }
@@ -1115,6 +1116,7 @@ fn reports(c: &impl AsConn) -> Vec<String> {
             date: None,
         },
         2_000,
+        true,
     )
     .unwrap();
     seen.push(format!(

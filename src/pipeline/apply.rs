@@ -42,8 +42,12 @@ pub(super) fn apply(
     now_ms: i64,
 ) -> store::Result<Vec<Applied>> {
     let mut applied = Vec::with_capacity(decided.len());
+    // Read in this transaction: a destination added after it counts from the next chunk on, as if
+    // these conversions had been processed a moment earlier (docs/decisions.md §13).
+    let forwarding = decided.iter().any(|d| matches!(d, Decided::Finish { .. }))
+        && store::deliveries::any_enabled_destination(conn)?;
     for d in decided {
-        let done = match store::savepoint(conn, |conn| apply_one(conn, &d, now_ms)) {
+        let done = match store::savepoint(conn, |conn| apply_one(conn, &d, now_ms, forwarding)) {
             Ok(a) => a,
             Err(e) if e.is_transient() || !conn.conn().in_transaction() => return Err(e),
             Err(e) => match claim_unchanged(conn, d.item(), now_ms)? {
@@ -56,7 +60,12 @@ pub(super) fn apply(
     Ok(applied)
 }
 
-fn apply_one(conn: &impl AsConn, d: &Decided, now_ms: i64) -> store::Result<Applied> {
+fn apply_one(
+    conn: &impl AsConn,
+    d: &Decided,
+    now_ms: i64,
+    forwarding: bool,
+) -> store::Result<Applied> {
     let Some(item) = claim_unchanged(conn, d.item(), now_ms)? else {
         return Ok(Applied::Gone);
     };
@@ -64,7 +73,15 @@ fn apply_one(conn: &impl AsConn, d: &Decided, now_ms: i64) -> store::Result<Appl
         Decided::Finish {
             attribution, fx, ..
         } => {
-            store::pipeline::finish(conn, item.id, &item.conversion_id, attribution, fx, now_ms)?;
+            store::pipeline::finish(
+                conn,
+                item.id,
+                &item.conversion_id,
+                attribution,
+                fx,
+                now_ms,
+                forwarding,
+            )?;
             Applied::Processed
         }
         Decided::Park {

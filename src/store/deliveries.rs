@@ -15,6 +15,19 @@ use super::Result;
 /// The statuses of a delivery.
 pub const STATUSES: &[&str] = &["pending", "delivered", "failed", "too_old", "skipped"];
 
+/// Whether any site has an enabled destination: the pipeline asks once per chunk, and with none
+/// it writes no delivery (and runs no statement for them) per conversion.
+pub fn any_enabled_destination(conn: &impl AsConn) -> Result<bool> {
+    Ok(conn
+        .conn()
+        .query_opt(
+            "SELECT 1 FROM destinations WHERE enabled = 1 LIMIT 1",
+            args![],
+            |_| Ok(()),
+        )?
+        .is_some())
+}
+
 /// Writes one pending delivery of a processed conversion for each enabled destination of its site
 /// that receives its type, due at once. Runs in the pipeline's transaction: with no destination it
 /// is one read of the conversion by its key and one indexed read of an empty range.
