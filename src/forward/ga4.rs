@@ -10,8 +10,10 @@ use crate::store::destinations::Destination;
 
 use super::hash::{sha256_hex, user_hash};
 use super::kinds::{Kind, GA4};
-use super::meta::{age, base, decimal, dedup_key, scrub};
-use super::platform::{consent, Answer, Event, Http, Outage, Platform, Verdict};
+use super::meta::scrub;
+use super::platform::{
+    age, base, consent, decimal, dedup_key, Answer, Event, Http, Outage, Platform, Verdict,
+};
 
 /// GA4's Measurement Protocol.
 pub struct Ga4;

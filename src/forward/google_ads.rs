@@ -13,17 +13,18 @@
 //! and every text taken from an answer is scrubbed of them before it leaves this module.
 
 use std::collections::HashMap;
-use std::str::FromStr;
 use std::sync::{Mutex, OnceLock};
 
-use serde_json::{json, Map, Number, Value};
+use serde_json::{json, Map, Value};
 
 use crate::store::deliveries::Facts;
 use crate::store::destinations::Destination;
 
 use super::hash::{sha256_hex, user_hash};
 use super::kinds::{Kind, GOOGLE_ADS};
-use super::platform::{click_session, consent, Answer, Event, Http, Outage, Platform, Verdict};
+use super::platform::{
+    click_session, consent, decimal, dedup_key, Answer, Event, Http, Outage, Platform, Verdict,
+};
 
 /// The Google Ads platform.
 pub struct GoogleAds;
@@ -325,19 +326,12 @@ fn conversion(cfg: &Config<'_>, event: &Event<'_>) -> Result<Value, Unsendable> 
         Value::String(conversion_date_time(f.occurred_at)),
     );
     if let Some(v) = f.value.as_deref().filter(|v| !v.is_empty()) {
-        let n = Number::from_str(v)
-            .map_err(|_| Unsendable(format!("the conversion's value '{v}' is not a number")))?;
+        let n = decimal(v)
+            .ok_or_else(|| Unsendable(format!("the conversion's value '{v}' is not a number")))?;
         c.insert("conversionValue".into(), Value::Number(n));
         c.insert("currencyCode".into(), Value::String(f.currency.clone()));
     }
-    c.insert(
-        "orderId".into(),
-        Value::String(
-            f.order_id
-                .clone()
-                .unwrap_or_else(|| f.conversion_id.clone()),
-        ),
-    );
+    c.insert("orderId".into(), Value::String(dedup_key(f).to_string()));
     let consent = consent(f);
     let status = |granted: bool| if granted { "GRANTED" } else { "DENIED" };
     c.insert(

@@ -3,7 +3,7 @@
 //! or a log could keep), each conversion mapped as Meta's parameter reference says, and Meta's
 //! answers sorted into the sender's classes by their documented error codes.
 
-use serde_json::{json, Map, Number, Value};
+use serde_json::{json, Map, Value};
 
 use crate::store::deliveries::{Facts, SessionFacts};
 use crate::store::destinations::Destination;
@@ -11,7 +11,8 @@ use crate::store::destinations::Destination;
 use super::hash::{sha256_hex, user_hash};
 use super::kinds::{Kind, META};
 use super::platform::{
-    click_session, consent, redact_url, Answer, Event, Http, Outage, Platform, Verdict,
+    age, base, click_session, consent, decimal, dedup_key, redact_url, Answer, Event, Http, Outage,
+    Platform, Verdict,
 };
 
 /// Meta's Conversions API.
@@ -202,15 +203,6 @@ pub fn event_json(e: &Event<'_>, now_ms: i64) -> Value {
     Value::Object(m)
 }
 
-/// The key Meta deduplicates the pixel's and the server's events on: the order id, or the
-/// conversion's id when the backend sent no order id.
-pub fn dedup_key(f: &Facts) -> &str {
-    f.order_id
-        .as_deref()
-        .filter(|o| !o.is_empty())
-        .unwrap_or(&f.conversion_id)
-}
-
 /// Meta's `user_data` of a conversion: only what the consent in force lets go for advertising.
 fn user_data(f: &Facts, now_ms: i64) -> Map<String, Value> {
     let mut u = Map::new();
@@ -269,30 +261,6 @@ pub fn fbc(f: &Facts, now_ms: i64) -> Option<String> {
         .then(|| format!("fb.1.{}.{fbclid}", click.started_at))
 }
 
-/// A decimal's exact text as a JSON number (no trip through `f64`: serde_json keeps the digits).
-pub fn decimal(text: &str) -> Option<Number> {
-    let t = text.trim();
-    let digits = t.strip_prefix('-').unwrap_or(t);
-    let (int, frac) = digits.split_once('.').unwrap_or((digits, "0"));
-    let ok = !int.is_empty()
-        && !frac.is_empty()
-        && int.bytes().all(|b| b.is_ascii_digit())
-        && frac.bytes().all(|b| b.is_ascii_digit());
-    if !ok {
-        return None;
-    }
-    t.parse::<Number>().ok()
-}
-
-/// The base URL: the destination's `endpoint` when it has one, without a trailing `/`.
-pub fn base<'a>(dest: &'a Destination, default: &'a str) -> &'a str {
-    dest.endpoint
-        .as_deref()
-        .filter(|e| !e.is_empty())
-        .unwrap_or(default)
-        .trim_end_matches('/')
-}
-
 /// `text` without any of the destination's credentials (a platform may echo a token back), cut to
 /// a length an error column and a log line take.
 pub fn scrub(text: &str, dest: &Destination) -> String {
@@ -319,16 +287,6 @@ fn redact_urls(text: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// "3 days", "5 hours": how old something is, for a reason a person reads.
-pub fn age(ms: i64) -> String {
-    let hours = ms / 3_600_000;
-    if hours >= 48 {
-        format!("{} days", hours / 24)
-    } else {
-        format!("{hours} hours")
-    }
 }
 
 /// Meta's answer to a request of `n` events: taken, or why not (the Graph API's error codes,

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use serde_json::Number;
+
 use crate::store::deliveries::{Facts, SessionFacts};
 use crate::store::destinations::Destination;
 
@@ -207,6 +209,49 @@ pub fn hide_secrets<'a>(
 /// A destination's credentials as text.
 pub fn secrets_of(dest: &Destination) -> impl Iterator<Item = &str> {
     dest.secrets.values().filter_map(|v| v.as_str())
+}
+
+/// The key every platform deduplicates a conversion on (Meta's `event_id`, GA4's `transaction_id`,
+/// Google Ads' `orderId`): the order id, or the conversion's id when the backend sent none.
+pub fn dedup_key(f: &Facts) -> &str {
+    f.order_id
+        .as_deref()
+        .filter(|o| !o.is_empty())
+        .unwrap_or(&f.conversion_id)
+}
+
+/// A decimal's exact text as a JSON number (no trip through `f64`: serde_json keeps the digits).
+pub fn decimal(text: &str) -> Option<Number> {
+    let t = text.trim();
+    let digits = t.strip_prefix('-').unwrap_or(t);
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, "0"));
+    let ok = !int.is_empty()
+        && !frac.is_empty()
+        && int.bytes().all(|b| b.is_ascii_digit())
+        && frac.bytes().all(|b| b.is_ascii_digit());
+    if !ok {
+        return None;
+    }
+    t.parse::<Number>().ok()
+}
+
+/// The base URL: the destination's `endpoint` when it has one, without a trailing `/`.
+pub fn base<'a>(dest: &'a Destination, default: &'a str) -> &'a str {
+    dest.endpoint
+        .as_deref()
+        .filter(|e| !e.is_empty())
+        .unwrap_or(default)
+        .trim_end_matches('/')
+}
+
+/// "3 days", "5 hours": how old something is, for a reason a person reads.
+pub fn age(ms: i64) -> String {
+    let hours = ms / 3_600_000;
+    if hours >= 48 {
+        format!("{} days", hours / 24)
+    } else {
+        format!("{hours} hours")
+    }
 }
 
 /// The consent in force for a conversion.
