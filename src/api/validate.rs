@@ -262,21 +262,12 @@ pub fn opt_string(
 pub fn conversion_type(obj: &Map<String, Value>, path: &str) -> Result<String, ApiError> {
     match field(obj, "type") {
         None => Ok("purchase".into()),
-        Some(Value::String(s)) if is_type_name(s) => Ok(s.clone()),
+        Some(Value::String(s)) if crate::forward::kinds::is_type_name(s) => Ok(s.clone()),
         Some(_) => Err(ApiError::validation(
             path,
             format!("{path} must match ^[a-z][a-z0-9_]{{0,63}}$"),
         )),
     }
-}
-
-fn is_type_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 64
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
 }
 
 /// An optional amount: a finite JSON number in `0..=1e12`, returned as decimal text.
@@ -406,10 +397,10 @@ mod tests {
     #[test]
     fn type_names() {
         for ok in ["purchase", "lead", "a", "sign_up2"] {
-            assert!(is_type_name(ok), "{ok}");
+            assert!(crate::forward::kinds::is_type_name(ok), "{ok}");
         }
         for bad in ["", "Purchase", "1x", "_a", "a-b", &"a".repeat(65)] {
-            assert!(!is_type_name(bad), "{bad}");
+            assert!(!crate::forward::kinds::is_type_name(bad), "{bad}");
         }
     }
 

@@ -8,7 +8,7 @@
 //! `CONVAPI_ACCESS_TOKEN`), so that it need not sit in the shell's history; the option wins. A
 //! credential is never printed: listings show [`Destination::masked_secrets`], and every text
 //! that came back from a platform or the sender has the destination's credentials masked out
-//! ([`redact`]).
+//! ([`mask_secrets`]).
 //!
 //! The commands write with their own connection beside a running server, whose sender looks for
 //! pending deliveries every second.
@@ -21,7 +21,8 @@ use clap::{Arg, ArgAction, ArgMatches, Subcommand};
 use serde_json::{json, Map, Value};
 
 use super::{count, open, print, site_by_id, CliError, CliResult};
-use crate::dashboard::destinations::{parse_events, redact};
+use crate::forward::kinds::parse_events;
+use crate::forward::platform::mask_secrets;
 use crate::forward::{self, kinds};
 use crate::store::{
     self,
@@ -469,7 +470,7 @@ pub(super) fn test(db: &Path, a: IdArgs) -> CliResult {
     drop(conn);
     match forward::send_test(&d, &site.currency, store::now_ms()) {
         Ok(answer) => {
-            let answer = redact(&answer, &d);
+            let answer = mask_secrets(&answer, &d);
             let out = json!({"id": d.id, "ok": true, "answer": answer});
             print(a.json, &out, || {
                 format!("the platform took the test event: {answer}")
@@ -478,7 +479,7 @@ pub(super) fn test(db: &Path, a: IdArgs) -> CliResult {
         Err(outage) => Err(format!(
             "the test event to destination {} failed: {}",
             d.id,
-            redact(&outage.to_string(), &d)
+            mask_secrets(&outage.to_string(), &d)
         )
         .into()),
     }
@@ -626,7 +627,7 @@ fn destination_json(d: &Destination, counts: [i64; 5]) -> Value {
         "health": {
             "failures": d.health.failures,
             "lastOkAt": iso(d.health.last_ok_at),
-            "lastError": d.health.last_error.as_deref().map(|e| redact(e, d)),
+            "lastError": d.health.last_error.as_deref().map(|e| mask_secrets(e, d)),
             "lastErrorAt": iso(d.health.last_error_at),
             "pausedUntil": iso(d.health.paused_until),
         },
@@ -692,7 +693,7 @@ fn describe(d: &Destination, counts: [i64; 5]) -> String {
         health.push_str(&format!(
             "; last error {}: {}",
             h.last_error_at.map(store::iso).unwrap_or_default(),
-            redact(e, d)
+            mask_secrets(e, d)
         ));
     }
     lines.push(format!("  health:     {health}"));

@@ -8,7 +8,7 @@
 //! viewer's tenant ([`super::routes::site`]); anything else is the same 404 as a missing id, and
 //! the writes check it again in their own transaction. Credentials never reach a page: the
 //! forms' credential inputs are always empty, and every text that came back from a platform or
-//! the sender has the destination's credentials masked out ([`redact`]).
+//! the sender has the destination's credentials masked out ([`mask_secrets`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -18,6 +18,8 @@ use serde_json::{Map, Value};
 use super::form::{self, field};
 use super::layout::{self, SiteTab};
 use super::{Dashboard, PageError, PageResult, Viewer};
+use crate::forward::kinds::parse_events;
+use crate::forward::platform::mask_secrets;
 use crate::forward::{self, kinds};
 use crate::http::Ctx;
 use crate::store::{
@@ -25,26 +27,6 @@ use crate::store::{
     destinations::{Destination, Health, CONSENT_RULES},
     sites::Site,
 };
-
-/// A conversion type as the API takes it: `^[a-z][a-z0-9_]{0,63}$`.
-pub fn is_type_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 64
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
-}
-
-/// `text` with each of `dest`'s credentials replaced by its mask: what a platform or the sender
-/// said may quote a request (a URL with GA4's `api_secret`, say), and a credential is never shown.
-pub fn redact(text: &str, dest: &Destination) -> String {
-    crate::forward::platform::hide_secrets(
-        text,
-        crate::forward::platform::secrets_of(dest),
-        store::destinations::mask,
-    )
-}
 
 /// A delivery status in plain words, and what it means.
 pub fn delivery_words(status: &str) -> (&'static str, &'static str) {
@@ -137,7 +119,7 @@ fn health_markup(dest: &Destination, now: i64) -> Markup {
             br;
             span.error-text.last-error { "Last error"
                 @if let Some(t) = h.last_error_at { " (" (layout::date(t)) ")" }
-                ": " (redact(e, dest)) }
+                ": " (mask_secrets(e, dest)) }
         }
     }
 }
@@ -298,34 +280,6 @@ impl Fields {
         dest.enabled = self.enabled;
         kinds::check(dest)
     }
-}
-
-/// `TYPE[=EVENT_NAME]` entries (the form's lines, the CLI's `--event`s) as the events map; a type
-/// without a name gets the kind's name for it.
-pub fn parse_events(
-    kind: &kinds::Kind,
-    lines: &[String],
-) -> Result<BTreeMap<String, String>, kinds::Refused> {
-    let mut out = BTreeMap::new();
-    for e in lines {
-        let (t, name) = match e.split_once('=') {
-            Some((t, n)) => (t.trim(), n.trim().to_owned()),
-            None => (e.trim(), kind.default_event(e.trim())),
-        };
-        if !is_type_name(t) {
-            return Err(kinds::Refused(format!(
-                "event {e:?}: the conversion type must be the API's type (a lower-case letter, then up to 63 lower-case letters, digits or _), e.g. purchase or purchase=Purchase"
-            )));
-        }
-        if name.is_empty() {
-            return Err(kinds::Refused(format!(
-                "event {e:?}: name the platform's event after the = (or leave out the = for {})",
-                kind.default_event(t)
-            )));
-        }
-        out.insert(t.to_owned(), name);
-    }
-    Ok(out)
 }
 
 /// The fields of the add and edit forms; `stored` is the destination being edited.
@@ -678,8 +632,8 @@ pub fn test(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> 
     let dest = load(d, site, id)?;
     let kind = kind_of(&dest)?;
     let result = match forward::send_test(&dest, &site.currency, store::now_ms()) {
-        Ok(answer) => TestAnswer::Took(redact(&answer, &dest)),
-        Err(outage) => TestAnswer::Failed(redact(&outage.to_string(), &dest)),
+        Ok(answer) => TestAnswer::Took(mask_secrets(&answer, &dest)),
+        Err(outage) => TestAnswer::Failed(mask_secrets(&outage.to_string(), &dest)),
     };
     let extra = Extra {
         test: Some(result),
@@ -727,7 +681,7 @@ pub fn deliveries_card(
     let error = |x: &store::deliveries::View| {
         let text = x.last_error.as_deref().unwrap_or("");
         match destinations.iter().find(|d| d.id == x.destination_id) {
-            Some(d) => redact(text, d),
+            Some(d) => mask_secrets(text, d),
             None => text.to_owned(),
         }
     };

@@ -2,6 +2,8 @@
 //! credentials (write-only), the event name each conversion type goes out as by default, and the
 //! consent it requires by default. The CLI and the dashboard build and check destinations with it.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 
 use crate::store::destinations::{Destination, CONSENT_RULES, KINDS};
@@ -223,4 +225,40 @@ pub fn check(d: &Destination) -> Result<(), Refused> {
         }
     }
     Ok(())
+}
+
+/// A conversion type as the API takes it: `^[a-z][a-z0-9_]{0,63}$` (the API's check, and the
+/// types a destination names).
+pub fn is_type_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
+}
+
+/// `TYPE[=EVENT_NAME]` entries (the form's lines, the CLI's `--event`s) as the events map; a type
+/// without a name gets the kind's name for it.
+pub fn parse_events(kind: &Kind, lines: &[String]) -> Result<BTreeMap<String, String>, Refused> {
+    let mut out = BTreeMap::new();
+    for e in lines {
+        let (t, name) = match e.split_once('=') {
+            Some((t, n)) => (t.trim(), n.trim().to_owned()),
+            None => (e.trim(), kind.default_event(e.trim())),
+        };
+        if !is_type_name(t) {
+            return Err(Refused(format!(
+                "event {e:?}: the conversion type must be the API's type (a lower-case letter, then up to 63 lower-case letters, digits or _), e.g. purchase or purchase=Purchase"
+            )));
+        }
+        if name.is_empty() {
+            return Err(Refused(format!(
+                "event {e:?}: name the platform's event after the = (or leave out the = for {})",
+                kind.default_event(t)
+            )));
+        }
+        out.insert(t.to_owned(), name);
+    }
+    Ok(out)
 }

@@ -206,6 +206,12 @@ pub fn hide_secrets<'a>(
     out
 }
 
+/// `text` with each of `dest`'s credentials replaced by its mask: what a platform or the sender
+/// said may quote a request (a URL with GA4's `api_secret`, say), and a credential is never shown.
+pub fn mask_secrets(text: &str, dest: &Destination) -> String {
+    hide_secrets(text, secrets_of(dest), crate::store::destinations::mask)
+}
+
 /// A destination's credentials as text.
 pub fn secrets_of(dest: &Destination) -> impl Iterator<Item = &str> {
     dest.secrets.values().filter_map(|v| v.as_str())
