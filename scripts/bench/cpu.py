@@ -4,14 +4,17 @@
     cpu.py rates FILE           reference rates (ECB CSV) for the last 120 days, for `rates import`
     cpu.py site SEED_JSON       "SITE_ID KEY" from seed.rs's output
     cpu.py check "BENCH ..."    exit 1 (saying why) if wrk saw a non-2xx answer or a socket error
-    cpu.py record CASE TARGET ROUND "BENCH ..." TICKS CLK_TCK RSS_KB DRAIN_MS WARM_DRAIN_MS
-                                one JSON line (stdout) for one measured run
+    cpu.py record CASE TARGET ROUND "BENCH ..." TICKS CLK_TCK RSS_KB DRAIN_MS WARM_DRAIN_MS [PAIR SIDE]
+                                one JSON line (stdout) for one measured run (PAIR: "LEFT RIGHT"
+                                and SIDE l|r when it ran beside another, --side-by-side)
     cpu.py show                 the JSON line on stdin as one human line (stdout)
     cpu.py summary RESULTS_JSONL --old REV --new REV ...   the tables (stdout)
+    cpu.py pairs PAIRS_JSONL --old REV --new REV ...       the side-by-side tables (stdout)
 """
 import argparse
 import datetime
 import json
+import math
 import statistics
 import sys
 
@@ -51,11 +54,12 @@ def check(line):
         sys.exit("cpu: wrk saw " + ", ".join(problems))
 
 
-def record(case, target, rnd, line, ticks, hz, rss_kb, drain_ms, warm_drain_ms):
+def record(case, target, rnd, line, ticks, hz, rss_kb, drain_ms, warm_drain_ms, pair=None, side=None):
     kv = bench_fields(line)
     secs = kv["duration_us"] / 1e6
     cpu_us = int(ticks) * 1e6 / int(hz)
-    return {
+    beside = {"pair": pair, "side": side} if pair else {}
+    return beside | {
         "case": case, "target": target, "round": int(rnd),
         "accepted": kv["accepted"], "requests": kv["requests"], "seconds": secs,
         "accepted_per_s": kv["accepted"] / secs,
@@ -67,31 +71,22 @@ def record(case, target, rnd, line, ticks, hz, rss_kb, drain_ms, warm_drain_ms):
 
 def show(r):
     drain = f", outbox drained {r['drain_ms']} ms after the load" if r["target"] not in REFS else ""
-    return (f"  {r['case']:6} {r['target']:5} round {r['round']}: {r['cpu_us_per']:6.1f} µs CPU per 202 "
+    beside = f" ({'left' if r['side'] == 'l' else 'right'} of {r['pair']})" if "pair" in r else ""
+    return (f"  {r['case']:6} {r['target']:5}{beside} round {r['round']}: {r['cpu_us_per']:6.1f} µs CPU per 202 "
             f"({r['cpu_s']:.2f} s / {r['accepted']} 202s), {r['accepted_per_s']:,.0f}/s, "
             f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, peak RSS {r['rss_mb']:.1f} MB{drain}")
 
 
 def summary(a):
     runs = [json.loads(l) for l in open(a.results) if l.strip()]
-    builds = (["old"] if a.old else []) + ["new"]
-    label = {"old": a.old, "new": f"{a.new} (checkout)", "noop": "no-op server",
+    builds = (["old"] if a.old else []) + ["new"] + (["again"] if a.old else [])
+    label = {"old": a.old, "new": f"{a.new} (checkout)", "again": f"{a.old} again (A/A control)",
+             "noop": "no-op server",
              "floor": "floor: no-op front + one durable row"}
     out = []
     p = out.append
-    if a.forced:
-        bar = "!" * 100
-        p(bar)
-        p(f"!!! BUSY MACHINE, NOT COMPARABLE: the 1-minute load average was above {a.max_load}")
-        p(f"!!! ({a.forced}); measured anyway because of --force / CPU_BENCH_FORCE=1.")
-        p("!!! These are not quiet-machine figures: the machine's other work is in every one of them.")
-        p(bar)
-        p("")
-    p(f"CPU per conversion, {a.started} UTC: " + (f"{a.old} against {a.new}" if a.old else a.new)
-      + f"; {a.rounds} round{'s' if a.rounds != 1 else ''} of {a.seconds} s (after {a.warmup} s of warm-up), wrk -t2 -c16, unique orders")
-    p(f"machine: {a.cores} cores; load average (1/5/15 min) {a.load_start} at the start, "
-      f"{a.load_before} when the measurement started, {a.load_end} at the end")
-    p("server CPU = utime+stime of the server process from the warm-up's end to the outbox drained "
+    header(a, p, "")
+    p("wrk -t2 -c16, unique orders; server CPU = utime+stime of the server process from the warm-up's end to the outbox drained "
       "after the load (request path and pipeline), per 202 counted by wrk; medians, all runs in brackets")
     ratios = {}
     for case in ("small", "seeded"):
@@ -129,11 +124,23 @@ def summary(a):
             unit = " (per request)" if t in REFS else ""
             p(f"| {label[t]}{unit} | {cpu_s} | {acc_s} | {p50_s} | {p99_s} | {rss:.1f} | {vs_s} |")
         if a.old and "old" in med and "new" in med:
-            o, n = med["old"], med["new"]
+            # The old build's baseline: the median over both of its runs in every round.
+            olds = by["old"] + by["again"]
+            o = {"cpu": statistics.median(r["cpu_us_per"] for r in olds),
+                 "acc": statistics.median(r["accepted_per_s"] for r in olds),
+                 "p50": statistics.median(r["p50_ms"] for r in olds),
+                 "p99": statistics.median(r["p99_ms"] for r in olds),
+                 "vs": statistics.median(r["accepted_per_s"] / noop_rps[r["round"]]
+                                         for r in olds if r["round"] in noop_rps)}
+            n = med["new"]
             r = {k: n[k] / o[k] for k in ("cpu", "acc", "p50", "p99", "vs")}
+            if "again" in med:
+                r["control"] = med["again"]["cpu"] / med["old"]["cpu"]
             ratios[case] = r
-            p(f"| ratio new/old of the medians | **{r['cpu']:.3f}** | {r['acc']:.3f} | {r['p50']:.2f} "
+            p(f"| ratio new/old (old: both of its runs) | **{r['cpu']:.3f}** | {r['acc']:.3f} | {r['p50']:.2f} "
               f"| {r['p99']:.2f} | | {r['vs']:.2f} |")
+            if "control" in r:
+                p(f"| A/A control: {a.old} again / {a.old} | {r['control']:.3f} | | | | | |")
         if "floor" in med:
             p("| CPU ÷ the floor's | " + " · ".join(f"{label[t]} {med[t]['cpu'] / med['floor']['cpu']:.2f}"
                                                   for t in builds if t in med) + " | | | | | |")
@@ -150,9 +157,94 @@ def summary(a):
                 verdict = "a gain of %.0f %%" % (100 * (1 - r["cpu"]))
             else:
                 verdict = "within 3 %"
+            control = r.get("control")
+            if control is not None and abs(control - 1) > 0.03:
+                verdict += (f"; but two runs of one binary differ by {100 * abs(control - 1):.0f} % here "
+                            "(the A/A control), so this run cannot resolve 3 %: run more rounds")
             if a.forced:
                 verdict += "; on a busy machine, so only a hint until a quiet run confirms it"
-            p(f"{case}: CPU per conversion new/old {r['cpu']:.3f} — {verdict}")
+            shown = f" (A/A control {control:.3f})" if control is not None else ""
+            p(f"{case}: CPU per conversion new/old {r['cpu']:.3f}{shown} — {verdict}")
+    if a.forced:
+        p("")
+        p("!!! BUSY MACHINE (forced): not quiet-machine figures, not comparable with other runs.")
+    print("\n".join(out))
+
+
+def header(a, p, what):
+    if a.forced:
+        bar = "!" * 100
+        p(bar)
+        p(f"!!! BUSY MACHINE, NOT COMPARABLE: the 1-minute load average was above {a.max_load}")
+        p(f"!!! ({a.forced}); measured anyway because of --force / CPU_BENCH_FORCE=1.")
+        p("!!! These are not quiet-machine figures: the machine's other work is in every one of them.")
+        p(bar)
+        p("")
+    p(f"CPU per conversion{what}, {a.started} UTC: " + (f"{a.old} against {a.new}" if a.old else a.new)
+      + f"; {a.rounds} round{'s' if a.rounds != 1 else ''} of {a.seconds} s (after {a.warmup} s of warm-up)")
+    p(f"machine: {a.cores} cores; load average (1/5/15 min) {a.load_start} at the start, "
+      f"{a.load_before} when the measurement started, {a.load_end} at the end")
+
+
+def pairs(a):
+    """The side-by-side runs: per round, new/old with new on the right (old beside new) and on the
+    left (new beside old), their geometric mean (the place's own bias cancels), and the A/A
+    control (old beside old: right ÷ left)."""
+    runs = [json.loads(l) for l in open(a.results) if l.strip()]
+    out = []
+    p = out.append
+    header(a, p, " side by side")
+    p("each pair: two servers on copies of one template, loaded at the same time (wrk -t1 -c8 each, "
+      "unique orders); server CPU = utime+stime from the warm-up's end to the outbox drained after "
+      "the load, per 202 counted by wrk")
+    verdicts = []
+    for case in ("small", "seeded"):
+        def cpu(rnd, pair, side):
+            hit = [r for r in runs if r["case"] == case and r["round"] == rnd and r["pair"] == pair
+                   and r["side"] == side]
+            return hit[0]["cpu_us_per"] if hit else None
+        rounds = sorted({r["round"] for r in runs if r["case"] == case})
+        if not rounds:
+            continue
+        p("")
+        p(CASES[case])
+        p("")
+        p(f"| round | old ∥ new: µs per 202 | new ∥ old: µs per 202 | new/old, new right | new/old, new left "
+          f"| new/old, both places | A/A: old ∥ old, right ÷ left |")
+        p("|---|---|---|---|---|---|---|")
+        both, controls = [], []
+        for rnd in rounds:
+            o1, n1 = cpu(rnd, "old new", "l"), cpu(rnd, "old new", "r")
+            n2, o2 = cpu(rnd, "new old", "l"), cpu(rnd, "new old", "r")
+            c1, c2 = cpu(rnd, "old again", "l"), cpu(rnd, "old again", "r")
+            if None in (o1, n1, n2, o2, c1, c2):
+                continue
+            right, left = n1 / o1, n2 / o2
+            g = math.sqrt(right * left)
+            both.append(g)
+            controls.append(c2 / c1)
+            p(f"| {rnd} | {o1:.0f} ∥ {n1:.0f} | {n2:.0f} ∥ {o2:.0f} | {right:.3f} | {left:.3f} | {g:.3f} "
+              f"| {c2 / c1:.3f} |")
+        if not both:
+            continue
+        m, c = statistics.median(both), statistics.median(controls)
+        spread = max(abs(x - 1) for x in controls)
+        p(f"| median | | | | | **{m:.3f}** | {c:.3f} (farthest from 1: {1 + spread:.3f} or {1 - spread:.3f}) |")
+        if m > 1.03:
+            verdict = "a loss over 3 %: a defect (docs/development.md)"
+        elif m < 0.97:
+            verdict = "a gain of %.0f %%" % (100 * (1 - m))
+        else:
+            verdict = "within 3 %"
+        if spread > 0.03:
+            verdict += (f"; but two servers of one build side by side landed {100 * spread:.0f} % apart, "
+                        "so this run cannot resolve 3 %: run more rounds")
+        if a.forced:
+            verdict += "; on a busy machine, so only a hint until a quiet run confirms it"
+        verdicts.append(f"{case}: CPU per conversion new/old {m:.3f} side by side (A/A control "
+                        f"{c:.3f}) — {verdict}")
+    p("")
+    out.extend(verdicts)
     if a.forced:
         p("")
         p("!!! BUSY MACHINE (forced): not quiet-machine figures, not comparable with other runs.")
@@ -172,15 +264,15 @@ def main():
         print(json.dumps(record(*args)))
     elif cmd == "show":
         print(show(json.loads(sys.stdin.readline())))
-    elif cmd == "summary":
-        ap = argparse.ArgumentParser(prog="cpu.py summary")
+    elif cmd in ("summary", "pairs"):
+        ap = argparse.ArgumentParser(prog=f"cpu.py {cmd}")
         ap.add_argument("results")
         for opt in ("old", "new", "started", "load-start", "load-before", "load-end", "forced",
                     "max-load"):
             ap.add_argument("--" + opt, default="")
         for opt in ("rounds", "seconds", "warmup", "cores"):
             ap.add_argument("--" + opt, type=int, required=True)
-        summary(ap.parse_args(args))
+        (summary if cmd == "summary" else pairs)(ap.parse_args(args))
     else:
         sys.exit(__doc__)
 

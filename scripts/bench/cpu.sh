@@ -2,11 +2,15 @@
 # Server CPU per accepted conversion, for the checkout alone or another revision against it:
 #
 #   scripts/bench/cpu.sh [--force] [OLD_REV] [ROUNDS] [SECONDS]     (defaults: 5 rounds of 10 s)
+#   scripts/bench/cpu.sh [--force] --side-by-side OLD_REV [ROUNDS] [SECONDS]
 #
 #   scripts/bench/cpu.sh                  the checkout alone, 5 rounds of 10 s
 #   scripts/bench/cpu.sh 3 5              the checkout alone, 3 rounds of 5 s
 #   scripts/bench/cpu.sh 4575bbf 5 10     4575bbf against the checkout (a first argument made only of
 #                                         digits is ROUNDS; give such a revision as its full hash)
+#   scripts/bench/cpu.sh --side-by-side 4575bbf 5 10
+#                                         both builds loaded at the same time (below): the ratio
+#                                         new/old to about 1 % on this shared machine
 #
 # For each build (OLD_REV in a temporary git worktree with its own target dir, as compare.sh does;
 # then the checkout), for the no-op server (examples/noop_server.rs, the checkout's, 32 threads) and
@@ -29,8 +33,21 @@
 # Prints, per database, the medians over the rounds of: server CPU µs per accepted conversion,
 # accepted/s, p50 and p99 (wrk's), peak RSS, accepted/s ÷ the no-op server's requests/s (taken per
 # round), and for the no-op server and the floor their CPU µs per request and requests/s; with OLD_REV, the
-# ratio new/old of each median. Also the machine's core count and its load average at the start
-# and at the end.
+# ratio new/old of each median (old: the median over both of its runs in each round) and the A/A
+# control: OLD_REV runs twice in every round (before and after the checkout, the order reversed
+# from one round to the next), and the ratio of its second runs' median to its first runs' is the
+# spread between two runs of one binary, the noise a difference between the builds is read against.
+# Also the machine's core count and its load average at the start and at the end.
+#
+# --side-by-side: on a shared machine two runs of one binary a minute apart differ by up to 15 %
+# (the A/A control above), so one at a time cannot resolve a 3 % loss. With this option the two
+# builds serve copies of the same template at the same time, each under half the load (wrk -t1 -c8
+# each, at once), and each server's CPU is read as above: whatever the machine does then, it does
+# to both. Every round and database runs three such pairs: old beside new, new beside old (the
+# second place gets a little more of the machine; the geometric mean of the two ratios cancels
+# that), and old beside old (the A/A control: how far two servers of one build, side by side,
+# land apart). Prints per database the ratio new/old of each round, their median, and the
+# control's. No no-op server or floor runs in this mode.
 #
 # It refuses to start when the 1-minute load average is above MAX_LOAD (0.5): on a shared machine
 # the figures measure the neighbours. --force or CPU_BENCH_FORCE=1 runs anyway and prints a loud
@@ -49,13 +66,15 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HELPER=$ROOT/scripts/bench/cpu.py
 LUA=$ROOT/scripts/bench/conversions.lua
 
-usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 FORCE=${CPU_BENCH_FORCE:-0}
 [ "$FORCE" = 0 ] || [ "$FORCE" = 1 ] || { echo "cpu: CPU_BENCH_FORCE must be 0 or 1" >&2; exit 2; }
 POS=()
+SIDE_BY_SIDE=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --force) FORCE=1 ;;
+        --side-by-side) SIDE_BY_SIDE=1 ;;
         -h|--help) usage ;;
         -*) echo "cpu: unknown option $1" >&2; usage ;;
         *) POS+=("$1") ;;
@@ -65,6 +84,7 @@ done
 OLD_REV=""
 if [ ${#POS[@]} -gt 0 ] && ! [[ ${POS[0]} =~ ^[0-9]+$ ]]; then OLD_REV=${POS[0]}; POS=("${POS[@]:1}"); fi
 [ ${#POS[@]} -le 2 ] || usage
+[ "$SIDE_BY_SIDE" = 0 ] || [ -n "$OLD_REV" ] || { echo "cpu: --side-by-side needs OLD_REV" >&2; usage; }
 ROUNDS=${POS[0]:-5}
 DURATION=${POS[1]:-10}
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "cpu: ROUNDS must be a positive integer" >&2; exit 2; }
@@ -105,8 +125,10 @@ for tool in cargo python3 curl wrk git; do command -v "$tool" >/dev/null || die 
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/convapi-cpu.XXXXXX")
 SERVER_PID=""
+declare -A PAIR_PID=() PAIR_URL=() PAIR_LINE=()
 cleanup() {
     if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+    for pid in "${PAIR_PID[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
     if [ -n "$OLD_REV" ]; then git -C "$ROOT" worktree remove --force "$WORK/old" 2>/dev/null || true; fi
     if [ "${CPU_BENCH_KEEP:-0}" = 1 ]; then echo "cpu: kept $WORK" >&2; else rm -rf "$WORK"; fi
 }
@@ -137,11 +159,14 @@ if [ -n "$OLD_REV" ]; then
     git -C "$ROOT" worktree add --quiet --detach "$WORK/old" "$OLD_SHORT"
     (cd "$WORK/old" && CARGO_TARGET_DIR=$OLD_TARGET cargo build --release --quiet --bin convapi --example seed)
     BIN[old]=$OLD_TARGET/release/convapi
+    # The control: the old build once more in every round, placed after the checkout, so that the
+    # spread between two runs of one binary is printed beside the difference between the builds.
+    BIN[again]=${BIN[old]}
     # The old build must be able to open the template: seeded by its own seed example (the newer
     # binary migrates its copy when it starts), as compare.sh does.
     SEED=$OLD_TARGET/release/examples/seed
     SEEDER=${BIN[old]}
-    BUILDS="old new"
+    BUILDS="old new again"
 fi
 
 # ---------------------------------------------------------------------------------------- data
@@ -157,17 +182,19 @@ read -r SITE_ID KEY < <(python3 "$HELPER" site "$WORK/small.json")
 read -r SITE_ID2 KEY2 < <(python3 "$HELPER" site "$WORK/seeded.json")
 
 # ---------------------------------------------------------------------------------------- servers
+# SIDE names the files of a server started beside another (--side-by-side); empty otherwise.
+SIDE=""
 start_server() { # start_server CMD...: sets SERVER_PID and URL
-    rm -f "$WORK/server.out"
-    "$@" >"$WORK/server.out" 2>"$WORK/server.err" &
+    rm -f "$WORK/server$SIDE.out"
+    "$@" >"$WORK/server$SIDE.out" 2>"$WORK/server$SIDE.err" &
     SERVER_PID=$!
     local _
     for _ in $(seq 1 600); do # 30 s: the newer binary may migrate the template first
-        if grep -q '^listening on ' "$WORK/server.out" 2>/dev/null; then
-            URL=$(sed -n 's/^listening on //p' "$WORK/server.out" | head -1)
+        if grep -q '^listening on ' "$WORK/server$SIDE.out" 2>/dev/null; then
+            URL=$(sed -n 's/^listening on //p' "$WORK/server$SIDE.out" | head -1)
             return 0
         fi
-        kill -0 "$SERVER_PID" 2>/dev/null || { tail -20 "$WORK/server.err" >&2; die "$* did not start"; }
+        kill -0 "$SERVER_PID" 2>/dev/null || { tail -20 "$WORK/server$SIDE.err" >&2; die "$* did not start"; }
         sleep 0.05
     done
     die "$* did not print its address within 30 s"
@@ -250,6 +277,60 @@ run_one() {
         "$DRAIN_MS" "$warm_drain" | tee -a "$WORK/results.jsonl" | python3 "$HELPER" show >&2
 }
 
+# ------------------------------------------------------------------------------- side by side
+# on_side l|r: makes the server of that side the one alive, drain and cpu_ticks look at.
+on_side() { SERVER_PID=${PAIR_PID[$1]}; URL=${PAIR_URL[$1]}; SIDE=-$1; }
+# wrk_pair TAG SECONDS: half the load against each server, both at once; sets PAIR_LINE[l|r].
+wrk_pair() {
+    local side pid
+    declare -A pids=()
+    for side in l r; do
+        BENCH_RUN=$1$side BENCH_MODE=unique timeout --foreground $(( $2 + 60 )) wrk -t1 -c8 -d"$2s" \
+            --timeout 10s -s "$LUA" "${PAIR_URL[$side]}" >"$WORK/wrk-$side.txt" 2>"$WORK/wrk-$side.txt.err" &
+        pids[$side]=$!
+    done
+    for side in l r; do
+        pid=${pids[$side]}
+        wait "$pid" || die "wrk failed against ${PAIR_URL[$side]}: $(cat "$WORK/wrk-$side.txt"*)"
+        PAIR_LINE[$side]=$(grep '^BENCH ' "$WORK/wrk-$side.txt") \
+            || die "wrk printed no result: $(cat "$WORK/wrk-$side.txt"*)"
+        python3 "$HELPER" check "${PAIR_LINE[$side]}" || die "run $1$side failed"
+        on_side "$side"
+        alive || { tail -5 "$WORK/server$SIDE.err" >&2; die "the $side server exited during run $1"; }
+    done
+}
+# run_pair CASE LEFT RIGHT ROUND: LEFT and RIGHT side by side; appends a JSON line per side.
+run_pair() {
+    local case=$1 round=$4 side target db
+    declare -A target_of=([l]=$2 [r]=$3) before=() after=()
+    if [ "$case" = small ]; then export BENCH_SITE=$SITE_ID BENCH_KEY=$KEY; else export BENCH_SITE=$SITE_ID2 BENCH_KEY=$KEY2; fi
+    export BENCH_IDS=$WORK/$case.ids
+    for side in l r; do
+        db=$WORK/run-$side.db
+        rm -f "$db" "$db-wal" "$db-shm" "$db.lock"
+        cp "$WORK/$case.db" "$db"
+        SIDE=-$side
+        start_server env CONVAPI_DB="$db" "${BIN[${target_of[$side]}]}" serve --addr 127.0.0.1:0
+        PAIR_PID[$side]=$SERVER_PID PAIR_URL[$side]=$URL
+    done
+    wrk_pair "w$round$case$2$3$$" "$WARMUP"
+    for side in l r; do on_side "$side"; drain; done
+    for side in l r; do on_side "$side"; before[$side]=$(cpu_ticks); done
+    wrk_pair "m$round$case$2$3$$" "$DURATION"
+    declare -A drained=()
+    for side in l r; do on_side "$side"; drain; drained[$side]=$DRAIN_MS; after[$side]=$(cpu_ticks); done
+    for side in l r; do
+        on_side "$side"
+        rss=$(awk '/^VmHWM:/ { print $2 }' "/proc/$SERVER_PID/status")
+        stop_server
+        unset "PAIR_PID[$side]"
+        python3 "$HELPER" record "$case" "${target_of[$side]}" "$round" "${PAIR_LINE[$side]}" \
+            "$(( ${after[$side]} - ${before[$side]} ))" "$HZ" "$rss" "${drained[$side]}" 0 "$2 $3" "$side" \
+            | tee -a "$WORK/pairs.jsonl" | python3 "$HELPER" show >&2
+    done
+    SIDE=""
+}
+
 # ---------------------------------------------------------------------------------------- rounds
 if load1_above; then
     say "waiting up to $LOAD_WAIT s for the 1-minute load to fall under $MAX_LOAD (now $(loadavg))"
@@ -261,6 +342,25 @@ if load1_above; then
     FORCED_AT="${FORCED_AT:+$FORCED_AT; }load $LOAD_BEFORE when the measurement started"
 fi
 STARTED=$(date -u '+%Y-%m-%d %H:%M')
+if [ "$SIDE_BY_SIDE" = 1 ]; then
+    say "measuring side by side: $ROUNDS round(s) of ${DURATION}s (+${WARMUP}s warm-up) on $CORES cores, load $LOAD_BEFORE"
+    : >"$WORK/pairs.jsonl"
+    for round in $(seq 1 "$ROUNDS"); do
+        for case in small seeded; do
+            for pair in "old new" "new old" "old again"; do
+                say "round $round/$ROUNDS, $case: $pair"
+                # shellcheck disable=SC2086 # two words: the left and the right target
+                run_pair "$case" $pair "$round"
+            done
+        done
+    done
+    python3 "$HELPER" pairs "$WORK/pairs.jsonl" \
+        --old "$OLD_SHORT" --new "$NEW_REV" --rounds "$ROUNDS" --seconds "$DURATION" \
+        --warmup "$WARMUP" --cores "$CORES" --started "$STARTED" --load-start "$LOAD_AT_START" \
+        --load-before "$LOAD_BEFORE" --load-end "$(loadavg)" --max-load "$MAX_LOAD" \
+        --forced "$FORCED_AT"
+    exit 0
+fi
 say "measuring: $ROUNDS round(s) of ${DURATION}s (+${WARMUP}s warm-up) on $CORES cores, load $LOAD_BEFORE"
 : >"$WORK/results.jsonl"
 for round in $(seq 1 "$ROUNDS"); do
