@@ -245,11 +245,21 @@ drain() {
 # has_outbox TARGET: whether TARGET is a convapi build, whose outbox is drained around the load.
 has_outbox() { [ "$1" != noop ] && [ "$1" != floor ]; }
 
+# load_case CASE: points wrk's script at CASE's site, key and visitor ids.
+load_case() {
+    if [ "$1" = small ]; then export BENCH_SITE=$SITE_ID BENCH_KEY=$KEY; else export BENCH_SITE=$SITE_ID2 BENCH_KEY=$KEY2; fi
+    export BENCH_IDS=$WORK/$1.ids
+}
+# fresh_copy CASE DB: DB (and no WAL, shared memory or lock of an earlier run) as CASE's template.
+fresh_copy() {
+    rm -f "$2" "$2-wal" "$2-shm" "$2.lock"
+    cp "$WORK/$1.db" "$2"
+}
+
 # run_one CASE TARGET ROUND: one measured run; appends a JSON line to $WORK/results.jsonl.
 run_one() {
-    local case=$1 target=$2 round=$3 site key
-    if [ "$case" = small ]; then site=$SITE_ID key=$KEY; else site=$SITE_ID2 key=$KEY2; fi
-    export BENCH_SITE=$site BENCH_KEY=$key BENCH_IDS=$WORK/$case.ids
+    local case=$1 target=$2 round=$3
+    load_case "$case"
     if [ "$target" = noop ]; then
         start_server "${BIN[noop]}" --addr 127.0.0.1:0 --threads 32
     elif [ "$target" = floor ]; then
@@ -257,8 +267,7 @@ run_one() {
         start_server "${BIN[floor]}" --addr 127.0.0.1:0 --threads 32 --writer row --db "$WORK/floor.db"
     else
         local db=$WORK/run.db
-        rm -f "$db" "$db-wal" "$db-shm" "$db.lock"
-        cp "$WORK/$case.db" "$db"
+        fresh_copy "$case" "$db"
         start_server env CONVAPI_DB="$db" "${BIN[$target]}" serve --addr 127.0.0.1:0
     fi
     # `env` execs the server, so SERVER_PID is the server's own process.
@@ -301,14 +310,12 @@ wrk_pair() {
 }
 # run_pair CASE LEFT RIGHT ROUND: LEFT and RIGHT side by side; appends a JSON line per side.
 run_pair() {
-    local case=$1 round=$4 side target db
-    declare -A target_of=([l]=$2 [r]=$3) before=() after=()
-    if [ "$case" = small ]; then export BENCH_SITE=$SITE_ID BENCH_KEY=$KEY; else export BENCH_SITE=$SITE_ID2 BENCH_KEY=$KEY2; fi
-    export BENCH_IDS=$WORK/$case.ids
+    local case=$1 round=$4 side db rss
+    declare -A target_of=([l]=$2 [r]=$3) before=() after=() drained=()
+    load_case "$case"
     for side in l r; do
         db=$WORK/run-$side.db
-        rm -f "$db" "$db-wal" "$db-shm" "$db.lock"
-        cp "$WORK/$case.db" "$db"
+        fresh_copy "$case" "$db"
         SIDE=-$side
         start_server env CONVAPI_DB="$db" "${BIN[${target_of[$side]}]}" serve --addr 127.0.0.1:0
         PAIR_PID[$side]=$SERVER_PID PAIR_URL[$side]=$URL
@@ -317,7 +324,6 @@ run_pair() {
     for side in l r; do on_side "$side"; drain; done
     for side in l r; do on_side "$side"; before[$side]=$(cpu_ticks); done
     wrk_pair "m$round$case$2$3$$" "$DURATION"
-    declare -A drained=()
     for side in l r; do on_side "$side"; drain; drained[$side]=$DRAIN_MS; after[$side]=$(cpu_ticks); done
     for side in l r; do
         on_side "$side"
