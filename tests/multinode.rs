@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::postgres::fresh_database;
+use crate::common::postgres::{fresh_database, Cluster};
 use crate::common::{heavy_load, TestApp};
 
 /// Epoch ms of the visitor's session: within the default 30-day window of now.
@@ -350,50 +350,6 @@ fn killing_one_node_under_load_loses_no_acknowledged_order_and_the_other_finishe
     eprintln!("{} orders acknowledged over 5 kills", acked.len());
 }
 
-/// A PostgreSQL cluster of the test's own (`scripts/postgres.sh`), so that restarting it disturbs
-/// no other test; stopped and removed when dropped.
-struct Cluster {
-    dir: std::path::PathBuf,
-    _parent: tempfile::TempDir,
-}
-
-impl Cluster {
-    fn start() -> (Cluster, String) {
-        use std::os::unix::fs::PermissionsExt;
-        let parent = tempfile::tempdir().unwrap();
-        // As root the cluster belongs to the `postgres` user, who must reach its directory.
-        std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let dir = parent.path().join("pg");
-        let url = Cluster::script("start", &dir);
-        (
-            Cluster {
-                dir,
-                _parent: parent,
-            },
-            url.trim().to_owned(),
-        )
-    }
-
-    fn script(cmd: &str, dir: &std::path::Path) -> String {
-        let out = std::process::Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh"))
-            .args([cmd, dir.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "postgres.sh {cmd}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh"))
-            .args(["stop", self.dir.to_str().unwrap()])
-            .output();
-    }
-}
-
 #[test]
 fn postgresql_restarted_under_load_means_503s_while_it_is_down_then_202s_and_nothing_lost() {
     let _heavy = heavy_load();
@@ -428,10 +384,10 @@ fn postgresql_restarted_under_load_means_503s_while_it_is_down_then_202s_and_not
             .collect();
         std::thread::sleep(Duration::from_millis(700));
         down.store(true, std::sync::atomic::Ordering::Relaxed);
-        Cluster::script("pause", &cluster.dir);
+        cluster.run("pause");
         let health_down = app.get("/healthz").status;
         std::thread::sleep(Duration::from_millis(1500));
-        Cluster::script("resume", &cluster.dir);
+        cluster.run("resume");
         down.store(false, std::sync::atomic::Ordering::Relaxed);
         // Back: within a few seconds the node answers 202 again by itself.
         let back = Instant::now() + Duration::from_secs(20);

@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier};
 use convapi::store::db::AsConn;
 use convapi::store::{self, pg};
 
-use crate::common::postgres::fresh_database;
+use crate::common::postgres::{fresh_database, Cluster};
 
 /// The tenant `t1` and its site `s1` (EUR, a 30-day window, last touch), with `domain`.
 fn shop(c: &impl AsConn, domain: Option<&str>) -> store::sites::Site {
@@ -1704,4 +1704,75 @@ fn forget_on_postgresql_vacuums_what_it_erased() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+/// PostgreSQL stopped (`-m fast`) and started again, over and over, under readers and writers:
+/// every statement that fails says "busy, retry" (the API's 503), never an internal error (a
+/// 500). The server ends its connections while statements are under way, so the client sees each
+/// way a socket breaks: the server's "terminating connection", a closed connection, a broken pipe,
+/// a reset, a message cut short.
+#[test]
+fn every_failure_of_a_restarting_server_is_one_to_retry() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let _heavy = crate::common::heavy_load();
+    let (cluster, url) = Cluster::start();
+    shop(&pg::open(&url).unwrap(), None);
+    let stop = AtomicBool::new(false);
+    let done = AtomicUsize::new(0);
+    let failures = Mutex::new(std::collections::BTreeMap::<String, usize>::new());
+    std::thread::scope(|s| {
+        for t in 0..6 {
+            let (stop, done, failures, url) = (&stop, &done, &failures, &url);
+            s.spawn(move || {
+                let mut conn: Option<store::db::PgConn> = None;
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    // What `store::pool` does: a connection the server closed is opened again.
+                    if conn.as_ref().is_none_or(|c| c.is_closed()) {
+                        conn = pg::open(url).ok();
+                    }
+                    let Some(c) = conn.as_ref() else {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                        continue;
+                    };
+                    let r = if t % 2 == 0 {
+                        store::read(c, |r| store::tenants::list(r).map(drop))
+                    } else {
+                        store::write_tx(c, |w| {
+                            store::savepoint(w, |w| {
+                                store::tenants::create(w, &format!("t{t}-{i}"), "T", 1).map(drop)
+                            })
+                        })
+                    };
+                    match r {
+                        Ok(()) => {
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            let key = format!("transient: {}, {e}", e.is_transient());
+                            *failures.lock().unwrap().entry(key).or_default() += 1;
+                        }
+                    }
+                }
+            });
+        }
+        for _ in 0..20 {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            cluster.run("pause");
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            cluster.run("resume");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        stop.store(true, Ordering::Relaxed);
+    });
+    drop(cluster);
+    let failures = failures.into_inner().unwrap();
+    assert!(
+        failures.keys().all(|k| k.starts_with("transient: true")),
+        "{failures:#?}"
+    );
+    assert!(!failures.is_empty(), "no statement was cut by a stop");
+    assert!(done.into_inner() > 100, "work went on between the stops");
 }

@@ -56,11 +56,15 @@ impl From<postgres::Error> for StoreError {
                 StoreError::Conflict(postgres_message(&e))
             }
             Some(c) if *c == SqlState::DISK_FULL => StoreError::Full,
-            // A closed connection, or the server refusing or shutting down: the database, not the
-            // work, is at fault.
-            None if e.is_closed() => StoreError::Busy,
+            // A closed connection, a socket that broke under the statement (the server stopped
+            // between the client's write and its read: a broken pipe, a reset, a message cut
+            // short), or the server refusing or shutting down: the database, not the work, is at
+            // fault. The work may be retried: a conversion's repeat is recognised by its order id.
+            None if e.is_closed() || broken_socket(&e) => StoreError::Busy,
+            Some(c) if c.code().starts_with("08") => StoreError::Busy,
             Some(c)
                 if *c == SqlState::ADMIN_SHUTDOWN
+                    || *c == SqlState::CRASH_SHUTDOWN
                     || *c == SqlState::CANNOT_CONNECT_NOW
                     || *c == SqlState::TOO_MANY_CONNECTIONS
                     || *c == SqlState::T_R_SERIALIZATION_FAILURE
@@ -72,6 +76,12 @@ impl From<postgres::Error> for StoreError {
             _ => StoreError::Other(postgres_message(&e)),
         }
     }
+}
+
+/// Whether the client's error is its socket's (an I/O error, the only cause the client gives
+/// as a `std::io::Error`).
+fn broken_socket(e: &postgres::Error) -> bool {
+    std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
 }
 
 /// The server's own message when there is one (`Display` of the client's error says only "db

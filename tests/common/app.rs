@@ -431,6 +431,22 @@ impl Drop for TestApp {
         }
         if std::thread::panicking() {
             let log = self.log();
+            // The warnings and errors first (a 5xx's cause scrolls out of a busy test's tail),
+            // then the tail.
+            let alarms: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+                .take(40)
+                .collect();
+            if !alarms.is_empty() {
+                eprintln!(
+                    "---- server log (first {} warnings and errors) ----",
+                    alarms.len()
+                );
+                for l in &alarms {
+                    eprintln!("{l}");
+                }
+            }
             let tail: Vec<&str> = log.lines().rev().take(60).collect();
             eprintln!("---- server log (last {} lines) ----", tail.len());
             for l in tail.iter().rev() {

@@ -87,3 +87,47 @@ pub fn as_role(url: &str, role: &str) -> String {
     let rest = rest.split_once('@').map_or(rest, |(_, host)| host);
     format!("{scheme}://{role}@{rest}")
 }
+
+/// A PostgreSQL cluster of the test's own (`scripts/postgres.sh`), for a test that stops and
+/// starts its server, which would disturb every other test on the shared one; stopped and removed
+/// when dropped.
+pub struct Cluster {
+    dir: std::path::PathBuf,
+    _parent: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts it: the cluster and its superuser's URL.
+    pub fn start() -> (Cluster, String) {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        // As root the cluster belongs to the `postgres` user, who must reach its directory.
+        std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cluster = Cluster {
+            dir: parent.path().join("pg"),
+            _parent: parent,
+        };
+        let url = cluster.run("start").trim().to_owned();
+        (cluster, url)
+    }
+
+    /// `scripts/postgres.sh CMD DIR` on it (`pause`, `resume`): what it printed.
+    pub fn run(&self, cmd: &str) -> String {
+        let out = std::process::Command::new("bash")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh"))
+            .args([cmd, self.dir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "postgres.sh {cmd}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("bash")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh"))
+            .args(["stop", self.dir.to_str().unwrap()])
+            .output();
+    }
+}
