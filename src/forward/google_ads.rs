@@ -23,7 +23,7 @@ use crate::store::destinations::Destination;
 use super::hash::{sha256_hex, user_hash};
 use super::kinds::{Kind, GOOGLE_ADS};
 use super::platform::{
-    click_session, consent, decimal, dedup_key, Answer, Event, Http, Outage, Platform, Verdict,
+    age, click_session, consent, decimal, dedup_key, Answer, Event, Http, Outage, Platform, Verdict,
 };
 
 /// The Google Ads platform.
@@ -84,13 +84,13 @@ impl Platform for GoogleAds {
             ));
         }
         let click_at = click_session(event.facts).map_or(event.facts.occurred_at, |s| s.started_at);
-        let age = now_ms - click_at;
-        if age > GOOGLE_ADS.max_age_ms {
+        let old = now_ms - click_at;
+        if old > GOOGLE_ADS.max_age_ms {
             return Some((
                 "too_old",
                 format!(
-                    "the Google Ads click is {} days old: Google takes a click conversion up to {} days after its click",
-                    age / DAY_MS,
+                    "the Google Ads click is {} old; Google takes a click conversion up to {} days after its click",
+                    age(old),
                     GOOGLE_ADS.max_age_ms / DAY_MS
                 ),
             ));
