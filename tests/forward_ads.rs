@@ -15,6 +15,7 @@ use convapi::forward::hash;
 use convapi::forward::platform::{Event, Http, Outage, Platform, Verdict};
 use convapi::store::deliveries::{Facts, SessionFacts};
 use convapi::store::destinations::{Destination, Health};
+use convapi::store::sessions::Forwarding;
 use serde_json::{json, Map, Value};
 
 const DEV_TOKEN: &str = "devtoken-SECRET-d41d8cd9";
@@ -438,8 +439,11 @@ fn session(gclid: Option<&str>, gbraid: Option<&str>, wbraid: Option<&str>) -> S
     SessionFacts {
         id: unique("sess"),
         started_at: NOW - 2 * HOUR,
-        consent_ads: Some(true),
-        consent_analytics: Some(true),
+        forwarding: Forwarding {
+            consent_ads: Some(true),
+            consent_analytics: Some(true),
+            ..Forwarding::default()
+        },
         gclid: gclid.map(str::to_string),
         gbraid: gbraid.map(str::to_string),
         wbraid: wbraid.map(str::to_string),
@@ -602,7 +606,12 @@ fn consent_fields_are_sent_and_hashed_identifiers_only_with_ad_user_data() {
     denied.consent_ad_user_data = Some(false);
     denied.consent_ad_personalization = Some(true);
     let mut from_session = purchase("g-3");
-    from_session.session.as_mut().unwrap().consent_ads = Some(false);
+    from_session
+        .session
+        .as_mut()
+        .unwrap()
+        .forwarding
+        .consent_ads = Some(false);
     let verdicts = send(&g, &d, &[granted, denied, from_session], NOW).unwrap();
     assert_eq!(verdicts, vec![Verdict::Delivered; 3]);
     let c = g.last_conversions();

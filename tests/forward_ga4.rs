@@ -272,7 +272,12 @@ fn consent_fields_say_what_was_granted_and_user_data_goes_only_with_ad_user_data
     let mut mixed = purchase(2, now);
     mixed.consent_ad_personalization = Some(false);
     let mut from_session = purchase(3, now);
-    from_session.session.as_mut().unwrap().consent_ads = Some(false);
+    from_session
+        .session
+        .as_mut()
+        .unwrap()
+        .forwarding
+        .consent_ads = Some(false);
     let (out, reqs) = send(&[denied, mixed, from_session]);
     assert_eq!(out.unwrap(), vec![Verdict::Delivered; 3]);
     let b: Vec<Value> = reqs.iter().map(Recorded::json).collect();
@@ -317,8 +322,8 @@ fn client_id_and_session_id_come_from_the_ga_cookies_else_a_stable_id_from_the_v
     assert_eq!(session_id("junk"), None);
 
     let mut a = purchase(1, now);
-    a.session.as_mut().unwrap().ga_client_id = None;
-    a.session.as_mut().unwrap().ga_session_id = None;
+    a.session.as_mut().unwrap().forwarding.ga_client_id = None;
+    a.session.as_mut().unwrap().forwarding.ga_session_id = None;
     let mut b = a.clone();
     b.conversion_id = "conv_1b".into();
     b.order_id = Some("order-1b".into());
@@ -331,11 +336,10 @@ fn client_id_and_session_id_come_from_the_ga_cookies_else_a_stable_id_from_the_v
     assert!(n.parse::<u32>().is_ok() && m.parse::<u32>().is_ok(), "{id}");
     // The credited session's cookie when the conversion's own has none.
     let mut credited = a.clone();
-    credited.attributed = Some(convapi::store::deliveries::SessionFacts {
-        ga_client_id: Some("GA1.1.777.888".into()),
-        ga_session_id: Some("1700000999".into()),
-        ..session("click", now - DAY)
-    });
+    let mut s = session("click", now - DAY);
+    s.forwarding.ga_client_id = Some("GA1.1.777.888".into());
+    s.forwarding.ga_session_id = Some("1700000999".into());
+    credited.attributed = Some(s);
     let (out, reqs) = send(&[a, credited]);
     assert_eq!(out.unwrap(), vec![Verdict::Delivered; 2]);
     let b0 = reqs[0].json();
@@ -358,7 +362,7 @@ fn one_client_id_and_at_most_25_events_a_request() {
     for i in 0..33 {
         let mut f = purchase(i, now);
         let one = i % 11 != 0;
-        f.session.as_mut().unwrap().ga_client_id = Some(
+        f.session.as_mut().unwrap().forwarding.ga_client_id = Some(
             if one {
                 "GA1.1.111.222"
             } else {

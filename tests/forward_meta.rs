@@ -77,13 +77,13 @@ pub fn session(id: &str, started_at: i64) -> SessionFacts {
 pub fn purchase(n: usize, now: i64) -> Facts {
     let mut s = session(&format!("sess_{n}"), now - 3_600_000);
     s.landing_url = Some(format!("https://shop.example/landing?n={n}"));
-    s.consent_analytics = Some(true);
-    s.consent_ads = Some(true);
-    s.client_ip = Some("203.0.113.9".into());
-    s.user_agent = Some("Mozilla/5.0 (X11; Linux x86_64) Firefox/130.0".into());
-    s.fbp = Some(format!("fb.1.{}.987654321", now - 3_600_000));
-    s.ga_client_id = Some(format!("{}.1700000000", 100 + n));
-    s.ga_session_id = Some(((now - 3_600_000) / 1000).to_string());
+    s.forwarding.consent_analytics = Some(true);
+    s.forwarding.consent_ads = Some(true);
+    s.forwarding.client_ip = Some("203.0.113.9".into());
+    s.forwarding.user_agent = Some("Mozilla/5.0 (X11; Linux x86_64) Firefox/130.0".into());
+    s.forwarding.fbp = Some(format!("fb.1.{}.987654321", now - 3_600_000));
+    s.forwarding.ga_client_id = Some(format!("{}.1700000000", 100 + n));
+    s.forwarding.ga_session_id = Some(((now - 3_600_000) / 1000).to_string());
     Facts {
         conversion_id: format!("conv_{n}"),
         site_id: "site_1".into(),
@@ -302,7 +302,7 @@ fn a_purchase_maps_to_meta_fields_with_the_order_id_as_event_id_and_the_token_in
     assert_eq!(u["external_id"], json!([sha256_hex("customer-1")]));
     assert_eq!(u["em"], json!([sha256_hex("john.doe@gmail.com")]));
     assert_eq!(u["ph"], json!([sha256_hex("16505551212")]));
-    assert_eq!(u["fbp"], json!(f.session.as_ref().unwrap().fbp));
+    assert_eq!(u["fbp"], json!(f.session.as_ref().unwrap().forwarding.fbp));
     assert_eq!(u["client_ip_address"], json!("203.0.113.9"));
     assert_eq!(
         u["client_user_agent"],
@@ -358,7 +358,7 @@ fn fbc_is_the_cookie_when_the_pixel_saw_one_else_built_from_the_click_and_droppe
     // The cookie as the pixel read it wins.
     let mut cookie = purchase(1, now);
     let cookie_fbc = format!("fb.2.{}.CookieClickId", now - 5 * DAY);
-    cookie.session.as_mut().unwrap().fbc = Some(cookie_fbc.clone());
+    cookie.session.as_mut().unwrap().forwarding.fbc = Some(cookie_fbc.clone());
     cookie.session.as_mut().unwrap().fbclid = Some("OtherClick".into());
     // No cookie: built from the credited click's session, first seen 10 days ago, fbclid as is.
     let clicked = now - 10 * DAY;
@@ -406,9 +406,11 @@ fn fbc_is_the_cookie_when_the_pixel_saw_one_else_built_from_the_click_and_droppe
 fn an_fbc_cookie_older_than_90_days_is_dropped_and_a_time_ahead_of_the_send_is_the_send_time() {
     let now = now_ms();
     let mut old = purchase(1, now);
-    old.session.as_mut().unwrap().fbc = Some(format!("fb.1.{}.OldCookie", now - 90 * DAY - 1));
+    old.session.as_mut().unwrap().forwarding.fbc =
+        Some(format!("fb.1.{}.OldCookie", now - 90 * DAY - 1));
     let mut fresh = purchase(2, now);
-    fresh.session.as_mut().unwrap().fbc = Some(format!("fb.1.{}.FreshCookie", now - 89 * DAY));
+    fresh.session.as_mut().unwrap().forwarding.fbc =
+        Some(format!("fb.1.{}.FreshCookie", now - 89 * DAY));
     let mut ahead = purchase(3, now);
     ahead.occurred_at = now + 4 * 60_000;
     let (out, reqs) = send_one_batch(&[old, fresh, ahead]);
@@ -428,8 +430,8 @@ fn ip_and_user_agent_only_when_the_session_kept_them_and_then_the_source_is_not_
     let now = now_ms();
     let mut f = purchase(1, now);
     let s = f.session.as_mut().unwrap();
-    s.client_ip = None;
-    s.user_agent = None;
+    s.forwarding.client_ip = None;
+    s.forwarding.user_agent = None;
     let (out, reqs) = send_one_batch(std::slice::from_ref(&f));
     assert_eq!(out.unwrap(), vec![Verdict::Delivered]);
     let e = only_event(&reqs);

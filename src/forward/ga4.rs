@@ -334,7 +334,9 @@ fn event_json(e: &Event<'_>, now_ms: i64) -> Value {
     if !f.currency.is_empty() {
         p.insert("currency".into(), json!(f.currency));
     }
-    if let Some(sid) = ga_session(f).and_then(|s| session_id(s.ga_session_id.as_deref()?)) {
+    if let Some(sid) =
+        ga_session(f).and_then(|s| session_id(s.forwarding.ga_session_id.as_deref()?))
+    {
         p.insert("session_id".into(), json!(sid));
     }
     p.insert("engagement_time_msec".into(), json!(ENGAGEMENT_TIME_MSEC));
@@ -352,7 +354,8 @@ fn ga_session(f: &Facts) -> Option<&SessionFacts> {
         .into_iter()
         .flatten()
         .find(|s| {
-            s.ga_client_id
+            s.forwarding
+                .ga_client_id
                 .as_deref()
                 .and_then(cookie_client_id)
                 .is_some()
@@ -363,7 +366,9 @@ fn ga_session(f: &Facts) -> Option<&SessionFacts> {
 /// from convapi's visitor id: the first eight bytes of its SHA-256 as two 32-bit numbers,
 /// `"<n>.<m>"`, the shape of the cookie's id.
 pub fn client_id(f: &Facts) -> String {
-    if let Some(id) = ga_session(f).and_then(|s| cookie_client_id(s.ga_client_id.as_deref()?)) {
+    if let Some(id) =
+        ga_session(f).and_then(|s| cookie_client_id(s.forwarding.ga_client_id.as_deref()?))
+    {
         return id;
     }
     let h = sha256_hex(&f.visitor_id);

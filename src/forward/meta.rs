@@ -218,20 +218,23 @@ fn user_data(f: &Facts, now_ms: i64) -> Map<String, Value> {
         }
     }
     let s = f.session.as_ref();
-    if let Some(fbp) = s.and_then(|s| s.fbp.as_deref()).filter(|v| !v.is_empty()) {
+    if let Some(fbp) = s
+        .and_then(|s| s.forwarding.fbp.as_deref())
+        .filter(|v| !v.is_empty())
+    {
         u.insert("fbp".into(), json!(fbp));
     }
     if let Some(fbc) = fbc(f, now_ms) {
         u.insert("fbc".into(), json!(fbc));
     }
     if let Some(ip) = s
-        .and_then(|s| s.client_ip.as_deref())
+        .and_then(|s| s.forwarding.client_ip.as_deref())
         .filter(|v| !v.is_empty())
     {
         u.insert("client_ip_address".into(), json!(ip));
     }
     if let Some(ua) = s
-        .and_then(|s| s.user_agent.as_deref())
+        .and_then(|s| s.forwarding.user_agent.as_deref())
         .filter(|v| !v.is_empty())
     {
         u.insert("client_user_agent".into(), json!(ua));
@@ -244,7 +247,7 @@ fn user_data(f: &Facts, now_ms: i64) -> Map<String, Value> {
 /// fbclid unmodified; either only while its click is at most 90 days old.
 pub fn fbc(f: &Facts, now_ms: i64) -> Option<String> {
     let cookie = |s: Option<&SessionFacts>| {
-        s.and_then(|s| s.fbc.clone())
+        s.and_then(|s| s.forwarding.fbc.clone())
             .filter(|v: &String| !v.is_empty())
     };
     if let Some(c) = cookie(f.session.as_ref()).or_else(|| cookie(f.attributed.as_ref())) {

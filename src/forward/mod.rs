@@ -13,6 +13,7 @@ use platform::{Event, Http, Outage, Platform, REQUEST_TIMEOUT};
 
 use crate::store::deliveries::{Facts, SessionFacts};
 use crate::store::destinations::Destination;
+use crate::store::sessions::Forwarding;
 
 /// Every platform convapi sends to, one per kind of destination.
 static PLATFORMS: &[&dyn Platform] = &[&meta::Meta, &ga4::Ga4, &google_ads::GoogleAds];
@@ -30,14 +31,16 @@ pub fn test_facts(dest: &Destination, currency: &str, now_ms: i64) -> Facts {
         id: "convapi-test-session".into(),
         started_at: now_ms - 60_000,
         landing_url: Some("https://example.com/?utm_source=convapi-test".into()),
-        consent_analytics: Some(true),
-        consent_ads: Some(true),
-        client_ip: Some("203.0.113.7".into()),
-        user_agent: Some("Mozilla/5.0 (convapi test event)".into()),
-        fbp: Some(format!("fb.1.{}.1234567890", now_ms - 60_000)),
-        fbc: None,
-        ga_client_id: Some("1234567890.1700000000".into()),
-        ga_session_id: Some(((now_ms - 60_000) / 1000).to_string()),
+        forwarding: Forwarding {
+            consent_analytics: Some(true),
+            consent_ads: Some(true),
+            client_ip: Some("203.0.113.7".into()),
+            user_agent: Some("Mozilla/5.0 (convapi test event)".into()),
+            fbp: Some(format!("fb.1.{}.1234567890", now_ms - 60_000)),
+            fbc: None,
+            ga_client_id: Some("1234567890.1700000000".into()),
+            ga_session_id: Some(((now_ms - 60_000) / 1000).to_string()),
+        },
         gclid: Some("convapi-test-gclid".into()),
         gbraid: None,
         wbraid: None,

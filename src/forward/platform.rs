@@ -276,8 +276,10 @@ pub struct Consent {
 pub fn consent(f: &Facts) -> Consent {
     let s = f.session.as_ref();
     let default = !f.consent_required;
-    let analytics = s.and_then(|s| s.consent_analytics).unwrap_or(default);
-    let ads = s.and_then(|s| s.consent_ads).unwrap_or(default);
+    let analytics = s
+        .and_then(|s| s.forwarding.consent_analytics)
+        .unwrap_or(default);
+    let ads = s.and_then(|s| s.forwarding.consent_ads).unwrap_or(default);
     Consent {
         analytics,
         ad_user_data: f.consent_ad_user_data.unwrap_or(ads),

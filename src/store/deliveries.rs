@@ -10,6 +10,7 @@
 //! Written once for both engines (`db.rs`).
 
 use super::db::{args, AsConn, Engine, Row};
+use super::sessions::Forwarding;
 use super::Result;
 
 /// The statuses of a delivery.
@@ -182,14 +183,8 @@ pub struct SessionFacts {
     pub id: String,
     pub started_at: i64,
     pub landing_url: Option<String>,
-    pub consent_analytics: Option<bool>,
-    pub consent_ads: Option<bool>,
-    pub client_ip: Option<String>,
-    pub user_agent: Option<String>,
-    pub fbp: Option<String>,
-    pub fbc: Option<String>,
-    pub ga_client_id: Option<String>,
-    pub ga_session_id: Option<String>,
+    /// The consent and what it let the session keep, as the pixel wrote them.
+    pub forwarding: Forwarding,
     pub gclid: Option<String>,
     pub gbraid: Option<String>,
     pub wbraid: Option<String>,
@@ -235,14 +230,16 @@ fn session_facts(r: &Row) -> Result<SessionFacts> {
         id: r.get(0)?,
         started_at: r.get(1)?,
         landing_url: r.get(2)?,
-        consent_analytics: opt_bool(r, 3)?,
-        consent_ads: opt_bool(r, 4)?,
-        client_ip: r.get(5)?,
-        user_agent: r.get(6)?,
-        fbp: r.get(7)?,
-        fbc: r.get(8)?,
-        ga_client_id: r.get(9)?,
-        ga_session_id: r.get(10)?,
+        forwarding: Forwarding {
+            consent_analytics: opt_bool(r, 3)?,
+            consent_ads: opt_bool(r, 4)?,
+            client_ip: r.get(5)?,
+            user_agent: r.get(6)?,
+            fbp: r.get(7)?,
+            fbc: r.get(8)?,
+            ga_client_id: r.get(9)?,
+            ga_session_id: r.get(10)?,
+        },
         gclid: r.get(11)?,
         gbraid: r.get(12)?,
         wbraid: r.get(13)?,
