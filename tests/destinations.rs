@@ -1068,6 +1068,48 @@ fn the_dashboards_test_button_shows_the_platforms_answer() {
     no_secret(&app.log(), "the server log");
 }
 
+/// "Send a test event" holds a request thread until its platform answers: two at once, and the
+/// one more is answered at once with a 429 page that says why, and sends nothing. The places
+/// come back when the answers do.
+#[test]
+fn test_events_under_way_are_bounded_and_the_one_more_is_a_429_that_sends_nothing() {
+    let app = TestApp::start();
+    let d = login(&app);
+    let csrf = d.csrf();
+    let slow = FakePlatform::start(|_| Reply::Hang(std::time::Duration::from_secs(3)));
+    let id = add_meta(&app, "Meta", &slow.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let url = format!("/dashboard/sites/{}/destinations/{id}/test", app.site.id);
+    let form = with_csrf(&[], &csrf);
+    std::thread::scope(|s| {
+        let under_way: Vec<_> = (0..2)
+            .map(|_| {
+                let (tab, url, form) = (d.another_tab(), &url, &form);
+                s.spawn(move || tab.post_form(url, form).status)
+            })
+            .collect();
+        let sent = slow.wait_for(std::time::Duration::from_secs(10), |r| r.len() >= 2);
+        assert_eq!(sent.len(), 2, "both tests reached the platform");
+        let r = d.post_form(&url, &form);
+        assert_eq!(r.status, 429, "{}", r.text());
+        let html = r.text();
+        assert!(
+            html.contains("Test event not sent") && html.contains("at most 2 at once"),
+            "{html}"
+        );
+        assert_eq!(slow.requests().len(), 2, "the one more sent nothing");
+        // The pixel and the API are not held up meanwhile.
+        app.pageview("v-busy", "https://shop.example/", now_ms());
+        for h in under_way {
+            assert_eq!(h.join().unwrap(), 200);
+        }
+    });
+    assert_eq!(d.post_form(&url, &form).status, 200, "the places came back");
+    assert_eq!(slow.requests().len(), 3);
+}
+
 #[test]
 fn the_order_page_shows_each_delivery() {
     let app = TestApp::start();

@@ -11,6 +11,7 @@
 //! the sender has the destination's credentials masked out ([`mask_secrets`]).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use maud::{html, Markup};
 use serde_json::{Map, Value};
@@ -19,7 +20,7 @@ use super::form::{self, field};
 use super::layout::{self, SiteTab};
 use super::{Dashboard, PageError, PageResult, Viewer};
 use crate::forward::kinds::parse_events;
-use crate::forward::platform::mask_secrets;
+use crate::forward::platform::{mask_secrets, REQUEST_TIMEOUT};
 use crate::forward::{self, kinds};
 use crate::http::Ctx;
 use crate::store::{
@@ -441,6 +442,8 @@ enum TestAnswer {
     Took(String),
     /// Why not: the platform's refusal, or no answer.
     Failed(String),
+    /// Not sent: [`TESTS_AT_ONCE`] other test events are waiting for their platforms.
+    Busy,
 }
 
 fn edit_page(
@@ -470,6 +473,15 @@ fn edit_page(
                     h2 { "Test event failed" }
                     p.error-text #test-error { (error) }
                     p.hint { "Check the fields below (a credential may be wrong or lack a permission), save, and send another." }
+                },
+                TestAnswer::Busy => section.card.test-result.error #test-result role="alert" {
+                    h2 { "Test event not sent" }
+                    p.error-text #test-error {
+                        "Other test events are waiting for their platforms' answers (at most "
+                        (TESTS_AT_ONCE) " at once, each up to " (REQUEST_TIMEOUT.as_secs())
+                        " seconds). Nothing was sent."
+                    }
+                    p.hint { "Send it again in a few seconds." }
                 },
             }
         }
@@ -624,23 +636,55 @@ pub fn remove(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
     Ok(layout::redirect(&format!("{}?removed=1", base(site))))
 }
 
+/// Test events the dashboard sends at once, in the whole process. Each holds a request thread of
+/// the shared lane until its platform answers (up to the platform client's time limit, 15 s): a
+/// few more clicks, or a script repeating the form, must not take the lane's threads from the
+/// pixel and the other pages. The one more is answered at once, 429, with the page that says so.
+pub const TESTS_AT_ONCE: usize = 2;
+
+/// One of the [`TESTS_AT_ONCE`] places, given back when dropped (also by a panic).
+struct TestPlace<'a>(&'a AtomicUsize);
+
+impl<'a> TestPlace<'a> {
+    fn take(in_flight: &'a AtomicUsize) -> Option<TestPlace<'a>> {
+        in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < TESTS_AT_ONCE).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| TestPlace(in_flight))
+    }
+}
+
+impl Drop for TestPlace<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// `POST /dashboard/sites/{id}/destinations/{dest}/test`: sends the test event (on this request's
 /// thread, within the platform client's time limit) and answers the destination's page with the
-/// platform's answer.
+/// platform's answer; `429` with the page saying why when [`TESTS_AT_ONCE`] are under way.
 pub fn test(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
     form::post_form(ctx, v)?;
     let dest = load(d, site, id)?;
     let kind = kind_of(&dest)?;
-    let result = match forward::send_test(&dest, &site.currency, store::now_ms()) {
-        Ok(answer) => TestAnswer::Took(mask_secrets(&answer, &dest)),
-        Err(outage) => TestAnswer::Failed(mask_secrets(&outage.to_string(), &dest)),
+    let (status, result) = match TestPlace::take(&d.tests_in_flight) {
+        Some(_place) => (
+            200,
+            match forward::send_test(&dest, &site.currency, store::now_ms()) {
+                Ok(answer) => TestAnswer::Took(mask_secrets(&answer, &dest)),
+                Err(outage) => TestAnswer::Failed(mask_secrets(&outage.to_string(), &dest)),
+            },
+        ),
+        None => (429, TestAnswer::Busy),
     };
     let extra = Extra {
         test: Some(result),
         ..Extra::default()
     };
     let page = edit_page(d, v, site, &dest, &Fields::of(&dest, kind), extra)?;
-    Ok(layout::html(200, page))
+    Ok(layout::html(status, page))
 }
 
 /// `POST /dashboard/sites/{id}/destinations/{dest}/retry`: the destination's dead letters pending

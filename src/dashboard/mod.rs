@@ -53,6 +53,8 @@ pub struct Dashboard {
     pub throttle: auth::Throttles,
     /// Sessions whose `last_seen_at` was written within the last minute (by id hash).
     pub session_touched: Limiter<Vec<u8>, Rate>,
+    /// "Send a test event" requests waiting for their platform now ([`destinations::TESTS_AT_ONCE`]).
+    pub tests_in_flight: std::sync::atomic::AtomicUsize,
 }
 
 impl Dashboard {
@@ -72,6 +74,7 @@ impl Dashboard {
                 auth::TOUCH_INTERVAL,
                 auth::TOUCHED_KEYS,
             )),
+            tests_in_flight: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 

@@ -32,6 +32,17 @@ impl<'a> DashClient<'a> {
         }
     }
 
+    /// Another client with this one's cookies and headers: another tab of the same browser, for
+    /// another thread (a client is not shared between threads).
+    pub fn another_tab(&self) -> DashClient<'a> {
+        DashClient {
+            app: self.app,
+            agent: agent(),
+            cookies: RefCell::new(self.cookies.borrow().clone()),
+            headers: self.headers.clone(),
+        }
+    }
+
     /// The value of a cookie the server set (and did not delete).
     pub fn cookie(&self, name: &str) -> Option<String> {
         self.cookies
