@@ -278,6 +278,147 @@ fn the_cli_adds_lists_updates_and_removes_destinations_without_showing_a_credent
     no_secret(&app.log(), "the server log");
 }
 
+/// Each platform's ids in the form its API takes, checked when typed (not at the first send):
+/// the CLI names the option, the dashboard the field; nothing is stored.
+#[test]
+fn the_platforms_ids_are_checked_when_they_are_typed() {
+    let app = TestApp::start();
+    let site = app.site.id.clone();
+    let add = |extra: &[&str]| {
+        let mut args = vec!["destination", "add", "--site", &site, "--name", "D"];
+        args.extend_from_slice(extra);
+        app.cli(&args)
+    };
+    let meta = |pixel: &str| {
+        add(&[
+            "--kind",
+            "meta",
+            "--pixel-id",
+            pixel,
+            "--access-token",
+            META_TOKEN,
+        ])
+    };
+    for bad in [
+        "act_1234567890",
+        "1234 5678",
+        "https://www.facebook.com/events_manager",
+    ] {
+        refused(
+            &meta(bad),
+            "'pixel_id' (Pixel (dataset) id) must be the pixel's (dataset's) id, digits only, as \
+             Events Manager → Data sources shows it: pass --pixel-id",
+        );
+    }
+    let ga4 = |id: &str| {
+        add(&[
+            "--kind",
+            "ga4",
+            "--measurement-id",
+            id,
+            "--api-secret",
+            GA4_SECRET,
+        ])
+    };
+    for bad in ["UA-12345-1", "G-", "G-ABC 123", "123456789"] {
+        refused(&ga4(bad), "must be the web stream's measurement id, G- and letters or digits (Admin → Data streams → the stream): pass --measurement-id");
+    }
+    let ads = |customer: &str, action: &str, login: &str| {
+        let mut args = vec![
+            "--kind",
+            "google_ads",
+            "--customer-id",
+            customer,
+            "--conversion-action",
+            action,
+            "--developer-token",
+            "dev-token-1",
+            "--client-id",
+            "client.apps.example",
+            "--client-secret",
+            "client-secret-1",
+            "--refresh-token",
+            "refresh-token-1",
+        ];
+        if !login.is_empty() {
+            args.extend(["--login-customer-id", login]);
+        }
+        add(&args)
+    };
+    refused(
+        &ads("acme-shop", "123456789", ""),
+        "'customer_id' (Customer id (digits)) must be a Google Ads customer id, ten digits such as \
+         123-456-7890 (the top of the Google Ads page shows it): pass --customer-id",
+    );
+    refused(
+        &ads("123-456-7890", "123456789", "manager"),
+        "'login_customer_id' (Login (manager) customer id) must be a Google Ads customer id",
+    );
+    for bad in [
+        "Purchase",
+        "customers/123/conversionActions/",
+        "AW-123456789/AbC",
+    ] {
+        refused(
+            &ads("123-456-7890", bad, ""),
+            "'conversion_action' (Conversion action id) must be the conversion action's id, digits \
+             (Goals → Conversions → the action: the ctId in the page's address), or its resource \
+             name customers/CUSTOMER/conversionActions/ID: pass --conversion-action",
+        );
+    }
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM destinations", &[]), 0);
+    // The forms the platforms show them in are taken.
+    for run in [
+        meta("1234567890123456"),
+        ga4("G-AB12CD34EF"),
+        ads("123-456-7890", "987654321", "111 222 3333"),
+        ads(
+            "1234567890",
+            "customers/1234567890/conversionActions/987654321",
+            "",
+        ),
+    ] {
+        assert_eq!(run.code, 0, "{run:?}");
+    }
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM destinations", &[]), 4);
+    let id = app
+        .query_str("SELECT id FROM destinations WHERE kind = 'meta'", &[])
+        .unwrap();
+    refused(
+        &app.cli(&["destination", "update", &id, "--pixel-id", "act_1"]),
+        "pass --pixel-id",
+    );
+
+    // The dashboard's form says the same of its field, and keeps what was typed.
+    let d = login(&app);
+    let csrf = d.csrf();
+    let fields = [
+        ("kind", "ga4"),
+        ("name", "GA"),
+        ("f_measurement_id", "UA-12345-1"),
+        ("f_api_secret", GA4_SECRET),
+        ("events", "purchase"),
+        ("consent", "analytics"),
+        ("enabled", "on"),
+    ];
+    let r = d.post_form(
+        &format!("/dashboard/sites/{}/destinations", app.site.id),
+        &with_csrf(&fields, &csrf),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let html = r.text();
+    assert!(
+        html.contains("must be the web stream&#39;s measurement id")
+            || html.contains("must be the web stream's measurement id"),
+        "{html}"
+    );
+    assert!(
+        html.contains("fill in that field") && html.contains("value=\"UA-12345-1\""),
+        "{html}"
+    );
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM destinations", &[]), 4);
+}
+
 #[test]
 fn the_cli_refuses_what_it_cannot_store_and_names_the_fix() {
     let app = TestApp::start();

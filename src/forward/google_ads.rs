@@ -21,7 +21,7 @@ use crate::store::deliveries::Facts;
 use crate::store::destinations::Destination;
 
 use super::hash::{sha256_hex, user_hash};
-use super::kinds::{Kind, GOOGLE_ADS};
+use super::kinds::{self, action_resource, Kind, GOOGLE_ADS};
 use super::platform::{
     age, click_session, consent, decimal, dedup_key, Answer, Event, Http, Outage, Platform, Verdict,
 };
@@ -174,25 +174,11 @@ fn text<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
 
 /// A customer id as the API takes it: the digits of `123-456-7890`.
 fn customer_digits(raw: &str, key: &str) -> Result<String, Outage> {
-    let digits: String = raw.chars().filter(|c| *c != '-' && *c != ' ').collect();
-    if digits.is_empty() || digits.len() > 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(Outage::Unauthorized(format!(
+    kinds::customer_digits(raw).ok_or_else(|| {
+        Outage::Unauthorized(format!(
             "Google Ads: '{key}' must be a customer id such as 123-456-7890"
-        )));
-    }
-    Ok(digits)
-}
-
-/// The resource name of a conversion action given as its id (digits) or as its resource name.
-fn action_resource(customer_id: &str, raw: &str) -> Option<String> {
-    let raw = raw.trim();
-    if !raw.is_empty() && raw.len() <= 20 && raw.bytes().all(|b| b.is_ascii_digit()) {
-        return Some(format!("customers/{customer_id}/conversionActions/{raw}"));
-    }
-    let rest = raw.strip_prefix("customers/")?;
-    let (customer, action) = rest.split_once("/conversionActions/")?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits(customer) && digits(action)).then(|| raw.to_string())
+        ))
+    })
 }
 
 impl<'a> Config<'a> {

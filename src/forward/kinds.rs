@@ -207,6 +207,7 @@ pub fn check(d: &Destination) -> Result<(), Refused> {
             )));
         }
     }
+    check_ids(k, d)?;
     if d.events.is_empty() {
         return Err("name at least one conversion type to send (--event purchase)".into());
     }
@@ -225,6 +226,83 @@ pub fn check(d: &Destination) -> Result<(), Refused> {
         }
     }
     Ok(())
+}
+
+/// The platforms' ids in the forms their APIs take, so that a pasted typo is refused when it is
+/// typed, not at the first send (where the delivery would wait on a paused destination).
+fn check_ids(k: &Kind, d: &Destination) -> Result<(), Refused> {
+    let setting = |key: &str| d.settings.get(key).and_then(Value::as_str);
+    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+    let measurement = |id: &str| {
+        id.strip_prefix("G-").is_some_and(|rest| {
+            !rest.is_empty() && rest.len() <= 32 && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+        })
+    };
+    let customer = setting("customer_id").and_then(customer_digits);
+    let wrong = match k.name {
+        "meta" if setting("pixel_id").is_some_and(|id| !digits(id)) => Some((
+            "pixel_id",
+            "must be the pixel's (dataset's) id, digits only, as Events Manager → Data sources \
+             shows it",
+        )),
+        "ga4" if setting("measurement_id").is_some_and(|id| !measurement(id)) => Some((
+            "measurement_id",
+            "must be the web stream's measurement id, G- and letters or digits (Admin → Data \
+             streams → the stream)",
+        )),
+        "google_ads" => {
+            let bad_customer = ["customer_id", "login_customer_id"]
+                .into_iter()
+                .find(|key| setting(key).is_some_and(|id| customer_digits(id).is_none()));
+            let bad_action = customer.as_deref().is_some_and(|c| {
+                setting("conversion_action").is_some_and(|a| action_resource(c, a).is_none())
+            });
+            match bad_customer {
+                Some(key) => Some((
+                    key,
+                    "must be a Google Ads customer id, ten digits such as 123-456-7890 (the top \
+                     of the Google Ads page shows it)",
+                )),
+                None if bad_action => Some((
+                    "conversion_action",
+                    "must be the conversion action's id, digits (Goals → Conversions → the \
+                     action: the ctId in the page's address), or its resource name \
+                     customers/CUSTOMER/conversionActions/ID",
+                )),
+                None => None,
+            }
+        }
+        _ => None,
+    };
+    match wrong {
+        Some((key, what)) => Err(Refused(format!(
+            "'{key}' ({}) {what}: pass --{}",
+            k.field(key).map_or(key, |f| f.label),
+            key.replace('_', "-")
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A Google Ads customer id as the API takes it: the digits of `123-456-7890` (dashes and spaces
+/// dropped); `None` when it is not one.
+pub fn customer_digits(raw: &str) -> Option<String> {
+    let digits: String = raw.chars().filter(|c| *c != '-' && *c != ' ').collect();
+    (!digits.is_empty() && digits.len() <= 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then_some(digits)
+}
+
+/// The resource name of a Google Ads conversion action given as its id (digits) or as its
+/// resource name; `None` when it is neither.
+pub fn action_resource(customer_id: &str, raw: &str) -> Option<String> {
+    let raw = raw.trim();
+    if !raw.is_empty() && raw.len() <= 20 && raw.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(format!("customers/{customer_id}/conversionActions/{raw}"));
+    }
+    let rest = raw.strip_prefix("customers/")?;
+    let (customer, action) = rest.split_once("/conversionActions/")?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(customer) && digits(action)).then(|| raw.to_string())
 }
 
 /// A conversion type as the API takes it: `^[a-z][a-z0-9_]{0,63}$` (the API's check, and the
