@@ -26,6 +26,7 @@ struct Inner {
     dead_lettered: AtomicU64,
     rate_limited: AtomicU64,
     identify_rejected: AtomicU64,
+    identify_without_consent: AtomicU64,
     connections_open: AtomicU64,
     connections_shut: [AtomicU64; 6],
     pool_pokes: AtomicU64,
@@ -142,6 +143,12 @@ impl Metrics {
 
     pub fn add_identify_rejected(&self, n: u64) {
         self.0.identify_rejected.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn add_identify_without_consent(&self, n: u64) {
+        self.0
+            .identify_without_consent
+            .fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn inc_dead_lettered(&self) {
@@ -278,6 +285,11 @@ impl Metrics {
                 "convapi_pixel_identify_rejected_total",
                 "Pixel identify events ignored for a missing or wrong signature.",
                 &self.0.identify_rejected,
+            ),
+            (
+                "convapi_pixel_identify_without_consent_total",
+                "Pixel identify events dropped for want of analytics consent.",
+                &self.0.identify_without_consent,
             ),
             (
                 "convapi_rows_pruned_total",

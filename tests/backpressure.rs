@@ -212,15 +212,6 @@ fn a_full_writer_queue_answers_503_without_hanging() {
     app.post_conversion(&order("q-after")).accepted();
 }
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| {
-            let (k, v) = l.rsplit_once(' ')?;
-            (k == name).then(|| v.parse().ok()).flatten()
-        })
-        .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
-}
-
 #[test]
 fn metrics_count_what_happened() {
     let app = TestApp::builder()
@@ -245,7 +236,7 @@ fn metrics_count_what_happened() {
         &[],
     );
     let text = app.get("/metrics").text();
-    let m = |name: &str| metric(&text, name);
+    let m = |name: &str| metric_in(&text, name);
     assert_eq!(m("convapi_conversions_accepted_total"), 2.0);
     assert_eq!(m("convapi_conversions_deduplicated_total"), 1.0);
     assert_eq!(m("convapi_conversions_no_session_total"), 1.0);

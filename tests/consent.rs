@@ -191,6 +191,11 @@ fn identify_is_dropped_without_analytics_consent() {
         let r = collect_as(&app, UA, &batch(tracker, "v1", consent, events.clone()));
         assert_eq!(r.expect(200)["accepted"], json!(2));
     }
+    // Counted, so that an operator can tell why visitors are not identified.
+    assert_eq!(
+        app.metric("convapi_pixel_identify_without_consent_total"),
+        3
+    );
     assert_eq!(
         app.query_i64("SELECT COUNT(*) FROM visitor_clients", &[]),
         0
@@ -224,6 +229,10 @@ fn identify_is_dropped_without_analytics_consent() {
     assert_eq!(
         app.rows("SELECT client_id, visitor_id FROM visitor_clients", &[]),
         vec![vec![json!("crm-7"), json!("v1")]]
+    );
+    assert_eq!(
+        app.metric("convapi_pixel_identify_without_consent_total"),
+        3
     );
 }
 

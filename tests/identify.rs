@@ -62,13 +62,6 @@ fn linked(app: &TestApp, client_id: &str) -> Vec<String> {
     .collect()
 }
 
-fn metric(app: &TestApp, name: &str) -> i64 {
-    let text = app.get("/metrics").text();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
-}
-
 /// A conversion by `clientId` at `at`: the session it resolved to, or `None` for 422 NO_SESSION.
 fn conversion_session(app: &TestApp, client_id: &str, at: i64) -> Option<String> {
     let r = app.post_conversion(&json!({
@@ -236,7 +229,7 @@ fn attribution_hijack_signing_off_keeps_todays_behaviour() {
         conversion_session(&app, "user-42", t + 10 * MINUTE),
         Some(real)
     );
-    assert_eq!(metric(&app, "convapi_pixel_identify_rejected_total"), 0);
+    assert_eq!(app.metric("convapi_pixel_identify_rejected_total"), 0);
 }
 
 #[test]
@@ -319,10 +312,10 @@ fn resolution_cost_a_client_id_keeps_its_50_latest_visitors() {
 fn attribution_hijack_rejected_identify_is_counted_in_metrics() {
     let (app, secret) = start_with_secret();
     let name = "convapi_pixel_identify_rejected_total";
-    assert_eq!(metric(&app, name), 0);
+    assert_eq!(app.metric(name), 0);
     // Signing off: nothing is rejected.
     app.pixel("v-1", json!([{"type": "identify", "userId": "user-1"}]));
-    assert_eq!(metric(&app, name), 0);
+    assert_eq!(app.metric(name), 0);
     signed_identify(&app, true);
     let r = app.collect(&json!({
         "trackerId": app.site.tracker_id,
@@ -335,20 +328,20 @@ fn attribution_hijack_rejected_identify_is_counted_in_metrics() {
         ],
     }));
     assert_eq!(r.expect(200)["accepted"], json!(4));
-    assert_eq!(metric(&app, name), 2);
+    assert_eq!(app.metric(name), 2);
     assert_eq!(linked(&app, "user-2"), ["v-2"]);
     let many: Vec<Value> = (0..99)
         .map(|i| json!({"type": "identify", "userId": format!("user-{i}")}))
         .collect();
     app.pixel("v-3", json!(many));
-    assert_eq!(metric(&app, name), 101);
+    assert_eq!(app.metric(name), 101);
     // A signature that is not a string is a malformed batch, as for any field.
     let r = app.collect(&json!({
         "trackerId": app.site.tracker_id,
         "events": [{"type": "identify", "userId": "user-2", "signature": 42}],
     }));
     expect_invalid(&r, "events[0].signature");
-    assert_eq!(metric(&app, name), 101);
+    assert_eq!(app.metric(name), 101);
 }
 
 /// Bytes the database holds in use, as a fresh connection sees it: SQLite's pages in use × page

@@ -40,14 +40,6 @@ fn one_i64(c: &mut ::postgres::Client, sql: &str) -> i64 {
     c.query_one(sql, &[]).unwrap().get(0)
 }
 
-/// A metric's value in a node's `/metrics`.
-fn metric(app: &TestApp, name: &str) -> u64 {
-    let text = app.get("/metrics").text();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}")) as u64
-}
-
 #[test]
 fn the_same_order_sent_to_both_nodes_at_once_is_one_conversion() {
     let (a, b) = two_nodes(&["--pipeline", "off"]);
@@ -142,8 +134,8 @@ fn ten_thousand_conversions_over_two_nodes_are_each_processed_once_with_exact_to
     );
     // Each item processed by exactly one node: the nodes' counts add up to N, no more.
     let (on_a, on_b) = (
-        metric(&a, "convapi_pipeline_processed_total"),
-        metric(&b, "convapi_pipeline_processed_total"),
+        a.metric("convapi_pipeline_processed_total"),
+        b.metric("convapi_pipeline_processed_total"),
     );
     assert_eq!(
         on_a + on_b,

@@ -204,6 +204,8 @@ pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
     }
     app.metrics
         .add_identify_rejected(outcome.identify_rejected as u64);
+    app.metrics
+        .add_identify_without_consent(outcome.identify_dropped as u64);
     if outcome.conversions_created > 0 {
         app.pipeline.wake();
     }

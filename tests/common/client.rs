@@ -75,6 +75,11 @@ impl TestApp {
         self.send("GET", path, &[], None)
     }
 
+    /// A counter's or gauge's value in `/metrics` (`name` with its labels, if any, as written).
+    pub fn metric(&self, name: &str) -> u64 {
+        metric_in(&self.get("/metrics").text(), name) as u64
+    }
+
     /// `POST /api/sites/{default site}/conversions` with the default key and a JSON body.
     pub fn post_conversion(&self, body: &Value) -> Resp {
         self.post_conversion_as(&self.key.key, &self.site.id, body)
@@ -192,4 +197,14 @@ pub fn encode_segment(s: &str) -> String {
         }
     }
     out
+}
+
+/// A sample's value in a `/metrics` text; `name` is the whole series, with its labels as written.
+pub fn metric_in(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            (k == name).then(|| v.parse().ok()).flatten()
+        })
+        .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
 }
