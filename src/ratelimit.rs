@@ -1,7 +1,9 @@
 //! Limits kept in memory per key, with no I/O and no clock of their own (callers pass `now`):
 //! the pixel's token buckets per client address and per tracker (docs/decisions.md §8), the login
 //! throttle's failures per account and per address (§10), and the writes done at most once a
-//! minute (an API key's `lastUsedAt`, a dashboard session's `last_seen_at`).
+//! minute (an API key's `lastUsedAt`, a dashboard session's `last_seen_at`); and [`Places`], a
+//! bound on how many of something are under way at once (pixel jobs in the writer's channel, the
+//! dashboard's test events).
 //!
 //! One mechanism, [`Limiter`]: a table of per-key state behind one lock, whose policy is a
 //! parameter: [`Rate`] (a token bucket) or [`Window`] (at most so many events within a window).
@@ -13,7 +15,8 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What a [`Limiter`] keeps per key and when that says nothing any more.
@@ -277,6 +280,52 @@ pub fn address_key(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// At most `max` of something under way at once, without waiting: a [`Place`] is taken at once or
+/// refused, and given back when dropped (after a panic too). Clones share the places.
+#[derive(Debug, Clone)]
+pub struct Places {
+    taken: Arc<AtomicUsize>,
+    max: usize,
+}
+
+/// One of a [`Places`]'s places, given back when dropped.
+#[derive(Debug)]
+pub struct Place(Arc<AtomicUsize>);
+
+impl Places {
+    pub fn new(max: usize) -> Places {
+        Places {
+            taken: Arc::new(AtomicUsize::new(0)),
+            max,
+        }
+    }
+
+    /// A place, or `None` when all `max` are taken.
+    pub fn take(&self) -> Option<Place> {
+        self.taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Place(self.taken.clone()))
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// How many are taken now.
+    pub fn taken(&self) -> usize {
+        self.taken.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,5 +483,27 @@ mod tests {
         assert_ne!(address_key(a), address_key(c));
         let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
         assert_eq!(address_key(mapped), "192.0.2.7".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn places_are_refused_beyond_max_and_given_back_when_dropped() {
+        let places = Places::new(2);
+        let a = places.take().expect("first");
+        let b = places.clone().take().expect("second, through a clone");
+        assert!(places.take().is_none(), "a third");
+        assert_eq!(places.taken(), 2);
+        drop(a);
+        let c = places.take().expect("the freed place");
+        let panicked = std::thread::scope(|s| {
+            s.spawn(|| {
+                let _d = places.take();
+                panic!("holding a place");
+            })
+            .join()
+        });
+        assert!(panicked.is_err());
+        assert_eq!(places.taken(), 2, "given back by the panic too");
+        drop((b, c));
+        assert_eq!(places.taken(), 0);
     }
 }

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::ratelimit::Places;
 use crate::store::conversions::Source;
 use crate::store::db::{AsConn, Conn};
 use crate::store::pool::{Lasting, Location};
@@ -158,16 +159,6 @@ impl Budget {
     }
 }
 
-/// A pixel job's place in the channel, given back when the job is dropped: after it ran, or
-/// when it could not be queued.
-struct PixelSlot(Arc<AtomicUsize>);
-
-impl Drop for PixelSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// A handle to the writer thread; cheap to clone.
 #[derive(Clone)]
 pub struct Writer {
@@ -177,8 +168,7 @@ pub struct Writer {
     api: Budget,
     pixel: Budget,
     /// Pixel jobs queued or running, and how many may be.
-    pixel_jobs: Arc<AtomicUsize>,
-    max_pixel_jobs: usize,
+    pixel_jobs: Places,
     /// Jobs submitted and not yet answered.
     pending: Arc<Pending>,
     catch_up: CatchUp,
@@ -264,8 +254,7 @@ impl Writer {
                 healthy,
                 api,
                 pixel,
-                pixel_jobs: Arc::new(AtomicUsize::new(0)),
-                max_pixel_jobs: (queue / 4).max(1),
+                pixel_jobs: Places::new((queue / 4).max(1)),
                 pending,
                 catch_up,
             },
@@ -281,18 +270,12 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Conn) -> store::Result<T> + Send + 'static,
     {
-        let taken = self
-            .pixel_jobs
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.max_pixel_jobs).then_some(n + 1)
-            });
-        if taken.is_err() {
+        let Some(slot) = self.pixel_jobs.take() else {
             return Err(WriteError::Unavailable(format!(
                 "{} pixel writes already queued",
-                self.max_pixel_jobs
+                self.pixel_jobs.max()
             )));
-        }
-        let slot = PixelSlot(self.pixel_jobs.clone());
+        };
         self.submit(move |c| {
             // Given back when the job ends, whether it ran or was never queued.
             let _slot = slot;
@@ -736,7 +719,7 @@ mod tests {
                 std::thread::spawn(move || w.submit_pixel(|_| Ok(())))
             })
             .collect();
-        while writer.pixel_jobs.load(Ordering::Acquire) < 2 {
+        while writer.pixel_jobs.taken() < 2 {
             std::thread::yield_now();
         }
         // A third pixel job finds its share of 8 / 4 = 2 taken; other jobs still get in.
@@ -752,11 +735,7 @@ mod tests {
             p.join().unwrap().unwrap();
         }
         assert_eq!(api.join().unwrap().unwrap(), 7);
-        assert_eq!(
-            writer.pixel_jobs.load(Ordering::Acquire),
-            0,
-            "slots given back"
-        );
+        assert_eq!(writer.pixel_jobs.taken(), 0, "slots given back");
         writer.submit_pixel(|_| Ok(())).unwrap();
         drop(writer);
         thread.join().unwrap();

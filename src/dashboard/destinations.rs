@@ -11,7 +11,6 @@
 //! the sender has the destination's credentials masked out ([`mask_secrets`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use maud::{html, Markup};
 use serde_json::{Map, Value};
@@ -642,26 +641,6 @@ pub fn remove(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
 /// pixel and the other pages. The one more is answered at once, 429, with the page that says so.
 pub const TESTS_AT_ONCE: usize = 2;
 
-/// One of the [`TESTS_AT_ONCE`] places, given back when dropped (also by a panic).
-struct TestPlace<'a>(&'a AtomicUsize);
-
-impl<'a> TestPlace<'a> {
-    fn take(in_flight: &'a AtomicUsize) -> Option<TestPlace<'a>> {
-        in_flight
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < TESTS_AT_ONCE).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| TestPlace(in_flight))
-    }
-}
-
-impl Drop for TestPlace<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// `POST /dashboard/sites/{id}/destinations/{dest}/test`: sends the test event (on this request's
 /// thread, within the platform client's time limit) and answers the destination's page with the
 /// platform's answer; `429` with the page saying why when [`TESTS_AT_ONCE`] are under way.
@@ -669,7 +648,7 @@ pub fn test(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> 
     form::post_form(ctx, v)?;
     let dest = load(d, site, id)?;
     let kind = kind_of(&dest)?;
-    let (status, result) = match TestPlace::take(&d.tests_in_flight) {
+    let (status, result) = match d.tests_in_flight.take() {
         Some(_place) => (
             200,
             match forward::send_test(&dest, &site.currency, store::now_ms()) {

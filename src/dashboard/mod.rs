@@ -25,7 +25,7 @@ pub mod sites;
 pub use error::PageError;
 
 use crate::http::{Ctx, Reply};
-use crate::ratelimit::{Limiter, Rate};
+use crate::ratelimit::{Limiter, Places, Rate};
 use crate::store::pool::Db;
 use crate::writer::Writer;
 
@@ -54,7 +54,7 @@ pub struct Dashboard {
     /// Sessions whose `last_seen_at` was written within the last minute (by id hash).
     pub session_touched: Limiter<Vec<u8>, Rate>,
     /// "Send a test event" requests waiting for their platform now ([`destinations::TESTS_AT_ONCE`]).
-    pub tests_in_flight: std::sync::atomic::AtomicUsize,
+    pub tests_in_flight: Places,
 }
 
 impl Dashboard {
@@ -74,7 +74,7 @@ impl Dashboard {
                 auth::TOUCH_INTERVAL,
                 auth::TOUCHED_KEYS,
             )),
-            tests_in_flight: std::sync::atomic::AtomicUsize::new(0),
+            tests_in_flight: Places::new(destinations::TESTS_AT_ONCE),
         }
     }
 
