@@ -232,15 +232,13 @@ pub fn check(d: &Destination) -> Result<(), Refused> {
 /// typed, not at the first send (where the delivery would wait on a paused destination).
 fn check_ids(k: &Kind, d: &Destination) -> Result<(), Refused> {
     let setting = |key: &str| d.settings.get(key).and_then(Value::as_str);
-    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
     let measurement = |id: &str| {
         id.strip_prefix("G-").is_some_and(|rest| {
             !rest.is_empty() && rest.len() <= 32 && rest.bytes().all(|b| b.is_ascii_alphanumeric())
         })
     };
-    let customer = setting("customer_id").and_then(customer_digits);
     let wrong = match k.name {
-        "meta" if setting("pixel_id").is_some_and(|id| !digits(id)) => Some((
+        "meta" if setting("pixel_id").is_some_and(|id| !id_digits(id)) => Some((
             "pixel_id",
             "must be the pixel's (dataset's) id, digits only, as Events Manager → Data sources \
              shows it",
@@ -254,6 +252,7 @@ fn check_ids(k: &Kind, d: &Destination) -> Result<(), Refused> {
             let bad_customer = ["customer_id", "login_customer_id"]
                 .into_iter()
                 .find(|key| setting(key).is_some_and(|id| customer_digits(id).is_none()));
+            let customer = setting("customer_id").and_then(customer_digits);
             let bad_action = customer.as_deref().is_some_and(|c| {
                 setting("conversion_action").is_some_and(|a| action_resource(c, a).is_none())
             });
@@ -288,15 +287,19 @@ fn check_ids(k: &Kind, d: &Destination) -> Result<(), Refused> {
 /// dropped); `None` when it is not one.
 pub fn customer_digits(raw: &str) -> Option<String> {
     let digits: String = raw.chars().filter(|c| *c != '-' && *c != ' ').collect();
-    (!digits.is_empty() && digits.len() <= 20 && digits.bytes().all(|b| b.is_ascii_digit()))
-        .then_some(digits)
+    id_digits(&digits).then_some(digits)
+}
+
+/// A platform's numeric id: 1 to 20 ASCII digits.
+fn id_digits(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// The resource name of a Google Ads conversion action given as its id (digits) or as its
 /// resource name; `None` when it is neither.
 pub fn action_resource(customer_id: &str, raw: &str) -> Option<String> {
     let raw = raw.trim();
-    if !raw.is_empty() && raw.len() <= 20 && raw.bytes().all(|b| b.is_ascii_digit()) {
+    if id_digits(raw) {
         return Some(format!("customers/{customer_id}/conversionActions/{raw}"));
     }
     let rest = raw.strip_prefix("customers/")?;
