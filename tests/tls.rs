@@ -3,8 +3,10 @@
 //! starts a cluster of its own (`scripts/postgres.sh` with TLS on and a TCP address on a free
 //! port), so that nothing else listens there.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
+
+use crate::common::postgres::Cluster;
 
 fn run(cmd: &mut Command) {
     let out = cmd.output().expect("run");
@@ -77,23 +79,11 @@ fn certificates(dir: &Path) {
     ]));
 }
 
-struct Cluster(PathBuf);
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh"))
-            .args(["stop", self.0.to_str().unwrap()])
-            .output();
-    }
-}
-
 #[test]
 fn sslmode_require_connects_over_tls_and_refuses_a_certificate_it_cannot_verify() {
     use std::os::unix::fs::PermissionsExt;
-    let parent = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let certs = parent.path().join("certs");
+    let cluster = Cluster::new();
+    let certs = cluster.beside().join("certs");
     std::fs::create_dir(&certs).unwrap();
     std::fs::set_permissions(&certs, std::fs::Permissions::from_mode(0o755)).unwrap();
     certificates(&certs);
@@ -112,23 +102,17 @@ fn sslmode_require_connects_over_tls_and_refuses_a_certificate_it_cannot_verify(
         .local_addr()
         .unwrap()
         .port();
-    let dir = parent.path().join("pg");
-    let out = Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh"))
-        .args(["start", dir.to_str().unwrap()])
-        .env("PG_PORT", port.to_string())
-        .env(
+    cluster.start_with(&[
+        ("PG_PORT", port.to_string()),
+        (
             "PG_OPTS",
             format!(
                 "-c listen_addresses=127.0.0.1 -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
                 certs.join("server.pem").display(),
                 key.display()
             ),
-        )
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let _cluster = Cluster(dir);
+        ),
+    ]);
     let url = |root: &str| {
         format!(
             "postgresql://postgres@localhost:{port}/postgres?sslmode=require&sslrootcert={}",

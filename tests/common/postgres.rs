@@ -89,45 +89,69 @@ pub fn as_role(url: &str, role: &str) -> String {
 }
 
 /// A PostgreSQL cluster of the test's own (`scripts/postgres.sh`), for a test that stops and
-/// starts its server, which would disturb every other test on the shared one; stopped and removed
-/// when dropped.
+/// starts its server, or starts it with settings of its own, which would disturb every other test
+/// on the shared one; stopped and removed when dropped.
 pub struct Cluster {
     dir: std::path::PathBuf,
-    _parent: tempfile::TempDir,
+    parent: tempfile::TempDir,
 }
 
 impl Cluster {
-    /// Starts it: the cluster and its superuser's URL.
+    /// Starts one with the script's defaults: the cluster and its superuser's URL.
     pub fn start() -> (Cluster, String) {
+        let cluster = Cluster::new();
+        let url = cluster.start_with(&[]);
+        (cluster, url)
+    }
+
+    /// A directory for a cluster, not started yet ([`Cluster::start_with`]).
+    pub fn new() -> Cluster {
         use std::os::unix::fs::PermissionsExt;
         let parent = tempfile::tempdir().unwrap();
         // As root the cluster belongs to the `postgres` user, who must reach its directory.
         std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let cluster = Cluster {
+        Cluster {
             dir: parent.path().join("pg"),
-            _parent: parent,
-        };
-        let url = cluster.run("start").trim().to_owned();
-        (cluster, url)
+            parent,
+        }
+    }
+
+    /// A directory beside the cluster's that its server can read (for its certificates, say),
+    /// removed with it.
+    pub fn beside(&self) -> &std::path::Path {
+        self.parent.path()
+    }
+
+    /// Starts the server with `env` for the script (`PG_PORT`, `PG_OPTS`): its superuser's URL.
+    pub fn start_with(&self, env: &[(&str, String)]) -> String {
+        self.script("start", env).trim().to_owned()
     }
 
     /// `scripts/postgres.sh CMD DIR` on it (`pause`, `resume`): what it printed.
     pub fn run(&self, cmd: &str) -> String {
-        let out = std::process::Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh"))
-            .args([cmd, self.dir.to_str().unwrap()])
+        self.script(cmd, &[])
+    }
+
+    fn script(&self, cmd: &str, env: &[(&str, String)]) -> String {
+        let out = self
+            .command(cmd)
+            .envs(env.iter().cloned())
             .output()
             .unwrap();
         assert!(out.status.success(), "postgres.sh {cmd}: {out:?}");
         String::from_utf8(out.stdout).unwrap()
     }
+
+    fn command(&self, cmd: &str) -> std::process::Command {
+        let mut c = std::process::Command::new("bash");
+        c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh"))
+            .args([cmd, self.dir.to_str().unwrap()]);
+        c
+    }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh"))
-            .args(["stop", self.dir.to_str().unwrap()])
-            .output();
+        let _ = self.command("stop").output();
     }
 }
