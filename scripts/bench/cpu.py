@@ -18,6 +18,8 @@ import math
 import statistics
 import sys
 
+import busy
+
 # The reference servers of every run: the no-op server (the ceiling) and the design's floor.
 REFS = ["floor", "noop"]
 CASES = {
@@ -165,21 +167,12 @@ def summary(a):
                 verdict += "; on a busy machine, so only a hint until a quiet run confirms it"
             shown = f" (A/A control {control:.3f})" if control is not None else ""
             p(f"{case}: CPU per conversion new/old {r['cpu']:.3f}{shown} — {verdict}")
-    if a.forced:
-        p("")
-        p("!!! BUSY MACHINE (forced): not quiet-machine figures, not comparable with other runs.")
+    busy.footer(p, a)
     print("\n".join(out))
 
 
 def header(a, p, what):
-    if a.forced:
-        bar = "!" * 100
-        p(bar)
-        p(f"!!! BUSY MACHINE, NOT COMPARABLE: the 1-minute load average was above {a.max_load}")
-        p(f"!!! ({a.forced}); measured anyway because of --force / CPU_BENCH_FORCE=1.")
-        p("!!! These are not quiet-machine figures: the machine's other work is in every one of them.")
-        p(bar)
-        p("")
+    busy.banner(p, a, "CPU_BENCH_FORCE")
     p(f"CPU per conversion{what}, {a.started} UTC: " + (f"{a.old} against {a.new}" if a.old else a.new)
       + f"; {a.rounds} round{'s' if a.rounds != 1 else ''} of {a.seconds} s (after {a.warmup} s of warm-up)")
     p(f"machine: {a.cores} cores; load average (1/5/15 min) {a.load_start} at the start, "
@@ -245,9 +238,7 @@ def pairs(a):
                         f"{c:.3f}) — {verdict}")
     p("")
     out.extend(verdicts)
-    if a.forced:
-        p("")
-        p("!!! BUSY MACHINE (forced): not quiet-machine figures, not comparable with other runs.")
+    busy.footer(p, a)
     print("\n".join(out))
 
 

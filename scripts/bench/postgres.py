@@ -28,6 +28,8 @@ import sqlite3
 import statistics
 import sys
 
+import busy
+
 TARGETS = ["sqlite", "pg1", "pg2"]
 LABEL = {
     "sqlite": "sqlite: 1 node, SQLite file",
@@ -155,14 +157,7 @@ def summary(a):
     runs = [json.loads(l) for l in open(a.results) if l.strip()]
     out = []
     p = out.append
-    if a.forced:
-        bar = "!" * 100
-        p(bar)
-        p(f"!!! BUSY MACHINE, NOT COMPARABLE: the 1-minute load average was above {a.max_load}")
-        p(f"!!! ({a.forced}); measured anyway because of --force / PG_BENCH_FORCE=1.")
-        p("!!! These are not quiet-machine figures: the machine's other work is in every one of them.")
-        p(bar)
-        p("")
+    busy.banner(p, a, "PG_BENCH_FORCE")
     p(f"The conversions write path on SQLite and PostgreSQL, {a.started} UTC: {a.rev}; {a.rounds} "
       f"round{'s' if a.rounds != 1 else ''} of {a.seconds} s (after {a.warmup} s of warm-up), "
       f"wrk -t2 -c16 in total, unique orders, a fresh database per run (seed.rs --sessions "
@@ -274,9 +269,7 @@ def summary(a):
         p("The nodes' warnings and errors (their logs' first three of each run):")
         for line in notes:
             p("  " + line)
-    if a.forced:
-        p("")
-        p("!!! BUSY MACHINE (forced): not quiet-machine figures, not comparable with other runs.")
+    busy.footer(p, a)
     print("\n".join(out))
 
 
