@@ -214,16 +214,25 @@ alive() {
     state=$(awk '{ print $3 }' "/proc/$SERVER_PID/stat" 2>/dev/null) || return 1
     [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
 }
-# wrk_run TAG SECONDS: the conversions load against $URL; sets LINE to wrk's "BENCH ..." line and
-# fails on a wrk error, a non-2xx answer or a socket error.
+# wrk_start TAG SECONDS THREADS CONNECTIONS URL OUT: the conversions load against URL, in the
+# background (WRK_PID), wrk's output in OUT and OUT.err.
+wrk_start() {
+    BENCH_RUN=$1 BENCH_MODE=unique timeout --foreground $(( $2 + 60 )) wrk -t"$3" -c"$4" -d"$2s" \
+        --timeout 10s -s "$LUA" "$5" >"$6" 2>"$6.err" &
+    WRK_PID=$!
+}
+# wrk_result TAG PID URL OUT: waits for wrk_start's PID; sets LINE to wrk's "BENCH ..." line and
+# fails on a wrk error, a non-2xx answer or a socket error, or when the server (of SIDE) exited.
+wrk_result() {
+    wait "$2" || die "wrk failed against $3: $(cat "$4" "$4.err")"
+    LINE=$(grep '^BENCH ' "$4") || die "wrk printed no result: $(cat "$4" "$4.err")"
+    python3 "$HELPER" check "$LINE" || { sed 's/^/  wrk: /' "$4.err" >&2; die "run $1 failed"; }
+    alive || { tail -5 "$WORK/server$SIDE.err" >&2; die "the server exited during run $1"; }
+}
+# wrk_run TAG SECONDS: the whole load (wrk -t2 -c16) against $URL; sets LINE.
 wrk_run() {
-    local out=$WORK/wrk.txt
-    BENCH_RUN=$1 BENCH_MODE=unique timeout --foreground $(( $2 + 60 )) wrk -t2 -c16 -d"$2s" --timeout 10s \
-        -s "$LUA" "$URL" >"$out" 2>"$out.err" \
-        || die "wrk failed against $URL: $(cat "$out" "$out.err")"
-    LINE=$(grep '^BENCH ' "$out") || die "wrk printed no result: $(cat "$out" "$out.err")"
-    python3 "$HELPER" check "$LINE" || { sed 's/^/  wrk: /' "$out.err" >&2; die "run $1 failed"; }
-    alive || { tail -5 "$WORK/server.err" >&2; die "the server exited during run $1"; }
+    wrk_start "$1" "$2" 2 16 "$URL" "$WORK/wrk.txt"
+    wrk_result "$1" "$WRK_PID" "$URL" "$WORK/wrk.txt"
 }
 # drain: polls /metrics until convapi_outbox_depth is 0, at most DRAIN_TIMEOUT s; sets DRAIN_MS.
 drain() {
@@ -289,23 +298,19 @@ run_one() {
 # ------------------------------------------------------------------------------- side by side
 # on_side l|r: makes the server of that side the one alive, drain and cpu_ticks look at.
 on_side() { SERVER_PID=${PAIR_PID[$1]}; URL=${PAIR_URL[$1]}; SIDE=-$1; }
-# wrk_pair TAG SECONDS: half the load against each server, both at once; sets PAIR_LINE[l|r].
+# wrk_pair TAG SECONDS: half the load (wrk -t1 -c8) against each server, both at once; sets
+# PAIR_LINE[l|r].
 wrk_pair() {
-    local side pid
+    local side
     declare -A pids=()
     for side in l r; do
-        BENCH_RUN=$1$side BENCH_MODE=unique timeout --foreground $(( $2 + 60 )) wrk -t1 -c8 -d"$2s" \
-            --timeout 10s -s "$LUA" "${PAIR_URL[$side]}" >"$WORK/wrk-$side.txt" 2>"$WORK/wrk-$side.txt.err" &
-        pids[$side]=$!
+        wrk_start "$1$side" "$2" 1 8 "${PAIR_URL[$side]}" "$WORK/wrk-$side.txt"
+        pids[$side]=$WRK_PID
     done
     for side in l r; do
-        pid=${pids[$side]}
-        wait "$pid" || die "wrk failed against ${PAIR_URL[$side]}: $(cat "$WORK/wrk-$side.txt"*)"
-        PAIR_LINE[$side]=$(grep '^BENCH ' "$WORK/wrk-$side.txt") \
-            || die "wrk printed no result: $(cat "$WORK/wrk-$side.txt"*)"
-        python3 "$HELPER" check "${PAIR_LINE[$side]}" || die "run $1$side failed"
         on_side "$side"
-        alive || { tail -5 "$WORK/server$SIDE.err" >&2; die "the $side server exited during run $1"; }
+        wrk_result "$1$side" "${pids[$side]}" "${PAIR_URL[$side]}" "$WORK/wrk-$side.txt"
+        PAIR_LINE[$side]=$LINE
     done
 }
 # run_pair CASE LEFT RIGHT ROUND: LEFT and RIGHT side by side; appends a JSON line per side.
