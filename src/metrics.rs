@@ -41,6 +41,21 @@ struct Inner {
     rates_fetch_failures: AtomicU64,
     /// (destination id, kind, outcome) → deliveries; one row per destination and outcome seen.
     deliveries: Mutex<BTreeMap<(String, String, &'static str), u64>>,
+    /// Each destination's API version as last read (`set_api_versions`).
+    api_versions: Mutex<Vec<ApiVersion>>,
+}
+
+/// A destination's platform API version and what it means today (`forward/versions.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiVersion {
+    pub destination: String,
+    pub kind: String,
+    /// Empty for an unversioned platform.
+    pub version: String,
+    /// `ok`, `ending`, `expired`, `gone` or `unversioned`.
+    pub standing: &'static str,
+    /// The day it ends (Unix seconds), when announced.
+    pub ends_at: Option<i64>,
 }
 
 /// Why the connection supervisor shut a connection down.
@@ -205,6 +220,15 @@ impl Metrics {
             .unwrap_or_else(|p| p.into_inner())
             .entry((destination.to_string(), kind.to_string(), outcome))
             .or_default() += n;
+    }
+
+    /// The destinations' API versions, read from the database by the caller of `render`.
+    pub fn set_api_versions(&self, rows: Vec<ApiVersion>) {
+        *self
+            .0
+            .api_versions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = rows;
     }
 
     /// The exposition text; `outbox_depth`/`dead_letters` are read from the database by the caller.
@@ -398,6 +422,32 @@ impl Metrics {
                 out,
                 "convapi_deliveries_total{{destination=\"{destination}\",kind=\"{kind}\",outcome=\"{outcome}\"}} {n}"
             );
+        }
+        let versions = self
+            .0
+            .api_versions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        out.push_str("# HELP convapi_destination_api_version Each destination's platform API version (1): standing ok, ending (within 60 days of its end), expired (past its end), gone (the platform answered so: nothing is sent until it is moved on) or unversioned.\n");
+        out.push_str("# TYPE convapi_destination_api_version gauge\n");
+        // Versions are checked for their form when set (`v26.0`, `v26`): nothing to escape.
+        for v in versions.iter() {
+            let _ = writeln!(
+                out,
+                "convapi_destination_api_version{{destination=\"{}\",kind=\"{}\",version=\"{}\",standing=\"{}\"}} 1",
+                v.destination, v.kind, v.version, v.standing
+            );
+        }
+        out.push_str("# HELP convapi_destination_api_version_end_timestamp_seconds The day the platform ends the API version a destination uses (Unix time), where announced.\n");
+        out.push_str("# TYPE convapi_destination_api_version_end_timestamp_seconds gauge\n");
+        for v in versions.iter() {
+            if let Some(t) = v.ends_at {
+                let _ = writeln!(
+                    out,
+                    "convapi_destination_api_version_end_timestamp_seconds{{destination=\"{}\",kind=\"{}\",version=\"{}\"}} {t}",
+                    v.destination, v.kind, v.version
+                );
+            }
         }
         out
     }

@@ -1298,12 +1298,34 @@ fn the_order_page_shows_each_delivery() {
         .to_owned();
     let html = d.get(&page).text();
     assert!(html.contains("Not passed on to any destination"), "{html}");
+
+    // Regression: an order waiting for its exchange rate said it was not passed on and that
+    // `replay` sends past ones, though it goes by itself once the rates arrive.
+    app.pageview("v-fx", "https://shop.example/", now_ms() - MINUTE);
+    let (waiting, _) = app
+        .post_conversion(
+            &json!({"visitorId": "v-fx", "orderId": "ORD-FX", "value": 7, "currency": "USD"}),
+        )
+        .accepted();
+    await_status(&app, "ORD-FX", "fx_pending");
+    let html = d
+        .get(&format!(
+            "/dashboard/sites/{}/conversions/{waiting}",
+            app.site.id
+        ))
+        .text();
+    assert!(
+        html.contains("Not passed on yet: it waits for the exchange rate of its day")
+            && !html.contains("destination replay"),
+        "{html}"
+    );
+
     let delivered_at = chrono::DateTime::parse_from_rfc3339("2026-03-04T05:06:07Z")
         .unwrap()
         .timestamp_millis();
     app.execute(
         "INSERT INTO deliveries (destination_id, conversion_id, status, attempts, delivered_at, created_at)
-         VALUES (?1, ?2, 'delivered', 2, ?3, ?3)",
+         VALUES (?1, ?2, 'delivered', 1, ?3, ?3)",
         &[&meta, &event, &delivered_at],
     );
     app.execute(
@@ -1320,11 +1342,18 @@ fn the_order_page_shows_each_delivery() {
     let rows: Vec<&str> = table.split("<tr class=\"delivery\">").skip(1).collect();
     assert_eq!(rows.len(), 2, "{table}");
     for (row, want) in rows.iter().zip([
-        ["Meta shop", "delivered", ">2<", "2026-03-04 05:06 UTC"],
+        // Regression: delivered at its first try, it showed "Failed tries 1" (the count
+        // includes the try that succeeded).
+        [
+            "Meta shop",
+            "delivered",
+            "failed-tries\">0<",
+            "2026-03-04 05:06 UTC",
+        ],
         [
             "GA4 property",
             "dead letter",
-            ">10<",
+            "failed-tries\">10<",
             "api_secret=••••1618 refused: &lt;b&gt;bad&lt;/b&gt;",
         ],
     ]) {

@@ -46,6 +46,7 @@ fn add_destination(app: &TestApp, kind: &str, name: &str, endpoint: &str) -> Str
         settings: obj(settings),
         secrets: obj(secrets),
         endpoint: Some(endpoint.into()),
+        api_version: None,
         events: BTreeMap::from([("purchase".to_string(), event.to_string())]),
         consent: if kind == "ga4" { "analytics" } else { "ads" }.into(),
         enabled: true,

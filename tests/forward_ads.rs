@@ -28,7 +28,7 @@ const CUSTOMER: &str = "1234567890";
 const ACTION: &str = "987654321";
 /// 2026-09-21 14:13:20 UTC: the tests' clock.
 const NOW: i64 = 1_790_000_000_000;
-const UPLOAD_PATH: &str = "/v21/customers/1234567890:uploadClickConversions";
+const UPLOAD_PATH: &str = "/v26/customers/1234567890:uploadClickConversions";
 
 fn ads() -> &'static dyn Platform {
     convapi::forward::platform("google_ads").expect("google_ads is a platform")
@@ -82,12 +82,33 @@ fn google_with(
         if r.path() == "/token" {
             return token_endpoint(r, &t);
         }
+        if let Some(gone) = sunset_version(r) {
+            return gone;
+        }
         match check_upload(r, t.load(Ordering::SeqCst)) {
             Err(reply) => reply,
             Ok(convs) => upload(r, &convs).unwrap_or_else(|| documented_answer(r, &convs)),
         }
     });
     Google { fake, tokens }
+}
+
+/// Google's answer to an upload to a version it sunset (v19 to v22 by now).
+fn sunset_version(r: &Recorded) -> Option<Reply> {
+    let version = ["v19", "v20", "v21", "v22"]
+        .into_iter()
+        .find(|v| r.path().starts_with(&format!("/{v}/")))?;
+    let message =
+        format!("Version {version} is deprecated. Requests to this version will be blocked.");
+    Some(Reply::status(
+        400,
+        error_body(
+            400,
+            "INVALID_ARGUMENT",
+            "Request contains an invalid argument.",
+            vec![json!({"errorCode": {"requestError": "UNSUPPORTED_VERSION"}, "message": message})],
+        ),
+    ))
 }
 
 fn google() -> Google {
@@ -97,7 +118,7 @@ fn google() -> Google {
 /// Google's error body (`google.rpc.Status` with `GoogleAdsFailure` details).
 fn error_body(http: u16, status: &str, message: &str, errors: Vec<Value>) -> Value {
     json!({"error": {"code": http, "message": message, "status": status, "details": [{
-        "@type": "type.googleapis.com/google.ads.googleads.v21.errors.GoogleAdsFailure",
+        "@type": "type.googleapis.com/google.ads.googleads.v26.errors.GoogleAdsFailure",
         "errors": errors, "requestId": "fake-request"}]}})
 }
 
@@ -369,7 +390,7 @@ fn partial_answer(convs: &[Value], errors: Vec<Value>, validate_only: bool) -> R
     if !errors.is_empty() {
         body["partialFailureError"] = json!({"code": 3,
             "message": "Multiple errors in 'details'.",
-            "details": [{"@type": "type.googleapis.com/google.ads.googleads.v21.errors.GoogleAdsFailure",
+            "details": [{"@type": "type.googleapis.com/google.ads.googleads.v26.errors.GoogleAdsFailure",
                          "errors": errors, "requestId": "fake-request"}]});
     }
     Reply::ok(body)
@@ -426,6 +447,7 @@ fn dest(g: &Google) -> Destination {
         settings,
         secrets,
         endpoint: Some(g.fake.url()),
+        api_version: None,
         events: [("purchase".to_string(), "purchase".to_string())].into(),
         consent: "ads".into(),
         enabled: true,
@@ -1001,6 +1023,35 @@ fn a_400_for_the_whole_request_is_rejected_for_the_sender_to_split() {
         send(&g, &d, &[purchase("g-1")], NOW),
         Err(Outage::Unauthorized(_))
     ));
+}
+
+/// Google's answer to a version it no longer serves (a 400 `INVALID_ARGUMENT` whose error is
+/// `requestError: UNSUPPORTED_VERSION`, "Version v22 is deprecated. Requests to this version will
+/// be blocked.") is "version gone" for the version the destination is on, not a refused batch.
+#[test]
+fn an_unsupported_version_answer_is_version_gone_for_the_destinations_version() {
+    let g = google();
+    let mut d = dest(&g);
+    d.api_version = Some("v22".into());
+    match send(&g, &d, &[purchase("g-1"), purchase("g-2")], NOW) {
+        Err(Outage::VersionGone { version, error }) => {
+            assert_eq!(version, "v22");
+            assert!(error.contains("UNSUPPORTED_VERSION"), "{error}");
+            assert_no_secret(&error);
+        }
+        other => panic!("expected VersionGone, got {other:?}"),
+    }
+    assert_eq!(
+        g.uploads().last().unwrap().path(),
+        "/v22/customers/1234567890:uploadClickConversions"
+    );
+    // Moved on, the same conversions go to the version's path and are taken.
+    d.api_version = None;
+    assert_eq!(
+        send(&g, &d, &[purchase("g-1")], NOW).unwrap(),
+        vec![Verdict::Delivered]
+    );
+    assert_eq!(g.uploads().last().unwrap().path(), UPLOAD_PATH);
 }
 
 #[test]

@@ -43,6 +43,7 @@ pub fn dest(kind: &str, endpoint: &str, settings: Value, secrets: Value) -> Dest
         settings: obj(settings),
         secrets: obj(secrets),
         endpoint: Some(endpoint.into()),
+        api_version: None,
         events: [("purchase".to_string(), "Purchase".to_string())]
             .into_iter()
             .collect(),
@@ -126,7 +127,7 @@ fn meta_problems(r: &Recorded) -> Vec<String> {
     if r.method != "POST" {
         p.push(format!("method {}", r.method));
     }
-    if r.path() != format!("/v21.0/{PIXEL}/events") {
+    if r.path() != format!("/v26.0/{PIXEL}/events") {
         p.push(format!("path {}", r.path()));
     }
     if r.url.contains('?') {
@@ -211,6 +212,11 @@ fn meta_problems(r: &Recorded) -> Vec<String> {
             }
         }
         let c = &e["custom_data"];
+        if e["event_name"] == json!("Purchase")
+            && (!c["value"].is_number() || c["currency"].as_str().is_none())
+        {
+            bad("a Purchase without value and currency");
+        }
         if let Some(v) = c.get("value") {
             if !v.is_number() || c["currency"].as_str().is_none_or(|s| s.len() != 3) {
                 bad("value without a number and a currency");
@@ -452,6 +458,72 @@ fn ip_and_user_agent_only_when_the_session_kept_them_and_then_the_source_is_not_
     );
 }
 
+/// Regression: a session that began without a pageview (a tab idle past 30 minutes, then an
+/// event) has a user agent and no landing URL; its conversion went as a website event without the
+/// `event_source_url` Meta requires of one.
+#[test]
+fn a_session_without_a_page_url_goes_as_other_not_as_a_website_event_without_its_url() {
+    let now = now_ms();
+    let mut f = purchase(1, now);
+    f.session.as_mut().unwrap().landing_url = None;
+    let (out, reqs) = send_one_batch(std::slice::from_ref(&f));
+    assert_eq!(out.unwrap(), vec![Verdict::Delivered]);
+    let e = only_event(&reqs);
+    assert_eq!(e["action_source"], json!("other"));
+    assert!(e.get("event_source_url").is_none());
+    assert_eq!(
+        e["user_data"]["client_user_agent"],
+        json!("Mozilla/5.0 (X11; Linux x86_64) Firefox/130.0"),
+        "the user agent still helps matching"
+    );
+}
+
+/// Regression: a purchase reported without a value went to Meta as `Purchase` with a currency and
+/// no value; Meta requires both of a Purchase. It is skipped with the fix named; another event
+/// name of the same conversion still goes.
+#[test]
+fn a_purchase_without_a_value_is_skipped_with_the_fix_named_and_never_sent_as_purchase() {
+    let now = now_ms();
+    let d = meta_dest("http://127.0.0.1:9");
+    let mut f = purchase(1, now);
+    f.value = None;
+    let (status, why) = platform("meta")
+        .check(&d, &ev(&f, "Purchase"), now)
+        .expect("skipped");
+    assert_eq!(status, "skipped");
+    assert!(why.contains("requires a value with a Purchase"), "{why}");
+    assert_eq!(platform("meta").check(&d, &ev(&f, "Lead"), now), None);
+    let (fake, problems) = fake_meta();
+    let out = platform("meta").send(&http(), &meta_dest(&fake.url()), &[ev(&f, "Lead")], now);
+    assert_eq!(out.unwrap(), vec![Verdict::Delivered]);
+    assert!(problems.lock().unwrap().is_empty());
+}
+
+/// Meta's answer to a version it no longer serves (#2635) stops the destination as "version gone",
+/// naming the version, rather than failing the events.
+#[test]
+fn a_deprecated_version_answer_is_version_gone_naming_the_version() {
+    let reply = meta_error(
+        400,
+        2635,
+        None,
+        "(#2635) You are calling a deprecated version of the Ads API. Please update to the latest version: v26.0.",
+    );
+    for n in [1, 3] {
+        match answer_with(reply.clone(), n) {
+            Err(Outage::VersionGone { version, error }) => {
+                assert_eq!(version, "v26.0");
+                assert!(
+                    error.contains("no longer serves API version v26.0"),
+                    "{error}"
+                );
+                no_token(&error);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
 #[test]
 fn without_ad_consent_no_personal_data_goes_and_an_event_with_nothing_to_match_is_skipped() {
     let now = now_ms();
@@ -651,7 +723,12 @@ fn the_test_event_needs_a_code_and_reports_what_meta_received() {
     let mut d = meta_dest(&fake.url());
     let now = now_ms();
     match convapi::forward::send_test(&d, "EUR", now) {
-        Err(Outage::Rejected(e)) => assert!(e.contains("--test-event-code"), "{e}"),
+        // Regression: the dashboard showed this beside its form, naming the command line's
+        // option; it names the form's field (the command line says its option itself).
+        Err(Outage::Rejected(e)) => {
+            assert!(e.contains("\"Test event code\" field"), "{e}");
+            assert!(!e.contains("--test-event-code"), "{e}");
+        }
         other => panic!("{other:?}"),
     }
     assert!(fake.requests().is_empty(), "nothing sent without a code");

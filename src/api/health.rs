@@ -42,6 +42,10 @@ pub fn metrics(app: &App, ctx: &Ctx) -> Result<Reply, ApiError> {
         .as_ref()
         .and_then(|c| store::conversions::outbox_counts(c).ok())
         .unwrap_or((-1, -1));
+    if let Some(Ok(dests)) = conn.as_ref().map(store::destinations::all) {
+        let rows = crate::forward::versions::metrics_rows(&dests, store::now_ms());
+        app.metrics.set_api_versions(rows);
+    }
     if let Some(Ok((db, wal))) = conn.as_ref().map(store::export::file_sizes) {
         app.metrics.set_db_sizes(db, wal);
     }

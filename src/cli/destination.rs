@@ -23,7 +23,7 @@ use serde_json::{json, Map, Value};
 use super::{count, open, print, site_by_id, CliError, CliResult};
 use crate::forward::kinds::parse_events;
 use crate::forward::platform::mask_secrets;
-use crate::forward::{self, kinds};
+use crate::forward::{self, kinds, versions};
 use crate::store::{
     self,
     db::AsConn,
@@ -72,6 +72,10 @@ pub(super) struct AddArgs {
     /// Send to this base URL instead of the platform's (a gateway, or a test server).
     #[arg(long, value_name = "URL")]
     endpoint: Option<String>,
+    /// The platform's API version to send to (Meta `v26.0`, Google Ads `v26`; default: the one
+    /// this convapi names for the kind, `destination list` shows it).
+    #[arg(long, value_name = "VERSION")]
+    api_version: Option<String>,
     /// Add it switched off: nothing is passed on until `destination update ID --enabled`.
     #[arg(long)]
     disabled: bool,
@@ -111,6 +115,11 @@ pub(super) struct UpdateArgs {
     /// Send to the platform itself again (forget the endpoint override).
     #[arg(long, conflicts_with = "endpoint")]
     no_endpoint: bool,
+    /// Move it to another API version of the platform (Meta `v26.0`, Google Ads `v26`), e.g.
+    /// ahead of a convapi release or when the one in use ends; an empty value goes back to the
+    /// version this convapi names. Deliveries waiting on a version the platform said is gone go.
+    #[arg(long, value_name = "VERSION")]
+    api_version: Option<String>,
     /// Switch it on: processed conversions are passed on from now on, and deliveries that waited
     /// while it was off go out.
     #[arg(long)]
@@ -317,6 +326,7 @@ pub(super) fn add(db: &Path, a: AddArgs) -> CliResult {
         settings: Map::new(),
         secrets: Map::new(),
         endpoint: a.endpoint.map(|e| e.trim().to_owned()),
+        api_version: None,
         events,
         consent: a.consent.unwrap_or_else(|| kind.consent.to_owned()),
         enabled: !a.disabled,
@@ -325,6 +335,9 @@ pub(super) fn add(db: &Path, a: AddArgs) -> CliResult {
         health: Health::default(),
     };
     apply_fields(&mut d, kind, &a.fields)?;
+    if let Some(v) = &a.api_version {
+        d.api_version = versions::check(kind.name, v, now)?;
+    }
     kinds::check(&d).map_err(refused)?;
     store::destinations::insert(&conn, &d)?;
     let out = destination_json(&d, [0; 5]);
@@ -378,6 +391,7 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
         && a.consent.is_none()
         && a.endpoint.is_none()
         && !a.no_endpoint
+        && a.api_version.is_none()
         && !a.enabled
         && !a.disabled;
     if nothing {
@@ -406,6 +420,9 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
             d.endpoint = None;
         } else if let Some(e) = &a.endpoint {
             d.endpoint = Some(e.trim().to_owned());
+        }
+        if let Some(v) = &a.api_version {
+            d.api_version = versions::check(&d.kind, v, store::now_ms())?;
         }
         if a.enabled {
             d.enabled = true;
@@ -476,6 +493,14 @@ pub(super) fn test(db: &Path, a: IdArgs) -> CliResult {
                 format!("the platform took the test event: {answer}")
             })
         }
+        Err(outage) if outage.to_string() == forward::meta::NO_TEST_EVENT_CODE => Err(format!(
+            "the test event to destination {} was not sent: Meta shows test events only with a \
+             test event code: copy the code from Events Manager (your dataset → Test events), \
+             set it with `convapi destination update {} --test-event-code CODE`, then send the \
+             test again",
+            d.id, d.id
+        )
+        .into()),
         Err(outage) => Err(format!(
             "the test event to destination {} failed: {}",
             d.id,
@@ -619,6 +644,7 @@ fn destination_json(d: &Destination, counts: [i64; 5]) -> Value {
         "settings": d.settings,
         "secrets": d.masked_secrets(),
         "endpoint": d.endpoint,
+        "apiVersion": versions::in_use(d),
         "events": d.events,
         "consent": d.consent,
         "enabled": d.enabled,
@@ -630,8 +656,23 @@ fn destination_json(d: &Destination, counts: [i64; 5]) -> Value {
             "lastError": d.health.last_error.as_deref().map(|e| mask_secrets(e, d)),
             "lastErrorAt": iso(d.health.last_error_at),
             "pausedUntil": iso(d.health.paused_until),
+            "apiVersion": version_json(d),
         },
         "deliveries": deliveries,
+    })
+}
+
+/// The standing of a destination's API version (`forward/versions.rs`): `ok`, `ending`,
+/// `expired`, `gone` or `unversioned`, its end when known, and the sentence that says what to do.
+fn version_json(d: &Destination) -> Value {
+    let now = store::now_ms();
+    let standing = versions::standing(d, now);
+    let ends = versions::in_use(d).and_then(|v| versions::ends(&d.kind, v));
+    json!({
+        "version": versions::in_use(d),
+        "standing": standing.name(),
+        "endsOn": ends.map(|e| e.to_string()),
+        "warning": versions::warning(d, now),
     })
 }
 
@@ -674,6 +715,19 @@ fn describe(d: &Destination, counts: [i64; 5]) -> String {
     lines.push(format!("  consent:    {}", d.consent));
     if let Some(e) = &d.endpoint {
         lines.push(format!("  endpoint:   {e}"));
+    }
+    if let Some(v) = versions::in_use(d) {
+        let ends = versions::ends(&d.kind, v)
+            .map_or_else(|| "no end announced".to_owned(), |e| format!("ends {e}"));
+        let own = if d.api_version.is_some() {
+            "set on the destination"
+        } else {
+            "convapi's default"
+        };
+        lines.push(format!("  api:        {v} ({own}; {ends})"));
+    }
+    if let Some(w) = versions::warning(d, store::now_ms()) {
+        lines.push(format!("  WARNING:    {w}"));
     }
     let h = &d.health;
     let mut health = match h.last_ok_at {

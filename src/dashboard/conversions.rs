@@ -513,7 +513,7 @@ pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
                 }
             }
         }
-        (super::destinations::deliveries_card(site, &deliveries, &destinations))
+        (super::destinations::deliveries_card(site, &o.status, &deliveries, &destinations))
         p { a href={ (base(site)) "/conversions" } { "All conversions" } }
     };
     Ok(layout::html(

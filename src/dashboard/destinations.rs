@@ -20,7 +20,7 @@ use super::layout::{self, SiteTab};
 use super::{Dashboard, PageError, PageResult, Viewer};
 use crate::forward::kinds::parse_events;
 use crate::forward::platform::{mask_secrets, REQUEST_TIMEOUT};
-use crate::forward::{self, kinds};
+use crate::forward::{self, kinds, versions};
 use crate::http::Ctx;
 use crate::store::{
     self,
@@ -112,8 +112,12 @@ fn health_markup(dest: &Destination, now: i64) -> Markup {
         @if h.failures > 0 {
             " " span.error-text { (h.failures) " failed " (if h.failures == 1 { "try" } else { "tries" }) " in a row." }
         }
-        @if let Some(t) = h.paused_until.filter(|t| *t > now) {
+        @if let Some(t) = h.paused_until.filter(|t| *t > now && versions::sendable(dest)) {
             " " span.waiting { "Paused until " (layout::date(t)) " (the platform failed; deliveries wait)." }
+        }
+        @if let Some(w) = versions::warning(dest, now) {
+            br;
+            span.error-text.api-version { (layout::with_code(&w)) }
         }
         @if let Some(e) = &h.last_error {
             br;
@@ -385,6 +389,7 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
         settings: Map::new(),
         secrets: Map::new(),
         endpoint: None,
+        api_version: None,
         events: BTreeMap::new(),
         consent: String::new(),
         enabled: true,
@@ -486,7 +491,8 @@ fn edit_page(
         }
         section.card #destination-health {
             h2 { "Health" }
-            p { (kinds::kind(&dest.kind).map_or("", |k| k.label)) @if !dest.enabled { " — " span.badge.disabled { "disabled" } } }
+            p { (kinds::kind(&dest.kind).map_or("", |k| k.label)) @if !dest.enabled { " — " span.badge.disabled { "disabled" } }
+                @if let Some(version) = versions::in_use(dest) { " — API " span #api-version { (version) } } }
             p.health { (health_markup(dest, store::now_ms())) }
             p #delivery-counts { "Deliveries: " (counts_markup(&counts)) }
             div.actions {
@@ -694,8 +700,18 @@ pub fn retry(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) ->
 
 /// The order page's card: each delivery of the conversion (destination, status, tries, last
 /// error, delivered at).
+/// The tries of a delivery that failed: a delivered one's count includes the try that succeeded.
+fn failed_tries(x: &store::deliveries::View) -> i64 {
+    if x.status == "delivered" {
+        (x.attempts - 1).max(0)
+    } else {
+        x.attempts
+    }
+}
+
 pub fn deliveries_card(
     site: &Site,
+    status: &str,
     views: &[store::deliveries::View],
     destinations: &[Destination],
 ) -> Markup {
@@ -712,7 +728,11 @@ pub fn deliveries_card(
         div.card #deliveries {
             h2 { "Deliveries" }
             @if views.is_empty() {
-                @if has_destinations {
+                @if has_destinations && status == "fx_pending" {
+                    p.empty #no-deliveries { "Not passed on yet: it waits for the exchange rate of its day, and goes to the destinations by itself once the rates arrive." }
+                } @else if has_destinations && status == "queued" {
+                    p.empty #no-deliveries { "Not passed on yet: it goes to the destinations by itself once processed, within seconds." }
+                } @else if has_destinations {
                     p.empty #no-deliveries { "Not passed on to any destination: none receives this conversion's type, or it was processed before they were added ("
                         code { "convapi destination replay" } " sends past ones)." }
                 } @else {
@@ -721,7 +741,7 @@ pub fn deliveries_card(
             } @else {
                 div.table-wrap {
                     table #delivery-list {
-                        thead { tr { th { "Destination" } th { "Status" } th.num { "Failed tries" } th { "Last error" } th { "Delivered" } } }
+                        thead { tr { th { "Destination" } th { "Status" } th.num title="Tries that failed; a delivered one's successful try is not counted." { "Failed tries" } th { "Last error" } th { "Delivered" } } }
                         tbody {
                             @for x in views {
                                 tr.delivery {
@@ -732,7 +752,7 @@ pub fn deliveries_card(
                                             @if let Some(t) = x.next_attempt_at { " " span.hint { "next try " (layout::date(t)) } }
                                         }
                                     }
-                                    td.num { (x.attempts) }
+                                    td.num.failed-tries { (failed_tries(x)) }
                                     td.error-text { (error(x)) }
                                     td.nowrap { (x.delivered_at.map(layout::date).unwrap_or_else(|| "—".into())) }
                                 }

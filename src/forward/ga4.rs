@@ -175,7 +175,10 @@ fn retry(o: Outage) -> Verdict {
             error,
             after_ms: retry_after_ms,
         },
-        Outage::Transient(e) | Outage::Unauthorized(e) | Outage::Rejected(e) => Verdict::Retry {
+        Outage::Transient(e)
+        | Outage::Unauthorized(e)
+        | Outage::Rejected(e)
+        | Outage::VersionGone { error: e, .. } => Verdict::Retry {
             error: e,
             after_ms: None,
         },

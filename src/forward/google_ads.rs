@@ -29,8 +29,9 @@ use super::platform::{
 /// The Google Ads platform.
 pub struct GoogleAds;
 
-/// The API version of the upload path.
-pub const API_VERSION: &str = "v21";
+/// The request error of a call to an API version Google no longer serves ("Version vNN is
+/// deprecated. Requests to this version will be blocked.").
+pub const VERSION_GONE_CODE: &str = "UNSUPPORTED_VERSION";
 /// The API's base URL when the destination names no endpoint.
 pub const DEFAULT_BASE: &str = "https://googleads.googleapis.com";
 /// Google's OAuth 2.0 token endpoint; with an endpoint override, `{endpoint}/token`.
@@ -163,6 +164,8 @@ struct Config<'a> {
     /// Without a trailing `/`.
     base: String,
     token_url: String,
+    /// The API version of the upload path (`versions.rs`).
+    version: String,
 }
 
 fn text<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
@@ -226,13 +229,16 @@ impl<'a> Config<'a> {
                 .as_ref()
                 .map_or_else(|| DEFAULT_TOKEN_URL.to_string(), |e| format!("{e}/token")),
             base: endpoint.unwrap_or_else(|| DEFAULT_BASE.to_string()),
+            version: super::versions::in_use(dest)
+                .unwrap_or_default()
+                .to_string(),
         })
     }
 
     fn upload_url(&self) -> String {
         format!(
-            "{}/{API_VERSION}/customers/{}:uploadClickConversions",
-            self.base, self.customer_id
+            "{}/{}/customers/{}:uploadClickConversions",
+            self.base, self.version, self.customer_id
         )
     }
 
@@ -629,6 +635,12 @@ fn outage(cfg: &Config<'_>, answer: &Answer, token: &str) -> Option<Outage> {
         text.push_str(&format!(" ({})", listed.join("; ")));
     }
     let s = answer.status;
+    if errors.iter().any(|e| e.code == VERSION_GONE_CODE) {
+        return Some(Outage::VersionGone {
+            version: cfg.version.clone(),
+            error: super::versions::version_gone_message(GOOGLE_ADS.label, &cfg.version, &text),
+        });
+    }
     Some(if s == 429 || status == "RESOURCE_EXHAUSTED" {
         Outage::Throttled {
             error: text,

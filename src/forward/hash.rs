@@ -44,6 +44,8 @@ pub fn google_email(normalised: &str) -> String {
 /// The phone's digits with its country code (a leading `+` or `00` is taken off, the rest of
 /// the punctuation ignored), or why it is not a phone number. A number must carry its country
 /// code: one written as dialled at home (a leading single `0`) is refused rather than guessed.
+/// The trunk prefix an international number may show as `(0)` (`+33 (0)6 …`, `+44 (0)20 …`) is
+/// dialled only at home, so it is dropped: E.164 has no such digit.
 pub fn normalise_phone(raw: &str) -> Result<String, &'static str> {
     let t = raw.trim();
     if t.chars()
@@ -51,7 +53,13 @@ pub fn normalise_phone(raw: &str) -> Result<String, &'static str> {
     {
         return Err("must be a phone number with its country code, such as +33 6 12 34 56 78");
     }
-    let mut digits: String = t.chars().filter(char::is_ascii_digit).collect();
+    let international = t.starts_with('+') || t.starts_with("00");
+    let without_trunk = if international {
+        t.replace("(0)", "")
+    } else {
+        t.to_string()
+    };
+    let mut digits: String = without_trunk.chars().filter(char::is_ascii_digit).collect();
     if t.starts_with("00") {
         digits.drain(..2);
     } else if !t.starts_with('+') && digits.starts_with('0') {
@@ -119,6 +127,24 @@ mod tests {
             "33612345678"
         );
         assert!(normalise_phone("06 12 34 56 78").is_err());
+        // The trunk prefix written as (0) is not part of the E.164 number.
+        assert_eq!(
+            normalise_phone("+33 (0)6 12 34 56 78").unwrap(),
+            "33612345678"
+        );
+        assert_eq!(
+            normalise_phone("0044 (0)20 7946 0958").unwrap(),
+            "442079460958"
+        );
+        let h = user_hashes(
+            None,
+            Some(&normalise_phone("+33 (0)6 12 34 56 78").unwrap()),
+        )
+        .unwrap();
+        assert_eq!(
+            user_hash(Some(&h), "ph_g").unwrap(),
+            sha256_hex("+33612345678")
+        );
         assert!(normalise_phone("call me").is_err());
         assert!(normalise_phone("+1 23").is_err());
         let h = user_hashes(None, Some("16505551212")).unwrap();

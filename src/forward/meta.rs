@@ -1,5 +1,5 @@
-//! Meta's Conversions API (docs/decisions.md §13): one `POST {base}/v21.0/{pixel_id}/events` per
-//! batch of at most 1,000 events, the access token in the JSON body (never in a URL, which a proxy
+//! Meta's Conversions API (docs/decisions.md §13): one `POST {base}/{version}/{pixel_id}/events`
+//! per batch of at most 1,000 events (the version the destination is on, `versions.rs`), the access token in the JSON body (never in a URL, which a proxy
 //! or a log could keep), each conversion mapped as Meta's parameter reference says, and Meta's
 //! answers sorted into the sender's classes by their documented error codes.
 
@@ -20,10 +20,16 @@ pub struct Meta;
 
 /// The Graph API's host, replaced by a destination's `endpoint`.
 pub const DEFAULT_BASE: &str = "https://graph.facebook.com";
-/// The Graph API version the events go to.
-pub const API_VERSION: &str = "v21.0";
+/// Meta's error code of a call to an API version it no longer serves ("You are calling a
+/// deprecated version of the Ads API").
+pub const VERSION_GONE_CODE: i64 = 2635;
 /// Oldest click an `fbc` is built from: Meta's click id, like the pixel's `_fbc` cookie, lives 90 days.
 pub const FBC_MAX_AGE_MS: i64 = 90 * 86_400_000;
+/// Why a test event was not sent, as the dashboard shows it beside the destination's form (the
+/// command line names its option instead).
+pub const NO_TEST_EVENT_CODE: &str = "Meta shows test events only with a test event code: copy \
+    the code from Events Manager (your dataset → Test events) into this destination's \"Test event \
+    code\" field, save, then send the test again";
 /// Most characters of a platform's message kept in an error.
 const MAX_ERROR_CHARS: usize = 500;
 
@@ -46,6 +52,15 @@ impl Platform for Meta {
                     "the conversion is {} old; Meta takes events up to 7 days old",
                     age(now_ms - f.occurred_at)
                 ),
+            ));
+        }
+        if event.name == "Purchase" && f.value.as_deref().and_then(decimal).is_none() {
+            return Some((
+                "skipped",
+                "Meta requires a value with a Purchase, and the conversion has none: report \
+                 purchases with their value, or map this conversion type to another of Meta's \
+                 events on the destination"
+                    .into(),
             ));
         }
         if user_data(f, now_ms).is_empty() {
@@ -86,12 +101,7 @@ impl Platform for Meta {
         now_ms: i64,
     ) -> Result<String, Outage> {
         let Some(code) = dest.setting("test_event_code") else {
-            return Err(Outage::Rejected(
-                "Meta shows test events only with a test event code: copy the code from Events \
-                 Manager (your dataset → Test events) and set it on the destination with \
-                 --test-event-code, then send the test again"
-                    .into(),
-            ));
+            return Err(Outage::Rejected(NO_TEST_EVENT_CODE.into()));
         };
         let answer = post(http, dest, std::slice::from_ref(event), Some(code), now_ms)?;
         match classify(dest, &answer, 1) {
@@ -143,8 +153,9 @@ fn post(
             "the destination has no pixel id or access token".into(),
         ));
     };
+    let version = super::versions::in_use(dest).unwrap_or_default();
     let url = format!(
-        "{}/{API_VERSION}/{}/events",
+        "{}/{version}/{}/events",
         base(dest, DEFAULT_BASE),
         percent_encoding::utf8_percent_encode(pixel, percent_encoding::NON_ALPHANUMERIC)
     );
@@ -180,12 +191,19 @@ pub fn event_json(e: &Event<'_>, now_ms: i64) -> Value {
         json!(f.occurred_at.min(now_ms).div_euclid(1_000)),
     );
     m.insert("event_id".into(), json!(dedup_key(f)));
-    let website = user.contains_key("client_user_agent");
+    let url = f
+        .session
+        .as_ref()
+        .and_then(|s| s.landing_url.as_deref())
+        .filter(|u| !u.is_empty());
+    // Meta requires both the user agent and the page's URL of a website event; a session that
+    // began without a pageview has no URL, and its conversion goes as `other`.
+    let website = user.contains_key("client_user_agent") && url.is_some();
     m.insert(
         "action_source".into(),
         json!(if website { "website" } else { "other" }),
     );
-    if let Some(url) = f.session.as_ref().and_then(|s| s.landing_url.as_deref()) {
+    if let Some(url) = url {
         m.insert("event_source_url".into(), json!(url));
     }
     m.insert("user_data".into(), Value::Object(user));
@@ -326,6 +344,15 @@ fn classify(dest: &Destination, a: &Answer, n: usize) -> Result<(), Refusal> {
     };
     if a.status == 429 {
         return Err(throttled());
+    }
+    if code == Some(VERSION_GONE_CODE) {
+        let version = super::versions::in_use(dest)
+            .unwrap_or_default()
+            .to_string();
+        return Err(Refusal::Outage(Outage::VersionGone {
+            error: super::versions::version_gone_message(META.label, &version, &text),
+            version,
+        }));
     }
     match (code, subcode) {
         _ if transient => Err(Refusal::Outage(Outage::Transient(text))),

@@ -8,6 +8,7 @@ pub mod kinds;
 pub mod meta;
 pub mod platform;
 pub mod sender;
+pub mod versions;
 
 use platform::{Event, Http, Outage, Platform, REQUEST_TIMEOUT};
 

@@ -52,13 +52,19 @@ pub enum Outage {
     /// The request as a whole was refused as invalid, without saying which event: the sender
     /// sends the events of the batch one by one, so one bad event sinks only itself.
     Rejected(String),
+    /// The platform no longer serves the API version the request went to (Meta's #2635, Google
+    /// Ads' `UNSUPPORTED_VERSION`): the destination stops until it is moved to another version
+    /// (`forward/versions.rs`); its deliveries wait, their tries not counted.
+    VersionGone { version: String, error: String },
 }
 
 impl std::fmt::Display for Outage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Outage::Transient(e) | Outage::Unauthorized(e) | Outage::Rejected(e) => f.write_str(e),
-            Outage::Throttled { error, .. } => f.write_str(error),
+            Outage::Throttled { error, .. } | Outage::VersionGone { error, .. } => {
+                f.write_str(error)
+            }
         }
     }
 }

@@ -52,6 +52,9 @@ pub const CIRCUIT_BASE_MS: i64 = 30_000;
 pub const CIRCUIT_CAP_MS: i64 = 600_000;
 /// How long a destination whose credentials were refused waits before it is tried again.
 pub const UNAUTHORIZED_PAUSE_MS: i64 = 900_000;
+/// How long a destination whose API version the platform answered is gone waits before the sender
+/// looks at it again (it sends only once the destination is on another version).
+pub const VERSION_GONE_PAUSE_MS: i64 = 3_600_000;
 /// How long a throttled destination waits when the platform named no time.
 pub const THROTTLED_PAUSE_MS: i64 = 60_000;
 /// The longest a sender thread sleeps without looking for due deliveries.
@@ -218,6 +221,23 @@ fn send_batch(
     if !dest.enabled || dest.health.paused_until.is_some_and(|until| until > now_ms) {
         return Ok(());
     }
+    if !super::versions::sendable(&dest) {
+        // Still on the version the platform said is gone: nothing is sent, the deliveries wait.
+        let (dest_id, version) = (dest.id.clone(), dest.health.version_gone.clone());
+        let error = dest.health.last_error.clone().unwrap_or_default();
+        return writer
+            .submit(move |c| {
+                destinations::record_version_gone(
+                    c,
+                    &dest_id,
+                    version.as_deref().unwrap_or_default(),
+                    &error,
+                    now_ms + VERSION_GONE_PAUSE_MS,
+                    now_ms,
+                )
+            })
+            .map_err(write_error);
+    }
     let Some(platform) = super::platform(&dest.kind) else {
         log::error!(
             "forward: destination {id} is of kind '{}', which this binary does not know",
@@ -291,6 +311,12 @@ fn send_batch(
                     reason,
                 },
                 Ok(Verdict::Retry { error, after_ms }) => again(d, error, after_ms, true, now_ms),
+                Err(o @ Outage::VersionGone { .. }) => {
+                    // Not the event's fault: it waits as it is, due, until the destination is
+                    // moved to another version; nothing of it is written.
+                    outage.get_or_insert(o);
+                    continue;
+                }
                 Err(o) => {
                     let f = match &o {
                         Outage::Transient(e) => again(d, e.clone(), None, true, now_ms),
@@ -313,6 +339,7 @@ fn send_batch(
                             attempts: d.attempts + 1,
                             reason: e.clone(),
                         },
+                        Outage::VersionGone { .. } => unreachable!("handled above"),
                     };
                     if !matches!(o, Outage::Rejected(_)) {
                         outage.get_or_insert(o);
@@ -328,6 +355,7 @@ fn send_batch(
             Some(now_ms + retry_after_ms.unwrap_or(THROTTLED_PAUSE_MS))
         }
         Outage::Unauthorized(_) => Some(now_ms + UNAUTHORIZED_PAUSE_MS),
+        Outage::VersionGone { .. } => Some(now_ms + VERSION_GONE_PAUSE_MS),
         _ => pause_ms(dest.health.failures + 1).map(|p| now_ms + p),
     });
     if let Some(o) = &outage {
@@ -353,6 +381,10 @@ fn send_batch(
     let writes: Vec<(i64, Fate)> = fates.into_iter().map(|(d, f)| (d.id, f)).collect();
     let dest_id = dest.id.clone();
     let error = outage.as_ref().map(|o| o.to_string());
+    let gone = match &outage {
+        Some(Outage::VersionGone { version, .. }) => Some(version.clone()),
+        _ => None,
+    };
     let answered = !ready.is_empty() && outage.is_none();
     writer
         .submit(move |c| {
@@ -377,20 +409,16 @@ fn send_batch(
                     }
                 }
             }
-            if let Some(e) = &error {
+            if let (Some(e), Some(v), Some(until)) = (&error, &gone, paused_until) {
+                destinations::record_version_gone(c, &dest_id, v, e, until, now_ms)?;
+            } else if let Some(e) = &error {
                 destinations::record_failure(c, &dest_id, e, paused_until, now_ms)?;
             } else if answered {
                 destinations::record_ok(c, &dest_id, now_ms)?;
             }
             Ok(())
         })
-        .map_err(|e| match e {
-            WriteError::Unavailable(m) => {
-                log::debug!("forward: writer unavailable: {m}");
-                StoreError::Busy
-            }
-            WriteError::Failed(e) => e,
-        })?;
+        .map_err(write_error)?;
     // Counted once committed.
     if outage.is_some() {
         metrics.add_deliveries(&dest.id, &dest.kind, "outage", 1);
@@ -406,6 +434,16 @@ fn send_batch(
         }
     }
     Ok(())
+}
+
+fn write_error(e: WriteError) -> StoreError {
+    match e {
+        WriteError::Unavailable(m) => {
+            log::debug!("forward: writer unavailable: {m}");
+            StoreError::Busy
+        }
+        WriteError::Failed(e) => e,
+    }
 }
 
 fn consent_reason(rule: &str) -> String {
@@ -505,6 +543,12 @@ impl Sender {
     ) -> store::Result<Sender> {
         let shared = Arc::new(Shared::default());
         let http = Http::new(opts.timeout);
+        // Versions that end soon, ended or were answered gone, said once at start.
+        let mut first = Lasting::open(location, settings)?;
+        if let Ok(dests) = first.get().and_then(destinations::all) {
+            super::versions::log_warnings(&dests, store::now_ms());
+        }
+        drop(first);
         let mut threads = Vec::with_capacity(opts.threads);
         for i in 0..opts.threads {
             let conn = Lasting::open(location, settings)?;
@@ -639,6 +683,7 @@ mod tests {
             settings: Default::default(),
             secrets: Default::default(),
             endpoint: None,
+            api_version: None,
             events: Default::default(),
             consent: "none".into(),
             enabled: true,

@@ -31,6 +31,9 @@ pub struct Destination {
     pub secrets: Map<String, Value>,
     /// Replaces the platform's base URL (a gateway, or a test server).
     pub endpoint: Option<String>,
+    /// The platform API version its requests go to (`None`: its kind's default,
+    /// `forward/versions.rs`).
+    pub api_version: Option<String>,
     /// Conversion type → the platform's event name; types not listed are not sent.
     pub events: BTreeMap<String, String>,
     /// One of [`CONSENT_RULES`].
@@ -51,6 +54,9 @@ pub struct Health {
     pub last_ok_at: Option<i64>,
     pub last_error: Option<String>,
     pub last_error_at: Option<i64>,
+    /// The API version the platform answered is gone: nothing is sent while the destination is on
+    /// it (docs/decisions.md §13, "API versions").
+    pub version_gone: Option<String>,
 }
 
 impl fmt::Debug for Destination {
@@ -63,6 +69,7 @@ impl fmt::Debug for Destination {
             .field("settings", &self.settings)
             .field("secrets", &self.masked_secrets())
             .field("endpoint", &self.endpoint)
+            .field("api_version", &self.api_version)
             .field("events", &self.events)
             .field("consent", &self.consent)
             .field("enabled", &self.enabled)
@@ -111,7 +118,8 @@ pub fn mask(v: &str) -> String {
 }
 
 const COLUMNS: &str = "id, site_id, kind, name, settings, secrets, endpoint, events, consent, \
-    enabled, created_at, updated_at, failures, paused_until, last_ok_at, last_error, last_error_at";
+    enabled, created_at, updated_at, failures, paused_until, last_ok_at, last_error, last_error_at, \
+    api_version, version_gone";
 
 fn json_object(text: &str, what: &str) -> Result<Map<String, Value>> {
     match serde_json::from_str(text) {
@@ -135,6 +143,7 @@ fn from_row(r: &Row) -> Result<Destination> {
         settings: json_object(&r.get::<String>(4)?, "settings")?,
         secrets: json_object(&r.get::<String>(5)?, "secrets")?,
         endpoint: r.get(6)?,
+        api_version: r.get(17)?,
         events,
         consent: r.get(8)?,
         enabled: r.get(9)?,
@@ -146,6 +155,7 @@ fn from_row(r: &Row) -> Result<Destination> {
             last_ok_at: r.get(14)?,
             last_error: r.get(15)?,
             last_error_at: r.get(16)?,
+            version_gone: r.get(18)?,
         },
     })
 }
@@ -158,8 +168,8 @@ fn events_json(d: &Destination) -> String {
 pub fn insert(conn: &impl AsConn, d: &Destination) -> Result<()> {
     conn.conn().execute(
         "INSERT INTO destinations (id, site_id, kind, name, settings, secrets, endpoint, events,
-             consent, enabled, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+             consent, enabled, created_at, updated_at, api_version)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         args![
             &d.id,
             &d.site_id,
@@ -172,17 +182,25 @@ pub fn insert(conn: &impl AsConn, d: &Destination) -> Result<()> {
             &d.consent,
             d.enabled,
             d.created_at,
-            d.updated_at
+            d.updated_at,
+            &d.api_version
         ],
     )?;
     Ok(())
 }
 
-/// Writes everything of `d` but its id, site, kind, creation time and health; `false` when it is gone.
+/// Writes everything of `d` but its id, site, kind, creation time and health; `false` when it is
+/// gone. A new API version ends the platform's "version gone" pause: its deliveries go again.
 pub fn update(conn: &impl AsConn, d: &Destination) -> Result<bool> {
     Ok(conn.conn().execute(
         "UPDATE destinations SET name = ?2, settings = ?3, secrets = ?4, endpoint = ?5, events = ?6,
-             consent = ?7, enabled = ?8, updated_at = ?9
+             consent = ?7, enabled = ?8, updated_at = ?9,
+             paused_until = CASE WHEN version_gone IS NOT NULL
+                                  AND COALESCE(api_version, '') <> COALESCE(?10, '')
+                             THEN NULL ELSE paused_until END,
+             version_gone = CASE WHEN COALESCE(api_version, '') <> COALESCE(?10, '')
+                             THEN NULL ELSE version_gone END,
+             api_version = ?10
          WHERE id = ?1",
         args![
             &d.id,
@@ -193,7 +211,8 @@ pub fn update(conn: &impl AsConn, d: &Destination) -> Result<bool> {
             events_json(d).as_str(),
             &d.consent,
             d.enabled,
-            d.updated_at
+            d.updated_at,
+            &d.api_version
         ],
     )? == 1)
 }
@@ -215,6 +234,15 @@ pub fn for_site(conn: &impl AsConn, site_id: &str) -> Result<Vec<Destination>> {
     )
 }
 
+/// Every destination of every site (`/metrics`, the start-up log: a few per site).
+pub fn all(conn: &impl AsConn) -> Result<Vec<Destination>> {
+    conn.conn().query_all(
+        &format!("SELECT {COLUMNS} FROM destinations ORDER BY created_at, id"),
+        args![],
+        from_row,
+    )
+}
+
 /// Deletes a destination with its credentials and its deliveries; `false` when there was none.
 pub fn remove(conn: &impl AsConn, id: &str) -> Result<bool> {
     let conn = conn.conn();
@@ -228,7 +256,9 @@ pub fn remove(conn: &impl AsConn, id: &str) -> Result<bool> {
 /// Records a send the platform answered (whatever it said of each event): the circuit closes.
 pub fn record_ok(conn: &impl AsConn, id: &str, now_ms: i64) -> Result<()> {
     conn.conn().execute(
-        "UPDATE destinations SET failures = 0, paused_until = NULL, last_ok_at = ?2 WHERE id = ?1",
+        "UPDATE destinations SET failures = 0, paused_until = NULL, last_ok_at = ?2,
+             version_gone = NULL
+         WHERE id = ?1",
         args![id, now_ms],
     )?;
     Ok(())
@@ -248,6 +278,25 @@ pub fn record_failure(
              last_error_at = ?4
          WHERE id = ?1",
         args![id, error, paused_until, now_ms],
+    )?;
+    Ok(())
+}
+
+/// Records the platform's answer that the API version `version` is gone: the destination stops
+/// (`version_gone`) until it is moved to another version; the sender looks again at `paused_until`.
+pub fn record_version_gone(
+    conn: &impl AsConn,
+    id: &str,
+    version: &str,
+    error: &str,
+    paused_until: i64,
+    now_ms: i64,
+) -> Result<()> {
+    conn.conn().execute(
+        "UPDATE destinations SET version_gone = ?2, paused_until = ?3, last_error = ?4,
+             last_error_at = ?5
+         WHERE id = ?1",
+        args![id, version, paused_until, error, now_ms],
     )?;
     Ok(())
 }

@@ -85,6 +85,10 @@ const MIGRATIONS: &[Migration] = &[
         "0008_forwarding.sql",
         include_str!("migrations/sqlite/0008_forwarding.sql"),
     ),
+    Migration::sql(
+        "0009_destination_api_version.sql",
+        include_str!("migrations/sqlite/0009_destination_api_version.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.
@@ -220,6 +224,10 @@ mod tests {
         (
             "0008_forwarding.sql",
             "48f959cd06a21ad1926caa7ede5fc99abc8d9da70d07bde34f511f9371d03387",
+        ),
+        (
+            "0009_destination_api_version.sql",
+            "c524829ce361214af1198f634db7ba5c7d90084d28dfb8653bfbef1e1b3e842a",
         ),
     ];
 

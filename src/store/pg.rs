@@ -38,6 +38,11 @@ const MIGRATIONS: &[Migration] = &[
         file: "0008_forwarding.sql",
         sql: include_str!("migrations/postgres/0008_forwarding.sql"),
     },
+    Migration {
+        version: 9,
+        file: "0009_destination_api_version.sql",
+        sql: include_str!("migrations/postgres/0009_destination_api_version.sql"),
+    },
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.
