@@ -187,3 +187,7 @@ mod forward_meta;
 // failure rows, each error class, batch size, `validateOnly`, secrets kept out of errors. Here:
 // what convapi sends to Google Ads and how it reads the answer.
 mod forward_ads;
+// The platforms' API versions through a running server: a version that ended shown by `destination
+// list`, `/metrics`, the dashboard and the log at start; a platform's "version gone" answer stops
+// the destination with its deliveries' tries untouched, and `--api-version` sends what waited.
+mod forward_versions;
