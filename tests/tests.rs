@@ -191,3 +191,6 @@ mod forward_ads;
 // list`, `/metrics`, the dashboard and the log at start; a platform's "version gone" answer stops
 // the destination with its deliveries' tries untouched, and `--api-version` sends what waited.
 mod forward_versions;
+// What convapi sends to Meta and Google Ads checked by the platforms' own client libraries
+// (`scripts/check-platform-sdks.py`: facebook-business, google-ads), a conversion per mapping rule.
+mod forward_sdk;

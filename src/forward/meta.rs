@@ -212,7 +212,8 @@ pub fn event_json(e: &Event<'_>, now_ms: i64) -> Value {
         custom.insert("value".into(), Value::Number(v));
     }
     if !f.currency.is_empty() {
-        custom.insert("currency".into(), json!(f.currency));
+        // Lower-case, as Meta's own SDK normalises it (`CustomData.normalize`).
+        custom.insert("currency".into(), json!(f.currency.to_ascii_lowercase()));
     }
     if let Some(order) = f.order_id.as_deref().filter(|o| !o.is_empty()) {
         custom.insert("order_id".into(), json!(order));

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Checks convapi's outgoing bodies against the platforms' own client libraries.
+
+tests/forward_sdk.rs sends a conversion for every mapping rule to fake platforms and writes each
+request it caught to a directory, one JSON file per request:
+
+    {"platform": "meta" | "google_ads", "case": "...", "path": "/v26.0/…/events",
+     "body": {...}, "people": [{"email": raw or null, "phone": raw or null,
+                                "phone_e164": the number in E.164, written by hand, or null}, …]}
+
+(`people[i]` is what the backend sent of event i's person.) This script, run by that test, checks:
+
+- Meta: the path's version is the one the `facebook-business` SDK targets; every event rebuilt
+  from our JSON as the SDK's `serverside.Event` (UserData, CustomData, ActionSource) normalises to
+  exactly what convapi sent; each `em`/`ph` digest is the SDK's `Normalize` of the raw e-mail and
+  of the E.164 number (the SDK keeps a trunk `0` written as `(0)`, which is no digit of the
+  number); and Meta's documented rules the SDK leaves to the server: a website event carries
+  `client_user_agent` and `event_source_url`, a Purchase its value and currency.
+- Google Ads: the path's version is one the `google-ads` library ships, and the body parses
+  strictly (no unknown field) as that version's `UploadClickConversionsRequest`;
+  `conversionDateTime` has the documented `yyyy-mm-dd hh:mm:ss+|-hh:mm` form; `hashedEmail` and
+  `hashedPhoneNumber` are SHA-256 of Google's normalisation (trimmed, lower-case, a gmail.com or
+  googlemail.com local part without dots; the phone in E.164).
+
+Exit 0 when every file passes, 1 listing each problem, 2 when the libraries are missing.
+Usage: check-platform-sdks.py DIR
+"""
+
+import hashlib
+import importlib
+import json
+import re
+import sys
+from pathlib import Path
+
+INSTALL = (
+    "install the platforms' client libraries: "
+    "python3 -m pip install 'facebook-business==26.0.3' 'google-ads==34.0.0' "
+    "(scripts/install-test-deps.sh does)"
+)
+
+try:
+    from facebook_business import apiconfig
+    from facebook_business.adobjects.serverside.action_source import ActionSource
+    from facebook_business.adobjects.serverside.custom_data import CustomData
+    from facebook_business.adobjects.serverside.event import Event
+    from facebook_business.adobjects.serverside.normalize import Normalize
+    from facebook_business.adobjects.serverside.user_data import UserData
+    from google.ads.googleads import client as ads_client
+    from google.protobuf import json_format
+except ImportError as e:
+    print(f"check-platform-sdks: {e}: {INSTALL}", file=sys.stderr)
+    sys.exit(2)
+
+E164 = re.compile(r"^\+[1-9][0-9]{1,14}$")
+ADS_DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}[+-]\d{2}:\d{2}$")
+
+
+def sha256(s):
+    return hashlib.sha256(s.encode("utf-8")).hexdigest()
+
+
+def sorted_lists(v):
+    """The SDK dedups lists through a set: compare them in order."""
+    if isinstance(v, dict):
+        return {k: sorted_lists(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return sorted(sorted_lists(x) for x in v)
+    return v
+
+
+def check_meta(f, problems):
+    version = apiconfig.ads_api_config["API_VERSION"]
+    if not f["path"].startswith(f"/{version}/"):
+        problems.append(f"path {f['path']} is not the SDK's version {version}")
+    data = f["body"].get("data") or []
+    if not data:
+        problems.append("no data")
+    for i, (e, person) in enumerate(zip(data, f["people"])):
+        where = f"data[{i}]"
+        u = e.get("user_data", {})
+        c = e.get("custom_data", {})
+        user = UserData(
+            emails=u.get("em"),
+            phones=u.get("ph"),
+            external_ids=u.get("external_id"),
+            client_ip_address=u.get("client_ip_address"),
+            client_user_agent=u.get("client_user_agent"),
+            fbc=u.get("fbc"),
+            fbp=u.get("fbp"),
+        )
+        custom = CustomData(
+            value=c.get("value"), currency=c.get("currency"), order_id=c.get("order_id")
+        )
+        try:
+            event = Event(
+                event_name=e.get("event_name"),
+                event_time=e.get("event_time"),
+                event_id=e.get("event_id"),
+                event_source_url=e.get("event_source_url"),
+                action_source=ActionSource(e.get("action_source")),
+                user_data=user,
+                custom_data=custom,
+            )
+            rebuilt = event.normalize()
+        except (TypeError, ValueError) as err:
+            problems.append(f"{where}: Meta's SDK refuses it: {err}")
+            continue
+        if sorted_lists(rebuilt) != sorted_lists(e):
+            problems.append(
+                f"{where}: Meta's SDK normalises it to {json.dumps(rebuilt, sort_keys=True)}, "
+                f"convapi sent {json.dumps(e, sort_keys=True)}"
+            )
+        if person.get("email"):
+            want = Normalize.normalize_field("em", person["email"])
+            if u.get("em") != [want]:
+                problems.append(f"{where}: em {u.get('em')} is not the SDK's {want}")
+        if person.get("phone"):
+            want = Normalize.normalize_field("ph", person["phone_e164"])
+            if u.get("ph") != [want]:
+                problems.append(
+                    f"{where}: ph {u.get('ph')} is not the SDK's {want} of {person['phone_e164']}"
+                )
+        if e.get("action_source") == "website" and not (
+            u.get("client_user_agent") and e.get("event_source_url")
+        ):
+            problems.append(f"{where}: a website event needs client_user_agent and event_source_url")
+        if e.get("event_name") == "Purchase" and (
+            c.get("value") is None or not c.get("currency")
+        ):
+            problems.append(f"{where}: a Purchase needs value and currency")
+    if len(data) != len(f["people"]):
+        problems.append(f"{len(data)} events for {len(f['people'])} people")
+
+
+def google_email(raw):
+    e = raw.strip().lower()
+    local, _, domain = e.partition("@")
+    if domain in ("gmail.com", "googlemail.com"):
+        e = local.replace(".", "") + "@" + domain
+    return e
+
+
+def check_google_ads(f, problems):
+    m = re.match(r"^/(v\d+)/customers/\d+:uploadClickConversions$", f["path"])
+    if not m:
+        problems.append(f"path {f['path']}")
+        return
+    version = m.group(1)
+    if version not in ads_client._VALID_API_VERSIONS:
+        problems.append(
+            f"{version} is not a version google-ads ships ({ads_client._VALID_API_VERSIONS})"
+        )
+        return
+    service = importlib.import_module(
+        f"google.ads.googleads.{version}.services.types.conversion_upload_service"
+    )
+    request = service.UploadClickConversionsRequest.pb()()
+    try:
+        json_format.Parse(json.dumps(f["body"]), request, ignore_unknown_fields=False)
+    except json_format.ParseError as err:
+        problems.append(f"not an {version} UploadClickConversionsRequest: {err}")
+        return
+    convs = f["body"].get("conversions", [])
+    for i, (c, person) in enumerate(zip(convs, f["people"])):
+        where = f"conversions[{i}]"
+        if not ADS_DATE_TIME.match(c.get("conversionDateTime", "")):
+            problems.append(f"{where}: conversionDateTime {c.get('conversionDateTime')!r}")
+        ids = {k: v for x in c.get("userIdentifiers", []) for k, v in x.items()}
+        if person.get("email") and "hashedEmail" in ids:
+            want = sha256(google_email(person["email"]))
+            if ids["hashedEmail"] != want:
+                problems.append(f"{where}: hashedEmail is not Google's {want}")
+        if person.get("phone") and "hashedPhoneNumber" in ids:
+            e164 = person["phone_e164"]
+            if not E164.match(e164):
+                problems.append(f"{where}: the case's number {e164} is not E.164")
+            if ids["hashedPhoneNumber"] != sha256(e164):
+                problems.append(f"{where}: hashedPhoneNumber is not the digest of {e164}")
+    if len(convs) != len(f["people"]):
+        problems.append(f"{len(convs)} conversions for {len(f['people'])} people")
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    files = sorted(Path(sys.argv[1]).glob("*.json"))
+    if not files:
+        print(f"check-platform-sdks: no request in {sys.argv[1]}", file=sys.stderr)
+        return 1
+    failed = 0
+    for path in files:
+        f = json.loads(path.read_text())
+        problems = []
+        {"meta": check_meta, "google_ads": check_google_ads}[f["platform"]](f, problems)
+        for p in problems:
+            print(f"{path.name} ({f['case']}): {p}", file=sys.stderr)
+        failed += bool(problems)
+    print(f"check-platform-sdks: {len(files) - failed} of {len(files)} requests pass")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
