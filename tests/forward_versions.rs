@@ -113,11 +113,28 @@ fn a_destination_on_an_ended_version_says_so_in_the_list_metrics_dashboard_and_l
         .get(&format!("/dashboard/sites/{}/destinations", app.site.id))
         .text();
     assert!(listing.contains("expired on 2026-11-10"), "{listing}");
+    // The dashboard's form has no version: saving it keeps the one set.
+    let url = format!("/dashboard/sites/{}/destinations/{id}", app.site.id);
+    let csrf = d.csrf();
+    let form = [
+        ("name", "Meta renamed"),
+        ("f_pixel_id", "1234567890"),
+        ("f_access_token", ""),
+        ("events", "purchase=Purchase"),
+        ("consent", "ads"),
+        ("endpoint", closed.as_str()),
+        ("csrf", csrf.as_str()),
+    ];
+    assert_eq!(d.post_form(&url, &form).status, 303);
+    let (json, _) = list(&app);
+    assert_eq!(json[0]["name"], "Meta renamed");
+    assert_eq!(json[0]["apiVersion"], "v24.0", "{json}");
 
     app.restart();
     assert!(
-        app.log()
-            .contains(&format!("forward: destination {id} (Meta shop): {warning}")),
+        app.log().contains(&format!(
+            "forward: destination {id} (Meta renamed): {warning}"
+        )),
         "{}",
         app.log()
     );

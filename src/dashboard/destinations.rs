@@ -589,6 +589,8 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
                 dest.secrets.insert(k.clone(), v.clone());
             }
         }
+        // The form has no API version: the one set now stays (`destination update --api-version`).
+        dest.api_version = now.api_version;
         store::destinations::update(c, &dest)
     })?;
     if !saved {
