@@ -8,7 +8,12 @@ request it caught to a directory, one JSON file per request:
      "body": {...}, "people": [{"email": raw or null, "phone": raw or null,
                                 "phone_e164": the number in E.164, written by hand, or null}, …]}
 
-(`people[i]` is what the backend sent of event i's person.) This script, run by that test, checks:
+(`people[i]` is what the backend sent of event i's person), and `versions.json`, convapi's
+defaults: {"platform": "versions", "case": "defaults", "meta": "v26.0", "google_ads": "v26",
+"google_ads_version_gone": "UNSUPPORTED_VERSION"}. This script, run by that test, checks:
+
+- the defaults: the versions the libraries target (`facebook-business`' API_VERSION, `google-ads`'
+  default version), and Google's "version gone" code one of that version's `RequestError`s;
 
 - Meta: the path's version is the one the `facebook-business` SDK targets; every event rebuilt
   from our JSON as the SDK's `serverside.Event` (UserData, CustomData, ActionSource) normalises to
@@ -181,6 +186,20 @@ def check_google_ads(f, problems):
         problems.append(f"{len(convs)} conversions for {len(f['people'])} people")
 
 
+def check_versions(f, problems):
+    """convapi's defaults are the versions the libraries target, and its "version gone" code is
+    one Google's errors define."""
+    meta = apiconfig.ads_api_config["API_VERSION"]
+    if f["meta"] != meta:
+        problems.append(f"convapi sends Meta {f['meta']}, facebook-business targets {meta}")
+    ads = ads_client._DEFAULT_VERSION
+    if f["google_ads"] != ads:
+        problems.append(f"convapi sends Google Ads {f['google_ads']}, google-ads defaults to {ads}")
+    errors = importlib.import_module(f"google.ads.googleads.{ads}.errors.types.request_error")
+    if not hasattr(errors.RequestErrorEnum.RequestError, f["google_ads_version_gone"]):
+        problems.append(f"google-ads {ads} has no RequestError {f['google_ads_version_gone']}")
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -193,7 +212,8 @@ def main():
     for path in files:
         f = json.loads(path.read_text())
         problems = []
-        {"meta": check_meta, "google_ads": check_google_ads}[f["platform"]](f, problems)
+        checks = {"meta": check_meta, "google_ads": check_google_ads, "versions": check_versions}
+        checks[f["platform"]](f, problems)
         for p in problems:
             print(f"{path.name} ({f['case']}): {p}", file=sys.stderr)
         failed += bool(problems)
