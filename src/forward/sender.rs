@@ -418,7 +418,13 @@ fn send_batch(
             }
             Ok(())
         })
-        .map_err(write_error)?;
+        .map_err(|e| match e {
+            WriteError::Unavailable(m) => {
+                log::debug!("forward: writer unavailable: {m}");
+                StoreError::Busy
+            }
+            WriteError::Failed(e) => e,
+        })?;
     // Counted once committed.
     if outage.is_some() {
         metrics.add_deliveries(&dest.id, &dest.kind, "outage", 1);
@@ -436,6 +442,7 @@ fn send_batch(
     Ok(())
 }
 
+/// A writer's refusal as the sender's error (the pass is tried again).
 fn write_error(e: WriteError) -> StoreError {
     match e {
         WriteError::Unavailable(m) => {
