@@ -58,6 +58,16 @@ fn a_destination_on_an_ended_version_says_so_in_the_list_metrics_dashboard_and_l
     assert_eq!(json[0]["health"]["apiVersion"]["standing"], "ok");
     assert!(!text.contains("WARNING"), "{text}");
 
+    // Without a test event code the command line names its own option (the dashboard names its
+    // form's field: forward_meta.rs).
+    let run = app.cli(&["destination", "test", &id]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains(&format!(
+            "`convapi destination update {id} --test-event-code CODE`"
+        )),
+        "{run:?}"
+    );
     // The command line refuses a version that ended, naming the current one.
     let run = app.cli(&["destination", "update", &id, "--api-version", "v24.0"]);
     assert_eq!(run.code, 1, "{run:?}");
