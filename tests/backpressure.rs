@@ -275,3 +275,70 @@ fn metrics_count_what_happened() {
     assert!(text.contains("# TYPE convapi_request_duration_seconds histogram"));
     assert!(text.contains("# TYPE convapi_outbox_depth gauge"));
 }
+
+/// Regression: on PostgreSQL a write blocked by another session's lock held its request for about
+/// 24 s (no `lock_timeout`: `--busy-timeout-ms` bounded only the wait for a pooled connection)
+/// and `/healthz` timed out meanwhile, so a load balancer would have dropped every node at once.
+/// Now, on either engine, a conversion that finds the database locked past the busy timeout is a
+/// 503 with `Retry-After`, and `/healthz` answers within a second all along.
+#[test]
+fn a_lock_held_by_another_session_answers_503_in_time_and_healthz_at_once() {
+    let app = TestApp::builder()
+        .serve_args(&["--pipeline", "off"])
+        .env("CONVAPI_BUSY_TIMEOUT_MS", "300")
+        .start();
+    app.pageview(VISITOR, "https://shop.example/", now_ms() - 60_000);
+    let first = app.post_conversion(&order("held-0")).accepted().0;
+    // SQLite: the write lock. PostgreSQL: a lock that lets reads through and stops the writer's
+    // insert, then one that stops the request's own read of the order too.
+    let modes: &[&str] = if app.is_postgres() {
+        &["EXCLUSIVE", "ACCESS EXCLUSIVE"]
+    } else {
+        &["IMMEDIATE"]
+    };
+    for (i, mode) in modes.iter().enumerate() {
+        let holder = if app.is_postgres() {
+            let mut c = ::postgres::Client::connect(&app.db.to_string_lossy(), ::postgres::NoTls)
+                .expect("connect");
+            c.batch_execute(&format!("BEGIN; LOCK TABLE conversions IN {mode} MODE"))
+                .unwrap();
+            Ok(c)
+        } else {
+            let lock = app.sqlite();
+            lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+            Err(lock)
+        };
+        let o = format!("held-{}", i + 1);
+        let (r, took, health) = std::thread::scope(|s| {
+            let report = s.spawn(|| {
+                let started = Instant::now();
+                let r = app.post_conversion(&order(&o));
+                (r, started.elapsed())
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            let started = Instant::now();
+            let h = app.get("/healthz");
+            let health = (h.status, started.elapsed());
+            let (r, took) = report.join().unwrap();
+            (r, took, health)
+        });
+        expect_unavailable(&r);
+        assert!(took < Duration::from_secs(3), "{mode}: 503 took {took:?}");
+        assert_eq!(health.0, 200, "{mode}: /healthz while the lock is held");
+        assert!(
+            health.1 < Duration::from_secs(1),
+            "{mode}: /healthz took {:?}",
+            health.1
+        );
+        match holder {
+            Ok(mut c) => c.batch_execute("ROLLBACK").unwrap(),
+            Err(lock) => lock.execute_batch("ROLLBACK").unwrap(),
+        }
+        app.post_conversion(&order(&o)).accepted();
+    }
+    assert_eq!(app.post_conversion(&order("held-0")).accepted().0, first);
+    assert_eq!(
+        app.query_i64("SELECT COUNT(*) FROM conversions", &[]),
+        1 + modes.len() as i64
+    );
+}
