@@ -242,3 +242,94 @@ fn overview_as_owner(app: &TestApp) -> String {
     let c = DashClient::logged_in(app, "owner@shop.example", "correct horse battery");
     c.get(&format!("/dashboard/sites/{}", app.site.id)).text()
 }
+
+/// Runs `convapi --db DB ARGS`; its exit code, stderr and peak resident memory in KiB (the
+/// kernel's count for the child, from `wait4`).
+fn run_measured(db: &std::path::Path, args: &[&str]) -> (i32, String, i64) {
+    use std::os::unix::process::ExitStatusExt;
+    let mut cmd = std::process::Command::new(BIN);
+    scrub_env(&mut cmd);
+    // Reaped by `wait4` below, which std's `wait` has no way to call.
+    #[allow(clippy::zombie_processes)]
+    let child = cmd
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn convapi");
+    let mut stderr = String::new();
+    let id = child.id() as libc::pid_t;
+    let mut pipe = child.stderr.expect("stderr");
+    // Read before waiting: a child writing more than a pipe holds would otherwise never exit.
+    let reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = pipe.read_to_end(&mut text);
+        text
+    });
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value of that plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for this test's own child, whose id it was given; both pointers are valid.
+    let pid = unsafe { libc::wait4(id, &mut status, 0, &mut usage) };
+    assert_eq!(pid, id, "wait4");
+    stderr.push_str(&String::from_utf8_lossy(&reader.join().unwrap()));
+    let code = std::process::ExitStatus::from_raw(status)
+        .code()
+        .expect("exited");
+    (code, stderr, usage.ru_maxrss)
+}
+
+/// Regression: `rates import` of a 256 MiB CSV of one line read it whole and peaked at 1.3 GB,
+/// and its refusal quoted the whole cell (512 MiB on stderr); a zip whose entry inflates to one
+/// endless line (a zip bomb, as `rates fetch` would download) quoted 64 MiB, into the log and the
+/// site overview. The file is now read a line at a time, a line no ECB file has is refused as
+/// soon as it is read, and a refusal quotes at most about 100 characters.
+#[test]
+fn an_endless_line_is_refused_in_bounded_memory_and_quoted_briefly() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = test_db(dir.path(), "convapi.db");
+    assert_eq!(cli_run(Some(&db), &["tenant", "create", "Acme"]).code, 0);
+    let cell = vec![b'7'; 1 << 20];
+    let huge = dir.path().join("one-line.csv");
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&huge).unwrap());
+        f.write_all(b"Date,USD,").unwrap();
+        for _ in 0..256 {
+            f.write_all(&cell).unwrap();
+        }
+        f.flush().unwrap();
+    }
+    let (code, stderr, peak_kib) = run_measured(&db, &["rates", "import", huge.to_str().unwrap()]);
+    assert_eq!(code, 1, "{}", &stderr[..stderr.len().min(500)]);
+    assert!(stderr.len() < 600, "{} bytes on stderr", stderr.len());
+    assert!(stderr.contains("line 1"), "{stderr}");
+    assert!(
+        peak_kib < 64 * 1024,
+        "peak {peak_kib} KiB for a 256 MiB file"
+    );
+
+    // A zip whose entry inflates to 8 MiB of one line, served to `rates fetch`.
+    let bomb = {
+        let mut out = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated)
+            .large_file(true);
+        out.start_file("eurofxref.csv", options).unwrap();
+        out.write_all(b"Date,USD\n2026-11-13,").unwrap();
+        for _ in 0..8 {
+            out.write_all(&cell).unwrap();
+        }
+        out.finish().unwrap().into_inner()
+    };
+    assert!(bomb.len() < 1 << 20, "{} bytes", bomb.len());
+    let served = serve_bytes(200, bomb);
+    let (code, stderr, peak_kib) = run_measured(&db, &["rates", "fetch", "--url", &served.url]);
+    assert_eq!(code, 1, "{}", &stderr[..stderr.len().min(500)]);
+    assert!(stderr.len() < 600, "{} bytes on stderr", stderr.len());
+    assert!(stderr.contains("line 2"), "{stderr}");
+    assert!(peak_kib < 64 * 1024, "peak {peak_kib} KiB for a zip bomb");
+    assert_eq!(query_i64_at(&db, "SELECT COUNT(*) FROM fx_rates", &[]), 0);
+}
