@@ -110,7 +110,7 @@ fn a_full_disk_answers_503_and_the_server_writes_again_once_space_is_back() {
 #[test]
 fn a_database_locked_past_the_busy_timeout_answers_503_then_serves_again() {
     if sqlite_only(
-        "SQLite's write lock held against --busy-timeout-ms, which on PostgreSQL bounds only the wait for a pooled connection",
+        "SQLite's write lock held against --busy-timeout-ms (on PostgreSQL: backpressure::a_lock_held_by_another_session_answers_503_in_time_and_healthz_at_once)",
     ) {
         return;
     }
@@ -174,7 +174,7 @@ fn an_outbox_backlog_over_its_limit_answers_503_for_new_work_only() {
 #[test]
 fn a_full_writer_queue_answers_503_without_hanging() {
     if sqlite_only(
-        "stalls the writer with SQLite's write lock and --busy-timeout-ms, which on PostgreSQL bounds only the wait for a pooled connection",
+        "stalls the writer with SQLite's write lock and --busy-timeout-ms (on PostgreSQL: backpressure::a_lock_held_by_another_session_answers_503_in_time_and_healthz_at_once)",
     ) {
         return;
     }
