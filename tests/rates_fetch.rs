@@ -243,15 +243,20 @@ fn overview_as_owner(app: &TestApp) -> String {
     c.get(&format!("/dashboard/sites/{}", app.site.id)).text()
 }
 
-/// Runs `convapi --db DB ARGS`; its exit code, stderr and peak resident memory in KiB (the
-/// kernel's count for the child, from `wait4`).
-fn run_measured(db: &std::path::Path, args: &[&str]) -> (i32, String, i64) {
-    use std::os::unix::process::ExitStatusExt;
-    let mut cmd = std::process::Command::new(BIN);
+/// Runs `convapi --db DB ARGS` under `/usr/bin/time`; its exit code, stderr and peak resident
+/// memory in KiB. Measured by `time` (a small parent), as in `lifecycle_export.rs`: the peak of a
+/// child spawned by the test binary counts the test binary's own pages from before the exec.
+fn run_measured(db: &std::path::Path, args: &[&str]) -> (i32, String, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let rss_file = dir.path().join("rss");
+    let mut cmd = std::process::Command::new("/usr/bin/time");
     scrub_env(&mut cmd);
-    // Reaped by `wait4` below, which std's `wait` has no way to call.
-    #[allow(clippy::zombie_processes)]
     let child = cmd
+        .arg("-f")
+        .arg("%M")
+        .arg("-o")
+        .arg(&rss_file)
+        .arg(BIN)
         .arg("--db")
         .arg(db)
         .args(args)
@@ -259,27 +264,19 @@ fn run_measured(db: &std::path::Path, args: &[&str]) -> (i32, String, i64) {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("spawn convapi");
-    let mut stderr = String::new();
-    let id = child.id() as libc::pid_t;
-    let mut pipe = child.stderr.expect("stderr");
-    // Read before waiting: a child writing more than a pipe holds would otherwise never exit.
-    let reader = std::thread::spawn(move || {
-        let mut text = Vec::new();
-        let _ = pipe.read_to_end(&mut text);
-        text
-    });
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value of that plain C struct.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for this test's own child, whose id it was given; both pointers are valid.
-    let pid = unsafe { libc::wait4(id, &mut status, 0, &mut usage) };
-    assert_eq!(pid, id, "wait4");
-    stderr.push_str(&String::from_utf8_lossy(&reader.join().unwrap()));
-    let code = std::process::ExitStatus::from_raw(status)
-        .code()
-        .expect("exited");
-    (code, stderr, usage.ru_maxrss)
+        .expect("/usr/bin/time (Debian package `time`, see scripts/install-test-deps.sh)");
+    let out = child.wait_with_output().expect("wait");
+    let rss = std::fs::read_to_string(&rss_file).unwrap();
+    let rss = rss
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("time's output: {rss:?}"));
+    (
+        out.status.code().expect("exited"),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        rss,
+    )
 }
 
 /// Regression: `rates import` of a 256 MiB CSV of one line read it whole and peaked at 1.3 GB,

@@ -69,9 +69,7 @@ impl From<postgres::Error> for StoreError {
                     || *c == SqlState::TOO_MANY_CONNECTIONS
                     || *c == SqlState::T_R_SERIALIZATION_FAILURE
                     || *c == SqlState::T_R_DEADLOCK_DETECTED
-                    || *c == SqlState::LOCK_NOT_AVAILABLE
-                    // A statement cancelled by a `statement_timeout` (the role's, the database's).
-                    || *c == SqlState::QUERY_CANCELED =>
+                    || *c == SqlState::LOCK_NOT_AVAILABLE =>
             {
                 StoreError::Busy
             }
