@@ -342,3 +342,55 @@ fn a_lock_held_by_another_session_answers_503_in_time_and_healthz_at_once() {
         1 + modes.len() as i64
     );
 }
+
+/// Regression: on PostgreSQL each job of the writer's batch waited the whole lock timeout in turn
+/// for a lock another session held, so sixteen reports queued behind one took sixteen timeouts.
+/// Once one job meets the lock, the rest of its batch is answered busy at once, as SQLite's whole
+/// batch is when its transaction cannot begin.
+#[test]
+fn reports_queued_behind_a_held_lock_are_all_answered_within_about_two_timeouts() {
+    let app = TestApp::builder()
+        .serve_args(&["--pipeline", "off", "--threads", "24"])
+        .env("CONVAPI_BUSY_TIMEOUT_MS", "300")
+        .start();
+    app.pageview(VISITOR, "https://shop.example/", now_ms() - 60_000);
+    app.post_conversion(&order("queued-0")).accepted();
+    // A lock that lets the requests' reads through and stops the writer's inserts.
+    let holder = if app.is_postgres() {
+        let mut c = ::postgres::Client::connect(&app.db.to_string_lossy(), ::postgres::NoTls)
+            .expect("connect");
+        c.batch_execute("BEGIN; LOCK TABLE conversions IN EXCLUSIVE MODE")
+            .unwrap();
+        Ok(c)
+    } else {
+        let lock = app.sqlite();
+        lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+        Err(lock)
+    };
+    let started = Instant::now();
+    let results: Vec<(Resp, Duration)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16)
+            .map(|i| {
+                let app = &app;
+                s.spawn(move || {
+                    let r = app.post_conversion(&order(&format!("queued-{}", i + 1)));
+                    (r, started.elapsed())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    match holder {
+        Ok(mut c) => c.batch_execute("ROLLBACK").unwrap(),
+        Err(lock) => lock.execute_batch("ROLLBACK").unwrap(),
+    }
+    for (r, took) in &results {
+        expect_unavailable(r);
+        assert!(
+            *took < Duration::from_millis(2000),
+            "answered after {took:?}: {:?}",
+            results.iter().map(|(_, t)| t).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", &[]), 1);
+}
