@@ -570,6 +570,27 @@ mod tests {
     use log::kv::{ToValue, Value as KvValue};
 
     #[test]
+    fn the_clients_debug_and_trace_lines_are_dropped_and_no_others() {
+        use log::Level::{Debug, Info, Trace, Warn};
+        for target in [
+            "ureq",
+            "ureq::unversioned::transport",
+            "ureq_proto::client",
+            "tokio_postgres::query",
+            "postgres",
+            "rustls::client::hs",
+        ] {
+            assert!(client_secret_level(target, Debug), "{target}");
+            assert!(client_secret_level(target, Trace), "{target}");
+            assert!(!client_secret_level(target, Info), "{target}");
+            assert!(!client_secret_level(target, Warn), "{target}");
+        }
+        for target in ["convapi::writer", "access", "ureqx", "postgresql_thing"] {
+            assert!(!client_secret_level(target, Trace), "{target}");
+        }
+    }
+
+    #[test]
     fn a_json_log_line_has_the_record_and_its_fields() {
         let now = chrono::DateTime::parse_from_rfc3339("2024-05-06T07:08:09.123Z")
             .unwrap()

@@ -129,11 +129,7 @@ pub fn connect_bounded(url: &str, lock_timeout: Option<std::time::Duration>) -> 
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
-    if config.get_password().is_none() {
-        if let Some(password) = std::env::var_os("PGPASSWORD") {
-            config.password(password.as_encoded_bytes());
-        }
-    }
+    password_from(&mut config, std::env::var_os("PGPASSWORD"));
     if let Some(timeout) = lock_timeout {
         let options = bounded_options(config.get_options(), timeout);
         config.options(&options);
@@ -148,6 +144,15 @@ pub fn connect_bounded(url: &str, lock_timeout: Option<std::time::Duration>) -> 
     .map_err(|e| fail(postgres_message(&e)))?;
     durable_commits(&mut client)?;
     Ok(client)
+}
+
+/// `pgpassword` (`PGPASSWORD`'s value) as the password of a URL that gives none.
+fn password_from(config: &mut postgres::Config, pgpassword: Option<std::ffi::OsString>) {
+    if config.get_password().is_none() {
+        if let Some(password) = pgpassword {
+            config.password(password.as_encoded_bytes());
+        }
+    }
 }
 
 /// The start-up `options` that bound lock waits to `timeout` (at least 1 ms: 0 would mean no
@@ -401,6 +406,24 @@ mod tests {
             redacted("postgres://db.example/convapi"),
             "postgres://db.example/convapi"
         );
+    }
+
+    #[test]
+    fn a_url_without_a_password_takes_pgpasswords() {
+        let with = |url: &str, env: Option<&str>| {
+            let mut config: postgres::Config = url.parse().unwrap();
+            password_from(&mut config, env.map(std::ffi::OsString::from));
+            config.get_password().map(<[u8]>::to_vec)
+        };
+        assert_eq!(
+            with("postgres://app@db.example/convapi", Some("from-env")),
+            Some(b"from-env".to_vec())
+        );
+        assert_eq!(
+            with("postgres://app:own@db.example/convapi", Some("from-env")),
+            Some(b"own".to_vec())
+        );
+        assert_eq!(with("postgres://app@db.example/convapi", None), None);
     }
 
     #[test]
