@@ -8,7 +8,7 @@
 //! holds up a request: it runs beside them, on its own thread. The schedule is a pure function of
 //! the time ([`due`]), which tests call with the clock they choose.
 
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,72 +44,92 @@ const POLL: Duration = Duration::from_secs(60);
 
 /// The rates of a file as the ECB publishes it: a zip (by its signature) is opened and its one CSV
 /// read; anything else must be the CSV itself. Every currency column must be an ISO 4217 code (or
-/// one the ECB's history still carries), else the whole file is refused.
+/// one the ECB's history still carries), else the whole file is refused (`fx::read_ecb_csv`).
 pub fn parse_file(bytes: &[u8]) -> Result<Vec<Rate>, Invalid> {
-    let text = if bytes.starts_with(b"PK\x03\x04") {
-        csv_of_zip(bytes)?
-    } else {
-        String::from_utf8(bytes.to_vec()).map_err(|_| {
-            "not an ECB rates file: neither a zip nor UTF-8 CSV text (expected eurofxref.zip, \
-             eurofxref-hist.zip or the CSV inside them)"
-                .to_owned()
-        })?
-    };
-    let rates = crate::fx::parse_ecb_csv(&text)?;
-    // The parser accepts any three capital letters; a column that is no currency means a foreign
-    // or damaged file, refused whole like any other bad cell.
-    if let Some((n, code)) =
-        header_columns(&text).find(|(_, c)| !crate::currency::is_ecb_rate_currency(c))
-    {
-        return Err(format!(
-            "line 1: column {n} is {code:?}, not an ISO 4217 currency code; nothing imported"
-        )
-        .into());
-    }
-    Ok(rates)
+    read_file(std::io::Cursor::new(bytes))
 }
 
-/// The text of the one `.csv` entry of a zip (the ECB's zips hold exactly one).
-fn csv_of_zip(bytes: &[u8]) -> Result<String, Invalid> {
-    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes))
-        .map_err(|e| format!("not a readable zip: {e}"))?;
+/// [`parse_file`] streaming from `file`: the CSV (or the zip's entry, inflated as it is read) goes
+/// through the parser a line at a time, at most [`MAX_BYTES`] of it, so that neither a huge file
+/// nor a zip bomb is ever held whole.
+pub fn read_file(mut file: impl Read + Seek) -> Result<Vec<Rate>, Invalid> {
+    let mut signature = [0u8; 4];
+    let got = read_up_to(&mut file, &mut signature).map_err(|e| format!("cannot be read: {e}"))?;
+    file.rewind().map_err(|e| format!("cannot be read: {e}"))?;
+    if signature[..got] == *b"PK\x03\x04" {
+        let mut zip = zip::ZipArchive::new(file).map_err(|e| format!("not a readable zip: {e}"))?;
+        let name = csv_name(&zip)?;
+        let entry = zip
+            .by_name(&name)
+            .map_err(|e| format!("{name} in the zip: {e}"))?;
+        crate::fx::read_ecb_csv(std::io::BufReader::new(Capped::new(entry)))
+            .map_err(|e| e.prefixed(&format!("{name} in the zip: ")))
+    } else {
+        crate::fx::read_ecb_csv(std::io::BufReader::new(Capped::new(file)))
+    }
+}
+
+/// Fills `buf` from `r` as far as `r` goes; how many bytes it read.
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// The name of the one `.csv` entry of a zip (the ECB's zips hold exactly one).
+fn csv_name<R: Read + Seek>(zip: &zip::ZipArchive<R>) -> Result<String, Invalid> {
     let names: Vec<String> = zip
         .file_names()
         .filter_map(Result::ok)
         .filter(|n| n.to_ascii_lowercase().ends_with(".csv"))
         .map(|n| n.into_owned())
         .collect();
-    let [name] = names.as_slice() else {
-        return Err(format!(
+    match names.as_slice() {
+        [name] => Ok(name.clone()),
+        _ => Err(format!(
             "the zip holds {} CSV files; an ECB rates zip holds one",
             names.len()
         )
-        .into());
-    };
-    let entry = zip
-        .by_name(name)
-        .map_err(|e| format!("{name} in the zip: {e}"))?;
-    let mut text = String::new();
-    entry
-        .take(MAX_BYTES)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("{name} in the zip: {e}"))?;
-    Ok(text)
+        .into()),
+    }
 }
 
-/// The currency columns of a file `parse_ecb_csv` accepted, numbered from 1 as it numbers them
-/// (the `Date` column is 1).
-fn header_columns(text: &str) -> impl Iterator<Item = (usize, &str)> {
-    text.trim_start_matches('\u{feff}')
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .split(',')
-        .map(str::trim)
-        .enumerate()
-        .skip(1)
-        .filter(|(_, c)| !c.is_empty())
-        .map(|(i, c)| (i + 1, c))
+/// A reader that fails once more than [`MAX_BYTES`] came through it: no ECB file is that long.
+struct Capped<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Capped<R> {
+    fn new(inner: R) -> Capped<R> {
+        Capped {
+            inner,
+            left: MAX_BYTES,
+        }
+    }
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        // One byte more than allowed may be read: that one says the file is too long.
+        let room = (self.left + 1).min(buf.len() as u64) as usize;
+        let n = self.inner.read(&mut buf[..room])?;
+        if n as u64 > self.left {
+            return Err(std::io::Error::other(format!(
+                "longer than {} MiB, more than any ECB rates file",
+                MAX_BYTES >> 20
+            )));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
 }
 
 /// Stores `rates` (replacing a currency's rate of a day already known) and makes every parked

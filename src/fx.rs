@@ -1,7 +1,7 @@
 //! Currency: reading the ECB reference-rate CSV, and exact conversion between currencies through EUR.
 //!
 //! Pure code: no SQL, no clock. The pipeline looks rates up (`store::rates`) and calls [`convert`];
-//! `convapi rates import` calls [`parse_ecb_csv`]. Money is `rust_decimal::Decimal` end to end, never
+//! `convapi rates import` calls [`read_ecb_csv`]. Money is `rust_decimal::Decimal` end to end, never
 //! `f64`; a converted amount is rounded once, to the target currency's minor units, exactly.
 
 use std::str::FromStr;
@@ -39,26 +39,101 @@ pub struct Rate {
     pub rate: Decimal,
 }
 
+/// The longest line an ECB file may have, in bytes: the history file's lines are under 500 (a
+/// day's rates of about 40 currencies). A longer one is no ECB file and is refused as soon as it
+/// is read, so that a file of one endless line costs no more memory than this.
+pub const MAX_LINE_BYTES: usize = 16 * 1024;
+
+/// Most lines of rates a file may have: the history since 1999 has about 7,000 (one per working
+/// day); this is 150 years of them. What a file holds is kept until it is stored, so this bounds
+/// the memory of an import.
+pub const MAX_DAYS: usize = 40_000;
+
+/// Most characters of a file's cell quoted in a refusal.
+const QUOTED_CHARS: usize = 100;
+
 /// Reads an ECB reference-rate CSV: the daily `eurofxref.csv` (`Date, USD, JPY, ...,` then one row
 /// dated like `20 November 2026`) or the history `eurofxref-hist.csv` (one row per day, dated
 /// `2026-11-20`). Cells may carry spaces and every line a trailing comma; `N/A` and empty cells
 /// are skipped. Any other malformed cell is an error naming its line, so a truncated or foreign
 /// file is refused rather than half-imported.
 pub fn parse_ecb_csv(text: &str) -> Result<Vec<Rate>, Invalid> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    let (_, header) = lines.next().ok_or("the file is empty")?;
+    read_ecb_csv(text.as_bytes())
+}
+
+/// [`parse_ecb_csv`] reading `reader` a line at a time: at most [`MAX_LINE_BYTES`] of the file are
+/// held at once, besides the rates read. Every currency column must be an ISO 4217 code (or one
+/// the ECB's history still carries), else the file is refused at its header; a line that is not
+/// UTF-8, a line longer than [`MAX_LINE_BYTES`] and more than [`MAX_DAYS`] lines of rates are
+/// refused too. A read error is refused with its message.
+pub fn read_ecb_csv(mut reader: impl std::io::BufRead) -> Result<Vec<Rate>, Invalid> {
+    use std::io::BufRead;
+    let mut buf = Vec::with_capacity(1024);
+    let mut lineno = 0usize;
+    let mut header: Option<(usize, Vec<(usize, String)>)> = None;
+    let mut days = 0usize;
+    let mut out = Vec::new();
+    loop {
+        buf.clear();
+        let read = std::io::Read::take(&mut reader, MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| format!("line {}: cannot be read: {e}", lineno + 1))?;
+        if read == 0 {
+            break;
+        }
+        lineno += 1;
+        if buf.len() > MAX_LINE_BYTES {
+            return Err(format!(
+                "line {lineno} is longer than {MAX_LINE_BYTES} bytes, which no ECB rates file \
+                 has (expected eurofxref.zip, eurofxref-hist.zip or the CSV inside them)"
+            )
+            .into());
+        }
+        let line = std::str::from_utf8(&buf).map_err(|_| {
+            format!(
+                "line {lineno} is not UTF-8 text: not an ECB rates file (expected \
+                 eurofxref.zip, eurofxref-hist.zip or the CSV inside them)"
+            )
+        })?;
+        let line = line.strip_suffix('\n').unwrap_or(line);
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let line = match lineno {
+            1 => line.strip_prefix('\u{feff}').unwrap_or(line),
+            _ => line,
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Some((width, currencies)) = &header else {
+            header = Some(read_header(line)?);
+            continue;
+        };
+        days += 1;
+        if days > MAX_DAYS {
+            return Err(format!(
+                "line {lineno}: more than {MAX_DAYS} days of rates, more than any ECB file has"
+            )
+            .into());
+        }
+        read_day(lineno, line, *width, currencies, &mut out)?;
+    }
+    if header.is_none() {
+        return Err("the file is empty".into());
+    }
+    Ok(out)
+}
+
+/// The header line: how many columns it has, and its currencies with their column numbers
+/// (from 0; the `Date` column is 0).
+fn read_header(header: &str) -> Result<(usize, Vec<(usize, String)>), Invalid> {
     let columns: Vec<&str> = header.split(',').map(str::trim).collect();
     if !columns
         .first()
         .is_some_and(|c| c.eq_ignore_ascii_case("date"))
     {
         return Err(format!(
-            "line 1: expected a header starting with \"Date\", found {:?}",
-            truncate(header)
+            "line 1: expected a header starting with \"Date\", found {}",
+            quoted(header)
         )
         .into());
     }
@@ -72,52 +147,81 @@ pub fn parse_ecb_csv(text: &str) -> Result<Vec<Rate>, Invalid> {
             return Err(format!("line 1: column {} has no currency name", i + 1).into());
         }
         if c.len() != 3 || !c.bytes().all(|b| b.is_ascii_uppercase()) {
-            return Err(format!("line 1: column {} is {c:?}, not a currency code", i + 1).into());
+            return Err(format!(
+                "line 1: column {} is {}, not a currency code",
+                i + 1,
+                quoted(c)
+            )
+            .into());
         }
-        currencies.push((i, *c));
+        // Any three capital letters parse; a column that is no currency means a foreign or
+        // damaged file, refused whole like any other bad cell.
+        if !crate::currency::is_ecb_rate_currency(c) {
+            return Err(format!(
+                "line 1: column {} is {c:?}, not an ISO 4217 currency code; nothing imported",
+                i + 1
+            )
+            .into());
+        }
+        currencies.push((i, (*c).to_owned()));
     }
     if currencies.is_empty() {
         return Err("line 1: the header names no currency".into());
     }
-    let mut out = Vec::new();
-    for (n, line) in lines {
-        let lineno = n + 1;
-        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
-        let date = parse_date(cells[0])
-            .ok_or_else(|| format!("line {lineno}: {:?} is not a date", truncate(cells[0])))?;
-        let extra =
-            cells.len() > columns.len() && cells[columns.len()..].iter().any(|c| !c.is_empty());
-        if extra {
-            return Err(format!("line {lineno}: more cells than the header has columns").into());
-        }
-        for &(i, currency) in &currencies {
-            let cell = cells.get(i).copied().unwrap_or("");
-            if cell.is_empty() || cell.eq_ignore_ascii_case("N/A") {
-                continue;
-            }
-            let rate = Decimal::from_str_exact(cell)
-                .ok()
-                .filter(|r| *r > Decimal::ZERO)
-                .ok_or_else(|| {
-                    format!(
-                        "line {lineno}: {currency} rate {:?} is not a positive number",
-                        truncate(cell)
-                    )
-                })?;
-            if currency == BASE {
-                if rate != Decimal::ONE {
-                    return Err(format!("line {lineno}: the EUR rate must be 1, not {rate}").into());
-                }
-                continue;
-            }
-            out.push(Rate {
-                date,
-                currency: currency.to_owned(),
-                rate: rate.normalize(),
-            });
-        }
+    Ok((columns.len(), currencies))
+}
+
+/// One line of rates, added to `out`.
+fn read_day(
+    lineno: usize,
+    line: &str,
+    width: usize,
+    currencies: &[(usize, String)],
+    out: &mut Vec<Rate>,
+) -> Result<(), Invalid> {
+    let cells: Vec<&str> = line.split(',').map(str::trim).collect();
+    let date = parse_date(cells[0])
+        .ok_or_else(|| format!("line {lineno}: {} is not a date", quoted(cells[0])))?;
+    let extra = cells.len() > width && cells[width..].iter().any(|c| !c.is_empty());
+    if extra {
+        return Err(format!("line {lineno}: more cells than the header has columns").into());
     }
-    Ok(out)
+    for (i, currency) in currencies {
+        let cell = cells.get(*i).copied().unwrap_or("");
+        if cell.is_empty() || cell.eq_ignore_ascii_case("N/A") {
+            continue;
+        }
+        let rate = Decimal::from_str_exact(cell)
+            .ok()
+            .filter(|r| *r > Decimal::ZERO)
+            .ok_or_else(|| {
+                format!(
+                    "line {lineno}: {currency} rate {} is not a positive number",
+                    quoted(cell)
+                )
+            })?;
+        if currency == BASE {
+            if rate != Decimal::ONE {
+                return Err(format!("line {lineno}: the EUR rate must be 1, not {rate}").into());
+            }
+            continue;
+        }
+        out.push(Rate {
+            date,
+            currency: currency.clone(),
+            rate: rate.normalize(),
+        });
+    }
+    Ok(())
+}
+
+/// A file's text as a refusal quotes it: at most [`QUOTED_CHARS`] characters, with an ellipsis
+/// when there were more.
+pub fn quoted(s: &str) -> String {
+    match s.char_indices().nth(QUOTED_CHARS) {
+        Some((end, _)) => format!("{:?}…", &s[..end]),
+        None => format!("{s:?}"),
+    }
 }
 
 /// `2026-11-20` (history file) or `20 November 2026` (daily file).
@@ -125,10 +229,6 @@ fn parse_date(s: &str) -> Option<NaiveDate> {
     parse_day(s)
         .or_else(|_| NaiveDate::parse_from_str(s, "%d %B %Y"))
         .ok()
-}
-
-fn truncate(s: &str) -> String {
-    s.chars().take(40).collect()
 }
 
 /// A currency's rate against EUR as looked up for one conversion.
@@ -350,6 +450,36 @@ mod tests {
             let err = parse_ecb_csv(text).expect_err(text);
             assert!(err.0.contains(needle), "{text:?}: {err}");
         }
+    }
+
+    #[test]
+    fn a_refusal_quotes_at_most_a_hundred_characters() {
+        let cell = "9".repeat(10_000);
+        let text = format!("Date,USD\n2026-11-20,{cell}x\n");
+        let err = parse_ecb_csv(&text).expect_err("not a number");
+        assert!(err.0.starts_with("line 2: USD rate \"999"), "{err}");
+        assert!(err.0.len() < 200 && err.0.contains('…'), "{err}");
+        assert_eq!(quoted("short"), "\"short\"");
+        assert_eq!(quoted(&"é".repeat(101)), format!("{:?}…", "é".repeat(100)));
+    }
+
+    #[test]
+    fn a_line_longer_than_any_ecb_file_has_is_refused_as_soon_as_it_is_read() {
+        let text = format!("Date,USD\n2026-11-20,{}\n", "1".repeat(MAX_LINE_BYTES));
+        let err = parse_ecb_csv(&text).expect_err("too long");
+        assert!(err.0.starts_with("line 2 is longer than"), "{err}");
+        let mut days = String::from("Date,USD\n");
+        for _ in 0..=MAX_DAYS {
+            days.push_str("2026-11-20,1\n");
+        }
+        let err = parse_ecb_csv(&days).expect_err("too many days");
+        assert!(err.0.contains("more than 40000 days"), "{err}");
+        let err = read_ecb_csv(&b"Date,USD\n2026-11-20,\xff\n"[..]).expect_err("binary");
+        assert!(err.0.contains("line 2"), "{err}");
+        assert!(
+            parse_ecb_csv("Date,USD\n2026-11-20,1").is_ok(),
+            "no final newline"
+        );
     }
 
     #[test]

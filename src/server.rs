@@ -81,42 +81,96 @@ pub fn lock_path(db: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// Why [`take_lock`] did not take a database's lock.
+#[derive(Debug)]
+pub enum LockError {
+    /// Another process holds it; its process id when it wrote one.
+    Held(Option<u32>),
+    /// The lock file cannot be opened or locked; the message names the file and the fix.
+    Unusable(String),
+}
+
+/// Takes the lock of the database file `db` (`serve` holds it while it runs, `migrate` while it
+/// copies). The lock file is opened without following a symbolic link and must be a plain file
+/// with no other name: `serve` writes its process id into it, and through a link planted in the
+/// database's directory that write would overwrite the link's target. Nothing is truncated
+/// before the lock is held.
+pub fn take_lock(db: &Path) -> Result<File, LockError> {
+    let path = lock_path(db);
+    let unusable = |why: String| {
+        LockError::Unusable(format!(
+            "cannot use the lock file {}: {why}",
+            path.display()
+        ))
+    };
+    let mut options = File::options();
+    options.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW);
+    }
+    let mut file = options.open(&path).map_err(|e| {
+        #[cfg(unix)]
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            return unusable(
+                "it is a symbolic link; remove it (convapi creates a plain file there)".to_owned(),
+            );
+        }
+        unusable(e.to_string())
+    })?;
+    let meta = file.metadata().map_err(|e| unusable(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(unusable(
+            "it is not a plain file; remove it (convapi creates one there)".to_owned(),
+        ));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if meta.nlink() > 1 {
+            return Err(unusable(
+                "it has other names (hard links); remove it (convapi creates a plain file there)"
+                    .to_owned(),
+            ));
+        }
+    }
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            Err(LockError::Held(holder.trim().parse::<u32>().ok()))
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(LockError::Unusable(format!(
+            "cannot lock {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// How a message names the holder of a lock.
+pub fn holder(pid: Option<u32>) -> String {
+    match pid {
+        Some(pid) => format!("process {pid}"),
+        None => "another process".to_owned(),
+    }
+}
+
 /// Takes the database's server lock, or says which process holds it. The holder writes its process
 /// id into the file, for the message of the next one to try.
 fn lock_database(db: &Path) -> Result<File, StartError> {
     let path = lock_path(db);
-    let mut file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| {
-            StartError::Locked(format!("cannot open the lock file {}: {e}", path.display()))
-        })?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let who = match holder.trim().parse::<u32>() {
-                Ok(pid) => format!("process {pid}"),
-                Err(_) => "another process".to_owned(),
-            };
-            return Err(StartError::Locked(format!(
-                "another convapi serve ({who}) is already serving {}: one server per database \
-                 (it holds {}); stop it first, or give this one another --db",
-                db.display(),
-                path.display()
-            )));
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(StartError::Locked(format!(
-                "cannot lock {}: {e}",
-                path.display()
-            )))
-        }
-    }
+    let mut file = take_lock(db).map_err(|e| match e {
+        LockError::Held(pid) => StartError::Locked(format!(
+            "another convapi serve ({}) is already serving {}: one server per database \
+             (it holds {}); stop it first, or give this one another --db",
+            holder(pid),
+            db.display(),
+            path.display()
+        )),
+        LockError::Unusable(why) => StartError::Locked(why),
+    })?;
     let pid = std::process::id();
     let written = file
         .set_len(0)

@@ -327,6 +327,12 @@ pub fn apply_with(
             other => other.map(Cow::Borrowed),
         };
         let url = url.as_deref();
+        // The referrer is often the visitor's previous page, the landing URL with its click id
+        // included: it loses its click ids as the URL does.
+        let referrer = referrer.filter(|r| !r.is_empty()).map(|r| match p.no_ads {
+            true => url_without_click_ids(r),
+            false => Cow::Borrowed(r),
+        });
         let starts_new = match &current {
             None => true,
             Some(s) => {
@@ -343,7 +349,7 @@ pub fn apply_with(
                 started_at: ev.ts,
                 last_activity_at: ev.ts,
                 landing_url: url.map(str::to_owned),
-                referrer: referrer.filter(|r| !r.is_empty()).map(str::to_owned),
+                referrer: referrer.map(Cow::into_owned),
                 campaign,
             };
             // The landing URL stays in the pageview's event row only.
@@ -430,8 +436,8 @@ pub fn apply_with(
         if stated {
             sessions::update_forwarding(conn, &session.id, f)?;
         }
-        // Ads consent withdrawn: the click ids the session kept go, from its landing URL too;
-        // their channel stays.
+        // Ads consent withdrawn: the click ids the session kept go, from its landing URL and its
+        // referrer too; their channel stays.
         if f.consent_ads == Some(false) {
             let stripped = without_click_ids(session.campaign.clone());
             if stripped != session.campaign {
@@ -440,6 +446,11 @@ pub fn apply_with(
             if let Some(landing) = &session.landing_url {
                 if let Cow::Owned(url) = url_without_click_ids(landing) {
                     sessions::set_landing_url(conn, &session.id, &url)?;
+                }
+            }
+            if let Some(referrer) = &session.referrer {
+                if let Cow::Owned(r) = url_without_click_ids(referrer) {
+                    sessions::set_referrer(conn, &session.id, &r)?;
                 }
             }
         }

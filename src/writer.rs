@@ -226,7 +226,9 @@ impl Writer {
         settings: &store::Settings,
         config: WriterConfig,
     ) -> store::Result<(Writer, JoinHandle<()>)> {
-        let mut lasting = store::pool::Lasting::open(location, settings)?;
+        // On PostgreSQL its statements wait for a lock no longer than SQLite's writer would.
+        let mut lasting =
+            store::pool::Lasting::open_as(location, settings, store::pool::Waits::BusyTimeout)?;
         let conn = lasting.get()?;
         store::journals_in_memory(conn)?;
         let reply_timeout = config.reply_timeout;
@@ -502,6 +504,15 @@ fn commit_batch(
                         answer(reply, Err(WriteError::from(e.clone())));
                         if !conn.in_transaction() {
                             return Err(BatchError::Lost(e));
+                        }
+                        if matches!(e, StoreError::Busy) {
+                            // A lock another connection holds (PostgreSQL's `lock_timeout`): the
+                            // jobs after it would most likely wait the whole timeout each, one
+                            // after the other, so they are answered busy now, unrun, and the jobs
+                            // before it commit.
+                            for job in jobs.drain(..) {
+                                answer(job.reply, Err(WriteError::from(e.clone())));
+                            }
                         }
                     }
                 }

@@ -110,7 +110,7 @@ fn a_full_disk_answers_503_and_the_server_writes_again_once_space_is_back() {
 #[test]
 fn a_database_locked_past_the_busy_timeout_answers_503_then_serves_again() {
     if sqlite_only(
-        "SQLite's write lock held against --busy-timeout-ms, which on PostgreSQL bounds only the wait for a pooled connection",
+        "SQLite's write lock held against --busy-timeout-ms (on PostgreSQL: backpressure::a_lock_held_by_another_session_answers_503_in_time_and_healthz_at_once)",
     ) {
         return;
     }
@@ -174,7 +174,7 @@ fn an_outbox_backlog_over_its_limit_answers_503_for_new_work_only() {
 #[test]
 fn a_full_writer_queue_answers_503_without_hanging() {
     if sqlite_only(
-        "stalls the writer with SQLite's write lock and --busy-timeout-ms, which on PostgreSQL bounds only the wait for a pooled connection",
+        "stalls the writer with SQLite's write lock and --busy-timeout-ms (on PostgreSQL: backpressure::a_lock_held_by_another_session_answers_503_in_time_and_healthz_at_once)",
     ) {
         return;
     }
@@ -274,4 +274,123 @@ fn metrics_count_what_happened() {
     assert!(m("convapi_request_duration_seconds_sum") > 0.0);
     assert!(text.contains("# TYPE convapi_request_duration_seconds histogram"));
     assert!(text.contains("# TYPE convapi_outbox_depth gauge"));
+}
+
+/// Regression: on PostgreSQL a write blocked by another session's lock held its request for about
+/// 24 s (no `lock_timeout`: `--busy-timeout-ms` bounded only the wait for a pooled connection)
+/// and `/healthz` timed out meanwhile, so a load balancer would have dropped every node at once.
+/// Now, on either engine, a conversion that finds the database locked past the busy timeout is a
+/// 503 with `Retry-After`, and `/healthz` answers within a second all along.
+#[test]
+fn a_lock_held_by_another_session_answers_503_in_time_and_healthz_at_once() {
+    let app = TestApp::builder()
+        .serve_args(&["--pipeline", "off"])
+        .env("CONVAPI_BUSY_TIMEOUT_MS", "300")
+        .start();
+    app.pageview(VISITOR, "https://shop.example/", now_ms() - 60_000);
+    let first = app.post_conversion(&order("held-0")).accepted().0;
+    // SQLite: the write lock. PostgreSQL: a lock that lets reads through and stops the writer's
+    // insert, then one that stops the request's own read of the order too.
+    let modes: &[&str] = if app.is_postgres() {
+        &["EXCLUSIVE", "ACCESS EXCLUSIVE"]
+    } else {
+        &["IMMEDIATE"]
+    };
+    for (i, mode) in modes.iter().enumerate() {
+        let holder = if app.is_postgres() {
+            let mut c = ::postgres::Client::connect(&app.db.to_string_lossy(), ::postgres::NoTls)
+                .expect("connect");
+            c.batch_execute(&format!("BEGIN; LOCK TABLE conversions IN {mode} MODE"))
+                .unwrap();
+            Ok(c)
+        } else {
+            let lock = app.sqlite();
+            lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+            Err(lock)
+        };
+        let o = format!("held-{}", i + 1);
+        let (r, took, health) = std::thread::scope(|s| {
+            let report = s.spawn(|| {
+                let started = Instant::now();
+                let r = app.post_conversion(&order(&o));
+                (r, started.elapsed())
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            let started = Instant::now();
+            let h = app.get("/healthz");
+            let health = (h.status, started.elapsed());
+            let (r, took) = report.join().unwrap();
+            (r, took, health)
+        });
+        expect_unavailable(&r);
+        assert!(took < Duration::from_secs(3), "{mode}: 503 took {took:?}");
+        assert_eq!(health.0, 200, "{mode}: /healthz while the lock is held");
+        assert!(
+            health.1 < Duration::from_secs(1),
+            "{mode}: /healthz took {:?}",
+            health.1
+        );
+        match holder {
+            Ok(mut c) => c.batch_execute("ROLLBACK").unwrap(),
+            Err(lock) => lock.execute_batch("ROLLBACK").unwrap(),
+        }
+        app.post_conversion(&order(&o)).accepted();
+    }
+    assert_eq!(app.post_conversion(&order("held-0")).accepted().0, first);
+    assert_eq!(
+        app.query_i64("SELECT COUNT(*) FROM conversions", &[]),
+        1 + modes.len() as i64
+    );
+}
+
+/// Regression: on PostgreSQL each job of the writer's batch waited the whole lock timeout in turn
+/// for a lock another session held, so sixteen reports queued behind one took sixteen timeouts.
+/// Once one job meets the lock, the rest of its batch is answered busy at once, as SQLite's whole
+/// batch is when its transaction cannot begin.
+#[test]
+fn reports_queued_behind_a_held_lock_are_all_answered_within_about_two_timeouts() {
+    let app = TestApp::builder()
+        .serve_args(&["--pipeline", "off", "--threads", "24"])
+        .env("CONVAPI_BUSY_TIMEOUT_MS", "300")
+        .start();
+    app.pageview(VISITOR, "https://shop.example/", now_ms() - 60_000);
+    app.post_conversion(&order("queued-0")).accepted();
+    // A lock that lets the requests' reads through and stops the writer's inserts.
+    let holder = if app.is_postgres() {
+        let mut c = ::postgres::Client::connect(&app.db.to_string_lossy(), ::postgres::NoTls)
+            .expect("connect");
+        c.batch_execute("BEGIN; LOCK TABLE conversions IN EXCLUSIVE MODE")
+            .unwrap();
+        Ok(c)
+    } else {
+        let lock = app.sqlite();
+        lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+        Err(lock)
+    };
+    let started = Instant::now();
+    let results: Vec<(Resp, Duration)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16)
+            .map(|i| {
+                let app = &app;
+                s.spawn(move || {
+                    let r = app.post_conversion(&order(&format!("queued-{}", i + 1)));
+                    (r, started.elapsed())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    match holder {
+        Ok(mut c) => c.batch_execute("ROLLBACK").unwrap(),
+        Err(lock) => lock.execute_batch("ROLLBACK").unwrap(),
+    }
+    for (r, took) in &results {
+        expect_unavailable(r);
+        assert!(
+            *took < Duration::from_millis(2000),
+            "answered after {took:?}: {:?}",
+            results.iter().map(|(_, t)| t).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", &[]), 1);
 }

@@ -685,3 +685,43 @@ fn serve_on_an_unreachable_postgresql_names_it_and_creates_nothing() {
         "nothing created"
     );
 }
+
+/// Regression: `--help` printed the value of `CONVAPI_DB` (`[env: CONVAPI_DB=postgresql://u:
+/// PASSWORD@…]`), and `migrate` took its target's password on the command line only, where `ps`
+/// shows it to every user of the machine.
+#[test]
+fn help_names_the_variables_and_never_prints_a_password_from_them() {
+    let secret = "hunter2-db-password";
+    for args in [
+        &["--help"][..],
+        &["serve", "--help"],
+        &["migrate", "--help"],
+        &["rates", "import", "--help"],
+    ] {
+        let out = std::process::Command::new(BIN)
+            .args(args)
+            .env(
+                "CONVAPI_DB",
+                format!("postgresql://app:{secret}@db.example/convapi"),
+            )
+            .env(
+                "CONVAPI_MIGRATE_TO",
+                format!("postgresql://app:{secret}@db.example/target"),
+            )
+            .env("CONVAPI_METRICS_TOKEN", secret)
+            .output()
+            .expect("run convapi");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stdout}");
+        assert!(stdout.contains("CONVAPI_DB"), "{args:?}: {stdout}");
+        assert!(!stdout.contains(secret), "{args:?} printed it:\n{stdout}");
+    }
+    let migrate = std::process::Command::new(BIN)
+        .args(["migrate", "--help"])
+        .output()
+        .expect("run convapi");
+    let help = String::from_utf8_lossy(&migrate.stdout);
+    for needle in ["CONVAPI_MIGRATE_TO", "PGPASSWORD"] {
+        assert!(help.contains(needle), "{needle} in:\n{help}");
+    }
+}

@@ -886,3 +886,77 @@ fn two_nodes_making_the_days_salt_at_once_agree_on_the_visitor() {
         1
     );
 }
+
+/// Regression: on a site that requires consent, a batch without ads consent lost the click id of
+/// its URL but kept it in the session's `referrer` (the pixel sends the previous page, often the
+/// landing URL with its `gclid`, as the referrer); a withdrawal left it there too.
+#[test]
+fn no_click_id_is_kept_anywhere_without_ads_consent_the_referrer_included() {
+    let app = TestApp::builder()
+        .serve_args(&["--pipeline", "off"])
+        .start();
+    let strict = consent_site(&app, "Strict shop");
+    let events = |n: &str| {
+        json!([{
+            "type": "pageview",
+            "url": format!("https://s.example/next?gclid=URL-{n}&utm_campaign=spring"),
+            "referrer": format!("https://s.example/p?fbclid=REF-{n}&x=1&gclid=REF-{n}#top"),
+        }])
+    };
+    // Every value of the session's row and of its events' rows (not the column names).
+    let values = |rows: Vec<Value>| -> String {
+        let values: Vec<&Value> = rows
+            .iter()
+            .flat_map(|r| r.as_object().unwrap().values())
+            .collect();
+        serde_json::to_string(&values).unwrap()
+    };
+    let everything = |session: &str| -> String {
+        let row = app.objects("SELECT * FROM sessions WHERE id = ?1", &[&session]);
+        assert_eq!(row.len(), 1, "{session}");
+        let events = app.objects("SELECT * FROM events WHERE session_id = ?1", &[&session]);
+        values(row) + &values(events)
+    };
+
+    // No consent stated on a site that requires it: no ads consent.
+    let r = collect_as(
+        &app,
+        UA,
+        &batch(&strict.tracker_id, "v-strict", json!({}), events("1")),
+    );
+    let session = r.expect(200)["sessionId"].as_str().unwrap().to_owned();
+    let kept = everything(&session);
+    for gone in ["URL-1", "REF-1", "gclid", "fbclid", "127.0.0.1", UA] {
+        assert!(!kept.contains(gone), "{gone} kept: {kept}");
+    }
+    assert_eq!(
+        app.objects("SELECT referrer FROM sessions WHERE id = ?1", &[&session])[0]["referrer"],
+        json!("https://s.example/p?x=1#top"),
+        "the rest of the referrer stays"
+    );
+
+    // With ads consent, then withdrawn: the referrer loses its click ids too.
+    let tracker = app.site.tracker_id.clone();
+    let granted = json!({"consent": {"ads": true, "analytics": true}});
+    let r = collect_as(&app, UA, &batch(&tracker, "v-later", granted, events("2")));
+    let session = r.expect(200)["sessionId"].as_str().unwrap().to_owned();
+    assert!(everything(&session).contains("REF-2"), "kept with consent");
+    collect_as(
+        &app,
+        UA,
+        &batch(
+            &tracker,
+            "v-later",
+            json!({"consent": {"ads": false, "analytics": true}}),
+            json!([{"type": "event", "name": "y"}]),
+        ),
+    )
+    .expect(200);
+    let kept = values(app.objects("SELECT * FROM sessions WHERE id = ?1", &[&session]));
+    for gone in ["REF-2", "127.0.0.1", UA] {
+        assert!(
+            !kept.contains(gone),
+            "{gone} kept after the withdrawal: {kept}"
+        );
+    }
+}

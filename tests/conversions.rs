@@ -1023,7 +1023,7 @@ fn invalid_utf8_and_deep_nesting_are_invalid_json_and_harmless() {
 #[test]
 fn a_busy_database_answers_503_with_retry_after_and_nothing_is_half_written() {
     if sqlite_only(
-        "SQLite's write lock held against --busy-timeout-ms, which on PostgreSQL bounds only the wait for a pooled connection",
+        "SQLite's write lock held against --busy-timeout-ms (on PostgreSQL: backpressure::a_lock_held_by_another_session_answers_503_in_time_and_healthz_at_once)",
     ) {
         return;
     }

@@ -270,3 +270,62 @@ fn the_log_format_comes_from_the_environment_too() {
     assert_eq!(json_access(&app, &id)["status"], 200);
     assert_all_json(&app.log());
 }
+
+/// Regression: at `RUST_LOG=trace` the HTTP client logged each request's URL, GA4's `api_secret`
+/// in its query, and on PostgreSQL at `RUST_LOG=debug` the client logged every statement with its
+/// parameters (tokens, password hashes, personal data). The clients' lines stop at `info`.
+#[test]
+fn no_secret_reaches_the_log_at_trace_level() {
+    use crate::common::fake::{FakePlatform, Reply};
+    use convapi::store::destinations::{self, Destination, Health};
+    use std::collections::BTreeMap;
+
+    let fake = FakePlatform::start(|_| Reply::status(204, json!("")));
+    let app = TestApp::builder().env("RUST_LOG", "trace").start();
+    let secret = "ga4-api-secret-in-the-url-0001";
+    let now = now_ms();
+    let dest = Destination {
+        id: unique("dest"),
+        site_id: app.site.id.clone(),
+        kind: "ga4".into(),
+        name: "GA4".into(),
+        settings: json!({"measurement_id": "G-TEST123"})
+            .as_object()
+            .unwrap()
+            .clone(),
+        secrets: json!({"api_secret": secret}).as_object().unwrap().clone(),
+        endpoint: Some(fake.url()),
+        events: BTreeMap::from([("purchase".to_owned(), "purchase".to_owned())]),
+        consent: "analytics".into(),
+        enabled: true,
+        created_at: now,
+        updated_at: now,
+        health: Health::default(),
+    };
+    destinations::insert(&app.store(), &dest).unwrap();
+    // A visitor id and an order id that the store writes as statement parameters.
+    let visitor = "visitor-personal-data-0001";
+    let order = "order-personal-data-0001";
+    app.identify(visitor, "client-1", now - 60_000);
+    app.post_conversion(
+        &json!({"visitorId": visitor, "orderId": order, "value": 19.99, "currency": "EUR"}),
+    )
+    .accepted();
+    let reqs = fake.wait_for(Duration::from_secs(30), |r| !r.is_empty());
+    assert_eq!(reqs[0].query("api_secret").as_deref(), Some(secret));
+    // Its outcome is written after the request: wait for the delivery's row to say so.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.query_i64(
+        "SELECT COUNT(*) FROM deliveries WHERE status = 'delivered'",
+        &[],
+    ) == 0
+    {
+        assert!(Instant::now() < deadline, "never delivered:\n{}", app.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = app.log();
+    assert!(log.contains(" TRACE ") || log.contains(" DEBUG "), "{log}");
+    for needle in [secret, visitor, order] {
+        assert!(!log.contains(needle), "{needle} in the log:\n{log}");
+    }
+}

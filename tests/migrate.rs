@@ -618,3 +618,39 @@ fn a_target_another_session_writes_to_is_refused_after_ten_seconds() {
     writing.rollback().unwrap();
     assert_no_rows(&url);
 }
+
+/// Regression: the target's URL, password included, could only be given as `--to`, on the command
+/// line every user of the machine reads (`ps`); `CONVAPI_MIGRATE_TO` keeps it in the environment.
+#[test]
+fn the_target_may_come_from_the_environment_and_is_shown_without_its_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("convapi.db");
+    assert_eq!(cli_run(Some(&db), &["tenant", "create", "Acme"]).code, 0);
+    let url = fresh_database();
+    // The test cluster trusts its socket: a password in the URL is sent and not checked.
+    let with_password = url.replacen("://postgres@", "://postgres:env-secret-0001@", 1);
+    assert_ne!(with_password, url, "{url}");
+    let mut cmd = std::process::Command::new(BIN);
+    scrub_env(&mut cmd);
+    let out = cmd
+        .arg("--db")
+        .arg(&db)
+        .arg("migrate")
+        .env("CONVAPI_MIGRATE_TO", &with_password)
+        .output()
+        .expect("run convapi");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert_eq!(
+        client(&url)
+            .query_one("SELECT COUNT(*) FROM tenants", &[])
+            .unwrap()
+            .get::<_, i64>(0),
+        1
+    );
+    assert!(!stdout.contains("env-secret-0001"), "{stdout}");
+    assert!(!stderr.contains("env-secret-0001"), "{stderr}");
+}

@@ -342,3 +342,28 @@ fn retry_all_retries_every_dead_letter_and_only_those() {
         "the parked order stays parked: {p:?}"
     );
 }
+
+/// Regression: `serve` opened `<db>.lock` following a symbolic link and wrote its process id
+/// through it, emptying the link's target (any file the server's user may write).
+#[test]
+fn a_symlinked_lock_file_is_refused_and_its_target_left_as_it_was() {
+    if sqlite_only("the lock file beside a SQLite file") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shop.db");
+    let target = dir.path().join("precious.txt");
+    std::fs::write(&target, "do not overwrite\n").unwrap();
+    std::os::unix::fs::symlink(&target, convapi::server::lock_path(&db)).unwrap();
+    let run = serve_expecting_exit(&db);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains("symbolic link") && run.stderr.contains("shop.db.lock"),
+        "{run:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "do not overwrite\n"
+    );
+    assert!(!db.exists(), "nothing created before the lock is held");
+}

@@ -242,3 +242,91 @@ fn overview_as_owner(app: &TestApp) -> String {
     let c = DashClient::logged_in(app, "owner@shop.example", "correct horse battery");
     c.get(&format!("/dashboard/sites/{}", app.site.id)).text()
 }
+
+/// Runs `convapi --db DB ARGS` under `/usr/bin/time`; its exit code, stderr and peak resident
+/// memory in KiB. Measured by `time` (a small parent), as in `lifecycle_export.rs`: the peak of a
+/// child spawned by the test binary counts the test binary's own pages from before the exec.
+fn run_measured(db: &std::path::Path, args: &[&str]) -> (i32, String, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let rss_file = dir.path().join("rss");
+    let mut cmd = std::process::Command::new("/usr/bin/time");
+    scrub_env(&mut cmd);
+    let child = cmd
+        .arg("-f")
+        .arg("%M")
+        .arg("-o")
+        .arg(&rss_file)
+        .arg(BIN)
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("/usr/bin/time (Debian package `time`, see scripts/install-test-deps.sh)");
+    let out = child.wait_with_output().expect("wait");
+    let rss = std::fs::read_to_string(&rss_file).unwrap();
+    let rss = rss
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("time's output: {rss:?}"));
+    (
+        out.status.code().expect("exited"),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        rss,
+    )
+}
+
+/// Regression: `rates import` of a 256 MiB CSV of one line read it whole and peaked at 1.3 GB,
+/// and its refusal quoted the whole cell (512 MiB on stderr); a zip whose entry inflates to one
+/// endless line (a zip bomb, as `rates fetch` would download) quoted 64 MiB, into the log and the
+/// site overview. The file is now read a line at a time, a line no ECB file has is refused as
+/// soon as it is read, and a refusal quotes at most about 100 characters.
+#[test]
+fn an_endless_line_is_refused_in_bounded_memory_and_quoted_briefly() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = test_db(dir.path(), "convapi.db");
+    assert_eq!(cli_run(Some(&db), &["tenant", "create", "Acme"]).code, 0);
+    let cell = vec![b'7'; 1 << 20];
+    let huge = dir.path().join("one-line.csv");
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&huge).unwrap());
+        f.write_all(b"Date,USD,").unwrap();
+        for _ in 0..256 {
+            f.write_all(&cell).unwrap();
+        }
+        f.flush().unwrap();
+    }
+    let (code, stderr, peak_kib) = run_measured(&db, &["rates", "import", huge.to_str().unwrap()]);
+    assert_eq!(code, 1, "{}", &stderr[..stderr.len().min(500)]);
+    assert!(stderr.len() < 600, "{} bytes on stderr", stderr.len());
+    assert!(stderr.contains("line 1"), "{stderr}");
+    assert!(
+        peak_kib < 64 * 1024,
+        "peak {peak_kib} KiB for a 256 MiB file"
+    );
+
+    // A zip whose entry inflates to 8 MiB of one line, served to `rates fetch`.
+    let bomb = {
+        let mut out = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated)
+            .large_file(true);
+        out.start_file("eurofxref.csv", options).unwrap();
+        out.write_all(b"Date,USD\n2026-11-13,").unwrap();
+        for _ in 0..8 {
+            out.write_all(&cell).unwrap();
+        }
+        out.finish().unwrap().into_inner()
+    };
+    assert!(bomb.len() < 1 << 20, "{} bytes", bomb.len());
+    let served = serve_bytes(200, bomb);
+    let (code, stderr, peak_kib) = run_measured(&db, &["rates", "fetch", "--url", &served.url]);
+    assert_eq!(code, 1, "{}", &stderr[..stderr.len().min(500)]);
+    assert!(stderr.len() < 600, "{} bytes on stderr", stderr.len());
+    assert!(stderr.contains("line 2"), "{stderr}");
+    assert!(peak_kib < 64 * 1024, "peak {peak_kib} KiB for a zip bomb");
+    assert_eq!(query_i64_at(&db, "SELECT COUNT(*) FROM fx_rates", &[]), 0);
+}

@@ -6,8 +6,8 @@
 //! progress goes to stderr: one updating line per table on a terminal, else one line per table
 //! when it is done. A URL's password is never printed.
 
-use std::fs::{File, TryLockError};
-use std::io::{IsTerminal, Read, Write};
+use std::fs::File;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -26,8 +26,16 @@ pub(super) struct MigrateArgs {
     #[arg(long, value_name = "FILE")]
     from: Option<PathBuf>,
     /// The PostgreSQL database to copy into, empty of convapi data:
-    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (or ?host=/socket/dir).
-    #[arg(long, value_name = "URL", value_parser = parse_url)]
+    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (or ?host=/socket/dir). To keep a password
+    /// off the command line, give the URL in CONVAPI_MIGRATE_TO instead, or leave the password out
+    /// and set PGPASSWORD.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "CONVAPI_MIGRATE_TO",
+        hide_env_values = true,
+        value_parser = parse_url
+    )]
     to: String,
     /// Print {from, to, tables: [{table, rows}], rows, seconds} as JSON.
     #[arg(long)]
@@ -173,32 +181,17 @@ fn same_reports(source: Conn<'_>, target: Conn<'_>) -> Result<(), CopyError> {
 /// `server::lock_path`): a running server would go on writing after the copy's snapshot, and a
 /// server started during the copy too.
 fn lock(db: &Path) -> CliResult<File> {
-    let path = crate::server::lock_path(db);
-    let mut file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| format!("cannot open the lock file {}: {e}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let who = match holder.trim().parse::<u32>() {
-                Ok(pid) => format!("process {pid}"),
-                Err(_) => "another process".to_owned(),
-            };
-            Err(format!(
-                "a convapi serve ({who}) is running on {}: stop it first, so that the copy has \
-                 everything it writes",
-                db.display()
-            )
-            .into())
-        }
-        Err(TryLockError::Error(e)) => Err(format!("cannot lock {}: {e}", path.display()).into()),
-    }
+    use crate::server::LockError;
+    crate::server::take_lock(db).map_err(|e| match e {
+        LockError::Held(pid) => format!(
+            "a convapi serve ({}) is running on {}: stop it first, so that the copy has \
+             everything it writes",
+            crate::server::holder(pid),
+            db.display()
+        )
+        .into(),
+        LockError::Unusable(why) => why.into(),
+    })
 }
 
 /// `url` with its password, if any, replaced by `***` (in the user part, or a `password=`

@@ -38,6 +38,8 @@ struct Cli {
         long,
         global = true,
         env = "CONVAPI_DB",
+        // A PostgreSQL URL may hold a password: `--help` names the variable, never its value.
+        hide_env_values = true,
         default_value = "./convapi.db"
     )]
     db: PathBuf,
@@ -276,7 +278,8 @@ fn one_line(rendered: &str) -> String {
     }
 }
 
-/// Logs go to stderr, filtered by `RUST_LOG` (default `info`).
+/// Logs go to stderr, filtered by `RUST_LOG` (default `info`), the HTTP and PostgreSQL clients'
+/// at `info` at most ([`CLIENT_LOGS`]).
 fn init_logging(format: LogFormat) {
     let mut builder =
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
@@ -291,7 +294,55 @@ fn init_logging(format: LogFormat) {
             buf.write_all(line.as_bytes())
         });
     }
-    builder.init();
+    let logger = builder.build();
+    log::set_max_level(logger.filter());
+    // Only fails when a logger is already set (a second call): the first one stays.
+    let _ = log::set_boxed_logger(Box::new(ClientsCapped(logger)));
+}
+
+/// The crates whose debug and trace lines carry secrets, whatever `RUST_LOG` asks: ureq writes
+/// each request's URL (GA4's `api_secret` is in its query) and headers, rustls its handshakes,
+/// tokio-postgres every statement with its parameters (tokens, password hashes, personal data).
+/// Their `info`, `warn` and `error` lines stay.
+const CLIENT_LOGS: &[&str] = &[
+    "ureq",
+    "ureq_proto",
+    "rustls",
+    "tokio_rustls",
+    "tokio_postgres",
+    "tokio_postgres_rustls",
+    "postgres",
+    "postgres_protocol",
+    "postgres_types",
+];
+
+/// Whether a record of `target` at `level` is a client's line that may carry a secret.
+fn client_secret_level(target: &str, level: log::Level) -> bool {
+    level > log::Level::Info
+        && CLIENT_LOGS.iter().any(|c| {
+            target
+                .strip_prefix(c)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+        })
+}
+
+/// env_logger's logger with [`CLIENT_LOGS`] capped at `info`.
+struct ClientsCapped(env_logger::Logger);
+
+impl log::Log for ClientsCapped {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        !client_secret_level(metadata.target(), metadata.level()) && self.0.enabled(metadata)
+    }
+
+    fn log(&self, record: &log::Record) {
+        if !client_secret_level(record.target(), record.level()) {
+            self.0.log(record);
+        }
+    }
+
+    fn flush(&self) {
+        self.0.flush();
+    }
 }
 
 /// A log record as one JSON object on one line: `ts` (RFC 3339, UTC, milliseconds), `level`,
@@ -517,6 +568,27 @@ fn print<T: serde::Serialize>(
 mod tests {
     use super::*;
     use log::kv::{ToValue, Value as KvValue};
+
+    #[test]
+    fn the_clients_debug_and_trace_lines_are_dropped_and_no_others() {
+        use log::Level::{Debug, Info, Trace, Warn};
+        for target in [
+            "ureq",
+            "ureq::unversioned::transport",
+            "ureq_proto::client",
+            "tokio_postgres::query",
+            "postgres",
+            "rustls::client::hs",
+        ] {
+            assert!(client_secret_level(target, Debug), "{target}");
+            assert!(client_secret_level(target, Trace), "{target}");
+            assert!(!client_secret_level(target, Info), "{target}");
+            assert!(!client_secret_level(target, Warn), "{target}");
+        }
+        for target in ["convapi::writer", "access", "ureqx", "postgresql_thing"] {
+            assert!(!client_secret_level(target, Trace), "{target}");
+        }
+    }
 
     #[test]
     fn a_json_log_line_has_the_record_and_its_fields() {

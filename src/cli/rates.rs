@@ -42,8 +42,8 @@ pub(super) struct FetchArgs {
 /// conversion due again (a running server's pipeline picks them up within a second or so).
 pub(super) fn import(db: &Path, a: ImportArgs) -> CliResult {
     let file = &a.file;
-    let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let rates = crate::ecb::parse_file(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+    let opened = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let rates = crate::ecb::read_file(opened).map_err(|e| format!("{}: {e}", file.display()))?;
     store_and_print(db, &rates, a.json)
 }
 

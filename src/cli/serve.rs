@@ -48,7 +48,8 @@ pub(super) struct ServeArgs {
     /// purchase get 503 (0: no limit). Items waiting for exchange rates do not count.
     #[arg(long, env = "CONVAPI_MAX_PIXEL_BACKLOG", default_value_t = 10_000)]
     max_pixel_backlog: u64,
-    /// Milliseconds a write waits for SQLite's lock before the request gets 503.
+    /// Milliseconds a request waits for a lock (SQLite's write lock; on PostgreSQL any, as
+    /// lock_timeout) before it gets 503.
     #[arg(long, env = "CONVAPI_BUSY_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     busy_timeout_ms: u64,
     /// Pixel events per second one client address may send (bursts up to 10 times this); 0: no limit.

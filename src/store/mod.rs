@@ -201,12 +201,23 @@ pub fn outside_commits(conn: &impl AsConn) -> Result<i64> {
     }
 }
 
-/// Reads one table: the health check's proof that the database opens, has its schema and answers.
+/// The health check's proof that the database opens, has its schema and answers, without waiting
+/// on any writer: SQLite reads one table (a WAL reader never waits for the writer); PostgreSQL
+/// looks the table up in its catalog, which takes no lock on it, so a lock held on `sites` (a
+/// migration, an operator's `LOCK TABLE`) cannot hold the answer.
 pub fn ping(conn: &impl AsConn) -> Result<()> {
-    conn.conn()
-        .query_opt("SELECT COUNT(*) FROM sites", db::args![], |r| {
-            r.get::<i64>(0)
-        })?;
+    let sql = match conn.conn().engine() {
+        Engine::Sqlite => "SELECT COUNT(*) FROM sites",
+        Engine::Postgres => "SELECT COUNT(*) FROM pg_class WHERE oid = to_regclass('sites')",
+    };
+    let found = conn
+        .conn()
+        .query_opt(sql, db::args![], |r| r.get::<i64>(0))?;
+    if conn.conn().engine() == Engine::Postgres && found != Some(1) {
+        return Err(StoreError::Other(
+            "the database has no table sites: is --db convapi's database?".to_owned(),
+        ));
+    }
     Ok(())
 }
 

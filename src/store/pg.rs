@@ -108,8 +108,17 @@ fn postgres_message(e: &postgres::Error) -> String {
 }
 
 /// Connects to the database at `url` (`postgres://` or `postgresql://`: user, password, host or
-/// Unix-socket directory, port, database), durably: see [`durable_commits`].
+/// Unix-socket directory, port, database), durably: see [`durable_commits`]. A URL without a
+/// password takes `PGPASSWORD`'s, as libpq's tools do, so that none need be on a command line.
 pub fn connect(url: &str) -> Result<Client> {
+    connect_bounded(url, None)
+}
+
+/// [`connect`] for the request path (the request threads' pool and the writer): every wait for a
+/// lock is bounded by `lock_timeout` (`serve --busy-timeout-ms`, as SQLite's busy timeout bounds
+/// the wait for its write lock), after which the statement fails with `lock_not_available`, a
+/// `Busy`. Set in the connection's start-up packet (`options=-c lock_timeout=…`): no round trip.
+pub fn connect_bounded(url: &str, lock_timeout: Option<std::time::Duration>) -> Result<Client> {
     let fail = |why: String| {
         StoreError::Other(format!(
             "cannot connect to PostgreSQL at {}: {why}",
@@ -125,6 +134,11 @@ pub fn connect(url: &str) -> Result<Client> {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
+    password_from(&mut config, std::env::var_os("PGPASSWORD"));
+    if let Some(timeout) = lock_timeout {
+        let options = bounded_options(config.get_options(), timeout);
+        config.options(&options);
+    }
     // TLS when the URL asks for it; `prefer` (the client's default) and `disable` connect in the
     // clear, as before TLS was built, so a local server's self-signed certificate stops no one.
     let mut client = if config.get_ssl_mode() == postgres::config::SslMode::Require {
@@ -135,6 +149,25 @@ pub fn connect(url: &str) -> Result<Client> {
     .map_err(|e| fail(postgres_message(&e)))?;
     durable_commits(&mut client)?;
     Ok(client)
+}
+
+/// `pgpassword` (`PGPASSWORD`'s value) as the password of a URL that gives none.
+fn password_from(config: &mut postgres::Config, pgpassword: Option<std::ffi::OsString>) {
+    if config.get_password().is_none() {
+        if let Some(password) = pgpassword {
+            config.password(password.as_encoded_bytes());
+        }
+    }
+}
+
+/// The start-up `options` that bound lock waits to `timeout` (at least 1 ms: 0 would mean no
+/// bound), after the URL's own.
+fn bounded_options(url_options: Option<&str>, timeout: std::time::Duration) -> String {
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128);
+    match url_options {
+        Some(own) if !own.trim().is_empty() => format!("{own} -c lock_timeout={ms}"),
+        _ => format!("-c lock_timeout={ms}"),
+    }
 }
 
 /// The URL without its `sslrootcert=PATH` parameter (libpq's name; the client's parser knows no
@@ -289,7 +322,15 @@ pub fn redacted(url: &str) -> String {
 /// Connects to the database at `url` and brings its schema up to date: a connection for the
 /// store's functions (`db.rs`).
 pub fn open(url: &str) -> Result<super::db::PgConn> {
-    let mut client = connect(url)?;
+    open_bounded(url, None)
+}
+
+/// [`open`] with the lock waits of [`connect_bounded`].
+pub fn open_bounded(
+    url: &str,
+    lock_timeout: Option<std::time::Duration>,
+) -> Result<super::db::PgConn> {
+    let mut client = connect_bounded(url, lock_timeout)?;
     migrate(&mut client)?;
     Ok(super::db::PgConn::new(client))
 }
@@ -369,6 +410,41 @@ mod tests {
         assert_eq!(
             redacted("postgres://db.example/convapi"),
             "postgres://db.example/convapi"
+        );
+    }
+
+    #[test]
+    fn a_url_without_a_password_takes_pgpasswords() {
+        let with = |url: &str, env: Option<&str>| {
+            let mut config: postgres::Config = url.parse().unwrap();
+            password_from(&mut config, env.map(std::ffi::OsString::from));
+            config.get_password().map(<[u8]>::to_vec)
+        };
+        assert_eq!(
+            with("postgres://app@db.example/convapi", Some("from-env")),
+            Some(b"from-env".to_vec())
+        );
+        assert_eq!(
+            with("postgres://app:own@db.example/convapi", Some("from-env")),
+            Some(b"own".to_vec())
+        );
+        assert_eq!(with("postgres://app@db.example/convapi", None), None);
+    }
+
+    #[test]
+    fn a_bounded_connection_asks_for_a_lock_timeout_after_the_urls_own_options() {
+        use std::time::Duration;
+        assert_eq!(
+            bounded_options(None, Duration::from_millis(300)),
+            "-c lock_timeout=300"
+        );
+        assert_eq!(
+            bounded_options(Some("-c search_path=app"), Duration::from_secs(5)),
+            "-c search_path=app -c lock_timeout=5000"
+        );
+        assert_eq!(
+            bounded_options(Some(""), Duration::ZERO),
+            "-c lock_timeout=1"
         );
     }
 

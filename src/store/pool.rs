@@ -57,9 +57,35 @@ impl AsConn for DbConn {
 /// Opens one connection to `location` with `settings` (SQLite's; PostgreSQL's server has its
 /// own), creating a SQLite file and bringing either engine's schema up to date.
 pub fn open(location: &Location, settings: &Settings) -> Result<DbConn> {
+    open_as(location, settings, Waits::Unbounded)
+}
+
+/// How long a PostgreSQL connection's statements may wait for a lock. SQLite's connections all
+/// wait `busy_timeout` for its write lock; on PostgreSQL only the request path is bounded (the
+/// pool and the writer: a request never waits longer on a lock than on SQLite), while commands,
+/// migrations and the background threads' reads may wait as long as the work needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waits {
+    Unbounded,
+    /// `lock_timeout` = `busy_timeout` (pg::connect_bounded).
+    BusyTimeout,
+}
+
+impl Waits {
+    fn lock_timeout(self, settings: &Settings) -> Option<Duration> {
+        match self {
+            Waits::Unbounded => None,
+            Waits::BusyTimeout => Some(settings.busy_timeout),
+        }
+    }
+}
+
+fn open_as(location: &Location, settings: &Settings, waits: Waits) -> Result<DbConn> {
     Ok(match location {
         Location::File(path) => DbConn::Sqlite(super::open_with(path, settings)?),
-        Location::Postgres(url) => DbConn::Postgres(pg::open(url)?),
+        Location::Postgres(url) => {
+            DbConn::Postgres(pg::open_bounded(url, waits.lock_timeout(settings))?)
+        }
     })
 }
 
@@ -69,6 +95,7 @@ pub fn open(location: &Location, settings: &Settings) -> Result<DbConn> {
 pub struct Lasting {
     location: Location,
     settings: Settings,
+    waits: Waits,
     conn: Option<DbConn>,
 }
 
@@ -76,10 +103,16 @@ impl Lasting {
     /// Opens the first connection: an error here is the caller's to report (the server does not
     /// start).
     pub fn open(location: &Location, settings: &Settings) -> Result<Lasting> {
+        Lasting::open_as(location, settings, Waits::Unbounded)
+    }
+
+    /// [`Lasting::open`] whose PostgreSQL connections wait for locks as `waits` says (the writer's).
+    pub fn open_as(location: &Location, settings: &Settings, waits: Waits) -> Result<Lasting> {
         Ok(Lasting {
             location: location.clone(),
             settings: *settings,
-            conn: Some(open(location, settings)?),
+            waits,
+            conn: Some(open_as(location, settings, waits)?),
         })
     }
 
@@ -93,7 +126,7 @@ impl Lasting {
         };
         if broken {
             self.conn = None;
-            match open(&self.location, &self.settings) {
+            match open_as(&self.location, &self.settings, self.waits) {
                 Ok(c) => {
                     log::info!("connected to {} again", self.location.display());
                     self.conn = Some(c);
@@ -114,6 +147,7 @@ impl Lasting {
 #[derive(Debug)]
 pub struct PgManager {
     url: String,
+    lock_timeout: Option<Duration>,
 }
 
 impl r2d2::ManageConnection for PgManager {
@@ -121,7 +155,7 @@ impl r2d2::ManageConnection for PgManager {
     type Error = StoreError;
 
     fn connect(&self) -> Result<PgConn> {
-        pg::connect(&self.url).map(PgConn::new)
+        pg::connect_bounded(&self.url, self.lock_timeout).map(PgConn::new)
     }
 
     fn is_valid(&self, conn: &mut PgConn) -> Result<()> {
@@ -160,7 +194,8 @@ impl AsConn for Pooled {
 
 impl Db {
     /// Opens (creates, migrates) the database at `location`, then builds a pool of up to `size`
-    /// connections over it. A connection is waited for up to `settings.busy_timeout`.
+    /// connections over it. A connection is waited for up to `settings.busy_timeout`, and so is a
+    /// lock by a statement on a PostgreSQL one ([`Waits::BusyTimeout`]).
     pub fn open(location: &Location, size: u32, settings: &Settings) -> Result<Db> {
         match location {
             Location::File(path) => Ok(Db::Sqlite(super::open_pool(path, size, settings)?)),
@@ -174,7 +209,10 @@ impl Db {
                     .test_on_check_out(false)
                     .min_idle(Some(0))
                     .connection_timeout(settings.busy_timeout.max(Duration::from_millis(1)))
-                    .build_unchecked(PgManager { url: url.clone() });
+                    .build_unchecked(PgManager {
+                        url: url.clone(),
+                        lock_timeout: Waits::BusyTimeout.lock_timeout(settings),
+                    });
                 Ok(Db::Postgres(pool))
             }
         }
@@ -186,6 +224,14 @@ impl Db {
         Ok(match self {
             Db::Sqlite(p) => Pooled::Sqlite(p.get()?),
             Db::Postgres(p) => Pooled::Postgres(p.get()?),
+        })
+    }
+
+    /// [`Db::get`], waiting at most `wait` for a connection to free up (`/healthz`).
+    pub fn get_within(&self, wait: Duration) -> Result<Pooled> {
+        Ok(match self {
+            Db::Sqlite(p) => Pooled::Sqlite(p.get_timeout(wait)?),
+            Db::Postgres(p) => Pooled::Postgres(p.get_timeout(wait)?),
         })
     }
 }

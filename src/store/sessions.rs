@@ -306,6 +306,15 @@ pub fn set_landing_url(conn: &impl AsConn, session_id: &str, url: &str) -> Resul
     Ok(())
 }
 
+/// Replaces a session's referrer (when ads consent is withdrawn: its click ids go).
+pub fn set_referrer(conn: &impl AsConn, id: &str, referrer: &str) -> Result<()> {
+    conn.conn().execute(
+        "UPDATE sessions SET referrer = ?2 WHERE id = ?1",
+        args![id, referrer],
+    )?;
+    Ok(())
+}
+
 /// Extends a session's activity (never backwards) and marks it identified when `client_id` is given.
 pub fn touch(
     conn: &impl AsConn,
