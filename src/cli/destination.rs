@@ -46,6 +46,9 @@ pub(super) enum DestinationCmd {
     Retry(RetryArgs),
     /// Pass on a site's past processed conversions a destination never got.
     Replay(ReplayArgs),
+    /// Seal every destination's credentials again with the current key (key rotation: see
+    /// docs/operations.md, "Destination credentials").
+    Rekey(RekeyArgs),
 }
 
 #[derive(clap::Args)]
@@ -130,6 +133,13 @@ pub(super) struct IdArgs {
     /// The destination's id (from `destination list`).
     id: String,
     /// Print the outcome as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct RekeyArgs {
+    /// Print how many destinations were sealed again as one JSON object.
     #[arg(long)]
     json: bool,
 }
@@ -483,6 +493,17 @@ pub(super) fn test(db: &Path, a: IdArgs) -> CliResult {
         )
         .into()),
     }
+}
+
+pub(super) fn rekey(db: &Path, a: RekeyArgs) -> CliResult {
+    let conn = open(db)?;
+    let n = store::write_tx(&conn, |tx| store::destinations::seal_all(tx, false))?;
+    print(a.json, &json!({"resealed": n}), || {
+        format!(
+            "sealed the credentials of {} again with the current key; a former key is no longer needed for them",
+            count(n, "destination", "destinations")
+        )
+    })
 }
 
 pub(super) fn retry(db: &Path, a: RetryArgs) -> CliResult {

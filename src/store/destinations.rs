@@ -3,7 +3,8 @@
 //!
 //! A destination's credentials (`secrets`) are write-only: [`Destination`]'s `Debug` masks them,
 //! listings show [`Destination::masked_secrets`], and they leave the database only in the request
-//! to the platform. Written once for both engines (`db.rs`).
+//! to the platform. They are stored sealed ([`super::sealed`]): written sealed by [`insert`] and
+//! [`update`], opened by [`by_id`] and [`for_site`]. Written once for both engines (`db.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -11,6 +12,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use super::db::{args, AsConn, Row};
+use super::sealed::{self, Keyring};
 use super::{Result, StoreError};
 
 /// The platforms a destination can be.
@@ -156,6 +158,7 @@ fn events_json(d: &Destination) -> String {
 
 /// Stores a new destination (its health starts empty).
 pub fn insert(conn: &impl AsConn, d: &Destination) -> Result<()> {
+    let secrets = sealed_json(conn, d)?;
     conn.conn().execute(
         "INSERT INTO destinations (id, site_id, kind, name, settings, secrets, endpoint, events,
              consent, enabled, created_at, updated_at)
@@ -166,7 +169,7 @@ pub fn insert(conn: &impl AsConn, d: &Destination) -> Result<()> {
             &d.kind,
             &d.name,
             Value::Object(d.settings.clone()).to_string().as_str(),
-            Value::Object(d.secrets.clone()).to_string().as_str(),
+            secrets.as_str(),
             &d.endpoint,
             events_json(d).as_str(),
             &d.consent,
@@ -180,6 +183,7 @@ pub fn insert(conn: &impl AsConn, d: &Destination) -> Result<()> {
 
 /// Writes everything of `d` but its id, site, kind, creation time and health; `false` when it is gone.
 pub fn update(conn: &impl AsConn, d: &Destination) -> Result<bool> {
+    let secrets = sealed_json(conn, d)?;
     Ok(conn.conn().execute(
         "UPDATE destinations SET name = ?2, settings = ?3, secrets = ?4, endpoint = ?5, events = ?6,
              consent = ?7, enabled = ?8, updated_at = ?9
@@ -188,7 +192,7 @@ pub fn update(conn: &impl AsConn, d: &Destination) -> Result<bool> {
             &d.id,
             &d.name,
             Value::Object(d.settings.clone()).to_string().as_str(),
-            Value::Object(d.secrets.clone()).to_string().as_str(),
+            secrets.as_str(),
             &d.endpoint,
             events_json(d).as_str(),
             &d.consent,
@@ -199,20 +203,111 @@ pub fn update(conn: &impl AsConn, d: &Destination) -> Result<bool> {
 }
 
 pub fn by_id(conn: &impl AsConn, id: &str) -> Result<Option<Destination>> {
-    conn.conn().query_opt(
+    let found = conn.conn().query_opt(
         &format!("SELECT {COLUMNS} FROM destinations WHERE id = ?1"),
         args![id],
         from_row,
-    )
+    )?;
+    let mut keys = None;
+    found.map(|d| opened(conn, d, &mut keys)).transpose()
 }
 
 /// A site's destinations, oldest first.
 pub fn for_site(conn: &impl AsConn, site_id: &str) -> Result<Vec<Destination>> {
-    conn.conn().query_all(
+    let found = conn.conn().query_all(
         &format!("SELECT {COLUMNS} FROM destinations WHERE site_id = ?1 ORDER BY created_at, id"),
         args![site_id],
         from_row,
-    )
+    )?;
+    let mut keys = None;
+    found
+        .into_iter()
+        .map(|d| opened(conn, d, &mut keys))
+        .collect()
+}
+
+/// `d` as read, its credentials opened; the keys are looked up at the first sealed value.
+fn opened(
+    conn: &impl AsConn,
+    mut d: Destination,
+    keys: &mut Option<Keyring>,
+) -> Result<Destination> {
+    for (field, value) in d.secrets.iter_mut() {
+        let Some(stored) = value.as_str() else {
+            continue;
+        };
+        if sealed::sealed_with(stored).is_none() {
+            continue;
+        }
+        if keys.is_none() {
+            *keys = Some(Keyring::of(conn.conn())?);
+        }
+        let keys = keys.as_ref().expect("set above");
+        *value = Value::from(keys.open(&d.id, field, stored)?);
+    }
+    Ok(d)
+}
+
+/// The `secrets` column of `d`: each credential sealed with the current key (none is needed
+/// when there is no credential).
+fn sealed_json(conn: &impl AsConn, d: &Destination) -> Result<String> {
+    let mut out = Map::new();
+    if !d.secrets.is_empty() {
+        let mut keys = Keyring::of(conn.conn())?;
+        let key = keys.sealing_key()?;
+        for (field, value) in &d.secrets {
+            let plain = value.as_str().unwrap_or_default();
+            out.insert(field.clone(), Value::from(key.seal(&d.id, field, plain)?));
+        }
+    }
+    Ok(Value::Object(out).to_string())
+}
+
+/// Seals again every destination's credentials that are not sealed with the current key: those
+/// stored before values were sealed (`only_plain`), or every one (`convapi destination rekey`,
+/// after a new key was given and the former one kept for opening). Returns how many destinations
+/// were written.
+pub fn seal_all(conn: &impl AsConn, only_plain: bool) -> Result<usize> {
+    let rows: Vec<(String, String)> = conn.conn().query_all(
+        "SELECT id, secrets FROM destinations ORDER BY id",
+        args![],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let mut keys: Option<Keyring> = None;
+    let mut written = 0;
+    for (id, text) in rows {
+        let stored = json_object(&text, "secrets")?;
+        if stored.is_empty() {
+            continue;
+        }
+        let sealed_with = |v: &Value| v.as_str().and_then(sealed::sealed_with).map(str::to_owned);
+        if only_plain && stored.values().all(|v| sealed_with(v).is_some()) {
+            continue;
+        }
+        if keys.is_none() {
+            keys = Some(Keyring::of(conn.conn())?);
+        }
+        let keys = keys.as_mut().expect("set above");
+        let current = keys.sealing_key()?.id().to_owned();
+        let stale = stored
+            .values()
+            .any(|v| sealed_with(v).as_deref() != Some(current.as_str()));
+        if !stale {
+            continue;
+        }
+        let mut out = Map::new();
+        for (field, value) in &stored {
+            let plain = keys.open(&id, field, value.as_str().unwrap_or_default())?;
+            let key = keys.sealing_key()?;
+            out.insert(field.clone(), Value::from(key.seal(&id, field, &plain)?));
+        }
+        conn.conn().execute(
+            "UPDATE destinations SET secrets = ?2 WHERE id = ?1",
+            args![&id, Value::Object(out).to_string().as_str()],
+        )?;
+        written += 1;
+    }
+    Ok(written)
 }
 
 /// Deletes a destination with its credentials and its deliveries; `false` when there was none.
