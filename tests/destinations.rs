@@ -151,13 +151,8 @@ fn the_cli_adds_lists_updates_and_removes_destinations_without_showing_a_credent
     assert_eq!(ga4["consent"], "analytics");
     assert_eq!(ga4["enabled"], false);
     assert_eq!(ga4["secrets"], json!({"api_secret": "••••1618"}));
-    let stored = |id: &str| -> Value {
-        let text = app
-            .query_str("SELECT secrets FROM destinations WHERE id = ?1", &[&id])
-            .expect("a destination");
-        serde_json::from_str(&text).unwrap()
-    };
-    assert_eq!(stored(&ga4_id), json!({"api_secret": GA4_SECRET}));
+    let stored = |id: &str, field: &str, secret: &str| assert_sealed(&app, id, field, secret);
+    stored(&ga4_id, "api_secret", GA4_SECRET);
 
     // list: both, oldest first, masked, with health and delivery counts.
     let list = app.cli_json(&["destination", "list", "--site", &site, "--json"]);
@@ -194,11 +189,28 @@ fn the_cli_adds_lists_updates_and_removes_destinations_without_showing_a_credent
         );
     }
 
-    // update without the token keeps it; with it replaces it.
+    // A new endpoint clears the token: the update that does not give it again is refused,
+    // nothing changed. With it, it goes; an update without a new endpoint keeps the stored one.
+    let moved = app.cli(&[
+        "destination",
+        "update",
+        &meta_id,
+        "--endpoint",
+        "https://gateway.example",
+    ]);
+    refused(
+        &moved,
+        "a new endpoint clears the stored credentials (they are never sent to an address they \
+         were not given for), so give them again in the same command: --access-token (or \
+         $CONVAPI_ACCESS_TOKEN)",
+    );
+    outputs.push(format!("{}{}", moved.stdout, moved.stderr));
     let run = app.cli(&[
         "destination",
         "update",
         &meta_id,
+        "--access-token",
+        META_TOKEN,
         "--name",
         "Meta renamed",
         "--event",
@@ -217,7 +229,7 @@ fn the_cli_adds_lists_updates_and_removes_destinations_without_showing_a_credent
     assert_eq!(v["events"], json!({"purchase": "Purchase", "lead": "Lead"}));
     assert_eq!(v["consent"], "none");
     assert_eq!(v["endpoint"], "https://gateway.example");
-    assert_eq!(stored(&meta_id), json!({"access_token": META_TOKEN}));
+    stored(&meta_id, "access_token", META_TOKEN);
     let run = app.cli(&[
         "destination",
         "update",
@@ -228,10 +240,10 @@ fn the_cli_adds_lists_updates_and_removes_destinations_without_showing_a_credent
     assert_eq!(run.code, 0, "{run:?}");
     outputs.push(format!("{}{}", run.stdout, run.stderr));
     assert!(run.stdout.contains("replaced access_token"), "{run:?}");
-    assert_eq!(stored(&meta_id), json!({"access_token": META_TOKEN_2}));
+    stored(&meta_id, "access_token", META_TOKEN_2);
     let run = app.cli(&["destination", "update", &ga4_id, "--enabled", "--json"]);
     assert_eq!(run.json()["enabled"], true);
-    assert_eq!(stored(&ga4_id), json!({"api_secret": GA4_SECRET}));
+    stored(&ga4_id, "api_secret", GA4_SECRET);
 
     // remove: the destination with its credentials and its deliveries.
     app.pageview("v-rm", "https://shop.example/", now_ms() - MINUTE);
@@ -249,7 +261,15 @@ fn the_cli_adds_lists_updates_and_removes_destinations_without_showing_a_credent
     };
     assert_eq!(deliveries(&meta_id), 1, "the pipeline queued one delivery");
     // (Only with no server running: without an endpoint it would send to the platform itself.)
-    let v = app.cli_json(&["destination", "update", &meta_id, "--no-endpoint", "--json"]);
+    let v = app.cli_json(&[
+        "destination",
+        "update",
+        &meta_id,
+        "--no-endpoint",
+        "--access-token",
+        META_TOKEN_2,
+        "--json",
+    ]);
     assert_eq!(v["endpoint"], Value::Null);
     let run = app.cli(&["destination", "remove", &meta_id, "--json"]);
     outputs.push(format!("{}{}", run.stdout, run.stderr));
@@ -826,10 +846,13 @@ fn destination_test_prints_the_platforms_answer() {
         assert_eq!(reqs.len(), 1, "{reqs:#?}");
         assert!(reqs[0].url.contains("1234567890"), "{reqs:#?}");
         let bad = fake_meta(false);
+        // A new endpoint takes the credentials again (they never follow it by themselves).
         app.cli_json(&[
             "destination",
             "update",
             &id,
+            "--access-token",
+            META_TOKEN,
             "--endpoint",
             &bad.url(),
             "--json",
@@ -974,10 +997,7 @@ fn the_dashboard_adds_edits_and_removes_a_destination() {
         &[],
     )[0];
     assert_eq!(row["name"], "Meta shop");
-    assert_eq!(
-        row["secrets"],
-        json!({"access_token": META_TOKEN}).to_string()
-    );
+    assert_sealed(&app, &id, "access_token", META_TOKEN);
     assert_eq!(
         serde_json::from_str::<Value>(row["events"].as_str().unwrap()).unwrap(),
         json!({"purchase": "Purchase", "lead": "Lead"})
@@ -1027,19 +1047,13 @@ fn the_dashboard_adds_edits_and_removes_a_destination() {
         serde_json::from_str::<Value>(row["settings"].as_str().unwrap()).unwrap(),
         json!({"pixel_id": "999", "test_event_code": "TEST77"})
     );
-    assert_eq!(
-        row["secrets"],
-        json!({"access_token": META_TOKEN}).to_string()
-    );
+    assert_sealed(&app, &id, "access_token", META_TOKEN);
     assert_eq!(row["consent"], "none");
     assert_eq!(row["enabled"], 0, "the box was not ticked");
     edit[2].1 = META_TOKEN_2;
     let r = d.post_form(&url, &with_csrf(&edit, &csrf));
     see_other(&r);
-    assert_eq!(
-        app.query_str("SELECT secrets FROM destinations", &[]),
-        Some(json!({"access_token": META_TOKEN_2}).to_string())
-    );
+    assert_sealed(&app, &id, "access_token", META_TOKEN_2);
     // A refusal names the field; nothing changes.
     edit[1].1 = "";
     let r = d.post_form(&url, &with_csrf(&edit, &csrf));
@@ -1184,10 +1198,13 @@ fn the_dashboards_test_button_shows_the_platforms_answer() {
         let reqs = good.wait_for(std::time::Duration::from_secs(5), |r| !r.is_empty());
         assert_eq!(reqs.len(), 1, "one request: {reqs:#?}");
         let bad = fake_meta(false);
+        // A new endpoint takes the credentials again (they never follow it by themselves).
         app.cli_json(&[
             "destination",
             "update",
             &id,
+            "--access-token",
+            META_TOKEN,
             "--endpoint",
             &bad.url(),
             "--json",
@@ -1374,4 +1391,31 @@ fn the_site_settings_form_sets_consent_before_tracking() {
         .text()
         .contains("name=\"consent_required\" value=\"on\" checked"));
     assert_eq!(consent(&settings), 0);
+}
+
+/// Destination `id`'s credential `field` is stored sealed — the column holds neither the secret
+/// nor a part of it — and is `secret` (its last four characters as `destination list` shows them).
+#[track_caller]
+fn assert_sealed(app: &TestApp, id: &str, field: &str, secret: &str) {
+    let text = app
+        .query_str("SELECT secrets FROM destinations WHERE id = ?1", &[&id])
+        .expect("a destination");
+    let stored: Value = serde_json::from_str(&text).unwrap();
+    let value = stored[field].as_str().expect("the field is stored");
+    assert!(value.starts_with("sealed:v1:"), "{text}");
+    assert!(!text.contains(&secret[secret.len() - 8..]), "{text}");
+    let site = app
+        .query_str("SELECT site_id FROM destinations WHERE id = ?1", &[&id])
+        .unwrap();
+    let list = app.cli_json(&["destination", "list", "--site", &site, "--json"]);
+    let shown = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == id)
+        .expect("listed");
+    assert_eq!(
+        shown["secrets"][field],
+        format!("••••{}", &secret[secret.len() - 4..])
+    );
 }
