@@ -1419,3 +1419,317 @@ fn assert_sealed(app: &TestApp, id: &str, field: &str, secret: &str) {
         format!("••••{}", &secret[secret.len() - 4..])
     );
 }
+
+/// Regression: the edit form kept a blank credential across an endpoint change, so whoever
+/// changed only the endpoint (a user, a stolen session, a script) had the stored token sent to
+/// the new address at the next test or delivery. Now a new endpoint clears the credentials: the
+/// form says so and asks for them, the CLI the same, and the new address never sees the old one.
+#[test]
+fn a_new_endpoint_never_receives_the_stored_credentials() {
+    let app = TestApp::start();
+    let d = login(&app);
+    let csrf = d.csrf();
+    let old = fake_meta(true);
+    let new = fake_meta(true);
+    let id = add_meta(&app, "Meta", &old.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let url = format!("/dashboard/sites/{}/destinations/{id}", app.site.id);
+    let page = d.get(&url).text();
+    assert!(
+        page.contains("changing it clears the stored credentials: enter them again with it"),
+        "the form says so before: {page}"
+    );
+    let new_url = new.url();
+    let mut edit = vec![
+        ("name", "Meta"),
+        ("f_pixel_id", "1234567890"),
+        ("f_access_token", ""),
+        ("f_test_event_code", "TEST123"),
+        ("events", "purchase=Purchase"),
+        ("consent", "ads"),
+        ("endpoint", new_url.as_str()),
+        ("enabled", "on"),
+    ];
+    let r = d.post_form(&url, &with_csrf(&edit, &csrf));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains(
+            "The endpoint changed, so the stored credentials were cleared: they are never sent \
+             to an address they were not entered for. Enter Access token again."
+        ),
+        "{}",
+        r.text()
+    );
+    // The CLI keeps the same rule.
+    let moved = app.cli(&["destination", "update", &id, "--endpoint", &new_url]);
+    refused(&moved, "a new endpoint clears the stored credentials");
+    assert_eq!(
+        app.query_str("SELECT endpoint FROM destinations WHERE id = ?1", &[&id]),
+        Some(old.url()),
+        "nothing was saved"
+    );
+    // Test events go where the token was given for, the new address sees nothing.
+    let r = d.post_form(&format!("{url}/test"), &with_csrf(&[], &csrf));
+    assert_eq!(r.status, 200);
+    app.cli(&["destination", "test", &id]);
+    if has_platform("meta") {
+        let seen = old.wait_for(std::time::Duration::from_secs(5), |r| r.len() >= 2);
+        assert_eq!(seen.len(), 2, "{seen:#?}");
+    }
+    // With the token entered again, the new address gets that one, never the old.
+    edit[2].1 = META_TOKEN_2;
+    see_other(&d.post_form(&url, &with_csrf(&edit, &csrf)));
+    assert_sealed(&app, &id, "access_token", META_TOKEN_2);
+    let r = d.post_form(&format!("{url}/test"), &with_csrf(&[], &csrf));
+    assert_eq!(r.status, 200);
+    let seen = if has_platform("meta") {
+        new.wait_for(std::time::Duration::from_secs(5), |r| !r.is_empty())
+    } else {
+        Vec::new()
+    };
+    for r in &seen {
+        assert!(r.body.contains(META_TOKEN_2), "{r:#?}");
+    }
+    for r in new.requests() {
+        assert!(
+            !format!("{r:?}").contains(&META_TOKEN[..20]),
+            "the old token reached the new endpoint: {r:#?}"
+        );
+    }
+}
+
+/// Waits until the server's log holds `want` (the sender logs on its own thread).
+#[track_caller]
+fn await_log(app: &TestApp, want: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let log = app.log();
+        if log.contains(want) {
+            return log;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {want:?} in the log:\n{log}"
+        );
+        // The log is a file the server appends to: no hook to wait on.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Regression: credentials were stored as typed, so the database file, its WAL and every
+/// `backup` (a 0644 file) held them. Now each is sealed with a key that is not in the database;
+/// backups and `export --output` files are made 0600; values stored before are sealed when the
+/// server starts, and still work.
+#[test]
+fn credentials_are_sealed_at_rest_and_backups_are_private() {
+    let mut app = TestApp::start();
+    let fake = fake_meta(true);
+    let id = add_meta(&app, "Meta", &fake.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let holds = |bytes: &[u8], secret: &str| {
+        let piece = &secret.as_bytes()[secret.len() - 12..];
+        bytes.windows(piece.len()).any(|w| w == piece)
+    };
+    assert!(
+        !holds(&app.db_text(), META_TOKEN),
+        "the token is in the database"
+    );
+    assert_sealed(&app, &id, "access_token", META_TOKEN);
+    // Sealed, it still goes to the platform.
+    let run = app.cli(&["destination", "test", &id]);
+    if has_platform("meta") {
+        assert_eq!(run.code, 0, "{run:?}");
+        let seen = fake.wait_for(std::time::Duration::from_secs(5), |r| !r.is_empty());
+        assert!(seen[0].body.contains(META_TOKEN), "{seen:#?}");
+    }
+    // A sealed value copied to another destination does not open there.
+    let other = add_meta(&app, "Other", &fake.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sealed = app
+        .query_str("SELECT secrets FROM destinations WHERE id = ?1", &[&id])
+        .unwrap();
+    app.execute(
+        "UPDATE destinations SET secrets = ?1 WHERE id = ?2",
+        &[&sealed, &other],
+    );
+    let run = app.cli(&["destination", "test", &other]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let list = app.cli_json(&["destination", "list", "--site", &app.site.id, "--json"]);
+    let shown = list.as_array().unwrap().iter().find(|d| d["id"] == other);
+    assert_eq!(shown.unwrap()["secrets"], json!({}), "left out: {list}");
+    app.cli_json(&["destination", "remove", &other, "--json"]);
+
+    // A value stored in plain text by an earlier version is sealed when the server starts.
+    const PLAIN: &str = "EAAB-stored-in-plain-text-11235813";
+    app.stop();
+    app.execute(
+        "UPDATE destinations SET secrets = ?1 WHERE id = ?2",
+        &[&json!({"access_token": PLAIN}).to_string(), &id],
+    );
+    app.restart();
+    assert_sealed(&app, &id, "access_token", PLAIN);
+    if has_platform("meta") {
+        app.cli(&["destination", "test", &id]);
+        let seen = fake.wait_for(std::time::Duration::from_secs(5), |r| r.len() >= 2);
+        assert!(seen[1].body.contains(PLAIN), "{seen:#?}");
+    }
+    if sqlite_only("the key file beside the database, backup and the file's bytes") {
+        return;
+    }
+    let key = std::path::PathBuf::from(format!("{}.key", app.db.display()));
+    let mode = |p: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    };
+    assert_eq!(mode(&key), 0o600, "the key file");
+    assert!(!holds(&app.db_bytes(), META_TOKEN));
+    // (The plain value's old page may stay in the WAL until it starts over; the backup copies
+    // the pages as they are now.)
+    let backup = app.dir.path().join("backup.db");
+    let run = app.cli(&["backup", backup.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(mode(&backup), 0o600, "the backup");
+    let bytes = std::fs::read(&backup).unwrap();
+    assert!(!holds(&bytes, META_TOKEN) && !holds(&bytes, PLAIN));
+    let forced = app.cli(&["backup", backup.to_str().unwrap(), "--force"]);
+    assert_eq!(forced.code, 0, "{forced:?}");
+    assert_eq!(mode(&backup), 0o600, "the backup replaced");
+    let export = app.dir.path().join("export.csv");
+    let args = [
+        "export",
+        "--site",
+        &app.site.id,
+        "--format",
+        "csv",
+        "--output",
+    ];
+    let run = app.cli(&[&args[..], &[export.to_str().unwrap()]].concat());
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(mode(&export), 0o600, "the export");
+    assert!(std::fs::read_to_string(&export)
+        .unwrap()
+        .starts_with("eventId,"));
+    let again = app.cli(&[&args[..], &[export.to_str().unwrap()]].concat());
+    refused(&again, "exists; choose another file or remove it");
+}
+
+/// Regression: a platform's answer went into the server's log and onto the operator's terminal
+/// with its control characters (an escape sequence clears the screen, a CR or LF forges a line),
+/// and a destination's name could hold a line break that forged a line of `destination list`.
+/// Now names refuse them (CLI and dashboard) and what comes from outside is written escaped.
+#[test]
+fn control_characters_from_a_platform_or_a_name_reach_no_log_and_no_terminal() {
+    const FORGED: &str = "[2026-01-01T00:00:00Z ERROR convapi] forged line";
+    let answer = format!("\u{1b}[2J\u{1b}[1;1H\rcleared\n{FORGED}\u{7}");
+    let fake = FakePlatform::start(move |_| {
+        Reply::status(
+            500,
+            json!({"error": {"message": answer, "code": 2, "is_transient": true}}),
+        )
+    });
+    let app = TestApp::start();
+    let site = app.site.id.clone();
+    let add = |name: &str| {
+        app.cli(&[
+            "destination",
+            "add",
+            "--site",
+            &site,
+            "--kind",
+            "meta",
+            "--name",
+            name,
+            "--pixel-id",
+            "1234567890",
+            "--access-token",
+            META_TOKEN,
+            "--endpoint",
+            &fake.url(),
+        ])
+    };
+    refused(&add("Shop\nforged"), "holds a control character");
+    refused(&add("Shop\u{1b}[31m"), "holds a control character");
+    let d = login(&app);
+    let csrf = d.csrf();
+    let fake_url = fake.url();
+    let fields = [
+        ("kind", "meta"),
+        ("name", "Shop\u{1b}]0;title\u{7}"),
+        ("f_pixel_id", "1234567890"),
+        ("f_access_token", META_TOKEN),
+        ("events", "purchase"),
+        ("consent", "ads"),
+        ("endpoint", fake_url.as_str()),
+        ("enabled", "on"),
+    ];
+    let r = d.post_form(
+        &format!("/dashboard/sites/{site}/destinations"),
+        &with_csrf(&fields, &csrf),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("holds a control character"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM destinations", &[]), 0);
+
+    // A name stored before the check: escaped in the listing, one line of its own.
+    let id = add_meta(&app, "Meta", &fake.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.execute(
+        "UPDATE destinations SET name = ?1 WHERE id = ?2",
+        &[
+            &"Meta\r\n00000000-0000-0000-0000-000000000000  forged  (Meta Conversions API)",
+            &id,
+        ],
+    );
+    let list = app.cli(&["destination", "list", "--site", &site]);
+    assert_eq!(list.code, 0, "{list:?}");
+    assert!(!list.stdout.contains('\r'), "{list:?}");
+    assert!(
+        !list.stdout.lines().any(|l| l.starts_with("00000000-")),
+        "a forged line: {}",
+        list.stdout
+    );
+    assert!(
+        list.stdout.contains("Meta\\u{d}\\u{a}00000000"),
+        "{}",
+        list.stdout
+    );
+
+    // The terminal: the platform's answer to the test event, escaped.
+    if has_platform("meta") {
+        let run = app.cli(&["destination", "test", &id]);
+        assert_eq!(run.code, 1, "{run:?}");
+        let out = format!("{}{}", run.stdout, run.stderr);
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\r') && !out.contains('\u{7}'),
+            "{out:?}"
+        );
+        assert!(out.contains("\\u{1b}[2J"), "{out:?}");
+        assert_eq!(run.stderr.trim_end().lines().count(), 1, "{out:?}");
+    }
+
+    // The server's log: the sender's line about the failed request, escaped.
+    app.identify("v1", "client-1", now_ms() - 60_000);
+    app.post_conversion(
+        &json!({"visitorId": "v1", "orderId": "CTRL-1", "value": 5, "currency": "EUR"}),
+    )
+    .accepted();
+    let log = await_log(&app, "forward: destination");
+    assert!(
+        !log.contains('\u{1b}') && !log.contains('\r') && !log.contains('\u{7}'),
+        "{log:?}"
+    );
+    assert!(!log.lines().any(|l| l.starts_with(FORGED)), "{log}");
+    assert!(log.contains("\\u{1b}[2J"), "{log}");
+}

@@ -24,12 +24,12 @@ use super::{count, open, print, site_by_id, CliError, CliResult};
 use crate::forward::kinds::parse_events;
 use crate::forward::platform::mask_secrets;
 use crate::forward::{self, kinds};
-use crate::text::printable;
 use crate::store::{
     self,
     db::AsConn,
     destinations::{Destination, Health, CONSENT_RULES, KINDS},
 };
+use crate::text::printable;
 
 #[derive(Subcommand)]
 pub(super) enum DestinationCmd {
@@ -142,6 +142,10 @@ pub(super) struct IdArgs {
 
 #[derive(clap::Args)]
 pub(super) struct RekeyArgs {
+    /// Drop the credentials no key given opens (a key lost for good): the destinations then ask
+    /// for them (`destination update ID --access-token ...`).
+    #[arg(long)]
+    drop_unreadable: bool,
     /// Print how many destinations were sealed again as one JSON object.
     #[arg(long)]
     json: bool,
@@ -516,7 +520,9 @@ pub(super) fn test(db: &Path, a: IdArgs) -> CliResult {
 
 pub(super) fn rekey(db: &Path, a: RekeyArgs) -> CliResult {
     let conn = open(db)?;
-    let n = store::write_tx(&conn, |tx| store::destinations::seal_all(tx, false))?;
+    let n = store::write_tx(&conn, |tx| {
+        store::destinations::seal_all(tx, false, a.drop_unreadable)
+    })?;
     print(a.json, &json!({"resealed": n}), || {
         format!(
             "sealed the credentials of {} again with the current key; a former key is no longer needed for them",

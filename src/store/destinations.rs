@@ -226,12 +226,16 @@ pub fn for_site(conn: &impl AsConn, site_id: &str) -> Result<Vec<Destination>> {
         .collect()
 }
 
-/// `d` as read, its credentials opened; the keys are looked up at the first sealed value.
+/// `d` as read, its credentials opened; the keys are looked up at the first sealed value. A value
+/// its key does not open (altered, or copied from another row) is left out, as if never entered:
+/// nothing is sent with it, and the CLI and the dashboard ask for it. One whose key is not given
+/// is an error that names the fix.
 fn opened(
     conn: &impl AsConn,
     mut d: Destination,
     keys: &mut Option<Keyring>,
 ) -> Result<Destination> {
+    let mut broken = Vec::new();
     for (field, value) in d.secrets.iter_mut() {
         let Some(stored) = value.as_str() else {
             continue;
@@ -243,7 +247,18 @@ fn opened(
             *keys = Some(Keyring::of(conn.conn())?);
         }
         let keys = keys.as_ref().expect("set above");
-        *value = Value::from(keys.open(&d.id, field, stored)?);
+        match keys.open(&d.id, field, stored)? {
+            Some(plain) => *value = Value::from(plain),
+            None => broken.push(field.clone()),
+        }
+    }
+    for field in broken {
+        log::warn!(
+            "destination {}'s {field} does not open with its key (altered, or copied from another \
+             destination): left out; enter it again",
+            d.id
+        );
+        d.secrets.remove(&field);
     }
     Ok(d)
 }
@@ -265,9 +280,10 @@ fn sealed_json(conn: &impl AsConn, d: &Destination) -> Result<String> {
 
 /// Seals again every destination's credentials that are not sealed with the current key: those
 /// stored before values were sealed (`only_plain`), or every one (`convapi destination rekey`,
-/// after a new key was given and the former one kept for opening). Returns how many destinations
-/// were written.
-pub fn seal_all(conn: &impl AsConn, only_plain: bool) -> Result<usize> {
+/// after a new key was given and the former one kept for opening). A value that no key will open
+/// is dropped; one whose key is not given is an error, unless `drop_unreadable` (a key lost for
+/// good: the credentials are entered again). Returns how many destinations were written.
+pub fn seal_all(conn: &impl AsConn, only_plain: bool, drop_unreadable: bool) -> Result<usize> {
     let rows: Vec<(String, String)> = conn.conn().query_all(
         "SELECT id, secrets FROM destinations ORDER BY id",
         args![],
@@ -297,7 +313,12 @@ pub fn seal_all(conn: &impl AsConn, only_plain: bool) -> Result<usize> {
         }
         let mut out = Map::new();
         for (field, value) in &stored {
-            let plain = keys.open(&id, field, value.as_str().unwrap_or_default())?;
+            let plain = match keys.open(&id, field, value.as_str().unwrap_or_default()) {
+                Ok(Some(plain)) => plain,
+                Ok(None) => continue,
+                Err(_) if drop_unreadable => continue,
+                Err(e) => return Err(e),
+            };
             let key = keys.sealing_key()?;
             out.insert(field.clone(), Value::from(key.seal(&id, field, &plain)?));
         }

@@ -27,7 +27,7 @@ pub mod rates;
 pub mod report;
 pub mod retention;
 pub mod salts;
-mod sealed;
+pub mod sealed;
 pub mod sessions;
 pub mod sites;
 pub mod tenants;

@@ -13,7 +13,7 @@
 //! `convapi.db.key`, made with mode 0600 when a value is first sealed. PostgreSQL has no such
 //! place: every node is given the key. A former key is still accepted for opening, from
 //! `CONVAPI_SECRET_KEY_OLD` or the key file's name with `.old` added. Only `store::destinations`
-//! calls this module; nothing on the conversions' path does.
+//! seals and opens; nothing on the conversions' path does.
 
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
@@ -133,6 +133,21 @@ pub fn sealed_with(value: &str) -> Option<&str> {
         .map(|rest| rest.split_once(':').map_or(rest, |(id, _)| id))
 }
 
+/// The key of PostgreSQL databases when the environment names none, given by a program that runs
+/// the library in its own process (the tests, whose processes share one environment).
+static GIVEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Gives [`GIVEN`] (64 hex digits), once per process; a second, different key is refused.
+pub fn give_postgres_key(hex: &str) -> Result<()> {
+    Key::parse(hex, "the key given")?;
+    if GIVEN.get_or_init(|| hex.trim().to_owned()) != hex.trim() {
+        return Err(StoreError::Other(
+            "this process was given another key already".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
 /// Where the keys of one database come from, found once per call of the store.
 pub struct Keyring {
     /// The key that seals, or why there is none.
@@ -173,6 +188,12 @@ impl Keyring {
                     ),
                     Err(e) => (Err(e), Some(path), false),
                 },
+                None if GIVEN.get().is_some() => (
+                    Key::parse(GIVEN.get().expect("checked"), "the key given")
+                        .map_err(|e| e.to_string()),
+                    None,
+                    false,
+                ),
                 None => (
                     Err(format!(
                         "destination credentials are stored encrypted, and a PostgreSQL database has no \
@@ -221,10 +242,12 @@ impl Keyring {
     }
 
     /// The text of a stored value of field `field` of destination `dest`: opened when sealed, as
-    /// it is when stored before values were sealed.
-    pub fn open(&self, dest: &str, field: &str, stored: &str) -> Result<String> {
+    /// it is when stored before values were sealed. `None` when its key is here but it does not
+    /// open (altered, or copied from another destination or field): no key will ever open it. An
+    /// error when its key is not given (the fix is to give it).
+    pub fn open(&self, dest: &str, field: &str, stored: &str) -> Result<Option<String>> {
         let Some(rest) = stored.strip_prefix(PREFIX) else {
-            return Ok(stored.to_owned());
+            return Ok(Some(stored.to_owned()));
         };
         let (id, hex) = rest.split_once(':').unwrap_or((rest, ""));
         let key = self
@@ -245,12 +268,7 @@ impl Keyring {
                  former key as {OLD_KEY_VAR})"
             )));
         };
-        key.open(dest, field, hex).ok_or_else(|| {
-            StoreError::Other(format!(
-                "destination {dest}'s {field} does not open with key {id}: the stored value was \
-                 altered or belongs to another destination; enter the credential again"
-            ))
-        })
+        Ok(key.open(dest, field, hex))
     }
 }
 
@@ -364,12 +382,12 @@ mod tests {
         assert_eq!(sealed_with(&sealed), Some(k.id()));
         let keys = ring(key(7), vec![]);
         assert_eq!(
-            keys.open("d1", "access_token", &sealed).unwrap(),
-            "EAAB-secret-token"
+            keys.open("d1", "access_token", &sealed).unwrap().as_deref(),
+            Some("EAAB-secret-token")
         );
         // Another destination or field: the associated data differs.
-        assert!(keys.open("d2", "access_token", &sealed).is_err());
-        assert!(keys.open("d1", "api_secret", &sealed).is_err());
+        assert_eq!(keys.open("d2", "access_token", &sealed).unwrap(), None);
+        assert_eq!(keys.open("d1", "api_secret", &sealed).unwrap(), None);
         // Another key: named in the error.
         let other = ring(key(8), vec![]);
         let e = other.open("d1", "access_token", &sealed).unwrap_err();
@@ -377,7 +395,8 @@ mod tests {
         // A former key opens it.
         assert!(ring(key(8), vec![key(7)])
             .open("d1", "access_token", &sealed)
-            .is_ok());
+            .unwrap()
+            .is_some());
         // Two seals of one value differ (a nonce each).
         assert_ne!(
             sealed,
@@ -388,7 +407,10 @@ mod tests {
     #[test]
     fn a_value_from_before_sealing_reads_as_it_is() {
         let keys = ring(key(1), vec![]);
-        assert_eq!(keys.open("d", "f", "plain-token").unwrap(), "plain-token");
+        assert_eq!(
+            keys.open("d", "f", "plain-token").unwrap().as_deref(),
+            Some("plain-token")
+        );
         assert_eq!(sealed_with("plain-token"), None);
     }
 
