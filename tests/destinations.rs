@@ -1831,7 +1831,8 @@ fn destination_rekey_moves_the_credentials_to_a_new_key() {
     let db = app.db.to_str().unwrap().to_owned();
     const NEW: &str = "1111111111111111111111111111111111111111111111111111111111111111";
     // The new key, the former one kept for opening: a file renamed, or two variables.
-    let (new_env, old_env): (Vec<(&str, &str)>, Vec<(&str, &str)>) = if app.is_postgres() {
+    type Env<'a> = Vec<(&'a str, &'a str)>;
+    let (new_env, old_env): (Env, Env) = if app.is_postgres() {
         (
             vec![("CONVAPI_SECRET_KEY", NEW)],
             vec![
