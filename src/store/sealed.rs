@@ -151,7 +151,7 @@ pub fn give_postgres_key(hex: &str) -> Result<()> {
 /// Where the keys of one database come from, found once per call of the store.
 pub struct Keyring {
     /// The key that seals, or why there is none.
-    current: std::result::Result<Key, String>,
+    current: Result<Key>,
     /// Former keys, for opening only.
     old: Vec<Key>,
     /// The file the current key is in (or is to be made in), when it is a file.
@@ -164,23 +164,28 @@ impl Keyring {
     /// The keys of the database `conn` is connected to. Reads the environment and the key files;
     /// makes nothing: [`Keyring::sealing_key`] makes the file beside a SQLite database.
     pub fn of(conn: Conn<'_>) -> Result<Keyring> {
+        let missing = |what: String| Err(StoreError::Other(what));
         let (current, file, may_create) = if let Some(text) = var(KEY_VAR) {
-            (
-                Key::parse(&text, KEY_VAR).map_err(|e| e.to_string()),
-                None,
-                false,
-            )
+            (Key::parse(&text, KEY_VAR), None, false)
         } else if let Some(path) = var(KEY_FILE_VAR).map(PathBuf::from) {
-            let key = read_key_file(&path)
-                .and_then(|k| k.ok_or_else(|| format!("{KEY_FILE_VAR} names {}, which does not exist: restore the key file, or point {KEY_FILE_VAR} at it", path.display())));
+            let key = match read_key_file(&path) {
+                Ok(Some(k)) => Ok(k),
+                Ok(None) => missing(format!(
+                    "{KEY_FILE_VAR} names {}, which does not exist: restore the key file, or \
+                     point {KEY_FILE_VAR} at it",
+                    path.display()
+                )),
+                Err(e) => Err(e),
+            };
             (key, Some(path), false)
         } else {
             match beside(conn) {
                 Some(path) => match read_key_file(&path) {
                     Ok(Some(k)) => (Ok(k), Some(path), false),
                     Ok(None) => (
-                        Err(format!(
-                            "the key file {} is missing: restore it from your backup of it, or set {KEY_VAR} to the key",
+                        missing(format!(
+                            "the key file {} is missing: restore it from your backup of it, or \
+                             set {KEY_VAR} to the key",
                             path.display()
                         )),
                         Some(path),
@@ -188,22 +193,20 @@ impl Keyring {
                     ),
                     Err(e) => (Err(e), Some(path), false),
                 },
-                None if GIVEN.get().is_some() => (
-                    Key::parse(GIVEN.get().expect("checked"), "the key given")
-                        .map_err(|e| e.to_string()),
-                    None,
-                    false,
-                ),
-                None => (
-                    Err(format!(
-                        "destination credentials are stored encrypted, and a PostgreSQL database has no \
-                         place beside it for the key: set {KEY_VAR} to 64 hex digits (`openssl rand -hex 32`), \
-                         or {KEY_FILE_VAR} to a file holding them, the same on every node (a database \
-                         copied from SQLite by `convapi migrate`: the contents of its convapi.db.key)"
-                    )),
-                    None,
-                    false,
-                ),
+                None => match GIVEN.get() {
+                    Some(given) => (Key::parse(given, "the key given"), None, false),
+                    None => (
+                        missing(format!(
+                            "destination credentials are stored encrypted, and a PostgreSQL \
+                             database has no place beside it for the key: set {KEY_VAR} to 64 hex \
+                             digits (`openssl rand -hex 32`), or {KEY_FILE_VAR} to a file holding \
+                             them, the same on every node (a database copied from SQLite by \
+                             `convapi migrate`: the contents of its convapi.db.key)"
+                        )),
+                        None,
+                        false,
+                    ),
+                },
             }
         };
         let mut old = Vec::new();
@@ -213,7 +216,7 @@ impl Keyring {
         if let Some(file) = &file {
             let mut name = file.clone().into_os_string();
             name.push(".old");
-            if let Some(k) = read_key_file(Path::new(&name)).map_err(StoreError::Other)? {
+            if let Some(k) = read_key_file(Path::new(&name))? {
                 old.push(k);
             }
         }
@@ -236,9 +239,7 @@ impl Keyring {
             self.current = Ok(create_key_file(&path)?);
             self.may_create = false;
         }
-        self.current
-            .as_ref()
-            .map_err(|e| StoreError::Other(e.clone()))
+        self.current.as_ref().map_err(Clone::clone)
     }
 
     /// The text of a stored value of field `field` of destination `dest`: opened when sealed, as
@@ -260,7 +261,7 @@ impl Keyring {
         let Some(key) = key else {
             let given = match &self.current {
                 Ok(k) => format!("the key given is {}", k.id),
-                Err(e) => e.clone(),
+                Err(e) => e.to_string(),
             };
             return Err(StoreError::Other(format!(
                 "destination {dest}'s {field} is sealed with key {id}, and {given}: give the key it was \
@@ -289,13 +290,14 @@ fn beside(conn: Conn<'_>) -> Option<PathBuf> {
 }
 
 /// The key in `path`; `None` when there is no such file.
-fn read_key_file(path: &Path) -> std::result::Result<Option<Key>, String> {
+fn read_key_file(path: &Path) -> Result<Option<Key>> {
     match std::fs::read_to_string(path) {
-        Ok(text) => Key::parse(&text, &format!("the key file {}", path.display()))
-            .map(Some)
-            .map_err(|e| e.to_string()),
+        Ok(text) => Key::parse(&text, &format!("the key file {}", path.display())).map(Some),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read the key file {}: {e}", path.display())),
+        Err(e) => Err(StoreError::Other(format!(
+            "cannot read the key file {}: {e}",
+            path.display()
+        ))),
     }
 }
 
@@ -314,9 +316,7 @@ fn create_key_file(path: &Path) -> Result<Key> {
     let mut file = match options.open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-            return read_key_file(path)
-                .map_err(StoreError::Other)?
-                .ok_or_else(|| fail(e));
+            return read_key_file(path)?.ok_or_else(|| fail(e));
         }
         Err(e) => return Err(fail(e)),
     };
