@@ -221,7 +221,7 @@ fn send_batch(
     let Some(platform) = super::platform(&dest.kind) else {
         log::error!(
             "forward: destination {id} is of kind '{}', which this binary does not know",
-            dest.kind
+            crate::text::printable(&dest.kind)
         );
         return Ok(());
     };
