@@ -1874,9 +1874,8 @@ fn changing_only_the_endpoint_sends_no_stored_credential_there() {
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(
         r.text().contains("the stored credentials were cleared")
-            && r.text().contains(
-                "Enter Developer token, OAuth client secret, OAuth refresh token again."
-            ),
+            && r.text()
+                .contains("Enter Developer token, OAuth client secret, OAuth refresh token again."),
         "{}",
         r.text()
     );
@@ -1887,7 +1886,10 @@ fn changing_only_the_endpoint_sends_no_stored_credential_there() {
     for r in thief.requests() {
         let seen = format!("{r:?}");
         for secret in [DEV, SECRET, REFRESH] {
-            assert!(!seen.contains(secret), "{secret} reached the new endpoint: {r:#?}");
+            assert!(
+                !seen.contains(secret),
+                "{secret} reached the new endpoint: {r:#?}"
+            );
         }
     }
     assert_eq!(
