@@ -1595,6 +1595,11 @@ fn credentials_are_sealed_at_rest_and_backups_are_private() {
     let backup = app.dir.path().join("backup.db");
     let run = app.cli(&["backup", backup.to_str().unwrap()]);
     assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout
+            .contains(&format!("{}: back that file up too", key.display())),
+        "{run:?}"
+    );
     assert_eq!(mode(&backup), 0o600, "the backup");
     let bytes = std::fs::read(&backup).unwrap();
     assert!(!holds(&bytes, META_TOKEN) && !holds(&bytes, PLAIN));

@@ -86,13 +86,22 @@ pub(super) fn backup(db: &Path, a: BackupArgs) -> CliResult {
             "restarts": done.restarts,
         }),
         || {
-            format!(
+            let mut text = format!(
                 "wrote {}: {} of {} bytes, {} bytes",
                 dest.display(),
                 super::count(done.pages as usize, "page", "pages"),
                 done.page_size,
                 done.bytes
-            )
+            );
+            // The copy's destination credentials open only with the key beside the database.
+            let key = PathBuf::from(format!("{}.key", db.display()));
+            if key.exists() {
+                text.push_str(&format!(
+                    "\nits destination credentials are sealed with the key in {}: back that file up too, apart from the copy",
+                    key.display()
+                ));
+            }
+            text
         },
     )
 }

@@ -572,7 +572,8 @@ pub fn edit_form(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str
 }
 
 /// `POST /dashboard/sites/{id}/destinations/{dest}`: saves, `303` back with "Saved.". A blank
-/// credential keeps the stored one (not across an endpoint change); the site is checked again in the write's own transaction.
+/// credential keeps the stored one (not across an endpoint change); the site is checked again in
+/// the write's own transaction.
 pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
     let form = form::post_form(ctx, v)?;
     let mut dest = load(d, site, id)?;
