@@ -381,3 +381,67 @@ pub fn parse_events(kind: &Kind, lines: &[String]) -> Result<BTreeMap<String, St
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::destinations::Health;
+    use serde_json::json;
+
+    fn meta(endpoint: Option<&str>) -> Destination {
+        Destination {
+            id: "d".into(),
+            site_id: "s".into(),
+            kind: "meta".into(),
+            name: "Meta".into(),
+            settings: json!({"pixel_id": "123"}).as_object().unwrap().clone(),
+            secrets: json!({"access_token": "stored-token"})
+                .as_object()
+                .unwrap()
+                .clone(),
+            endpoint: endpoint.map(str::to_owned),
+            events: BTreeMap::from([("purchase".into(), "Purchase".into())]),
+            consent: "ads".into(),
+            enabled: true,
+            created_at: 0,
+            updated_at: 0,
+            health: Health::default(),
+        }
+    }
+
+    #[test]
+    fn credentials_stay_with_their_endpoint() {
+        let stored = meta(Some("https://a.example"));
+        // Same endpoint: kept.
+        let mut d = stored.clone();
+        assert!(secrets_stay(&stored, &mut d, |_| false).is_empty());
+        assert_eq!(d.secret("access_token"), Some("stored-token"));
+        // Another endpoint, or none: dropped unless given again, and asked for.
+        for to in [Some("https://b.example"), None] {
+            let mut d = stored.clone();
+            d.endpoint = to.map(str::to_owned);
+            let missing = secrets_stay(&stored, &mut d, |_| false);
+            assert_eq!(
+                missing.iter().map(|f| f.key).collect::<Vec<_>>(),
+                ["access_token"]
+            );
+            assert!(d.secrets.is_empty());
+        }
+        let mut d = stored.clone();
+        d.endpoint = Some("https://b.example".into());
+        d.secrets.insert("access_token".into(), json!("new-token"));
+        assert!(secrets_stay(&stored, &mut d, |k| k == "access_token").is_empty());
+        assert_eq!(d.secret("access_token"), Some("new-token"));
+    }
+
+    #[test]
+    fn a_name_with_a_control_character_is_refused() {
+        for bad in ["a\nb", "a\rb", "a\u{1b}[2Jb", "a\u{9b}b", "a\u{202e}b"] {
+            let mut d = meta(None);
+            d.name = bad.into();
+            let e = check(&d).unwrap_err();
+            assert!(e.0.contains("holds a control character"), "{bad:?}: {e}");
+        }
+        assert!(check(&meta(None)).is_ok());
+    }
+}
