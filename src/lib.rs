@@ -24,5 +24,6 @@ pub mod retention;
 pub mod server;
 pub mod sites;
 pub mod store;
+pub mod text;
 pub mod tracking;
 pub mod writer;

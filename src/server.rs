@@ -235,6 +235,12 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
         Location::File(path) => Some(Checkpointer::start(path, &config.store, writer.catch_up())?),
         Location::Postgres(_) => None,
     };
+    // Destination credentials stored before they were sealed are sealed now (docs/decisions.md §13).
+    match writer.submit(|c| store::destinations::seal_all(c, true, false)) {
+        Ok(0) => {}
+        Ok(n) => log::info!("sealed the stored credentials of {n} destination(s)"),
+        Err(e) => log::warn!("destination credentials stored in plain text stay so: {e}"),
+    }
     let metrics = Metrics::default();
     let (pipeline, pipeline_thread) = if config.pipeline {
         let (w, t) =

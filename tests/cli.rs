@@ -173,6 +173,7 @@ fn every_subcommand_and_option_has_a_description() {
             "destination",
             "destination add",
             "destination list",
+            "destination rekey",
             "destination remove",
             "destination replay",
             "destination retry",

@@ -1804,3 +1804,97 @@ fn has_attr(set_cookie: &str, attr: &str) -> bool {
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
+
+// ---------------------------------------------------------------------------------------------
+// Credentials and a changed endpoint
+
+/// A session that changes only a Google Ads destination's endpoint (a colleague, or a stolen
+/// cookie) gets none of its credentials: the form refuses the save, says the credentials were
+/// cleared and asks for them, and the address typed never receives the refresh token, the client
+/// secret or the developer token, whatever is clicked next.
+#[test]
+fn changing_only_the_endpoint_sends_no_stored_credential_there() {
+    const DEV: &str = "dev-token-stored-0123456789";
+    const SECRET: &str = "client-secret-stored-0123456789";
+    const REFRESH: &str = "refresh-token-stored-0123456789";
+    let app = TestApp::start();
+    let email = format!("{}@example.com", unique("sec"));
+    create_user(&app, &app.tenant.id, &email, "a long enough passphrase");
+    let d = DashClient::logged_in(&app, &email, "a long enough passphrase");
+    let csrf = d.csrf();
+    let old = crate::common::fake::FakePlatform::start(|_| {
+        crate::common::fake::Reply::status(503, json!({}))
+    });
+    let thief = crate::common::fake::FakePlatform::start(|_| {
+        crate::common::fake::Reply::ok(json!({"access_token": "x", "expires_in": 3600}))
+    });
+    let added = app.cli_json(&[
+        "destination",
+        "add",
+        "--site",
+        &app.site.id,
+        "--kind",
+        "google_ads",
+        "--name",
+        "Ads",
+        "--customer-id",
+        "123-456-7890",
+        "--conversion-action",
+        "987654321",
+        "--developer-token",
+        DEV,
+        "--client-id",
+        "client.apps.example",
+        "--client-secret",
+        SECRET,
+        "--refresh-token",
+        REFRESH,
+        "--endpoint",
+        &old.url(),
+        "--json",
+    ]);
+    let id = added["id"].as_str().unwrap();
+    let url = format!("/dashboard/sites/{}/destinations/{id}", app.site.id);
+    let thief_url = thief.url();
+    let form = [
+        ("name", "Ads"),
+        ("f_customer_id", "1234567890"),
+        ("f_conversion_action", "987654321"),
+        ("f_login_customer_id", ""),
+        ("f_developer_token", ""),
+        ("f_client_id", "client.apps.example"),
+        ("f_client_secret", ""),
+        ("f_refresh_token", ""),
+        ("events", "purchase=987654321"),
+        ("consent", "ads"),
+        ("endpoint", thief_url.as_str()),
+        ("enabled", "on"),
+    ];
+    let r = d.post_form(&url, &with_csrf(&form, &csrf));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("the stored credentials were cleared")
+            && r.text()
+                .contains("Enter Developer token, OAuth client secret, OAuth refresh token again."),
+        "{}",
+        r.text()
+    );
+    let r = d.post_form(&format!("{url}/test"), &with_csrf(&[], &csrf));
+    assert_eq!(r.status, 200);
+    d.post_form(&format!("{url}/retry"), &with_csrf(&[], &csrf));
+    app.cli(&["destination", "test", id]);
+    for r in thief.requests() {
+        let seen = format!("{r:?}");
+        for secret in [DEV, SECRET, REFRESH] {
+            assert!(
+                !seen.contains(secret),
+                "{secret} reached the new endpoint: {r:#?}"
+            );
+        }
+    }
+    assert_eq!(
+        app.query_str("SELECT endpoint FROM destinations WHERE id = ?1", &[&id]),
+        Some(old.url()),
+        "nothing saved"
+    );
+}

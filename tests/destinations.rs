@@ -28,6 +28,7 @@ const GA4_SECRET: &str = "ga4-api-secret-from-the-environment-1618";
 fn cli_env(app: &TestApp, args: &[&str], env: &[(&str, &str)]) -> CliRun {
     let mut cmd = Command::new(BIN);
     scrub_env(&mut cmd);
+    secret_key_env(&mut cmd, &app.db);
     cmd.arg("--db")
         .arg(&app.db)
         .args(args)
@@ -151,13 +152,8 @@ fn the_cli_adds_lists_updates_and_removes_destinations_without_showing_a_credent
     assert_eq!(ga4["consent"], "analytics");
     assert_eq!(ga4["enabled"], false);
     assert_eq!(ga4["secrets"], json!({"api_secret": "••••1618"}));
-    let stored = |id: &str| -> Value {
-        let text = app
-            .query_str("SELECT secrets FROM destinations WHERE id = ?1", &[&id])
-            .expect("a destination");
-        serde_json::from_str(&text).unwrap()
-    };
-    assert_eq!(stored(&ga4_id), json!({"api_secret": GA4_SECRET}));
+    let stored = |id: &str, field: &str, secret: &str| assert_sealed(&app, id, field, secret);
+    stored(&ga4_id, "api_secret", GA4_SECRET);
 
     // list: both, oldest first, masked, with health and delivery counts.
     let list = app.cli_json(&["destination", "list", "--site", &site, "--json"]);
@@ -194,11 +190,28 @@ fn the_cli_adds_lists_updates_and_removes_destinations_without_showing_a_credent
         );
     }
 
-    // update without the token keeps it; with it replaces it.
+    // A new endpoint clears the token: the update that does not give it again is refused,
+    // nothing changed. With it, it goes; an update without a new endpoint keeps the stored one.
+    let moved = app.cli(&[
+        "destination",
+        "update",
+        &meta_id,
+        "--endpoint",
+        "https://gateway.example",
+    ]);
+    refused(
+        &moved,
+        "a new endpoint clears the stored credentials (they are never sent to an address they \
+         were not given for), so give them again in the same command: --access-token (or \
+         $CONVAPI_ACCESS_TOKEN)",
+    );
+    outputs.push(format!("{}{}", moved.stdout, moved.stderr));
     let run = app.cli(&[
         "destination",
         "update",
         &meta_id,
+        "--access-token",
+        META_TOKEN,
         "--name",
         "Meta renamed",
         "--event",
@@ -217,7 +230,7 @@ fn the_cli_adds_lists_updates_and_removes_destinations_without_showing_a_credent
     assert_eq!(v["events"], json!({"purchase": "Purchase", "lead": "Lead"}));
     assert_eq!(v["consent"], "none");
     assert_eq!(v["endpoint"], "https://gateway.example");
-    assert_eq!(stored(&meta_id), json!({"access_token": META_TOKEN}));
+    stored(&meta_id, "access_token", META_TOKEN);
     let run = app.cli(&[
         "destination",
         "update",
@@ -228,10 +241,10 @@ fn the_cli_adds_lists_updates_and_removes_destinations_without_showing_a_credent
     assert_eq!(run.code, 0, "{run:?}");
     outputs.push(format!("{}{}", run.stdout, run.stderr));
     assert!(run.stdout.contains("replaced access_token"), "{run:?}");
-    assert_eq!(stored(&meta_id), json!({"access_token": META_TOKEN_2}));
+    stored(&meta_id, "access_token", META_TOKEN_2);
     let run = app.cli(&["destination", "update", &ga4_id, "--enabled", "--json"]);
     assert_eq!(run.json()["enabled"], true);
-    assert_eq!(stored(&ga4_id), json!({"api_secret": GA4_SECRET}));
+    stored(&ga4_id, "api_secret", GA4_SECRET);
 
     // remove: the destination with its credentials and its deliveries.
     app.pageview("v-rm", "https://shop.example/", now_ms() - MINUTE);
@@ -249,7 +262,15 @@ fn the_cli_adds_lists_updates_and_removes_destinations_without_showing_a_credent
     };
     assert_eq!(deliveries(&meta_id), 1, "the pipeline queued one delivery");
     // (Only with no server running: without an endpoint it would send to the platform itself.)
-    let v = app.cli_json(&["destination", "update", &meta_id, "--no-endpoint", "--json"]);
+    let v = app.cli_json(&[
+        "destination",
+        "update",
+        &meta_id,
+        "--no-endpoint",
+        "--access-token",
+        META_TOKEN_2,
+        "--json",
+    ]);
     assert_eq!(v["endpoint"], Value::Null);
     let run = app.cli(&["destination", "remove", &meta_id, "--json"]);
     outputs.push(format!("{}{}", run.stdout, run.stderr));
@@ -826,10 +847,13 @@ fn destination_test_prints_the_platforms_answer() {
         assert_eq!(reqs.len(), 1, "{reqs:#?}");
         assert!(reqs[0].url.contains("1234567890"), "{reqs:#?}");
         let bad = fake_meta(false);
+        // A new endpoint takes the credentials again (they never follow it by themselves).
         app.cli_json(&[
             "destination",
             "update",
             &id,
+            "--access-token",
+            META_TOKEN,
             "--endpoint",
             &bad.url(),
             "--json",
@@ -974,10 +998,7 @@ fn the_dashboard_adds_edits_and_removes_a_destination() {
         &[],
     )[0];
     assert_eq!(row["name"], "Meta shop");
-    assert_eq!(
-        row["secrets"],
-        json!({"access_token": META_TOKEN}).to_string()
-    );
+    assert_sealed(&app, &id, "access_token", META_TOKEN);
     assert_eq!(
         serde_json::from_str::<Value>(row["events"].as_str().unwrap()).unwrap(),
         json!({"purchase": "Purchase", "lead": "Lead"})
@@ -1027,19 +1048,13 @@ fn the_dashboard_adds_edits_and_removes_a_destination() {
         serde_json::from_str::<Value>(row["settings"].as_str().unwrap()).unwrap(),
         json!({"pixel_id": "999", "test_event_code": "TEST77"})
     );
-    assert_eq!(
-        row["secrets"],
-        json!({"access_token": META_TOKEN}).to_string()
-    );
+    assert_sealed(&app, &id, "access_token", META_TOKEN);
     assert_eq!(row["consent"], "none");
     assert_eq!(row["enabled"], 0, "the box was not ticked");
     edit[2].1 = META_TOKEN_2;
     let r = d.post_form(&url, &with_csrf(&edit, &csrf));
     see_other(&r);
-    assert_eq!(
-        app.query_str("SELECT secrets FROM destinations", &[]),
-        Some(json!({"access_token": META_TOKEN_2}).to_string())
-    );
+    assert_sealed(&app, &id, "access_token", META_TOKEN_2);
     // A refusal names the field; nothing changes.
     edit[1].1 = "";
     let r = d.post_form(&url, &with_csrf(&edit, &csrf));
@@ -1184,10 +1199,13 @@ fn the_dashboards_test_button_shows_the_platforms_answer() {
         let reqs = good.wait_for(std::time::Duration::from_secs(5), |r| !r.is_empty());
         assert_eq!(reqs.len(), 1, "one request: {reqs:#?}");
         let bad = fake_meta(false);
+        // A new endpoint takes the credentials again (they never follow it by themselves).
         app.cli_json(&[
             "destination",
             "update",
             &id,
+            "--access-token",
+            META_TOKEN,
             "--endpoint",
             &bad.url(),
             "--json",
@@ -1403,4 +1421,511 @@ fn the_site_settings_form_sets_consent_before_tracking() {
         .text()
         .contains("name=\"consent_required\" value=\"on\" checked"));
     assert_eq!(consent(&settings), 0);
+}
+
+/// Destination `id`'s credential `field` is stored sealed — the column holds neither the secret
+/// nor a part of it — and is `secret` (its last four characters as `destination list` shows them).
+#[track_caller]
+fn assert_sealed(app: &TestApp, id: &str, field: &str, secret: &str) {
+    let text = app
+        .query_str("SELECT secrets FROM destinations WHERE id = ?1", &[&id])
+        .expect("a destination");
+    let stored: Value = serde_json::from_str(&text).unwrap();
+    let value = stored[field].as_str().expect("the field is stored");
+    assert!(value.starts_with("sealed:v1:"), "{text}");
+    assert!(!text.contains(&secret[secret.len() - 8..]), "{text}");
+    let site = app
+        .query_str("SELECT site_id FROM destinations WHERE id = ?1", &[&id])
+        .unwrap();
+    let list = app.cli_json(&["destination", "list", "--site", &site, "--json"]);
+    let shown = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == id)
+        .expect("listed");
+    assert_eq!(
+        shown["secrets"][field],
+        format!("••••{}", &secret[secret.len() - 4..])
+    );
+}
+
+/// Regression: the edit form kept a blank credential across an endpoint change, so whoever
+/// changed only the endpoint (a user, a stolen session, a script) had the stored token sent to
+/// the new address at the next test or delivery. Now a new endpoint clears the credentials: the
+/// form says so and asks for them, the CLI the same, and the new address never sees the old one.
+#[test]
+fn a_new_endpoint_never_receives_the_stored_credentials() {
+    let app = TestApp::start();
+    let d = login(&app);
+    let csrf = d.csrf();
+    let old = fake_meta(true);
+    let new = fake_meta(true);
+    let id = add_meta(&app, "Meta", &old.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let url = format!("/dashboard/sites/{}/destinations/{id}", app.site.id);
+    let page = d.get(&url).text();
+    assert!(
+        page.contains("changing it clears the stored credentials: enter them again with it"),
+        "the form says so before: {page}"
+    );
+    let new_url = new.url();
+    let mut edit = vec![
+        ("name", "Meta"),
+        ("f_pixel_id", "1234567890"),
+        ("f_access_token", ""),
+        ("f_test_event_code", "TEST123"),
+        ("events", "purchase=Purchase"),
+        ("consent", "ads"),
+        ("endpoint", new_url.as_str()),
+        ("enabled", "on"),
+    ];
+    let r = d.post_form(&url, &with_csrf(&edit, &csrf));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains(
+            "The endpoint changed, so the stored credentials were cleared: they are never sent \
+             to an address they were not entered for. Enter Access token again."
+        ),
+        "{}",
+        r.text()
+    );
+    // The CLI keeps the same rule.
+    let moved = app.cli(&["destination", "update", &id, "--endpoint", &new_url]);
+    refused(&moved, "a new endpoint clears the stored credentials");
+    assert_eq!(
+        app.query_str("SELECT endpoint FROM destinations WHERE id = ?1", &[&id]),
+        Some(old.url()),
+        "nothing was saved"
+    );
+    // Test events go where the token was given for, the new address sees nothing.
+    let r = d.post_form(&format!("{url}/test"), &with_csrf(&[], &csrf));
+    assert_eq!(r.status, 200);
+    app.cli(&["destination", "test", &id]);
+    if has_platform("meta") {
+        let seen = old.wait_for(std::time::Duration::from_secs(5), |r| r.len() >= 2);
+        assert_eq!(seen.len(), 2, "{seen:#?}");
+    }
+    // With the token entered again, the new address gets that one, never the old.
+    edit[2].1 = META_TOKEN_2;
+    see_other(&d.post_form(&url, &with_csrf(&edit, &csrf)));
+    assert_sealed(&app, &id, "access_token", META_TOKEN_2);
+    let r = d.post_form(&format!("{url}/test"), &with_csrf(&[], &csrf));
+    assert_eq!(r.status, 200);
+    let seen = if has_platform("meta") {
+        new.wait_for(std::time::Duration::from_secs(5), |r| !r.is_empty())
+    } else {
+        Vec::new()
+    };
+    for r in &seen {
+        assert!(r.body.contains(META_TOKEN_2), "{r:#?}");
+    }
+    for r in new.requests() {
+        assert!(
+            !format!("{r:?}").contains(&META_TOKEN[..20]),
+            "the old token reached the new endpoint: {r:#?}"
+        );
+    }
+}
+
+/// Waits until the server's log holds `want` (the sender logs on its own thread).
+#[track_caller]
+fn await_log(app: &TestApp, want: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let log = app.log();
+        if log.contains(want) {
+            return log;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {want:?} in the log:\n{log}"
+        );
+        // The log is a file the server appends to: no hook to wait on.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Regression: credentials were stored as typed, so the database file, its WAL and every
+/// `backup` (a 0644 file) held them. Now each is sealed with a key that is not in the database;
+/// backups and `export --output` files are made 0600; values stored before are sealed when the
+/// server starts, and still work.
+#[test]
+fn credentials_are_sealed_at_rest_and_backups_are_private() {
+    let mut app = TestApp::start();
+    let fake = fake_meta(true);
+    let id = add_meta(&app, "Meta", &fake.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let holds = |bytes: &[u8], secret: &str| {
+        let piece = &secret.as_bytes()[secret.len() - 12..];
+        bytes.windows(piece.len()).any(|w| w == piece)
+    };
+    assert!(
+        !holds(&app.db_text(), META_TOKEN),
+        "the token is in the database"
+    );
+    assert_sealed(&app, &id, "access_token", META_TOKEN);
+    // Sealed, it still goes to the platform.
+    let run = app.cli(&["destination", "test", &id]);
+    if has_platform("meta") {
+        assert_eq!(run.code, 0, "{run:?}");
+        let seen = fake.wait_for(std::time::Duration::from_secs(5), |r| !r.is_empty());
+        assert!(seen[0].body.contains(META_TOKEN), "{seen:#?}");
+    }
+    // A sealed value copied to another destination does not open there.
+    let other = add_meta(&app, "Other", &fake.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sealed = app
+        .query_str("SELECT secrets FROM destinations WHERE id = ?1", &[&id])
+        .unwrap();
+    app.execute(
+        "UPDATE destinations SET secrets = ?1 WHERE id = ?2",
+        &[&sealed, &other],
+    );
+    let run = app.cli(&["destination", "test", &other]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let list = app.cli_json(&["destination", "list", "--site", &app.site.id, "--json"]);
+    let shown = list.as_array().unwrap().iter().find(|d| d["id"] == other);
+    assert_eq!(shown.unwrap()["secrets"], json!({}), "left out: {list}");
+    app.cli_json(&["destination", "remove", &other, "--json"]);
+
+    // A value stored in plain text by an earlier version is sealed when the server starts.
+    const PLAIN: &str = "EAAB-stored-in-plain-text-11235813";
+    app.stop();
+    app.execute(
+        "UPDATE destinations SET secrets = ?1 WHERE id = ?2",
+        &[&json!({"access_token": PLAIN}).to_string(), &id],
+    );
+    app.restart();
+    assert_sealed(&app, &id, "access_token", PLAIN);
+    if has_platform("meta") {
+        app.cli(&["destination", "test", &id]);
+        let seen = fake.wait_for(std::time::Duration::from_secs(5), |r| r.len() >= 2);
+        assert!(seen[1].body.contains(PLAIN), "{seen:#?}");
+    }
+    if sqlite_only("the key file beside the database, backup and the file's bytes") {
+        return;
+    }
+    let key = std::path::PathBuf::from(format!("{}.key", app.db.display()));
+    let mode = |p: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    };
+    assert_eq!(mode(&key), 0o600, "the key file");
+    assert!(!holds(&app.db_bytes(), META_TOKEN));
+    // (The plain value's old page may stay in the WAL until it starts over; the backup copies
+    // the pages as they are now.)
+    let backup = app.dir.path().join("backup.db");
+    let run = app.cli(&["backup", backup.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout
+            .contains(&format!("{}: back that file up too", key.display())),
+        "{run:?}"
+    );
+    assert_eq!(mode(&backup), 0o600, "the backup");
+    let bytes = std::fs::read(&backup).unwrap();
+    assert!(!holds(&bytes, META_TOKEN) && !holds(&bytes, PLAIN));
+    let forced = app.cli(&["backup", backup.to_str().unwrap(), "--force"]);
+    assert_eq!(forced.code, 0, "{forced:?}");
+    assert_eq!(mode(&backup), 0o600, "the backup replaced");
+    let export = app.dir.path().join("export.csv");
+    let args = [
+        "export",
+        "--site",
+        &app.site.id,
+        "--format",
+        "csv",
+        "--output",
+    ];
+    let run = app.cli(&[&args[..], &[export.to_str().unwrap()]].concat());
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(mode(&export), 0o600, "the export");
+    assert!(std::fs::read_to_string(&export)
+        .unwrap()
+        .starts_with("eventId,"));
+    let again = app.cli(&[&args[..], &[export.to_str().unwrap()]].concat());
+    refused(&again, "exists; choose another file or remove it");
+}
+
+/// Regression: a platform's answer went into the server's log and onto the operator's terminal
+/// with its control characters (an escape sequence clears the screen, a CR or LF forges a line),
+/// and a destination's name could hold a line break that forged a line of `destination list`.
+/// Now names refuse them (CLI and dashboard) and what comes from outside is written escaped.
+#[test]
+fn control_characters_from_a_platform_or_a_name_reach_no_log_and_no_terminal() {
+    const FORGED: &str = "[2026-01-01T00:00:00Z ERROR convapi] forged line";
+    let answer = format!("\u{1b}[2J\u{1b}[1;1H\rcleared\n{FORGED}\u{7}");
+    let fake = FakePlatform::start(move |_| {
+        Reply::status(
+            500,
+            json!({"error": {"message": answer, "code": 2, "is_transient": true}}),
+        )
+    });
+    let app = TestApp::start();
+    let site = app.site.id.clone();
+    let add = |name: &str| {
+        app.cli(&[
+            "destination",
+            "add",
+            "--site",
+            &site,
+            "--kind",
+            "meta",
+            "--name",
+            name,
+            "--pixel-id",
+            "1234567890",
+            "--access-token",
+            META_TOKEN,
+            "--endpoint",
+            &fake.url(),
+        ])
+    };
+    refused(&add("Shop\nforged"), "holds a control character");
+    refused(&add("Shop\u{1b}[31m"), "holds a control character");
+    let d = login(&app);
+    let csrf = d.csrf();
+    let fake_url = fake.url();
+    let fields = [
+        ("kind", "meta"),
+        ("name", "Shop\u{1b}]0;title\u{7}"),
+        ("f_pixel_id", "1234567890"),
+        ("f_access_token", META_TOKEN),
+        ("events", "purchase"),
+        ("consent", "ads"),
+        ("endpoint", fake_url.as_str()),
+        ("enabled", "on"),
+    ];
+    let r = d.post_form(
+        &format!("/dashboard/sites/{site}/destinations"),
+        &with_csrf(&fields, &csrf),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("holds a control character"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM destinations", &[]), 0);
+
+    // A name stored before the check: escaped in the listing, one line of its own.
+    let id = add_meta(&app, "Meta", &fake.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.execute(
+        "UPDATE destinations SET name = ?1 WHERE id = ?2",
+        &[
+            &"Meta\r\n00000000-0000-0000-0000-000000000000  forged  (Meta Conversions API)",
+            &id,
+        ],
+    );
+    let list = app.cli(&["destination", "list", "--site", &site]);
+    assert_eq!(list.code, 0, "{list:?}");
+    assert!(!list.stdout.contains('\r'), "{list:?}");
+    assert!(
+        !list.stdout.lines().any(|l| l.starts_with("00000000-")),
+        "a forged line: {}",
+        list.stdout
+    );
+    assert!(
+        list.stdout.contains("Meta\\u{d}\\u{a}00000000"),
+        "{}",
+        list.stdout
+    );
+
+    // The terminal: the platform's answer to the test event, escaped.
+    if has_platform("meta") {
+        let run = app.cli(&["destination", "test", &id]);
+        assert_eq!(run.code, 1, "{run:?}");
+        let out = format!("{}{}", run.stdout, run.stderr);
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\r') && !out.contains('\u{7}'),
+            "{out:?}"
+        );
+        assert!(out.contains("\\u{1b}[2J"), "{out:?}");
+        assert_eq!(run.stderr.trim_end().lines().count(), 1, "{out:?}");
+    }
+
+    // The server's log: the sender's line about the failed request, escaped.
+    app.identify("v1", "client-1", now_ms() - 60_000);
+    app.post_conversion(
+        &json!({"visitorId": "v1", "orderId": "CTRL-1", "value": 5, "currency": "EUR"}),
+    )
+    .accepted();
+    let log = await_log(&app, "forward: destination");
+    assert!(
+        !log.contains('\u{1b}') && !log.contains('\r') && !log.contains('\u{7}'),
+        "{log:?}"
+    );
+    assert!(!log.lines().any(|l| l.starts_with(FORGED)), "{log}");
+    assert!(log.contains("\\u{1b}[2J"), "{log}");
+}
+
+/// `convapi` on `db` with only `env` of the `CONVAPI_*` variables (the harness's own key left out).
+fn convapi_with(db: &str, env: &[(&str, &str)], args: &[&str]) -> CliRun {
+    let mut cmd = Command::new(BIN);
+    scrub_env(&mut cmd);
+    cmd.arg("--db").arg(db).args(args).envs(env.iter().copied());
+    let out = cmd.stdin(Stdio::null()).output().expect("run convapi");
+    CliRun {
+        code: out.status.code().expect("exited"),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// `convapi migrate` copies the sealed credentials as they are: the PostgreSQL nodes need the
+/// SQLite database's key, and say so without it.
+#[test]
+fn a_database_migrated_to_postgresql_keeps_its_sealed_credentials_with_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("convapi.db");
+    let mut app = TestApp::builder().db(db.to_str().unwrap()).start();
+    let fake = fake_meta(true);
+    let id = add_meta(&app, "Meta", &fake.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sealed = app
+        .query_str("SELECT secrets FROM destinations WHERE id = ?1", &[&id])
+        .unwrap();
+    app.stop();
+    let url = crate::common::postgres::fresh_database();
+    let run = cli_run(
+        None,
+        &["migrate", "--from", db.to_str().unwrap(), "--to", &url],
+    );
+    assert_eq!(run.code, 0, "{run:?}");
+    let mut pg = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let copied: String = pg
+        .query_one("SELECT secrets FROM destinations WHERE id = $1", &[&id])
+        .unwrap()
+        .get(0);
+    assert_eq!(copied, sealed, "copied as it is");
+    let without = convapi_with(&url, &[], &["destination", "test", &id]);
+    assert_eq!(without.code, 1, "{without:?}");
+    assert!(
+        without.stderr.contains("set CONVAPI_SECRET_KEY")
+            && without.stderr.contains("convapi.db.key"),
+        "{without:?}"
+    );
+    let key_file = format!("{}.key", db.display());
+    let key = std::fs::read_to_string(&key_file).unwrap();
+    for env in [
+        ("CONVAPI_SECRET_KEY", key.trim()),
+        ("CONVAPI_SECRET_KEY_FILE", key_file.as_str()),
+    ] {
+        let run = convapi_with(&url, &[env], &["destination", "test", &id]);
+        if has_platform("meta") {
+            assert_eq!(run.code, 0, "{run:?}");
+        }
+    }
+    if has_platform("meta") {
+        let seen = fake.wait_for(std::time::Duration::from_secs(5), |r| r.len() >= 2);
+        assert!(
+            seen.iter().all(|r| r.body.contains(META_TOKEN)),
+            "{seen:#?}"
+        );
+    }
+    drop(pg);
+    crate::common::postgres::drop_database(&url);
+}
+
+/// Rotation: a new key, the former kept for opening, `destination rekey` seals everything with the
+/// new one; a key lost for good: `rekey --drop-unreadable`, then the credentials entered again.
+#[test]
+fn destination_rekey_moves_the_credentials_to_a_new_key() {
+    let app = TestApp::start();
+    let fake = fake_meta(true);
+    let id = add_meta(&app, "Meta", &fake.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sealed_with = || {
+        let text = app
+            .query_str("SELECT secrets FROM destinations WHERE id = ?1", &[&id])
+            .unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        v["access_token"]
+            .as_str()
+            .unwrap_or("")
+            .split(':')
+            .nth(2)
+            .map(str::to_owned)
+    };
+    let first = sealed_with().expect("sealed");
+    let db = app.db.to_str().unwrap().to_owned();
+    const NEW: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+    // The new key, the former one kept for opening: a file renamed, or two variables.
+    type Env<'a> = Vec<(&'a str, &'a str)>;
+    let (new_env, old_env): (Env, Env) = if app.is_postgres() {
+        (
+            vec![("CONVAPI_SECRET_KEY", NEW)],
+            vec![
+                ("CONVAPI_SECRET_KEY", NEW),
+                ("CONVAPI_SECRET_KEY_OLD", PG_SECRET_KEY),
+            ],
+        )
+    } else {
+        std::fs::rename(format!("{db}.key"), format!("{db}.key.old")).unwrap();
+        (Vec::new(), Vec::new())
+    };
+    let site = app.site.id.clone();
+    let list = convapi_with(
+        &db,
+        &old_env,
+        &["destination", "list", "--site", &site, "--json"],
+    );
+    assert_eq!(list.code, 0, "{list:?}");
+    let run = convapi_with(&db, &old_env, &["destination", "rekey", "--json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&run.stdout).unwrap(),
+        json!({"resealed": 1})
+    );
+    let second = sealed_with().expect("sealed");
+    assert_ne!(first, second, "sealed with the new key");
+    if !app.is_postgres() {
+        std::fs::remove_file(format!("{db}.key.old")).unwrap();
+    }
+    // The former key gone, the new one alone opens them.
+    let run = convapi_with(&db, &new_env, &["destination", "test", &id]);
+    if has_platform("meta") {
+        assert_eq!(run.code, 0, "{run:?}");
+        let seen = fake.wait_for(std::time::Duration::from_secs(5), |r| !r.is_empty());
+        assert!(seen[0].body.contains(META_TOKEN), "{seen:#?}");
+    }
+    // A key lost for good: a clear error, then the credentials dropped and entered again.
+    let lost: Vec<(&str, &str)> = if app.is_postgres() {
+        vec![("CONVAPI_SECRET_KEY", PG_SECRET_KEY)]
+    } else {
+        std::fs::remove_file(format!("{db}.key")).unwrap();
+        Vec::new()
+    };
+    let run = convapi_with(&db, &lost, &["destination", "list", "--site", &site]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains("give the key it was sealed with"),
+        "{run:?}"
+    );
+    let run = convapi_with(&db, &lost, &["destination", "rekey", "--drop-unreadable"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let list = convapi_with(
+        &db,
+        &lost,
+        &["destination", "list", "--site", &site, "--json"],
+    );
+    let v: Value = serde_json::from_str(&list.stdout).unwrap();
+    assert_eq!(v[0]["secrets"], json!({}), "{v}");
+    let args = ["destination", "update", &id, "--access-token", META_TOKEN_2];
+    let run = convapi_with(&db, &lost, &args);
+    assert_eq!(run.code, 0, "{run:?}");
 }

@@ -1,6 +1,8 @@
 //! `convapi backup FILE`: a consistent copy of the database, safe to take while `serve` runs (the
 //! copy itself is `store::export::backup`). Owns what happens around it: refusing to overwrite,
-//! writing beside FILE first so that FILE is either absent, the old file, or the whole new copy.
+//! writing beside FILE first so that FILE is either absent, the old file, or the whole new copy,
+//! and that file readable by its owner only (mode 0600: it holds the personal data and the sealed
+//! credentials), made so before SQLite writes a byte into it.
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -59,6 +61,9 @@ pub(super) fn backup(db: &Path, a: BackupArgs) -> CliResult {
     let partial = PathBuf::from(partial);
     // A leftover of an earlier run killed half-way would make the copy fail to open.
     let _ = std::fs::remove_file(&partial);
+    // SQLite would make the file with the umask's mode; an empty file is an empty database to it.
+    super::private_file(&partial)
+        .map_err(|e| format!("backup to {}: {}: {e}", dest.display(), partial.display()))?;
     let done = match store::export::backup(&src, &partial) {
         Ok(done) => done,
         Err(e) => {
@@ -81,13 +86,22 @@ pub(super) fn backup(db: &Path, a: BackupArgs) -> CliResult {
             "restarts": done.restarts,
         }),
         || {
-            format!(
+            let mut text = format!(
                 "wrote {}: {} of {} bytes, {} bytes",
                 dest.display(),
                 super::count(done.pages as usize, "page", "pages"),
                 done.page_size,
                 done.bytes
-            )
+            );
+            // The copy's destination credentials open only with the key beside the database.
+            let key = PathBuf::from(format!("{}.key", db.display()));
+            if key.exists() {
+                text.push_str(&format!(
+                    "\nits destination credentials are sealed with the key in {}: back that file up too, apart from the copy",
+                    key.display()
+                ));
+            }
+            text
         },
     )
 }

@@ -29,6 +29,7 @@ use crate::store::{
     db::AsConn,
     destinations::{Destination, Health, CONSENT_RULES, KINDS},
 };
+use crate::text::printable;
 
 #[derive(Subcommand)]
 pub(super) enum DestinationCmd {
@@ -46,6 +47,9 @@ pub(super) enum DestinationCmd {
     Retry(RetryArgs),
     /// Pass on a site's past processed conversions a destination never got.
     Replay(ReplayArgs),
+    /// Seal every destination's credentials again with the current key (key rotation: see
+    /// docs/operations.md, "Destination credentials").
+    Rekey(RekeyArgs),
 }
 
 #[derive(clap::Args)]
@@ -109,10 +113,12 @@ pub(super) struct UpdateArgs {
     /// A new consent rule.
     #[arg(long, value_parser = CONSENT_RULES.to_vec())]
     consent: Option<String>,
-    /// A new endpoint override (the platform's base URL replaced).
+    /// A new endpoint override (the platform's base URL replaced). Clears the stored credentials:
+    /// give them again in the same command.
     #[arg(long, value_name = "URL")]
     endpoint: Option<String>,
-    /// Send to the platform itself again (forget the endpoint override).
+    /// Send to the platform itself again (forget the endpoint override). Clears the stored
+    /// credentials: give them again in the same command.
     #[arg(long, conflicts_with = "endpoint")]
     no_endpoint: bool,
     /// Move it to another API version of the platform (Meta `v26.0`, Google Ads `v26`), e.g.
@@ -139,6 +145,17 @@ pub(super) struct IdArgs {
     /// The destination's id (from `destination list`).
     id: String,
     /// Print the outcome as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct RekeyArgs {
+    /// Drop the credentials no key given opens (a key lost for good): the destinations then ask
+    /// for them (`destination update ID --access-token ...`).
+    #[arg(long)]
+    drop_unreadable: bool,
+    /// Print how many destinations were sealed again as one JSON object.
     #[arg(long)]
     json: bool,
 }
@@ -345,7 +362,7 @@ pub(super) fn add(db: &Path, a: AddArgs) -> CliResult {
         format!(
             "added destination {} ({}, {}) to site {}{}\nTry it: convapi destination test {}",
             d.id,
-            d.name,
+            printable(&d.name),
             kind.label,
             site.id,
             if d.enabled { "" } else { ", disabled" },
@@ -404,6 +421,7 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
     let conn = open(db)?;
     let (d, counts) = store::write_tx(&conn, |tx| -> CliResult<_> {
         let mut d = destination_by_id(tx, &a.id)?;
+        let stored = d.clone();
         let kind = kinds::kind(&d.kind)
             .ok_or_else(|| format!("destination {} is of an unknown kind {}", d.id, d.kind))?;
         if let Some(name) = &a.name {
@@ -430,6 +448,20 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
             d.enabled = false;
         }
         d.updated_at = store::now_ms();
+        let given = |k: &str| a.fields.0.get(k).is_some_and(|(v, _)| !v.trim().is_empty());
+        let missing = kinds::secrets_stay(&stored, &mut d, given);
+        if !missing.is_empty() {
+            let flags: Vec<String> = missing
+                .iter()
+                .map(|f| format!("--{} (or ${})", f.key.replace('_', "-"), secret_env(f.key)))
+                .collect();
+            return Err(format!(
+                "a new endpoint clears the stored credentials (they are never sent to an address \
+                 they were not given for), so give them again in the same command: {}",
+                flags.join(", ")
+            )
+            .into());
+        }
         kinds::check(&d).map_err(refused)?;
         if !store::destinations::update(tx, &d)? {
             return Err(format!("no destination with id {}", a.id).into());
@@ -475,7 +507,8 @@ pub(super) fn remove(db: &Path, a: IdArgs) -> CliResult {
     print(a.json, &out, || {
         format!(
             "removed destination {} ({}) with its credentials and deliveries",
-            d.id, d.name
+            d.id,
+            printable(&d.name)
         )
     })
 }
@@ -490,7 +523,7 @@ pub(super) fn test(db: &Path, a: IdArgs) -> CliResult {
             let answer = mask_secrets(&answer, &d);
             let out = json!({"id": d.id, "ok": true, "answer": answer});
             print(a.json, &out, || {
-                format!("the platform took the test event: {answer}")
+                format!("the platform took the test event: {}", printable(&answer))
             })
         }
         Err(outage) if outage.to_string() == forward::meta::NO_TEST_EVENT_CODE => Err(format!(
@@ -504,10 +537,23 @@ pub(super) fn test(db: &Path, a: IdArgs) -> CliResult {
         Err(outage) => Err(format!(
             "the test event to destination {} failed: {}",
             d.id,
-            mask_secrets(&outage.to_string(), &d)
+            printable(&mask_secrets(&outage.to_string(), &d))
         )
         .into()),
     }
+}
+
+pub(super) fn rekey(db: &Path, a: RekeyArgs) -> CliResult {
+    let conn = open(db)?;
+    let n = store::write_tx(&conn, |tx| {
+        store::destinations::seal_all(tx, false, a.drop_unreadable)
+    })?;
+    print(a.json, &json!({"resealed": n}), || {
+        format!(
+            "sealed the credentials of {} again with the current key; a former key is no longer needed for them",
+            count(n, "destination", "destinations")
+        )
+    })
 }
 
 pub(super) fn retry(db: &Path, a: RetryArgs) -> CliResult {
@@ -613,7 +659,7 @@ pub(super) fn replay(db: &Path, a: ReplayArgs) -> CliResult {
             text.push_str(&format!(
                 "destination {} ({}): {} enqueued",
                 d.id,
-                d.name,
+                printable(&d.name),
                 count(*n as usize, "conversion", "conversions")
             ));
             if *from > from_ms {
@@ -699,22 +745,26 @@ fn describe(d: &Destination, counts: [i64; 5]) -> String {
     let mut lines = vec![format!(
         "{}  {}  ({}){}",
         d.id,
-        d.name,
+        printable(&d.name),
         kind,
         if d.enabled { "" } else { "  DISABLED" }
     )];
     let settings: Vec<String> = d
         .settings
         .iter()
-        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .map(|(k, v)| format!("{k}={}", printable(v.as_str().unwrap_or(""))))
         .chain(d.masked_secrets().iter().map(|(k, v)| format!("{k}={v}")))
         .collect();
     lines.push(format!("  fields:     {}", settings.join("  ")));
-    let events: Vec<String> = d.events.iter().map(|(t, e)| format!("{t}={e}")).collect();
+    let events: Vec<String> = d
+        .events
+        .iter()
+        .map(|(t, e)| format!("{t}={}", printable(e)))
+        .collect();
     lines.push(format!("  events:     {}", events.join(", ")));
     lines.push(format!("  consent:    {}", d.consent));
     if let Some(e) = &d.endpoint {
-        lines.push(format!("  endpoint:   {e}"));
+        lines.push(format!("  endpoint:   {}", printable(e)));
     }
     if let Some(v) = versions::in_use(d) {
         let ends = versions::ends(&d.kind, v)
@@ -747,7 +797,7 @@ fn describe(d: &Destination, counts: [i64; 5]) -> String {
         health.push_str(&format!(
             "; last error {}: {}",
             h.last_error_at.map(store::iso).unwrap_or_default(),
-            mask_secrets(e, d)
+            printable(&mask_secrets(e, d))
         ));
     }
     lines.push(format!("  health:     {health}"));

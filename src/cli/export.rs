@@ -8,7 +8,7 @@
 //! the conversions; where each went is the lookup's and the order page's).
 
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
@@ -32,6 +32,10 @@ pub(super) struct ExportArgs {
     /// Export the site's sessions instead of its conversions.
     #[arg(long)]
     sessions: bool,
+    /// Write to this new file (made readable by its owner only, mode 0600) instead of stdout; an
+    /// existing file is not replaced.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
 }
 
 const SESSION_COLUMNS: [&str; 18] = [
@@ -65,15 +69,51 @@ pub(super) fn export(db: &Path, a: ExportArgs) -> CliResult {
     let csv = a.format == "csv";
     let conn = open(db)?;
     let site = site_by_id(&conn, &a.site)?;
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::with_capacity(64 * 1024, stdout.lock());
+    let sink: Box<dyn Write> = match &a.output {
+        None => Box::new(std::io::stdout().lock()),
+        Some(path) => Box::new(super::private_file(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                format!(
+                    "{} exists; choose another file or remove it",
+                    path.display()
+                )
+            } else {
+                format!("{}: {e}", path.display())
+            }
+        })?),
+    };
+    let mut out = BufWriter::with_capacity(64 * 1024, sink);
     let io = |e: std::io::Error| CliError::Failed(format!("writing the export: {e}"));
-    store::read(&conn, |conn| {
+    let written = write_rows(&conn, &site.id, &a, from_ms, to_ms, csv, &mut out, io);
+    let written = written.and_then(|()| out.flush().map_err(io));
+    if written.is_err() {
+        if let Some(path) = &a.output {
+            // Half an export is not one: nothing is left that looks like it.
+            drop(out);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    written
+}
+
+/// The export's rows into `out`, from one read transaction.
+#[allow(clippy::too_many_arguments)]
+fn write_rows(
+    conn: &impl crate::store::db::AsConn,
+    site_id: &str,
+    a: &ExportArgs,
+    from_ms: i64,
+    to_ms: i64,
+    csv: bool,
+    mut out: impl Write,
+    io: impl Fn(std::io::Error) -> CliError + Copy,
+) -> CliResult {
+    store::read(conn, |conn| {
         if a.sessions {
             if csv {
                 crate::csv::record(&mut out, SESSION_COLUMNS).map_err(io)?;
             }
-            store::export::sessions(conn, &site.id, from_ms, to_ms, |s| {
+            store::export::sessions(conn, site_id, from_ms, to_ms, |s| {
                 if csv {
                     crate::csv::record(&mut out, session_fields(s))
                 } else {
@@ -85,7 +125,7 @@ pub(super) fn export(db: &Path, a: ExportArgs) -> CliResult {
             if csv {
                 crate::csv::record(&mut out, crate::csv::CONVERSION_COLUMNS).map_err(io)?;
             }
-            store::export::conversions(conn, &site.id, from_ms, to_ms, |o| {
+            store::export::conversions(conn, site_id, from_ms, to_ms, |o| {
                 if csv {
                     crate::csv::record(&mut out, crate::csv::conversion_fields(o))
                 } else {
@@ -97,8 +137,7 @@ pub(super) fn export(db: &Path, a: ExportArgs) -> CliResult {
                 .map_err(io)
             })
         }
-    })?;
-    out.flush().map_err(io)
+    })
 }
 
 fn json_line(out: &mut impl Write, v: &Value) -> std::io::Result<()> {

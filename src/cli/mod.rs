@@ -469,6 +469,7 @@ fn run(cli: Cli) -> CliResult {
                 D::Test(a) => destination::test(&db, a),
                 D::Retry(a) => destination::retry(&db, a),
                 D::Replay(a) => destination::replay(&db, a),
+                D::Rekey(a) => destination::rekey(&db, a),
             }
         }
     }
@@ -485,6 +486,16 @@ fn open(db: &Path) -> CliResult<store::pool::DbConn> {
         }
         e => CliError::Failed(format!("{}: {e}", db.display())),
     })
+}
+
+/// A new file at `path`, readable and writable by its owner only (mode 0600 from its creation, not
+/// changed after); an existing name, a symbolic link included, is an error.
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
 }
 
 /// SQLite creates the file but not its directory, and says only "unable to open database file"

@@ -1,7 +1,8 @@
 //! A site's Settings → Destinations (docs/decisions.md §13): the ad platforms its processed
 //! conversions are passed on to, with their health and delivery counts; a form per kind made from
 //! `forward::kinds` (the same fields as `convapi destination add`); the edit form, where a
-//! credential shows only masked and a blank credential field keeps the stored one; removal behind
+//! credential shows only masked and a blank credential field keeps the stored one unless the
+//! endpoint changes (then they are cleared and asked for, `kinds::secrets_stay`); removal behind
 //! a confirmation page; "Send a test event" with the platform's answer; "Retry dead letters".
 //!
 //! Tenancy: a destination is loaded by id and must belong to the site of the URL, itself of the
@@ -255,8 +256,14 @@ impl Fields {
     }
 
     /// Applies the form to `dest`: settings as typed (blank unsets), a credential only when typed
-    /// (blank keeps the stored one), then checks it as `convapi destination` does.
-    fn apply(&self, dest: &mut Destination, kind: &kinds::Kind) -> Result<(), kinds::Refused> {
+    /// (blank keeps the stored one, but for a new endpoint: [`kinds::secrets_stay`]), then checks
+    /// it as `convapi destination` does. `stored` is the destination being edited.
+    fn apply(
+        &self,
+        dest: &mut Destination,
+        kind: &kinds::Kind,
+        stored: Option<&Destination>,
+    ) -> Result<(), kinds::Refused> {
         dest.name = self.name.clone();
         for f in kind.fields {
             let value = self.values.get(f.key).map(String::as_str).unwrap_or("");
@@ -282,6 +289,18 @@ impl Fields {
         dest.consent = self.consent.clone();
         dest.endpoint = (!self.endpoint.is_empty()).then(|| self.endpoint.clone());
         dest.enabled = self.enabled;
+        if let Some(stored) = stored {
+            let given = |k: &str| self.values.get(k).is_some_and(|v| !v.is_empty());
+            let missing = kinds::secrets_stay(stored, dest, given);
+            if !missing.is_empty() {
+                let labels: Vec<&str> = missing.iter().map(|f| f.label).collect();
+                return Err(kinds::Refused(format!(
+                    "The endpoint changed, so the stored credentials were cleared: they are never \
+                     sent to an address they were not entered for. Enter {} again",
+                    labels.join(", ")
+                )));
+            }
+        }
         kinds::check(dest)
     }
 }
@@ -300,7 +319,7 @@ fn destination_fields(kind: &kinds::Kind, f: &Fields, stored: Option<&Destinatio
                 @if x.secret {
                     " " span.hint {
                         @match masked.get(x.key) {
-                            Some(m) => { "(stored: " (m) "; leave blank to keep it)" }
+                            Some(m) => { "(stored: " (m) "; leave blank to keep it, unless the endpoint changes)" }
                             None => { "(write-only: never shown again)" }
                         }
                     }
@@ -320,7 +339,9 @@ fn destination_fields(kind: &kinds::Kind, f: &Fields, stored: Option<&Destinatio
                 option value=(c) selected[*c == f.consent] { (consent_words(c)) }
             }
         }
-        label for="d-endpoint" { "Endpoint " span.hint { "(optional: a gateway or test server instead of the platform, e.g. https://gateway.example)" } }
+        label for="d-endpoint" { "Endpoint " span.hint { "(optional: a gateway or test server instead of the platform, e.g. https://gateway.example"
+            @if stored.is_some_and(|d| !d.secrets.is_empty()) { "; changing it clears the stored credentials: enter them again with it" }
+            ")" } }
         input #d-endpoint type="url" name="endpoint" value=(f.endpoint);
         label.checkbox for="d-enabled" {
             input #d-enabled type="checkbox" name="enabled" value="on" checked[f.enabled];
@@ -397,7 +418,7 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
         updated_at: now,
         health: Health::default(),
     };
-    if let Err(e) = fields.apply(&mut dest, kind) {
+    if let Err(e) = fields.apply(&mut dest, kind, None) {
         let msg = form_message(&e);
         return Ok(layout::html(
             400,
@@ -557,14 +578,15 @@ pub fn edit_form(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str
 }
 
 /// `POST /dashboard/sites/{id}/destinations/{dest}`: saves, `303` back with "Saved.". A blank
-/// credential keeps the stored one; the site is checked again in the write's own transaction.
+/// credential keeps the stored one (not across an endpoint change); the site is checked again in
+/// the write's own transaction.
 pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
     let form = form::post_form(ctx, v)?;
     let mut dest = load(d, site, id)?;
     let kind = kind_of(&dest)?;
     let fields = Fields::of_form(&form, kind);
     let stored = dest.clone();
-    if let Err(e) = fields.apply(&mut dest, kind) {
+    if let Err(e) = fields.apply(&mut dest, kind, Some(&stored)) {
         let msg = form_message(&e);
         let extra = Extra {
             error: Some(&msg),
@@ -579,14 +601,17 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
     let site_id = site.id.clone();
     let saved = d.writer.submit(move |c| {
         // Written only over this site's destination, with the credentials the form left blank
-        // as they are now (not as they were when the form was read).
+        // as they are now (not as they were when the form was read) when they are now for the
+        // address this form writes.
         let Some(now) = store::destinations::by_id(c, &dest.id)?.filter(|x| x.site_id == site_id)
         else {
             return Ok(false);
         };
-        for (k, v) in &now.secrets {
-            if stored.secrets.get(k) == dest.secrets.get(k) {
-                dest.secrets.insert(k.clone(), v.clone());
+        if now.endpoint == dest.endpoint {
+            for (k, v) in &now.secrets {
+                if stored.secrets.get(k) == dest.secrets.get(k) {
+                    dest.secrets.insert(k.clone(), v.clone());
+                }
             }
         }
         // The form has no API version: the one set now stays (`destination update --api-version`).

@@ -152,6 +152,28 @@ impl From<&str> for Refused {
     }
 }
 
+/// Credentials stay with the address they were given for: when an update sends `d` elsewhere than
+/// `stored` went (another endpoint, the platform's own after an override, or back), every stored
+/// credential not `given` again in the same update is dropped from `d`, so a changed endpoint never
+/// receives a credential someone else entered. The CLI and the dashboard both apply it before
+/// [`check`]; returns the required credentials it left missing, which they ask for.
+pub fn secrets_stay(
+    stored: &Destination,
+    d: &mut Destination,
+    given: impl Fn(&str) -> bool,
+) -> Vec<&'static Field> {
+    if stored.endpoint == d.endpoint && stored.kind == d.kind {
+        return Vec::new();
+    }
+    d.secrets.retain(|k, _| given(k));
+    kind(&d.kind).map_or_else(Vec::new, |k| {
+        k.fields
+            .iter()
+            .filter(|f| f.secret && f.required && d.secret(f.key).is_none())
+            .collect()
+    })
+}
+
 /// Checks a destination before it is stored.
 pub fn check(d: &Destination) -> Result<(), Refused> {
     debug_assert!(KINDS.contains(&d.kind.as_str()) || kind(&d.kind).is_none());
@@ -164,6 +186,12 @@ pub fn check(d: &Destination) -> Result<(), Refused> {
     };
     if d.name.trim().is_empty() || d.name.chars().count() > 100 {
         return Err("the name must be 1 to 100 characters".into());
+    }
+    if d.name.chars().any(crate::text::is_unsafe) {
+        return Err(Refused(format!(
+            "the name {:?} holds a control character (a line break, a tab, an escape): use letters, digits, spaces and punctuation",
+            crate::text::printable(&d.name)
+        )));
     }
     if !CONSENT_RULES.contains(&d.consent.as_str()) {
         return Err(Refused(format!(
@@ -212,16 +240,26 @@ pub fn check(d: &Destination) -> Result<(), Refused> {
         return Err("name at least one conversion type to send (--event purchase)".into());
     }
     for (t, e) in &d.events {
-        if t.is_empty() || e.is_empty() || t.len() > 100 || e.len() > 100 {
+        if t.is_empty()
+            || e.is_empty()
+            || t.len() > 100
+            || e.len() > 100
+            || e.chars().any(crate::text::is_unsafe)
+        {
             return Err(Refused(format!(
-                "event '{t}={e}': a conversion type and an event name of 1 to 100 characters"
+                "event '{t}={}': a conversion type and an event name of 1 to 100 characters, without control characters",
+                crate::text::printable(e)
             )));
         }
     }
     if let Some(url) = &d.endpoint {
-        if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() > 2_048 {
+        if !(url.starts_with("https://") || url.starts_with("http://"))
+            || url.len() > 2_048
+            || url.chars().any(crate::text::is_unsafe)
+        {
             return Err(Refused(format!(
-                "endpoint '{url}' must be an http:// or https:// URL (the platform's base, without a path to an API version)"
+                "endpoint '{}' must be an http:// or https:// URL (the platform's base, without a path to an API version)",
+                crate::text::printable(url)
             )));
         }
     }
@@ -342,4 +380,68 @@ pub fn parse_events(kind: &Kind, lines: &[String]) -> Result<BTreeMap<String, St
         out.insert(t.to_owned(), name);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::destinations::Health;
+    use serde_json::json;
+
+    fn meta(endpoint: Option<&str>) -> Destination {
+        Destination {
+            id: "d".into(),
+            site_id: "s".into(),
+            kind: "meta".into(),
+            name: "Meta".into(),
+            settings: json!({"pixel_id": "123"}).as_object().unwrap().clone(),
+            secrets: json!({"access_token": "stored-token"})
+                .as_object()
+                .unwrap()
+                .clone(),
+            endpoint: endpoint.map(str::to_owned),
+            events: BTreeMap::from([("purchase".into(), "Purchase".into())]),
+            consent: "ads".into(),
+            enabled: true,
+            created_at: 0,
+            updated_at: 0,
+            health: Health::default(),
+        }
+    }
+
+    #[test]
+    fn credentials_stay_with_their_endpoint() {
+        let stored = meta(Some("https://a.example"));
+        // Same endpoint: kept.
+        let mut d = stored.clone();
+        assert!(secrets_stay(&stored, &mut d, |_| false).is_empty());
+        assert_eq!(d.secret("access_token"), Some("stored-token"));
+        // Another endpoint, or none: dropped unless given again, and asked for.
+        for to in [Some("https://b.example"), None] {
+            let mut d = stored.clone();
+            d.endpoint = to.map(str::to_owned);
+            let missing = secrets_stay(&stored, &mut d, |_| false);
+            assert_eq!(
+                missing.iter().map(|f| f.key).collect::<Vec<_>>(),
+                ["access_token"]
+            );
+            assert!(d.secrets.is_empty());
+        }
+        let mut d = stored.clone();
+        d.endpoint = Some("https://b.example".into());
+        d.secrets.insert("access_token".into(), json!("new-token"));
+        assert!(secrets_stay(&stored, &mut d, |k| k == "access_token").is_empty());
+        assert_eq!(d.secret("access_token"), Some("new-token"));
+    }
+
+    #[test]
+    fn a_name_with_a_control_character_is_refused() {
+        for bad in ["a\nb", "a\rb", "a\u{1b}[2Jb", "a\u{9b}b", "a\u{202e}b"] {
+            let mut d = meta(None);
+            d.name = bad.into();
+            let e = check(&d).unwrap_err();
+            assert!(e.0.contains("holds a control character"), "{bad:?}: {e}");
+        }
+        assert!(check(&meta(None)).is_ok());
+    }
 }

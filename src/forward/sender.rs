@@ -241,7 +241,7 @@ fn send_batch(
     let Some(platform) = super::platform(&dest.kind) else {
         log::error!(
             "forward: destination {id} is of kind '{}', which this binary does not know",
-            dest.kind
+            crate::text::printable(&dest.kind)
         );
         return Ok(());
     };
@@ -361,8 +361,9 @@ fn send_batch(
     if let Some(o) = &outage {
         stats.outages += 1;
         log::warn!(
-            "forward: destination {id} ({}): {o}{}",
+            "forward: destination {id} ({}): {}{}",
             dest.kind,
+            crate::text::printable(&o.to_string()),
             paused_until.map_or(String::new(), |t| format!(
                 "; paused until {}",
                 store::iso(t)
@@ -503,9 +504,10 @@ fn deliver(
         }
         Err(Outage::Rejected(e)) if events.len() > 1 => {
             log::info!(
-                "forward: destination {} refused a batch of {} as invalid ({e}); sending them one by one",
+                "forward: destination {} refused a batch of {} as invalid ({}); sending them one by one",
                 dest.id,
-                events.len()
+                events.len(),
+                crate::text::printable(&e.to_string())
             );
             let mut out = Vec::with_capacity(events.len());
             for (i, one) in events.iter().enumerate() {
@@ -621,7 +623,10 @@ fn run(mut lasting: Lasting, s: &Shared, writer: &Writer, metrics: &Metrics, htt
             ),
             Ok((false, None)) => POLL,
             Err(e) => {
-                log::warn!("forward: pass interrupted, retrying: {e}");
+                log::warn!(
+                    "forward: pass interrupted, retrying: {}",
+                    crate::text::printable(&e.to_string())
+                );
                 POLL
             }
         };

@@ -3,7 +3,8 @@
 //!
 //! A destination's credentials (`secrets`) are write-only: [`Destination`]'s `Debug` masks them,
 //! listings show [`Destination::masked_secrets`], and they leave the database only in the request
-//! to the platform. Written once for both engines (`db.rs`).
+//! to the platform. They are stored sealed ([`super::sealed`]): written sealed by [`insert`] and
+//! [`update`], opened by [`by_id`] and [`for_site`]. Written once for both engines (`db.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -11,6 +12,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use super::db::{args, AsConn, Row};
+use super::sealed::{self, Keyring};
 use super::{Result, StoreError};
 
 /// The platforms a destination can be.
@@ -166,6 +168,7 @@ fn events_json(d: &Destination) -> String {
 
 /// Stores a new destination (its health starts empty).
 pub fn insert(conn: &impl AsConn, d: &Destination) -> Result<()> {
+    let secrets = sealed_json(conn, d)?;
     conn.conn().execute(
         "INSERT INTO destinations (id, site_id, kind, name, settings, secrets, endpoint, events,
              consent, enabled, created_at, updated_at, api_version)
@@ -176,7 +179,7 @@ pub fn insert(conn: &impl AsConn, d: &Destination) -> Result<()> {
             &d.kind,
             &d.name,
             Value::Object(d.settings.clone()).to_string().as_str(),
-            Value::Object(d.secrets.clone()).to_string().as_str(),
+            secrets.as_str(),
             &d.endpoint,
             events_json(d).as_str(),
             &d.consent,
@@ -192,6 +195,7 @@ pub fn insert(conn: &impl AsConn, d: &Destination) -> Result<()> {
 /// Writes everything of `d` but its id, site, kind, creation time and health; `false` when it is
 /// gone. A new API version ends the platform's "version gone" pause: its deliveries go again.
 pub fn update(conn: &impl AsConn, d: &Destination) -> Result<bool> {
+    let secrets = sealed_json(conn, d)?;
     Ok(conn.conn().execute(
         "UPDATE destinations SET name = ?2, settings = ?3, secrets = ?4, endpoint = ?5, events = ?6,
              consent = ?7, enabled = ?8, updated_at = ?9,
@@ -206,7 +210,7 @@ pub fn update(conn: &impl AsConn, d: &Destination) -> Result<bool> {
             &d.id,
             &d.name,
             Value::Object(d.settings.clone()).to_string().as_str(),
-            Value::Object(d.secrets.clone()).to_string().as_str(),
+            secrets.as_str(),
             &d.endpoint,
             events_json(d).as_str(),
             &d.consent,
@@ -218,20 +222,132 @@ pub fn update(conn: &impl AsConn, d: &Destination) -> Result<bool> {
 }
 
 pub fn by_id(conn: &impl AsConn, id: &str) -> Result<Option<Destination>> {
-    conn.conn().query_opt(
+    let found = conn.conn().query_opt(
         &format!("SELECT {COLUMNS} FROM destinations WHERE id = ?1"),
         args![id],
         from_row,
-    )
+    )?;
+    let mut keys = None;
+    found.map(|d| opened(conn, d, &mut keys)).transpose()
 }
 
 /// A site's destinations, oldest first.
 pub fn for_site(conn: &impl AsConn, site_id: &str) -> Result<Vec<Destination>> {
-    conn.conn().query_all(
+    let found = conn.conn().query_all(
         &format!("SELECT {COLUMNS} FROM destinations WHERE site_id = ?1 ORDER BY created_at, id"),
         args![site_id],
         from_row,
-    )
+    )?;
+    let mut keys = None;
+    found
+        .into_iter()
+        .map(|d| opened(conn, d, &mut keys))
+        .collect()
+}
+
+/// `d` as read, its credentials opened; the keys are looked up at the first sealed value. A value
+/// its key does not open (altered, or copied from another row) is left out, as if never entered:
+/// nothing is sent with it, and the CLI and the dashboard ask for it. One whose key is not given
+/// is an error that names the fix.
+fn opened(
+    conn: &impl AsConn,
+    mut d: Destination,
+    keys: &mut Option<Keyring>,
+) -> Result<Destination> {
+    let mut broken = Vec::new();
+    for (field, value) in d.secrets.iter_mut() {
+        let Some(stored) = value.as_str() else {
+            continue;
+        };
+        if sealed::sealed_with(stored).is_none() {
+            continue;
+        }
+        if keys.is_none() {
+            *keys = Some(Keyring::of(conn.conn())?);
+        }
+        let keys = keys.as_ref().expect("set above");
+        match keys.open(&d.id, field, stored)? {
+            Some(plain) => *value = Value::from(plain),
+            None => broken.push(field.clone()),
+        }
+    }
+    for field in broken {
+        log::warn!(
+            "destination {}'s {field} does not open with its key (altered, or copied from another \
+             destination): left out; enter it again",
+            d.id
+        );
+        d.secrets.remove(&field);
+    }
+    Ok(d)
+}
+
+/// The `secrets` column of `d`: each credential sealed with the current key (none is needed
+/// when there is no credential).
+fn sealed_json(conn: &impl AsConn, d: &Destination) -> Result<String> {
+    let mut out = Map::new();
+    if !d.secrets.is_empty() {
+        let mut keys = Keyring::of(conn.conn())?;
+        let key = keys.sealing_key()?;
+        for (field, value) in &d.secrets {
+            let plain = value.as_str().unwrap_or_default();
+            out.insert(field.clone(), Value::from(key.seal(&d.id, field, plain)?));
+        }
+    }
+    Ok(Value::Object(out).to_string())
+}
+
+/// Seals again every destination's credentials that are not sealed with the current key: those
+/// stored before values were sealed (`only_plain`), or every one (`convapi destination rekey`,
+/// after a new key was given and the former one kept for opening). A value that no key will open
+/// is dropped; one whose key is not given is an error, unless `drop_unreadable` (a key lost for
+/// good: the credentials are entered again). Returns how many destinations were written.
+pub fn seal_all(conn: &impl AsConn, only_plain: bool, drop_unreadable: bool) -> Result<usize> {
+    let rows: Vec<(String, String)> = conn.conn().query_all(
+        "SELECT id, secrets FROM destinations ORDER BY id",
+        args![],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let mut keys: Option<Keyring> = None;
+    let mut written = 0;
+    for (id, text) in rows {
+        let stored = json_object(&text, "secrets")?;
+        if stored.is_empty() {
+            continue;
+        }
+        let sealed_with = |v: &Value| v.as_str().and_then(sealed::sealed_with).map(str::to_owned);
+        if only_plain && stored.values().all(|v| sealed_with(v).is_some()) {
+            continue;
+        }
+        if keys.is_none() {
+            keys = Some(Keyring::of(conn.conn())?);
+        }
+        let keys = keys.as_mut().expect("set above");
+        let current = keys.sealing_key()?.id().to_owned();
+        let stale = stored
+            .values()
+            .any(|v| sealed_with(v).as_deref() != Some(current.as_str()));
+        if !stale {
+            continue;
+        }
+        let mut out = Map::new();
+        for (field, value) in &stored {
+            let plain = match keys.open(&id, field, value.as_str().unwrap_or_default()) {
+                Ok(Some(plain)) => plain,
+                Ok(None) => continue,
+                Err(_) if drop_unreadable => continue,
+                Err(e) => return Err(e),
+            };
+            let key = keys.sealing_key()?;
+            out.insert(field.clone(), Value::from(key.seal(&id, field, &plain)?));
+        }
+        conn.conn().execute(
+            "UPDATE destinations SET secrets = ?2 WHERE id = ?1",
+            args![&id, Value::Object(out).to_string().as_str()],
+        )?;
+        written += 1;
+    }
+    Ok(written)
 }
 
 /// Every destination of every site (`/metrics`, the start-up log: a few per site).

@@ -27,6 +27,7 @@ pub mod rates;
 pub mod report;
 pub mod retention;
 pub mod salts;
+pub mod sealed;
 pub mod sessions;
 pub mod sites;
 pub mod tenants;

@@ -312,6 +312,7 @@ impl TestApp {
         // the bound only as a default: a test's own `--pixel-max-age-hours` wins, and
         // tests/untrusted.rs checks the production default that way.
         cmd.env("CONVAPI_PIXEL_MAX_AGE_HOURS", PIXEL_MAX_AGE_HOURS);
+        secret_key_env(&mut cmd, &self.db);
         cmd.arg("--db")
             .arg(&self.db)
             .args(["serve", "--addr", "127.0.0.1:0"])
@@ -453,6 +454,17 @@ impl Drop for TestApp {
                 eprintln!("{l}");
             }
         }
+    }
+}
+
+/// The key of destination credentials that every process of the tests gets on a PostgreSQL
+/// database, which has no key file beside it (a SQLite database gets its own `convapi.db.key`).
+pub const PG_SECRET_KEY: &str = "7e57000000000000000000000000000000000000000000000000000000007e57";
+
+/// Gives `cmd` [`PG_SECRET_KEY`] when `db` is a PostgreSQL URL.
+pub fn secret_key_env(cmd: &mut Command, db: &Path) {
+    if db.to_string_lossy().starts_with("postgres") {
+        cmd.env("CONVAPI_SECRET_KEY", PG_SECRET_KEY);
     }
 }
 

@@ -6,7 +6,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use super::app::{scrub_env, Key, Site, Tenant, TestApp, BIN};
+use super::app::{scrub_env, secret_key_env, Key, Site, Tenant, TestApp, BIN};
 
 /// One CLI run, finished.
 #[derive(Debug)]
@@ -100,6 +100,7 @@ pub fn cli_run_in(cwd: Option<&Path>, db: Option<&Path>, args: &[&str]) -> CliRu
     }
     scrub_env(&mut cmd);
     if let Some(db) = db {
+        secret_key_env(&mut cmd, db);
         cmd.arg("--db").arg(db);
     }
     cmd.args(args).stdin(Stdio::null());

@@ -29,5 +29,10 @@ pub fn start(db: &Path, serve_args: &[String], adjust: impl FnOnce(&mut ServeCon
     let mut config = convapi::cli::serve_config(db.to_owned(), &args)
         .unwrap_or_else(|e| panic!("serve {args:?}: {e}"));
     adjust(&mut config);
+    if db.to_string_lossy().starts_with("postgres") {
+        // The key the harness gives every server on PostgreSQL (`app.rs`).
+        convapi::store::sealed::give_postgres_key(super::app::PG_SECRET_KEY)
+            .expect("one key for the whole run");
+    }
     convapi::server::start(&config).unwrap_or_else(|e| panic!("start in process: {e}"))
 }

@@ -333,6 +333,12 @@ impl TestApp {
     /// the schema up to date first, as every command does): for the store's and the pipeline's
     /// functions run in this process.
     pub fn store(&self) -> convapi::store::pool::DbConn {
+        if self.is_postgres() {
+            // What the harness gives the server and the commands (`app.rs`), for the
+            // destinations' credentials this process reads or writes.
+            convapi::store::sealed::give_postgres_key(super::app::PG_SECRET_KEY)
+                .expect("one key for the whole run");
+        }
         convapi::store::pool::open(
             &convapi::store::pool::Location::of(&self.db),
             &convapi::store::Settings::default(),
