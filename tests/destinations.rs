@@ -1647,7 +1647,10 @@ fn one_tenant_cannot_hold_every_test_event_place() {
             let r = h.join().unwrap();
             if r.status == 429 {
                 assert!(
-                    r.text().contains("Another test event of your account"),
+                    r.text()
+                        .contains("Your account&#39;s other test events are waiting")
+                        || r.text()
+                            .contains("Your account's other test events are waiting"),
                     "{}",
                     r.text()
                 );

@@ -508,7 +508,7 @@ fn edit_page(
                     p.error-text #test-error {
                         @match full {
                             Full::Key => {
-                                "Another test event of your account is waiting for its platform's answer (at most "
+                                "Your account's other test events are waiting for their platforms' answers (at most "
                                 (TESTS_PER_TENANT) " at once per account, each up to " (REQUEST_TIMEOUT.as_secs())
                                 " seconds). Nothing was sent."
                             }
