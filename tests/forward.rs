@@ -557,3 +557,55 @@ fn healthy_destinations_go_before_new_ones_and_failing_ones_last() {
         .collect();
     assert_eq!(order, vec![healthy, new, failing]);
 }
+
+/// What the sender stores of an answer (the destination's last error, a delivery's) is what a
+/// tenant may read: the platform's parsed error, bounded, never the body of an answer that is
+/// not a platform's.
+#[test]
+fn the_sender_stores_the_platforms_parsed_error_never_a_raw_body() {
+    let fake = FakePlatform::start(|_| {
+        Reply::status(
+            502,
+            json!({"debug": "INTERNAL-STACK-TRACE of the endpoint"}),
+        )
+    });
+    let app = by_hand();
+    let dest = add_destination(&app, "meta", "Meta", &fake.url());
+    app.identify("v1", "client-1", now_ms() - 60_000);
+    let o = order(&app, "v1");
+    drain(&app);
+    let stats = send_at(&app, now_ms());
+    assert_eq!(stats.outages, 1, "{stats:?}");
+    let h = destinations::by_id(&app.store(), &dest)
+        .unwrap()
+        .unwrap()
+        .health;
+    let e = h.last_error.unwrap();
+    assert!(
+        e.contains("HTTP 502") && e.contains("not a platform answer"),
+        "{e}"
+    );
+    assert!(!e.contains("INTERNAL-STACK-TRACE"), "{e}");
+    let d = delivery(&app, &o);
+    let e = d["lastError"].as_str().unwrap();
+    assert!(
+        !e.contains("INTERNAL-STACK-TRACE") && e.contains("HTTP 502"),
+        "{d}"
+    );
+    // A platform's own error, however long, is stored bounded.
+    fake.set(|_| {
+        Reply::status(
+            500,
+            json!({"error": {"message": "z".repeat(5_000), "code": 2, "is_transient": true}}),
+        )
+    });
+    send_at(&app, now_ms() + 3_600_000);
+    let e = destinations::by_id(&app.store(), &dest)
+        .unwrap()
+        .unwrap()
+        .health
+        .last_error
+        .unwrap();
+    assert!(e.contains("zzzz"), "{e}");
+    assert!(e.chars().count() <= 300, "{} chars", e.chars().count());
+}
