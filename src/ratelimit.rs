@@ -2,8 +2,8 @@
 //! the pixel's token buckets per client address and per tracker (docs/decisions.md §8), the login
 //! throttle's failures per account and per address (§10), and the writes done at most once a
 //! minute (an API key's `lastUsedAt`, a dashboard session's `last_seen_at`); and [`Places`], a
-//! bound on how many of something are under way at once (pixel jobs in the writer's channel, the
-//! dashboard's test events).
+//! bound on how many of something are under way at once (pixel jobs in the writer's channel), with
+//! [`KeyedPlaces`] a bound per key as well (the dashboard's test events, per tenant).
 //!
 //! One mechanism, [`Limiter`]: a table of per-key state behind one lock, whose policy is a
 //! parameter: [`Rate`] (a token bucket) or [`Window`] (at most so many events within a window).
@@ -326,6 +326,79 @@ impl Drop for Place {
     }
 }
 
+/// [`Places`] with a bound per key too: at most `per_key` of the `max` places for one key (a
+/// tenant's test events), so one key cannot hold them all. Keys are kept only while they hold a
+/// place: at most `max` at once.
+#[derive(Debug, Clone)]
+pub struct KeyedPlaces {
+    total: Places,
+    per_key: usize,
+    held: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// Why a [`KeyedPlaces`] gave no place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    /// The key holds its `per_key` places.
+    Key,
+    /// All `max` places are taken.
+    Total,
+}
+
+/// One of a [`KeyedPlaces`]'s places, given back when dropped.
+#[derive(Debug)]
+pub struct KeyedPlace {
+    _place: Place,
+    key: String,
+    held: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl KeyedPlaces {
+    pub fn new(max: usize, per_key: usize) -> KeyedPlaces {
+        KeyedPlaces {
+            total: Places::new(max),
+            per_key,
+            held: Arc::default(),
+        }
+    }
+
+    /// A place for `key`, or why not.
+    pub fn take(&self, key: &str) -> Result<KeyedPlace, Full> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let n = held.get(key).copied().unwrap_or(0);
+        if n >= self.per_key {
+            return Err(Full::Key);
+        }
+        let place = self.total.take().ok_or(Full::Total)?;
+        held.insert(key.to_owned(), n + 1);
+        Ok(KeyedPlace {
+            _place: place,
+            key: key.to_owned(),
+            held: self.held.clone(),
+        })
+    }
+
+    pub fn max(&self) -> usize {
+        self.total.max()
+    }
+
+    pub fn per_key(&self) -> usize {
+        self.per_key
+    }
+}
+
+impl Drop for KeyedPlace {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = held.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.key);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -505,5 +578,22 @@ mod tests {
         assert_eq!(places.taken(), 2, "given back by the panic too");
         drop((b, c));
         assert_eq!(places.taken(), 0);
+    }
+
+    #[test]
+    fn keyed_places_bound_each_key_and_the_total() {
+        let places = KeyedPlaces::new(2, 1);
+        let a = places.take("tenant-a").expect("a's first");
+        assert_eq!(places.take("tenant-a").unwrap_err(), Full::Key);
+        let b = places
+            .take("tenant-b")
+            .expect("b's first, though a holds one");
+        assert_eq!(places.take("tenant-c").unwrap_err(), Full::Total);
+        drop(a);
+        let a2 = places.take("tenant-a").expect("a's place given back");
+        assert_eq!(places.take("tenant-b").unwrap_err(), Full::Key);
+        drop((a2, b));
+        assert!(places.held.lock().unwrap().is_empty(), "no key kept idle");
+        let _c = places.take("tenant-c").expect("all free again");
     }
 }

@@ -286,6 +286,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
             secure_cookies: config.secure_cookies,
             public_url: config.public_url.clone(),
             rates_fetch: config.rates_fetch.is_some().then_some(rates_status),
+            forward_reach: config.forward.reach.clone(),
         },
     );
     let setup_token = crate::dashboard::setup::arm(&dashboard).map_err(StartError::FirstRun)?;

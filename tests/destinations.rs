@@ -1705,6 +1705,329 @@ fn control_characters_from_a_platform_or_a_name_reach_no_log_and_no_terminal() {
     ];
     let r = d.post_form(
         &format!("/dashboard/sites/{site}/destinations"),
+// ---------------------------------------------------------------------------------------------
+// The forwarding surface under attack: what a tenant's endpoint may reach, what comes back to a
+// tenant, and what one tenant may hold (docs/hardening.md, the sender's rows).
+
+/// The text of the test event's `#test-error` paragraph.
+fn test_error(html: &str) -> String {
+    let from = html.find("id=\"test-error\">").expect("a #test-error") + "id=\"test-error\">".len();
+    let to = from + html[from..].find("</p>").expect("its end");
+    html[from..to].trim().to_owned()
+}
+
+/// A tenant's endpoint reaches public addresses and what the operator allowed (here one
+/// loopback port, a "gateway"), nothing else on the box: not typed in the form, not through a
+/// host name that resolves to loopback (checked when the request connects), not through another
+/// spelling of the address; neither the test event nor the sender sends there.
+#[test]
+fn a_tenants_endpoint_reaches_only_public_addresses_and_the_operators_gateway() {
+    let admin = FakePlatform::start(|_| {
+        Reply::ok(json!({"events_received": 1, "fbtrace_id": "ADMIN-PORT-ANSWER"}))
+    });
+    let gateway = fake_meta(true);
+    let allowed = format!("127.0.0.1:{}", gateway.port);
+    let app = TestApp::builder()
+        .env("CONVAPI_FORWARD_PRIVATE_ENDPOINTS", &allowed)
+        .start();
+    let d = login(&app);
+    let csrf = d.csrf();
+    let base = format!("/dashboard/sites/{}/destinations", app.site.id);
+    let flush = format!("http://127.0.0.1:{}/admin/flush?x=", admin.port);
+    let mut fields = vec![
+        ("kind", "meta"),
+        ("name", "Meta"),
+        ("f_pixel_id", "1234567890"),
+        ("f_access_token", META_TOKEN),
+        ("f_test_event_code", "TEST1"),
+        ("events", "purchase"),
+        ("consent", "none"),
+        ("endpoint", flush.as_str()),
+        ("enabled", "on"),
+    ];
+    // Typed in the form: refused, the fix named, nothing stored.
+    let r = d.post_form(&base, &with_csrf(&fields, &csrf));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("is not a public address"), "{}", r.text());
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM destinations", &[]), 0);
+
+    // Set where the form cannot see it (a host name that resolves to loopback, another spelling
+    // of 127.0.0.1): the test event is refused when it connects, and says why.
+    let id = add_meta(
+        &app,
+        "Meta",
+        &format!("http://localhost:{}/admin/flush?x=", admin.port),
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let url = format!("{base}/{id}");
+    for endpoint in [
+        format!("http://localhost:{}/admin/flush?x=", admin.port),
+        format!("http://[::ffff:127.0.0.1]:{}/admin/flush?x=", admin.port),
+        format!("http://2130706433:{}/admin/flush?x=", admin.port),
+    ] {
+        app.cli_json(&[
+            "destination",
+            "update",
+            &id,
+            "--endpoint",
+            &endpoint,
+            "--json",
+        ]);
+        let r = d.post_form(&format!("{url}/test"), &with_csrf(&[], &csrf));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let html = r.text();
+        assert!(html.contains("Test event failed"), "{endpoint}: {html}");
+        assert!(
+            test_error(&html).contains("is not a public address"),
+            "{endpoint}: {html}"
+        );
+        assert!(!html.contains("ADMIN-PORT-ANSWER"), "{endpoint}: {html}");
+    }
+
+    // The sender refuses it too: the delivery waits, the destination's last error says why.
+    app.cli_json(&[
+        "destination",
+        "update",
+        &id,
+        "--endpoint",
+        &format!("http://localhost:{}/admin/flush?x=", admin.port),
+        "--json",
+    ]);
+    app.pageview("v-ssrf", "https://shop.example/", now_ms() - MINUTE);
+    app.post_conversion(
+        &json!({"visitorId": "v-ssrf", "orderId": unique("o"), "value": 1, "currency": "EUR"}),
+    )
+    .accepted();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let error = loop {
+        let e = app.query_str("SELECT last_error FROM destinations WHERE id = ?1", &[&id]);
+        if let Some(e) = e {
+            break e;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sender never tried; log:\n{}",
+            app.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(error.contains("is not a public address"), "{error}");
+    assert!(admin.requests().is_empty(), "{:#?}", admin.requests());
+
+    // The operator's gateway (an address and port of `--forward-private-endpoints`) is reached,
+    // from the form too.
+    fields[1].1 = "Gateway";
+    let gw = gateway.url();
+    fields[7].1 = gw.as_str();
+    let r = d.post_form(&base, &with_csrf(&fields, &csrf));
+    let location = see_other(&r);
+    let gw_url = location.split('?').next().unwrap().to_owned();
+    let html = d
+        .post_form(&format!("{gw_url}/test"), &with_csrf(&[], &csrf))
+        .text();
+    assert!(html.contains("Test event sent"), "{html}");
+    assert_eq!(gateway.requests().len(), 1);
+    assert!(admin.requests().is_empty(), "{:#?}", admin.requests());
+}
+
+/// A platform's redirect is its answer, not an order: the request is not sent again elsewhere
+/// (with its headers), and what is there never reaches the tenant's page.
+#[test]
+fn a_platforms_redirect_is_not_followed() {
+    let target = FakePlatform::start(|_| {
+        Reply::ok(json!({"events_received": 1, "fbtrace_id": "REDIRECT-TARGET-ANSWER"}))
+    });
+    let location = format!("{}/internal/secrets", target.url());
+    let redirecting = FakePlatform::start(move |_| {
+        Reply::Json(
+            302,
+            json!({}),
+            vec![("Location".to_owned(), location.clone())],
+        )
+    });
+    let app = TestApp::start();
+    let d = login(&app);
+    let csrf = d.csrf();
+    let id = add_meta(&app, "Meta", &redirecting.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let url = format!("/dashboard/sites/{}/destinations/{id}/test", app.site.id);
+    let r = d.post_form(&url, &with_csrf(&[], &csrf));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let html = r.text();
+    assert!(html.contains("Test event failed"), "{html}");
+    assert!(test_error(&html).contains("HTTP 302"), "{html}");
+    assert!(!html.contains("REDIRECT-TARGET-ANSWER"), "{html}");
+    assert_eq!(redirecting.requests().len(), 1);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(target.requests().is_empty(), "{:#?}", target.requests());
+}
+
+/// What an endpoint answers reaches a tenant only as a platform's parsed error, bounded: an
+/// answer that is not a platform's shows its status and says so, never its body.
+#[test]
+fn a_tenant_sees_the_platforms_parsed_error_bounded_never_a_raw_body() {
+    let internal = FakePlatform::start(|_| {
+        Reply::status(
+            502,
+            json!({"debug": "INTERNAL-STACK-TRACE at /srv/app/secret.rs:42"}),
+        )
+    });
+    let app = TestApp::start();
+    let d = login(&app);
+    let csrf = d.csrf();
+    let id = add_meta(&app, "Meta", &internal.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let url = format!("/dashboard/sites/{}/destinations/{id}/test", app.site.id);
+    let html = d.post_form(&url, &with_csrf(&[], &csrf)).text();
+    let shown = test_error(&html);
+    assert!(
+        shown.contains("HTTP 502") && shown.contains("not a platform answer"),
+        "{html}"
+    );
+    assert!(!html.contains("INTERNAL-STACK-TRACE"), "{html}");
+
+    // A platform's own error, however long: bounded.
+    internal.set(|_| {
+        Reply::status(
+            400,
+            json!({"error": {"message": "y".repeat(5_000), "code": 100, "fbtrace_id": "T"}}),
+        )
+    });
+    let html = d.post_form(&url, &with_csrf(&[], &csrf)).text();
+    let shown = test_error(&html);
+    assert!(shown.contains("yyyy"), "{html}");
+    assert!(
+        shown.chars().count() <= 300,
+        "{} chars: {shown}",
+        shown.chars().count()
+    );
+}
+
+/// The test event's places are per tenant as well as per process: one tenant holding its share
+/// (a platform that takes its time) does not keep another's test from going.
+#[test]
+fn one_tenant_cannot_hold_every_test_event_place() {
+    let app = TestApp::start();
+    let slow = FakePlatform::start(|_| Reply::Hang(std::time::Duration::from_secs(5)));
+    // Tenant B, with a destination on the slow platform, signed in.
+    let b = app.create_tenant("B");
+    let b_site = app.create_site(&b.id, "B shop", &[]);
+    let b_dest = app.cli_json(&[
+        "destination",
+        "add",
+        "--site",
+        &b_site.id,
+        "--kind",
+        "meta",
+        "--name",
+        "B meta",
+        "--pixel-id",
+        "1234567890",
+        "--access-token",
+        META_TOKEN,
+        "--test-event-code",
+        "TEST123",
+        "--endpoint",
+        &slow.url(),
+        "--json",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let b_email = format!("{}@example.com", unique("tenant-b"));
+    create_user(&app, &b.id, &b_email, PASSWORD);
+    let db = DashClient::logged_in(&app, &b_email, PASSWORD);
+    let b_csrf = db.csrf();
+    let b_url = format!("/dashboard/sites/{}/destinations/{b_dest}/test", b_site.id);
+    // Tenant A, with a platform that answers at once.
+    let good = fake_meta(true);
+    let a_dest = add_meta(&app, "Meta", &good.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let da = login(&app);
+    let a_url = format!(
+        "/dashboard/sites/{}/destinations/{a_dest}/test",
+        app.site.id
+    );
+    let a_csrf = da.csrf();
+    let a_form = with_csrf(&[], &a_csrf);
+    let b_form = with_csrf(&[], &b_csrf);
+    std::thread::scope(|s| {
+        let b_tests: Vec<_> = (0..3)
+            .map(|_| {
+                let (tab, url, form) = (db.another_tab(), &b_url, &b_form);
+                s.spawn(move || tab.post_form(url, form))
+            })
+            .collect();
+        slow.wait_for(std::time::Duration::from_secs(10), |r| r.len() >= 2);
+        // B holds its places; A's test goes.
+        let r = da.post_form(&a_url, &a_form);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.text().contains("Test event sent"), "{}", r.text());
+        let mut statuses: Vec<u16> = Vec::new();
+        for h in b_tests {
+            let r = h.join().unwrap();
+            if r.status == 429 {
+                assert!(
+                    r.text()
+                        .contains("Your account&#39;s other test events are waiting")
+                        || r.text()
+                            .contains("Your account's other test events are waiting"),
+                    "{}",
+                    r.text()
+                );
+            }
+            statuses.push(r.status);
+        }
+        statuses.sort();
+        assert_eq!(statuses, vec![200, 200, 429], "B's three tests");
+    });
+    assert_eq!(slow.requests().len(), 2, "B's one more sent nothing");
+}
+
+/// A site has at most ten destinations: the command line and the form refuse one more and say so.
+#[test]
+fn a_site_has_at_most_ten_destinations() {
+    let app = TestApp::start();
+    for i in 0..10 {
+        add_meta(&app, &format!("Meta {i}"), &closed_endpoint());
+    }
+    let run = app.cli(&[
+        "destination",
+        "add",
+        "--site",
+        &app.site.id,
+        "--kind",
+        "meta",
+        "--name",
+        "one more",
+        "--pixel-id",
+        "1234567890",
+        "--access-token",
+        META_TOKEN,
+    ]);
+    refused(&run, "the most a site may have");
+    let d = login(&app);
+    let csrf = d.csrf();
+    let fields = [
+        ("kind", "meta"),
+        ("name", "one more"),
+        ("f_pixel_id", "1234567890"),
+        ("f_access_token", META_TOKEN),
+        ("events", "purchase"),
+        ("consent", "none"),
+        ("endpoint", ""),
+        ("enabled", "on"),
+    ];
+    let r = d.post_form(
+        &format!("/dashboard/sites/{}/destinations", app.site.id),
         &with_csrf(&fields, &csrf),
     );
     assert_eq!(r.status, 400, "{}", r.text());
@@ -1928,4 +2251,9 @@ fn destination_rekey_moves_the_credentials_to_a_new_key() {
     let args = ["destination", "update", &id, "--access-token", META_TOKEN_2];
     let run = convapi_with(&db, &lost, &args);
     assert_eq!(run.code, 0, "{run:?}");
+        r.text().contains("the most a site may have"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM destinations", &[]), 10);
 }

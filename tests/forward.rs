@@ -23,6 +23,11 @@ use crate::common::*;
 
 /// Plants a destination of `kind` sending `purchase` to `endpoint`; returns its id.
 fn add_destination(app: &TestApp, kind: &str, name: &str, endpoint: &str) -> String {
+    add_destination_to(app, &app.site.id, kind, name, endpoint)
+}
+
+/// [`add_destination`] on the site `site`.
+fn add_destination_to(app: &TestApp, site: &str, kind: &str, name: &str, endpoint: &str) -> String {
     let (settings, secrets, event) = match kind {
         "meta" => (
             json!({"pixel_id": "1234567890"}),
@@ -40,7 +45,7 @@ fn add_destination(app: &TestApp, kind: &str, name: &str, endpoint: &str) -> Str
     let now = now_ms();
     let d = Destination {
         id: uuid(),
-        site_id: app.site.id.clone(),
+        site_id: site.to_owned(),
         kind: kind.into(),
         name: name.into(),
         settings: obj(settings),
@@ -477,4 +482,131 @@ fn a_disabled_destination_sends_nothing_and_its_pending_deliveries_wait_for_it()
     send_at(&app, now_ms());
     assert_eq!(event_ids(&fake.requests()), vec![queued.clone()]);
     assert_eq!(delivery(&app, &queued)["status"], "delivered");
+}
+
+/// Ten destinations of another tenant on an endpoint that takes the connection and never answers
+/// hold at most that tenant's share of the sender's threads (one of two): this tenant's healthy
+/// destination gets its next order within a second or so, not after the other's time limits.
+#[test]
+fn one_tenants_dead_endpoints_do_not_hold_up_another_tenants_deliveries() {
+    let silent = FakePlatform::start(|_| Reply::Hang(Duration::from_secs(120)));
+    let up = FakePlatform::start(meta_ok);
+    let app = TestApp::builder()
+        .serve_args(&["--forward-timeout", "5"])
+        .start();
+    // This tenant's destination, healthy: its first order delivered.
+    add_destination(&app, "meta", "A", &up.url());
+    app.identify("v1", "client-1", now_ms() - 60_000);
+    order(&app, "v1");
+    up.wait_for(Duration::from_secs(30), |r| !event_ids(r).is_empty());
+    // Another tenant: a site with ten destinations on the silent endpoint, and an order.
+    let b = app.create_tenant("B");
+    let b_site = app.create_site(&b.id, "B shop", &[]);
+    let b_key = app.create_key(&b.id);
+    for i in 0..10 {
+        add_destination_to(&app, &b_site.id, "meta", &format!("B{i}"), &silent.url());
+    }
+    app.collect(&json!({
+        "trackerId": b_site.tracker_id,
+        "visitorId": "vb",
+        "events": [{"type": "pageview", "url": "https://b.example/", "ts": now_ms() - 60_000}],
+    }))
+    .expect(200);
+    app.post_conversion_as(
+        &b_key.key,
+        &b_site.id,
+        &json!({"visitorId": "vb", "orderId": unique("b"), "value": 1, "currency": "EUR"}),
+    )
+    .accepted();
+    silent.wait_for(Duration::from_secs(30), |r| !r.is_empty());
+    let t = Instant::now();
+    order(&app, "v1");
+    up.wait_for(Duration::from_secs(60), |r| event_ids(r).len() >= 2);
+    let took = t.elapsed();
+    eprintln!(
+        "A's order delivered after {took:?}; B's endpoint got {} requests",
+        silent.requests().len()
+    );
+    assert!(
+        took < Duration::from_secs(4),
+        "A's delivery waited {took:?} behind B's dead endpoints"
+    );
+}
+
+/// The order destinations are served in: the healthy ones first, then the new ones (nothing sent
+/// yet), then those whose last request failed (a platform that timed out waits its turn behind
+/// the platforms that answer).
+#[test]
+fn healthy_destinations_go_before_new_ones_and_failing_ones_last() {
+    let app = by_hand();
+    let failing = add_destination(&app, "meta", "failing", "http://127.0.0.1:9");
+    let new = add_destination(&app, "meta", "new", "http://127.0.0.1:9");
+    let healthy = add_destination(&app, "meta", "healthy", "http://127.0.0.1:9");
+    app.identify("v1", "client-1", now_ms() - 60_000);
+    order(&app, "v1");
+    drain(&app);
+    let store = app.store();
+    let now = now_ms();
+    // The failing one succeeded an hour ago, then timed out once; the healthy one a minute ago.
+    destinations::record_ok(&store, &failing, now - 3_600_000).unwrap();
+    destinations::record_failure(&store, &failing, "timed out", None, now - 1_000).unwrap();
+    destinations::record_ok(&store, &healthy, now - 60_000).unwrap();
+    let order: Vec<String> = convapi::store::deliveries::due_destinations(&store, now)
+        .unwrap()
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(order, vec![healthy, new, failing]);
+}
+
+/// What the sender stores of an answer (the destination's last error, a delivery's) is what a
+/// tenant may read: the platform's parsed error, bounded, never the body of an answer that is
+/// not a platform's.
+#[test]
+fn the_sender_stores_the_platforms_parsed_error_never_a_raw_body() {
+    let fake = FakePlatform::start(|_| {
+        Reply::status(
+            502,
+            json!({"debug": "INTERNAL-STACK-TRACE of the endpoint"}),
+        )
+    });
+    let app = by_hand();
+    let dest = add_destination(&app, "meta", "Meta", &fake.url());
+    app.identify("v1", "client-1", now_ms() - 60_000);
+    let o = order(&app, "v1");
+    drain(&app);
+    let stats = send_at(&app, now_ms());
+    assert_eq!(stats.outages, 1, "{stats:?}");
+    let h = destinations::by_id(&app.store(), &dest)
+        .unwrap()
+        .unwrap()
+        .health;
+    let e = h.last_error.unwrap();
+    assert!(
+        e.contains("HTTP 502") && e.contains("not a platform answer"),
+        "{e}"
+    );
+    assert!(!e.contains("INTERNAL-STACK-TRACE"), "{e}");
+    let d = delivery(&app, &o);
+    let e = d["lastError"].as_str().unwrap();
+    assert!(
+        !e.contains("INTERNAL-STACK-TRACE") && e.contains("HTTP 502"),
+        "{d}"
+    );
+    // A platform's own error, however long, is stored bounded.
+    fake.set(|_| {
+        Reply::status(
+            500,
+            json!({"error": {"message": "z".repeat(5_000), "code": 2, "is_transient": true}}),
+        )
+    });
+    send_at(&app, now_ms() + 3_600_000);
+    let e = destinations::by_id(&app.store(), &dest)
+        .unwrap()
+        .unwrap()
+        .health
+        .last_error
+        .unwrap();
+    assert!(e.contains("zzzz"), "{e}");
+    assert!(e.chars().count() <= 300, "{} chars", e.chars().count());
 }

@@ -95,6 +95,13 @@ pub(super) struct ServeArgs {
     /// Seconds one request to an ad platform may take, connection included.
     #[arg(long, env = "CONVAPI_FORWARD_TIMEOUT", default_value_t = 15.0, value_parser = positive_secs)]
     forward_timeout: f64,
+    /// Non-public addresses the sender and the dashboard's test events may connect to besides the
+    /// public ones (comma-separated): a gateway on the private network, as an address and port
+    /// (`10.0.0.5:8443`), an address (any port) or a network (`10.0.0.0/8`). Unset: loopback, the
+    /// private networks, link-local (the cloud metadata address) and every other non-public
+    /// address are refused, for every destination, whoever set its endpoint.
+    #[arg(long, env = "CONVAPI_FORWARD_PRIVATE_ENDPOINTS", value_delimiter = ',')]
+    forward_private_endpoints: Vec<crate::forward::platform::PrivateEndpoint>,
     /// Where `--rates-fetch daily` downloads the daily file from.
     #[arg(long, env = "CONVAPI_RATES_URL", default_value = crate::ecb::DAILY_URL)]
     rates_url: String,
@@ -271,6 +278,7 @@ fn config(db: PathBuf, a: ServeArgs) -> crate::server::ServeConfig {
         forward: crate::forward::sender::Options {
             threads: a.forward_threads as usize,
             timeout: std::time::Duration::from_secs_f64(a.forward_timeout),
+            reach: crate::forward::platform::Reach::public_and(a.forward_private_endpoints),
         },
     }
 }

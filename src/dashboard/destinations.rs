@@ -20,9 +20,10 @@ use super::form::{self, field};
 use super::layout::{self, SiteTab};
 use super::{Dashboard, PageError, PageResult, Viewer};
 use crate::forward::kinds::parse_events;
-use crate::forward::platform::{mask_secrets, REQUEST_TIMEOUT};
+use crate::forward::platform::{bounded, endpoint_refusal, mask_secrets, Http, REQUEST_TIMEOUT};
 use crate::forward::{self, kinds, versions};
 use crate::http::Ctx;
+use crate::ratelimit::Full;
 use crate::store::{
     self,
     destinations::{Destination, Health, CONSENT_RULES},
@@ -124,9 +125,14 @@ fn health_markup(dest: &Destination, now: i64) -> Markup {
             br;
             span.error-text.last-error { "Last error"
                 @if let Some(t) = h.last_error_at { " (" (layout::date(t)) ")" }
-                ": " (mask_secrets(e, dest)) }
+                ": " (shown(e, dest)) }
         }
     }
+}
+
+/// What a platform or the sender said, as a tenant reads it: no credential, bounded.
+fn shown(text: &str, dest: &Destination) -> String {
+    bounded(&mask_secrets(text, dest))
 }
 
 fn events_text(events: &BTreeMap<String, String>) -> String {
@@ -418,7 +424,13 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
         updated_at: now,
         health: Health::default(),
     };
-    if let Err(e) = fields.apply(&mut dest, kind, None) {
+    let checked = fields.apply(&mut dest, kind, None).and_then(|()| {
+        match endpoint_refusal(&fields.endpoint, &d.settings.forward_reach) {
+            Some(e) => Err(kinds::Refused(e)),
+            None => Ok(()),
+        }
+    });
+    if let Err(e) = checked {
         let msg = form_message(&e);
         return Ok(layout::html(
             400,
@@ -426,8 +438,25 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
         ));
     }
     let id = dest.id.clone();
-    d.writer
-        .submit(move |c| store::destinations::insert(c, &dest))?;
+    let added = d.writer.submit(move |c| {
+        if store::destinations::for_site(c, &dest.site_id)?.len()
+            >= forward::MAX_DESTINATIONS_PER_SITE
+        {
+            return Ok(false);
+        }
+        store::destinations::insert(c, &dest)?;
+        Ok(true)
+    })?;
+    if !added {
+        let msg = format!(
+            "This site has {} destinations, the most a site may have: remove one before adding another.",
+            forward::MAX_DESTINATIONS_PER_SITE
+        );
+        return Ok(layout::html(
+            400,
+            new_page(v, site, kind, &fields, Some(&msg)),
+        ));
+    }
     Ok(layout::redirect(&format!(
         "{}/{}?added=1",
         base(site),
@@ -467,8 +496,9 @@ enum TestAnswer {
     Took(String),
     /// Why not: the platform's refusal, or no answer.
     Failed(String),
-    /// Not sent: [`TESTS_AT_ONCE`] other test events are waiting for their platforms.
-    Busy,
+    /// Not sent: [`TESTS_AT_ONCE`] other test events are waiting for their platforms, or
+    /// [`TESTS_PER_TENANT`] of this tenant's.
+    Busy(Full),
 }
 
 fn edit_page(
@@ -499,12 +529,21 @@ fn edit_page(
                     p.error-text #test-error { (error) }
                     p.hint { "Check the fields below (a credential may be wrong or lack a permission), save, and send another." }
                 },
-                TestAnswer::Busy => section.card.test-result.error #test-result role="alert" {
+                TestAnswer::Busy(full) => section.card.test-result.error #test-result role="alert" {
                     h2 { "Test event not sent" }
                     p.error-text #test-error {
-                        "Other test events are waiting for their platforms' answers (at most "
-                        (TESTS_AT_ONCE) " at once, each up to " (REQUEST_TIMEOUT.as_secs())
-                        " seconds). Nothing was sent."
+                        @match full {
+                            Full::Key => {
+                                "Your account's other test events are waiting for their platforms' answers (at most "
+                                (TESTS_PER_TENANT) " at once per account, each up to " (REQUEST_TIMEOUT.as_secs())
+                                " seconds). Nothing was sent."
+                            }
+                            Full::Total => {
+                                "Other test events are waiting for their platforms' answers (at most "
+                                (TESTS_AT_ONCE) " at once, each up to " (REQUEST_TIMEOUT.as_secs())
+                                " seconds). Nothing was sent."
+                            }
+                        }
                     }
                     p.hint { "Send it again in a few seconds." }
                 },
@@ -586,7 +625,14 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
     let kind = kind_of(&dest)?;
     let fields = Fields::of_form(&form, kind);
     let stored = dest.clone();
-    if let Err(e) = fields.apply(&mut dest, kind, Some(&stored)) {
+    let checked = fields.apply(&mut dest, kind, Some(&stored)).and_then(|()| {
+        // An endpoint the form leaves as it is stays (the operator's, set with the command line).
+        match endpoint_refusal(&fields.endpoint, &d.settings.forward_reach) {
+            Some(e) if dest.endpoint != stored.endpoint => Err(kinds::Refused(e)),
+            _ => Ok(()),
+        }
+    });
+    if let Err(e) = checked {
         let msg = form_message(&e);
         let extra = Extra {
             error: Some(&msg),
@@ -672,7 +718,10 @@ pub fn remove(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
 /// the shared lane until its platform answers (up to the platform client's time limit, 15 s): a
 /// few more clicks, or a script repeating the form, must not take the lane's threads from the
 /// pixel and the other pages. The one more is answered at once, 429, with the page that says so.
-pub const TESTS_AT_ONCE: usize = 2;
+pub const TESTS_AT_ONCE: usize = 4;
+/// Test events one tenant sends at once: half of [`TESTS_AT_ONCE`], so one tenant cannot hold
+/// them all and another's test goes.
+pub const TESTS_PER_TENANT: usize = 2;
 
 /// `POST /dashboard/sites/{id}/destinations/{dest}/test`: sends the test event (on this request's
 /// thread, within the platform client's time limit) and answers the destination's page with the
@@ -681,15 +730,18 @@ pub fn test(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> 
     form::post_form(ctx, v)?;
     let dest = load(d, site, id)?;
     let kind = kind_of(&dest)?;
-    let (status, result) = match d.tests_in_flight.take() {
-        Some(_place) => (
-            200,
-            match forward::send_test(&dest, &site.currency, store::now_ms()) {
-                Ok(answer) => TestAnswer::Took(mask_secrets(&answer, &dest)),
-                Err(outage) => TestAnswer::Failed(mask_secrets(&outage.to_string(), &dest)),
-            },
-        ),
-        None => (429, TestAnswer::Busy),
+    let (status, result) = match d.tests_in_flight.take(&v.tenant_id) {
+        Ok(_place) => {
+            let http = Http::reaching(REQUEST_TIMEOUT, d.settings.forward_reach.clone());
+            (
+                200,
+                match forward::send_test_with(&http, &dest, &site.currency, store::now_ms()) {
+                    Ok(answer) => TestAnswer::Took(shown(&answer, &dest)),
+                    Err(outage) => TestAnswer::Failed(shown(&outage.to_string(), &dest)),
+                },
+            )
+        }
+        Err(full) => (429, TestAnswer::Busy(full)),
     };
     let extra = Extra {
         test: Some(result),
@@ -747,8 +799,8 @@ pub fn deliveries_card(
     let error = |x: &store::deliveries::View| {
         let text = x.last_error.as_deref().unwrap_or("");
         match destinations.iter().find(|d| d.id == x.destination_id) {
-            Some(d) => mask_secrets(text, d),
-            None => text.to_owned(),
+            Some(d) => shown(text, d),
+            None => bounded(text),
         }
     };
     html! {

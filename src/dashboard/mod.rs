@@ -25,7 +25,7 @@ pub mod sites;
 pub use error::PageError;
 
 use crate::http::{Ctx, Reply};
-use crate::ratelimit::{Limiter, Places, Rate};
+use crate::ratelimit::{KeyedPlaces, Limiter, Rate};
 use crate::store::pool::Db;
 use crate::writer::Writer;
 
@@ -40,6 +40,8 @@ pub struct Settings {
     pub public_url: Option<String>,
     /// The last outcomes of `serve --rates-fetch daily`, when it runs (each site's overview).
     pub rates_fetch: Option<crate::ecb::SharedStatus>,
+    /// Where "Send a test event" may connect: what the sender reaches (`--forward-private-endpoints`).
+    pub forward_reach: crate::forward::platform::Reach,
 }
 
 /// Everything a dashboard handler may use.
@@ -53,8 +55,9 @@ pub struct Dashboard {
     pub throttle: auth::Throttles,
     /// Sessions whose `last_seen_at` was written within the last minute (by id hash).
     pub session_touched: Limiter<Vec<u8>, Rate>,
-    /// "Send a test event" requests waiting for their platform now ([`destinations::TESTS_AT_ONCE`]).
-    pub tests_in_flight: Places,
+    /// "Send a test event" requests waiting for their platform now, per tenant
+    /// ([`destinations::TESTS_PER_TENANT`]) and in all ([`destinations::TESTS_AT_ONCE`]).
+    pub tests_in_flight: KeyedPlaces,
 }
 
 impl Dashboard {
@@ -74,7 +77,10 @@ impl Dashboard {
                 auth::TOUCH_INTERVAL,
                 auth::TOUCHED_KEYS,
             )),
-            tests_in_flight: Places::new(destinations::TESTS_AT_ONCE),
+            tests_in_flight: KeyedPlaces::new(
+                destinations::TESTS_AT_ONCE,
+                destinations::TESTS_PER_TENANT,
+            ),
         }
     }
 

@@ -227,8 +227,14 @@ fn classify(dest: &Destination, a: &Answer) -> Result<(), Refusal> {
     if (200..300).contains(&a.status) {
         return Ok(());
     }
-    let body: String = a.body.chars().take(300).collect();
-    let text = scrub(&format!("GA4 answered HTTP {}: {body}", a.status), dest);
+    let text = scrub(
+        &format!(
+            "GA4 answered HTTP {}: {}",
+            a.status,
+            super::platform::error_text(a)
+        ),
+        dest,
+    );
     Err(match a.status {
         429 => Refusal::Outage(Outage::Throttled {
             error: text,

@@ -322,7 +322,8 @@ fn classify(dest: &Destination, a: &Answer, n: usize) -> Result<(), Refusal> {
         return Err(Refusal::Outage(Outage::Transient(scrub(
             &format!(
                 "Meta answered HTTP {} without events_received: {}",
-                a.status, a.body
+                a.status,
+                super::platform::error_text(a)
             ),
             dest,
         ))));
@@ -378,8 +379,11 @@ fn classify(dest: &Destination, a: &Answer, n: usize) -> Result<(), Refusal> {
 /// message (fbtrace_id …)".
 fn describe(a: &Answer, err: Option<&Value>) -> String {
     let Some(e) = err else {
-        let body: String = a.body.chars().take(200).collect();
-        return format!("Meta answered HTTP {}: {body}", a.status);
+        return format!(
+            "Meta answered HTTP {}: {}",
+            a.status,
+            super::platform::error_text(a)
+        );
     };
     let s = |k: &str| e.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
     let mut t = format!(

@@ -16,6 +16,10 @@ use crate::store::deliveries::{Facts, SessionFacts};
 use crate::store::destinations::Destination;
 use crate::store::sessions::Forwarding;
 
+/// Most destinations one site may have (`convapi destination add` and the dashboard refuse one
+/// more): with the sender's share per tenant, it bounds what one site's dead endpoints cost.
+pub const MAX_DESTINATIONS_PER_SITE: usize = 10;
+
 /// Every platform convapi sends to, one per kind of destination.
 static PLATFORMS: &[&dyn Platform] = &[&meta::Meta, &ga4::Ga4, &google_ads::GoogleAds];
 
@@ -66,8 +70,19 @@ pub fn test_facts(dest: &Destination, currency: &str, now_ms: i64) -> Facts {
     }
 }
 
-/// Sends a test event to `dest` in its platform's test mode and returns the platform's answer.
+/// Sends a test event to `dest` in its platform's test mode and returns the platform's answer:
+/// the operator's (`convapi destination test`), to any address.
 pub fn send_test(dest: &Destination, currency: &str, now_ms: i64) -> Result<String, Outage> {
+    send_test_with(&Http::new(REQUEST_TIMEOUT), dest, currency, now_ms)
+}
+
+/// [`send_test`] with `http`: the dashboard's, which reaches only what `serve` allows.
+pub fn send_test_with(
+    http: &Http,
+    dest: &Destination,
+    currency: &str,
+    now_ms: i64,
+) -> Result<String, Outage> {
     let p = platform(&dest.kind)
         .ok_or_else(|| Outage::Rejected(format!("unknown destination kind '{}'", dest.kind)))?;
     let facts = test_facts(dest, currency, now_ms);
@@ -81,5 +96,5 @@ pub fn send_test(dest: &Destination, currency: &str, now_ms: i64) -> Result<Stri
         facts: &facts,
         name: &name,
     };
-    p.test(&Http::new(REQUEST_TIMEOUT), dest, &event, now_ms)
+    p.test(http, dest, &event, now_ms)
 }

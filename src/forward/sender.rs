@@ -20,20 +20,27 @@
 //! - an event refused for good is a dead letter (`failed`); one that keeps failing is one after
 //!   [`MAX_ATTEMPTS`] tries, with backoff and jitter between them (about 15 hours in all).
 //!
-//! Budget: at most `threads` requests in flight, each within [`REQUEST_TIMEOUT`]; a batch holds at
-//! most the platform's limit of events; an answer is read up to `MAX_ANSWER_BYTES`; idle
-//! connections are kept per host and few (`platform::Http`).
+//! What one tenant's destinations do is kept to that tenant: its destinations hold at most
+//! [`per_tenant`] of the threads at once (one of the default two), so a tenant whose endpoints
+//! never answer delays its own deliveries, not another's; a destination whose last request failed
+//! is served after those that answer, and a new one after the healthy ones
+//! (`deliveries::due_destinations`); a site has at most [`super::MAX_DESTINATIONS_PER_SITE`].
+//!
+//! Budget: at most `threads` requests in flight, each within [`REQUEST_TIMEOUT`], at most
+//! [`per_tenant`] of them for one tenant; a batch holds at most the platform's limit of events;
+//! an answer is read up to `MAX_ANSWER_BYTES`; idle connections are kept per host and few; only
+//! public addresses and the operator's `reach` are connected to (`platform::Http`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::platform::{self, Event, Http, Outage, Platform, Verdict, REQUEST_TIMEOUT};
+use super::platform::{self, Event, Http, Outage, Platform, Reach, Verdict, REQUEST_TIMEOUT};
 use crate::metrics::Metrics;
 use crate::store::db::AsConn;
-use crate::store::deliveries::{self, Due, Facts};
+use crate::store::deliveries::{self, Due, DueDestination, Facts};
 use crate::store::destinations::{self, Destination};
 use crate::store::pool::{Lasting, Location};
 use crate::store::{self, StoreError};
@@ -68,6 +75,9 @@ pub struct Options {
     pub threads: usize,
     /// The time limit of one request.
     pub timeout: Duration,
+    /// Where requests may go: public addresses, and the non-public ones the operator allows
+    /// (`serve --forward-private-endpoints`).
+    pub reach: Reach,
 }
 
 impl Default for Options {
@@ -75,8 +85,15 @@ impl Default for Options {
         Options {
             threads: 2,
             timeout: REQUEST_TIMEOUT,
+            reach: Reach::default(),
         }
     }
+}
+
+/// Sender threads one tenant's destinations may hold at once: all but one of `threads` (at least
+/// one), so another tenant always finds a thread.
+pub fn per_tenant(threads: usize) -> usize {
+    threads.saturating_sub(1).max(1)
 }
 
 /// What one pass did, in deliveries.
@@ -91,20 +108,43 @@ pub struct SendStats {
     pub outages: usize,
 }
 
-/// The destinations in this process's hands, so two of its threads never send one together.
-#[derive(Default)]
-pub struct InHand(Mutex<HashSet<String>>);
+/// The destinations in this process's hands, so two of its threads never send one together, and
+/// how many each tenant has, so one tenant never holds more than `per_tenant` threads.
+pub struct InHand {
+    held: Mutex<(HashSet<String>, HashMap<String, usize>)>,
+    per_tenant: usize,
+}
 
 impl InHand {
-    fn take(&self, id: &str) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.to_string())
+    pub fn new(per_tenant: usize) -> InHand {
+        InHand {
+            held: Mutex::default(),
+            per_tenant,
+        }
     }
 
-    fn give_back(&self, id: &str) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+    fn take(&self, d: &DueDestination) -> bool {
+        let mut g = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let (ids, tenants) = &mut *g;
+        let n = tenants.get(&d.tenant_id).copied().unwrap_or(0);
+        if n >= self.per_tenant || ids.contains(&d.id) {
+            return false;
+        }
+        ids.insert(d.id.clone());
+        tenants.insert(d.tenant_id.clone(), n + 1);
+        true
+    }
+
+    fn give_back(&self, d: &DueDestination) {
+        let mut g = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let (ids, tenants) = &mut *g;
+        ids.remove(&d.id);
+        if let Some(n) = tenants.get_mut(&d.tenant_id) {
+            *n -= 1;
+            if *n == 0 {
+                tenants.remove(&d.tenant_id);
+            }
+        }
     }
 }
 
@@ -145,10 +185,10 @@ pub fn drain_once(
     now_ms: i64,
 ) -> store::Result<SendStats> {
     let mut stats = SendStats::default();
-    let in_hand = InHand::default();
-    for id in deliveries::due_destinations(conn, now_ms)? {
+    let in_hand = InHand::new(1);
+    for due in deliveries::due_destinations(conn, now_ms)? {
         send_destination(
-            conn, writer, metrics, http, &in_hand, &id, now_ms, &mut stats,
+            conn, writer, metrics, http, &in_hand, &due, now_ms, &mut stats,
         )?;
     }
     Ok(stats)
@@ -163,20 +203,21 @@ fn send_destination(
     metrics: &Metrics,
     http: &Http,
     in_hand: &InHand,
-    id: &str,
+    due: &DueDestination,
     now_ms: i64,
     stats: &mut SendStats,
 ) -> store::Result<bool> {
-    if !in_hand.take(id) {
+    if !in_hand.take(due) {
         return Ok(false);
     }
-    struct GiveBack<'a>(&'a InHand, &'a str);
+    let id = due.id.as_str();
+    struct GiveBack<'a>(&'a InHand, &'a DueDestination);
     impl Drop for GiveBack<'_> {
         fn drop(&mut self) {
             self.0.give_back(self.1);
         }
     }
-    let _in_hand = GiveBack(in_hand, id);
+    let _in_hand = GiveBack(in_hand, due);
     if !deliveries::claim(conn, id)? {
         return Ok(false);
     }
@@ -379,9 +420,37 @@ fn send_batch(
         };
         *counted.entry(outcome).or_default() += 1;
     }
-    let writes: Vec<(i64, Fate)> = fates.into_iter().map(|(d, f)| (d.id, f)).collect();
+    // What a platform said is stored as the site's people will read it: no credential, bounded.
+    let shown = |text: &str| platform::bounded(&platform::mask_secrets(text, &dest));
+    let writes: Vec<(i64, Fate)> = fates
+        .into_iter()
+        .map(|(d, f)| {
+            let f = match f {
+                Fate::Again {
+                    attempts,
+                    at,
+                    error,
+                } => Fate::Again {
+                    attempts,
+                    at,
+                    error: shown(&error),
+                },
+                Fate::Final {
+                    status,
+                    attempts,
+                    reason,
+                } => Fate::Final {
+                    status,
+                    attempts,
+                    reason: shown(&reason),
+                },
+                delivered => delivered,
+            };
+            (d.id, f)
+        })
+        .collect();
     let dest_id = dest.id.clone();
-    let error = outage.as_ref().map(|o| o.to_string());
+    let error = outage.as_ref().map(|o| shown(&o.to_string()));
     let gone = match &outage {
         Some(Outage::VersionGone { version, .. }) => Some(version.clone()),
         _ => None,
@@ -527,7 +596,6 @@ fn deliver(
     }
 }
 
-#[derive(Default)]
 struct Shared {
     stopping: AtomicBool,
     sleep: Mutex<()>,
@@ -550,8 +618,13 @@ impl Sender {
         writer: Writer,
         opts: &Options,
     ) -> store::Result<Sender> {
-        let shared = Arc::new(Shared::default());
-        let http = Http::new(opts.timeout);
+        let shared = Arc::new(Shared {
+            stopping: AtomicBool::new(false),
+            sleep: Mutex::new(()),
+            cv: Condvar::new(),
+            in_hand: InHand::new(per_tenant(opts.threads)),
+        });
+        let http = Http::reaching(opts.timeout, opts.reach.clone());
         // Versions that end soon, ended or were answered gone, said once at start.
         let mut first = Lasting::open(location, settings)?;
         if let Ok(dests) = first.get().and_then(destinations::all) {
@@ -596,15 +669,15 @@ fn run(mut lasting: Lasting, s: &Shared, writer: &Writer, metrics: &Metrics, htt
         let pass = lasting.get().and_then(|conn| {
             let mut stats = SendStats::default();
             let mut worked = false;
-            for id in deliveries::due_destinations(conn, now)? {
+            for due in deliveries::due_destinations(conn, now)? {
                 if stopping() {
                     break;
                 }
                 if send_destination(
-                    conn, writer, metrics, http, &s.in_hand, &id, now, &mut stats,
+                    conn, writer, metrics, http, &s.in_hand, &due, now, &mut stats,
                 )? {
                     worked = true;
-                    // Look again from the start: the longest-waiting destination goes first.
+                    // Look again from the start: the healthy destination waiting longest goes first.
                     break;
                 }
             }

@@ -85,17 +85,31 @@ pub fn replay(
     conn.execute(sql, args![destination_id, from_ms, to_ms, now_ms])
 }
 
-/// The enabled destinations with a delivery due at `now` whose circuit is closed, the longest
-/// waiting first (a disabled destination's deliveries wait until it is enabled again).
-pub fn due_destinations(conn: &impl AsConn, now_ms: i64) -> Result<Vec<String>> {
+/// An enabled destination with a delivery due, and the tenant whose site it sends for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueDestination {
+    pub id: String,
+    pub tenant_id: String,
+}
+
+/// The enabled destinations with a delivery due at `now` whose circuit is closed (a disabled
+/// destination's deliveries wait until it is enabled again): the healthy ones first (their last
+/// request taken), the one served longest ago first; then the new ones (nothing sent yet); then
+/// those whose last request failed (a platform that times out waits behind those that answer).
+pub fn due_destinations(conn: &impl AsConn, now_ms: i64) -> Result<Vec<DueDestination>> {
     conn.conn().query_all(
-        "SELECT d.id FROM destinations d
+        "SELECT d.id, s.tenant_id FROM destinations d JOIN sites s ON s.id = d.site_id
          WHERE d.enabled = 1 AND (d.paused_until IS NULL OR d.paused_until <= ?1)
            AND EXISTS (SELECT 1 FROM deliveries x WHERE x.destination_id = d.id
                        AND x.status = 'pending' AND x.next_attempt_at <= ?1)
-         ORDER BY COALESCE(d.last_ok_at, 0), d.id",
+         ORDER BY d.failures > 0, d.last_ok_at IS NULL, COALESCE(d.last_ok_at, 0), d.id",
         args![now_ms],
-        |r| r.get(0),
+        |r| {
+            Ok(DueDestination {
+                id: r.get(0)?,
+                tenant_id: r.get(1)?,
+            })
+        },
     )
 }
 

@@ -30,6 +30,8 @@ pub fn server_bin() -> String {
     std::env::var("CONVAPI_TEST_SERVER_BIN").unwrap_or_else(|_| BIN.to_owned())
 }
 
+/// The harness's `--forward-private-endpoints`: loopback, where the fake platforms listen.
+pub(super) const FORWARD_PRIVATE_ENDPOINTS: &str = "127.0.0.1";
 /// The bound on pixel event ages test servers run with (100 years): see `TestApp::spawn`.
 pub(super) const PIXEL_MAX_AGE_HOURS: &str = "876000";
 
@@ -313,6 +315,13 @@ impl TestApp {
         // tests/untrusted.rs checks the production default that way.
         cmd.env("CONVAPI_PIXEL_MAX_AGE_HOURS", PIXEL_MAX_AGE_HOURS);
         secret_key_env(&mut cmd, &self.db);
+        // The fake platforms listen on 127.0.0.1: the operator's allowance of a private endpoint,
+        // as a default a test's own `--forward-private-endpoints` replaces (tests/destinations.rs
+        // checks what a server without it refuses).
+        cmd.env(
+            "CONVAPI_FORWARD_PRIVATE_ENDPOINTS",
+            FORWARD_PRIVATE_ENDPOINTS,
+        );
         cmd.arg("--db")
             .arg(&self.db)
             .args(["serve", "--addr", "127.0.0.1:0"])

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use convapi::server::{Running, ServeConfig};
 
-use super::app::PIXEL_MAX_AGE_HOURS;
+use super::app::{FORWARD_PRIVATE_ENDPOINTS, PIXEL_MAX_AGE_HOURS};
 
 /// Starts a server in this process on `db`, listening on a free port of 127.0.0.1, configured by
 /// `serve_args` as the binary would be (with the harness's `--pixel-max-age-hours` unless given),
@@ -24,6 +24,15 @@ pub fn start(db: &Path, serve_args: &[String], adjust: impl FnOnce(&mut ServeCon
         .any(|a| a.starts_with("--pixel-max-age-hours"))
     {
         args.extend(["--pixel-max-age-hours".into(), PIXEL_MAX_AGE_HOURS.into()]);
+    }
+    if !serve_args
+        .iter()
+        .any(|a| a.starts_with("--forward-private-endpoints"))
+    {
+        args.extend([
+            "--forward-private-endpoints".into(),
+            FORWARD_PRIVATE_ENDPOINTS.into(),
+        ]);
     }
     args.extend(serve_args.iter().cloned());
     let mut config = convapi::cli::serve_config(db.to_owned(), &args)
