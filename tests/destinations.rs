@@ -1705,6 +1705,231 @@ fn control_characters_from_a_platform_or_a_name_reach_no_log_and_no_terminal() {
     ];
     let r = d.post_form(
         &format!("/dashboard/sites/{site}/destinations"),
+        &with_csrf(&fields, &csrf),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("holds a control character"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM destinations", &[]), 0);
+
+    // A name stored before the check: escaped in the listing, one line of its own.
+    let id = add_meta(&app, "Meta", &fake.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.execute(
+        "UPDATE destinations SET name = ?1 WHERE id = ?2",
+        &[
+            &"Meta\r\n00000000-0000-0000-0000-000000000000  forged  (Meta Conversions API)",
+            &id,
+        ],
+    );
+    let list = app.cli(&["destination", "list", "--site", &site]);
+    assert_eq!(list.code, 0, "{list:?}");
+    assert!(!list.stdout.contains('\r'), "{list:?}");
+    assert!(
+        !list.stdout.lines().any(|l| l.starts_with("00000000-")),
+        "a forged line: {}",
+        list.stdout
+    );
+    assert!(
+        list.stdout.contains("Meta\\u{d}\\u{a}00000000"),
+        "{}",
+        list.stdout
+    );
+
+    // The terminal: the platform's answer to the test event, escaped.
+    if has_platform("meta") {
+        let run = app.cli(&["destination", "test", &id]);
+        assert_eq!(run.code, 1, "{run:?}");
+        let out = format!("{}{}", run.stdout, run.stderr);
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\r') && !out.contains('\u{7}'),
+            "{out:?}"
+        );
+        assert!(out.contains("\\u{1b}[2J"), "{out:?}");
+        assert_eq!(run.stderr.trim_end().lines().count(), 1, "{out:?}");
+    }
+
+    // The server's log: the sender's line about the failed request, escaped.
+    app.identify("v1", "client-1", now_ms() - 60_000);
+    app.post_conversion(
+        &json!({"visitorId": "v1", "orderId": "CTRL-1", "value": 5, "currency": "EUR"}),
+    )
+    .accepted();
+    let log = await_log(&app, "forward: destination");
+    assert!(
+        !log.contains('\u{1b}') && !log.contains('\r') && !log.contains('\u{7}'),
+        "{log:?}"
+    );
+    assert!(!log.lines().any(|l| l.starts_with(FORGED)), "{log}");
+    assert!(log.contains("\\u{1b}[2J"), "{log}");
+}
+
+/// `convapi` on `db` with only `env` of the `CONVAPI_*` variables (the harness's own key left out).
+fn convapi_with(db: &str, env: &[(&str, &str)], args: &[&str]) -> CliRun {
+    let mut cmd = Command::new(BIN);
+    scrub_env(&mut cmd);
+    cmd.arg("--db").arg(db).args(args).envs(env.iter().copied());
+    let out = cmd.stdin(Stdio::null()).output().expect("run convapi");
+    CliRun {
+        code: out.status.code().expect("exited"),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// `convapi migrate` copies the sealed credentials as they are: the PostgreSQL nodes need the
+/// SQLite database's key, and say so without it.
+#[test]
+fn a_database_migrated_to_postgresql_keeps_its_sealed_credentials_with_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("convapi.db");
+    let mut app = TestApp::builder().db(db.to_str().unwrap()).start();
+    let fake = fake_meta(true);
+    let id = add_meta(&app, "Meta", &fake.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sealed = app
+        .query_str("SELECT secrets FROM destinations WHERE id = ?1", &[&id])
+        .unwrap();
+    app.stop();
+    let url = crate::common::postgres::fresh_database();
+    let run = cli_run(
+        None,
+        &["migrate", "--from", db.to_str().unwrap(), "--to", &url],
+    );
+    assert_eq!(run.code, 0, "{run:?}");
+    let mut pg = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    let copied: String = pg
+        .query_one("SELECT secrets FROM destinations WHERE id = $1", &[&id])
+        .unwrap()
+        .get(0);
+    assert_eq!(copied, sealed, "copied as it is");
+    let without = convapi_with(&url, &[], &["destination", "test", &id]);
+    assert_eq!(without.code, 1, "{without:?}");
+    assert!(
+        without.stderr.contains("set CONVAPI_SECRET_KEY")
+            && without.stderr.contains("convapi.db.key"),
+        "{without:?}"
+    );
+    let key_file = format!("{}.key", db.display());
+    let key = std::fs::read_to_string(&key_file).unwrap();
+    for env in [
+        ("CONVAPI_SECRET_KEY", key.trim()),
+        ("CONVAPI_SECRET_KEY_FILE", key_file.as_str()),
+    ] {
+        let run = convapi_with(&url, &[env], &["destination", "test", &id]);
+        if has_platform("meta") {
+            assert_eq!(run.code, 0, "{run:?}");
+        }
+    }
+    if has_platform("meta") {
+        let seen = fake.wait_for(std::time::Duration::from_secs(5), |r| r.len() >= 2);
+        assert!(
+            seen.iter().all(|r| r.body.contains(META_TOKEN)),
+            "{seen:#?}"
+        );
+    }
+    drop(pg);
+    crate::common::postgres::drop_database(&url);
+}
+
+/// Rotation: a new key, the former kept for opening, `destination rekey` seals everything with the
+/// new one; a key lost for good: `rekey --drop-unreadable`, then the credentials entered again.
+#[test]
+fn destination_rekey_moves_the_credentials_to_a_new_key() {
+    let app = TestApp::start();
+    let fake = fake_meta(true);
+    let id = add_meta(&app, "Meta", &fake.url())["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sealed_with = || {
+        let text = app
+            .query_str("SELECT secrets FROM destinations WHERE id = ?1", &[&id])
+            .unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        v["access_token"]
+            .as_str()
+            .unwrap_or("")
+            .split(':')
+            .nth(2)
+            .map(str::to_owned)
+    };
+    let first = sealed_with().expect("sealed");
+    let db = app.db.to_str().unwrap().to_owned();
+    const NEW: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+    // The new key, the former one kept for opening: a file renamed, or two variables.
+    type Env<'a> = Vec<(&'a str, &'a str)>;
+    let (new_env, old_env): (Env, Env) = if app.is_postgres() {
+        (
+            vec![("CONVAPI_SECRET_KEY", NEW)],
+            vec![
+                ("CONVAPI_SECRET_KEY", NEW),
+                ("CONVAPI_SECRET_KEY_OLD", PG_SECRET_KEY),
+            ],
+        )
+    } else {
+        std::fs::rename(format!("{db}.key"), format!("{db}.key.old")).unwrap();
+        (Vec::new(), Vec::new())
+    };
+    let site = app.site.id.clone();
+    let list = convapi_with(
+        &db,
+        &old_env,
+        &["destination", "list", "--site", &site, "--json"],
+    );
+    assert_eq!(list.code, 0, "{list:?}");
+    let run = convapi_with(&db, &old_env, &["destination", "rekey", "--json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&run.stdout).unwrap(),
+        json!({"resealed": 1})
+    );
+    let second = sealed_with().expect("sealed");
+    assert_ne!(first, second, "sealed with the new key");
+    if !app.is_postgres() {
+        std::fs::remove_file(format!("{db}.key.old")).unwrap();
+    }
+    // The former key gone, the new one alone opens them.
+    let run = convapi_with(&db, &new_env, &["destination", "test", &id]);
+    if has_platform("meta") {
+        assert_eq!(run.code, 0, "{run:?}");
+        let seen = fake.wait_for(std::time::Duration::from_secs(5), |r| !r.is_empty());
+        assert!(seen[0].body.contains(META_TOKEN), "{seen:#?}");
+    }
+    // A key lost for good: a clear error, then the credentials dropped and entered again.
+    let lost: Vec<(&str, &str)> = if app.is_postgres() {
+        vec![("CONVAPI_SECRET_KEY", PG_SECRET_KEY)]
+    } else {
+        std::fs::remove_file(format!("{db}.key")).unwrap();
+        Vec::new()
+    };
+    let run = convapi_with(&db, &lost, &["destination", "list", "--site", &site]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains("give the key it was sealed with"),
+        "{run:?}"
+    );
+    let run = convapi_with(&db, &lost, &["destination", "rekey", "--drop-unreadable"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let list = convapi_with(
+        &db,
+        &lost,
+        &["destination", "list", "--site", &site, "--json"],
+    );
+    let v: Value = serde_json::from_str(&list.stdout).unwrap();
+    assert_eq!(v[0]["secrets"], json!({}), "{v}");
+    let args = ["destination", "update", &id, "--access-token", META_TOKEN_2];
+    let run = convapi_with(&db, &lost, &args);
+    assert_eq!(run.code, 0, "{run:?}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The forwarding surface under attack: what a tenant's endpoint may reach, what comes back to a
 // tenant, and what one tenant may hold (docs/hardening.md, the sender's rows).
@@ -2032,225 +2257,6 @@ fn a_site_has_at_most_ten_destinations() {
     );
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(
-        r.text().contains("holds a control character"),
-        "{}",
-        r.text()
-    );
-    assert_eq!(app.query_i64("SELECT COUNT(*) FROM destinations", &[]), 0);
-
-    // A name stored before the check: escaped in the listing, one line of its own.
-    let id = add_meta(&app, "Meta", &fake.url())["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    app.execute(
-        "UPDATE destinations SET name = ?1 WHERE id = ?2",
-        &[
-            &"Meta\r\n00000000-0000-0000-0000-000000000000  forged  (Meta Conversions API)",
-            &id,
-        ],
-    );
-    let list = app.cli(&["destination", "list", "--site", &site]);
-    assert_eq!(list.code, 0, "{list:?}");
-    assert!(!list.stdout.contains('\r'), "{list:?}");
-    assert!(
-        !list.stdout.lines().any(|l| l.starts_with("00000000-")),
-        "a forged line: {}",
-        list.stdout
-    );
-    assert!(
-        list.stdout.contains("Meta\\u{d}\\u{a}00000000"),
-        "{}",
-        list.stdout
-    );
-
-    // The terminal: the platform's answer to the test event, escaped.
-    if has_platform("meta") {
-        let run = app.cli(&["destination", "test", &id]);
-        assert_eq!(run.code, 1, "{run:?}");
-        let out = format!("{}{}", run.stdout, run.stderr);
-        assert!(
-            !out.contains('\u{1b}') && !out.contains('\r') && !out.contains('\u{7}'),
-            "{out:?}"
-        );
-        assert!(out.contains("\\u{1b}[2J"), "{out:?}");
-        assert_eq!(run.stderr.trim_end().lines().count(), 1, "{out:?}");
-    }
-
-    // The server's log: the sender's line about the failed request, escaped.
-    app.identify("v1", "client-1", now_ms() - 60_000);
-    app.post_conversion(
-        &json!({"visitorId": "v1", "orderId": "CTRL-1", "value": 5, "currency": "EUR"}),
-    )
-    .accepted();
-    let log = await_log(&app, "forward: destination");
-    assert!(
-        !log.contains('\u{1b}') && !log.contains('\r') && !log.contains('\u{7}'),
-        "{log:?}"
-    );
-    assert!(!log.lines().any(|l| l.starts_with(FORGED)), "{log}");
-    assert!(log.contains("\\u{1b}[2J"), "{log}");
-}
-
-/// `convapi` on `db` with only `env` of the `CONVAPI_*` variables (the harness's own key left out).
-fn convapi_with(db: &str, env: &[(&str, &str)], args: &[&str]) -> CliRun {
-    let mut cmd = Command::new(BIN);
-    scrub_env(&mut cmd);
-    cmd.arg("--db").arg(db).args(args).envs(env.iter().copied());
-    let out = cmd.stdin(Stdio::null()).output().expect("run convapi");
-    CliRun {
-        code: out.status.code().expect("exited"),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
-
-/// `convapi migrate` copies the sealed credentials as they are: the PostgreSQL nodes need the
-/// SQLite database's key, and say so without it.
-#[test]
-fn a_database_migrated_to_postgresql_keeps_its_sealed_credentials_with_their_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("convapi.db");
-    let mut app = TestApp::builder().db(db.to_str().unwrap()).start();
-    let fake = fake_meta(true);
-    let id = add_meta(&app, "Meta", &fake.url())["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let sealed = app
-        .query_str("SELECT secrets FROM destinations WHERE id = ?1", &[&id])
-        .unwrap();
-    app.stop();
-    let url = crate::common::postgres::fresh_database();
-    let run = cli_run(
-        None,
-        &["migrate", "--from", db.to_str().unwrap(), "--to", &url],
-    );
-    assert_eq!(run.code, 0, "{run:?}");
-    let mut pg = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
-    let copied: String = pg
-        .query_one("SELECT secrets FROM destinations WHERE id = $1", &[&id])
-        .unwrap()
-        .get(0);
-    assert_eq!(copied, sealed, "copied as it is");
-    let without = convapi_with(&url, &[], &["destination", "test", &id]);
-    assert_eq!(without.code, 1, "{without:?}");
-    assert!(
-        without.stderr.contains("set CONVAPI_SECRET_KEY")
-            && without.stderr.contains("convapi.db.key"),
-        "{without:?}"
-    );
-    let key_file = format!("{}.key", db.display());
-    let key = std::fs::read_to_string(&key_file).unwrap();
-    for env in [
-        ("CONVAPI_SECRET_KEY", key.trim()),
-        ("CONVAPI_SECRET_KEY_FILE", key_file.as_str()),
-    ] {
-        let run = convapi_with(&url, &[env], &["destination", "test", &id]);
-        if has_platform("meta") {
-            assert_eq!(run.code, 0, "{run:?}");
-        }
-    }
-    if has_platform("meta") {
-        let seen = fake.wait_for(std::time::Duration::from_secs(5), |r| r.len() >= 2);
-        assert!(
-            seen.iter().all(|r| r.body.contains(META_TOKEN)),
-            "{seen:#?}"
-        );
-    }
-    drop(pg);
-    crate::common::postgres::drop_database(&url);
-}
-
-/// Rotation: a new key, the former kept for opening, `destination rekey` seals everything with the
-/// new one; a key lost for good: `rekey --drop-unreadable`, then the credentials entered again.
-#[test]
-fn destination_rekey_moves_the_credentials_to_a_new_key() {
-    let app = TestApp::start();
-    let fake = fake_meta(true);
-    let id = add_meta(&app, "Meta", &fake.url())["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let sealed_with = || {
-        let text = app
-            .query_str("SELECT secrets FROM destinations WHERE id = ?1", &[&id])
-            .unwrap();
-        let v: Value = serde_json::from_str(&text).unwrap();
-        v["access_token"]
-            .as_str()
-            .unwrap_or("")
-            .split(':')
-            .nth(2)
-            .map(str::to_owned)
-    };
-    let first = sealed_with().expect("sealed");
-    let db = app.db.to_str().unwrap().to_owned();
-    const NEW: &str = "1111111111111111111111111111111111111111111111111111111111111111";
-    // The new key, the former one kept for opening: a file renamed, or two variables.
-    type Env<'a> = Vec<(&'a str, &'a str)>;
-    let (new_env, old_env): (Env, Env) = if app.is_postgres() {
-        (
-            vec![("CONVAPI_SECRET_KEY", NEW)],
-            vec![
-                ("CONVAPI_SECRET_KEY", NEW),
-                ("CONVAPI_SECRET_KEY_OLD", PG_SECRET_KEY),
-            ],
-        )
-    } else {
-        std::fs::rename(format!("{db}.key"), format!("{db}.key.old")).unwrap();
-        (Vec::new(), Vec::new())
-    };
-    let site = app.site.id.clone();
-    let list = convapi_with(
-        &db,
-        &old_env,
-        &["destination", "list", "--site", &site, "--json"],
-    );
-    assert_eq!(list.code, 0, "{list:?}");
-    let run = convapi_with(&db, &old_env, &["destination", "rekey", "--json"]);
-    assert_eq!(run.code, 0, "{run:?}");
-    assert_eq!(
-        serde_json::from_str::<Value>(&run.stdout).unwrap(),
-        json!({"resealed": 1})
-    );
-    let second = sealed_with().expect("sealed");
-    assert_ne!(first, second, "sealed with the new key");
-    if !app.is_postgres() {
-        std::fs::remove_file(format!("{db}.key.old")).unwrap();
-    }
-    // The former key gone, the new one alone opens them.
-    let run = convapi_with(&db, &new_env, &["destination", "test", &id]);
-    if has_platform("meta") {
-        assert_eq!(run.code, 0, "{run:?}");
-        let seen = fake.wait_for(std::time::Duration::from_secs(5), |r| !r.is_empty());
-        assert!(seen[0].body.contains(META_TOKEN), "{seen:#?}");
-    }
-    // A key lost for good: a clear error, then the credentials dropped and entered again.
-    let lost: Vec<(&str, &str)> = if app.is_postgres() {
-        vec![("CONVAPI_SECRET_KEY", PG_SECRET_KEY)]
-    } else {
-        std::fs::remove_file(format!("{db}.key")).unwrap();
-        Vec::new()
-    };
-    let run = convapi_with(&db, &lost, &["destination", "list", "--site", &site]);
-    assert_eq!(run.code, 1, "{run:?}");
-    assert!(
-        run.stderr.contains("give the key it was sealed with"),
-        "{run:?}"
-    );
-    let run = convapi_with(&db, &lost, &["destination", "rekey", "--drop-unreadable"]);
-    assert_eq!(run.code, 0, "{run:?}");
-    let list = convapi_with(
-        &db,
-        &lost,
-        &["destination", "list", "--site", &site, "--json"],
-    );
-    let v: Value = serde_json::from_str(&list.stdout).unwrap();
-    assert_eq!(v[0]["secrets"], json!({}), "{v}");
-    let args = ["destination", "update", &id, "--access-token", META_TOKEN_2];
-    let run = convapi_with(&db, &lost, &args);
-    assert_eq!(run.code, 0, "{run:?}");
         r.text().contains("the most a site may have"),
         "{}",
         r.text()

@@ -295,6 +295,7 @@ fn no_secret_reaches_the_log_at_trace_level() {
             .clone(),
         secrets: json!({"api_secret": secret}).as_object().unwrap().clone(),
         endpoint: Some(fake.url()),
+        api_version: None,
         events: BTreeMap::from([("purchase".to_owned(), "purchase".to_owned())]),
         consent: "analytics".into(),
         enabled: true,

@@ -400,6 +400,7 @@ mod tests {
                 .unwrap()
                 .clone(),
             endpoint: endpoint.map(str::to_owned),
+            api_version: None,
             events: BTreeMap::from([("purchase".into(), "Purchase".into())]),
             consent: "ads".into(),
             enabled: true,
