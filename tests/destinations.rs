@@ -1998,6 +1998,9 @@ fn a_tenants_endpoint_reaches_only_public_addresses_and_the_operators_gateway() 
             &id,
             "--endpoint",
             &endpoint,
+            // A new endpoint clears the stored credentials unless they come with it.
+            "--access-token",
+            META_TOKEN,
             "--json",
         ]);
         let r = d.post_form(&format!("{url}/test"), &with_csrf(&[], &csrf));
@@ -2018,6 +2021,8 @@ fn a_tenants_endpoint_reaches_only_public_addresses_and_the_operators_gateway() 
         &id,
         "--endpoint",
         &format!("http://localhost:{}/admin/flush?x=", admin.port),
+        "--access-token",
+        META_TOKEN,
         "--json",
     ]);
     app.pageview("v-ssrf", "https://shop.example/", now_ms() - MINUTE);
