@@ -3,7 +3,8 @@
 //! throttle's failures per account and per address (§10), and the writes done at most once a
 //! minute (an API key's `lastUsedAt`, a dashboard session's `last_seen_at`); and [`Places`], a
 //! bound on how many of something are under way at once (pixel jobs in the writer's channel), with
-//! [`KeyedPlaces`] a bound per key as well (the dashboard's test events, per tenant).
+//! [`KeyedPlaces`] a bound per key as well (the dashboard's test events and the sender's
+//! destinations in hand, per tenant).
 //!
 //! One mechanism, [`Limiter`]: a table of per-key state behind one lock, whose policy is a
 //! parameter: [`Rate`] (a token bucket) or [`Window`] (at most so many events within a window).

@@ -356,14 +356,16 @@ pub(super) fn add(db: &Path, a: AddArgs) -> CliResult {
         d.api_version = versions::check(kind.name, v, now)?;
     }
     kinds::check(&d).map_err(refused)?;
-    if store::destinations::for_site(&conn, &site.id)?.len() >= forward::MAX_DESTINATIONS_PER_SITE {
+    let added = store::write_tx(&conn, |tx| {
+        store::destinations::insert_within(tx, &d, forward::MAX_DESTINATIONS_PER_SITE)
+    })?;
+    if !added {
         return Err(CliError::Failed(format!(
             "site {} has {} destinations, the most a site may have: remove one first (convapi destination remove ID)",
             site.id,
             forward::MAX_DESTINATIONS_PER_SITE
         )));
     }
-    store::destinations::insert(&conn, &d)?;
     let out = destination_json(&d, [0; 5]);
     print(a.json, &out, || {
         format!(

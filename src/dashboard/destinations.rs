@@ -9,7 +9,7 @@
 //! viewer's tenant ([`super::routes::site`]); anything else is the same 404 as a missing id, and
 //! the writes check it again in their own transaction. Credentials never reach a page: the
 //! forms' credential inputs are always empty, and every text that came back from a platform or
-//! the sender has the destination's credentials masked out ([`mask_secrets`]).
+//! the sender has the destination's credentials masked out and is bounded ([`shown`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -20,7 +20,7 @@ use super::form::{self, field};
 use super::layout::{self, SiteTab};
 use super::{Dashboard, PageError, PageResult, Viewer};
 use crate::forward::kinds::parse_events;
-use crate::forward::platform::{bounded, endpoint_refusal, mask_secrets, Http, REQUEST_TIMEOUT};
+use crate::forward::platform::{bounded, endpoint_refusal, shown, Http, REQUEST_TIMEOUT};
 use crate::forward::{self, kinds, versions};
 use crate::http::Ctx;
 use crate::ratelimit::Full;
@@ -128,11 +128,6 @@ fn health_markup(dest: &Destination, now: i64) -> Markup {
                 ": " (shown(e, dest)) }
         }
     }
-}
-
-/// What a platform or the sender said, as a tenant reads it: no credential, bounded.
-fn shown(text: &str, dest: &Destination) -> String {
-    bounded(&mask_secrets(text, dest))
 }
 
 fn events_text(events: &BTreeMap<String, String>) -> String {
@@ -439,13 +434,7 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
     }
     let id = dest.id.clone();
     let added = d.writer.submit(move |c| {
-        if store::destinations::for_site(c, &dest.site_id)?.len()
-            >= forward::MAX_DESTINATIONS_PER_SITE
-        {
-            return Ok(false);
-        }
-        store::destinations::insert(c, &dest)?;
-        Ok(true)
+        store::destinations::insert_within(c, &dest, forward::MAX_DESTINATIONS_PER_SITE)
     })?;
     if !added {
         let msg = format!(

@@ -404,6 +404,13 @@ impl Http {
 /// event's answer, a delivery's reason).
 pub const MAX_SHOWN_CHARS: usize = 300;
 
+/// What a platform or the sender said about `dest`, as the site's people read it (a delivery's
+/// error, the destination's last error, a test event's answer): its credentials masked, then
+/// [`bounded`].
+pub fn shown(text: &str, dest: &Destination) -> String {
+    bounded(&mask_secrets(text, dest))
+}
+
 /// `text` cut to [`MAX_SHOWN_CHARS`], with `…` where it was cut.
 pub fn bounded(text: &str) -> String {
     if text.chars().count() <= MAX_SHOWN_CHARS {

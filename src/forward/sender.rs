@@ -31,7 +31,7 @@
 //! an answer is read up to `MAX_ANSWER_BYTES`; idle connections are kept per host and few; only
 //! public addresses and the operator's `reach` are connected to (`platform::Http`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use super::platform::{self, Event, Http, Outage, Platform, Reach, Verdict, REQUEST_TIMEOUT};
 use crate::metrics::Metrics;
+use crate::ratelimit::{KeyedPlace, KeyedPlaces};
 use crate::store::db::AsConn;
 use crate::store::deliveries::{self, Due, DueDestination, Facts};
 use crate::store::destinations::{self, Destination};
@@ -109,42 +110,51 @@ pub struct SendStats {
 }
 
 /// The destinations in this process's hands, so two of its threads never send one together, and
-/// how many each tenant has, so one tenant never holds more than `per_tenant` threads.
+/// a place per destination in hand among its tenant's, so one tenant never holds more than
+/// `per_tenant` threads ([`KeyedPlaces`]).
 pub struct InHand {
-    held: Mutex<(HashSet<String>, HashMap<String, usize>)>,
-    per_tenant: usize,
+    ids: Mutex<HashSet<String>>,
+    tenants: KeyedPlaces,
+}
+
+/// A destination in a thread's hands: given back (the id and its tenant's place) when dropped.
+struct Held<'a> {
+    in_hand: &'a InHand,
+    id: &'a str,
+    _place: KeyedPlace,
 }
 
 impl InHand {
     pub fn new(per_tenant: usize) -> InHand {
         InHand {
-            held: Mutex::default(),
-            per_tenant,
+            ids: Mutex::default(),
+            // No bound of its own in total: each sender thread holds one destination at most.
+            tenants: KeyedPlaces::new(usize::MAX, per_tenant),
         }
     }
 
-    fn take(&self, d: &DueDestination) -> bool {
-        let mut g = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let (ids, tenants) = &mut *g;
-        let n = tenants.get(&d.tenant_id).copied().unwrap_or(0);
-        if n >= self.per_tenant || ids.contains(&d.id) {
-            return false;
+    fn take<'a>(&'a self, d: &'a DueDestination) -> Option<Held<'a>> {
+        let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        if ids.contains(&d.id) {
+            return None;
         }
+        let place = self.tenants.take(&d.tenant_id).ok()?;
         ids.insert(d.id.clone());
-        tenants.insert(d.tenant_id.clone(), n + 1);
-        true
+        Some(Held {
+            in_hand: self,
+            id: &d.id,
+            _place: place,
+        })
     }
+}
 
-    fn give_back(&self, d: &DueDestination) {
-        let mut g = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let (ids, tenants) = &mut *g;
-        ids.remove(&d.id);
-        if let Some(n) = tenants.get_mut(&d.tenant_id) {
-            *n -= 1;
-            if *n == 0 {
-                tenants.remove(&d.tenant_id);
-            }
-        }
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.in_hand
+            .ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(self.id);
     }
 }
 
@@ -207,17 +217,10 @@ fn send_destination(
     now_ms: i64,
     stats: &mut SendStats,
 ) -> store::Result<bool> {
-    if !in_hand.take(due) {
+    let Some(_held) = in_hand.take(due) else {
         return Ok(false);
-    }
+    };
     let id = due.id.as_str();
-    struct GiveBack<'a>(&'a InHand, &'a DueDestination);
-    impl Drop for GiveBack<'_> {
-        fn drop(&mut self) {
-            self.0.give_back(self.1);
-        }
-    }
-    let _in_hand = GiveBack(in_hand, due);
     if !deliveries::claim(conn, id)? {
         return Ok(false);
     }
@@ -421,36 +424,19 @@ fn send_batch(
         *counted.entry(outcome).or_default() += 1;
     }
     // What a platform said is stored as the site's people will read it: no credential, bounded.
-    let shown = |text: &str| platform::bounded(&platform::mask_secrets(text, &dest));
     let writes: Vec<(i64, Fate)> = fates
         .into_iter()
-        .map(|(d, f)| {
-            let f = match f {
-                Fate::Again {
-                    attempts,
-                    at,
-                    error,
-                } => Fate::Again {
-                    attempts,
-                    at,
-                    error: shown(&error),
-                },
-                Fate::Final {
-                    status,
-                    attempts,
-                    reason,
-                } => Fate::Final {
-                    status,
-                    attempts,
-                    reason: shown(&reason),
-                },
-                delivered => delivered,
-            };
+        .map(|(d, mut f)| {
+            if let Fate::Again { error: text, .. } | Fate::Final { reason: text, .. } = &mut f {
+                *text = platform::shown(text, &dest);
+            }
             (d.id, f)
         })
         .collect();
     let dest_id = dest.id.clone();
-    let error = outage.as_ref().map(|o| shown(&o.to_string()));
+    let error = outage
+        .as_ref()
+        .map(|o| platform::shown(&o.to_string(), &dest));
     let gone = match &outage {
         Some(Outage::VersionGone { version, .. }) => Some(version.clone()),
         _ => None,
@@ -488,13 +474,7 @@ fn send_batch(
             }
             Ok(())
         })
-        .map_err(|e| match e {
-            WriteError::Unavailable(m) => {
-                log::debug!("forward: writer unavailable: {m}");
-                StoreError::Busy
-            }
-            WriteError::Failed(e) => e,
-        })?;
+        .map_err(write_error)?;
     // Counted once committed.
     if outage.is_some() {
         metrics.add_deliveries(&dest.id, &dest.kind, "outage", 1);
@@ -625,15 +605,15 @@ impl Sender {
             in_hand: InHand::new(per_tenant(opts.threads)),
         });
         let http = Http::reaching(opts.timeout, opts.reach.clone());
-        // Versions that end soon, ended or were answered gone, said once at start.
-        let mut first = Lasting::open(location, settings)?;
-        if let Ok(dests) = first.get().and_then(destinations::all) {
-            super::versions::log_warnings(&dests, store::now_ms());
-        }
-        drop(first);
         let mut threads = Vec::with_capacity(opts.threads);
         for i in 0..opts.threads {
-            let conn = Lasting::open(location, settings)?;
+            let mut conn = Lasting::open(location, settings)?;
+            if i == 0 {
+                // Versions that end soon, ended or were answered gone, said once at start.
+                if let Ok(dests) = conn.get().and_then(destinations::all) {
+                    super::versions::log_warnings(&dests, store::now_ms());
+                }
+            }
             let (s, w, m, h) = (
                 shared.clone(),
                 writer.clone(),

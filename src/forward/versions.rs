@@ -87,12 +87,12 @@ pub fn default_version(kind: &str) -> Option<&'static str> {
 
 /// The version `dest`'s requests go to: its own, else its kind's default.
 pub fn in_use(dest: &Destination) -> Option<&str> {
-    default_version(&dest.kind)?;
+    let default = default_version(&dest.kind)?;
     Some(
         dest.api_version
             .as_deref()
             .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| default_version(&dest.kind).unwrap_or_default()),
+            .unwrap_or(default),
     )
 }
 

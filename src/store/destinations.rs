@@ -192,6 +192,24 @@ pub fn insert(conn: &impl AsConn, d: &Destination) -> Result<()> {
     Ok(())
 }
 
+/// [`insert`], unless `d`'s site has `max` destinations already: `false` then, nothing written.
+/// Counted in the write's own transaction, so two adds at once cannot both pass the bound.
+pub fn insert_within(conn: &impl AsConn, d: &Destination, max: usize) -> Result<bool> {
+    let n: i64 = conn
+        .conn()
+        .query_opt(
+            "SELECT COUNT(*) FROM destinations WHERE site_id = ?1",
+            args![&d.site_id],
+            |r| r.get(0),
+        )?
+        .unwrap_or(0);
+    if usize::try_from(n).unwrap_or(usize::MAX) >= max {
+        return Ok(false);
+    }
+    insert(conn, d)?;
+    Ok(true)
+}
+
 /// Writes everything of `d` but its id, site, kind, creation time and health; `false` when it is
 /// gone. A new API version ends the platform's "version gone" pause: its deliveries go again.
 pub fn update(conn: &impl AsConn, d: &Destination) -> Result<bool> {
