@@ -22,14 +22,12 @@
 //! (`synchronous=FULL`), checkpointed or not; after a crash SQLite replays the WAL.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rusqlite::Connection;
 
 use crate::store::{self, StoreError};
+use crate::worker::Worker;
 use crate::writer::CatchUp;
 
 /// How often the checkpointer looks for new commits.
@@ -44,8 +42,7 @@ const BUSY_PASSES: u32 = 5;
 
 /// The running checkpointer; dropping it runs a last checkpoint and joins the thread.
 pub struct Checkpointer {
-    stopping: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _worker: Worker,
 }
 
 impl Checkpointer {
@@ -56,60 +53,43 @@ impl Checkpointer {
         catch_up: CatchUp,
     ) -> store::Result<Checkpointer> {
         let conn = store::open_with(path, settings)?;
-        let stopping = Arc::new(AtomicBool::new(false));
-        let s = stopping.clone();
-        let thread = std::thread::Builder::new()
-            .name("checkpoint".into())
-            .spawn(move || run(&conn, &s, &catch_up))
+        let mut seen = store::data_version(&conn).ok();
+        let mut failures = Failures::default();
+        // Stopped by dropping it, after one last checkpoint.
+        let mut worker = Worker::new().with_last_pass();
+        worker
+            .spawn("checkpoint".into(), EVERY, move |_| {
+                pass(&conn, &mut seen, &mut failures, &catch_up);
+                EVERY
+            })
             .map_err(|e| StoreError::Other(format!("cannot start the checkpointer: {e}")))?;
-        Ok(Checkpointer {
-            stopping,
-            thread: Some(thread),
-        })
+        Ok(Checkpointer { _worker: worker })
     }
 }
 
-/// Dropping it stops the thread after one last checkpoint.
-impl Drop for Checkpointer {
-    fn drop(&mut self) {
-        self.stopping.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
-    }
-}
-
-fn run(conn: &Connection, stopping: &AtomicBool, catch_up: &CatchUp) {
-    let mut seen = store::data_version(conn).ok();
-    let mut failures = Failures::default();
-    loop {
-        std::thread::park_timeout(EVERY);
-        let stop = stopping.load(Ordering::SeqCst);
-        let now = store::data_version(conn).ok();
-        // After a failure, try again at every look until it works, new commits or not.
-        if now.is_some() && (now != seen || failures.in_a_row > 0) {
-            seen = now;
-            match store::checkpoint_passive(conn) {
-                // A busy or full disk: the frames stay in the WAL (durable there) and the next look
-                // tries again.
-                Err(e) => {
-                    if failures.failed(matches!(e, StoreError::Busy)) {
-                        log::warn!("checkpoint failed, retrying every {EVERY:?}: {e}");
-                    }
-                }
-                Ok(frames) => {
-                    if failures.worked() {
-                        log::info!("checkpoint works again");
-                    }
-                    if frames > RESTART_AFTER_FRAMES {
-                        catch_up.request();
-                    }
+/// One look: a checkpoint when another connection committed since the last (`seen`), or when the
+/// last one failed.
+fn pass(conn: &Connection, seen: &mut Option<i64>, failures: &mut Failures, catch_up: &CatchUp) {
+    let now = store::data_version(conn).ok();
+    // After a failure, try again at every look until it works, new commits or not.
+    if now.is_some() && (now != *seen || failures.in_a_row > 0) {
+        *seen = now;
+        match store::checkpoint_passive(conn) {
+            // A busy or full disk: the frames stay in the WAL (durable there) and the next look
+            // tries again.
+            Err(e) => {
+                if failures.failed(matches!(e, StoreError::Busy)) {
+                    log::warn!("checkpoint failed, retrying every {EVERY:?}: {e}");
                 }
             }
-        }
-        if stop {
-            return;
+            Ok(frames) => {
+                if failures.worked() {
+                    log::info!("checkpoint works again");
+                }
+                if frames > RESTART_AFTER_FRAMES {
+                    catch_up.request();
+                }
+            }
         }
     }
 }

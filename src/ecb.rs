@@ -9,7 +9,6 @@
 //! the time ([`due`]), which tests call with the clock they choose.
 
 use std::io::{Read, Seek};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,6 +20,7 @@ use crate::invalid::Invalid;
 use crate::metrics::Metrics;
 use crate::store;
 use crate::store::pool::Db;
+use crate::worker::{Backoff, Worker};
 use crate::writer::Writer;
 
 /// Where `rates fetch` and the fetcher get the daily file by default.
@@ -39,6 +39,11 @@ pub const FETCH_AFTER_UTC: NaiveTime = match NaiveTime::from_hms_opt(15, 30, 0) 
 /// [`MAX_BACKOFF`].
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(60);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// The fetcher's delay before its next try after failures in a row (no jitter: one fetcher).
+const BACKOFF: Backoff = Backoff {
+    base_ms: FIRST_BACKOFF.as_millis() as i64,
+    cap_ms: MAX_BACKOFF.as_millis() as i64,
+};
 /// How often the fetcher thread asks [`due`].
 const POLL: Duration = Duration::from_secs(60);
 
@@ -244,11 +249,9 @@ impl Schedule {
     /// Records a failure at `now`: the next try after [`FIRST_BACKOFF`], doubled per failure in a
     /// row, at most [`MAX_BACKOFF`].
     pub fn failed(&mut self, now: DateTime<Utc>) {
-        let wait = FIRST_BACKOFF
-            .saturating_mul(1u32 << self.failures.min(16))
-            .min(MAX_BACKOFF);
         self.failures = self.failures.saturating_add(1);
-        self.retry_at = Some(now + chrono::Duration::from_std(wait).unwrap_or_default());
+        let wait = BACKOFF.delay_ms(i64::from(self.failures), 1.0);
+        self.retry_at = Some(now + chrono::Duration::milliseconds(wait));
     }
 }
 
@@ -278,10 +281,7 @@ pub struct FetchStatus {
 pub type SharedStatus = Arc<Mutex<FetchStatus>>;
 
 /// `serve --rates-fetch daily`: the thread, and a way to stop it.
-pub struct Fetcher {
-    stop: mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
-}
+pub struct Fetcher(Worker);
 
 impl Fetcher {
     /// Starts the thread: it looks at once (the fetch at start), then every minute.
@@ -292,34 +292,26 @@ impl Fetcher {
         metrics: Metrics,
         status: SharedStatus,
     ) -> std::io::Result<Fetcher> {
-        let (stop, stopped) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("rates-fetch".into())
-            .spawn(move || {
-                let mut schedule = Schedule::default();
-                loop {
-                    look(
-                        &url,
-                        &pool,
-                        &writer,
-                        &metrics,
-                        &status,
-                        &mut schedule,
-                        Utc::now(),
-                    );
-                    match stopped.recv_timeout(POLL) {
-                        Err(mpsc::RecvTimeoutError::Timeout) => {}
-                        _ => return,
-                    }
-                }
-            })?;
-        Ok(Fetcher { stop, thread })
+        let mut schedule = Schedule::default();
+        let mut worker = Worker::new();
+        worker.spawn("rates-fetch".into(), Duration::ZERO, move |_| {
+            look(
+                &url,
+                &pool,
+                &writer,
+                &metrics,
+                &status,
+                &mut schedule,
+                Utc::now(),
+            );
+            POLL
+        })?;
+        Ok(Fetcher(worker))
     }
 
     /// Stops the thread (after the fetch in progress, if any) and waits for it.
     pub fn stop(self) {
-        let _ = self.stop.send(());
-        let _ = self.thread.join();
+        self.0.stop();
     }
 }
 

@@ -26,4 +26,5 @@ pub mod sites;
 pub mod store;
 pub mod text;
 pub mod tracking;
+pub mod worker;
 pub mod writer;

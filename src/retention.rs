@@ -16,8 +16,6 @@
 //! Tests call [`prune_once`] on a connection of their own, through a [`Writer`] of their own: the
 //! same write path as the thread's.
 
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::store::db::{AsConn, Conn};
@@ -26,6 +24,7 @@ use crate::store::pool::{Lasting, Location};
 use crate::metrics::Metrics;
 use crate::store::retention::{Pruned, RECLAIM_PAGES};
 use crate::store::{self, StoreError};
+use crate::worker::{Stop, Worker};
 use crate::writer::{WriteError, Writer};
 
 /// How often the pruner looks for data past its retention, by default (`serve --prune-every`).
@@ -159,17 +158,8 @@ pub fn prune(
     Ok(total)
 }
 
-#[derive(Default)]
-struct Shared {
-    stopped: Mutex<bool>,
-    cv: Condvar,
-}
-
 /// The running pruner thread; [`Pruner::stop`] ends it after the job in hand.
-pub struct Pruner {
-    shared: Arc<Shared>,
-    thread: JoinHandle<()>,
-}
+pub struct Pruner(Worker);
 
 impl Pruner {
     /// Opens the pruner's own connection (for its reads) and starts its thread; deletions go
@@ -182,44 +172,34 @@ impl Pruner {
         every: Duration,
     ) -> store::Result<Pruner> {
         let mut conn = store::pool::Lasting::open(location, settings)?;
-        let shared = Arc::new(Shared::default());
-        let s = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("pruner".into())
-            .spawn(move || run(&mut conn, &s, &writer, &metrics, every))
+        let mut worker = Worker::new();
+        worker
+            .spawn("pruner".into(), every, move |stop| {
+                pass(&mut conn, &writer, &metrics, every, stop)
+            })
             .map_err(|e| StoreError::Other(e.to_string()))?;
-        Ok(Pruner { shared, thread })
+        Ok(Pruner(worker))
     }
 
     /// Stops the thread and waits for it; its writer handle is dropped with it.
     pub fn stop(self) {
-        *self
-            .shared
-            .stopped
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = true;
-        self.shared.cv.notify_one();
-        let _ = self.thread.join();
+        self.0.stop();
     }
 }
 
-fn run(lasting: &mut Lasting, s: &Shared, writer: &Writer, metrics: &Metrics, every: Duration) {
-    let stopped = || *s.stopped.lock().unwrap_or_else(|p| p.into_inner());
-    loop {
-        {
-            let guard = s.stopped.lock().unwrap_or_else(|p| p.into_inner());
-            let (guard, _) =
-                s.cv.wait_timeout_while(guard, every, |stopped| !*stopped)
-                    .unwrap_or_else(|p| p.into_inner());
-            if *guard {
-                return;
-            }
-        }
-        let pruned = lasting
-            .get()
-            .and_then(|conn| prune(conn, store::now_ms(), writer, metrics, &stopped));
-        if let Err(e) = pruned {
-            log::warn!("pruner: {e}; trying again in {:.0}s", every.as_secs_f64());
-        }
+/// One pass of the thread, `every` after the last one.
+fn pass(
+    lasting: &mut Lasting,
+    writer: &Writer,
+    metrics: &Metrics,
+    every: Duration,
+    stop: &Stop,
+) -> Duration {
+    let pruned = lasting
+        .get()
+        .and_then(|conn| prune(conn, store::now_ms(), writer, metrics, &|| stop.requested()));
+    if let Err(e) = pruned {
+        log::warn!("pruner: {e}; trying again in {:.0}s", every.as_secs_f64());
     }
+    every
 }

@@ -64,7 +64,8 @@ pub struct Running {
     http: http::Server,
     app: Arc<App>,
     writer_thread: JoinHandle<()>,
-    pipeline_thread: Option<JoinHandle<()>>,
+    /// `None` with `--pipeline off`.
+    pipeline: Option<crate::worker::Worker>,
     sender: crate::forward::sender::Sender,
     pruner: crate::retention::Pruner,
     rates_fetcher: Option<crate::ecb::Fetcher>,
@@ -242,13 +243,15 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
         Err(e) => log::warn!("destination credentials stored in plain text stay so: {e}"),
     }
     let metrics = Metrics::default();
-    let (pipeline, pipeline_thread) = if config.pipeline {
-        let (w, t) =
-            crate::pipeline::spawn(&location, &config.store, metrics.clone(), writer.clone())?;
-        (w, Some(t))
+    let pipeline_worker = if config.pipeline {
+        let w = crate::pipeline::spawn(&location, &config.store, metrics.clone(), writer.clone())?;
+        Some(w)
     } else {
-        (crate::pipeline::Waker::disabled(), None)
+        None
     };
+    let pipeline = pipeline_worker
+        .as_ref()
+        .map_or_else(crate::pipeline::Waker::disabled, |w| w.waker());
     let sender = crate::forward::sender::Sender::start(
         &location,
         &config.store,
@@ -318,7 +321,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
         http,
         app,
         writer_thread,
-        pipeline_thread,
+        pipeline: pipeline_worker,
         sender,
         pruner,
         rates_fetcher,
@@ -333,9 +336,8 @@ impl Running {
     pub fn shutdown(self) {
         // Every request thread has ended when this returns, and with them their `App` handles.
         self.http.stop();
-        self.app.pipeline.stop();
-        if let Some(t) = self.pipeline_thread {
-            let _ = t.join();
+        if let Some(p) = self.pipeline {
+            p.stop();
         }
         self.sender.stop();
         self.pruner.stop();

@@ -821,7 +821,8 @@ fn pipeline_and_outbox(c: &impl AsConn) -> Vec<String> {
         format!("{:?}", pl::claim(c, due[0].id, 10_000)),
         format!("{:?}", pl::claim(c, due[0].id, 1_000)), // not due yet at that time
     ];
-    pl::finish(c, due[0].id, "e1", &attribution, &fx, 10_000, true).unwrap();
+    pl::finish(c, due[0].id, "e1", &attribution, &fx, 10_000).unwrap();
+    store::deliveries::enqueue(c, "e1", 10_000).unwrap();
     pl::park(
         c,
         due[1].id,
@@ -1079,9 +1080,9 @@ fn reports(c: &impl AsConn) -> Vec<String> {
                     date: None,
                 },
                 2_000,
-                true,
             )
             .unwrap();
+            store::deliveries::enqueue(c, &id, 2_000).unwrap();
         }
     }
     let mut seen = vec![
@@ -1116,9 +1117,9 @@ fn reports(c: &impl AsConn) -> Vec<String> {
             date: None,
         },
         2_000,
-        true,
     )
     .unwrap();
+    store::deliveries::enqueue(c, &item.conversion_id, 2_000).unwrap();
     seen.push(format!(
         "{:?}",
         report::build(c, &site, None, None, GroupBy::Source)

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::store::deliveries::{Facts, SessionFacts};
+use crate::store::deliveries::{Facts, SessionFacts, Status};
 use crate::store::destinations::Destination;
 
 use super::hash::{sha256_hex, user_hash};
@@ -38,7 +38,7 @@ impl Platform for Ga4 {
         let old = now_ms - event.facts.occurred_at;
         (old > GA4.max_age_ms).then(|| {
             (
-                "too_old",
+                Status::TooOld.as_str(),
                 format!(
                     "the conversion is {} old; GA4 takes events up to 72 hours old",
                     age(old)

@@ -17,7 +17,7 @@ use std::sync::{Mutex, OnceLock};
 
 use serde_json::{json, Map, Value};
 
-use crate::store::deliveries::Facts;
+use crate::store::deliveries::{Facts, Status};
 use crate::store::destinations::Destination;
 
 use super::hash::{sha256_hex, user_hash};
@@ -79,7 +79,7 @@ impl Platform for GoogleAds {
     ) -> Option<(&'static str, String)> {
         if click_id(event.facts).is_none() {
             return Some((
-                "skipped",
+                Status::Skipped.as_str(),
                 "no Google click id (gclid, gbraid or wbraid) in the session that brought the conversion"
                     .into(),
             ));
@@ -88,7 +88,7 @@ impl Platform for GoogleAds {
         let old = now_ms - click_at;
         if old > GOOGLE_ADS.max_age_ms {
             return Some((
-                "too_old",
+                Status::TooOld.as_str(),
                 format!(
                     "the Google Ads click is {} old; Google takes a click conversion up to {} days after its click",
                     age(old),

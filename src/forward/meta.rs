@@ -5,7 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::store::deliveries::{Facts, SessionFacts};
+use crate::store::deliveries::{Facts, SessionFacts, Status};
 use crate::store::destinations::Destination;
 
 use super::hash::{sha256_hex, user_hash};
@@ -47,7 +47,7 @@ impl Platform for Meta {
         let f = event.facts;
         if now_ms - f.occurred_at > META.max_age_ms {
             return Some((
-                "too_old",
+                Status::TooOld.as_str(),
                 format!(
                     "the conversion is {} old; Meta takes events up to 7 days old",
                     age(now_ms - f.occurred_at)
@@ -56,7 +56,7 @@ impl Platform for Meta {
         }
         if event.name == "Purchase" && f.value.as_deref().and_then(decimal).is_none() {
             return Some((
-                "skipped",
+                Status::Skipped.as_str(),
                 "Meta requires a value with a Purchase, and the conversion has none: report \
                  purchases with their value, or map this conversion type to another of Meta's \
                  events on the destination"
@@ -65,7 +65,7 @@ impl Platform for Meta {
         }
         if user_data(f, now_ms).is_empty() {
             return Some((
-                "skipped",
+                Status::Skipped.as_str(),
                 "nothing to match the person on: no e-mail, phone, client id, browser or click id, \
                  IP address or user agent (or no consent to send them)"
                     .into(),

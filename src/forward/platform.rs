@@ -77,8 +77,9 @@ impl std::fmt::Display for Outage {
 pub trait Platform: Sync {
     fn kind(&self) -> &'static Kind;
 
-    /// Whether an event (whose consent already holds) may be sent: `Some(("too_old", why))` past
-    /// the platform's age limit, `Some(("skipped", why))` when it lacks what the platform needs
+    /// Whether an event (whose consent already holds) may be sent: `Some((status, why))` with the
+    /// [`Status`](crate::store::deliveries::Status) it ends in as stored — `too_old` past the platform's age limit, `skipped` when
+    /// it lacks what the platform needs
     /// (Google Ads: a click id). Nothing is sent for such an event, ever.
     fn check(
         &self,

@@ -31,20 +31,19 @@
 //! an answer is read up to `MAX_ANSWER_BYTES`; idle connections are kept per host and few; only
 //! public addresses and the operator's `reach` are connected to (`platform::Http`).
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::platform::{self, Event, Http, Outage, Platform, Reach, Verdict, REQUEST_TIMEOUT};
 use crate::metrics::Metrics;
 use crate::ratelimit::{KeyedPlace, KeyedPlaces};
-use crate::store::db::AsConn;
-use crate::store::deliveries::{self, Due, DueDestination, Facts};
+use crate::store::db::{AsConn, Conn};
+use crate::store::deliveries::{self, Due, DueDestination, Facts, Status};
 use crate::store::destinations::{self, Destination};
 use crate::store::pool::{Lasting, Location};
 use crate::store::{self, StoreError};
+use crate::worker::{self, Backoff, Stop, Worker};
 use crate::writer::{WriteError, Writer};
 
 /// Tries after which a delivery that keeps failing is a dead letter.
@@ -52,12 +51,22 @@ pub const MAX_ATTEMPTS: i64 = 24;
 /// The delay after the first failed try; it doubles with each further one, up to the cap.
 pub const BACKOFF_BASE_MS: i64 = 5_000;
 pub const BACKOFF_CAP_MS: i64 = 3_600_000;
+/// The delay before a failed delivery's next try, with jitter.
+pub const BACKOFF: Backoff = Backoff {
+    base_ms: BACKOFF_BASE_MS,
+    cap_ms: BACKOFF_CAP_MS,
+};
 /// Failed requests in a row after which a destination's circuit opens.
 pub const CIRCUIT_AFTER: i64 = 3;
 /// How long the circuit stays open the first time; it doubles with each further failure, up to
 /// the cap.
 pub const CIRCUIT_BASE_MS: i64 = 30_000;
 pub const CIRCUIT_CAP_MS: i64 = 600_000;
+/// How long a destination's circuit stays open, without jitter.
+pub const CIRCUIT: Backoff = Backoff {
+    base_ms: CIRCUIT_BASE_MS,
+    cap_ms: CIRCUIT_CAP_MS,
+};
 /// How long a destination whose credentials were refused waits before it is tried again.
 pub const UNAUTHORIZED_PAUSE_MS: i64 = 900_000;
 /// How long a destination whose API version the platform answered is gone waits before the sender
@@ -158,31 +167,15 @@ impl Drop for Held<'_> {
     }
 }
 
-/// The delay before try `attempts + 1`, given `attempts` failed ones: [`BACKOFF_BASE_MS`] doubled
-/// per failure up to [`BACKOFF_CAP_MS`], times a jitter in [0.5, 1].
+/// The delay before try `attempts + 1`, given `attempts` failed ones: [`BACKOFF`], jittered.
 pub fn backoff_ms(attempts: i64, jitter: f64) -> i64 {
-    let exp = (attempts - 1).clamp(0, 30) as u32;
-    let full = BACKOFF_BASE_MS
-        .saturating_mul(1i64 << exp)
-        .min(BACKOFF_CAP_MS);
-    ((full as f64) * jitter.clamp(0.5, 1.0)).round() as i64
+    BACKOFF.delay_ms(attempts, jitter)
 }
 
 /// How long a destination's circuit opens after its `failures`-th failed request in a row
-/// (`None`: not yet, below [`CIRCUIT_AFTER`]).
+/// (`None`: not yet, below [`CIRCUIT_AFTER`]): [`CIRCUIT`], from the first failure that opens it.
 pub fn pause_ms(failures: i64) -> Option<i64> {
-    (failures >= CIRCUIT_AFTER).then(|| {
-        let exp = (failures - CIRCUIT_AFTER).clamp(0, 20) as u32;
-        CIRCUIT_BASE_MS
-            .saturating_mul(1i64 << exp)
-            .min(CIRCUIT_CAP_MS)
-    })
-}
-
-fn jitter() -> f64 {
-    getrandom::u32()
-        .map(|r| 0.5 + 0.5 * (r as f64 / u32::MAX as f64))
-        .unwrap_or(0.75)
+    (failures >= CIRCUIT_AFTER).then(|| CIRCUIT.delay_ms(failures - CIRCUIT_AFTER + 1, 1.0))
 }
 
 /// Sends what is due at `now_ms` to every destination not in another sender's hands, once each
@@ -244,12 +237,79 @@ enum Fate {
         error: String,
     },
     Final {
-        status: &'static str,
+        status: Status,
         attempts: i64,
         reason: String,
     },
 }
 
+impl Fate {
+    fn outcome(&self) -> Outcome {
+        match self {
+            Fate::Delivered { .. } => Outcome::Delivered,
+            Fate::Again { .. } => Outcome::Retried,
+            Fate::Final { status, .. } => Outcome::from(*status),
+        }
+    }
+}
+
+/// What became of a delivery in one pass, as `/metrics` counts it (`Outage`: a request that
+/// failed as a whole). A final one is its stored [`Status`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Delivered,
+    Retried,
+    Failed,
+    TooOld,
+    Skipped,
+    Outage,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 6] = [
+        Outcome::Delivered,
+        Outcome::Retried,
+        Outcome::Failed,
+        Outcome::TooOld,
+        Outcome::Skipped,
+        Outcome::Outage,
+    ];
+
+    /// Its label in `/metrics`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Delivered => Status::Delivered.as_str(),
+            Outcome::Retried => "retried",
+            Outcome::Failed => Status::Failed.as_str(),
+            Outcome::TooOld => Status::TooOld.as_str(),
+            Outcome::Skipped => Status::Skipped.as_str(),
+            Outcome::Outage => "outage",
+        }
+    }
+}
+
+impl From<Status> for Outcome {
+    /// A delivery left pending after its try was retried.
+    fn from(s: Status) -> Outcome {
+        match s {
+            Status::Pending => Outcome::Retried,
+            Status::Delivered => Outcome::Delivered,
+            Status::Failed => Outcome::Failed,
+            Status::TooOld => Outcome::TooOld,
+            Status::Skipped => Outcome::Skipped,
+        }
+    }
+}
+
+/// What [`decide`] made of a batch's due deliveries: those settled without a request, and those
+/// to send with their facts and event name.
+struct Decided<'a> {
+    fates: Vec<(&'a Due, Fate)>,
+    ready: Vec<(&'a Due, Facts, String)>,
+}
+
+/// One batch of one destination: [`decide`] what to send, [`send`] it, [`record`] what became of
+/// each delivery and of the destination, then count it.
 fn send_batch(
     conn: &impl AsConn,
     writer: &Writer,
@@ -259,149 +319,17 @@ fn send_batch(
     now_ms: i64,
     stats: &mut SendStats,
 ) -> store::Result<()> {
-    let Some(dest) = destinations::by_id(conn, id)? else {
-        return Ok(());
-    };
-    if !dest.enabled || dest.health.paused_until.is_some_and(|until| until > now_ms) {
-        return Ok(());
-    }
-    if !super::versions::sendable(&dest) {
-        // Still on the version the platform said is gone: nothing is sent, the deliveries wait.
-        let (dest_id, version) = (dest.id.clone(), dest.health.version_gone.clone());
-        let error = dest.health.last_error.clone().unwrap_or_default();
-        return writer
-            .submit(move |c| {
-                destinations::record_version_gone(
-                    c,
-                    &dest_id,
-                    version.as_deref().unwrap_or_default(),
-                    &error,
-                    now_ms + VERSION_GONE_PAUSE_MS,
-                    now_ms,
-                )
-            })
-            .map_err(write_error);
-    }
-    let Some(platform) = super::platform(&dest.kind) else {
-        log::error!(
-            "forward: destination {id} is of kind '{}', which this binary does not know",
-            crate::text::printable(&dest.kind)
-        );
+    let Some((dest, platform)) = sendable(conn, writer, id, now_ms)? else {
         return Ok(());
     };
     let due = deliveries::due(conn, id, now_ms, platform.kind().max_batch)?;
     if due.is_empty() {
         return Ok(());
     }
-    let mut fates: Vec<(&Due, Fate)> = Vec::with_capacity(due.len());
-    let mut ready: Vec<(&Due, Facts, String)> = Vec::with_capacity(due.len());
-    for d in &due {
-        // A conversion deleted since (forget, retention) took its deliveries with it.
-        let Some(facts) = deliveries::facts(conn, &d.conversion_id)? else {
-            continue;
-        };
-        let final_ = |status, reason: String| Fate::Final {
-            status,
-            attempts: d.attempts,
-            reason,
-        };
-        if !platform::consent_holds(&dest.consent, platform::consent(&facts)) {
-            fates.push((d, final_("skipped", consent_reason(&dest.consent))));
-            continue;
-        }
-        let Some(name) = dest.events.get(&facts.conversion_type).cloned() else {
-            fates.push((
-                d,
-                final_(
-                    "skipped",
-                    format!(
-                        "the destination no longer sends conversions of type '{}'",
-                        facts.conversion_type
-                    ),
-                ),
-            ));
-            continue;
-        };
-        let event = Event {
-            delivery_id: d.id,
-            facts: &facts,
-            name: &name,
-        };
-        if let Some((status, reason)) = platform.check(&dest, &event, now_ms) {
-            fates.push((d, final_(status, reason)));
-            continue;
-        }
-        ready.push((d, facts, name));
-    }
-    let mut outage = None;
-    if !ready.is_empty() {
-        let events: Vec<Event<'_>> = ready
-            .iter()
-            .map(|(d, f, name)| Event {
-                delivery_id: d.id,
-                facts: f,
-                name,
-            })
-            .collect();
-        let verdicts = deliver(platform, http, &dest, &events, now_ms);
-        for ((d, _, _), v) in ready.iter().zip(verdicts) {
-            let fate = match v {
-                Ok(Verdict::Delivered) => Fate::Delivered {
-                    attempts: d.attempts + 1,
-                },
-                Ok(Verdict::Failed(reason)) => Fate::Final {
-                    status: "failed",
-                    attempts: d.attempts + 1,
-                    reason,
-                },
-                Ok(Verdict::Retry { error, after_ms }) => again(d, error, after_ms, true, now_ms),
-                Err(o @ Outage::VersionGone { .. }) => {
-                    // Not the event's fault: it waits as it is, due, until the destination is
-                    // moved to another version; nothing of it is written.
-                    outage.get_or_insert(o);
-                    continue;
-                }
-                Err(o) => {
-                    let f = match &o {
-                        Outage::Transient(e) => again(d, e.clone(), None, true, now_ms),
-                        // Not the event's fault: its tries are not counted.
-                        Outage::Throttled {
-                            error,
-                            retry_after_ms,
-                        } => again(
-                            d,
-                            error.clone(),
-                            Some(retry_after_ms.unwrap_or(THROTTLED_PAUSE_MS)),
-                            false,
-                            now_ms,
-                        ),
-                        Outage::Unauthorized(e) => {
-                            again(d, e.clone(), Some(UNAUTHORIZED_PAUSE_MS), false, now_ms)
-                        }
-                        Outage::Rejected(e) => Fate::Final {
-                            status: "failed",
-                            attempts: d.attempts + 1,
-                            reason: e.clone(),
-                        },
-                        Outage::VersionGone { .. } => unreachable!("handled above"),
-                    };
-                    if !matches!(o, Outage::Rejected(_)) {
-                        outage.get_or_insert(o);
-                    }
-                    f
-                }
-            };
-            fates.push((d, fate));
-        }
-    }
-    let paused_until = outage.as_ref().and_then(|o| match o {
-        Outage::Throttled { retry_after_ms, .. } => {
-            Some(now_ms + retry_after_ms.unwrap_or(THROTTLED_PAUSE_MS))
-        }
-        Outage::Unauthorized(_) => Some(now_ms + UNAUTHORIZED_PAUSE_MS),
-        Outage::VersionGone { .. } => Some(now_ms + VERSION_GONE_PAUSE_MS),
-        _ => pause_ms(dest.health.failures + 1).map(|p| now_ms + p),
-    });
+    let Decided { mut fates, ready } = decide(conn, platform, &dest, &due, now_ms)?;
+    let outage = send(platform, http, &dest, &ready, now_ms, &mut fates);
+    let answered = !ready.is_empty() && outage.is_none();
+    let paused_until = paused_until(&dest, outage.as_ref(), now_ms);
     if let Some(o) = &outage {
         stats.outages += 1;
         log::warn!(
@@ -414,21 +342,233 @@ fn send_batch(
             ))
         );
     }
-    let mut counted: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut counted = [0u64; Outcome::ALL.len()];
     for (_, f) in &fates {
-        let outcome = match f {
-            Fate::Delivered { .. } => "delivered",
-            Fate::Again { .. } => "retried",
-            Fate::Final { status, .. } => status,
-        };
-        *counted.entry(outcome).or_default() += 1;
+        counted[f.outcome() as usize] += 1;
     }
-    // What a platform said is stored as the site's people will read it: no credential, bounded.
+    // One per request that failed as a whole.
+    counted[Outcome::Outage as usize] = u64::from(outage.is_some());
+    record(writer, &dest, fates, outage, answered, paused_until, now_ms)?;
+    // Counted once committed.
+    count(metrics, stats, &dest, counted);
+    Ok(())
+}
+
+/// The destination `id` with its platform, when something may be sent to it now. A destination
+/// still on the API version its platform said is gone gets that recorded again instead (its
+/// deliveries wait).
+fn sendable(
+    conn: &impl AsConn,
+    writer: &Writer,
+    id: &str,
+    now_ms: i64,
+) -> store::Result<Option<(Destination, &'static dyn Platform)>> {
+    let Some(dest) = destinations::by_id(conn, id)? else {
+        return Ok(None);
+    };
+    if !dest.enabled || dest.health.paused_until.is_some_and(|until| until > now_ms) {
+        return Ok(None);
+    }
+    if !super::versions::sendable(&dest) {
+        // Still on the version the platform said is gone: nothing is sent, the deliveries wait.
+        let (dest_id, version) = (dest.id.clone(), dest.health.version_gone.clone());
+        let error = dest.health.last_error.clone().unwrap_or_default();
+        writer
+            .submit(move |c| {
+                destinations::record_version_gone(
+                    c,
+                    &dest_id,
+                    version.as_deref().unwrap_or_default(),
+                    &error,
+                    now_ms + VERSION_GONE_PAUSE_MS,
+                    now_ms,
+                )
+            })
+            .map_err(write_error)?;
+        return Ok(None);
+    }
+    let Some(platform) = super::platform(&dest.kind) else {
+        log::error!(
+            "forward: destination {id} is of kind '{}', which this binary does not know",
+            crate::text::printable(&dest.kind)
+        );
+        return Ok(None);
+    };
+    Ok(Some((dest, platform)))
+}
+
+/// Settles what needs no request — a conversion deleted since, no consent, a type the destination
+/// no longer sends, what the platform would refuse ([`Platform::check`]) — and reads the facts of
+/// the rest.
+fn decide<'a>(
+    conn: &impl AsConn,
+    platform: &dyn Platform,
+    dest: &Destination,
+    due: &'a [Due],
+    now_ms: i64,
+) -> store::Result<Decided<'a>> {
+    let mut fates = Vec::with_capacity(due.len());
+    let mut ready = Vec::with_capacity(due.len());
+    for d in due {
+        // A conversion deleted since (forget, retention) took its deliveries with it.
+        let Some(facts) = deliveries::facts(conn, &d.conversion_id)? else {
+            continue;
+        };
+        let final_ = |status, reason: String| Fate::Final {
+            status,
+            attempts: d.attempts,
+            reason,
+        };
+        if !platform::consent_holds(&dest.consent, platform::consent(&facts)) {
+            fates.push((d, final_(Status::Skipped, consent_reason(&dest.consent))));
+            continue;
+        }
+        let Some(name) = dest.events.get(&facts.conversion_type).cloned() else {
+            let reason = format!(
+                "the destination no longer sends conversions of type '{}'",
+                facts.conversion_type
+            );
+            fates.push((d, final_(Status::Skipped, reason)));
+            continue;
+        };
+        let event = Event {
+            delivery_id: d.id,
+            facts: &facts,
+            name: &name,
+        };
+        if let Some((status, reason)) = platform.check(dest, &event, now_ms) {
+            fates.push((d, final_(checked(status), reason)));
+            continue;
+        }
+        ready.push((d, facts, name));
+    }
+    Ok(Decided { fates, ready })
+}
+
+/// The final status a [`Platform::check`] names (`too_old` or `skipped`).
+fn checked(status: &str) -> Status {
+    match Status::parse(status) {
+        Some(s @ (Status::TooOld | Status::Skipped | Status::Failed)) => s,
+        _ => {
+            debug_assert!(false, "a check named the status '{status}'");
+            Status::Skipped
+        }
+    }
+}
+
+/// Sends the `ready` deliveries as one request ([`deliver`]) and adds the fate of each to
+/// `fates`. Returns the outage of the request as a whole, if any.
+fn send<'a>(
+    platform: &dyn Platform,
+    http: &Http,
+    dest: &Destination,
+    ready: &[(&'a Due, Facts, String)],
+    now_ms: i64,
+    fates: &mut Vec<(&'a Due, Fate)>,
+) -> Option<Outage> {
+    if ready.is_empty() {
+        return None;
+    }
+    let events: Vec<Event<'_>> = ready
+        .iter()
+        .map(|(d, f, name)| Event {
+            delivery_id: d.id,
+            facts: f,
+            name,
+        })
+        .collect();
+    let mut outage = None;
+    for ((d, _, _), v) in ready
+        .iter()
+        .zip(deliver(platform, http, dest, &events, now_ms))
+    {
+        if let Some(fate) = fate(d, v, now_ms, &mut outage) {
+            fates.push((d, fate));
+        }
+    }
+    outage
+}
+
+/// The fate of `d` from the platform's answer; the first outage of the request is kept in
+/// `outage`. `None`: nothing of it is written.
+fn fate(
+    d: &Due,
+    v: Result<Verdict, Outage>,
+    now_ms: i64,
+    outage: &mut Option<Outage>,
+) -> Option<Fate> {
+    let failed = |reason| Fate::Final {
+        status: Status::Failed,
+        attempts: d.attempts + 1,
+        reason,
+    };
+    let o = match v {
+        Ok(Verdict::Delivered) => {
+            return Some(Fate::Delivered {
+                attempts: d.attempts + 1,
+            })
+        }
+        Ok(Verdict::Failed(reason)) => return Some(failed(reason)),
+        Ok(Verdict::Retry { error, after_ms }) => {
+            return Some(again(d, error, after_ms, true, now_ms))
+        }
+        // Not the event's fault: it waits as it is, due, until the destination is moved to
+        // another version; nothing of it is written.
+        Err(o @ Outage::VersionGone { .. }) => {
+            outage.get_or_insert(o);
+            return None;
+        }
+        Err(o) => o,
+    };
+    let f = match &o {
+        Outage::Transient(e) => again(d, e.clone(), None, true, now_ms),
+        // Not the event's fault: its tries are not counted.
+        Outage::Throttled {
+            error,
+            retry_after_ms,
+        } => {
+            let wait = retry_after_ms.unwrap_or(THROTTLED_PAUSE_MS);
+            again(d, error.clone(), Some(wait), false, now_ms)
+        }
+        Outage::Unauthorized(e) => again(d, e.clone(), Some(UNAUTHORIZED_PAUSE_MS), false, now_ms),
+        Outage::Rejected(e) => failed(e.clone()),
+        Outage::VersionGone { .. } => unreachable!("handled above"),
+    };
+    if !matches!(o, Outage::Rejected(_)) {
+        outage.get_or_insert(o);
+    }
+    Some(f)
+}
+
+/// Until when the destination pauses after `outage`: the platform's wait, or its circuit's.
+fn paused_until(dest: &Destination, outage: Option<&Outage>, now_ms: i64) -> Option<i64> {
+    outage.and_then(|o| match o {
+        Outage::Throttled { retry_after_ms, .. } => {
+            Some(now_ms + retry_after_ms.unwrap_or(THROTTLED_PAUSE_MS))
+        }
+        Outage::Unauthorized(_) => Some(now_ms + UNAUTHORIZED_PAUSE_MS),
+        Outage::VersionGone { .. } => Some(now_ms + VERSION_GONE_PAUSE_MS),
+        _ => pause_ms(dest.health.failures + 1).map(|p| now_ms + p),
+    })
+}
+
+/// Writes the fate of each delivery and the destination's health (its outage, or that it
+/// answered) as one job of the writer. What a platform said is stored as the site's people will
+/// read it: no credential, bounded.
+fn record(
+    writer: &Writer,
+    dest: &Destination,
+    fates: Vec<(&Due, Fate)>,
+    outage: Option<Outage>,
+    answered: bool,
+    paused_until: Option<i64>,
+    now_ms: i64,
+) -> store::Result<()> {
     let writes: Vec<(i64, Fate)> = fates
         .into_iter()
         .map(|(d, mut f)| {
             if let Fate::Again { error: text, .. } | Fate::Final { reason: text, .. } = &mut f {
-                *text = platform::shown(text, &dest);
+                *text = platform::shown(text, dest);
             }
             (d.id, f)
         })
@@ -436,34 +576,15 @@ fn send_batch(
     let dest_id = dest.id.clone();
     let error = outage
         .as_ref()
-        .map(|o| platform::shown(&o.to_string(), &dest));
-    let gone = match &outage {
-        Some(Outage::VersionGone { version, .. }) => Some(version.clone()),
+        .map(|o| platform::shown(&o.to_string(), dest));
+    let gone = match outage {
+        Some(Outage::VersionGone { version, .. }) => Some(version),
         _ => None,
     };
-    let answered = !ready.is_empty() && outage.is_none();
     writer
         .submit(move |c| {
             for (delivery, fate) in &writes {
-                match fate {
-                    Fate::Delivered { attempts } => {
-                        deliveries::delivered(c, *delivery, *attempts, now_ms)?;
-                    }
-                    Fate::Again {
-                        attempts,
-                        at,
-                        error,
-                    } => {
-                        deliveries::retry(c, *delivery, *attempts, *at, error)?;
-                    }
-                    Fate::Final {
-                        status,
-                        attempts,
-                        reason,
-                    } => {
-                        deliveries::finish(c, *delivery, status, *attempts, reason)?;
-                    }
-                }
+                write_fate(c, *delivery, fate, now_ms)?;
             }
             if let (Some(e), Some(v), Some(until)) = (&error, &gone, paused_until) {
                 destinations::record_version_gone(c, &dest_id, v, e, until, now_ms)?;
@@ -474,22 +595,45 @@ fn send_batch(
             }
             Ok(())
         })
-        .map_err(write_error)?;
-    // Counted once committed.
-    if outage.is_some() {
-        metrics.add_deliveries(&dest.id, &dest.kind, "outage", 1);
-    }
-    for (outcome, n) in counted {
-        metrics.add_deliveries(&dest.id, &dest.kind, outcome, n);
+        .map_err(write_error)
+}
+
+/// Stores one delivery's fate (over a pending row only).
+fn write_fate(c: &Conn, delivery: i64, fate: &Fate, now_ms: i64) -> store::Result<()> {
+    match fate {
+        Fate::Delivered { attempts } => deliveries::delivered(c, delivery, *attempts, now_ms)?,
+        Fate::Again {
+            attempts,
+            at,
+            error,
+        } => deliveries::retry(c, delivery, *attempts, *at, error)?,
+        Fate::Final {
+            status,
+            attempts,
+            reason,
+        } => deliveries::finish(c, delivery, *status, *attempts, reason)?,
+    };
+    Ok(())
+}
+
+/// Counts a committed batch's outcomes (`counted`, by [`Outcome`]) in `/metrics` and `stats`.
+fn count(metrics: &Metrics, stats: &mut SendStats, dest: &Destination, counted: [u64; 6]) {
+    for (outcome, n) in Outcome::ALL.into_iter().zip(counted) {
+        if n == 0 {
+            continue;
+        }
+        metrics.add_deliveries(&dest.id, &dest.kind, outcome.as_str(), n);
+        let n = n as usize;
         match outcome {
-            "delivered" => stats.delivered += n as usize,
-            "retried" => stats.retried += n as usize,
-            "failed" => stats.failed += n as usize,
-            "too_old" => stats.too_old += n as usize,
-            _ => stats.skipped += n as usize,
+            Outcome::Delivered => stats.delivered += n,
+            Outcome::Retried => stats.retried += n,
+            Outcome::Failed => stats.failed += n,
+            Outcome::TooOld => stats.too_old += n,
+            Outcome::Skipped => stats.skipped += n,
+            // Counted when it happened, committed or not.
+            Outcome::Outage => {}
         }
     }
-    Ok(())
 }
 
 /// A writer's refusal as the sender's error (the pass is tried again).
@@ -516,14 +660,14 @@ fn again(d: &Due, error: String, after_ms: Option<i64>, counts: bool, now_ms: i6
     let attempts = d.attempts + i64::from(counts);
     if counts && attempts >= MAX_ATTEMPTS {
         return Fate::Final {
-            status: "failed",
+            status: Status::Failed,
             attempts,
             reason: format!("{error} (gave up after {attempts} tries)"),
         };
     }
     let wait = after_ms
         .unwrap_or(0)
-        .max(backoff_ms(attempts.max(1), jitter()));
+        .max(backoff_ms(attempts.max(1), worker::jitter()));
     Fate::Again {
         attempts,
         at: now_ms + wait,
@@ -576,18 +720,8 @@ fn deliver(
     }
 }
 
-struct Shared {
-    stopping: AtomicBool,
-    sleep: Mutex<()>,
-    cv: Condvar,
-    in_hand: InHand,
-}
-
 /// The running sender threads.
-pub struct Sender {
-    shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
-}
+pub struct Sender(Worker);
 
 impl Sender {
     /// Starts `opts.threads` sender threads, each with a connection of its own.
@@ -598,14 +732,9 @@ impl Sender {
         writer: Writer,
         opts: &Options,
     ) -> store::Result<Sender> {
-        let shared = Arc::new(Shared {
-            stopping: AtomicBool::new(false),
-            sleep: Mutex::new(()),
-            cv: Condvar::new(),
-            in_hand: InHand::new(per_tenant(opts.threads)),
-        });
+        let in_hand = Arc::new(InHand::new(per_tenant(opts.threads)));
         let http = Http::reaching(opts.timeout, opts.reach.clone());
-        let mut threads = Vec::with_capacity(opts.threads);
+        let mut worker = Worker::new();
         for i in 0..opts.threads {
             let mut conn = Lasting::open(location, settings)?;
             if i == 0 {
@@ -614,81 +743,73 @@ impl Sender {
                     super::versions::log_warnings(&dests, store::now_ms());
                 }
             }
-            let (s, w, m, h) = (
-                shared.clone(),
+            let (in_hand, w, m, h) = (
+                in_hand.clone(),
                 writer.clone(),
                 metrics.clone(),
                 http.clone(),
             );
-            let t = std::thread::Builder::new()
-                .name(format!("forward-{i}"))
-                .spawn(move || run(conn, &s, &w, &m, &h))
+            worker
+                .spawn(format!("forward-{i}"), Duration::ZERO, move |stop| {
+                    pass(&mut conn, &in_hand, &w, &m, &h, stop)
+                })
                 .map_err(|e| StoreError::Other(e.to_string()))?;
-            threads.push(t);
         }
-        Ok(Sender { shared, threads })
+        Ok(Sender(worker))
     }
 
     /// Stops the threads after the request each has in hand (at most the request time limit).
     pub fn stop(self) {
-        self.shared.stopping.store(true, Ordering::SeqCst);
-        {
-            let _g = self.shared.sleep.lock().unwrap_or_else(|p| p.into_inner());
-            self.shared.cv.notify_all();
-        }
-        for t in self.threads {
-            let _ = t.join();
-        }
+        self.0.stop();
     }
 }
 
-fn run(mut lasting: Lasting, s: &Shared, writer: &Writer, metrics: &Metrics, http: &Http) {
-    let stopping = || s.stopping.load(Ordering::SeqCst);
-    while !stopping() {
-        let now = store::now_ms();
-        let pass = lasting.get().and_then(|conn| {
-            let mut stats = SendStats::default();
-            let mut worked = false;
-            for due in deliveries::due_destinations(conn, now)? {
-                if stopping() {
-                    break;
-                }
-                if send_destination(
-                    conn, writer, metrics, http, &s.in_hand, &due, now, &mut stats,
-                )? {
-                    worked = true;
-                    // Look again from the start: the healthy destination waiting longest goes first.
-                    break;
-                }
+/// One pass of a sender thread: one batch of the first free destination with due deliveries.
+/// Returns when to look again: at once after a batch, else when the next delivery is due.
+fn pass(
+    lasting: &mut Lasting,
+    in_hand: &InHand,
+    writer: &Writer,
+    metrics: &Metrics,
+    http: &Http,
+    stop: &Stop,
+) -> Duration {
+    let now = store::now_ms();
+    let pass = lasting.get().and_then(|conn| {
+        let mut stats = SendStats::default();
+        let mut worked = false;
+        for due in deliveries::due_destinations(conn, now)? {
+            if stop.requested() {
+                break;
             }
-            let next = if worked {
-                None
-            } else {
-                deliveries::next_due(conn)?
-            };
-            Ok((worked, next))
-        });
-        let wait = match pass {
-            Ok((true, _)) => continue,
-            // Due now but in another thread's or node's hands: look again shortly.
-            Ok((false, Some(due))) => Duration::from_millis(
-                (due - store::now_ms()).clamp(100, POLL.as_millis() as i64) as u64,
-            ),
-            Ok((false, None)) => POLL,
-            Err(e) => {
-                log::warn!(
-                    "forward: pass interrupted, retrying: {}",
-                    crate::text::printable(&e.to_string())
-                );
-                POLL
+            if send_destination(conn, writer, metrics, http, in_hand, &due, now, &mut stats)? {
+                worked = true;
+                // Look again from the start: the healthy destination waiting longest goes first.
+                break;
             }
+        }
+        let next = if worked {
+            None
+        } else {
+            deliveries::next_due(conn)?
         };
-        let g = s.sleep.lock().unwrap_or_else(|p| p.into_inner());
-        let _ =
-            s.cv.wait_timeout_while(g, wait, |_| !stopping())
-                .unwrap_or_else(|p| p.into_inner());
+        Ok((worked, next))
+    });
+    match pass {
+        Ok((true, _)) => Duration::ZERO,
+        // Due now but in another thread's or node's hands: look again shortly.
+        Ok((false, Some(due))) => {
+            Duration::from_millis((due - store::now_ms()).clamp(100, POLL.as_millis() as i64) as u64)
+        }
+        Ok((false, None)) => POLL,
+        Err(e) => {
+            log::warn!(
+                "forward: pass interrupted, retrying: {}",
+                crate::text::printable(&e.to_string())
+            );
+            POLL
+        }
     }
-    log::debug!("forward: sender thread stopped");
 }
 
 #[cfg(test)]

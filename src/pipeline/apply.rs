@@ -6,10 +6,11 @@
 use crate::store::db::AsConn;
 
 use super::decide::Decided;
-use super::{BACKOFF_BASE_MS, BACKOFF_CAP_MS, MAX_ATTEMPTS};
+use super::MAX_ATTEMPTS;
 use crate::fx;
 use crate::store;
 use crate::store::pipeline::Item;
+use crate::worker::jitter;
 
 /// What [`apply`] did with one decided item.
 pub(super) enum Applied {
@@ -73,15 +74,10 @@ fn apply_one(
         Decided::Finish {
             attribution, fx, ..
         } => {
-            store::pipeline::finish(
-                conn,
-                item.id,
-                &item.conversion_id,
-                attribution,
-                fx,
-                now_ms,
-                forwarding,
-            )?;
+            store::pipeline::finish(conn, item.id, &item.conversion_id, attribution, fx, now_ms)?;
+            if forwarding {
+                write_deliveries(conn, &item.conversion_id, now_ms)?;
+            }
             Applied::Processed
         }
         Decided::Park {
@@ -114,6 +110,14 @@ fn apply_one(
         }
         Decided::Fail { error, .. } => record_failure(conn, &item, error, now_ms)?,
     })
+}
+
+/// Writes a processed conversion's deliveries to its site's destinations, in the savepoint that
+/// finishes it (docs/decisions.md §13); the sender (`forward/sender.rs`) drains them. Not even
+/// looked for when the chunk found no enabled destination at all.
+fn write_deliveries(conn: &impl AsConn, conversion_id: &str, now_ms: i64) -> store::Result<()> {
+    store::deliveries::enqueue(conn, conversion_id, now_ms)?;
+    Ok(())
 }
 
 /// Why a parked conversion waits, as its order status shows it: the ECB publishes rates per
@@ -161,22 +165,10 @@ fn record_failure(
     }
 }
 
-/// The delay after the `attempts`-th failure: `BASE × 2^(attempts-1)`, capped, scaled by
-/// `jitter` in [0.5, 1] so that items failing together do not retry together.
+/// The delay after the `attempts`-th failure: [`super::BACKOFF`], so that items failing together
+/// do not retry together.
 pub fn backoff_ms(attempts: i64, jitter: f64) -> i64 {
-    let exp = (attempts - 1).clamp(0, 30) as u32;
-    let full = BACKOFF_BASE_MS
-        .saturating_mul(1i64 << exp)
-        .min(BACKOFF_CAP_MS);
-    let j = jitter.clamp(0.5, 1.0);
-    ((full as f64) * j).round() as i64
-}
-
-/// A random factor in [0.5, 1] from the OS random source (0.75 if it fails: jitter is a courtesy).
-fn jitter() -> f64 {
-    getrandom::u32()
-        .map(|r| 0.5 + 0.5 * (r as f64 / u32::MAX as f64))
-        .unwrap_or(0.75)
+    super::BACKOFF.delay_ms(attempts, jitter)
 }
 
 #[cfg(test)]
@@ -184,7 +176,7 @@ mod tests {
     use super::*;
     use crate::metrics::Metrics;
     use crate::pipeline::decide::decide_chunk;
-    use crate::pipeline::{drain_once, Options};
+    use crate::pipeline::{drain_once, Options, BACKOFF_CAP_MS};
     use crate::store::conversions::{self, Conversion, Source};
     use crate::store::sessions::{self, Session};
     use crate::store::{sites, tenants};

@@ -19,9 +19,6 @@
 //! worker's.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::store::db::AsConn;
@@ -30,6 +27,7 @@ use crate::store::pool::{Lasting, Location};
 use crate::metrics::Metrics;
 use crate::store::pipeline::Item;
 use crate::store::{self, StoreError};
+use crate::worker::{Backoff, Stop, Worker};
 use crate::writer::{WriteError, Writer};
 
 mod apply;
@@ -45,6 +43,11 @@ pub const MAX_ATTEMPTS: i64 = 10;
 pub const BACKOFF_BASE_MS: i64 = 1_000;
 /// The longest delay between two tries.
 pub const BACKOFF_CAP_MS: i64 = 15 * 60 * 1_000;
+/// The delay before an item's next try, with jitter.
+pub const BACKOFF: Backoff = Backoff {
+    base_ms: BACKOFF_BASE_MS,
+    cap_ms: BACKOFF_CAP_MS,
+};
 /// The longest the worker sleeps without looking at the outbox: rates imported by another
 /// process make parked items due, and nothing else would wake the worker for them.
 pub const POLL: Duration = Duration::from_secs(1);
@@ -193,117 +196,64 @@ pub fn drain(
     }
 }
 
-#[derive(Default)]
-struct State {
-    woken: bool,
-    stopped: bool,
-}
-
-#[derive(Default)]
-struct Shared {
-    state: Mutex<State>,
-    cv: Condvar,
-    /// Set by the first wake since the worker last looked: later wakes (one per accepted request)
-    /// cost one atomic swap instead of a lock and a futex call.
-    wake_pending: AtomicBool,
-    /// Mirrors `state.stopped` for the drain loop's check between items, without the lock.
-    stopping: AtomicBool,
-}
-
-/// Wakes the worker when work is committed; stops it at shutdown. Cheap to clone.
-#[derive(Clone)]
-pub struct Waker(Option<Arc<Shared>>);
-
-impl Waker {
-    /// A waker with no worker behind it (the pipeline is switched off).
-    pub fn disabled() -> Waker {
-        Waker(None)
-    }
-
-    pub fn wake(&self) {
-        if let Some(s) = &self.0 {
-            if s.wake_pending.swap(true, Ordering::AcqRel) {
-                return;
-            }
-            s.state.lock().unwrap_or_else(|p| p.into_inner()).woken = true;
-            s.cv.notify_one();
-        }
-    }
-
-    /// Asks the worker to stop after the item in hand.
-    pub fn stop(&self) {
-        if let Some(s) = &self.0 {
-            s.stopping.store(true, Ordering::SeqCst);
-            s.state.lock().unwrap_or_else(|p| p.into_inner()).stopped = true;
-            s.cv.notify_one();
-        }
-    }
-}
+/// Wakes the pipeline when work is committed (a disabled one when it is switched off).
+pub use crate::worker::Waker;
 
 /// Opens the worker's own connection (for its reads) and starts its thread; results are written
-/// through `writer`.
+/// through `writer`. [`Worker::waker`] wakes it when work is committed.
 pub fn spawn(
     location: &Location,
     settings: &store::Settings,
     metrics: Metrics,
     writer: Writer,
-) -> store::Result<(Waker, JoinHandle<()>)> {
-    let conn = store::pool::Lasting::open(location, settings)?;
-    let shared = Arc::new(Shared::default());
-    let s = shared.clone();
-    let handle = std::thread::Builder::new()
-        .name("pipeline".into())
-        .spawn(move || run(conn, &metrics, &s, writer))
+) -> store::Result<Worker> {
+    let mut conn = store::pool::Lasting::open(location, settings)?;
+    let opts = Options::default();
+    let mut worker = Worker::new();
+    worker
+        .spawn("pipeline".into(), Duration::ZERO, move |stop| {
+            pass(&mut conn, &metrics, &writer, &opts, stop)
+        })
         .map_err(|e| StoreError::Other(e.to_string()))?;
-    Ok((Waker(Some(shared)), handle))
+    Ok(worker)
 }
 
-fn run(mut lasting: Lasting, metrics: &Metrics, s: &Shared, writer: Writer) {
-    let opts = Options::default();
-    let stop = || s.stopping.load(Ordering::SeqCst);
-    loop {
-        {
-            let mut st = s.state.lock().unwrap_or_else(|p| p.into_inner());
-            if st.stopped {
-                break;
+/// One pass of the thread: drains what is due, then says when the next item is (at most
+/// [`POLL`] away).
+fn pass(
+    lasting: &mut Lasting,
+    metrics: &Metrics,
+    writer: &Writer,
+    opts: &Options,
+    stop: &Stop,
+) -> Duration {
+    let now = store::now_ms();
+    let drained = lasting.get().and_then(|conn| {
+        Ok((
+            conn,
+            drain(conn, writer, metrics, now, opts, &|| stop.requested())?,
+        ))
+    });
+    match drained {
+        Ok((conn, stats)) => {
+            if stats != DrainStats::default() {
+                log::debug!("pipeline: {stats:?}");
             }
-            // Cleared before the pass: a wake during the pass triggers another one.
-            st.woken = false;
-            s.wake_pending.store(false, Ordering::Release);
-        }
-        let now = store::now_ms();
-        let drained = lasting
-            .get()
-            .and_then(|conn| Ok((conn, drain(conn, &writer, metrics, now, &opts, &stop)?)));
-        let wait = match drained {
-            Ok((conn, stats)) => {
-                if stats != DrainStats::default() {
-                    log::debug!("pipeline: {stats:?}");
+            match store::pipeline::next_due(conn) {
+                Ok(Some(due)) => {
+                    let ms = due.saturating_sub(store::now_ms()).max(0) as u64;
+                    Duration::from_millis(ms).min(POLL)
                 }
-                match store::pipeline::next_due(conn) {
-                    Ok(Some(due)) => {
-                        let ms = due.saturating_sub(store::now_ms()).max(0) as u64;
-                        Duration::from_millis(ms).min(POLL)
-                    }
-                    Ok(None) => POLL,
-                    Err(e) => {
-                        log::warn!("pipeline: cannot read the outbox: {e}");
-                        POLL
-                    }
+                Ok(None) => POLL,
+                Err(e) => {
+                    log::warn!("pipeline: cannot read the outbox: {e}");
+                    POLL
                 }
             }
-            Err(e) => {
-                log::warn!("pipeline: pass interrupted, retrying: {e}");
-                POLL
-            }
-        };
-        if wait.is_zero() {
-            continue;
         }
-        let st = s.state.lock().unwrap_or_else(|p| p.into_inner());
-        let _ =
-            s.cv.wait_timeout_while(st, wait, |st| !st.woken && !st.stopped)
-                .unwrap_or_else(|p| p.into_inner());
+        Err(e) => {
+            log::warn!("pipeline: pass interrupted, retrying: {e}");
+            POLL
+        }
     }
-    log::debug!("pipeline stopped");
 }

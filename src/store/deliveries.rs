@@ -13,8 +13,51 @@ use super::db::{args, AsConn, Engine, Row};
 use super::sessions::Forwarding;
 use super::Result;
 
-/// The statuses of a delivery.
-pub const STATUSES: &[&str] = &["pending", "delivered", "failed", "too_old", "skipped"];
+/// The status of a delivery; [`Status::as_str`] is how it is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Pending,
+    Delivered,
+    Failed,
+    TooOld,
+    Skipped,
+}
+
+impl Status {
+    /// Every status, in the order of [`STATUSES`].
+    pub const ALL: [Status; 5] = [
+        Status::Pending,
+        Status::Delivered,
+        Status::Failed,
+        Status::TooOld,
+        Status::Skipped,
+    ];
+
+    /// Its stored spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Delivered => "delivered",
+            Status::Failed => "failed",
+            Status::TooOld => "too_old",
+            Status::Skipped => "skipped",
+        }
+    }
+
+    /// The status stored as `s`.
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+}
+
+/// The statuses of a delivery, as stored.
+pub const STATUSES: &[&str] = &[
+    Status::ALL[0].as_str(),
+    Status::ALL[1].as_str(),
+    Status::ALL[2].as_str(),
+    Status::ALL[3].as_str(),
+    Status::ALL[4].as_str(),
+];
 
 /// Whether any site has an enabled destination: the pipeline asks once per chunk, and with none
 /// it writes no delivery (and runs no statement for them) per conversion.
@@ -341,15 +384,18 @@ pub fn retry(
 pub fn finish(
     conn: &impl AsConn,
     id: i64,
-    status: &str,
+    status: Status,
     attempts: i64,
     reason: &str,
 ) -> Result<bool> {
-    debug_assert!(matches!(status, "failed" | "too_old" | "skipped"));
+    debug_assert!(matches!(
+        status,
+        Status::Failed | Status::TooOld | Status::Skipped
+    ));
     Ok(conn.conn().execute(
         "UPDATE deliveries SET status = ?2, attempts = ?3, last_error = ?4, next_attempt_at = NULL
          WHERE id = ?1 AND status = 'pending'",
-        args![id, status, attempts, reason],
+        args![id, status.as_str(), attempts, reason],
     )? == 1)
 }
 

@@ -129,8 +129,8 @@ fn store_attribution(
 }
 
 /// Stores the finished result (with the reporting value in integer minor units for the report's
-/// rollup, `report::minor_amount`), deletes the outbox row and, with `queue_deliveries`, writes the
-/// conversion's deliveries to its site's destinations ([`super::deliveries::enqueue`]).
+/// rollup, `report::minor_amount`) and deletes the outbox row. The conversion's deliveries are
+/// the pipeline's next step ([`super::deliveries::enqueue`], same transaction).
 pub fn finish(
     conn: &impl AsConn,
     item_id: i64,
@@ -138,7 +138,6 @@ pub fn finish(
     a: &Attribution,
     fx: &Reported,
     now_ms: i64,
-    queue_deliveries: bool,
 ) -> Result<()> {
     // One statement, so that the report's rollup trigger moves the conversion once (docs/decisions.md §11).
     let minor = match (&fx.value, &fx.currency) {
@@ -173,11 +172,6 @@ pub fn finish(
         return Err(super::StoreError::Other(format!(
             "outbox item {item_id} vanished while being processed"
         )));
-    }
-    // Its deliveries to the site's destinations, in the same transaction (docs/decisions.md §13);
-    // not even looked for when the caller found no destination at all.
-    if queue_deliveries {
-        super::deliveries::enqueue(&conn, conversion_id, now_ms)?;
     }
     Ok(())
 }
