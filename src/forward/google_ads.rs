@@ -748,6 +748,11 @@ fn access_token(
         );
         return Ok(token.to_string());
     }
+    Err(token_refused(cfg, answer.status, answer.retry_after_ms, &v))
+}
+
+/// The outage of a token endpoint's answer other than 200 (`v`: its JSON body).
+fn token_refused(cfg: &Config<'_>, status: u16, retry_after_ms: Option<i64>, v: &Value) -> Outage {
     let error = v.get("error").and_then(Value::as_str).unwrap_or_default();
     let description = v
         .get("error_description")
@@ -755,24 +760,23 @@ fn access_token(
         .unwrap_or_default();
     let text = cfg.scrub(
         &format!(
-            "Google OAuth token endpoint: HTTP {} {error}{}{description}",
-            answer.status,
+            "Google OAuth token endpoint: HTTP {status} {error}{}{description}",
             if description.is_empty() { "" } else { ": " }
         ),
         None,
     );
-    Err(if answer.status == 429 {
+    if status == 429 {
         Outage::Throttled {
             error: text,
-            retry_after_ms: answer.retry_after_ms,
+            retry_after_ms,
         }
-    } else if answer.status >= 500 {
+    } else if status >= 500 {
         Outage::Transient(text)
     } else {
         // invalid_grant (a refresh token expired or revoked), invalid_client, unauthorized_client:
         // only new credentials help.
         Outage::Unauthorized(text)
-    })
+    }
 }
 
 #[cfg(test)]

@@ -200,6 +200,15 @@ pub fn check(d: &Destination) -> Result<(), Refused> {
             CONSENT_RULES.join(", ")
         )));
     }
+    check_fields(k, d)?;
+    check_ids(k, d)?;
+    check_events(d)?;
+    check_endpoint(d)
+}
+
+/// The settings and secrets: each a field of the kind, as text of bounded length, and the
+/// required ones present.
+fn check_fields(k: &Kind, d: &Destination) -> Result<(), Refused> {
     for (key, map, secret) in [
         ("settings", &d.settings, false),
         ("secrets", &d.secrets, true),
@@ -235,7 +244,11 @@ pub fn check(d: &Destination) -> Result<(), Refused> {
             )));
         }
     }
-    check_ids(k, d)?;
+    Ok(())
+}
+
+/// The conversion types sent and their event names.
+fn check_events(d: &Destination) -> Result<(), Refused> {
     if d.events.is_empty() {
         return Err("name at least one conversion type to send (--event purchase)".into());
     }
@@ -252,6 +265,11 @@ pub fn check(d: &Destination) -> Result<(), Refused> {
             )));
         }
     }
+    Ok(())
+}
+
+/// The endpoint the operator set instead of the platform's, if any.
+fn check_endpoint(d: &Destination) -> Result<(), Refused> {
     if let Some(url) = &d.endpoint {
         if !(url.starts_with("https://") || url.starts_with("http://"))
             || url.len() > 2_048
