@@ -210,8 +210,8 @@ impl Metrics {
         }
     }
 
-    /// Counts `n` deliveries to a destination with an outcome (`delivered`, `retried`, `failed`,
-    /// `too_old`, `skipped`, or `outage` for a request that failed as a whole).
+    /// Counts `n` deliveries to a destination with an outcome (`forward::sender::Outcome::as_str`:
+    /// `delivered`, `retried`, `failed`, `too_old`, `skipped`, or `outage` for a failed request).
     pub fn add_deliveries(&self, destination: &str, kind: &str, outcome: &'static str, n: u64) {
         *self
             .0

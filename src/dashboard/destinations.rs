@@ -26,25 +26,26 @@ use crate::http::Ctx;
 use crate::ratelimit::Full;
 use crate::store::{
     self,
+    deliveries::Status,
     destinations::{Destination, Health, CONSENT_RULES},
     sites::Site,
 };
 
 /// A delivery status in plain words, and what it means.
 pub fn delivery_words(status: &str) -> (&'static str, &'static str) {
-    match status {
-        "pending" => ("pending", "Waiting to be sent, or to be sent again after a failure."),
-        "delivered" => ("delivered", "The platform took it (or already had it)."),
-        "failed" => (
+    match Status::parse(status) {
+        Some(Status::Pending) => ("pending", "Waiting to be sent, or to be sent again after a failure."),
+        Some(Status::Delivered) => ("delivered", "The platform took it (or already had it)."),
+        Some(Status::Failed) => (
             "dead letter",
             "The platform refused it for good, or it failed too often: fix the cause, then Retry dead letters.",
         ),
-        "too_old" => ("too old", "Older than the platform accepts: never sent."),
-        "skipped" => (
+        Some(Status::TooOld) => ("too old", "Older than the platform accepts: never sent."),
+        Some(Status::Skipped) => (
             "skipped",
             "Not sent: the consent the destination needs was not given, or the platform needs what the conversion lacks (a click id).",
         ),
-        _ => ("unknown", ""),
+        None => ("unknown", ""),
     }
 }
 
@@ -770,7 +771,7 @@ pub fn retry(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) ->
 /// error, delivered at).
 /// The tries of a delivery that failed: a delivered one's count includes the try that succeeded.
 fn failed_tries(x: &store::deliveries::View) -> i64 {
-    if x.status == "delivered" {
+    if x.status == Status::Delivered.as_str() {
         (x.attempts - 1).max(0)
     } else {
         x.attempts
@@ -816,7 +817,7 @@ pub fn deliveries_card(
                                     td { a href={ (base) "/" (enc(&x.destination_id)) } { (x.destination) } " " span.hint { (kinds::kind(&x.kind).map_or(x.kind.as_str(), |k| k.label)) } }
                                     td {
                                         span class={ "status delivery-" (x.status) } title=(delivery_words(&x.status).1) { (delivery_words(&x.status).0) }
-                                        @if x.status == "pending" {
+                                        @if x.status == Status::Pending.as_str() {
                                             @if let Some(t) = x.next_attempt_at { " " span.hint { "next try " (layout::date(t)) } }
                                         }
                                     }

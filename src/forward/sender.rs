@@ -1,12 +1,14 @@
 //! The sender (docs/decisions.md §13): drains the `deliveries` the pipeline writes, one
 //! destination at a time per thread, in batches within the platform's limit.
 //!
-//! A few threads (`serve --forward-threads`, 2 by default) each with a database connection of
-//! their own for reads; every outcome goes through the request writer, one job per batch, like the
-//! pipeline's. A thread takes a destination (in-process, and on PostgreSQL with an advisory lock
-//! so one node sends it), reads its due deliveries and their facts, drops those whose consent rule
-//! does not hold (`skipped`) or that the platform would refuse by age (`too_old`), sends the rest
-//! as one request, and stores what the platform said of each. A crash between the send and the
+//! A few threads (`serve --forward-threads`, 2 by default, one [`Worker`]) each with a database
+//! connection of their own for reads; every outcome goes through the request writer, one job per
+//! batch, like the pipeline's. A thread takes a destination (in-process, and on PostgreSQL with an
+//! advisory lock so one node sends it), reads its due deliveries, and shapes a batch like the
+//! pipeline's chunk: `decide` reads their facts and settles those whose consent rule does not
+//! hold (`skipped`) or that the platform would refuse (`too_old`), `send` sends the rest as one
+//! request, and `record` stores the `Fate` of each ([`Status`] names the stored statuses,
+//! [`Outcome`] what `/metrics` counts). A crash between the send and the
 //! commit leaves the deliveries pending: they are sent again with the same dedup key (the order
 //! id), which every platform recognises.
 //!
