@@ -27,9 +27,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
-use front::{Front, Incoming};
-use lanes::Lanes;
+use front::Front;
 pub use lanes::{reserved_threads, Lane};
+use lanes::{Incoming, Lanes};
 use registry::{Phase, Registry};
 pub use supervisor::Limits;
 use supervisor::Supervisor;
