@@ -181,7 +181,18 @@ def known_options():
     return options
 
 
-def option_candidates(span):
+def subcommands():
+    """Command names of the command line, from the clap enums' variants (`Create` -> `create`,
+    `IdentitySecret` -> `identity-secret`): a span may start with one (`site create --tenant ID`)."""
+    names = set()
+    for path in files_under("src/cli"):
+        if path.endswith(".rs"):
+            for variant in re.findall(r"^\s{4}([A-Z][A-Za-z]+)(?:\(|\s*\{|,)", code_text(path), re.M):
+                names.add(re.sub(r"(?<!^)([A-Z])", r"-\1", variant).lower())
+    return names
+
+
+def option_candidates(span, known_subcommands):
     """The `--options` of a span that is about convapi or a script of the repository."""
     words = span.split()
     if not words:
@@ -217,8 +228,6 @@ FOREIGN = {"SO_RCVTIMEO", "TCP_NODELAY", "SQLITE_FULL"}
 
 CONSTANT = re.compile(r"^((?:[a-z_][a-z0-9_]*::)*)([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)$")
 
-# The first word of a span that runs a subcommand of convapi without naming it (`site create --tenant ID`).
-known_subcommands = set()
 
 
 def links(text):
@@ -244,13 +253,7 @@ def main():
     checked = 0
     options = known_options()
     defined, words = known_constants()
-    known_subcommands.update(
-        re.findall(r"^\s*([A-Z][a-z]+)\b", "")  # filled below from src/cli
-    )
-    for path in files_under("src/cli"):
-        if path.endswith(".rs"):
-            for variant in re.findall(r"^\s{4}([A-Z][A-Za-z]+)(?:\(|\s*\{|,)", code_text(path), re.M):
-                known_subcommands.add(re.sub(r"(?<!^)([A-Z])", r"-\1", variant).lower())
+    commands = subcommands()
     for doc in documents():
         with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
             text = f.read()
@@ -259,7 +262,7 @@ def main():
                 checked += 1
                 if not exists(token, paths, suffixes):
                     failures.append(f"{doc}:{n}: `{token}` names no file or directory of the repository")
-            for option in option_candidates(span):
+            for option in option_candidates(span, commands):
                 checked += 1
                 if option not in options:
                     failures.append(f"{doc}:{n}: `{option}` is no option of convapi (src/cli/) nor of a script")
