@@ -13,7 +13,9 @@
    and no store error is turned into a `String` by a `From` impl.
 7. The engine stays behind `src/store/`: no other file names `rusqlite` but those in
    `RUSQLITE_NOT_YET` (each still holds a SQLite connection of its own, or runs SQLite's
-   transaction runners; PostgreSQL's twin of each is being built). The list only shrinks.
+   transaction runners). The list only shrinks.
+8. No import circle between the files of one module folder (`super::x` or `crate::m::x` from one
+   file of `src/m/` to a sibling file; the folder's `mod.rs` is its root, not a sibling).
 Prints every violation and exits 1 if there is any.
 """
 import pathlib
@@ -158,6 +160,87 @@ for path in rust_files(SRC):
 for rel in sorted(RUSQLITE_NOT_YET - naming):
     problems.append(f"{rel}: no longer names rusqlite: remove it from RUSQLITE_NOT_YET")
 
+# 8: no import circle between the files of one module folder: `super::x` (or `crate::a::b::x` naming
+# the file's own folder) from a file to a sibling file `x.rs` (or folder `x/`) is an arrow; the
+# folder's `mod.rs` (its root, which its files build on) is not a sibling. Unit tests are left out.
+def folder_refs(text):
+    """The first names after each `super::` of the text: `super::x::...` and `super::{x, y::z}`."""
+    for m in re.finditer(r"\bsuper::(\{|[A-Za-z_]\w*)", text):
+        if m.group(1) != "{":
+            yield m.group(1)
+            continue
+        depth, i, item = 1, m.end(), ""
+        while i < len(text) and depth:
+            c = text[i]
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+            if depth == 1 and c == ",":
+                yield from re.findall(r"^\s*([A-Za-z_]\w*)", item)
+                item = ""
+            elif depth >= 1:
+                item += c
+            i += 1
+        yield from re.findall(r"^\s*([A-Za-z_]\w*)", item)
+
+
+folder_edges = {}
+for path in rust_files(SRC):
+    folder = path.parent
+    if folder == SRC or path.name == "mod.rs":
+        continue
+    siblings = {p.stem for p in folder.glob("*.rs") if p.name != "mod.rs"} | {
+        p.name for p in folder.iterdir() if p.is_dir()
+    }
+    lines = []
+    for _, line in code_lines(path):
+        if line.strip() == "#[cfg(test)]":
+            break
+        lines.append(line)
+    text = "\n".join(lines)
+    module_path = "crate::" + "::".join(folder.relative_to(SRC).parts) + "::"
+    names = set(folder_refs(text))
+    names |= set(re.findall(re.escape(module_path) + r"([A-Za-z_]\w*)", text))
+    me = path.stem
+    for other in names & siblings - {me}:
+        folder_edges.setdefault(folder / me, set()).add(folder / other)
+
+def folder_circle(edges):
+    """One circle of the arrows, as a list of files from a file back to itself; None if acyclic."""
+    state, stack = {}, []
+
+    def visit(f):
+        state[f] = "open"
+        stack.append(f)
+        for o in sorted(edges.get(f, ())):
+            if state.get(o) == "open":
+                return stack[stack.index(o):] + [o]
+            if o not in state:
+                found = visit(o)
+                if found:
+                    return found
+        stack.pop()
+        state[f] = "done"
+        return None
+
+    for f in sorted(edges):
+        if f not in state:
+            found = visit(f)
+            if found:
+                return found
+    return None
+
+
+for folder in sorted({f.parent for f in folder_edges}):
+    circle = folder_circle({f: t for f, t in folder_edges.items() if f.parent == folder})
+    if circle:
+        problems.append(
+            f"import circle inside {folder.relative_to(ROOT)}/: "
+            + " -> ".join(f.name + ".rs" for f in circle)
+            + " (move what they share into one of them, or into the folder's mod.rs)"
+        )
+
 for p in problems:
     print(p)
 if problems:
@@ -165,4 +248,5 @@ if problems:
     sys.exit(1)
 print(f"check-architecture: ok ({len(modules)} modules, no import loop; http/ self-contained; "
       "SQL only in store/; tiny_http only in http/; no outside citations; typed errors; "
+      "no import circle inside a module folder; "
       f"rusqlite only in store/ and {len(RUSQLITE_NOT_YET)} files being moved)")

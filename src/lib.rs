@@ -1,4 +1,4 @@
-//! convapi: a self-hosted Conversions API — one binary, one SQLite file.
+//! convapi: a self-hosted Conversions API — one binary, on a SQLite file or a PostgreSQL database.
 //!
 //! See ARCHITECTURE.md for the map. The binary (`main.rs`) only calls [`cli::main`].
 

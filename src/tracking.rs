@@ -277,7 +277,82 @@ pub fn apply_with(
     b: &Batch,
     p: &Privacy,
 ) -> store::Result<Outcome> {
-    let (visitor_id, salt) = match &p.cookieless {
+    let (visitor_id, salt) = batch_visitor(conn, b, p)?;
+    let visitor_id = visitor_id.as_str();
+    sessions::ensure_visitor(conn, &b.site_id, visitor_id, b.received_at)?;
+    sessions::lock_visitor(conn, &b.site_id, visitor_id)?;
+    let mut current = sessions::latest_for_visitor(conn, &b.site_id, visitor_id)?;
+    // The session this batch started last: it has the batch's forwarding fields already.
+    let mut started: Option<String> = None;
+    let has_identify = b
+        .events
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::Identify { .. }));
+    let check = if has_identify {
+        store::sites::identify_check(conn, &b.site_id)?
+    } else {
+        None
+    };
+    let mut counts = Counts::default();
+    for ev in &b.events {
+        let mut page = PageFields::of(ev, p.no_ads);
+        let event_id = uuid::Uuid::now_v7().to_string();
+        let session = session_for_event(
+            conn,
+            b,
+            p,
+            visitor_id,
+            &mut current,
+            &mut started,
+            ev,
+            &mut page,
+            &event_id,
+        )?;
+        record_event(
+            conn,
+            b,
+            p,
+            visitor_id,
+            check.as_ref(),
+            session,
+            ev,
+            page.url.as_deref(),
+            &event_id,
+            &mut counts,
+        )?;
+    }
+    let session = current.expect("a batch has at least one event");
+    if started.as_deref() != Some(session.id.as_str()) {
+        joined_session_takes_the_batch(conn, &session, &p.forwarding)?;
+    }
+    Ok(Outcome {
+        session_id: session.id,
+        visitor_id: p.cookieless.is_none().then(|| visitor_id.to_owned()),
+        salt,
+        identify_dropped: counts.dropped,
+        conversions_created: counts.created,
+        conversions_repeated: counts.repeated,
+        identify_rejected: counts.rejected,
+    })
+}
+
+/// What a batch's events added up to, for its [`Outcome`].
+#[derive(Default)]
+struct Counts {
+    dropped: usize,
+    created: usize,
+    repeated: usize,
+    rejected: usize,
+}
+
+/// The visitor a batch is counted as, with the `(day, salt)` a cookieless one was derived with:
+/// the batch's own visitor id, or without analytics consent the day's hash of the client.
+fn batch_visitor(
+    conn: &impl crate::store::db::AsConn,
+    b: &Batch,
+    p: &Privacy,
+) -> store::Result<(String, Option<(i64, String)>)> {
+    Ok(match &p.cookieless {
         None => (b.visitor_id.clone(), None),
         Some(c) => {
             let day = store::salts::day_of(b.received_at);
@@ -288,182 +363,218 @@ pub fn apply_with(
             let v = cookieless_visitor(&salt, &b.site_id, &c.address, &c.user_agent);
             (v, Some((day, salt)))
         }
-    };
-    let visitor_id = visitor_id.as_str();
-    sessions::ensure_visitor(conn, &b.site_id, visitor_id, b.received_at)?;
-    sessions::lock_visitor(conn, &b.site_id, visitor_id)?;
-    let mut current = sessions::latest_for_visitor(conn, &b.site_id, visitor_id)?;
-    // The session this batch started last: it has the batch's forwarding fields already.
-    let mut started: Option<String> = None;
-    let mut dropped = 0;
-    let has_identify = b
-        .events
-        .iter()
-        .any(|e| matches!(e.kind, EventKind::Identify { .. }));
-    let check = if has_identify {
-        store::sites::identify_check(conn, &b.site_id)?
-    } else {
-        None
-    };
-    let identify_ok = |user_id: &str, signature: Option<&str>| match &check {
-        Some(c) if c.signed => match (&c.secret, signature) {
-            (Some(secret), Some(sig)) => signature_matches(secret, user_id, sig),
-            _ => false,
-        },
-        _ => true,
-    };
-    let (mut created, mut repeated, mut rejected) = (0, 0, 0);
-    for ev in &b.events {
+    })
+}
+
+/// A pageview's URL, referrer and campaign as they may be kept: without ads consent, without
+/// their click ids (the referrer is often the previous page, the landing URL with its click id).
+/// Other events have none of them.
+struct PageFields<'a> {
+    url: Option<Cow<'a, str>>,
+    referrer: Option<Cow<'a, str>>,
+    campaign: Campaign,
+}
+
+impl<'a> PageFields<'a> {
+    fn of(ev: &'a Event, no_ads: bool) -> Self {
         let (url, referrer) = match &ev.kind {
             EventKind::Pageview { url, referrer } => (url.as_deref(), referrer.as_deref()),
             _ => (None, None),
         };
         let mut campaign = url.map(campaign_of).unwrap_or_default();
         let url = match url {
-            Some(u) if p.no_ads => {
+            Some(u) if no_ads => {
                 campaign = without_click_ids(campaign);
                 Some(url_without_click_ids(u))
             }
             other => other.map(Cow::Borrowed),
         };
-        let url = url.as_deref();
-        // The referrer is often the visitor's previous page, the landing URL with its click id
-        // included: it loses its click ids as the URL does.
-        let referrer = referrer.filter(|r| !r.is_empty()).map(|r| match p.no_ads {
+        let referrer = referrer.filter(|r| !r.is_empty()).map(|r| match no_ads {
             true => url_without_click_ids(r),
             false => Cow::Borrowed(r),
         });
-        let starts_new = match &current {
-            None => true,
-            Some(s) => {
-                ev.ts - s.last_activity_at >= SESSION_IDLE_MS
-                    || (campaign.is_some() && campaign != s.campaign)
-            }
+        PageFields {
+            url,
+            referrer,
+            campaign,
+        }
+    }
+}
+
+/// The session an event belongs to: the visitor's current one, touched, unless the visitor was
+/// idle for `SESSION_IDLE_MS` or the event starts a new campaign; then a new one, stored with the
+/// batch's forwarding fields and remembered in `started`.
+#[allow(clippy::too_many_arguments)]
+fn session_for_event<'s>(
+    conn: &impl crate::store::db::AsConn,
+    b: &Batch,
+    p: &Privacy,
+    visitor_id: &str,
+    current: &'s mut Option<Session>,
+    started: &mut Option<String>,
+    ev: &Event,
+    page: &mut PageFields<'_>,
+    event_id: &str,
+) -> store::Result<&'s mut Session> {
+    let starts_new = match &*current {
+        None => true,
+        Some(s) => {
+            ev.ts - s.last_activity_at >= SESSION_IDLE_MS
+                || (page.campaign.is_some() && page.campaign != s.campaign)
+        }
+    };
+    if starts_new {
+        let s = Session {
+            id: uuid::Uuid::now_v7().to_string(),
+            visitor_id: visitor_id.to_owned(),
+            client_id: None,
+            started_at: ev.ts,
+            last_activity_at: ev.ts,
+            landing_url: page.url.as_deref().map(str::to_owned),
+            // Taken, not copied: the event's row needs only the URL.
+            referrer: page.referrer.take().map(Cow::into_owned),
+            campaign: std::mem::take(&mut page.campaign),
         };
-        let event_id = uuid::Uuid::now_v7().to_string();
-        let session = if starts_new {
-            let s = Session {
-                id: uuid::Uuid::now_v7().to_string(),
+        // The landing URL stays in the pageview's event row only.
+        let landing = page.url.is_some().then_some(event_id);
+        sessions::insert_forwarding(conn, &b.site_id, &s, landing, &p.forwarding)?;
+        *started = Some(s.id.clone());
+        Ok(current.insert(s))
+    } else {
+        let s = current.as_mut().expect("joined an existing session");
+        sessions::touch(conn, &s.id, ev.ts, None)?;
+        s.last_activity_at = s.last_activity_at.max(ev.ts);
+        Ok(s)
+    }
+}
+
+/// Stores one event in its session: a pageview or custom event row; an identify's link (unless
+/// the batch is cookieless or the signature is wrong); a pixel purchase as a conversion.
+#[allow(clippy::too_many_arguments)]
+fn record_event(
+    conn: &impl crate::store::db::AsConn,
+    b: &Batch,
+    p: &Privacy,
+    visitor_id: &str,
+    check: Option<&store::sites::IdentifyCheck>,
+    session: &mut Session,
+    ev: &Event,
+    url: Option<&str>,
+    event_id: &str,
+    counts: &mut Counts,
+) -> store::Result<()> {
+    let mut event = NewEvent {
+        id: event_id,
+        site_id: &b.site_id,
+        session_id: &session.id,
+        kind: "pageview",
+        name: None,
+        url: None,
+        props: None,
+        ts: ev.ts,
+    };
+    match &ev.kind {
+        EventKind::Pageview { .. } => {
+            event.url = url;
+            sessions::insert_event(conn, &event)?;
+        }
+        EventKind::Identify { .. } if p.cookieless.is_some() => counts.dropped += 1,
+        EventKind::Identify { user_id, signature } => {
+            if !identify_allowed(check, user_id, signature.as_deref()) {
+                counts.rejected += 1;
+                return Ok(());
+            }
+            sessions::link_client(conn, &b.site_id, user_id, visitor_id, b.received_at)?;
+            sessions::touch(conn, &session.id, ev.ts, Some(user_id))?;
+            session.client_id = Some(user_id.clone());
+            event.kind = "identify";
+            event.name = Some(user_id);
+            sessions::insert_event(conn, &event)?;
+        }
+        EventKind::Custom { name, props } => {
+            event.kind = "event";
+            event.name = Some(name);
+            event.props = props.as_deref();
+            sessions::insert_event(conn, &event)?;
+        }
+        EventKind::Purchase {
+            order_id,
+            value,
+            currency,
+        } => {
+            let c = Conversion {
+                id: event_id.to_owned(),
+                site_id: b.site_id.clone(),
+                order_id: Some(order_id.clone()),
+                kind: "purchase".into(),
+                session_id: session.id.clone(),
                 visitor_id: visitor_id.to_owned(),
-                client_id: None,
-                started_at: ev.ts,
-                last_activity_at: ev.ts,
-                landing_url: url.map(str::to_owned),
-                referrer: referrer.map(Cow::into_owned),
-                campaign,
+                client_id: session.client_id.clone(),
+                value: value.clone(),
+                currency: currency.clone(),
+                occurred_at: ev.ts,
             };
-            // The landing URL stays in the pageview's event row only.
-            let landing = url.is_some().then_some(event_id.as_str());
-            sessions::insert_forwarding(conn, &b.site_id, &s, landing, &p.forwarding)?;
-            started = Some(s.id.clone());
-            current.insert(s)
-        } else {
-            let s = current.as_mut().expect("joined an existing session");
-            sessions::touch(conn, &s.id, ev.ts, None)?;
-            s.last_activity_at = s.last_activity_at.max(ev.ts);
-            s
-        };
-        let mut event = NewEvent {
-            id: &event_id,
-            site_id: &b.site_id,
-            session_id: &session.id,
-            kind: "pageview",
-            name: None,
-            url: None,
-            props: None,
-            ts: ev.ts,
-        };
-        match &ev.kind {
-            EventKind::Pageview { .. } => {
-                event.url = url;
-                sessions::insert_event(conn, &event)?;
-            }
-            EventKind::Identify { .. } if p.cookieless.is_some() => dropped += 1,
-            EventKind::Identify { user_id, signature } => {
-                if !identify_ok(user_id, signature.as_deref()) {
-                    rejected += 1;
-                    continue;
-                }
-                sessions::link_client(conn, &b.site_id, user_id, visitor_id, b.received_at)?;
-                sessions::touch(conn, &session.id, ev.ts, Some(user_id))?;
-                session.client_id = Some(user_id.clone());
-                event.kind = "identify";
-                event.name = Some(user_id);
-                sessions::insert_event(conn, &event)?;
-            }
-            EventKind::Custom { name, props } => {
-                event.kind = "event";
-                event.name = Some(name);
-                event.props = props.as_deref();
-                sessions::insert_event(conn, &event)?;
-            }
-            EventKind::Purchase {
-                order_id,
-                value,
-                currency,
-            } => {
-                let c = Conversion {
-                    id: event_id.clone(),
-                    site_id: b.site_id.clone(),
-                    order_id: Some(order_id.clone()),
-                    kind: "purchase".into(),
-                    session_id: session.id.clone(),
-                    visitor_id: visitor_id.to_owned(),
-                    client_id: session.client_id.clone(),
-                    value: value.clone(),
-                    currency: currency.clone(),
-                    occurred_at: ev.ts,
-                };
-                if store::conversions::record(conn, &c, Source::Pixel, b.received_at)?.created {
-                    created += 1;
-                } else {
-                    repeated += 1;
-                }
+            if store::conversions::record(conn, &c, Source::Pixel, b.received_at)?.created {
+                counts.created += 1;
+            } else {
+                counts.repeated += 1;
             }
         }
     }
-    let session = current.expect("a batch has at least one event");
-    let f = &p.forwarding;
-    // A session joined, not started, by this batch: it takes what the batch stated, when the
-    // batch stated anything (a batch without consent or cookies writes nothing more).
-    if started.as_deref() != Some(session.id.as_str()) {
-        let stated = f.consent_analytics.is_some()
-            || f.consent_ads.is_some()
-            || f.fbp.is_some()
-            || f.fbc.is_some()
-            || f.ga_client_id.is_some()
-            || f.ga_session_id.is_some();
-        if stated {
-            sessions::update_forwarding(conn, &session.id, f)?;
+    Ok(())
+}
+
+/// Whether an identify may link: always, unless the site requires signed identifies; then only
+/// with the signature of its secret.
+fn identify_allowed(
+    check: Option<&store::sites::IdentifyCheck>,
+    user_id: &str,
+    signature: Option<&str>,
+) -> bool {
+    match check {
+        Some(c) if c.signed => match (&c.secret, signature) {
+            (Some(secret), Some(sig)) => signature_matches(secret, user_id, sig),
+            _ => false,
+        },
+        _ => true,
+    }
+}
+
+/// A session joined, not started, by the batch takes what the batch stated, when it stated
+/// anything (a batch without consent or cookies writes nothing more); with ads consent withdrawn,
+/// the click ids the session kept go, from its landing URL and its referrer too (the channel
+/// stays).
+fn joined_session_takes_the_batch(
+    conn: &impl crate::store::db::AsConn,
+    session: &Session,
+    f: &Forwarding,
+) -> store::Result<()> {
+    let stated = f.consent_analytics.is_some()
+        || f.consent_ads.is_some()
+        || f.fbp.is_some()
+        || f.fbc.is_some()
+        || f.ga_client_id.is_some()
+        || f.ga_session_id.is_some();
+    if stated {
+        sessions::update_forwarding(conn, &session.id, f)?;
+    }
+    if f.consent_ads == Some(false) {
+        let stripped = without_click_ids(session.campaign.clone());
+        if stripped != session.campaign {
+            sessions::set_campaign(conn, &session.id, &stripped)?;
         }
-        // Ads consent withdrawn: the click ids the session kept go, from its landing URL and its
-        // referrer too; their channel stays.
-        if f.consent_ads == Some(false) {
-            let stripped = without_click_ids(session.campaign.clone());
-            if stripped != session.campaign {
-                sessions::set_campaign(conn, &session.id, &stripped)?;
+        if let Some(landing) = &session.landing_url {
+            if let Cow::Owned(url) = url_without_click_ids(landing) {
+                sessions::set_landing_url(conn, &session.id, &url)?;
             }
-            if let Some(landing) = &session.landing_url {
-                if let Cow::Owned(url) = url_without_click_ids(landing) {
-                    sessions::set_landing_url(conn, &session.id, &url)?;
-                }
-            }
-            if let Some(referrer) = &session.referrer {
-                if let Cow::Owned(r) = url_without_click_ids(referrer) {
-                    sessions::set_referrer(conn, &session.id, &r)?;
-                }
+        }
+        if let Some(referrer) = &session.referrer {
+            if let Cow::Owned(r) = url_without_click_ids(referrer) {
+                sessions::set_referrer(conn, &session.id, &r)?;
             }
         }
     }
-    Ok(Outcome {
-        session_id: session.id,
-        visitor_id: p.cookieless.is_none().then(|| visitor_id.to_owned()),
-        salt,
-        identify_dropped: dropped,
-        conversions_created: created,
-        conversions_repeated: repeated,
-        identify_rejected: rejected,
-    })
+    Ok(())
 }
 
 #[cfg(test)]

@@ -726,3 +726,23 @@ fn help_names_the_variables_and_never_prints_a_password_from_them() {
         assert!(help.contains(needle), "{needle} in:\n{help}");
     }
 }
+
+/// `--version` names the commit the binary was built from (build.rs), so a bug report says which
+/// code it is about; outside a git checkout it says `unknown`.
+#[test]
+fn version_names_the_commit_built_from() {
+    let run = cli_run(None, &["--version"]);
+    assert_eq!(run.code, 0, "stderr: {}", run.stderr);
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8(out.stdout).unwrap().trim().to_owned())
+        .unwrap_or_else(|| "unknown".to_owned());
+    assert_eq!(
+        run.stdout,
+        format!("convapi {} ({commit})\n", env!("CARGO_PKG_VERSION"))
+    );
+}

@@ -156,7 +156,7 @@ mod destinations;
 // The pixel's Node tests, `node --test tests/js/` (needs `node`; fails loudly without). Here: the
 // pixel's own logic; new cases go to `tests/js/`.
 mod js;
-// PostgreSQL, the engine for several nodes (being built): its migrations, nodes migrating at once,
+// PostgreSQL, the engine for several nodes: its migrations, nodes migrating at once,
 // a newer database refused, the rollup's triggers against SQLite's; each test on a database of its
 // own on the throwaway cluster of `scripts/test.sh` (fails loudly without one). Here: what holds on
 // PostgreSQL.

@@ -88,6 +88,8 @@ pub fn preflight() -> Reply {
         .header("Access-Control-Max-Age", "86400")
 }
 
+/// `POST /api/collect`: the address's tokens, the body's checks, both buckets charged, the site,
+/// the pixel's budget, then the batch applied through the writer as the consent allows.
 pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
     let guard = &app.pixel;
     let client = ctx.client.map(ratelimit::address_key);
@@ -108,36 +110,16 @@ pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
         ));
     }
     let obj = validate::json_object(&body)?;
-    let tracker_id = match validate::field(&obj, "trackerId") {
-        Some(Value::String(s)) if !s.is_empty() && s.len() <= 64 => s.clone(),
-        _ => {
-            return Err(ApiError::validation(
-                "trackerId",
-                "trackerId must be a non-empty string",
-            ))
-        }
-    };
+    let tracker_id = tracker_id_of(&obj)?;
     // Ignored without analytics consent (`tracking::cookieless_visitor`), still checked.
     let visitor_id = validate::opt_string(&obj, "visitorId", "visitorId", validate::MAX_ID_CHARS)?
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let now = store::now_ms();
     let oldest = now.saturating_sub(guard.policy.max_event_age.as_millis() as i64);
     let events = parse_events(&obj, now, oldest)?;
-    let (said_analytics, said_ads) = stated_consent(&obj);
+    let stated = stated_consent(&obj);
     let cookies = ad_cookies(&obj);
-    // Each event costs one token of the address's bucket and one of the tracker's.
-    let cost = events.len() as f64;
-    let at = Instant::now();
-    if let Some(client) = &client {
-        guard
-            .by_address
-            .charge(client, cost, at)
-            .map_err(|wait| limited(app, wait))?;
-    }
-    guard
-        .by_tracker
-        .take(&tracker_id, cost, at)
-        .map_err(|wait| limited(app, wait))?;
+    charge(app, client.as_ref(), &tracker_id, events.len())?;
     let site = {
         let conn = app.pool.get()?;
         match store::sites::by_tracker(&conn, &tracker_id)? {
@@ -157,12 +139,79 @@ pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
             .admit_outbox_work(Source::Pixel)
             .inspect_err(|_| app.metrics.inc_unavailable())?;
     }
-    // An explicit answer wins; without one the site decides (docs/decisions.md §13).
-    let analytics = said_analytics.unwrap_or(!site.consent_required);
-    let ads = said_ads.unwrap_or(!site.consent_required);
+    let privacy = privacy(ctx, guard, site.consent_required, stated, cookies);
+    let batch = Batch {
+        site_id: site.id,
+        visitor_id,
+        events,
+        received_at: now,
+    };
+    let outcome = app
+        .writer
+        .submit_pixel(move |c| crate::tracking::apply_with(c, &batch, &privacy))
+        .inspect_err(|e| super::count_unavailable(app, e))?;
+    count(app, guard, &outcome);
+    // A cookieless visitor's answer has no visitor id to keep; on a site that requires consent
+    // the answer says so, and a pixel set up without the option deletes its cookie.
+    let mut answer = json!({
+        "visitorId": outcome.visitor_id,
+        "sessionId": outcome.session_id,
+        "accepted": accepted,
+    });
+    if site.consent_required {
+        answer["consent"] = json!("required");
+    }
+    Ok(Reply::json(200, &answer))
+}
+
+/// The batch's `trackerId`: a non-empty string of at most 64 bytes.
+fn tracker_id_of(obj: &Map<String, Value>) -> Result<String, ApiError> {
+    match validate::field(obj, "trackerId") {
+        Some(Value::String(s)) if !s.is_empty() && s.len() <= 64 => Ok(s.clone()),
+        _ => Err(ApiError::validation(
+            "trackerId",
+            "trackerId must be a non-empty string",
+        )),
+    }
+}
+
+/// Each event costs one token of the address's bucket and one of the tracker's.
+fn charge(
+    app: &App,
+    client: Option<&IpAddr>,
+    tracker_id: &String,
+    events: usize,
+) -> Result<(), ApiError> {
+    let guard = &app.pixel;
+    let cost = events as f64;
+    let at = Instant::now();
+    if let Some(client) = client {
+        guard
+            .by_address
+            .charge(client, cost, at)
+            .map_err(|wait| limited(app, wait))?;
+    }
+    guard
+        .by_tracker
+        .take(tracker_id, cost, at)
+        .map_err(|wait| limited(app, wait))
+}
+
+/// What the batch may keep: an explicit answer wins, without one the site decides
+/// (docs/decisions.md §13); without analytics consent the visitor is counted cookieless, with the
+/// day's salt when this process knows it already.
+fn privacy(
+    ctx: &Ctx,
+    guard: &PixelGuard,
+    consent_required: bool,
+    (said_analytics, said_ads): (Option<bool>, Option<bool>),
+    cookies: AdCookies,
+) -> Privacy {
+    let analytics = said_analytics.unwrap_or(!consent_required);
+    let ads = said_ads.unwrap_or(!consent_required);
     let address = ctx.client.map(|a| a.to_string());
     let user_agent = ctx.header("User-Agent").map(str::to_owned);
-    let privacy = Privacy {
+    Privacy {
         no_ads: !ads,
         forwarding: Forwarding {
             consent_analytics: said_analytics,
@@ -179,17 +228,12 @@ pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
             user_agent: user_agent.unwrap_or_default(),
             salt: guard.salt.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         }),
-    };
-    let batch = Batch {
-        site_id: site.id,
-        visitor_id,
-        events,
-        received_at: now,
-    };
-    let outcome = app
-        .writer
-        .submit_pixel(move |c| crate::tracking::apply_with(c, &batch, &privacy))
-        .inspect_err(|e| super::count_unavailable(app, e))?;
+    }
+}
+
+/// A batch applied: the day's salt kept for the next cookieless batch, the counters, and the
+/// pipeline woken for new conversions.
+fn count(app: &App, guard: &PixelGuard, outcome: &crate::tracking::Outcome) {
     if let Some(salt) = &outcome.salt {
         let mut known = guard.salt.lock().unwrap_or_else(|e| e.into_inner());
         if known.as_ref() != Some(salt) {
@@ -209,17 +253,6 @@ pub fn collect(app: &App, ctx: &mut Ctx) -> Result<Reply, ApiError> {
     if outcome.conversions_created > 0 {
         app.pipeline.wake();
     }
-    // A cookieless visitor's answer has no visitor id to keep; on a site that requires consent
-    // the answer says so, and a pixel set up without the option deletes its cookie.
-    let mut answer = json!({
-        "visitorId": outcome.visitor_id,
-        "sessionId": outcome.session_id,
-        "accepted": accepted,
-    });
-    if site.consent_required {
-        answer["consent"] = json!("required");
-    }
-    Ok(Reply::json(200, &answer))
 }
 
 /// The batch's `consent` object: `(analytics, ads)`, each `None` when not stated. A value other

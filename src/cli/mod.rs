@@ -28,8 +28,8 @@ mod user;
 #[derive(Parser)]
 #[command(
     name = "convapi",
-    version,
-    about = "A self-hosted Conversions API: one binary, one SQLite file."
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("CONVAPI_COMMIT"), ")"),
+    about = "A self-hosted Conversions API: one binary, on a SQLite file or a PostgreSQL database."
 )]
 struct Cli {
     /// The database: a SQLite file, created with its schema on first use; or a PostgreSQL database

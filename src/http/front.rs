@@ -28,16 +28,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::lanes::{Lane, Lanes};
+use super::lanes::{Incoming, Lane, Lanes};
 use super::registry::Registry;
 use crate::metrics::Metrics;
-
-/// A request taken from tiny_http, on its way to a worker.
-pub struct Incoming {
-    pub rq: tiny_http::Request,
-    pub id: u64,
-    pub generation: u64,
-}
 
 /// A request that reached a generation's pump instead of `deliver`: with `deliver` set, tiny_http
 /// queues only its HTTPS clients' requests for `recv`, and convapi configures no HTTPS. Handed over

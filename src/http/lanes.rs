@@ -13,8 +13,14 @@
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use super::front::Incoming;
 use crate::metrics::Metrics;
+
+/// A request taken from tiny_http, on its way to a request thread: what the lanes hold.
+pub struct Incoming {
+    pub rq: tiny_http::Request,
+    pub id: u64,
+    pub generation: u64,
+}
 
 /// Which capacity a request may use; the [`super::Service`] decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

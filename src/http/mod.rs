@@ -27,9 +27,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
-use front::{Front, Incoming};
-use lanes::Lanes;
+use front::Front;
 pub use lanes::{reserved_threads, Lane};
+use lanes::{Incoming, Lanes};
 use registry::{Phase, Registry};
 pub use supervisor::Limits;
 use supervisor::Supervisor;
@@ -519,6 +519,35 @@ fn handle(w: &Worker, inc: Incoming) {
     } = inc;
     w.registry.phase(flight, Phase::Handling);
     let _in_flight = w.metrics.in_flight();
+    let (mut ctx, refusal) = context(w, rq, flight);
+    let head_too_large = matches!(refusal, Some(Refusal::HeadTooLarge));
+    let Handled { reply, route, code } = run_service(w, &mut ctx, refusal);
+    let status = reply.status;
+    let (peer, client) = (ctx.peer, ctx.client);
+    let Answered {
+        method,
+        path,
+        request_id,
+    } = answer(w, ctx, reply, generation, head_too_large);
+    let elapsed = started.elapsed();
+    w.metrics.observe_request(route, status, elapsed);
+    access_log(&Access {
+        request_id: &request_id,
+        client,
+        peer: peer.map(|p| p.ip()),
+        method: &method,
+        path: &path,
+        status,
+        code,
+        elapsed,
+    });
+}
+
+/// The request's context for the service, and the refusal its head earns before any handler: a
+/// head over `MAX_HEAD_BYTES`, or a declared body over `MAX_DECLARED_BODY` (refused on every
+/// route, even one that never reads its body: the body is left unread, so the connection is
+/// closed, see [`answer`]).
+fn context(w: &Worker, rq: tiny_http::Request, flight: u64) -> (Ctx, Option<Refusal>) {
     let peer = rq.remote_addr().copied();
     let method = rq.method().as_str().to_owned();
     let raw_url = rq.url().to_owned();
@@ -536,10 +565,13 @@ fn handle(w: &Worker, inc: Incoming) {
     // Bodies up to `PREREAD_BODY_LIMIT` are read by tiny_http before we see the request: nothing
     // to drain.
     let preread = rq.body_preread();
-    let head_too_large = head_bytes(&rq) > MAX_HEAD_BYTES;
-    // Refused on every route, even one that never reads its body: the body is left unread, so the
-    // connection is closed below (`unread_large`).
-    let body_too_large = rq.body_length().is_some_and(|n| n > MAX_DECLARED_BODY);
+    let refusal = if head_bytes(&rq) > MAX_HEAD_BYTES {
+        Some(Refusal::HeadTooLarge)
+    } else if rq.body_length().is_some_and(|n| n > MAX_DECLARED_BODY) {
+        Some(Refusal::BodyTooLarge(MAX_DECLARED_BODY))
+    } else {
+        None
+    };
     let client = peer.map(|p| {
         let forwarded_for = rq
             .headers()
@@ -548,7 +580,7 @@ fn handle(w: &Worker, inc: Incoming) {
             .map(|h| h.value.as_str());
         client_address(p.ip(), forwarded_for, &w.trusted_proxies)
     });
-    let mut ctx = Ctx {
+    let ctx = Ctx {
         req: rq,
         method,
         path,
@@ -561,14 +593,17 @@ fn handle(w: &Worker, inc: Incoming) {
         registry: w.registry.clone(),
         body_done: preread,
     };
-    let handled = if head_too_large {
-        Ok(w.service.refused(Refusal::HeadTooLarge))
-    } else if body_too_large {
-        Ok(w.service.refused(Refusal::BodyTooLarge(MAX_DECLARED_BODY)))
-    } else {
-        catch_unwind(AssertUnwindSafe(|| w.service.handle(&mut ctx)))
+    (ctx, refusal)
+}
+
+/// The service's answer: its rendering of the head's refusal, or its handler's answer, a panic
+/// caught and rendered as [`Refusal::Panicked`].
+fn run_service(w: &Worker, ctx: &mut Ctx, refusal: Option<Refusal>) -> Handled {
+    let handled = match refusal {
+        Some(refusal) => Ok(w.service.refused(refusal)),
+        None => catch_unwind(AssertUnwindSafe(|| w.service.handle(ctx))),
     };
-    let Handled { reply, route, code } = handled.unwrap_or_else(|panic| {
+    handled.unwrap_or_else(|panic| {
         let msg = panic
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
@@ -581,12 +616,22 @@ fn handle(w: &Worker, inc: Incoming) {
             ctx.path
         );
         w.service.refused(Refusal::Panicked(msg))
-    });
-    let status = reply.status;
-    // Close instead of keeping the connection when a large or chunked body was left unread
-    // (tiny_http would read and discard all of it first; a small one is drained, bounded by the
-    // supervisor's transfer timeout), when the head was refused, and when the request came through
-    // a retired accept generation (so that the generation drains).
+    })
+}
+
+/// What the access log still needs of a request once it is answered.
+struct Answered {
+    method: String,
+    path: String,
+    request_id: String,
+}
+
+/// Hands the answer to the connection's thread, closing the connection instead of keeping it
+/// when a large or chunked body was left unread (tiny_http would read and discard all of it
+/// first; a small one is drained, bounded by the supervisor's transfer timeout), when the head
+/// was refused, and when the request came through a retired accept generation (so that the
+/// generation drains).
+fn answer(w: &Worker, ctx: Ctx, reply: Reply, generation: u64, head_too_large: bool) -> Answered {
     let unread_large = !ctx.body_done
         && match ctx.req.body_length() {
             Some(n) => n > LINGER_BYTES,
@@ -599,6 +644,8 @@ fn handle(w: &Worker, inc: Incoming) {
         method,
         path,
         request_id,
+        peer,
+        flight,
         ..
     } = ctx;
     if close {
@@ -631,18 +678,11 @@ fn handle(w: &Worker, inc: Incoming) {
         Ok(Err(e)) => log::debug!("request {request_id}: cannot write response: {e}"),
         Err(_) => log::warn!("request {request_id}: tiny_http panicked finishing the request"),
     }
-    let elapsed = started.elapsed();
-    w.metrics.observe_request(route, status, elapsed);
-    access_log(&Access {
-        request_id: &request_id,
-        client,
-        peer: peer.map(|p| p.ip()),
-        method: &method,
-        path: &path,
-        status,
-        code,
-        elapsed,
-    });
+    Answered {
+        method,
+        path,
+        request_id,
+    }
 }
 
 /// What the access log says about one request.

@@ -1,4 +1,4 @@
-//! Storage: the SQLite file, its schema, and every SQL statement of the project.
+//! Storage: the database (a SQLite file or PostgreSQL), its schema, and every SQL statement.
 //!
 //! Owns connection set-up (WAL, `synchronous=FULL`, `foreign_keys`, `busy_timeout`), the transaction
 //! runners ([`read`], [`write_tx`], [`savepoint`]), and one module per table or concern. The schema
