@@ -13,6 +13,7 @@ pub mod copy;
 pub mod dashboard;
 pub mod deliveries;
 pub mod destinations;
+pub mod dialect;
 pub mod engine;
 pub mod erasure;
 pub mod export;
