@@ -326,11 +326,11 @@ fn take_over(conn: &impl AsConn, conversion_id: &str, r: &ApiReport, now_ms: i64
     // PostgreSQL, nodes may take over orders at once: the identity's sequence gives each its own.
     static REQUEUE: Statement = Statement::new();
     let requeue = REQUEUE.get(&conn, |d| {
+        let next_id = d.next_id("outbox");
         format!(
-            "UPDATE outbox SET id = {}, origin = 'api', attempts = 0, next_attempt_at = ?2,
+            "UPDATE outbox SET id = {next_id}, origin = 'api', attempts = 0, next_attempt_at = ?2,
                 last_error = NULL, dead_at = NULL, parked_reason = NULL, created_at = ?2
-             WHERE conversion_id = ?1",
-            d.next_id("outbox")
+             WHERE conversion_id = ?1"
         )
     });
     let requeued = conn.execute(requeue, args![conversion_id, now_ms])?;

@@ -86,14 +86,14 @@ pub fn conversions(
     let conn = conn.conn();
     static INDEX: Statement = Statement::new();
     let index = INDEX.get(&conn, |d| {
+        let indexed_by = d.indexed_by("conversions_site_time");
         format!(
             "SELECT {STATUS_COLUMNS}
-             FROM conversions{}
+             FROM conversions{indexed_by}
              LEFT JOIN outbox ON outbox.conversion_id = conversions.id
              WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3
                AND occurred_at <= ?4 AND (occurred_at < ?4 OR conversions.id < ?5)
-             ORDER BY occurred_at DESC, conversions.id DESC",
-            d.indexed_by("conversions_site_time")
+             ORDER BY occurred_at DESC, conversions.id DESC"
         )
     });
     let (before_at, before_id) = match before {
@@ -188,12 +188,12 @@ pub fn conversion(conn: &impl AsConn, site_id: &str, id: &str) -> Result<Option<
 pub fn recent_types(conn: &impl AsConn, site_id: &str, latest: u64) -> Result<Vec<String>> {
     static SQL: Statement = Statement::new();
     let sql = SQL.get(conn, |d| {
+        let indexed_by = d.indexed_by("conversions_site_time");
         format!(
             "SELECT DISTINCT type FROM (
-                 SELECT type FROM conversions{}
+                 SELECT type FROM conversions{indexed_by}
                  WHERE site_id = ?1 ORDER BY occurred_at DESC LIMIT ?2) AS latest
-             ORDER BY type",
-            d.indexed_by("conversions_site_time")
+             ORDER BY type"
         )
     });
     conn.conn().query_all(

@@ -36,12 +36,12 @@ pub fn any_enabled_destination(conn: &impl AsConn) -> Result<bool> {
 pub fn enqueue(conn: &impl AsConn, conversion_id: &str, now_ms: i64) -> Result<u64> {
     static SQL: Statement = Statement::new();
     let sql = SQL.get(conn, |d| {
+        let json_has_key = d.json_has_key("d.events", "c.type");
         format!(
             "INSERT INTO deliveries (destination_id, conversion_id, next_attempt_at, created_at)
              SELECT d.id, c.id, ?2, ?2 FROM conversions c JOIN destinations d ON d.site_id = c.site_id
-             WHERE c.id = ?1 AND d.enabled = 1 AND {}
-             ON CONFLICT DO NOTHING",
-            d.json_has_key("d.events", "c.type")
+             WHERE c.id = ?1 AND d.enabled = 1 AND {json_has_key}
+             ON CONFLICT DO NOTHING"
         )
     });
     conn.conn().execute(sql, args![conversion_id, now_ms])
@@ -59,14 +59,14 @@ pub fn replay(
 ) -> Result<u64> {
     static SQL: Statement = Statement::new();
     let sql = SQL.get(conn, |d| {
+        let json_has_key = d.json_has_key("d.events", "c.type");
         format!(
             "INSERT INTO deliveries (destination_id, conversion_id, next_attempt_at, created_at)
              SELECT d.id, c.id, ?4, ?4 FROM destinations d
              JOIN conversions c ON c.site_id = d.site_id
              WHERE d.id = ?1 AND c.status = 'processed' AND c.occurred_at >= ?2
-               AND c.occurred_at < ?3 AND {}
-             ON CONFLICT DO NOTHING",
-            d.json_has_key("d.events", "c.type")
+               AND c.occurred_at < ?3 AND {json_has_key}
+             ON CONFLICT DO NOTHING"
         )
     });
     conn.conn()

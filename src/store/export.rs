@@ -35,14 +35,13 @@ pub fn conversions<E: From<StoreError>>(
     // has neither `INDEXED BY` nor a rowid; the id breaks ties there.
     static SQL: Statement = Statement::new();
     let sql = SQL.get(&conn, |d| {
+        let (indexed_by, row_order) = (d.indexed_by("conversions_site_time"), d.row_order());
         format!(
             "SELECT {STATUS_COLUMNS}
-             FROM conversions{}
+             FROM conversions{indexed_by}
              LEFT JOIN outbox ON outbox.conversion_id = conversions.id
              WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3
-             ORDER BY occurred_at, conversions.{}",
-            d.indexed_by("conversions_site_time"),
-            d.row_order()
+             ORDER BY occurred_at, conversions.{row_order}"
         )
     });
     conn.query_each(sql, args![site_id, from_ms, to_ms], |row| {
@@ -62,13 +61,12 @@ pub fn sessions<E: From<StoreError>>(
     let conn = conn.conn();
     static SQL: Statement = Statement::new();
     let sql = SQL.get(&conn, |d| {
+        let (indexed_by, row_order) = (d.indexed_by("sessions_visitor"), d.row_order());
         format!(
-            "SELECT {} FROM sessions{}
+            "SELECT {} FROM sessions{indexed_by}
              WHERE site_id = ?1 AND started_at >= ?2 AND started_at < ?3
-             ORDER BY visitor_id, started_at, {}",
-            sessions::COLUMNS,
-            d.indexed_by("sessions_visitor"),
-            d.row_order()
+             ORDER BY visitor_id, started_at, {row_order}",
+            sessions::COLUMNS
         )
     });
     conn.query_each(sql, args![site_id, from_ms, to_ms], |row| {

@@ -82,19 +82,19 @@ pub fn dead_letters(conn: &impl AsConn, site_id: &str, limit: u32) -> Result<(Ve
     static LIST: Statement = Statement::new();
     static COUNT: Statement = Statement::new();
     let list = LIST.get(&conn, |d| {
+        let join_in_order = d.join_in_order();
         format!(
             "SELECT {ENTRY_COLUMNS}
-             FROM outbox o {} conversions c ON c.id = o.conversion_id
+             FROM outbox o {join_in_order} conversions c ON c.id = o.conversion_id
              WHERE o.dead_at IS NOT NULL AND c.site_id = ?1
-             ORDER BY o.dead_at DESC, o.id DESC LIMIT ?2",
-            d.join_in_order()
+             ORDER BY o.dead_at DESC, o.id DESC LIMIT ?2"
         )
     });
     let count = COUNT.get(&conn, |d| {
+        let join_in_order = d.join_in_order();
         format!(
-            "SELECT COUNT(*) FROM outbox o {} conversions c ON c.id = o.conversion_id
-             WHERE o.dead_at IS NOT NULL AND c.site_id = ?1",
-            d.join_in_order()
+            "SELECT COUNT(*) FROM outbox o {join_in_order} conversions c ON c.id = o.conversion_id
+             WHERE o.dead_at IS NOT NULL AND c.site_id = ?1"
         )
     });
     let items = conn.query_all(list, args![site_id, i64::from(limit)], entry)?;

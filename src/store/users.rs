@@ -59,10 +59,8 @@ pub fn create(
 pub fn by_email(conn: &impl AsConn, email: &str) -> Result<Option<User>> {
     static SQL: Statement = Statement::new();
     let sql = SQL.get(conn, |d| {
-        format!(
-            "SELECT {COLUMNS} FROM users WHERE {}",
-            d.caseless_eq("email", "?1")
-        )
+        let caseless_eq = d.caseless_eq("email", "?1");
+        format!("SELECT {COLUMNS} FROM users WHERE {caseless_eq}")
     });
     conn.conn().query_opt(sql, args![email], from_row)
 }

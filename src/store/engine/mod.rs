@@ -9,7 +9,7 @@
 //!
 //! What differs between the engines and is settled here, once:
 //! - **Placeholders.** SQL is written with SQLite's numbered `?N`; for PostgreSQL each becomes
-//!   `$N` when the statement is first prepared on a connection (`postgres::postgres_placeholders`).
+//!   `$N` when the statement is first prepared on a connection (`dialect::postgres_placeholders`).
 //! - **Prepared statements** are kept per connection on both: rusqlite's statement cache for
 //!   SQLite, a map from SQL text to statement on [`PgConn`] for PostgreSQL (whose client keeps
 //!   none).
@@ -32,9 +32,8 @@ pub mod postgres;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-#[cfg(feature = "postgres")]
-pub use self::postgres::postgres_placeholders;
 pub use self::postgres::PgConn;
+pub use super::dialect::postgres_placeholders;
 
 use super::{Result, Settings, StoreError};
 
@@ -447,6 +446,7 @@ pub enum Db {
 }
 
 /// A connection borrowed from a [`Db`]; it goes back to the pool when dropped.
+#[cfg_attr(not(feature = "postgres"), allow(clippy::large_enum_variant))]
 pub enum Pooled {
     Sqlite(sqlite::Pooled),
     Postgres(postgres::Pooled),

@@ -22,6 +22,7 @@ pub use postgres::Row;
 
 pub use super::redacted;
 use super::{args, Value};
+use crate::store::dialect::postgres_placeholders;
 use crate::store::migrate::{self, Chain, Migration};
 use crate::store::{Result, StoreError};
 
@@ -545,38 +546,6 @@ fn pg_params<'a>(args: &'a [Value<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
     args.iter().map(|a| a as &(dyn ToSql + Sync)).collect()
 }
 
-/// `sql` with SQLite's numbered placeholders `?N` written as PostgreSQL's `$N`, outside string
-/// literals, quoted identifiers and comments.
-pub fn postgres_placeholders(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len());
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' | '"' => {
-                out.push(c);
-                for d in chars.by_ref() {
-                    out.push(d);
-                    if d == c {
-                        break;
-                    }
-                }
-            }
-            '-' if chars.peek() == Some(&'-') => {
-                out.push(c);
-                for d in chars.by_ref() {
-                    out.push(d);
-                    if d == '\n' {
-                        break;
-                    }
-                }
-            }
-            '?' if chars.peek().is_some_and(char::is_ascii_digit) => out.push('$'),
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
 /// Makes the PostgreSQL connections of the request threads' pool: r2d2's manager for [`PgConn`],
 /// so that each pooled connection keeps the statements it prepared (`r2d2_postgres` hands out a
 /// bare client, with nowhere to keep them).
@@ -739,21 +708,6 @@ impl Chain for PgChain<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn numbered_placeholders_become_dollars_outside_literals_and_comments() {
-        assert_eq!(
-            postgres_placeholders(
-                "SELECT a FROM t WHERE b = ?1 AND c = '?2' AND \"?3\" = ?12 -- ?4\n AND d = ?2"
-            ),
-            "SELECT a FROM t WHERE b = $1 AND c = '?2' AND \"?3\" = $12 -- ?4\n AND d = $2"
-        );
-        // A doubled quote inside a literal ends it and opens the next one: still a literal.
-        assert_eq!(
-            postgres_placeholders("SELECT 'it''s ?1', ?1"),
-            "SELECT 'it''s ?1', $1"
-        );
-    }
 
     #[test]
     fn a_url_is_shown_without_its_password() {
