@@ -726,3 +726,27 @@ fn help_names_the_variables_and_never_prints_a_password_from_them() {
         assert!(help.contains(needle), "{needle} in:\n{help}");
     }
 }
+
+/// A binary built without the `postgres` feature refuses a PostgreSQL --db as it refuses any
+/// other --db it cannot open (exit 1), naming the feature that would let it; the password stays
+/// out of the message.
+#[test]
+#[cfg(not(feature = "postgres"))]
+fn a_postgres_db_without_the_feature_names_the_fix() {
+    let run = cli_run(
+        Some(std::path::Path::new(
+            "postgres://convapi:secret@127.0.0.1:1/convapi",
+        )),
+        &["site", "list"],
+    );
+    assert_fails(
+        &run,
+        1,
+        &[
+            "this binary was built without PostgreSQL support; build with --features postgres",
+            "postgres://convapi:***@127.0.0.1:1/convapi",
+        ],
+        "a postgres:// --db without the feature",
+    );
+    assert!(!run.stderr.contains("secret"), "{}", run.stderr);
+}
