@@ -658,6 +658,7 @@ fn a_busy_database_fails_a_command_with_a_retry_hint() {
 /// `serve` on a PostgreSQL server it cannot reach says which (without the password), exits 1, and
 /// creates nothing under a path spelled like the URL.
 #[test]
+#[cfg(feature = "postgres")]
 fn serve_on_an_unreachable_postgresql_names_it_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     for url in [
