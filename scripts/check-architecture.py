@@ -12,10 +12,13 @@
 6. Errors are types: no function in src/ returns `Result<_, String>` (nested generics included),
    and no store error is turned into a `String` by a `From` impl.
 7. The engine stays behind `src/store/`: no other file names `rusqlite` but those in
-   `RUSQLITE_NOT_YET` (each still holds a SQLite connection of its own, or runs SQLite's
-   transaction runners). The list only shrinks.
+   `RUSQLITE_NOT_YET` (each still holds a SQLite connection of its own, for what only SQLite
+   has). The list only shrinks.
 8. No import circle between the files of one module folder (`super::x` or `crate::m::x` from one
    file of `src/m/` to a sibling file; the folder's `mod.rs` is its root, not a sibling).
+9. No engine branch outside `src/store/`: no `Engine::Sqlite` or `Engine::Postgres`, no
+   `.engine()` call, no `cfg(feature = "postgres")`; what differs between the engines is a store
+   function's to decide.
 Prints every violation and exits 1 if there is any.
 """
 import pathlib
@@ -156,7 +159,7 @@ for path in rust_files(SRC):
     if any(re.search(r"\brusqlite\b", line) for _, line in code_lines(path)):
         naming.add(rel)
         if rel not in RUSQLITE_NOT_YET:
-            problems.append(f"{rel}: names rusqlite outside src/store/ (take `&impl AsConn`, see src/store/db.rs)")
+            problems.append(f"{rel}: names rusqlite outside src/store/ (take `&impl AsConn`, see src/store/engine/mod.rs)")
 for rel in sorted(RUSQLITE_NOT_YET - naming):
     problems.append(f"{rel}: no longer names rusqlite: remove it from RUSQLITE_NOT_YET")
 
@@ -241,6 +244,16 @@ for folder in sorted({f.parent for f in folder_edges}):
             + " (move what they share into one of them, or into the folder's mod.rs)"
         )
 
+# 9: no engine branch outside store/.
+ENGINE_BRANCH = re.compile(r'\bEngine::(Sqlite|Postgres)\b|\.engine\(\)|cfg\((all|any|not)?\(?\s*feature\s*=\s*"postgres"')
+for path in rust_files(SRC):
+    if path.is_relative_to(SRC / "store"):
+        continue
+    for n, line in code_lines(path):
+        if ENGINE_BRANCH.search(line):
+            problems.append(f"{path.relative_to(ROOT)}:{n}: an engine branch outside src/store/ "
+                            "(move it behind a store function)")
+
 for p in problems:
     print(p)
 if problems:
@@ -249,4 +262,5 @@ if problems:
 print(f"check-architecture: ok ({len(modules)} modules, no import loop; http/ self-contained; "
       "SQL only in store/; tiny_http only in http/; no outside citations; typed errors; "
       "no import circle inside a module folder; "
-      f"rusqlite only in store/ and {len(RUSQLITE_NOT_YET)} files being moved)")
+      f"rusqlite only in store/ and {len(RUSQLITE_NOT_YET)} files; "
+      "no engine branch outside store/)")

@@ -658,6 +658,7 @@ fn a_busy_database_fails_a_command_with_a_retry_hint() {
 /// `serve` on a PostgreSQL server it cannot reach says which (without the password), exits 1, and
 /// creates nothing under a path spelled like the URL.
 #[test]
+#[cfg(feature = "postgres")]
 fn serve_on_an_unreachable_postgresql_names_it_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     for url in [
@@ -745,4 +746,28 @@ fn version_names_the_commit_built_from() {
         run.stdout,
         format!("convapi {} ({commit})\n", env!("CARGO_PKG_VERSION"))
     );
+}
+
+/// A binary built without the `postgres` feature refuses a PostgreSQL --db as it refuses any
+/// other --db it cannot open (exit 1), naming the feature that would let it; the password stays
+/// out of the message.
+#[test]
+#[cfg(not(feature = "postgres"))]
+fn a_postgres_db_without_the_feature_names_the_fix() {
+    let run = cli_run(
+        Some(std::path::Path::new(
+            "postgres://convapi:secret@127.0.0.1:1/convapi",
+        )),
+        &["site", "list"],
+    );
+    assert_fails(
+        &run,
+        1,
+        &[
+            "this binary was built without PostgreSQL support; build with --features postgres",
+            "postgres://convapi:***@127.0.0.1:1/convapi",
+        ],
+        "a postgres:// --db without the feature",
+    );
+    assert!(!run.stderr.contains("secret"), "{}", run.stderr);
 }

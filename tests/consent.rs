@@ -857,6 +857,7 @@ fn behind_a_trusted_proxy_the_forwarded_address_counts_and_is_kept() {
 /// without analytics consent for the first time today, at once: one salt, so one visitor and one
 /// session.
 #[test]
+#[cfg(feature = "postgres")]
 fn two_nodes_making_the_days_salt_at_once_agree_on_the_visitor() {
     let a = TestApp::builder()
         .db(&crate::common::postgres::fresh_database())

@@ -1785,6 +1785,7 @@ fn convapi_with(db: &str, env: &[(&str, &str)], args: &[&str]) -> CliRun {
 /// `convapi migrate` copies the sealed credentials as they are: the PostgreSQL nodes need the
 /// SQLite database's key, and say so without it.
 #[test]
+#[cfg(feature = "postgres")]
 fn a_database_migrated_to_postgresql_keeps_its_sealed_credentials_with_their_key() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("convapi.db");

@@ -1,7 +1,7 @@
-//! PostgreSQL as convapi's second engine: its schema and migrations (`src/store/pg.rs`,
-//! `src/store/migrations/postgres/`), each test on a database of its own on the throwaway cluster
-//! of `scripts/test.sh` (`common/postgres.rs`). Here: what holds on PostgreSQL alone, or the same
-//! on both engines by construction (the schema's triggers).
+//! PostgreSQL as convapi's second engine: its schema and migrations
+//! (`src/store/engine/postgres.rs`, `src/store/migrations/postgres/`), each test on a database of
+//! its own on the throwaway cluster of `scripts/test.sh` (`common/postgres.rs`). Here: what holds
+//! on PostgreSQL alone, or the same on both engines by construction (the schema's triggers).
 
 use std::sync::{Arc, Barrier};
 

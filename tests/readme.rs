@@ -191,6 +191,7 @@ fn the_walk_through_passes_with_another_server_on_8080() {
 /// The same walk-through with `CONVAPI_DB` naming a fresh PostgreSQL database, as the README says
 /// a user can: every block prints what it prints on the SQLite file.
 #[test]
+#[cfg(feature = "postgres")]
 fn the_walk_through_prints_the_same_on_postgresql() {
     let url = crate::common::postgres::fresh_database();
     walk_through(Some(url.clone()));

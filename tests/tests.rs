@@ -160,21 +160,26 @@ mod js;
 // a newer database refused, the rollup's triggers against SQLite's; each test on a database of its
 // own on the throwaway cluster of `scripts/test.sh` (fails loudly without one). Here: what holds on
 // PostgreSQL.
+#[cfg(feature = "postgres")]
 mod postgres;
 // Several `serve` nodes on one PostgreSQL database: one conversion per order across nodes, each
 // outbox item processed once with exact totals, nodes migrating at once. Each test on a database of
 // its own on the throwaway cluster of `scripts/test.sh`.
+#[cfg(feature = "postgres")]
 mod multinode;
 // `convapi migrate`: a database built through the CLI and a served API copied into PostgreSQL
 // (every table row for row, keys and logins as they were, ids and the rollup), a non-empty
 // target refused, a failure mid-copy leaving no row, the progress lines. Here: moving a
 // database from SQLite to PostgreSQL.
+#[cfg(feature = "postgres")]
 mod migrate;
 // `sslmode=require`: TLS to PostgreSQL with the server's certificate verified, on a cluster of the
 // test's own with a CA and a certificate made by `openssl`.
+#[cfg(feature = "postgres")]
 mod tls;
 // packaging/haproxy.cfg, the file README's "Beyond one box" and packaging/compose.yaml use, in
 // front of two nodes: orders spread over both, and every order answered 202 when one is killed.
+#[cfg(feature = "postgres")]
 mod haproxy;
 // Meta's Conversions API and GA4's Measurement Protocol, in process against fake platforms on
 // 127.0.0.1 that check each documented field, hash and limit: each rule of the mapping, each class

@@ -3,7 +3,8 @@
 //! trust order between the two sources (docs/decisions.md §3) is decided here, inside the
 //! writer's transaction: the API's first report of a pixel order replaces the pixel's details.
 
-use super::db::{args, AsConn, Engine, Row};
+use super::db::{args, AsConn, Row};
+use super::dialect::Statement;
 use super::pipeline::{Attribution, Reported};
 use super::{Result, StoreError};
 
@@ -323,20 +324,15 @@ fn take_over(conn: &impl AsConn, conversion_id: &str, r: &ApiReport, now_ms: i64
     )?;
     // A new row id, above every other: a plain delete and insert could get the old id back. On
     // PostgreSQL, nodes may take over orders at once: the identity's sequence gives each its own.
-    let requeue = match conn.engine() {
-        Engine::Sqlite => {
-            "UPDATE outbox SET id = (SELECT MAX(id) + 1 FROM outbox), origin = 'api', attempts = 0,
-                next_attempt_at = ?2, last_error = NULL, dead_at = NULL, parked_reason = NULL,
-                created_at = ?2
+    static REQUEUE: Statement = Statement::new();
+    let requeue = REQUEUE.get(&conn, |d| {
+        let next_id = d.next_id("outbox");
+        format!(
+            "UPDATE outbox SET id = {next_id}, origin = 'api', attempts = 0, next_attempt_at = ?2,
+                last_error = NULL, dead_at = NULL, parked_reason = NULL, created_at = ?2
              WHERE conversion_id = ?1"
-        }
-        Engine::Postgres => {
-            "UPDATE outbox SET id = nextval(pg_get_serial_sequence('outbox', 'id')), origin = 'api',
-                attempts = 0, next_attempt_at = ?2, last_error = NULL, dead_at = NULL,
-                parked_reason = NULL, created_at = ?2
-             WHERE conversion_id = ?1"
-        }
-    };
+        )
+    });
     let requeued = conn.execute(requeue, args![conversion_id, now_ms])?;
     if requeued == 0 {
         queue(&conn, conversion_id, Source::Api, now_ms)?;

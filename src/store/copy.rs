@@ -42,6 +42,8 @@
 //! - **Checks before the commit.** Each table's row count equals the source's, and the caller's
 //!   own check (the CLI compares each site's report on both connections) passes.
 
+#![cfg_attr(not(feature = "postgres"), allow(dead_code, unused_imports))]
+
 use std::fmt;
 use std::io::Write;
 
@@ -193,6 +195,7 @@ struct Column {
 /// same schema version, and empty of convapi data), reporting each [`Step`] to `progress`, then
 /// runs `check` on both (source, target) inside the snapshot and the transaction, and commits
 /// when it passes. Any failure rolls the target back to as it was.
+#[cfg(feature = "postgres")]
 pub fn copy(
     source: &rusqlite::Connection,
     target: &PgConn,
@@ -215,12 +218,26 @@ pub fn copy(
     })
 }
 
+/// Without the `postgres` feature no PostgreSQL connection exists (`engine/without_postgres.rs`):
+/// `convapi migrate` fails when it opens the target, before any copy.
+#[cfg(not(feature = "postgres"))]
+pub fn copy(
+    _source: &rusqlite::Connection,
+    target: &PgConn,
+    _progress: &mut dyn FnMut(Step),
+    _check: impl FnOnce(Conn<'_>, Conn<'_>) -> Result<(), CopyError>,
+) -> Result<Copied, CopyError> {
+    target.never()
+}
+
 /// The target's transaction: rolled back when dropped before [`Transaction::commit`].
+#[cfg(feature = "postgres")]
 struct Transaction<'a> {
     target: &'a PgConn,
     open: bool,
 }
 
+#[cfg(feature = "postgres")]
 impl<'a> Transaction<'a> {
     fn begin(target: &'a PgConn) -> Result<Transaction<'a>, CopyError> {
         target
@@ -238,6 +255,7 @@ impl<'a> Transaction<'a> {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl Drop for Transaction<'_> {
     fn drop(&mut self) {
         if self.open {
@@ -249,6 +267,7 @@ impl Drop for Transaction<'_> {
 }
 
 /// A PostgreSQL failure with the server's own message (its `Display` says only "db error").
+#[cfg(feature = "postgres")]
 fn pg_error(e: postgres::Error) -> StoreError {
     match e.as_db_error() {
         Some(db) => StoreError::Other(match db.detail() {
@@ -265,6 +284,7 @@ fn quoted(name: &str) -> String {
 }
 
 /// Everything between `BEGIN` and the caller's check.
+#[cfg(feature = "postgres")]
 fn copy_in(
     source: &rusqlite::Connection,
     target: &PgConn,
@@ -318,6 +338,7 @@ fn copy_in(
 
 /// The target must store text as UTF-8, as SQLite does: in another encoding a character it
 /// cannot hold would fail the copy half-way.
+#[cfg(feature = "postgres")]
 fn check_encoding(client: &mut postgres::Client) -> Result<(), CopyError> {
     let encoding: String = client
         .query_one("SELECT pg_encoding_to_char(encoding)::text FROM pg_database WHERE datname = current_database()", &[])
@@ -334,6 +355,7 @@ fn check_encoding(client: &mut postgres::Client) -> Result<(), CopyError> {
 
 /// Each table of [`TABLES`] with the target's columns, after checking that both schemas have the
 /// same tables, columns and only the triggers this copy knows.
+#[cfg(feature = "postgres")]
 fn plan(
     source: &rusqlite::Connection,
     client: &mut postgres::Client,
@@ -434,6 +456,7 @@ fn plan(
 /// Locks every table against other writers until the transaction ends, then refuses a target
 /// with rows in any of them. A writer holding a table (a node running on it) makes the lock wait
 /// at most 10 s, then fail.
+#[cfg(feature = "postgres")]
 fn lock_and_check_empty(client: &mut postgres::Client) -> Result<(), CopyError> {
     let table_list: Vec<String> = TABLES.iter().map(|t| quoted(t)).collect();
     let table_list = table_list.join(", ");
@@ -480,6 +503,7 @@ fn count_sqlite(source: &rusqlite::Connection, table: &'static str) -> Result<u6
     Ok(n as u64)
 }
 
+#[cfg(feature = "postgres")]
 fn count_postgres(client: &mut postgres::Client, table: &'static str) -> Result<u64, CopyError> {
     let table_ident = quoted(table);
     let n: i64 = client
@@ -492,6 +516,7 @@ fn count_postgres(client: &mut postgres::Client, table: &'static str) -> Result<
 /// Streams the rows of the source's `from` into the target's `into` with one `COPY`: the columns
 /// `columns` (by name on both sides), then the source expressions `extra` (each with its kind),
 /// which `into` must have after them. Returns the rows copied.
+#[cfg(feature = "postgres")]
 #[allow(clippy::too_many_arguments)]
 fn copy_rows(
     source: &rusqlite::Connection,
@@ -566,6 +591,7 @@ fn copy_rows(
 }
 
 /// A write to `COPY` that failed: the server's message when it sent one.
+#[cfg(feature = "postgres")]
 fn io_error(e: std::io::Error) -> StoreError {
     match e
         .into_inner()
@@ -654,6 +680,7 @@ fn escape(line: &mut String, text: &str) -> Result<(), Unwritable> {
 
 /// Switches the rollup's trigger off until [`copy_in`] switches it on again, within the
 /// transaction; `false` when the role may not (it does not own `conversions`), leaving it on.
+#[cfg(feature = "postgres")]
 fn switch_rollup_trigger_off(client: &mut postgres::Client) -> Result<bool, CopyError> {
     client
         .batch_execute("SAVEPOINT rollup_trigger")
@@ -697,6 +724,7 @@ const BUILD_ROLLUP: &str = "INSERT INTO report_daily
 /// it was off: see the module doc): the source's cells go to a temporary table and are compared
 /// with it; the source's all-zero cells without a conversion are added. Returns the source's
 /// cells.
+#[cfg(feature = "postgres")]
 fn copy_rollup(
     source: &rusqlite::Connection,
     client: &mut postgres::Client,
@@ -789,6 +817,7 @@ fn copy_rollup(
 
 /// Moves the sequence of every identity (or serial) column past its table's largest id, so that
 /// the next row inserted gets a new one.
+#[cfg(feature = "postgres")]
 fn move_sequences(client: &mut postgres::Client) -> Result<(), CopyError> {
     let columns = client
         .query(

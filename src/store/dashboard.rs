@@ -10,7 +10,8 @@
 //! (`db.rs`); SQLite's `INDEXED BY` hints are its own.
 
 use super::conversions::{status_row, OrderStatus, STATUS_COLUMNS};
-use super::db::{args, AsConn, Engine, Row};
+use super::db::{args, AsConn, Row};
+use super::dialect::Statement;
 use super::outbox::NotDead;
 use super::Result;
 
@@ -83,23 +84,18 @@ pub fn conversions(
     // The index gives `occurred_at` in order; SQLite sorts only each run of equal times by id
     // (a partial sort), so rows stream without reading the whole range first.
     let conn = conn.conn();
-    let index = match conn.engine() {
-        Engine::Sqlite => format!(
+    static INDEX: Statement = Statement::new();
+    let index = INDEX.get(&conn, |d| {
+        let indexed_by = d.indexed_by("conversions_site_time");
+        format!(
             "SELECT {STATUS_COLUMNS}
-             FROM conversions INDEXED BY conversions_site_time
+             FROM conversions{indexed_by}
              LEFT JOIN outbox ON outbox.conversion_id = conversions.id
              WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3
                AND occurred_at <= ?4 AND (occurred_at < ?4 OR conversions.id < ?5)
              ORDER BY occurred_at DESC, conversions.id DESC"
-        ),
-        Engine::Postgres => format!(
-            "SELECT {STATUS_COLUMNS}
-             FROM conversions LEFT JOIN outbox ON outbox.conversion_id = conversions.id
-             WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3
-               AND occurred_at <= ?4 AND (occurred_at < ?4 OR conversions.id < ?5)
-             ORDER BY occurred_at DESC, conversions.id DESC"
-        ),
-    };
+        )
+    });
     let (before_at, before_id) = match before {
         Some(c) => (c.occurred_at, c.id.as_str()),
         // Past every stored time: no row has a later one, and `<` then decides alone.
@@ -109,7 +105,7 @@ pub fn conversions(
     let mut end = End::Exhausted;
     // `query_each` stops at the first error: `Stop` is how this loop says it has enough.
     let streamed = conn.query_each(
-        &index,
+        index,
         args![site_id, filter.from_ms, filter.to_ms, before_at, before_id],
         |row| {
             scanned += 1;
@@ -190,22 +186,17 @@ pub fn conversion(conn: &impl AsConn, site_id: &str, id: &str) -> Result<Option<
 /// type filter offers. Bounded because no index has the type; a type used only long ago can still be
 /// typed into the filter's URL.
 pub fn recent_types(conn: &impl AsConn, site_id: &str, latest: u64) -> Result<Vec<String>> {
-    let conn = conn.conn();
-    let sql = match conn.engine() {
-        Engine::Sqlite => {
+    static SQL: Statement = Statement::new();
+    let sql = SQL.get(conn, |d| {
+        let indexed_by = d.indexed_by("conversions_site_time");
+        format!(
             "SELECT DISTINCT type FROM (
-                 SELECT type FROM conversions INDEXED BY conversions_site_time
-                 WHERE site_id = ?1 ORDER BY occurred_at DESC LIMIT ?2)
-             ORDER BY type"
-        }
-        Engine::Postgres => {
-            "SELECT DISTINCT type FROM (
-                 SELECT type FROM conversions
+                 SELECT type FROM conversions{indexed_by}
                  WHERE site_id = ?1 ORDER BY occurred_at DESC LIMIT ?2) AS latest
              ORDER BY type"
-        }
-    };
-    conn.query_all(
+        )
+    });
+    conn.conn().query_all(
         sql,
         args![site_id, latest.min(i64::MAX as u64) as i64],
         |r| r.get(0),

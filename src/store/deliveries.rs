@@ -10,6 +10,7 @@
 //! Written once for both engines (`db.rs`).
 
 use super::db::{args, AsConn, Engine, Row};
+use super::dialect::Statement;
 use super::sessions::Forwarding;
 use super::Result;
 
@@ -76,23 +77,17 @@ pub fn any_enabled_destination(conn: &impl AsConn) -> Result<bool> {
 /// that receives its type, due at once. Runs in the pipeline's transaction: with no destination it
 /// is one read of the conversion by its key and one indexed read of an empty range.
 pub fn enqueue(conn: &impl AsConn, conversion_id: &str, now_ms: i64) -> Result<u64> {
-    let conn = conn.conn();
-    let sql = match conn.engine() {
-        Engine::Sqlite => {
+    static SQL: Statement = Statement::new();
+    let sql = SQL.get(conn, |d| {
+        let json_has_key = d.json_has_key("d.events", "c.type");
+        format!(
             "INSERT INTO deliveries (destination_id, conversion_id, next_attempt_at, created_at)
              SELECT d.id, c.id, ?2, ?2 FROM conversions c JOIN destinations d ON d.site_id = c.site_id
-             WHERE c.id = ?1 AND d.enabled = 1
-               AND EXISTS (SELECT 1 FROM json_each(d.events) WHERE key = c.type)
+             WHERE c.id = ?1 AND d.enabled = 1 AND {json_has_key}
              ON CONFLICT DO NOTHING"
-        }
-        Engine::Postgres => {
-            "INSERT INTO deliveries (destination_id, conversion_id, next_attempt_at, created_at)
-             SELECT d.id, c.id, ?2, ?2 FROM conversions c JOIN destinations d ON d.site_id = c.site_id
-             WHERE c.id = ?1 AND d.enabled = 1 AND jsonb_exists(d.events::jsonb, c.type)
-             ON CONFLICT DO NOTHING"
-        }
-    };
-    conn.execute(sql, args![conversion_id, now_ms])
+        )
+    });
+    conn.conn().execute(sql, args![conversion_id, now_ms])
 }
 
 /// Writes a pending delivery to `destination_id` for each processed conversion of its site that
@@ -105,27 +100,20 @@ pub fn replay(
     to_ms: i64,
     now_ms: i64,
 ) -> Result<u64> {
-    let conn = conn.conn();
-    let sql = match conn.engine() {
-        Engine::Sqlite => {
+    static SQL: Statement = Statement::new();
+    let sql = SQL.get(conn, |d| {
+        let json_has_key = d.json_has_key("d.events", "c.type");
+        format!(
             "INSERT INTO deliveries (destination_id, conversion_id, next_attempt_at, created_at)
              SELECT d.id, c.id, ?4, ?4 FROM destinations d
              JOIN conversions c ON c.site_id = d.site_id
              WHERE d.id = ?1 AND c.status = 'processed' AND c.occurred_at >= ?2
-               AND c.occurred_at < ?3
-               AND EXISTS (SELECT 1 FROM json_each(d.events) WHERE key = c.type)
+               AND c.occurred_at < ?3 AND {json_has_key}
              ON CONFLICT DO NOTHING"
-        }
-        Engine::Postgres => {
-            "INSERT INTO deliveries (destination_id, conversion_id, next_attempt_at, created_at)
-             SELECT d.id, c.id, ?4, ?4 FROM destinations d
-             JOIN conversions c ON c.site_id = d.site_id
-             WHERE d.id = ?1 AND c.status = 'processed' AND c.occurred_at >= ?2
-               AND c.occurred_at < ?3 AND jsonb_exists(d.events::jsonb, c.type)
-             ON CONFLICT DO NOTHING"
-        }
-    };
-    conn.execute(sql, args![destination_id, from_ms, to_ms, now_ms])
+        )
+    });
+    conn.conn()
+        .execute(sql, args![destination_id, from_ms, to_ms, now_ms])
 }
 
 /// An enabled destination with a delivery due, and the tenant whose site it sends for.

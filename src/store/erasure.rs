@@ -25,9 +25,7 @@ use super::Result;
 /// SQLite needs nothing: `secure_delete` overwrote the rows in the transaction itself.
 pub fn vacuum_erased(conn: &impl AsConn) -> Result<()> {
     if let Conn::Postgres(c) = conn.conn() {
-        c.with_client(|client| {
-            client.batch_execute("VACUUM events, sessions, visitor_clients, visitors, conversions")
-        })?;
+        c.batch_execute("VACUUM events, sessions, visitor_clients, visitors, conversions")?;
     }
     Ok(())
 }

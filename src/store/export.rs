@@ -15,7 +15,8 @@ use rusqlite::backup::{Backup, StepResult};
 use rusqlite::Connection;
 
 use super::conversions::{status_row, OrderStatus, STATUS_COLUMNS};
-use super::db::{args, AsConn, Conn, Engine};
+use super::db::{args, AsConn, Conn};
+use super::dialect::Statement;
 use super::sessions::{self, Session};
 use super::{Result, StoreError};
 
@@ -32,22 +33,18 @@ pub fn conversions<E: From<StoreError>>(
     // SQLite: `rowid` breaks ties in `occurred_at` because it is the index entry's own last key:
     // any other tie-breaker would make SQLite sort each run of equal times in memory. PostgreSQL
     // has neither `INDEXED BY` nor a rowid; the id breaks ties there.
-    let sql = match conn.engine() {
-        Engine::Sqlite => format!(
+    static SQL: Statement = Statement::new();
+    let sql = SQL.get(&conn, |d| {
+        let (indexed_by, row_order) = (d.indexed_by("conversions_site_time"), d.row_order());
+        format!(
             "SELECT {STATUS_COLUMNS}
-             FROM conversions INDEXED BY conversions_site_time
+             FROM conversions{indexed_by}
              LEFT JOIN outbox ON outbox.conversion_id = conversions.id
              WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3
-             ORDER BY occurred_at, conversions.rowid"
-        ),
-        Engine::Postgres => format!(
-            "SELECT {STATUS_COLUMNS}
-             FROM conversions LEFT JOIN outbox ON outbox.conversion_id = conversions.id
-             WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3
-             ORDER BY occurred_at, conversions.id"
-        ),
-    };
-    conn.query_each(&sql, args![site_id, from_ms, to_ms], |row| {
+             ORDER BY occurred_at, conversions.{row_order}"
+        )
+    });
+    conn.query_each(sql, args![site_id, from_ms, to_ms], |row| {
         each(&status_row(row)?)
     })
 }
@@ -62,21 +59,17 @@ pub fn sessions<E: From<StoreError>>(
     mut each: impl FnMut(&Session) -> std::result::Result<(), E>,
 ) -> std::result::Result<(), E> {
     let conn = conn.conn();
-    let sql = match conn.engine() {
-        Engine::Sqlite => format!(
-            "SELECT {} FROM sessions INDEXED BY sessions_visitor
+    static SQL: Statement = Statement::new();
+    let sql = SQL.get(&conn, |d| {
+        let (indexed_by, row_order) = (d.indexed_by("sessions_visitor"), d.row_order());
+        format!(
+            "SELECT {} FROM sessions{indexed_by}
              WHERE site_id = ?1 AND started_at >= ?2 AND started_at < ?3
-             ORDER BY visitor_id, started_at, rowid",
+             ORDER BY visitor_id, started_at, {row_order}",
             sessions::COLUMNS
-        ),
-        Engine::Postgres => format!(
-            "SELECT {} FROM sessions
-             WHERE site_id = ?1 AND started_at >= ?2 AND started_at < ?3
-             ORDER BY visitor_id, started_at, id",
-            sessions::COLUMNS
-        ),
-    };
-    conn.query_each(&sql, args![site_id, from_ms, to_ms], |row| {
+        )
+    });
+    conn.query_each(sql, args![site_id, from_ms, to_ms], |row| {
         each(&sessions::from_row(row)?)
     })
 }

@@ -1,193 +1,162 @@
-//! The schema's history on SQLite and the runner that applies it: the migrations are the numbered
-//! SQL files in `migrations/sqlite/` (`0001_initial.sql` …), embedded in order in [`MIGRATIONS`]. Migration `N` takes
-//! `PRAGMA user_version` from `N - 1` to `N`, in its own transaction; a fresh database is built by
-//! the same steps from version 0, so there is one way to a schema, and `schema.sql` at the top of the
-//! repository is its snapshot: documentation, checked by a test here, never applied.
+//! The one migration runner, for both engines' chains of migrations (`engine/sqlite.rs`'s and
+//! `engine/postgres.rs`'s lists, the numbered files of `migrations/sqlite/` and
+//! `migrations/postgres/`). Each engine says how it reads and sets the schema version, which lock
+//! makes migrating one process at a time, and whether each migration commits on its own (SQLite:
+//! `PRAGMA user_version`, its write lock, one transaction per step) or all pending ones together
+//! (PostgreSQL: the row of `schema_version`, an advisory lock, one transaction); the runner decides
+//! what is pending, refuses a database newer than the binary, and logs one line per migration
+//! applied. A fresh database is built by the same steps from version 0, so there is one way to a
+//! schema; `schema.sql` at the top of the repository is SQLite's snapshot, documentation checked
+//! by a test here, never applied.
 //!
-//! A released file is frozen (a test pins its SHA-256): a change to the schema is a new file. Where
-//! SQL cannot say a step, the file calls a SQL function written in Rust, named after the file
-//! (`m0005_…`) and registered on the migrating connection only while its step runs.
-//!
-//! Holds no connection set-up and no transaction runner of the process (`store/mod.rs` does); the
-//! migrations run before any other work, on the connection `store::open` made.
+//! A released file is frozen (a test pins its SHA-256): a change to the schema is a new file.
 
-use rusqlite::functions::{Context, FunctionFlags};
-use rusqlite::types::Value;
-use rusqlite::{Connection, TransactionBehavior};
+use super::{Result, StoreError, SCHEMA_VERSION};
 
-use super::{report, Result, StoreError};
-
-/// One migration: its file in `migrations/sqlite/`, and the Rust its SQL calls, if any.
-struct Migration {
-    /// `NNNN_what.sql`, where `NNNN` is the `user_version` the step leaves.
-    file: &'static str,
-    sql: &'static str,
-    functions: &'static [RustFunction],
-}
-
-/// A SQL function written in Rust, for what a migration's SQL cannot say; named after its file.
-struct RustFunction {
-    name: &'static str,
-    args: i32,
-    f: fn(&Context<'_>) -> rusqlite::Result<Value>,
+/// One migration: its file, and the schema version it leaves.
+pub struct Migration {
+    /// `NNNN_what.sql`, where `NNNN` is the version the step leaves.
+    pub file: &'static str,
+    pub version: i64,
+    pub sql: &'static str,
 }
 
 impl Migration {
-    const fn sql(file: &'static str, sql: &'static str) -> Migration {
-        Migration {
-            file,
-            sql,
-            functions: &[],
-        }
-    }
-
-    const fn calling(self, functions: &'static [RustFunction]) -> Migration {
-        Migration { functions, ..self }
+    pub const fn new(version: i64, file: &'static str, sql: &'static str) -> Migration {
+        Migration { file, version, sql }
     }
 }
 
-/// Every migration, in order; see `tests::released_migrations_are_frozen` to add one.
-const MIGRATIONS: &[Migration] = &[
-    Migration::sql(
-        "0001_initial.sql",
-        include_str!("migrations/sqlite/0001_initial.sql"),
-    ),
-    Migration::sql(
-        "0002_pixel_trust_and_storage.sql",
-        include_str!("migrations/sqlite/0002_pixel_trust_and_storage.sql"),
-    ),
-    Migration::sql(
-        "0003_outbox_origin.sql",
-        include_str!("migrations/sqlite/0003_outbox_origin.sql"),
-    ),
-    Migration::sql(
-        "0004_data_lifecycle.sql",
-        include_str!("migrations/sqlite/0004_data_lifecycle.sql"),
-    ),
-    Migration::sql(
-        "0005_report_rollup.sql",
-        include_str!("migrations/sqlite/0005_report_rollup.sql"),
-    )
-    .calling(&[RustFunction {
-        name: "m0005_minor_amount",
-        args: 2,
-        f: m0005_minor_amount,
-    }]),
-    Migration::sql(
-        "0006_dashboard_accounts.sql",
-        include_str!("migrations/sqlite/0006_dashboard_accounts.sql"),
-    ),
-    Migration::sql(
-        "0007_first_run_token.sql",
-        include_str!("migrations/sqlite/0007_first_run_token.sql"),
-    ),
-    Migration::sql(
-        "0008_forwarding.sql",
-        include_str!("migrations/sqlite/0008_forwarding.sql"),
-    ),
-    Migration::sql(
-        "0009_destination_api_version.sql",
-        include_str!("migrations/sqlite/0009_destination_api_version.sql"),
-    ),
-];
-
-/// The schema version this binary writes and understands: the number of the last migration.
-pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
-
-/// `m0005_minor_amount(value, currency)`, the Rust part of `0005_report_rollup.sql`: the existing
-/// rows' `reporting_minor`, exact decimal arithmetic SQL has not. It is `report::minor_amount`, the
-/// function the pipeline fills new rows' `reporting_minor` with, so that old and new rows agree.
-fn m0005_minor_amount(ctx: &Context<'_>) -> rusqlite::Result<Value> {
-    let value: Option<String> = ctx.get(0)?;
-    let currency: Option<String> = ctx.get(1)?;
-    Ok(match (value, currency) {
-        (Some(v), Some(c)) => report::minor_amount(&v, &c).map_or(Value::Null, Value::Integer),
-        _ => Value::Null,
-    })
+/// How one engine keeps and changes its schema version.
+pub trait Chain {
+    /// The engine's name in the log.
+    const ENGINE: &'static str;
+    /// Whether each migration commits in a transaction of its own, rather than all pending ones
+    /// in one.
+    const STEPWISE: bool;
+    /// The version read without the migration lock, where that is cheap and safe (SQLite: an
+    /// up-to-date file costs one read and takes no lock); `None` where it is not.
+    fn peek(&mut self) -> Result<Option<i64>>;
+    /// Opens the migration's transaction, holding the lock that makes migrating one at a time.
+    fn begin(&mut self) -> Result<()>;
+    /// The version, inside the transaction.
+    fn version(&mut self) -> Result<i64>;
+    /// Runs one migration's SQL; an error names its file.
+    fn apply(&mut self, m: &Migration) -> Result<()>;
+    fn set_version(&mut self, version: i64) -> Result<()>;
+    fn commit(&mut self) -> Result<()>;
+    /// Ends a failed transaction; nothing of it stays.
+    fn rollback(&mut self);
 }
 
-fn user_version(conn: &Connection) -> Result<i64> {
-    Ok(conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
-}
-
-/// Brings the schema to [`SCHEMA_VERSION`], each migration in its own transaction; refuses a
-/// newer file. An up-to-date file costs one read and takes no lock.
-pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
-    migrate_to(conn, SCHEMA_VERSION)
-}
-
-/// [`migrate`], stopping at `target` (tests build a file as an older binary left it).
-fn migrate_to(conn: &mut Connection, target: i64) -> Result<()> {
-    let mut version = user_version(conn)?;
+/// Brings the schema to `target` through `migrations` (in order), refusing a database newer than
+/// [`SCHEMA_VERSION`]; the lines it logged, one per migration applied. An upgrade (a database at a
+/// version above 0) logs them at `info`; a new database, built from version 0 on its first open
+/// (a first command's, a test's), at `debug`, so that creating one is not a wall of lines.
+pub fn run<C: Chain>(chain: &mut C, migrations: &[Migration], target: i64) -> Result<Vec<String>> {
+    let mut applied = Vec::new();
+    let mut upgrade = None;
     loop {
-        if version < 0 {
-            return Err(StoreError::Other(format!(
-                "database schema version {version} is not one of convapi's"
-            )));
+        if let Some(version) = chain.peek()? {
+            known(version)?;
+            upgrade.get_or_insert(version > 0);
+            if version >= target {
+                return Ok(applied);
+            }
         }
-        if version > SCHEMA_VERSION {
-            return Err(StoreError::Other(format!(
-                "database schema version {version} is newer than this binary understands \
-                 ({SCHEMA_VERSION}); upgrade convapi"
-            )));
+        chain.begin()?;
+        let (from, done) = match one_transaction(chain, migrations, target) {
+            Ok(done) => done,
+            Err(e) => {
+                chain.rollback();
+                return Err(e);
+            }
+        };
+        let level = if *upgrade.get_or_insert(from > 0) {
+            log::Level::Info
+        } else {
+            log::Level::Debug
+        };
+        for m in &done {
+            let line = applied_line(m, C::ENGINE);
+            log::log!(level, "{line}");
+            applied.push(line);
         }
-        if version >= target {
-            return Ok(());
+        if done.is_empty() || !C::STEPWISE {
+            return Ok(applied);
         }
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        // Another process may have migrated the file while this one waited for the lock.
-        version = user_version(&tx)?;
-        if (0..target).contains(&version) {
-            apply(&tx, &MIGRATIONS[version as usize], version + 1)?;
-            version += 1;
-        }
-        tx.commit()?;
     }
 }
 
-/// Runs one migration and sets `user_version` to `to`, inside the caller's transaction.
-fn apply(conn: &Connection, m: &Migration, to: i64) -> Result<()> {
-    for f in m.functions {
-        conn.create_scalar_function(
-            f.name,
-            f.args,
-            FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
-            f.f,
-        )?;
-    }
-    let done = conn
-        .execute_batch(m.sql)
-        .and_then(|()| conn.pragma_update(None, "user_version", to));
-    for f in m.functions {
-        conn.remove_function(f.name, f.args)?;
-    }
-    done.map_err(|e| match StoreError::from(e) {
-        StoreError::Other(why) => StoreError::Other(format!("migration {}: {why}", m.file)),
-        StoreError::Conflict(why) => StoreError::Conflict(format!("migration {}: {why}", m.file)),
-        transient => transient,
-    })
-}
-
-/// A database at schema version 1 (before every later migration) in memory, with a tenant `t`, its
-/// site `s` and a visitor `v`: the fixture the migrations' unit tests add their own rows to.
-#[cfg(test)]
-pub(crate) fn version_1_fixture() -> Connection {
-    let mut conn = Connection::open_in_memory().unwrap();
-    conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
-    migrate_to(&mut conn, 1).unwrap();
-    conn.execute_batch(
-        "INSERT INTO tenants VALUES ('t', 'T', 0);
-         INSERT INTO sites (id, tenant_id, tracker_id, name, currency, window_days, model, created_at)
-             VALUES ('s', 't', 'trk', 'S', 'EUR', 30, 'last_touch', 0);
-         INSERT INTO visitors VALUES ('s', 'v', 0);",
+/// What the log says of migration `m` applied on `engine`, e.g. `schema: applied migration
+/// 0009_destination_api_version (sqlite)`.
+fn applied_line(m: &Migration, engine: &str) -> String {
+    format!(
+        "schema: applied migration {} ({engine})",
+        m.file.trim_end_matches(".sql")
     )
-    .unwrap();
-    conn
+}
+
+/// One transaction of the runner: reads the version under the lock (another process may have
+/// migrated meanwhile), applies what is pending (one migration when the chain is stepwise), sets
+/// the version and commits; the version it found and the migrations applied.
+fn one_transaction<'m, C: Chain>(
+    chain: &mut C,
+    migrations: &'m [Migration],
+    target: i64,
+) -> Result<(i64, Vec<&'m Migration>)> {
+    let version = chain.version()?;
+    known(version)?;
+    let mut pending: Vec<&Migration> = migrations
+        .iter()
+        .filter(|m| m.version > version && m.version <= target)
+        .collect();
+    if C::STEPWISE {
+        pending.truncate(1);
+    }
+    match pending.last() {
+        Some(last) => {
+            for m in &pending {
+                chain.apply(m)?;
+            }
+            chain.set_version(last.version)?;
+        }
+        None if version < target => {
+            return Err(StoreError::Other(format!(
+                "database schema version {version} has no migration to version {target} on {}",
+                C::ENGINE
+            )))
+        }
+        None => {}
+    }
+    chain.commit()?;
+    Ok((version, pending))
+}
+
+/// Refuses a version this binary did not write.
+fn known(version: i64) -> Result<()> {
+    if version < 0 {
+        return Err(StoreError::Other(format!(
+            "database schema version {version} is not one of convapi's"
+        )));
+    }
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::Other(format!(
+            "database schema version {version} is newer than this binary understands \
+             ({SCHEMA_VERSION}); upgrade convapi"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::engine::sqlite::{
+        migrate, migrate_to, user_version, version_1_fixture, MIGRATIONS,
+    };
+    use crate::store::report;
+    use rusqlite::Connection;
     use sha2::{Digest, Sha256};
 
     /// The SHA-256 of each released migration file, in order. Never change a line: databases out
@@ -243,12 +212,12 @@ mod tests {
     /// 1. write `src/store/migrations/sqlite/NNNN_what.sql`, `NNNN` the next number, with a header comment
     ///    saying what and why (if it builds `conversions` again, it creates `report_daily`'s
     ///    triggers again, written out in full: see `0005_report_rollup.sql`); where SQL cannot say
-    ///    a step, a Rust SQL function named `mNNNN_…` beside [`m0005_minor_amount`];
-    /// 2. add it at the end of [`MIGRATIONS`];
+    ///    a step, a Rust SQL function named `mNNNN_…` beside `m0005_minor_amount` in `engine/sqlite.rs`;
+    /// 2. add it at the end of `engine/sqlite.rs`'s [`MIGRATIONS`];
     /// 3. write `schema.sql` again: `CONVAPI_BLESS=1 cargo test --lib schema_sql`, and read its diff;
     /// 4. add the file's digest, which this test prints, at the end of [`RELEASED`];
     /// 5. write the same step for PostgreSQL, `src/store/migrations/postgres/NNNN_what.sql`, and add
-    ///    it to `store/pg.rs`'s list (`tests/postgres.rs` runs it).
+    ///    it to `engine/postgres.rs`'s list (`tests/postgres.rs` runs it).
     #[test]
     fn released_migrations_are_frozen() {
         let mut problems = Vec::new();
@@ -513,5 +482,26 @@ mod tests {
             .query_row("SELECT m0005_minor_amount('1', 'EUR')", [], |r| r
                 .get::<_, i64>(0))
             .is_err());
+    }
+
+    /// An upgrade logs one line per migration applied, naming it and the engine, in order; an
+    /// up-to-date file logs none.
+    #[test]
+    fn an_upgrade_logs_one_line_per_migration_applied() {
+        let mut conn = version_1_fixture();
+        migrate_to(&mut conn, 7).unwrap();
+        let lines = migrate_to(&mut conn, SCHEMA_VERSION).unwrap();
+        assert_eq!(lines.len() as i64, SCHEMA_VERSION - 7, "{lines:?}");
+        assert_eq!(
+            lines[..2],
+            [
+                "schema: applied migration 0008_forwarding (sqlite)",
+                "schema: applied migration 0009_destination_api_version (sqlite)",
+            ]
+        );
+        assert_eq!(
+            migrate_to(&mut conn, SCHEMA_VERSION).unwrap(),
+            Vec::<String>::new()
+        );
     }
 }

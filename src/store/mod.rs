@@ -11,18 +11,17 @@
 pub mod conversions;
 pub mod copy;
 pub mod dashboard;
-pub mod db;
 pub mod deliveries;
 pub mod destinations;
+pub mod dialect;
+pub mod engine;
 pub mod erasure;
 pub mod export;
 pub mod first_run;
 pub mod keys;
 mod migrate;
 pub mod outbox;
-pub mod pg;
 pub mod pipeline;
-pub mod pool;
 pub mod rates;
 pub mod report;
 pub mod retention;
@@ -37,15 +36,23 @@ pub mod web_sessions;
 use std::path::Path;
 use std::time::Duration;
 
-use r2d2::Pool;
-use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::{Connection, ErrorCode};
+use rusqlite::Connection;
 
-use db::{AsConn, Conn, Engine};
-use migrate::migrate;
+pub use engine::sqlite::configure;
 #[cfg(test)]
-pub(crate) use migrate::version_1_fixture;
-pub use migrate::SCHEMA_VERSION;
+use engine::sqlite::migrate;
+#[cfg(test)]
+pub(crate) use engine::sqlite::version_1_fixture;
+use engine::{AsConn, Conn, Engine};
+
+/// The names the rest of the code knew these by: the seam, the owned connections and the pool
+/// (`engine/mod.rs`), and PostgreSQL's engine (`engine/postgres.rs`).
+pub use engine as db;
+pub use engine as pool;
+pub use engine::postgres as pg;
+
+/// The schema version this binary writes and understands: the number of the last migration.
+pub const SCHEMA_VERSION: i64 = engine::sqlite::MIGRATIONS.len() as i64;
 
 /// How long a connection waits for SQLite's write lock before giving up with `Busy`, by default.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -75,8 +82,6 @@ impl Default for Settings {
         }
     }
 }
-
-pub type DbPool = Pool<SqliteConnectionManager>;
 
 /// A storage failure, in the few kinds the callers act on differently.
 #[derive(Debug, Clone)]
@@ -112,17 +117,6 @@ impl std::fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        match e.sqlite_error_code() {
-            Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => StoreError::Busy,
-            Some(ErrorCode::DiskFull) => StoreError::Full,
-            Some(ErrorCode::ConstraintViolation) => StoreError::Conflict(e.to_string()),
-            _ => StoreError::Other(e.to_string()),
-        }
-    }
-}
-
 impl From<r2d2::Error> for StoreError {
     fn from(e: r2d2::Error) -> Self {
         // The pool only fails when no connection frees up in time: the database is saturated.
@@ -132,29 +126,6 @@ impl From<r2d2::Error> for StoreError {
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
-
-/// Applies the per-connection settings. Called for every connection, pooled or not.
-pub fn configure(conn: &Connection, settings: &Settings) -> rusqlite::Result<()> {
-    conn.busy_timeout(settings.busy_timeout.max(Duration::from_millis(1)))?;
-    // WAL lets readers run beside the single writer; FULL fsyncs the WAL on every commit so that an
-    // acknowledged conversion survives power loss, not just a process crash.
-    // No checkpoint inside a commit: in `serve` the checkpointer thread does it (see
-    // `checkpoint.rs`); elsewhere SQLite checkpoints when the last connection closes.
-    // A WAL that grew during a burst is cut back to `WAL_SIZE_LIMIT` when it next starts over
-    // (without it the file keeps its largest size for as long as the server runs).
-    conn.execute_batch(
-        "PRAGMA journal_mode = WAL;
-         PRAGMA synchronous = FULL;
-         PRAGMA foreign_keys = ON;
-         PRAGMA wal_autocheckpoint = 0;",
-    )?;
-    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT as i64)?;
-    conn.set_prepared_statement_cache_capacity(64);
-    if let Some(pages) = settings.max_page_count {
-        conn.pragma_update(None, "max_page_count", pages as i64)?;
-    }
-    Ok(())
-}
 
 /// Keeps the connection's temporary files in memory (`PRAGMA temp_store = MEMORY`). For the writer's
 /// connection: every job runs in a savepoint of its own, whose journal holds the pages the job
@@ -229,25 +200,7 @@ pub fn open(path: &Path) -> Result<Connection> {
 
 /// [`open`] with the given settings.
 pub fn open_with(path: &Path, settings: &Settings) -> Result<Connection> {
-    let mut conn = Connection::open(path)?;
-    configure(&conn, settings)?;
-    migrate(&mut conn)?;
-    retention::prepare_deletes(&conn)?;
-    Ok(conn)
-}
-
-/// Opens (and migrates) the database, then builds the read pool over it.
-pub fn open_pool(path: &Path, size: u32, settings: &Settings) -> Result<DbPool> {
-    drop(open_with(path, settings)?);
-    let settings = *settings;
-    let manager = SqliteConnectionManager::file(path).with_init(move |c| configure(c, &settings));
-    Pool::builder()
-        .max_size(size.max(1))
-        // A local file does not go stale: r2d2's check would run a statement per checkout.
-        .test_on_check_out(false)
-        .connection_timeout(settings.busy_timeout.max(Duration::from_millis(1)))
-        .build(manager)
-        .map_err(|e| StoreError::Other(format!("cannot open {}: {e}", path.display())))
+    engine::sqlite::open(path, settings)
 }
 
 /// Ends a failed write transaction, unless it already ended (SQLite rolls the whole transaction

@@ -7,7 +7,8 @@
 //! picks it up at its next poll. Like every table module, it opens no transaction of its own.
 //! Written once for both engines (`db.rs`).
 
-use super::db::{args, AsConn, Engine, Row};
+use super::db::{args, AsConn, Row};
+use super::dialect::Statement;
 use super::Result;
 
 /// One outbox row with the conversion it is for.
@@ -78,29 +79,25 @@ pub fn list(conn: &impl AsConn, site_id: Option<&str>, dead_only: bool) -> Resul
 /// `CROSS JOIN … ON` (and plans the join itself): a plain join there.
 pub fn dead_letters(conn: &impl AsConn, site_id: &str, limit: u32) -> Result<(Vec<Entry>, u64)> {
     let conn = conn.conn();
-    let (list, count) = match conn.engine() {
-        Engine::Sqlite => (
-            format!(
-                "SELECT {ENTRY_COLUMNS}
-                 FROM outbox o CROSS JOIN conversions c ON c.id = o.conversion_id
-                 WHERE o.dead_at IS NOT NULL AND c.site_id = ?1
-                 ORDER BY o.dead_at DESC, o.id DESC LIMIT ?2"
-            ),
-            "SELECT COUNT(*) FROM outbox o CROSS JOIN conversions c ON c.id = o.conversion_id
-             WHERE o.dead_at IS NOT NULL AND c.site_id = ?1",
-        ),
-        Engine::Postgres => (
-            format!(
-                "SELECT {ENTRY_COLUMNS}
-                 FROM outbox o JOIN conversions c ON c.id = o.conversion_id
-                 WHERE o.dead_at IS NOT NULL AND c.site_id = ?1
-                 ORDER BY o.dead_at DESC, o.id DESC LIMIT ?2"
-            ),
-            "SELECT COUNT(*) FROM outbox o JOIN conversions c ON c.id = o.conversion_id
-             WHERE o.dead_at IS NOT NULL AND c.site_id = ?1",
-        ),
-    };
-    let items = conn.query_all(&list, args![site_id, i64::from(limit)], entry)?;
+    static LIST: Statement = Statement::new();
+    static COUNT: Statement = Statement::new();
+    let list = LIST.get(&conn, |d| {
+        let join_in_order = d.join_in_order();
+        format!(
+            "SELECT {ENTRY_COLUMNS}
+             FROM outbox o {join_in_order} conversions c ON c.id = o.conversion_id
+             WHERE o.dead_at IS NOT NULL AND c.site_id = ?1
+             ORDER BY o.dead_at DESC, o.id DESC LIMIT ?2"
+        )
+    });
+    let count = COUNT.get(&conn, |d| {
+        let join_in_order = d.join_in_order();
+        format!(
+            "SELECT COUNT(*) FROM outbox o {join_in_order} conversions c ON c.id = o.conversion_id
+             WHERE o.dead_at IS NOT NULL AND c.site_id = ?1"
+        )
+    });
+    let items = conn.query_all(list, args![site_id, i64::from(limit)], entry)?;
     let total: Option<i64> = conn.query_opt(count, args![site_id], |r| r.get(0))?;
     Ok((items, total.unwrap_or(0).max(0) as u64))
 }

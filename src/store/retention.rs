@@ -6,8 +6,6 @@
 //! `limit` row deletions, so that the writer is never held up long by one job. What the pruner
 //! removes and when is decided by `crate::retention`; nothing here loops over a whole table.
 
-use rusqlite::Connection;
-
 use super::db::{args, AsConn, Conn};
 use super::Result;
 
@@ -19,27 +17,6 @@ pub const DEFAULT_RETAIN_DAYS: i64 = 395;
 pub const RECLAIM_PAGES: i64 = 1_000;
 /// [`RECLAIM_PAGES`] as the statement takes it: a literal, so no SQL is built at run time.
 const INCREMENTAL_VACUUM: &str = "PRAGMA incremental_vacuum(1000)";
-
-/// Per-connection settings for the connections that delete (every connection [`super::open`]
-/// makes: the writer's, the pipeline's, the command line's), and the file's auto-vacuum mode.
-///
-/// `secure_delete` overwrites deleted rows and freed pages with zeros, so an erased id does not
-/// linger in a free page or a page's unused space. Incremental auto-vacuum lets [`reclaim`] give
-/// free pages back to the file system a few at a time. The mode can only change on a file without
-/// tables or with a `VACUUM` (never inside a transaction), so a file made before it is vacuumed
-/// once, here, on the first open by this version; when the file is busy (another process writes)
-/// the `VACUUM` is tried again at the next open.
-pub fn prepare_deletes(conn: &Connection) -> Result<()> {
-    conn.pragma_update(None, "secure_delete", "ON")?;
-    let mode: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
-    if mode != 2 {
-        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
-        if let Err(e) = conn.execute_batch("VACUUM") {
-            log::warn!("cannot switch the database to incremental auto-vacuum yet: {e}");
-        }
-    }
-    Ok(())
-}
 
 /// Gives up to [`RECLAIM_PAGES`] free pages back to the file system; returns how many were free
 /// before. Inside a write transaction, like any other job. PostgreSQL has no such step: its
@@ -282,6 +259,7 @@ pub fn expire_conversions(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::Connection;
 
     /// A file at schema version 1 with a conversion, its session and its outbox row.
     fn version_1_with_a_conversion() -> Connection {

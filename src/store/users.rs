@@ -2,7 +2,8 @@
 //! PHC string of a password is stored (hashed by the caller, never on the writer thread). Written
 //! once for both engines (`db.rs`).
 
-use super::db::{args, AsConn, Engine, Row};
+use super::db::{args, AsConn, Row};
+use super::dialect::Statement;
 use super::Result;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,12 +57,12 @@ pub fn create(
 /// The user with this email, compared without regard to case: SQLite's column folds ASCII
 /// (`COLLATE NOCASE`); PostgreSQL's unique index is on `lower(email)`, which the lookup uses.
 pub fn by_email(conn: &impl AsConn, email: &str) -> Result<Option<User>> {
-    let conn = conn.conn();
-    let sql = match conn.engine() {
-        Engine::Sqlite => format!("SELECT {COLUMNS} FROM users WHERE email = ?1"),
-        Engine::Postgres => format!("SELECT {COLUMNS} FROM users WHERE lower(email) = lower(?1)"),
-    };
-    conn.query_opt(&sql, args![email], from_row)
+    static SQL: Statement = Statement::new();
+    let sql = SQL.get(conn, |d| {
+        let caseless_eq = d.caseless_eq("email", "?1");
+        format!("SELECT {COLUMNS} FROM users WHERE {caseless_eq}")
+    });
+    conn.conn().query_opt(sql, args![email], from_row)
 }
 
 pub fn by_id(conn: &impl AsConn, id: &str) -> Result<Option<User>> {

@@ -1,0 +1,334 @@
+//! SQLite, the engine of one node and one file: its connect, every per-connection setting, its
+//! error mapping, its migration list, and how it runs the statements of the seam in `mod.rs`.
+//!
+//! The migrations are the numbered SQL files in `migrations/sqlite/` (`0001_initial.sql` …),
+//! embedded in order in [`MIGRATIONS`]; migration `N` takes `PRAGMA user_version` from `N - 1` to
+//! `N`, in its own transaction (`BEGIN IMMEDIATE`: one process migrates at a time), applied by the
+//! runner of `store/migrate.rs`. Where SQL cannot say a step, the file calls a SQL function written
+//! in Rust, named after the file (`m0005_…`) and registered on the migrating connection only while
+//! its step runs ([`FUNCTIONS`]).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::functions::{Context, FunctionFlags};
+use rusqlite::{Connection, ErrorCode, OptionalExtension};
+
+use super::{Row, Value};
+use crate::store::migrate::{self, Chain, Migration};
+use crate::store::{report, Result, Settings, StoreError, WAL_SIZE_LIMIT};
+
+/// Opens one connection with `settings`, creating the file, bringing its schema up to date, and
+/// switching it to incremental auto-vacuum and secure deletes ([`prepare_deletes`]).
+pub fn open(path: &Path, settings: &Settings) -> Result<Connection> {
+    let mut conn = Connection::open(path)?;
+    configure(&conn, settings)?;
+    migrate(&mut conn)?;
+    prepare_deletes(&conn)?;
+    Ok(conn)
+}
+
+/// Applies the per-connection settings. Called for every connection, pooled or not.
+pub fn configure(conn: &Connection, settings: &Settings) -> rusqlite::Result<()> {
+    conn.busy_timeout(settings.busy_timeout.max(Duration::from_millis(1)))?;
+    // WAL lets readers run beside the single writer; FULL fsyncs the WAL on every commit so that an
+    // acknowledged conversion survives power loss, not just a process crash.
+    // No checkpoint inside a commit: in `serve` the checkpointer thread does it (see
+    // `checkpoint.rs`); elsewhere SQLite checkpoints when the last connection closes.
+    // A WAL that grew during a burst is cut back to `WAL_SIZE_LIMIT` when it next starts over
+    // (without it the file keeps its largest size for as long as the server runs).
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = FULL;
+         PRAGMA foreign_keys = ON;
+         PRAGMA wal_autocheckpoint = 0;",
+    )?;
+    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT as i64)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    if let Some(pages) = settings.max_page_count {
+        conn.pragma_update(None, "max_page_count", pages as i64)?;
+    }
+    Ok(())
+}
+
+/// Per-connection settings for the connections that delete (every connection [`open`]
+/// makes: the writer's, the pipeline's, the command line's), and the file's auto-vacuum mode.
+///
+/// `secure_delete` overwrites deleted rows and freed pages with zeros, so an erased id does not
+/// linger in a free page or a page's unused space. Incremental auto-vacuum lets `retention::reclaim` give
+/// free pages back to the file system a few at a time. The mode can only change on a file without
+/// tables or with a `VACUUM` (never inside a transaction), so a file made before it is vacuumed
+/// once, here, on the first open by this version; when the file is busy (another process writes)
+/// the `VACUUM` is tried again at the next open.
+pub fn prepare_deletes(conn: &Connection) -> Result<()> {
+    conn.pragma_update(None, "secure_delete", "ON")?;
+    let mode: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+    if mode != 2 {
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+        if let Err(e) = conn.execute_batch("VACUUM") {
+            log::warn!("cannot switch the database to incremental auto-vacuum yet: {e}");
+        }
+    }
+    Ok(())
+}
+
+pub type Pool = r2d2::Pool<SqliteConnectionManager>;
+pub type Pooled = r2d2::PooledConnection<SqliteConnectionManager>;
+
+/// Opens (and migrates) the database, then builds the read pool over it.
+pub fn pool(path: &Path, size: u32, settings: &Settings) -> Result<Pool> {
+    drop(open(path, settings)?);
+    let settings = *settings;
+    let manager = SqliteConnectionManager::file(path).with_init(move |c| configure(c, &settings));
+    r2d2::Pool::builder()
+        .max_size(size.max(1))
+        // A local file does not go stale: r2d2's check would run a statement per checkout.
+        .test_on_check_out(false)
+        .connection_timeout(settings.busy_timeout.max(Duration::from_millis(1)))
+        .build(manager)
+        .map_err(|e| StoreError::Other(format!("cannot open {}: {e}", path.display())))
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => StoreError::Busy,
+            Some(ErrorCode::DiskFull) => StoreError::Full,
+            Some(ErrorCode::ConstraintViolation) => StoreError::Conflict(e.to_string()),
+            _ => StoreError::Other(e.to_string()),
+        }
+    }
+}
+
+// The statements of the seam (`Conn`'s methods), on SQLite: every one through the connection's
+// statement cache, parsed once per connection.
+
+pub(super) fn tx_control(c: &Connection, sql: &str) -> Result<()> {
+    Ok(c.prepare_cached(sql)?.execute([]).map(|_| ())?)
+}
+
+/// See [`super::Conn::interrupt_after`]: a progress handler checks the clock every thousand
+/// virtual-machine steps across everything `f` runs.
+pub(super) fn interrupt_after<T>(
+    c: &Connection,
+    deadline: Duration,
+    f: impl FnOnce() -> T,
+) -> Result<T> {
+    let until = Instant::now() + deadline;
+    c.progress_handler(1_000, Some(move || Instant::now() > until))?;
+    let out = f();
+    c.progress_handler(0, None::<fn() -> bool>)?;
+    Ok(out)
+}
+
+pub(super) fn execute(c: &Connection, sql: &str, args: &[Value]) -> Result<u64> {
+    Ok(c.prepare_cached(sql)?
+        .execute(rusqlite::params_from_iter(args))? as u64)
+}
+
+pub(super) fn query_opt<T>(
+    c: &Connection,
+    sql: &str,
+    args: &[Value],
+    f: impl FnOnce(&Row) -> Result<T>,
+) -> Result<Option<T>> {
+    c.prepare_cached(sql)?
+        .query_row(rusqlite::params_from_iter(args), |r| Ok(f(&Row::Sqlite(r))))
+        .optional()?
+        .transpose()
+}
+
+pub(super) fn query_each<E: From<StoreError>>(
+    c: &Connection,
+    sql: &str,
+    args: &[Value],
+    mut f: impl FnMut(&Row) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let mut statement = c.prepare_cached(sql).map_err(StoreError::from)?;
+    let mut rows = statement
+        .query(rusqlite::params_from_iter(args))
+        .map_err(StoreError::from)?;
+    while let Some(r) = rows.next().map_err(StoreError::from)? {
+        f(&Row::Sqlite(r))?;
+    }
+    Ok(())
+}
+
+/// Every migration of SQLite, in order; see `store/migrate.rs`'s `released_migrations_are_frozen`
+/// to add one.
+pub(in crate::store) const MIGRATIONS: &[Migration] = &[
+    Migration::new(
+        1,
+        "0001_initial.sql",
+        include_str!("../migrations/sqlite/0001_initial.sql"),
+    ),
+    Migration::new(
+        2,
+        "0002_pixel_trust_and_storage.sql",
+        include_str!("../migrations/sqlite/0002_pixel_trust_and_storage.sql"),
+    ),
+    Migration::new(
+        3,
+        "0003_outbox_origin.sql",
+        include_str!("../migrations/sqlite/0003_outbox_origin.sql"),
+    ),
+    Migration::new(
+        4,
+        "0004_data_lifecycle.sql",
+        include_str!("../migrations/sqlite/0004_data_lifecycle.sql"),
+    ),
+    Migration::new(
+        5,
+        "0005_report_rollup.sql",
+        include_str!("../migrations/sqlite/0005_report_rollup.sql"),
+    ),
+    Migration::new(
+        6,
+        "0006_dashboard_accounts.sql",
+        include_str!("../migrations/sqlite/0006_dashboard_accounts.sql"),
+    ),
+    Migration::new(
+        7,
+        "0007_first_run_token.sql",
+        include_str!("../migrations/sqlite/0007_first_run_token.sql"),
+    ),
+    Migration::new(
+        8,
+        "0008_forwarding.sql",
+        include_str!("../migrations/sqlite/0008_forwarding.sql"),
+    ),
+    Migration::new(
+        9,
+        "0009_destination_api_version.sql",
+        include_str!("../migrations/sqlite/0009_destination_api_version.sql"),
+    ),
+];
+
+/// The schema version this binary writes and understands: the number of the last migration.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// A SQL function written in Rust, for what a migration's SQL cannot say; named after its file.
+struct RustFunction {
+    name: &'static str,
+    args: i32,
+    f: fn(&Context<'_>) -> rusqlite::Result<rusqlite::types::Value>,
+}
+
+/// The Rust functions each migration's SQL calls, by its file.
+const FUNCTIONS: &[(&str, RustFunction)] = &[(
+    "0005_report_rollup.sql",
+    RustFunction {
+        name: "m0005_minor_amount",
+        args: 2,
+        f: m0005_minor_amount,
+    },
+)];
+
+/// `m0005_minor_amount(value, currency)`, the Rust part of `0005_report_rollup.sql`: the existing
+/// rows' `reporting_minor`, exact decimal arithmetic SQL has not. It is `report::minor_amount`, the
+/// function the pipeline fills new rows' `reporting_minor` with, so that old and new rows agree.
+fn m0005_minor_amount(ctx: &Context<'_>) -> rusqlite::Result<rusqlite::types::Value> {
+    let value: Option<String> = ctx.get(0)?;
+    let currency: Option<String> = ctx.get(1)?;
+    Ok(match (value, currency) {
+        (Some(v), Some(c)) => report::minor_amount(&v, &c).map_or(
+            rusqlite::types::Value::Null,
+            rusqlite::types::Value::Integer,
+        ),
+        _ => rusqlite::types::Value::Null,
+    })
+}
+
+pub(in crate::store) fn user_version(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
+}
+
+/// Brings the schema to [`crate::store::SCHEMA_VERSION`], each migration in its own transaction;
+/// refuses a newer file. An up-to-date file costs one read and takes no lock.
+pub(in crate::store) fn migrate(conn: &mut Connection) -> Result<()> {
+    migrate_to(conn, crate::store::SCHEMA_VERSION).map(drop)
+}
+
+/// [`migrate`], stopping at `target` (tests build a file as an older binary left it); the lines
+/// it logged, one per migration applied.
+pub(in crate::store) fn migrate_to(conn: &mut Connection, target: i64) -> Result<Vec<String>> {
+    migrate::run(&mut SqliteChain { conn }, MIGRATIONS, target)
+}
+
+/// The migration runner's steps on SQLite: the version is `PRAGMA user_version`, the lock
+/// SQLite's write lock (`BEGIN IMMEDIATE`), one transaction per migration.
+struct SqliteChain<'c> {
+    conn: &'c Connection,
+}
+
+impl Chain for SqliteChain<'_> {
+    const ENGINE: &'static str = "sqlite";
+    const STEPWISE: bool = true;
+
+    fn peek(&mut self) -> Result<Option<i64>> {
+        user_version(self.conn).map(Some)
+    }
+
+    fn begin(&mut self) -> Result<()> {
+        Ok(self.conn.execute_batch("BEGIN IMMEDIATE")?)
+    }
+
+    fn version(&mut self) -> Result<i64> {
+        user_version(self.conn)
+    }
+
+    fn apply(&mut self, m: &Migration) -> Result<()> {
+        let functions = FUNCTIONS.iter().filter(|(file, _)| *file == m.file);
+        for (_, f) in functions.clone() {
+            self.conn.create_scalar_function(
+                f.name,
+                f.args,
+                FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+                f.f,
+            )?;
+        }
+        let done = self.conn.execute_batch(m.sql);
+        for (_, f) in functions {
+            self.conn.remove_function(f.name, f.args)?;
+        }
+        done.map_err(|e| match StoreError::from(e) {
+            StoreError::Other(why) => StoreError::Other(format!("migration {}: {why}", m.file)),
+            StoreError::Conflict(why) => {
+                StoreError::Conflict(format!("migration {}: {why}", m.file))
+            }
+            transient => transient,
+        })
+    }
+
+    fn set_version(&mut self, version: i64) -> Result<()> {
+        Ok(self.conn.pragma_update(None, "user_version", version)?)
+    }
+
+    fn commit(&mut self) -> Result<()> {
+        Ok(self.conn.execute_batch("COMMIT")?)
+    }
+
+    fn rollback(&mut self) {
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+}
+
+/// A database at schema version 1 (before every later migration) in memory, with a tenant `t`, its
+/// site `s` and a visitor `v`: the fixture the migrations' unit tests add their own rows to.
+#[cfg(test)]
+pub(crate) fn version_1_fixture() -> Connection {
+    let mut conn = Connection::open_in_memory().unwrap();
+    conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+    migrate_to(&mut conn, 1).unwrap();
+    conn.execute_batch(
+        "INSERT INTO tenants VALUES ('t', 'T', 0);
+         INSERT INTO sites (id, tenant_id, tracker_id, name, currency, window_days, model, created_at)
+             VALUES ('s', 't', 'trk', 'S', 'EUR', 30, 'last_touch', 0);
+         INSERT INTO visitors VALUES ('s', 'v', 0);",
+    )
+    .unwrap();
+    conn
+}
