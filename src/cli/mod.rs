@@ -530,20 +530,9 @@ fn check_db_dir(db: &Path) -> CliResult {
     }
 }
 
-fn require_tenant(conn: &impl AsConn, id: &str) -> CliResult {
-    if store::tenants::exists(conn, id)? {
-        Ok(())
-    } else {
-        Err(format!("no tenant with id {id}").into())
-    }
-}
-
 /// The site with that id (a UUID, accepted in any case); an unknown id is an error.
 fn site_by_id(conn: &impl AsConn, id: &str) -> CliResult<store::sites::Site> {
-    let key = uuid::Uuid::parse_str(id.trim())
-        .map(|u| u.hyphenated().to_string())
-        .unwrap_or_else(|_| id.to_owned());
-    store::sites::by_id(conn, &key)?.ok_or_else(|| format!("no site with id {id}").into())
+    crate::ops::sites::find(conn, id).map_err(site::refused)
 }
 
 fn non_empty<'a>(what: &str, s: &'a str) -> CliResult<&'a str> {

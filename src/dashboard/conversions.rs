@@ -590,7 +590,7 @@ pub fn retry(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) ->
     let (site_id, id) = (site.id.clone(), id.to_owned());
     let done = d
         .writer
-        .submit(move |c| list::retry_dead(c, &site_id, &id, store::now_ms()))?;
+        .submit(move |c| crate::ops::outbox::retry_dead(c, &site_id, &id, store::now_ms()))?;
     let base = base(site);
     match done {
         Ok(()) => {

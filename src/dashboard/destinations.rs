@@ -13,22 +13,23 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use maud::{html, Markup};
-use serde_json::{Map, Value};
-
 use super::form::{self, field};
 use super::layout::{self, SiteTab};
 use super::{Dashboard, PageError, PageResult, Viewer};
-use crate::forward::kinds::parse_events;
-use crate::forward::platform::{bounded, endpoint_refusal, shown, Http, REQUEST_TIMEOUT};
+use crate::forward::platform::{bounded, shown, Http, REQUEST_TIMEOUT};
 use crate::forward::{self, kinds, versions};
 use crate::http::Ctx;
+use crate::ops::{
+    self,
+    destinations::{Changes, DestError},
+};
 use crate::ratelimit::Full;
 use crate::store::{
     self,
-    destinations::{Destination, Health, CONSENT_RULES},
+    destinations::{Destination, CONSENT_RULES},
     sites::Site,
 };
+use maud::{html, Markup};
 
 /// A delivery status in plain words, and what it means.
 pub fn delivery_words(status: &str) -> (&'static str, &'static str) {
@@ -68,19 +69,48 @@ fn enc(s: &str) -> String {
 
 /// The site's destination with this id, else [`PageError::NotFound`] (another site's, or none).
 fn load(d: &Dashboard, site: &Site, id: &str) -> Result<Destination, PageError> {
-    d.read(|c| Ok(store::destinations::by_id(c, id)?))?
-        .filter(|x| x.site_id == site.id)
-        .ok_or(PageError::NotFound)
+    d.read(|c| ops::destinations::find(c, id, Some(&site.id)).map_err(page_error))
 }
 
 /// The kind of a stored destination (a kind this build does not know is a broken row).
 fn kind_of(dest: &Destination) -> Result<&'static kinds::Kind, PageError> {
-    kinds::kind(&dest.kind).ok_or_else(|| {
-        PageError::Internal(format!(
-            "destination {} has an unknown kind {}",
-            dest.id, dest.kind
-        ))
-    })
+    ops::destinations::kind_of(dest).map_err(page_error)
+}
+
+/// A refusal of `ops::destinations` in the form's words; `Err`: no such page, or the server's
+/// fault.
+fn refused(e: DestError) -> Result<String, PageError> {
+    let form = |text: String| Ok(form_message(&kinds::Refused(text)));
+    match e {
+        DestError::Refused(e) => Ok(form_message(&e)),
+        DestError::CredentialsCleared(missing) => {
+            let labels: Vec<&str> = missing.iter().map(|f| f.label).collect();
+            form(format!(
+                "The endpoint changed, so the stored credentials were cleared: they are never \
+                 sent to an address they were not entered for. Enter {} again",
+                labels.join(", ")
+            ))
+        }
+        DestError::Unreachable(e) => form(e),
+        DestError::Version(e) => form(e.0),
+        DestError::TooMany(_) => Ok(format!(
+            "This site has {} destinations, the most a site may have: remove one before adding another.",
+            forward::MAX_DESTINATIONS_PER_SITE
+        )),
+        e => Err(page_error(e)),
+    }
+}
+
+/// What no form can mend: a missing page, a broken row, the store's error.
+fn page_error(e: DestError) -> PageError {
+    match e {
+        DestError::Store(e) => e.into(),
+        DestError::NoSite(_) | DestError::NoDestination(_) => PageError::NotFound,
+        DestError::UnknownKind { id, kind } => {
+            PageError::Internal(format!("destination {id} has an unknown kind {kind}"))
+        }
+        other => PageError::Internal(format!("{other:?}")),
+    }
 }
 
 /// The `deliveries` counts as `delivered 3 · pending 1 · …` (the non-zero ones; "none yet").
@@ -146,14 +176,7 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
     } else {
         None
     };
-    let rows = d.read(|c| {
-        let mut rows = Vec::new();
-        for x in store::destinations::for_site(c, &site.id)? {
-            let counts = store::deliveries::counts(c, &x.id)?;
-            rows.push((x, counts));
-        }
-        Ok(rows)
-    })?;
+    let rows = d.read(|c| ops::destinations::list(c, &site.id).map_err(page_error))?;
     let base = base(site);
     let now = store::now_ms();
     let body = html! {
@@ -256,53 +279,33 @@ impl Fields {
         }
     }
 
-    /// Applies the form to `dest`: settings as typed (blank unsets), a credential only when typed
-    /// (blank keeps the stored one, but for a new endpoint: [`kinds::secrets_stay`]), then checks
-    /// it as `convapi destination` does. `stored` is the destination being edited.
-    fn apply(
-        &self,
-        dest: &mut Destination,
-        kind: &kinds::Kind,
-        stored: Option<&Destination>,
-    ) -> Result<(), kinds::Refused> {
-        dest.name = self.name.clone();
-        for f in kind.fields {
-            let value = self.values.get(f.key).map(String::as_str).unwrap_or("");
-            let map = if f.secret {
-                &mut dest.secrets
-            } else {
-                &mut dest.settings
-            };
-            if !value.is_empty() {
-                map.insert(f.key.to_owned(), Value::from(value));
-            } else if !f.secret {
-                map.remove(f.key);
-            }
+    /// The form's values for `ops::destinations`. A credential input is never filled in, so a
+    /// blank one is a credential not given (the stored one stays, but for a new endpoint); a blank
+    /// setting unsets it.
+    fn changes(&self, kind: &kinds::Kind) -> Changes {
+        Changes {
+            name: Some(self.name.clone()),
+            fields: kind
+                .fields
+                .iter()
+                .map(|f| (f, self.values.get(f.key).map(String::as_str).unwrap_or("")))
+                .filter(|(f, v)| !f.secret || !v.is_empty())
+                .map(|(f, v)| (f.key.to_owned(), v.to_owned()))
+                .collect(),
+            events: Some(
+                self.events
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            consent: Some(self.consent.clone()),
+            endpoint: Some(Some(self.endpoint.clone())),
+            // The form has no API version: the one set stays (`destination update --api-version`).
+            api_version: None,
+            enabled: Some(self.enabled),
         }
-        let lines: Vec<String> = self
-            .events
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned)
-            .collect();
-        dest.events = parse_events(kind, &lines)?;
-        dest.consent = self.consent.clone();
-        dest.endpoint = (!self.endpoint.is_empty()).then(|| self.endpoint.clone());
-        dest.enabled = self.enabled;
-        if let Some(stored) = stored {
-            let given = |k: &str| self.values.get(k).is_some_and(|v| !v.is_empty());
-            let missing = kinds::secrets_stay(stored, dest, given);
-            if !missing.is_empty() {
-                let labels: Vec<&str> = missing.iter().map(|f| f.label).collect();
-                return Err(kinds::Refused(format!(
-                    "The endpoint changed, so the stored credentials were cleared: they are never \
-                     sent to an address they were not entered for. Enter {} again",
-                    labels.join(", ")
-                )));
-            }
-        }
-        kinds::check(dest)
     }
 }
 
@@ -402,55 +405,31 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
     let form = form::post_form(ctx, v)?;
     let kind = kind_param(field(&form, "kind"))?;
     let fields = Fields::of_form(&form, kind);
-    let now = store::now_ms();
-    let mut dest = Destination {
-        id: uuid::Uuid::new_v4().to_string(),
-        site_id: site.id.clone(),
-        kind: kind.name.to_owned(),
-        name: String::new(),
-        settings: Map::new(),
-        secrets: Map::new(),
-        endpoint: None,
-        api_version: None,
-        events: BTreeMap::new(),
-        consent: String::new(),
-        enabled: true,
-        created_at: now,
-        updated_at: now,
-        health: Health::default(),
-    };
-    let checked = fields.apply(&mut dest, kind, None).and_then(|()| {
-        match endpoint_refusal(&fields.endpoint, &d.settings.forward_reach) {
-            Some(e) => Err(kinds::Refused(e)),
-            None => Ok(()),
-        }
-    });
-    if let Err(e) = checked {
-        let msg = form_message(&e);
-        return Ok(layout::html(
-            400,
-            new_page(v, site, kind, &fields, Some(&msg)),
-        ));
-    }
-    let id = dest.id.clone();
+    let (changes, reach, site_id) = (
+        fields.changes(kind),
+        d.settings.forward_reach.clone(),
+        site.id.clone(),
+    );
     let added = d.writer.submit(move |c| {
-        store::destinations::insert_within(c, &dest, forward::MAX_DESTINATIONS_PER_SITE)
+        ops::in_job(ops::destinations::add(
+            c,
+            &site_id,
+            kind,
+            &changes,
+            Some(&reach),
+        ))
     })?;
-    if !added {
-        let msg = format!(
-            "This site has {} destinations, the most a site may have: remove one before adding another.",
-            forward::MAX_DESTINATIONS_PER_SITE
-        );
-        return Ok(layout::html(
+    match added {
+        Ok(dest) => Ok(layout::redirect(&format!(
+            "{}/{}?added=1",
+            base(site),
+            enc(&dest.id)
+        ))),
+        Err(e) => Ok(layout::html(
             400,
-            new_page(v, site, kind, &fields, Some(&msg)),
-        ));
+            new_page(v, site, kind, &fields, Some(&refused(e)?)),
+        )),
     }
-    Ok(layout::redirect(&format!(
-        "{}/{}?added=1",
-        base(site),
-        enc(&id)
-    )))
 }
 
 /// A refusal of `forward::kinds::check` in the form's words: its `pass --flag` becomes the field.
@@ -610,19 +589,22 @@ pub fn edit_form(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str
 /// the write's own transaction.
 pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
     let form = form::post_form(ctx, v)?;
-    let mut dest = load(d, site, id)?;
-    let kind = kind_of(&dest)?;
+    let stored = load(d, site, id)?;
+    let kind = kind_of(&stored)?;
     let fields = Fields::of_form(&form, kind);
-    let stored = dest.clone();
-    let checked = fields.apply(&mut dest, kind, Some(&stored)).and_then(|()| {
-        // An endpoint the form leaves as it is stays (the operator's, set with the command line).
-        match endpoint_refusal(&fields.endpoint, &d.settings.forward_reach) {
-            Some(e) if dest.endpoint != stored.endpoint => Err(kinds::Refused(e)),
-            _ => Ok(()),
-        }
-    });
-    if let Err(e) = checked {
-        let msg = form_message(&e);
+    let (changes, reach) = (fields.changes(kind), d.settings.forward_reach.clone());
+    let (site_id, dest_id) = (site.id.clone(), stored.id.clone());
+    let saved = d.writer.submit(move |c| {
+        ops::in_job(ops::destinations::update(
+            c,
+            &dest_id,
+            Some(&site_id),
+            &changes,
+            Some(&reach),
+        ))
+    })?;
+    if let Err(e) = saved {
+        let msg = refused(e)?;
         let extra = Extra {
             error: Some(&msg),
             ..Extra::default()
@@ -631,30 +613,6 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
             400,
             edit_page(d, v, site, &stored, &fields, extra)?,
         ));
-    }
-    dest.updated_at = store::now_ms();
-    let site_id = site.id.clone();
-    let saved = d.writer.submit(move |c| {
-        // Written only over this site's destination, with the credentials the form left blank
-        // as they are now (not as they were when the form was read) when they are now for the
-        // address this form writes.
-        let Some(now) = store::destinations::by_id(c, &dest.id)?.filter(|x| x.site_id == site_id)
-        else {
-            return Ok(false);
-        };
-        if now.endpoint == dest.endpoint {
-            for (k, v) in &now.secrets {
-                if stored.secrets.get(k) == dest.secrets.get(k) {
-                    dest.secrets.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        // The form has no API version: the one set now stays (`destination update --api-version`).
-        dest.api_version = now.api_version;
-        store::destinations::update(c, &dest)
-    })?;
-    if !saved {
-        return Err(PageError::NotFound);
     }
     Ok(layout::redirect(&format!(
         "{}/{}?saved=1",
@@ -691,15 +649,9 @@ pub fn remove_form(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &
 pub fn remove(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
     form::post_form(ctx, v)?;
     let (site_id, id) = (site.id.clone(), id.to_owned());
-    let done = d.writer.submit(move |c| {
-        if store::destinations::by_id(c, &id)?.is_none_or(|x| x.site_id != site_id) {
-            return Ok(false);
-        }
-        store::destinations::remove(c, &id)
-    })?;
-    if !done {
-        return Err(PageError::NotFound);
-    }
+    d.writer
+        .submit(move |c| ops::in_job(ops::destinations::remove(c, &id, Some(&site_id))))?
+        .map_err(page_error)?;
     Ok(layout::redirect(&format!("{}?removed=1", base(site))))
 }
 
@@ -745,20 +697,10 @@ pub fn test(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> 
 pub fn retry(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
     form::post_form(ctx, v)?;
     let (site_id, dest_id) = (site.id.clone(), id.to_owned());
-    let retried = d.writer.submit(move |c| {
-        if store::destinations::by_id(c, &dest_id)?.is_none_or(|x| x.site_id != site_id) {
-            return Ok(None);
-        }
-        Ok(Some(store::deliveries::retry_failed(
-            c,
-            &dest_id,
-            None,
-            store::now_ms(),
-        )?))
-    })?;
-    let Some(n) = retried else {
-        return Err(PageError::NotFound);
-    };
+    let (_, n) = d
+        .writer
+        .submit(move |c| ops::in_job(ops::destinations::retry(c, &dest_id, Some(&site_id), None)))?
+        .map_err(page_error)?;
     Ok(layout::redirect(&format!(
         "{}/{}?retried={n}",
         base(site),

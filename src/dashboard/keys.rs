@@ -2,17 +2,17 @@
 //! key shown once with a `curl` per site to try it with, and revocation behind a confirmation page. Keys are made by `crate::keys` and
 //! stored by `store::keys`, as `convapi key` does.
 
-use crate::store::db::AsConn;
 use maud::{html, Markup};
 
 use super::form::{self, field};
 use super::layout;
 use super::{Dashboard, PageError, PageResult, Viewer};
 use crate::http::Ctx;
+use crate::ops::{
+    self,
+    keys::{KeyError, MAX_NAME_CHARS},
+};
 use crate::store::{self, keys::KeyInfo, sites::Site};
-
-/// The longest key name accepted.
-const MAX_NAME_CHARS: usize = 200;
 
 /// A new key and what to try it with: a `curl` per site of the tenant (the first few), filled in
 /// with the key and the server's origin.
@@ -109,36 +109,30 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
 /// only time it is shown; `no-store` keeps it out of caches and history.
 pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     let form = form::post_form(ctx, v)?;
-    let name = field(&form, "name");
-    if name.chars().count() > MAX_NAME_CHARS {
-        let keys = d.read(|c| Ok(store::keys::list(c, &v.tenant_id)?))?;
-        let msg = format!("The name must have at most {MAX_NAME_CHARS} characters.");
-        return Ok(layout::html(
-            400,
-            keys_page(v, &keys, None, None, Some(&msg)),
-        ));
-    }
-    let name = (!name.is_empty()).then(|| name.to_owned());
-    let (key, prefix) = crate::keys::generate()
-        .map_err(|e| PageError::Internal(format!("no OS randomness: {e}")))?;
-    let hash = crate::keys::hash(&key);
+    let name = field(&form, "name").to_owned();
     let tenant = v.tenant_id.clone();
-    let keys = d.writer.submit(move |c| {
-        let id = uuid::Uuid::new_v4().to_string();
-        store::keys::create(
-            c,
-            &id,
-            &tenant,
-            name.as_deref(),
-            &prefix,
-            &hash,
-            store::now_ms(),
-        )?;
-        store::keys::list(c, &tenant)
+    let made = d.writer.submit(move |c| {
+        let made = ops::in_job(ops::keys::create(c, &tenant, Some(&name)))?;
+        Ok((made, store::keys::list(c, &tenant)?))
     })?;
+    let (new, keys) = match made {
+        (Ok(new), keys) => (new, keys),
+        (Err(KeyError::NameTooLong), keys) => {
+            let msg = format!("The name must have at most {MAX_NAME_CHARS} characters.");
+            return Ok(layout::html(
+                400,
+                keys_page(v, &keys, None, None, Some(&msg)),
+            ));
+        }
+        (Err(KeyError::Randomness(e)), _) => {
+            return Err(PageError::Internal(format!("no OS randomness: {e}")))
+        }
+        (Err(KeyError::Store(e)), _) => return Err(e.into()),
+        (Err(KeyError::NoTenant(_) | KeyError::NoKey(_)), _) => return Err(PageError::NotFound),
+    };
     let sites = d.read(|c| Ok(store::sites::list(c, Some(&v.tenant_id))?))?;
     let new = NewKey {
-        key: &key,
+        key: &new.key,
         origin: super::sites::origin(d, ctx),
         sites,
     };
@@ -149,21 +143,17 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
 }
 
 /// The viewer's tenant's key with this id, else [`PageError::NotFound`].
-fn tenant_key(
-    conn: &impl AsConn,
-    tenant: &str,
-    id: &str,
-) -> Result<Option<KeyInfo>, store::StoreError> {
-    Ok(store::keys::list(conn, tenant)?
-        .into_iter()
-        .find(|k| k.id == id))
+fn tenant_key(d: &Dashboard, v: &Viewer, id: &str) -> Result<KeyInfo, PageError> {
+    d.read(|c| match ops::keys::find(c, &v.tenant_id, id) {
+        Ok(k) => Ok(k),
+        Err(KeyError::Store(e)) => Err(e.into()),
+        Err(_) => Err(PageError::NotFound),
+    })
 }
 
 /// `GET /dashboard/settings/api-keys/{id}/revoke`: the confirmation.
 pub fn revoke_form(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, id: &str) -> PageResult {
-    let key = d
-        .read(|c| Ok(tenant_key(c, &v.tenant_id, id)?))?
-        .ok_or(PageError::NotFound)?;
+    let key = tenant_key(d, v, id)?;
     let body = html! {
         p.crumbs { "Settings / " a href="/dashboard/settings/api-keys" { "API Keys" } }
         h1 { "Revoke key" }
@@ -193,13 +183,10 @@ pub fn revoke(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, id: &str) -> PageResult 
     form::post_form(ctx, v)?;
     let tenant = v.tenant_id.clone();
     let id = id.to_owned();
-    let done = d.writer.submit(move |c| {
-        if tenant_key(c, &tenant, &id)?.is_none() {
-            return Ok(false);
-        }
-        Ok(store::keys::revoke(c, &id, store::now_ms())?.is_some())
-    })?;
-    if !done {
+    let done = d
+        .writer
+        .submit(move |c| ops::in_job(ops::keys::revoke(c, Some(&tenant), &id)))?;
+    if done.is_err() {
         return Err(PageError::NotFound);
     }
     Ok(layout::redirect("/dashboard/settings/api-keys?revoked=1"))

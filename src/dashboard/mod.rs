@@ -8,7 +8,8 @@
 //! reads through the pool and writes only through the writer; SQL stays in `store/`.
 
 pub mod account;
-pub mod accounts;
+/// The account rules live with the operations that use them (`ops::users`).
+pub use crate::ops::accounts;
 pub mod auth;
 pub mod chart;
 pub mod conversions;

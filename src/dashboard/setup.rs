@@ -15,6 +15,7 @@ use super::form::{self, field};
 use super::{accounts, auth, layout, Dashboard, PageError, PageResult};
 use crate::http::Ctx;
 use crate::invalid::Invalid;
+use crate::ops;
 use crate::store::{self, tenants::Tenant};
 
 /// Characters of the first-run token (base62).
@@ -263,9 +264,9 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
                 store::tenants::create(c, &uuid::Uuid::new_v4().to_string(), &organization, now)?.id
             }
         };
-        let user_id = uuid::Uuid::new_v4().to_string();
-        store::users::create(c, &user_id, &tenant_id, &email, &hash, now)?;
-        store::web_sessions::create(c, &session_hash, &user_id, &session_csrf, now)?;
+        let credentials = ops::users::Credentials { email, hash };
+        let user = ops::unrefused(ops::users::create(c, &tenant_id, &credentials))?;
+        store::web_sessions::create(c, &session_hash, &user.id, &session_csrf, now)?;
         Ok(true)
     })?;
     if !made {

@@ -13,10 +13,11 @@ use super::layout::{self, SiteTab};
 use super::{Dashboard, PageError, PageResult, Viewer};
 use crate::http::Ctx;
 use crate::invalid::Invalid;
-use crate::store::{
+use crate::ops::{
     self,
-    sites::{NewSite, Site, SiteChanges},
+    sites::{Changes, Field, NewSite, SiteError},
 };
+use crate::store::{self, sites::Site};
 
 /// `GET /dashboard/`: the tenant's sites.
 pub fn list(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer) -> PageResult {
@@ -84,39 +85,51 @@ impl Fields {
     }
 }
 
-/// The checked settings of a form.
-struct Checked {
-    name: String,
-    domain: Option<String>,
-    currency: String,
-    window_days: i64,
-    model: String,
-    consent_required: bool,
+impl Fields {
+    /// The form's settings for `ops::sites`; the window must be a number.
+    fn changes(&self) -> Result<Changes, Invalid> {
+        let window_days: i64 = self.window_days.parse().map_err(|_| {
+            Invalid(format!(
+                "Attribution window: {:?} is not a number of days.",
+                self.window_days
+            ))
+        })?;
+        Ok(Changes {
+            name: Some(self.name.clone()),
+            // An empty field clears the domain.
+            domain: Some(Some(self.domain.clone()).filter(|d| !d.is_empty())),
+            currency: Some(self.currency.clone()),
+            window_days: Some(window_days),
+            model: Some(self.model.clone()),
+            consent_required: Some(self.consent_required),
+            ..Changes::default()
+        })
+    }
 }
 
-fn check(f: &Fields) -> Result<Checked, Invalid> {
-    let name = crate::sites::name(&f.name)?.to_owned();
-    let domain = match f.domain.as_str() {
-        "" => None,
-        d => Some(crate::sites::normalise_domain(d).map_err(|e| Invalid(format!("Domain: {e}.")))?),
-    };
-    crate::sites::check_currency(&f.currency).map_err(|e| Invalid(format!("Currency: {e}.")))?;
-    let window_days: i64 = f.window_days.parse().map_err(|_| {
-        Invalid(format!(
-            "Attribution window: {:?} is not a number of days.",
-            f.window_days
-        ))
-    })?;
-    crate::sites::check_window_days(window_days)
-        .map_err(|e| Invalid(format!("Attribution window: {e} days.")))?;
-    crate::sites::check_model(&f.model).map_err(|e| Invalid(format!("Model: {e}.")))?;
-    Ok(Checked {
-        name,
-        domain,
-        currency: f.currency.clone(),
-        window_days,
-        model: f.model.clone(),
-        consent_required: f.consent_required,
+/// A refusal of `ops::sites` in the form's words (`Err`: no such page, or the server's fault).
+fn refused(e: SiteError) -> Result<String, PageError> {
+    Ok(match e {
+        SiteError::Invalid(f, e) => match f {
+            Field::Name => e.0,
+            Field::Domain => format!("Domain: {e}."),
+            Field::Currency => format!("Currency: {e}."),
+            Field::WindowDays => format!("Attribution window: {e} days."),
+            Field::Model => format!("Model: {e}."),
+        },
+        SiteError::CurrencyRefused { name, other, .. } => {
+            crate::sites::currency_change_refused(&format!("\"{name}\""), &other).0
+        }
+        SiteError::NoSite(_) | SiteError::NoTenant(_) => return Err(PageError::NotFound),
+        SiteError::NoIdentitySecret(id) => {
+            return Err(PageError::Internal(format!(
+                "site {id} has no identity secret"
+            )))
+        }
+        SiteError::Randomness(e) => {
+            return Err(PageError::Internal(format!("no OS randomness: {e}")))
+        }
+        SiteError::Store(e) => return Err(e.into()),
     })
 }
 
@@ -191,32 +204,32 @@ pub fn new_form(_d: &Dashboard, _ctx: &mut Ctx, v: &Viewer) -> PageResult {
 pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     let form = form::post_form(ctx, v)?;
     let fields = Fields::of_form(&form);
-    let c = match check(&fields) {
+    let c = match fields.changes() {
         Ok(c) => c,
         Err(msg) => return Ok(layout::html(400, new_page(v, &fields, Some(&msg.0)))),
     };
-    let tracker_id = crate::keys::random_base62(12)
-        .map_err(|e| PageError::Internal(format!("no OS randomness: {e}")))?;
-    let id = uuid::Uuid::new_v4().to_string();
+    let new = NewSite {
+        name: c.name.unwrap_or_default(),
+        domain: c.domain.flatten(),
+        currency: c.currency.unwrap_or_default(),
+        window_days: c.window_days.unwrap_or_default(),
+        model: c.model.unwrap_or_default(),
+        signed_identify: false,
+        retain_days: None,
+        expire_conversions: None,
+        consent_required: None,
+    };
     let tenant = v.tenant_id.clone();
-    let site_id = id.clone();
-    d.writer.submit(move |conn| {
-        store::sites::create(
-            conn,
-            &NewSite {
-                id: &site_id,
-                tenant_id: &tenant,
-                tracker_id: &tracker_id,
-                name: &c.name,
-                domain: c.domain.as_deref(),
-                currency: &c.currency,
-                window_days: c.window_days,
-                model: &c.model,
-            },
-            store::now_ms(),
-        )
-    })?;
-    Ok(layout::redirect(&format!("/dashboard/sites/{id}")))
+    match d
+        .writer
+        .submit(move |c| ops::in_job(ops::sites::create(c, &tenant, &new)))?
+    {
+        Ok(made) => Ok(layout::redirect(&format!(
+            "/dashboard/sites/{}",
+            made.site.id
+        ))),
+        Err(e) => Ok(layout::html(400, new_page(v, &fields, Some(&refused(e)?)))),
+    }
 }
 
 /// This server's origin for the snippet and the examples: `--public-url` when set, else as the
@@ -430,46 +443,22 @@ pub fn overview(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageRe
 pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
     let form = form::post_form(ctx, v)?;
     let fields = Fields::of_form(&form);
-    let c = match check(&fields) {
-        Ok(c) => c,
-        Err(msg) => {
-            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg.0))?;
-            return Ok(layout::html(400, page));
+    let saved = match fields.changes() {
+        Ok(c) => {
+            let id = site.id.clone();
+            d.writer
+                .submit(move |conn| ops::in_job(ops::sites::update(conn, &id, &c)))?
+                .map_err(refused)
         }
+        Err(msg) => Err(Ok(msg.0)),
     };
-    let id = site.id.clone();
-    let name = site.name.clone();
-    let old_currency = site.currency.clone();
-    // `Ok(None)`: the site is gone; `Err`: the currency change is refused.
-    let saved = d.writer.submit(move |conn| {
-        if c.currency != old_currency {
-            if let Some(other) = store::sites::other_reporting_currency(conn, &id, &c.currency)? {
-                return Ok(Err(crate::sites::currency_change_refused(
-                    &format!("\"{name}\""),
-                    &other,
-                )));
-            }
-        }
-        let changes = SiteChanges {
-            name: Some(&c.name),
-            // An empty field clears the domain.
-            domain: Some(c.domain.as_deref()),
-            currency: Some(&c.currency),
-            window_days: Some(c.window_days),
-            model: Some(&c.model),
-            consent_required: Some(c.consent_required),
-            ..SiteChanges::default()
-        };
-        Ok(Ok(store::sites::update(conn, &id, &changes)?))
-    })?;
     match saved {
-        Ok(Some(_)) => Ok(layout::redirect(&format!(
+        Ok(_) => Ok(layout::redirect(&format!(
             "/dashboard/sites/{}?saved=1",
             site.id
         ))),
-        Ok(None) => Err(PageError::NotFound),
         Err(msg) => {
-            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg.0))?;
+            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg?))?;
             Ok(layout::html(400, page))
         }
     }
