@@ -14,7 +14,6 @@
 //! pending deliveries every second.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Subcommand};
@@ -27,6 +26,7 @@ use crate::ops::{
     self,
     destinations::{Changes, DestError},
 };
+use crate::store::pool::Location;
 use crate::store::{
     self,
     destinations::{Destination, CONSENT_RULES, KINDS},
@@ -345,7 +345,7 @@ fn refused_kind(e: kinds::Refused) -> CliError {
     }
 }
 
-pub(super) fn add(db: &Path, a: AddArgs) -> CliResult {
+pub(super) fn add(db: &Location, a: AddArgs) -> CliResult {
     let kind = kinds::kind(&a.kind).expect("clap allows only known kinds");
     let changes = Changes {
         name: Some(a.name),
@@ -375,7 +375,7 @@ pub(super) fn add(db: &Path, a: AddArgs) -> CliResult {
     })
 }
 
-pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let conn = open(db)?;
     let site = site_by_id(&conn, &a.site)?;
     let rows = store::read(&conn, |c| ops::destinations::list(c, &site.id)).map_err(refused)?;
@@ -398,7 +398,7 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
     })
 }
 
-pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
+pub(super) fn update(db: &Location, a: UpdateArgs) -> CliResult {
     let nothing = a.name.is_none()
         && a.fields.0.is_empty()
         && a.events.is_empty()
@@ -462,7 +462,7 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
     })
 }
 
-pub(super) fn remove(db: &Path, a: IdArgs) -> CliResult {
+pub(super) fn remove(db: &Location, a: IdArgs) -> CliResult {
     let conn = open(db)?;
     let d =
         store::write_tx(&conn, |tx| ops::destinations::remove(tx, &a.id, None)).map_err(refused)?;
@@ -476,7 +476,7 @@ pub(super) fn remove(db: &Path, a: IdArgs) -> CliResult {
     })
 }
 
-pub(super) fn test(db: &Path, a: IdArgs) -> CliResult {
+pub(super) fn test(db: &Location, a: IdArgs) -> CliResult {
     let conn = open(db)?;
     let d = ops::destinations::find(&conn, &a.id, None).map_err(refused)?;
     let site = site_by_id(&conn, &d.site_id)?;
@@ -506,7 +506,7 @@ pub(super) fn test(db: &Path, a: IdArgs) -> CliResult {
     }
 }
 
-pub(super) fn rekey(db: &Path, a: RekeyArgs) -> CliResult {
+pub(super) fn rekey(db: &Location, a: RekeyArgs) -> CliResult {
     let conn = open(db)?;
     let n = store::write_tx(&conn, |tx| ops::destinations::rekey(tx, a.drop_unreadable))
         .map_err(refused)?;
@@ -518,7 +518,7 @@ pub(super) fn rekey(db: &Path, a: RekeyArgs) -> CliResult {
     })
 }
 
-pub(super) fn retry(db: &Path, a: RetryArgs) -> CliResult {
+pub(super) fn retry(db: &Location, a: RetryArgs) -> CliResult {
     let conn = open(db)?;
     let (d, n) = store::write_tx(&conn, |tx| {
         ops::destinations::retry(tx, &a.id, None, a.order.as_deref())
@@ -534,7 +534,7 @@ pub(super) fn retry(db: &Path, a: RetryArgs) -> CliResult {
     })
 }
 
-pub(super) fn replay(db: &Path, a: ReplayArgs) -> CliResult {
+pub(super) fn replay(db: &Location, a: ReplayArgs) -> CliResult {
     if a.from > a.to {
         return Err(format!("--from {} is after --to {}", a.from, a.to).into());
     }

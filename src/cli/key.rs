@@ -1,12 +1,11 @@
 //! `convapi key ...`: API keys. A key is printed once, at creation; only its hash is stored.
 
-use std::path::Path;
-
 use clap::Subcommand;
 use serde_json::json;
 
 use super::{open, print, CliError, CliResult};
 use crate::ops::{self, keys::KeyError};
+use crate::store::pool::Location;
 
 #[derive(Subcommand)]
 pub(super) enum KeyCmd {
@@ -64,7 +63,7 @@ fn refused(e: KeyError) -> CliError {
     })
 }
 
-pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
+pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {
     let conn = open(db)?;
     let k = ops::keys::create(&conn, &a.tenant, a.name.as_deref()).map_err(refused)?;
     let (id, key) = (&k.id, &k.key);
@@ -75,7 +74,7 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
     })
 }
 
-pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let conn = open(db)?;
     let keys = ops::keys::list(&conn, &a.tenant).map_err(refused)?;
     print(a.json, &keys, || {
@@ -97,7 +96,7 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
     })
 }
 
-pub(super) fn revoke(db: &Path, a: RevokeArgs) -> CliResult {
+pub(super) fn revoke(db: &Location, a: RevokeArgs) -> CliResult {
     let conn = open(db)?;
     let k = ops::keys::revoke(&conn, None, &a.key_id).map_err(refused)?;
     let out = json!({"id": k.id, "revokedAt": k.revoked_at});

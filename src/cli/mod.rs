@@ -4,11 +4,11 @@
 //! usage errors exit 2 (clap's own). Commands call `store` for SQL and never hold SQL themselves.
 
 use crate::store::db::AsConn;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::{Parser, Subcommand};
 
-use crate::store::{self, StoreError};
+use crate::store::{self, pool::Location, StoreError};
 
 mod backup;
 mod destination;
@@ -40,9 +40,10 @@ struct Cli {
         env = "CONVAPI_DB",
         // A PostgreSQL URL may hold a password: `--help` names the variable, never its value.
         hide_env_values = true,
-        default_value = "./convapi.db"
+        default_value = "./convapi.db",
+        value_parser = location
     )]
-    db: PathBuf,
+    db: Location,
     /// How log lines on stderr are written: `text` (env_logger's lines) or `json` (one object per
     /// line: ts, level, target, msg, and the access log's fields).
     #[arg(
@@ -475,15 +476,17 @@ fn run(cli: Cli) -> CliResult {
     }
 }
 
-fn open(db: &Path) -> CliResult<store::pool::DbConn> {
+/// `--db`, parsed once: the commands get the [`Location`].
+fn location(db: &str) -> Result<Location, std::convert::Infallible> {
+    Ok(Location::of(Path::new(db)))
+}
+
+fn open(db: &Location) -> CliResult<store::pool::DbConn> {
     check_db_dir(db)?;
-    let location = store::pool::Location::of(db);
-    store::pool::open(&location, &store::Settings::default()).map_err(|e| match e {
+    store::pool::open(db, &store::Settings::default()).map_err(|e| match e {
         StoreError::Busy | StoreError::Full => CliError::Store(e),
         // PostgreSQL's messages name the server already.
-        e if matches!(location, store::pool::Location::Postgres(_)) => {
-            CliError::Failed(e.to_string())
-        }
+        e if matches!(db, Location::Postgres(_)) => CliError::Failed(e.to_string()),
         e => CliError::Failed(format!("{}: {e}", db.display())),
     })
 }
@@ -500,13 +503,10 @@ fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// SQLite creates the file but not its directory, and says only "unable to open database file"
 /// when the directory is missing: name it instead. A PostgreSQL URL has no directory.
-fn check_db_dir(db: &Path) -> CliResult {
-    if matches!(
-        store::pool::Location::of(db),
-        store::pool::Location::Postgres(_)
-    ) {
+fn check_db_dir(db: &Location) -> CliResult {
+    let Location::File(db) = db else {
         return Ok(());
-    }
+    };
     let dir = match db.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => return Ok(()),

@@ -5,13 +5,12 @@
 //! The commands write with their own connection, beside a running server; its pipeline polls the
 //! outbox every second, so a retried item is picked up within about a second.
 
-use std::path::Path;
-
 use clap::Subcommand;
 use serde_json::json;
 
 use super::{count, open, print, site_by_id, CliError, CliResult};
 use crate::ops::{self, outbox::RetryError};
+use crate::store::pool::Location;
 use crate::store::{self, outbox::NotDead};
 
 #[derive(Subcommand)]
@@ -49,7 +48,7 @@ pub(super) struct RetryArgs {
     json: bool,
 }
 
-pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let conn = open(db)?;
     let site = match &a.site {
         Some(id) => Some(site_by_id(&conn, id)?.id),
@@ -90,7 +89,7 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
     })
 }
 
-pub(super) fn retry(db: &Path, a: RetryArgs) -> CliResult {
+pub(super) fn retry(db: &Location, a: RetryArgs) -> CliResult {
     let conn = open(db)?;
     let ids = (!a.all).then_some(a.conversion_ids.as_slice());
     let retried =

@@ -1,8 +1,6 @@
 //! `convapi site ...`: the sites a tenant reports conversions for, their settings, and the
 //! identity secret that signs the pixel's `identify` (printed when made, like an API key).
 
-use std::path::Path;
-
 use clap::Subcommand;
 
 use super::{count, open, print, CliError, CliResult};
@@ -11,6 +9,7 @@ use crate::ops::{
     sites::{Changes, Field, NewSite, SiteError},
 };
 use crate::sites::{MAX_WINDOW_DAYS, MODELS};
+use crate::store::pool::Location;
 use crate::store::{self, sites::Site};
 
 #[derive(Subcommand)]
@@ -169,7 +168,7 @@ pub(super) fn refused(e: SiteError) -> CliError {
     })
 }
 
-pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
+pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {
     let new = NewSite {
         name: a.name,
         domain: a.domain,
@@ -199,7 +198,7 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
 }
 
 /// Creates or replaces the site's identity secret: the previous one stops verifying at once.
-pub(super) fn identity_secret(db: &Path, a: IdentitySecretArgs) -> CliResult {
+pub(super) fn identity_secret(db: &Location, a: IdentitySecretArgs) -> CliResult {
     let conn = open(db)?;
     let (site, secret) =
         store::write_tx(&conn, |tx| ops::sites::new_identity_secret(tx, &a.site_id))
@@ -230,7 +229,7 @@ fn secret_shown_once(secret: &str) -> String {
 
 /// Runs in one write transaction, so that no conversion is converted into the old currency
 /// between the check and the change.
-pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
+pub(super) fn update(db: &Location, a: UpdateArgs) -> CliResult {
     let on = |v: Option<String>| v.map(|v| v == "on");
     let changes = Changes {
         name: a.name,
@@ -276,7 +275,7 @@ fn describe(done: &str, site: &Site) -> String {
     )
 }
 
-pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let conn = open(db)?;
     let sites = ops::sites::list(&conn, a.tenant.as_deref()).map_err(refused)?;
     print(a.json, &sites, || {

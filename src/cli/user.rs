@@ -3,7 +3,6 @@
 //! Argon2id hash is stored (docs/decisions.md §10).
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::Path;
 
 use clap::Subcommand;
 use serde_json::json;
@@ -11,6 +10,7 @@ use serde_json::json;
 use super::{open, print, CliError, CliResult};
 use crate::ops::{self, accounts, users::UserError};
 use crate::store;
+use crate::store::pool::Location;
 
 #[derive(Subcommand)]
 pub(super) enum UserCmd {
@@ -102,7 +102,7 @@ fn refused(email: &str, e: UserError) -> CliError {
     })
 }
 
-pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
+pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {
     let refused = |e| refused(&a.email, e);
     accounts::check_email(&a.email).map_err(|e| refused(UserError::Email(e)))?;
     let password = if a.password_stdin || !std::io::stdin().is_terminal() {
@@ -133,7 +133,7 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
     })
 }
 
-pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let conn = open(db)?;
     let users = ops::users::list(&conn, a.tenant.as_deref()).map_err(|e| refused("", e))?;
     let out: Vec<_> = users
