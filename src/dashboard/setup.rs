@@ -108,20 +108,6 @@ pub fn local_origin(addr: SocketAddr) -> String {
     format!("http://{}", SocketAddr::new(ip, addr.port()))
 }
 
-/// What the login page says while the first-run token is live and no user exists: where the
-/// first-run link is. `None` once anyone can log in.
-pub fn no_user_yet(d: &Dashboard) -> Result<Option<&'static str>, PageError> {
-    let (armed, any) =
-        d.read(|c| Ok((store::first_run::token(c)?.is_some(), store::users::any(c)?)))?;
-    if !armed || any {
-        return Ok(None);
-    }
-    Ok(Some(
-        "No account exists yet. The link that creates the first one is in the server's log, on the \
-         line that starts with \"no dashboard user yet\"; or run convapi user create on the server.",
-    ))
-}
-
 /// The token is live (compared in constant time) and no user exists; else the page does not exist.
 fn open(d: &Dashboard, given: &str) -> Result<Vec<Tenant>, PageError> {
     let (live, any, tenants) = d.read(|c| {
