@@ -68,7 +68,7 @@ pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {
     let k = ops::keys::create(&conn, &a.tenant, a.name.as_deref()).map_err(refused)?;
     let (id, key) = (&k.id, &k.key);
     let out =
-        json!({"id": id, "key": key, "prefix": k.prefix, "tenantId": a.tenant, "name": a.name});
+        json!({"id": id, "key": key, "prefix": k.prefix, "tenantId": a.tenant, "name": k.name});
     print(a.json, &out, || {
         format!("created key {id}\n\n    {key}\n\nStore it now: it is shown only this once.")
     })

@@ -180,6 +180,7 @@ pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {
         expire_conversions: Some(a.expire_conversions == "on"),
         consent_required: Some(a.consent_required == "on"),
     };
+    ops::sites::checked(&new.settings()).map_err(refused)?;
     let conn = open(db)?;
     let made =
         store::write_tx(&conn, |tx| ops::sites::create(tx, &a.tenant, &new)).map_err(refused)?;
@@ -246,6 +247,7 @@ pub(super) fn update(db: &Location, a: UpdateArgs) -> CliResult {
         expire_conversions: on(a.expire_conversions),
         consent_required: on(a.consent_required),
     };
+    ops::sites::checked(&changes).map_err(refused)?;
     let conn = open(db)?;
     let site = store::write_tx(&conn, |tx| ops::sites::update(tx, &a.site_id, &changes))
         .map_err(refused)?;

@@ -32,6 +32,7 @@ pub struct NewKey {
     pub id: String,
     pub key: String,
     pub prefix: String,
+    pub name: Option<String>,
 }
 
 /// Makes a key of the tenant. A blank name is no name.
@@ -45,7 +46,12 @@ pub fn create(conn: &impl AsConn, tenant_id: &str, name: Option<&str>) -> Result
     let id = uuid::Uuid::new_v4().to_string();
     let hash = crate::keys::hash(&key);
     store::keys::create(conn, &id, tenant_id, name, &prefix, &hash, store::now_ms())?;
-    Ok(NewKey { id, key, prefix })
+    Ok(NewKey {
+        id,
+        key,
+        prefix,
+        name: name.map(str::to_owned),
+    })
 }
 
 /// The tenant's keys, oldest first (an unknown tenant is refused).

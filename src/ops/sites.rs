@@ -58,6 +58,20 @@ pub struct NewSite {
     pub consent_required: Option<bool>,
 }
 
+impl NewSite {
+    /// Its settings as [`Changes`], for [`checked`].
+    pub fn settings(&self) -> Changes {
+        Changes {
+            name: Some(self.name.clone()),
+            domain: Some(self.domain.clone()),
+            currency: Some(self.currency.clone()),
+            window_days: Some(self.window_days),
+            model: Some(self.model.clone()),
+            ..Changes::default()
+        }
+    }
+}
+
 /// A site just made, with its identity secret when one was asked for (the only time it is shown).
 #[derive(Debug)]
 pub struct Created {
@@ -100,8 +114,9 @@ pub(super) fn require_tenant(conn: &impl AsConn, id: &str) -> Result<(), SiteErr
     }
 }
 
-/// The checked values of the settings given, in the order the forms show them.
-fn checked(c: &Changes) -> Result<Changes, SiteError> {
+/// The checked values of the settings given, in the order the forms show them (the operations
+/// check them again; a front may check first, before it opens anything).
+pub fn checked(c: &Changes) -> Result<Changes, SiteError> {
     let bad = |f: Field| move |e: Invalid| SiteError::Invalid(f, e);
     let mut out = c.clone();
     if let Some(n) = &c.name {
@@ -141,14 +156,7 @@ fn store_changes(c: &Changes) -> SiteChanges<'_> {
 /// Makes a site of `tenant_id` with a new tracker id (and identity secret, when signed identify
 /// is asked for).
 pub fn create(conn: &impl AsConn, tenant_id: &str, s: &NewSite) -> Result<Created, SiteError> {
-    let c = checked(&Changes {
-        name: Some(s.name.clone()),
-        domain: Some(s.domain.clone()),
-        currency: Some(s.currency.clone()),
-        window_days: Some(s.window_days),
-        model: Some(s.model.clone()),
-        ..Changes::default()
-    })?;
+    let c = checked(&s.settings())?;
     require_tenant(conn, tenant_id)?;
     let tracker_id = crate::keys::random_base62(12).map_err(SiteError::Randomness)?;
     let secret = match s.signed_identify {
