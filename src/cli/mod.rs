@@ -1,7 +1,9 @@
 //! The command line (docs/decisions.md §1): argument parsing, the dispatch to one function per
 //! command (grouped in this folder's files by command group), exit codes and `--json` output.
 //! `--json` prints exactly one JSON value on stdout; errors are one line on stderr, exit 1;
-//! usage errors exit 2 (clap's own). Commands call `store` for SQL and never hold SQL themselves.
+//! usage errors exit 2 (clap's own). `--db` is parsed once, into a `Location`. Commands run the
+//! operations of `ops` (sites, keys, destinations, dead letters, users) and call `store` for the
+//! rest; they never hold SQL themselves.
 
 use crate::store::db::AsConn;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! Settings → API Keys: the tenant's keys (never the key itself: only its prefix is kept), a new
-//! key shown once with a `curl` per site to try it with, and revocation behind a confirmation page. Keys are made by `crate::keys` and
-//! stored by `store::keys`, as `convapi key` does.
+//! key shown once with a `curl` per site to try it with, and revocation behind a confirmation page. Keys are made and revoked by
+//! `ops::keys`, as `convapi key` does.
 
 use maud::{html, Markup};
 

@@ -2,7 +2,7 @@
 //! (pixel last seen, last conversion received, exchange rates, from `store::dashboard`'s bounded
 //! reads), its ids, and until its first conversion a getting-started card (the whole snippet
 //! with `identify` and a purchase, a `curl` for the API) filled in with its ids and the server's
-//! origin (`--public-url`, else the browser's `Host`). The settings obey the same rules as `convapi site` (`crate::sites`).
+//! origin (`--public-url`, else the browser's `Host`). The settings are saved by `ops::sites`, as `convapi site` saves them.
 
 use std::collections::HashMap;
 

@@ -1,6 +1,6 @@
 //! The dashboard's reads of one site's conversions: the filtered list newest first with its
-//! keyset cursor, one conversion by its event id, the types a site uses, and the retry of one dead
-//! letter checked against its site.
+//! keyset cursor, one conversion by its event id, the types a site uses, and whether a conversion is
+//! a site's (for `ops::outbox::retry_dead`).
 //!
 //! Every read here walks `conversions_site_time` and is bounded: the list looks at no more than the
 //! caller's number of index rows per page however rare its filter (docs/decisions.md §10, "The
