@@ -289,7 +289,7 @@ impl Fields {
                 .fields
                 .iter()
                 .map(|f| (f, self.values.get(f.key).map(String::as_str).unwrap_or("")))
-                .filter(|(f, v)| !f.secret || !v.trim().is_empty())
+                .filter(|(f, v)| !f.secret || !v.is_empty())
                 .map(|(f, v)| (f.key.to_owned(), v.to_owned()))
                 .collect(),
             events: Some(
