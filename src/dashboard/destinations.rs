@@ -301,7 +301,8 @@ impl Fields {
                     .collect(),
             ),
             consent: Some(self.consent.clone()),
-            endpoint: Some(Some(self.endpoint.clone())),
+            // An empty field: the platform itself.
+            endpoint: Some(Some(self.endpoint.clone()).filter(|e| !e.is_empty())),
             // The form has no API version: the one set stays (`destination update --api-version`).
             api_version: None,
             enabled: Some(self.enabled),

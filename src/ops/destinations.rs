@@ -68,7 +68,7 @@ pub struct Changes {
     /// `TYPE[=EVENT_NAME]` each (an add's default: `purchase` under the kind's name for it).
     pub events: Option<Vec<String>>,
     pub consent: Option<String>,
-    /// `Some(None)`, or a blank URL: send to the platform itself.
+    /// `Some(None)`: send to the platform itself (a blank URL is refused by `kinds::check`).
     pub endpoint: Option<Option<String>>,
     /// A blank one goes back to the version this convapi names.
     pub api_version: Option<String>,
@@ -126,11 +126,7 @@ fn apply(d: &mut Destination, kind: &'static Kind, c: &Changes, now: i64) -> Res
         d.consent = consent.clone();
     }
     if let Some(e) = &c.endpoint {
-        d.endpoint = e
-            .as_deref()
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-            .map(str::to_owned);
+        d.endpoint = e.as_deref().map(|e| e.trim().to_owned());
     }
     if let Some(v) = &c.api_version {
         d.api_version = versions::check(kind.name, v, now).map_err(DestError::Version)?;
