@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::form::{self, field};
 use super::layout::{self, SiteTab};
 use super::{Dashboard, PageError, PageResult, Viewer};
-use crate::forward::platform::{bounded, shown, Http, REQUEST_TIMEOUT};
+use crate::forward::platform::{shown, Http, REQUEST_TIMEOUT};
 use crate::forward::{self, kinds, versions};
 use crate::http::Ctx;
 use crate::ops::{
@@ -30,24 +30,6 @@ use crate::store::{
     sites::Site,
 };
 use maud::{html, Markup};
-
-/// A delivery status in plain words, and what it means.
-pub fn delivery_words(status: &str) -> (&'static str, &'static str) {
-    match status {
-        "pending" => ("pending", "Waiting to be sent, or to be sent again after a failure."),
-        "delivered" => ("delivered", "The platform took it (or already had it)."),
-        "failed" => (
-            "dead letter",
-            "The platform refused it for good, or it failed too often: fix the cause, then Retry dead letters.",
-        ),
-        "too_old" => ("too old", "Older than the platform accepts: never sent."),
-        "skipped" => (
-            "skipped",
-            "Not sent: the consent the destination needs was not given, or the platform needs what the conversion lacks (a click id).",
-        ),
-        _ => ("unknown", ""),
-    }
-}
 
 /// A consent rule in plain words.
 fn consent_words(rule: &str) -> &'static str {
@@ -127,7 +109,7 @@ fn counts_markup(counts: &[i64; 5]) -> Markup {
         } @else {
             @for (i, (s, n)) in shown.iter().enumerate() {
                 @if i > 0 { " · " }
-                span class={ "delivery-count delivery-" (s) } title=(delivery_words(s).1) { (delivery_words(s).0) " " (n) }
+                span class={ "delivery-count delivery-" (s) } title=(layout::delivery_words(s).1) { (layout::delivery_words(s).0) " " (n) }
             }
         }
     }
@@ -707,71 +689,4 @@ pub fn retry(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) ->
         base(site),
         enc(id)
     )))
-}
-
-/// The order page's card: each delivery of the conversion (destination, status, tries, last
-/// error, delivered at).
-/// The tries of a delivery that failed: a delivered one's count includes the try that succeeded.
-fn failed_tries(x: &store::deliveries::View) -> i64 {
-    if x.status == "delivered" {
-        (x.attempts - 1).max(0)
-    } else {
-        x.attempts
-    }
-}
-
-pub fn deliveries_card(
-    site: &Site,
-    status: &str,
-    views: &[store::deliveries::View],
-    destinations: &[Destination],
-) -> Markup {
-    let base = base(site);
-    let has_destinations = !destinations.is_empty();
-    let error = |x: &store::deliveries::View| {
-        let text = x.last_error.as_deref().unwrap_or("");
-        match destinations.iter().find(|d| d.id == x.destination_id) {
-            Some(d) => shown(text, d),
-            None => bounded(text),
-        }
-    };
-    html! {
-        div.card #deliveries {
-            h2 { "Deliveries" }
-            @if views.is_empty() {
-                @if has_destinations && status == "fx_pending" {
-                    p.empty #no-deliveries { "Not passed on yet: it waits for the exchange rate of its day, and goes to the destinations by itself once the rates arrive." }
-                } @else if has_destinations && status == "queued" {
-                    p.empty #no-deliveries { "Not passed on yet: it goes to the destinations by itself once processed, within seconds." }
-                } @else if has_destinations {
-                    p.empty #no-deliveries { "Not passed on to any destination: none receives this conversion's type, or it was processed before they were added ("
-                        code { "convapi destination replay" } " sends past ones)." }
-                } @else {
-                    p.empty #no-deliveries { "Not passed on: this site has no destination. " a href=(base) { "Settings → Destinations" } " adds Meta, Google Analytics 4 or Google Ads." }
-                }
-            } @else {
-                div.table-wrap {
-                    table #delivery-list {
-                        thead { tr { th { "Destination" } th { "Status" } th.num title="Tries that failed; a delivered one's successful try is not counted." { "Failed tries" } th { "Last error" } th { "Delivered" } } }
-                        tbody {
-                            @for x in views {
-                                tr.delivery {
-                                    td { a href={ (base) "/" (enc(&x.destination_id)) } { (x.destination) } " " span.hint { (kinds::kind(&x.kind).map_or(x.kind.as_str(), |k| k.label)) } }
-                                    td {
-                                        span class={ "status delivery-" (x.status) } title=(delivery_words(&x.status).1) { (delivery_words(&x.status).0) }
-                                        @if x.status == "pending" {
-                                            @if let Some(t) = x.next_attempt_at { " " span.hint { "next try " (layout::date(t)) } }
-                                        }
-                                    }
-                                    td.num.failed-tries { (failed_tries(x)) }
-                                    td.error-text { (error(x)) }
-                                    td.nowrap { (x.delivered_at.map(layout::date).unwrap_or_else(|| "—".into())) }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
 }

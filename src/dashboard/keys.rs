@@ -44,11 +44,11 @@ fn keys_page(
                 @if new.sites.is_empty() {
                     p { "Create a site under " a href="/dashboard/" { "Sites" } " to report conversions with it." }
                 } @else {
-                    p { "Try it: this reports a test order of customer " code { (super::sites::EXAMPLE_CLIENT_ID) }
+                    p { "Try it: this reports a test order of customer " code { (super::snippets::EXAMPLE_CLIENT_ID) }
                         " (a page that ran the snippet's " code { "identify" } " call for them), answered " code { "202" } "." }
                     @for (i, site) in new.sites.iter().take(CURL_SITES).enumerate() {
                         p.curl-site { (site.name) }
-                        pre #{ "curl-" (i) } .curl { code { (super::sites::curl(&new.origin, &site.id, Some(new.key), &site.currency)) } }
+                        pre #{ "curl-" (i) } .curl { code { (super::snippets::curl(&new.origin, &site.id, Some(new.key), &site.currency)) } }
                         button.copy type="button" data-copy={ "#curl-" (i) } { "Copy curl" }
                     }
                 }
@@ -133,7 +133,7 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     let sites = d.read(|c| Ok(store::sites::list(c, Some(&v.tenant_id))?))?;
     let new = NewKey {
         key: &new.key,
-        origin: super::sites::origin(d, ctx),
+        origin: super::snippets::origin(d, ctx),
         sites,
     };
     Ok(layout::html(

@@ -266,6 +266,24 @@ pub fn model_words(model: &str) -> (&'static str, &'static str) {
     }
 }
 
+/// A delivery status in plain words, and what it means.
+pub fn delivery_words(status: &str) -> (&'static str, &'static str) {
+    match status {
+        "pending" => ("pending", "Waiting to be sent, or to be sent again after a failure."),
+        "delivered" => ("delivered", "The platform took it (or already had it)."),
+        "failed" => (
+            "dead letter",
+            "The platform refused it for good, or it failed too often: fix the cause, then Retry dead letters.",
+        ),
+        "too_old" => ("too old", "Older than the platform accepts: never sent."),
+        "skipped" => (
+            "skipped",
+            "Not sent: the consent the destination needs was not given, or the platform needs what the conversion lacks (a click id).",
+        ),
+        _ => ("unknown", ""),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,6 +23,7 @@ pub mod report;
 pub mod routes;
 pub mod setup;
 pub mod sites;
+pub mod snippets;
 
 pub use error::PageError;
 

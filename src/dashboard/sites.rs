@@ -10,7 +10,7 @@ use maud::{html, Markup};
 
 use super::form::{self, field};
 use super::layout::{self, SiteTab};
-use super::{Dashboard, PageError, PageResult, Viewer};
+use super::{snippets, Dashboard, PageError, PageResult, Viewer};
 use crate::http::Ctx;
 use crate::invalid::Invalid;
 use crate::ops::{
@@ -232,67 +232,6 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     }
 }
 
-/// This server's origin for the snippet and the examples: `--public-url` when set, else as the
-/// browser reached it: the `Host` header when it is a plain host (and port), else a placeholder.
-pub fn origin(d: &Dashboard, ctx: &Ctx) -> String {
-    if let Some(url) = &d.settings.public_url {
-        return url.clone();
-    }
-    let scheme = if d.settings.secure_cookies {
-        "https"
-    } else {
-        "http"
-    };
-    match ctx.header("Host").map(str::trim) {
-        Some(h)
-            if !h.is_empty()
-                && h.len() <= 255
-                && h.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b)) =>
-        {
-            format!("{scheme}://{h}")
-        }
-        _ => format!("{scheme}://YOUR-CONVAPI-HOST"),
-    }
-}
-
-/// The pixel snippet of docs/decisions.md §4 for this site and server.
-pub fn snippet(tracker_id: &str, origin: &str) -> String {
-    format!(
-        "<script>\n  window.svc = window.svc || function () {{ (svc.q = svc.q || []).push(arguments); }};\n  \
-         svc('init', '{tracker_id}');\n</script>\n<script async src=\"{origin}/pixel.js\"></script>"
-    )
-}
-
-/// The customer id of the examples: the `identify` call and the `curl` use the same one, so that
-/// a page that ran the first makes the second find its session.
-pub const EXAMPLE_CLIENT_ID: &str = "customer-42";
-/// The order id of the examples.
-pub const EXAMPLE_ORDER_ID: &str = "ORDER-1001";
-/// What stands for the key in the `curl` example until one is created.
-pub const KEY_PLACEHOLDER: &str = "ask_YOUR_API_KEY";
-
-/// The page's calls after a login and on the order confirmation page, in the site's currency.
-pub fn snippet_calls(currency: &str) -> String {
-    format!(
-        "<script>\n  // When the customer is known (logged in, or at checkout): your id of them.\n  \
-         svc('identify', '{EXAMPLE_CLIENT_ID}');\n</script>\n\
-         <script>\n  // On the order confirmation page only.\n  \
-         svc('track', 'purchase', {{ orderId: '{EXAMPLE_ORDER_ID}', value: 49.90, currency: '{currency}' }});\n</script>"
-    )
-}
-
-/// A `curl` that reports one conversion to this site, runnable as shown in a POSIX shell.
-pub fn curl(origin: &str, site_id: &str, key: Option<&str>, currency: &str) -> String {
-    let key = key.unwrap_or(KEY_PLACEHOLDER);
-    format!(
-        "curl -sS -X POST '{origin}/api/sites/{site_id}/conversions' \\\n  \
-         -H 'Authorization: Bearer {key}' \\\n  \
-         -H 'Content-Type: application/json' \\\n  \
-         -d '{{\"clientId\": \"{EXAMPLE_CLIENT_ID}\", \"orderId\": \"{EXAMPLE_ORDER_ID}\", \"value\": 49.90, \"currency\": \"{currency}\"}}'"
-    )
-}
-
 /// The live status lines of a site: pixel, conversions, exchange rates (and their daily fetch
 /// when `serve --rates-fetch daily` runs).
 fn status(a: &store::dashboard::SiteActivity, fetch: Option<&crate::ecb::FetchStatus>) -> Markup {
@@ -337,19 +276,19 @@ fn getting_started(origin: &str, site: &Site) -> Markup {
             ol.steps {
                 li {
                     "Paste this on every page of the site, before " code { "</body>" } ":"
-                    pre #snippet { code { (snippet(&site.tracker_id, origin)) } }
+                    pre #snippet { code { (snippets::snippet(&site.tracker_id, origin)) } }
                     button.copy type="button" data-copy="#snippet" { "Copy snippet" }
                 }
                 li {
                     "When you know who the customer is, and on the order confirmation page, add these calls (with your own ids and amounts):"
-                    pre #snippet-calls { code { (snippet_calls(&site.currency)) } }
+                    pre #snippet-calls { code { (snippets::snippet_calls(&site.currency)) } }
                     button.copy type="button" data-copy="#snippet-calls" { "Copy calls" }
                 }
                 li {
                     "From your backend, report each order with an API key ("
                     a href="/dashboard/settings/api-keys" { "Settings → API Keys" }
                     " creates one). This site's id is in the URL:"
-                    pre #curl { code { (curl(origin, &site.id, None, &site.currency)) } }
+                    pre #curl { code { (snippets::curl(origin, &site.id, None, &site.currency)) } }
                     button.copy type="button" data-copy="#curl" { "Copy curl" }
                     p.hint { "The answer is " code { "202" } " with an " code { "eventId" } "; the conversion then shows under Conversions." }
                 }
@@ -367,7 +306,7 @@ fn overview_page(
     flash: Option<&str>,
     error: Option<&str>,
 ) -> Result<Markup, PageError> {
-    let origin = origin(d, ctx);
+    let origin = snippets::origin(d, ctx);
     let activity = d.read(|c| Ok(store::dashboard::site_activity(c, &site.id)?))?;
     let fetch = d
         .settings
@@ -401,7 +340,7 @@ fn overview_page(
             section.card {
                 h2 { "Pixel snippet" }
                 p { "Paste this on every page of the site." }
-                pre #snippet { code { (snippet(&site.tracker_id, &origin)) } }
+                pre #snippet { code { (snippets::snippet(&site.tracker_id, &origin)) } }
                 button.copy type="button" data-copy="#snippet" { "Copy snippet" }
             }
         }
