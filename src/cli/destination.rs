@@ -21,10 +21,10 @@ use serde_json::{json, Map, Value};
 
 use super::{count, open, print, site_by_id, CliError, CliResult};
 use crate::forward::platform::mask_secrets;
-use crate::forward::{self, kinds, versions};
+use crate::forward::{kinds, versions};
 use crate::ops::{
     self,
-    destinations::{Changes, DestError},
+    destinations::{Changes, DestError, TestFailed},
 };
 use crate::store::pool::Location;
 use crate::store::{
@@ -278,70 +278,57 @@ impl FieldArgs {
     }
 }
 
-/// `--flag (or $VAR)` of each field.
-fn flags_of(fields: &[&kinds::Field]) -> String {
-    let flags: Vec<String> = fields
-        .iter()
-        .map(|f| format!("--{} (or ${})", f.key.replace('_', "-"), secret_env(f.key)))
-        .collect();
-    flags.join(", ")
+/// A field's option: `--pixel-id`.
+fn flag(key: &str) -> String {
+    format!("--{}", key.replace('_', "-"))
 }
 
-/// A refusal of `ops::destinations` in the command line's words.
+/// A refusal of `ops::destinations` with the command line's hint.
 fn refused(e: DestError) -> CliError {
-    CliError::Failed(match e {
-        DestError::NoSite(id) => format!("no site with id {id}"),
-        DestError::NoDestination(id) => format!(
-            "no destination with id {id} (`convapi destination list --site SITE` lists them)"
-        ),
-        DestError::UnknownKind { id, kind } => {
-            format!("destination {id} is of an unknown kind {kind}")
+    let hint = match &e {
+        DestError::NoDestination(_) => {
+            " (`convapi destination list --site SITE` lists them)".into()
         }
         DestError::NotOfKind(kind, key) => {
-            let flags: Vec<String> = kind
-                .fields
+            let flags: Vec<String> = kind.fields.iter().map(|f| flag(f.key)).collect();
+            let (label, key) = (kind.label, flag(key));
+            return CliError::Failed(format!(
+                "{label} has no {key}: its options are {}",
+                flags.join(", ")
+            ));
+        }
+        DestError::Refused(r) => return refused_kind(r),
+        DestError::CredentialsCleared(missing) => {
+            let flags: Vec<String> = missing
                 .iter()
-                .map(|f| format!("--{}", f.key.replace('_', "-")))
+                .map(|f| format!("{} (or ${})", flag(f.key), secret_env(f.key)))
                 .collect();
             format!(
-                "{} has no --{}: its options are {}",
-                kind.label,
-                key.replace('_', "-"),
+                ", so give them again in the same command: {}",
                 flags.join(", ")
             )
         }
-        DestError::Refused(e) => return refused_kind(e),
-        DestError::Version(e) => e.0,
-        DestError::CredentialsCleared(missing) => format!(
-            "a new endpoint clears the stored credentials (they are never sent to an address \
-             they were not given for), so give them again in the same command: {}",
-            flags_of(&missing)
-        ),
-        DestError::Unreachable(e) => e,
-        DestError::TooMany(site) => format!(
-            "site {site} has {} destinations, the most a site may have: remove one first (convapi destination remove ID)",
-            forward::MAX_DESTINATIONS_PER_SITE
-        ),
-        DestError::NoOrder(site, order) => format!("site {site} has no order {order:?}"),
-        DestError::NotOfSite(id) => format!("destination {id} is another site's"),
-        DestError::Disabled(id) => format!(
-            "destination {id} is disabled: enable it first (`convapi destination update {id} --enabled`)"
-        ),
-        DestError::Store(e) => return CliError::Store(e),
-    })
+        DestError::TooMany(_) => ": remove one first (convapi destination remove ID)".into(),
+        DestError::Disabled(id) => {
+            format!(": enable it first (`convapi destination update {id} --enabled`)")
+        }
+        _ => String::new(),
+    };
+    match e {
+        DestError::Store(e) => CliError::Store(e),
+        e => CliError::Failed(format!("{e}{hint}")),
+    }
 }
 
 /// A refusal of `forward::kinds::check` as the error; one that asks for a credential's option
 /// also names its environment variable.
-fn refused_kind(e: kinds::Refused) -> CliError {
-    let secret = all_fields().into_iter().find(|f| {
-        f.secret
-            && e.0
-                .ends_with(&format!("pass --{}", f.key.replace('_', "-")))
-    });
+fn refused_kind(e: &kinds::Refused) -> CliError {
+    let secret = all_fields()
+        .into_iter()
+        .find(|f| f.secret && e.0.ends_with(&format!("pass {}", flag(f.key))));
     match secret {
-        Some(f) => CliError::Failed(format!("{} (or set ${})", e.0, secret_env(f.key))),
-        None => CliError::Failed(e.0),
+        Some(f) => CliError::Failed(format!("{e} (or set ${})", secret_env(f.key))),
+        None => CliError::Failed(e.0.clone()),
     }
 }
 
@@ -481,15 +468,14 @@ pub(super) fn test(db: &Location, a: IdArgs) -> CliResult {
     let d = ops::destinations::find(&conn, &a.id, None).map_err(refused)?;
     let site = site_by_id(&conn, &d.site_id)?;
     drop(conn);
-    match forward::send_test(&d, &site.currency, store::now_ms()) {
+    match ops::destinations::send_test(&d, &site.currency, None) {
         Ok(answer) => {
-            let answer = mask_secrets(&answer, &d);
             let out = json!({"id": d.id, "ok": true, "answer": answer});
             print(a.json, &out, || {
                 format!("the platform took the test event: {}", printable(&answer))
             })
         }
-        Err(outage) if outage.to_string() == forward::meta::NO_TEST_EVENT_CODE => Err(format!(
+        Err(TestFailed::NoTestEventCode) => Err(format!(
             "the test event to destination {} was not sent: Meta shows test events only with a \
              test event code: copy the code from Events Manager (your dataset → Test events), \
              set it with `convapi destination update {} --test-event-code CODE`, then send the \
@@ -497,10 +483,10 @@ pub(super) fn test(db: &Location, a: IdArgs) -> CliResult {
             d.id, d.id
         )
         .into()),
-        Err(outage) => Err(format!(
+        Err(e) => Err(format!(
             "the test event to destination {} failed: {}",
             d.id,
-            printable(&mask_secrets(&outage.to_string(), &d))
+            printable(&e.to_string())
         )
         .into()),
     }

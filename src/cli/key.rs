@@ -51,16 +51,10 @@ pub(super) struct RevokeArgs {
 
 /// A refusal of `ops::keys` in the command line's words.
 fn refused(e: KeyError) -> CliError {
-    CliError::Failed(match e {
-        KeyError::NameTooLong => format!(
-            "--name must have at most {} characters",
-            ops::keys::MAX_NAME_CHARS
-        ),
-        KeyError::NoTenant(t) => format!("no tenant with id {t}"),
-        KeyError::NoKey(id) => format!("no key with id {id}"),
-        KeyError::Randomness(e) => format!("no OS randomness: {e}"),
-        KeyError::Store(e) => return CliError::Store(e),
-    })
+    match e {
+        KeyError::NameTooLong => CliError::Failed(format!("--{e}")),
+        e => super::refused(e),
+    }
 }
 
 pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {

@@ -142,6 +142,14 @@ impl From<StoreError> for CliError {
     }
 }
 
+/// A refusal of an operation of `ops` as its message; the store's error as itself.
+pub(crate) fn refused<E: crate::ops::OpError + std::fmt::Display>(e: E) -> CliError {
+    match e.refusal() {
+        Ok(refusal) => CliError::Failed(refusal.to_string()),
+        Err(e) => CliError::Store(e),
+    }
+}
+
 impl From<crate::invalid::Invalid> for CliError {
     fn from(e: crate::invalid::Invalid) -> CliError {
         CliError::Failed(e.0)

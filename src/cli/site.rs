@@ -144,7 +144,7 @@ struct WithSecret<'a> {
     identity_secret: Option<&'a str>,
 }
 
-/// A refusal of `ops::sites` in the command line's words.
+/// A refusal of `ops::sites` in the command line's words: a setting's by its option.
 pub(super) fn refused(e: SiteError) -> CliError {
     let option = |f: Field| match f {
         Field::Name => "",
@@ -153,19 +153,13 @@ pub(super) fn refused(e: SiteError) -> CliError {
         Field::WindowDays => "--window-days ",
         Field::Model => "--model ",
     };
-    CliError::Failed(match e {
-        SiteError::Invalid(f, e) => e.prefixed(option(f)).0,
-        SiteError::NoTenant(t) => format!("no tenant with id {t}"),
-        SiteError::NoSite(id) => format!("no site with id {id}"),
-        SiteError::CurrencyRefused { id, other, .. } => {
-            crate::sites::currency_change_refused(&id, &other).0
-        }
-        SiteError::NoIdentitySecret(id) => format!(
-            "site {id} has no identity secret: make one first with `convapi site identity-secret {id}`"
-        ),
-        SiteError::Randomness(e) => format!("no OS randomness: {e}"),
-        SiteError::Store(e) => return CliError::Store(e),
-    })
+    match e {
+        SiteError::Invalid(f, e) => CliError::Failed(e.prefixed(option(f)).0),
+        SiteError::NoIdentitySecret(ref id) => CliError::Failed(format!(
+            "{e}: make one first with `convapi site identity-secret {id}`"
+        )),
+        e => super::refused(e),
+    }
 }
 
 pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::form::{self, field};
 use super::layout::{self, SiteTab};
 use super::{Dashboard, PageError, PageResult, Viewer};
-use crate::forward::platform::{shown, Http, REQUEST_TIMEOUT};
+use crate::forward::platform::{bounded, shown, REQUEST_TIMEOUT};
 use crate::forward::{self, kinds, versions};
 use crate::http::Ctx;
 use crate::ops::{
@@ -62,19 +62,19 @@ fn kind_of(dest: &Destination) -> Result<&'static kinds::Kind, PageError> {
 /// A refusal of `ops::destinations` in the form's words; `Err`: no such page, or the server's
 /// fault.
 fn refused(e: DestError) -> Result<String, PageError> {
-    let form = |text: String| Ok(form_message(&kinds::Refused(text)));
     match e {
         DestError::Refused(e) => Ok(form_message(&e)),
         DestError::CredentialsCleared(missing) => {
             let labels: Vec<&str> = missing.iter().map(|f| f.label).collect();
-            form(format!(
+            Ok(format!(
                 "The endpoint changed, so the stored credentials were cleared: they are never \
-                 sent to an address they were not entered for. Enter {} again",
+                 sent to an address they were not entered for. Enter {} again.",
                 labels.join(", ")
             ))
         }
-        DestError::Unreachable(e) => form(e),
-        DestError::Version(e) => form(e.0),
+        e @ (DestError::Unreachable(_) | DestError::Version(_)) => {
+            Ok(form_message(&kinds::Refused(e.to_string())))
+        }
         DestError::TooMany(_) => Ok(format!(
             "This site has {} destinations, the most a site may have: remove one before adding another.",
             forward::MAX_DESTINATIONS_PER_SITE
@@ -88,10 +88,7 @@ fn page_error(e: DestError) -> PageError {
     match e {
         DestError::Store(e) => e.into(),
         DestError::NoSite(_) | DestError::NoDestination(_) => PageError::NotFound,
-        DestError::UnknownKind { id, kind } => {
-            PageError::Internal(format!("destination {id} has an unknown kind {kind}"))
-        }
-        other => PageError::Internal(format!("{other:?}")),
+        other => PageError::Internal(other.to_string()),
     }
 }
 
@@ -655,16 +652,17 @@ pub fn test(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> 
     let dest = load(d, site, id)?;
     let kind = kind_of(&dest)?;
     let (status, result) = match d.tests_in_flight.take(&v.tenant_id) {
-        Ok(_place) => {
-            let http = Http::reaching(REQUEST_TIMEOUT, d.settings.forward_reach.clone());
-            (
-                200,
-                match forward::send_test_with(&http, &dest, &site.currency, store::now_ms()) {
-                    Ok(answer) => TestAnswer::Took(shown(&answer, &dest)),
-                    Err(outage) => TestAnswer::Failed(shown(&outage.to_string(), &dest)),
-                },
-            )
-        }
+        Ok(_place) => (
+            200,
+            match ops::destinations::send_test(
+                &dest,
+                &site.currency,
+                Some(&d.settings.forward_reach),
+            ) {
+                Ok(answer) => TestAnswer::Took(bounded(&answer)),
+                Err(e) => TestAnswer::Failed(bounded(&e.to_string())),
+            },
+        ),
         Err(full) => (429, TestAnswer::Busy(full)),
     };
     let extra = Extra {

@@ -117,17 +117,15 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     })?;
     let (new, keys) = match made {
         (Ok(new), keys) => (new, keys),
-        (Err(KeyError::NameTooLong), keys) => {
-            let msg = format!("The name must have at most {MAX_NAME_CHARS} characters.");
+        (Err(e @ KeyError::NameTooLong), keys) => {
+            let msg = format!("The {e}.");
             return Ok(layout::html(
                 400,
                 keys_page(v, &keys, None, None, Some(&msg)),
             ));
         }
-        (Err(KeyError::Randomness(e)), _) => {
-            return Err(PageError::Internal(format!("no OS randomness: {e}")))
-        }
         (Err(KeyError::Store(e)), _) => return Err(e.into()),
+        (Err(e @ KeyError::Randomness(_)), _) => return Err(PageError::Internal(e.to_string())),
         (Err(KeyError::NoTenant(_) | KeyError::NoKey(_)), _) => return Err(PageError::NotFound),
     };
     let sites = d.read(|c| Ok(store::sites::list(c, Some(&v.tenant_id))?))?;

@@ -121,15 +121,8 @@ fn refused(e: SiteError) -> Result<String, PageError> {
             crate::sites::currency_change_refused(&format!("\"{name}\""), &other).0
         }
         SiteError::NoSite(_) | SiteError::NoTenant(_) => return Err(PageError::NotFound),
-        SiteError::NoIdentitySecret(id) => {
-            return Err(PageError::Internal(format!(
-                "site {id} has no identity secret"
-            )))
-        }
-        SiteError::Randomness(e) => {
-            return Err(PageError::Internal(format!("no OS randomness: {e}")))
-        }
         SiteError::Store(e) => return Err(e.into()),
+        e => return Err(PageError::Internal(e.to_string())),
     })
 }
 

@@ -11,8 +11,8 @@ use serde_json::{Map, Value};
 
 use super::{canonical_id, op_error, sites};
 use crate::forward::kinds::{self, parse_events, Kind};
-use crate::forward::platform::{endpoint_refusal, Reach};
-use crate::forward::{versions, MAX_DESTINATIONS_PER_SITE};
+use crate::forward::platform::{endpoint_refusal, mask_secrets, Http, Reach, REQUEST_TIMEOUT};
+use crate::forward::{self, meta, versions, MAX_DESTINATIONS_PER_SITE};
 use crate::invalid::Invalid;
 use crate::store::{
     self,
@@ -52,6 +52,36 @@ pub enum DestError {
     Store(StoreError),
 }
 op_error!(DestError);
+
+/// The refusal in the words both fronts share; each adds its own hint (its option, its page).
+impl std::fmt::Display for DestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DestError::NoSite(id) => write!(f, "no site with id {id}"),
+            DestError::NoDestination(id) => write!(f, "no destination with id {id}"),
+            DestError::UnknownKind { id, kind } => {
+                write!(f, "destination {id} is of an unknown kind {kind}")
+            }
+            DestError::NotOfKind(kind, key) => write!(f, "{} has no {key}", kind.label),
+            DestError::Refused(e) => write!(f, "{e}"),
+            DestError::Version(e) => write!(f, "{e}"),
+            DestError::CredentialsCleared(_) => write!(
+                f,
+                "a new endpoint clears the stored credentials (they are never sent to an address \
+                 they were not given for)"
+            ),
+            DestError::Unreachable(e) => write!(f, "{e}"),
+            DestError::TooMany(site) => write!(
+                f,
+                "site {site} has {MAX_DESTINATIONS_PER_SITE} destinations, the most a site may have"
+            ),
+            DestError::NoOrder(site, order) => write!(f, "site {site} has no order {order:?}"),
+            DestError::NotOfSite(id) => write!(f, "destination {id} is another site's"),
+            DestError::Disabled(id) => write!(f, "destination {id} is disabled"),
+            DestError::Store(e) => write!(f, "{e}"),
+        }
+    }
+}
 
 impl From<kinds::Refused> for DestError {
     fn from(e: kinds::Refused) -> DestError {
@@ -312,4 +342,41 @@ pub fn replay(
 /// written. `drop_unreadable` drops the credentials no key given opens.
 pub fn rekey(conn: &impl AsConn, drop_unreadable: bool) -> Result<usize, DestError> {
     Ok(store::destinations::seal_all(conn, false, drop_unreadable)?)
+}
+
+/// Why a test event was not taken, credentials masked out.
+#[derive(Debug)]
+pub enum TestFailed {
+    /// A Meta destination without a test event code: Meta would not show the event.
+    NoTestEventCode,
+    /// The platform's refusal, or no answer.
+    Failed(String),
+}
+
+impl std::fmt::Display for TestFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TestFailed::NoTestEventCode => f.write_str(meta::NO_TEST_EVENT_CODE),
+            TestFailed::Failed(e) => f.write_str(e),
+        }
+    }
+}
+
+/// Sends `d`'s test event (a made-up purchase in `currency`) in its platform's test mode, within
+/// the platform client's time limit, and returns the platform's answer with the destination's
+/// credentials masked out. With `reach` (the dashboard's), only to the addresses it allows.
+pub fn send_test(
+    d: &Destination,
+    currency: &str,
+    reach: Option<&Reach>,
+) -> Result<String, TestFailed> {
+    let http = match reach {
+        Some(r) => Http::reaching(REQUEST_TIMEOUT, r.clone()),
+        None => Http::new(REQUEST_TIMEOUT),
+    };
+    match forward::send_test_with(&http, d, currency, store::now_ms()) {
+        Ok(answer) => Ok(mask_secrets(&answer, d)),
+        Err(o) if o.to_string() == meta::NO_TEST_EVENT_CODE => Err(TestFailed::NoTestEventCode),
+        Err(o) => Err(TestFailed::Failed(mask_secrets(&o.to_string(), d))),
+    }
 }

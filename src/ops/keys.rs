@@ -18,6 +18,21 @@ pub enum KeyError {
 }
 op_error!(KeyError);
 
+/// The refusal in the words both fronts share (the command line names `--name`, the form "The name").
+impl std::fmt::Display for KeyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyError::NameTooLong => {
+                write!(f, "name must have at most {MAX_NAME_CHARS} characters")
+            }
+            KeyError::NoTenant(t) => write!(f, "no tenant with id {t}"),
+            KeyError::NoKey(id) => write!(f, "no key with id {id}"),
+            KeyError::Randomness(e) => write!(f, "no OS randomness: {e}"),
+            KeyError::Store(e) => write!(f, "{e}"),
+        }
+    }
+}
+
 fn require_tenant(conn: &impl AsConn, id: &str) -> Result<(), KeyError> {
     if store::tenants::exists(conn, id)? {
         Ok(())

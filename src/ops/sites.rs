@@ -43,6 +43,24 @@ pub enum SiteError {
 }
 op_error!(SiteError);
 
+/// The refusal in the words both fronts share; each names the setting its own way (`--currency`,
+/// `Currency:`) and adds its own hint.
+impl std::fmt::Display for SiteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SiteError::Invalid(_, e) => write!(f, "{e}"),
+            SiteError::NoTenant(t) => write!(f, "no tenant with id {t}"),
+            SiteError::NoSite(id) => write!(f, "no site with id {id}"),
+            SiteError::CurrencyRefused { id, other, .. } => {
+                write!(f, "{}", crate::sites::currency_change_refused(id, other))
+            }
+            SiteError::NoIdentitySecret(id) => write!(f, "site {id} has no identity secret"),
+            SiteError::Randomness(e) => write!(f, "no OS randomness: {e}"),
+            SiteError::Store(e) => write!(f, "{e}"),
+        }
+    }
+}
+
 /// A new site's settings; `None` leaves the schema's default.
 #[derive(Debug, Clone)]
 pub struct NewSite {
