@@ -45,8 +45,10 @@ fn base(site: &Site) -> String {
     format!("/dashboard/sites/{}/destinations", site.id)
 }
 
-fn enc(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+/// A destination's page.
+fn url(site: &Site, id: &str) -> String {
+    let id: String = form_urlencoded::byte_serialize(id.as_bytes()).collect();
+    format!("{}/{id}", base(site))
 }
 
 /// The site's destination with this id, else [`PageError::NotFound`] (another site's, or none).
@@ -176,7 +178,7 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
                         @for (x, counts) in &rows {
                             tr.destination {
                                 td {
-                                    a href={ (base) "/" (enc(&x.id)) } { (x.name) }
+                                    a href=(url(site, &x.id)) { (x.name) }
                                     @if !x.enabled { " " span.badge.disabled { "disabled" } }
                                 }
                                 td { (kinds::kind(&x.kind).map_or(x.kind.as_str(), |k| k.label)) }
@@ -401,9 +403,8 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
     })?;
     match added {
         Ok(dest) => Ok(layout::redirect(&format!(
-            "{}/{}?added=1",
-            base(site),
-            enc(&dest.id)
+            "{}?added=1",
+            url(site, &dest.id)
         ))),
         Err(e) => Ok(layout::html(
             400,
@@ -460,7 +461,7 @@ fn edit_page(
     let kind = kind_of(dest)?;
     let counts = d.read(|c| Ok(store::deliveries::counts(c, &dest.id)?))?;
     let failed = counts[2];
-    let url = format!("{}/{}", base(site), enc(&dest.id));
+    let url = url(site, &dest.id);
     let body = html! {
         p.crumbs { "Settings / " a href=(base(site)) { "Destinations" } }
         h1 { (dest.name) }
@@ -594,18 +595,14 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
             edit_page(d, v, site, &stored, &fields, extra)?,
         ));
     }
-    Ok(layout::redirect(&format!(
-        "{}/{}?saved=1",
-        base(site),
-        enc(id)
-    )))
+    Ok(layout::redirect(&format!("{}?saved=1", url(site, id))))
 }
 
 /// `GET /dashboard/sites/{id}/destinations/{dest}/remove`: the confirmation.
 pub fn remove_form(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
     let dest = load(d, site, id)?;
     let counts = d.read(|c| Ok(store::deliveries::counts(c, &dest.id)?))?;
-    let url = format!("{}/{}", base(site), enc(&dest.id));
+    let url = url(site, &dest.id);
     let body = html! {
         p.crumbs { "Settings / " a href=(base(site)) { "Destinations" } }
         h1 { "Remove destination" }
@@ -682,9 +679,5 @@ pub fn retry(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) ->
         .writer
         .submit(move |c| ops::in_job(ops::destinations::retry(c, &dest_id, Some(&site_id), None)))?
         .map_err(page_error)?;
-    Ok(layout::redirect(&format!(
-        "{}/{}?retried={n}",
-        base(site),
-        enc(id)
-    )))
+    Ok(layout::redirect(&format!("{}?retried={n}", url(site, id))))
 }
