@@ -19,6 +19,8 @@
 9. No engine branch outside `src/store/`: no `Engine::Sqlite` or `Engine::Postgres`, no
    `.engine()` call, no `cfg(feature = "postgres")`; what differs between the engines is a store
    function's to decide.
+10. One home for each operation: no file in `src/cli/` or `src/dashboard/` calls (or imports) the
+   store's writes of the operations `src/ops/` owns (`OPS_WRITES`); both fronts call `ops::`.
 Prints every violation and exits 1 if there is any.
 """
 import pathlib
@@ -253,6 +255,31 @@ for path in rust_files(SRC):
         if ENGINE_BRANCH.search(line):
             problems.append(f"{path.relative_to(ROOT)}:{n}: an engine branch outside src/store/ "
                             "(move it behind a store function)")
+# 10: the writes of the operations ops/ owns, called from ops/ only (and the store's own files).
+OPS_WRITES = {
+    "sites": ["create", "update", "set_identity_secret"],
+    "keys": ["create", "revoke"],
+    "destinations": ["insert", "insert_within", "update", "remove", "seal_all"],
+    "deliveries": ["retry_failed", "replay"],
+    "outbox": ["retry"],
+    "users": ["create", "set_password"],
+    "web_sessions": ["delete_others"],
+}
+for path in rust_files(SRC / "cli") + rust_files(SRC / "dashboard"):
+    text = path.read_text()
+    # The store's modules brought in by name (`use crate::store::{self, sites};`): their bare
+    # `sites::create` is the store's too (else it is the front's own module, e.g. a route handler).
+    uses = " ".join(re.findall(r"use crate::store::[^;]*;", text, re.S))
+    for n, line in code_lines(path):
+        for module, names in OPS_WRITES.items():
+            prefix = r"(?<!ops::)\b" if re.search(rf"\b{module}\b(?!::)", uses) else r"\bstore::"
+            called = re.search(rf"{prefix}{module}::({'|'.join(names)})\b", line)
+            imported = re.match(rf"\s*use crate::store::{module}::(.*)", line)
+            hit = called.group(1) if called else None
+            if imported and not hit:
+                hit = next((f for f in names if re.search(rf"\b{f}\b", imported.group(1))), None)
+            if hit:
+                problems.append(f"{path.relative_to(ROOT)}:{n}: store::{module}::{hit} outside src/ops/: call ops/'s operation")
 
 for p in problems:
     print(p)
@@ -263,4 +290,4 @@ print(f"check-architecture: ok ({len(modules)} modules, no import loop; http/ se
       "SQL only in store/; tiny_http only in http/; no outside citations; typed errors; "
       "no import circle inside a module folder; "
       f"rusqlite only in store/ and {len(RUSQLITE_NOT_YET)} files; "
-      "no engine branch outside store/)")
+      "no engine branch outside store/; the operations' writes only in ops/)")

@@ -17,6 +17,7 @@ pub mod invalid;
 pub mod keys;
 pub mod malloc;
 pub mod metrics;
+pub mod ops;
 pub mod pipeline;
 pub mod ratelimit;
 pub mod report;

@@ -34,7 +34,7 @@ use crate::writer::{Writer, WriterConfig};
 /// What `convapi serve` runs with.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
-    pub db: PathBuf,
+    pub db: Location,
     /// The settings of every database connection the server opens (`--busy-timeout-ms`).
     pub store: store::Settings,
     /// Listen address, request threads and connection limits.
@@ -219,7 +219,7 @@ impl From<store::StoreError> for StartError {
 
 /// Opens the database, starts the writer, the checkpointer, the pipeline and the HTTP front.
 pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
-    let location = Location::of(&config.db);
+    let location = config.db.clone();
     let lock = match &location {
         Location::File(path) => Some(lock_database(path)?),
         Location::Postgres(url) => {

@@ -33,7 +33,7 @@ const EMAIL: &str = "owner@shop.example";
 const PASSWORD: &str = "correct horse battery staple";
 const SITE_NAME: &str = "Blue Mug Shop";
 const KEY_NAME: &str = "Shop backend";
-/// The order and customer of the overview's examples (`sites::EXAMPLE_ORDER_ID`, `EXAMPLE_CLIENT_ID`):
+/// The order and customer of the overview's examples (`snippets::EXAMPLE_ORDER_ID`, `EXAMPLE_CLIENT_ID`):
 /// the shown `curl` reports this order of this customer.
 const ORDER_ID: &str = "ORDER-1001";
 const CLIENT_ID: &str = "customer-42";

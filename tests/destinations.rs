@@ -2269,3 +2269,43 @@ fn a_site_has_at_most_ten_destinations() {
     );
     assert_eq!(app.query_i64("SELECT COUNT(*) FROM destinations", &[]), 10);
 }
+
+/// One rule for a field's value on both fronts (`ops::destinations`): trimmed, a blank one unsets
+/// the field, one left out keeps it. The dashboard's credential inputs are never filled in, so a
+/// blank one there, spaces included, is a credential not given and the stored one stays; the
+/// command line's `--access-token ''` unsets it, which a required credential refuses.
+#[test]
+fn a_blank_credential_is_not_given_on_the_form_and_unsets_on_the_command_line() {
+    let app = TestApp::start();
+    let endpoint = closed_endpoint();
+    let id = add_meta(&app, "Meta", &endpoint)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let d = login(&app);
+    let csrf = d.csrf();
+    let url = format!("/dashboard/sites/{}/destinations/{id}", app.site.id);
+    let edit = [
+        ("name", "Meta"),
+        ("f_pixel_id", " 1234567890 "),
+        ("f_access_token", "   "),
+        ("events", "purchase=Purchase"),
+        ("consent", "ads"),
+        ("endpoint", endpoint.as_str()),
+        ("enabled", "on"),
+    ];
+    let r = d.post_form(&url, &with_csrf(&edit, &csrf));
+    assert_eq!(see_other(&r), format!("{url}?saved=1"));
+    assert_sealed(&app, &id, "access_token", META_TOKEN);
+    let settings = app
+        .query_str("SELECT settings FROM destinations WHERE id = ?1", &[&id])
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&settings).unwrap()["pixel_id"],
+        "1234567890"
+    );
+
+    let cleared = app.cli(&["destination", "update", &id, "--access-token", ""]);
+    refused(&cleared, "--access-token");
+    assert_sealed(&app, &id, "access_token", META_TOKEN);
+}

@@ -444,3 +444,33 @@ fn exit_status_is_2_on_usage_errors_and_1_on_failures_with_the_message_on_stderr
     let sites = cli_run(Some(&db), &["site", "list", "--json"]).json();
     assert_eq!(sites, json!([]));
 }
+
+/// A key's name follows one rule whichever front makes the key (`ops::keys`): a blank name is no
+/// name, and one longer than 200 characters is refused. The command line used to store both as
+/// given; the dashboard's form already followed the rule.
+#[test]
+fn a_blank_key_name_is_no_name_and_a_long_one_is_refused_on_the_command_line_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = test_db(dir.path(), "names.db");
+    let tenant = cli_run(Some(&db), &["tenant", "create", "Acme", "--json"]).json();
+    let t = tenant["id"].as_str().unwrap();
+    let create = |name: &str| {
+        cli_run(
+            Some(&db),
+            &["key", "create", "--tenant", t, "--name", name, "--json"],
+        )
+    };
+    let blank = create("").json();
+    assert_eq!(blank["name"], Value::Null, "{blank}");
+    let long = create(&"k".repeat(201));
+    assert_eq!(long.code, 1, "stderr {}", long.stderr);
+    assert!(
+        long.stderr
+            .contains("--name must have at most 200 characters"),
+        "{}",
+        long.stderr
+    );
+    let keys = cli_run(Some(&db), &["key", "list", "--tenant", t, "--json"]).json();
+    assert_eq!(keys.as_array().map(Vec::len), Some(1), "{keys}");
+    assert_eq!(keys[0]["name"], Value::Null, "{keys}");
+}

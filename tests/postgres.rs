@@ -1305,9 +1305,18 @@ fn dashboard_reads(c: &impl AsConn) -> Vec<String> {
         ),
         format!("{:?}", dash::recent_types(c, "s1", 3)),
         format!("{:?}", dash::recent_types(c, "s1", 100)),
-        format!("{:?}", dash::retry_dead(c, "other", "e1", 4_000)),
-        format!("{:?}", dash::retry_dead(c, "s1", "e2", 4_000)),
-        format!("{:?}", dash::retry_dead(c, "s1", "e1", 4_000)),
+        format!(
+            "{:?}",
+            convapi::ops::outbox::retry_dead(c, "other", "e1", 4_000)
+        ),
+        format!(
+            "{:?}",
+            convapi::ops::outbox::retry_dead(c, "s1", "e2", 4_000)
+        ),
+        format!(
+            "{:?}",
+            convapi::ops::outbox::retry_dead(c, "s1", "e1", 4_000)
+        ),
         format!("{:?}", dash::site_activity(c, "s1")),
     ]
 }

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::{open, print, CliError, CliResult};
 use crate::store;
+use crate::store::pool::Location;
 
 #[derive(clap::Args)]
 pub(super) struct BackupArgs {
@@ -25,25 +26,22 @@ pub(super) struct BackupArgs {
 }
 
 /// `backup` copies a SQLite file; PostgreSQL has tools of its own.
-fn on_postgres(db: &Path) -> CliError {
+fn on_postgres(db: &Location) -> CliError {
     format!(
         "backup copies a SQLite file, and {} is PostgreSQL: back it up with PostgreSQL's own \
          tools, e.g. pg_dump --format=custom --file=convapi.dump followed by the same URL (or \
          your provider's snapshots)",
-        store::pool::Location::of(db).display()
+        db.display()
     )
     .into()
 }
 
-pub(super) fn backup(db: &Path, a: BackupArgs) -> CliResult {
-    if matches!(
-        store::pool::Location::of(db),
-        store::pool::Location::Postgres(_)
-    ) {
+pub(super) fn backup(db: &Location, a: BackupArgs) -> CliResult {
+    let Location::File(path) = db else {
         return Err(on_postgres(db));
-    }
+    };
     let dest = a.file;
-    if same_file(db, &dest) {
+    if same_file(path, &dest) {
         return Err(format!(
             "{} is the database itself; back up to another file",
             dest.display()
@@ -94,7 +92,7 @@ pub(super) fn backup(db: &Path, a: BackupArgs) -> CliResult {
                 done.bytes
             );
             // The copy's destination credentials open only with the key beside the database.
-            let key = PathBuf::from(format!("{}.key", db.display()));
+            let key = PathBuf::from(format!("{}.key", path.display()));
             if key.exists() {
                 text.push_str(&format!(
                     "\nits destination credentials are sealed with the key in {}: back that file up too, apart from the copy",

@@ -14,20 +14,22 @@
 //! pending deliveries every second.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Subcommand};
 use serde_json::{json, Map, Value};
 
 use super::{count, open, print, site_by_id, CliError, CliResult};
-use crate::forward::kinds::parse_events;
 use crate::forward::platform::mask_secrets;
-use crate::forward::{self, kinds, versions};
+use crate::forward::{kinds, versions};
+use crate::ops::{
+    self,
+    destinations::{Changes, DestError, TestFailed},
+};
+use crate::store::pool::Location;
 use crate::store::{
     self,
-    db::AsConn,
-    destinations::{Destination, Health, CONSENT_RULES, KINDS},
+    destinations::{Destination, CONSENT_RULES, KINDS},
 };
 use crate::text::printable;
 
@@ -264,108 +266,88 @@ impl clap::Args for FieldArgs {
     }
 }
 
-/// The destination `id` (a UUID, accepted in any case); an unknown id is an error.
-fn destination_by_id(conn: &impl AsConn, id: &str) -> CliResult<Destination> {
-    let key = uuid::Uuid::parse_str(id.trim())
-        .map(|u| u.hyphenated().to_string())
-        .unwrap_or_else(|_| id.to_owned());
-    store::destinations::by_id(conn, &key)?.ok_or_else(|| {
-        format!("no destination with id {id} (`convapi destination list --site SITE` lists them)")
-            .into()
-    })
+impl FieldArgs {
+    /// The values given for `kind`'s fields. An option of a field the kind has not is passed on
+    /// (`ops` refuses it); one from the environment is left out: it may be meant for another kind.
+    fn of(&self, kind: &kinds::Kind) -> BTreeMap<String, String> {
+        self.0
+            .iter()
+            .filter(|(k, (_, from_env))| !from_env || kind.field(k).is_some())
+            .map(|(k, (v, _))| ((*k).to_owned(), v.clone()))
+            .collect()
+    }
 }
 
-/// Applies the field options to `d`: an option of a field its kind has not is refused (one from
-/// the environment is ignored: it may be meant for another kind); an empty value unsets the field.
-fn apply_fields(d: &mut Destination, kind: &kinds::Kind, given: &FieldArgs) -> CliResult<()> {
-    for (key, (value, from_env)) in &given.0 {
-        let Some(f) = kind.field(key) else {
-            if *from_env {
-                continue;
-            }
-            let flags: Vec<String> = kind
-                .fields
+/// A field's option: `--pixel-id`.
+fn flag(key: &str) -> String {
+    format!("--{}", key.replace('_', "-"))
+}
+
+/// A refusal of `ops::destinations` with the command line's hint.
+fn refused(e: DestError) -> CliError {
+    let hint = match &e {
+        DestError::NoDestination(_) => {
+            " (`convapi destination list --site SITE` lists them)".into()
+        }
+        DestError::NotOfKind(kind, key) => {
+            let flags: Vec<String> = kind.fields.iter().map(|f| flag(f.key)).collect();
+            let (label, key) = (kind.label, flag(key));
+            return CliError::Failed(format!(
+                "{label} has no {key}: its options are {}",
+                flags.join(", ")
+            ));
+        }
+        DestError::Refused(r) => return refused_kind(r),
+        DestError::CredentialsCleared(missing) => {
+            let flags: Vec<String> = missing
                 .iter()
-                .map(|f| format!("--{}", f.key.replace('_', "-")))
+                .map(|f| format!("{} (or ${})", flag(f.key), secret_env(f.key)))
                 .collect();
-            return Err(format!(
-                "{} has no --{}: its options are {}",
-                kind.label,
-                key.replace('_', "-"),
+            format!(
+                ", so give them again in the same command: {}",
                 flags.join(", ")
             )
-            .into());
-        };
-        let map = if f.secret {
-            &mut d.secrets
-        } else {
-            &mut d.settings
-        };
-        let value = value.trim();
-        if value.is_empty() {
-            map.remove(f.key);
-        } else {
-            map.insert(f.key.to_owned(), Value::from(value));
         }
+        DestError::TooMany(_) => ": remove one first (convapi destination remove ID)".into(),
+        DestError::Disabled(id) => {
+            format!(": enable it first (`convapi destination update {id} --enabled`)")
+        }
+        _ => String::new(),
+    };
+    match e {
+        DestError::Store(e) => CliError::Store(e),
+        e => CliError::Failed(format!("{e}{hint}")),
     }
-    Ok(())
 }
 
 /// A refusal of `forward::kinds::check` as the error; one that asks for a credential's option
 /// also names its environment variable.
-fn refused(e: kinds::Refused) -> CliError {
-    let secret = all_fields().into_iter().find(|f| {
-        f.secret
-            && e.0
-                .ends_with(&format!("pass --{}", f.key.replace('_', "-")))
-    });
+fn refused_kind(e: &kinds::Refused) -> CliError {
+    let secret = all_fields()
+        .into_iter()
+        .find(|f| f.secret && e.0.ends_with(&format!("pass {}", flag(f.key))));
     match secret {
-        Some(f) => CliError::Failed(format!("{} (or set ${})", e.0, secret_env(f.key))),
-        None => CliError::Failed(e.0),
+        Some(f) => CliError::Failed(format!("{e} (or set ${})", secret_env(f.key))),
+        None => CliError::Failed(e.0.clone()),
     }
 }
 
-pub(super) fn add(db: &Path, a: AddArgs) -> CliResult {
+pub(super) fn add(db: &Location, a: AddArgs) -> CliResult {
     let kind = kinds::kind(&a.kind).expect("clap allows only known kinds");
+    let changes = Changes {
+        name: Some(a.name),
+        fields: a.fields.of(kind),
+        events: (!a.events.is_empty()).then_some(a.events),
+        consent: a.consent,
+        endpoint: a.endpoint.map(Some),
+        api_version: a.api_version,
+        enabled: Some(!a.disabled),
+    };
     let conn = open(db)?;
-    let site = site_by_id(&conn, &a.site)?;
-    let events = if a.events.is_empty() {
-        BTreeMap::from([("purchase".to_owned(), kind.default_event("purchase"))])
-    } else {
-        parse_events(kind, &a.events).map_err(refused)?
-    };
-    let now = store::now_ms();
-    let mut d = Destination {
-        id: uuid::Uuid::new_v4().to_string(),
-        site_id: site.id.clone(),
-        kind: kind.name.to_owned(),
-        name: a.name.trim().to_owned(),
-        settings: Map::new(),
-        secrets: Map::new(),
-        endpoint: a.endpoint.map(|e| e.trim().to_owned()),
-        api_version: None,
-        events,
-        consent: a.consent.unwrap_or_else(|| kind.consent.to_owned()),
-        enabled: !a.disabled,
-        created_at: now,
-        updated_at: now,
-        health: Health::default(),
-    };
-    apply_fields(&mut d, kind, &a.fields)?;
-    if let Some(v) = &a.api_version {
-        d.api_version = versions::check(kind.name, v, now)?;
-    }
-    kinds::check(&d).map_err(refused)?;
-    let added = store::write_tx(&conn, |tx| {
-        store::destinations::insert_within(tx, &d, forward::MAX_DESTINATIONS_PER_SITE)
-    })?;
-    if !added {
-        return Err(CliError::Failed(format!(
-            "site {} has {} destinations, the most a site may have: remove one first (convapi destination remove ID)",
-            site.id,
-            forward::MAX_DESTINATIONS_PER_SITE
-        )));
-    }
+    let d = store::write_tx(&conn, |tx| {
+        ops::destinations::add(tx, &a.site, kind, &changes, None)
+    })
+    .map_err(refused)?;
     let out = destination_json(&d, [0; 5]);
     print(a.json, &out, || {
         format!(
@@ -373,24 +355,17 @@ pub(super) fn add(db: &Path, a: AddArgs) -> CliResult {
             d.id,
             printable(&d.name),
             kind.label,
-            site.id,
+            d.site_id,
             if d.enabled { "" } else { ", disabled" },
             d.id
         )
     })
 }
 
-pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let conn = open(db)?;
     let site = site_by_id(&conn, &a.site)?;
-    let rows = store::read(&conn, |c| -> CliResult<_> {
-        let mut rows = Vec::new();
-        for d in store::destinations::for_site(c, &site.id)? {
-            let counts = store::deliveries::counts(c, &d.id)?;
-            rows.push((d, counts));
-        }
-        Ok(rows)
-    })?;
+    let rows = store::read(&conn, |c| ops::destinations::list(c, &site.id)).map_err(refused)?;
     let out: Vec<Value> = rows.iter().map(|(d, c)| destination_json(d, *c)).collect();
     print(a.json, &out, || {
         if rows.is_empty() {
@@ -410,7 +385,7 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
     })
 }
 
-pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
+pub(super) fn update(db: &Location, a: UpdateArgs) -> CliResult {
     let nothing = a.name.is_none()
         && a.fields.0.is_empty()
         && a.events.is_empty()
@@ -427,57 +402,26 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
         )
         .into());
     }
+    let mut changes = Changes {
+        name: a.name,
+        events: (!a.events.is_empty()).then_some(a.events),
+        consent: a.consent,
+        endpoint: if a.no_endpoint {
+            Some(None)
+        } else {
+            a.endpoint.map(Some)
+        },
+        api_version: a.api_version,
+        enabled: (a.enabled || a.disabled).then_some(a.enabled),
+        ..Changes::default()
+    };
     let conn = open(db)?;
-    let (d, counts) = store::write_tx(&conn, |tx| -> CliResult<_> {
-        let mut d = destination_by_id(tx, &a.id)?;
-        let stored = d.clone();
-        let kind = kinds::kind(&d.kind)
-            .ok_or_else(|| format!("destination {} is of an unknown kind {}", d.id, d.kind))?;
-        if let Some(name) = &a.name {
-            d.name = name.trim().to_owned();
-        }
-        apply_fields(&mut d, kind, &a.fields)?;
-        if !a.events.is_empty() {
-            d.events = parse_events(kind, &a.events).map_err(refused)?;
-        }
-        if let Some(c) = &a.consent {
-            d.consent = c.clone();
-        }
-        if a.no_endpoint {
-            d.endpoint = None;
-        } else if let Some(e) = &a.endpoint {
-            d.endpoint = Some(e.trim().to_owned());
-        }
-        if let Some(v) = &a.api_version {
-            d.api_version = versions::check(&d.kind, v, store::now_ms())?;
-        }
-        if a.enabled {
-            d.enabled = true;
-        } else if a.disabled {
-            d.enabled = false;
-        }
-        d.updated_at = store::now_ms();
-        let given = |k: &str| a.fields.0.get(k).is_some_and(|(v, _)| !v.trim().is_empty());
-        let missing = kinds::secrets_stay(&stored, &mut d, given);
-        if !missing.is_empty() {
-            let flags: Vec<String> = missing
-                .iter()
-                .map(|f| format!("--{} (or ${})", f.key.replace('_', "-"), secret_env(f.key)))
-                .collect();
-            return Err(format!(
-                "a new endpoint clears the stored credentials (they are never sent to an address \
-                 they were not given for), so give them again in the same command: {}",
-                flags.join(", ")
-            )
-            .into());
-        }
-        kinds::check(&d).map_err(refused)?;
-        if !store::destinations::update(tx, &d)? {
-            return Err(format!("no destination with id {}", a.id).into());
-        }
-        let counts = store::deliveries::counts(tx, &d.id)?;
-        Ok((d, counts))
-    })?;
+    let (d, counts) = store::write_tx(&conn, |tx| {
+        let kind = ops::destinations::kind_of(&ops::destinations::find(tx, &a.id, None)?)?;
+        changes.fields = a.fields.of(kind);
+        ops::destinations::update(tx, &a.id, None, &changes, None)
+    })
+    .map_err(refused)?;
     // Which credentials this replaced, and from where (a variable left set replaces one too).
     let replaced: Vec<String> = a
         .fields
@@ -505,13 +449,10 @@ pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
     })
 }
 
-pub(super) fn remove(db: &Path, a: IdArgs) -> CliResult {
+pub(super) fn remove(db: &Location, a: IdArgs) -> CliResult {
     let conn = open(db)?;
-    let d = store::write_tx(&conn, |tx| -> CliResult<_> {
-        let d = destination_by_id(tx, &a.id)?;
-        store::destinations::remove(tx, &d.id)?;
-        Ok(d)
-    })?;
+    let d =
+        store::write_tx(&conn, |tx| ops::destinations::remove(tx, &a.id, None)).map_err(refused)?;
     let out = json!({"id": d.id, "siteId": d.site_id, "removed": true});
     print(a.json, &out, || {
         format!(
@@ -522,20 +463,19 @@ pub(super) fn remove(db: &Path, a: IdArgs) -> CliResult {
     })
 }
 
-pub(super) fn test(db: &Path, a: IdArgs) -> CliResult {
+pub(super) fn test(db: &Location, a: IdArgs) -> CliResult {
     let conn = open(db)?;
-    let d = destination_by_id(&conn, &a.id)?;
+    let d = ops::destinations::find(&conn, &a.id, None).map_err(refused)?;
     let site = site_by_id(&conn, &d.site_id)?;
     drop(conn);
-    match forward::send_test(&d, &site.currency, store::now_ms()) {
+    match ops::destinations::send_test(&d, &site.currency, None) {
         Ok(answer) => {
-            let answer = mask_secrets(&answer, &d);
             let out = json!({"id": d.id, "ok": true, "answer": answer});
             print(a.json, &out, || {
                 format!("the platform took the test event: {}", printable(&answer))
             })
         }
-        Err(outage) if outage.to_string() == forward::meta::NO_TEST_EVENT_CODE => Err(format!(
+        Err(TestFailed::NoTestEventCode) => Err(format!(
             "the test event to destination {} was not sent: Meta shows test events only with a \
              test event code: copy the code from Events Manager (your dataset → Test events), \
              set it with `convapi destination update {} --test-event-code CODE`, then send the \
@@ -543,20 +483,19 @@ pub(super) fn test(db: &Path, a: IdArgs) -> CliResult {
             d.id, d.id
         )
         .into()),
-        Err(outage) => Err(format!(
+        Err(e) => Err(format!(
             "the test event to destination {} failed: {}",
             d.id,
-            printable(&mask_secrets(&outage.to_string(), &d))
+            printable(&e.to_string())
         )
         .into()),
     }
 }
 
-pub(super) fn rekey(db: &Path, a: RekeyArgs) -> CliResult {
+pub(super) fn rekey(db: &Location, a: RekeyArgs) -> CliResult {
     let conn = open(db)?;
-    let n = store::write_tx(&conn, |tx| {
-        store::destinations::seal_all(tx, false, a.drop_unreadable)
-    })?;
+    let n = store::write_tx(&conn, |tx| ops::destinations::rekey(tx, a.drop_unreadable))
+        .map_err(refused)?;
     print(a.json, &json!({"resealed": n}), || {
         format!(
             "sealed the credentials of {} again with the current key; a former key is no longer needed for them",
@@ -565,26 +504,12 @@ pub(super) fn rekey(db: &Path, a: RekeyArgs) -> CliResult {
     })
 }
 
-pub(super) fn retry(db: &Path, a: RetryArgs) -> CliResult {
+pub(super) fn retry(db: &Location, a: RetryArgs) -> CliResult {
     let conn = open(db)?;
-    let (d, n) = store::write_tx(&conn, |tx| -> CliResult<_> {
-        let d = destination_by_id(tx, &a.id)?;
-        let conversion = match &a.order {
-            None => None,
-            Some(order) => Some(
-                store::conversions::find_order(
-                    tx,
-                    &d.site_id,
-                    order,
-                    store::conversions::Source::Api,
-                )?
-                .map(|(r, _)| r.event_id)
-                .ok_or_else(|| format!("site {} has no order {order:?}", d.site_id))?,
-            ),
-        };
-        let n = store::deliveries::retry_failed(tx, &d.id, conversion.as_deref(), store::now_ms())?;
-        Ok((d, n))
-    })?;
+    let (d, n) = store::write_tx(&conn, |tx| {
+        ops::destinations::retry(tx, &a.id, None, a.order.as_deref())
+    })
+    .map_err(refused)?;
     let out = json!({"id": d.id, "retried": n});
     print(a.json, &out, || {
         format!(
@@ -595,61 +520,33 @@ pub(super) fn retry(db: &Path, a: RetryArgs) -> CliResult {
     })
 }
 
-pub(super) fn replay(db: &Path, a: ReplayArgs) -> CliResult {
+pub(super) fn replay(db: &Location, a: ReplayArgs) -> CliResult {
     if a.from > a.to {
         return Err(format!("--from {} is after --to {}", a.from, a.to).into());
     }
     let (from_ms, to_ms) = crate::report::day_range(Some(a.from), Some(a.to));
     let conn = open(db)?;
     let site = site_by_id(&conn, &a.site)?;
-    let now = store::now_ms();
-    let done = store::write_tx(&conn, |tx| -> CliResult<_> {
-        let targets: Vec<Destination> = match &a.destination {
-            Some(id) => {
-                let d = destination_by_id(tx, id)?;
-                if d.site_id != site.id {
-                    return Err(format!(
-                        "destination {id} is not one of site {}'s (`convapi destination list --site {}`)",
-                        site.id, site.id
-                    )
-                    .into());
-                }
-                if !d.enabled {
-                    return Err(format!(
-                        "destination {id} is disabled: enable it first (`convapi destination update {id} --enabled`)"
-                    )
-                    .into());
-                }
-                vec![d]
-            }
-            None => store::destinations::for_site(tx, &site.id)?
-                .into_iter()
-                .filter(|d| d.enabled)
-                .collect(),
-        };
-        let mut done = Vec::new();
-        for d in targets {
-            // Nothing older than the platform takes: it would only be marked too old.
-            let oldest = kinds::kind(&d.kind).map_or(from_ms, |k| now - k.max_age_ms);
-            let from = from_ms.max(oldest);
-            let n = if from < to_ms {
-                store::deliveries::replay(tx, &d.id, from, to_ms, now)?
-            } else {
-                0
-            };
-            done.push((d, n, from));
-        }
-        Ok(done)
+    let dest = a.destination.as_deref();
+    let done = store::write_tx(&conn, |tx| {
+        ops::destinations::replay(tx, &site.id, dest, from_ms, to_ms)
+    })
+    .map_err(|e| match e {
+        DestError::NotOfSite(id) => CliError::Failed(format!(
+            "destination {id} is not one of site {}'s (`convapi destination list --site {}`)",
+            site.id, site.id
+        )),
+        e => refused(e),
     })?;
     let out: Vec<Value> = done
         .iter()
-        .map(|(d, n, from)| {
+        .map(|r| {
             json!({
-                "destinationId": d.id,
-                "name": d.name,
-                "kind": d.kind,
-                "enqueued": n,
-                "from": store::iso(*from),
+                "destinationId": r.destination.id,
+                "name": r.destination.name,
+                "kind": r.destination.kind,
+                "enqueued": r.enqueued,
+                "from": store::iso(r.from_ms),
             })
         })
         .collect();
@@ -661,7 +558,8 @@ pub(super) fn replay(db: &Path, a: ReplayArgs) -> CliResult {
             );
         }
         let mut text = String::new();
-        for (d, n, from) in &done {
+        for r in &done {
+            let d = &r.destination;
             if !text.is_empty() {
                 text.push('\n');
             }
@@ -669,13 +567,13 @@ pub(super) fn replay(db: &Path, a: ReplayArgs) -> CliResult {
                 "destination {} ({}): {} enqueued",
                 d.id,
                 printable(&d.name),
-                count(*n as usize, "conversion", "conversions")
+                count(r.enqueued as usize, "conversion", "conversions")
             ));
-            if *from > from_ms {
+            if r.from_ms > from_ms {
                 let limit = kinds::kind(&d.kind).map_or("the platform", |k| k.label);
                 text.push_str(&format!(
                     " (from {} on: {limit} takes nothing older)",
-                    store::iso(*from)
+                    store::iso(r.from_ms)
                 ));
             }
         }

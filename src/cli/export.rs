@@ -8,11 +8,12 @@
 //! the conversions; where each went is the lookup's and the order page's).
 
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
 use super::{open, site_by_id, CliError, CliResult};
+use crate::store::pool::Location;
 use crate::store::{self, sessions::Session};
 
 #[derive(clap::Args)]
@@ -59,7 +60,7 @@ const SESSION_COLUMNS: [&str; 18] = [
     "ttclid",
 ];
 
-pub(super) fn export(db: &Path, a: ExportArgs) -> CliResult {
+pub(super) fn export(db: &Location, a: ExportArgs) -> CliResult {
     if let (Some(from), Some(to)) = (a.from, a.to) {
         if from > to {
             return Err(format!("--from {from} is after --to {to}").into());

@@ -2,9 +2,8 @@
 //! id (docs/decisions.md §9). The same work as `DELETE /api/sites/{siteId}/people/{clientId}`, in
 //! one transaction of the command's own connection.
 
-use std::path::Path;
-
 use super::{count, non_empty, open, print, site_by_id, CliResult};
+use crate::store::pool::Location;
 use crate::store::{self, erasure::Person};
 
 /// Exactly one of `--client-id` and `--visitor-id`.
@@ -29,7 +28,7 @@ pub(super) struct ForgetArgs {
     json: bool,
 }
 
-pub(super) fn forget(db: &Path, a: ForgetArgs) -> CliResult {
+pub(super) fn forget(db: &Location, a: ForgetArgs) -> CliResult {
     let person = match (&a.client_id, &a.visitor_id) {
         (Some(c), _) => Person::Client(non_empty("--client-id", c)?),
         (None, Some(v)) => Person::Visitor(non_empty("--visitor-id", v)?),

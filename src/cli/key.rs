@@ -1,12 +1,11 @@
 //! `convapi key ...`: API keys. A key is printed once, at creation; only its hash is stored.
 
-use std::path::Path;
-
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{open, print, require_tenant, CliResult};
-use crate::store;
+use super::{open, print, CliError, CliResult};
+use crate::ops::{self, keys::KeyError};
+use crate::store::pool::Location;
 
 #[derive(Subcommand)]
 pub(super) enum KeyCmd {
@@ -50,30 +49,28 @@ pub(super) struct RevokeArgs {
     json: bool,
 }
 
-pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
+/// A refusal of `ops::keys` in the command line's words.
+fn refused(e: KeyError) -> CliError {
+    match e {
+        KeyError::NameTooLong => CliError::Failed(format!("--{e}")),
+        e => super::refused(e),
+    }
+}
+
+pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {
     let conn = open(db)?;
-    require_tenant(&conn, &a.tenant)?;
-    let (key, prefix) = crate::keys::generate().map_err(|e| format!("no OS randomness: {e}"))?;
-    let id = uuid::Uuid::new_v4().to_string();
-    store::keys::create(
-        &conn,
-        &id,
-        &a.tenant,
-        a.name.as_deref(),
-        &prefix,
-        &crate::keys::hash(&key),
-        store::now_ms(),
-    )?;
-    let out = json!({"id": id, "key": key, "prefix": prefix, "tenantId": a.tenant, "name": a.name});
+    let k = ops::keys::create(&conn, &a.tenant, a.name.as_deref()).map_err(refused)?;
+    let (id, key) = (&k.id, &k.key);
+    let out =
+        json!({"id": id, "key": key, "prefix": k.prefix, "tenantId": a.tenant, "name": k.name});
     print(a.json, &out, || {
         format!("created key {id}\n\n    {key}\n\nStore it now: it is shown only this once.")
     })
 }
 
-pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let conn = open(db)?;
-    require_tenant(&conn, &a.tenant)?;
-    let keys = store::keys::list(&conn, &a.tenant)?;
+    let keys = ops::keys::list(&conn, &a.tenant).map_err(refused)?;
     print(a.json, &keys, || {
         let mut out = format!(
             "{:<36}  {:<12}  {:<24}  {:<24}  NAME",
@@ -93,10 +90,9 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
     })
 }
 
-pub(super) fn revoke(db: &Path, a: RevokeArgs) -> CliResult {
+pub(super) fn revoke(db: &Location, a: RevokeArgs) -> CliResult {
     let conn = open(db)?;
-    let k = store::keys::revoke(&conn, &a.key_id, store::now_ms())?
-        .ok_or_else(|| format!("no key with id {}", a.key_id))?;
+    let k = ops::keys::revoke(&conn, None, &a.key_id).map_err(refused)?;
     let out = json!({"id": k.id, "revokedAt": k.revoked_at});
     print(a.json, &out, || {
         format!(

@@ -16,6 +16,7 @@ use serde_json::json;
 use super::{open, print, CliError, CliResult};
 use crate::store::copy::{self, CopyError, Step};
 use crate::store::db::Conn;
+use crate::store::pool::Location;
 use crate::store::report::GroupBy;
 use crate::store::{self, pg};
 
@@ -57,9 +58,13 @@ fn parse_url(s: &str) -> Result<String, crate::invalid::Invalid> {
 const EMPTY_ONLY: &str = "migrate copies into an empty database only; create an empty database \
     (CREATE DATABASE … ENCODING 'UTF8') and give its URL to --to";
 
-pub(super) fn migrate(db: &Path, a: MigrateArgs) -> CliResult {
+pub(super) fn migrate(db: &Location, a: MigrateArgs) -> CliResult {
     let started = Instant::now();
-    let from = a.from.unwrap_or_else(|| db.to_path_buf());
+    let from = match (a.from, db) {
+        (Some(from), _) => from,
+        (None, Location::File(path)) => path.clone(),
+        (None, Location::Postgres(url)) => url.into(),
+    };
     let to = shown(&a.to);
     let text = from.to_string_lossy();
     if text.starts_with("postgres://") || text.starts_with("postgresql://") {
@@ -83,7 +88,7 @@ pub(super) fn migrate(db: &Path, a: MigrateArgs) -> CliResult {
         }
     }
     let _lock = lock(&from)?;
-    let store::pool::DbConn::Sqlite(source) = open(&from)? else {
+    let store::pool::DbConn::Sqlite(source) = open(&Location::File(from.clone()))? else {
         return Err(format!("{} is not a SQLite file", from.display()).into());
     };
     let target = pg::open(&a.to).map_err(|e| format!("{to}: {e}"))?;

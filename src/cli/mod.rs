@@ -1,14 +1,16 @@
 //! The command line (docs/decisions.md §1): argument parsing, the dispatch to one function per
 //! command (grouped in this folder's files by command group), exit codes and `--json` output.
 //! `--json` prints exactly one JSON value on stdout; errors are one line on stderr, exit 1;
-//! usage errors exit 2 (clap's own). Commands call `store` for SQL and never hold SQL themselves.
+//! usage errors exit 2 (clap's own). `--db` is parsed once, into a `Location`. Commands run the
+//! operations of `ops` (sites, keys, destinations, dead letters, users) and call `store` for the
+//! rest; they never hold SQL themselves.
 
 use crate::store::db::AsConn;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::{Parser, Subcommand};
 
-use crate::store::{self, StoreError};
+use crate::store::{self, pool::Location, StoreError};
 
 mod backup;
 mod destination;
@@ -40,9 +42,10 @@ struct Cli {
         env = "CONVAPI_DB",
         // A PostgreSQL URL may hold a password: `--help` names the variable, never its value.
         hide_env_values = true,
-        default_value = "./convapi.db"
+        default_value = "./convapi.db",
+        value_parser = location
     )]
-    db: PathBuf,
+    db: Location,
     /// How log lines on stderr are written: `text` (env_logger's lines) or `json` (one object per
     /// line: ts, level, target, msg, and the access log's fields).
     #[arg(
@@ -136,6 +139,14 @@ impl std::fmt::Display for CliError {
 impl From<StoreError> for CliError {
     fn from(e: StoreError) -> CliError {
         CliError::Store(e)
+    }
+}
+
+/// A refusal of an operation of `ops` as its message; the store's error as itself.
+pub(crate) fn refused<E: crate::ops::OpError + std::fmt::Display>(e: E) -> CliError {
+    match e.refusal() {
+        Ok(refusal) => CliError::Failed(refusal.to_string()),
+        Err(e) => CliError::Store(e),
     }
 }
 
@@ -475,15 +486,17 @@ fn run(cli: Cli) -> CliResult {
     }
 }
 
-fn open(db: &Path) -> CliResult<store::pool::DbConn> {
+/// `--db`, parsed once: the commands get the [`Location`].
+fn location(db: &str) -> Result<Location, std::convert::Infallible> {
+    Ok(Location::of(Path::new(db)))
+}
+
+fn open(db: &Location) -> CliResult<store::pool::DbConn> {
     check_db_dir(db)?;
-    let location = store::pool::Location::of(db);
-    store::pool::open(&location, &store::Settings::default()).map_err(|e| match e {
+    store::pool::open(db, &store::Settings::default()).map_err(|e| match e {
         StoreError::Busy | StoreError::Full => CliError::Store(e),
         // PostgreSQL's messages name the server already.
-        e if matches!(location, store::pool::Location::Postgres(_)) => {
-            CliError::Failed(e.to_string())
-        }
+        e if matches!(db, Location::Postgres(_)) => CliError::Failed(e.to_string()),
         e => CliError::Failed(format!("{}: {e}", db.display())),
     })
 }
@@ -500,13 +513,10 @@ fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// SQLite creates the file but not its directory, and says only "unable to open database file"
 /// when the directory is missing: name it instead. A PostgreSQL URL has no directory.
-fn check_db_dir(db: &Path) -> CliResult {
-    if matches!(
-        store::pool::Location::of(db),
-        store::pool::Location::Postgres(_)
-    ) {
+fn check_db_dir(db: &Location) -> CliResult {
+    let Location::File(db) = db else {
         return Ok(());
-    }
+    };
     let dir = match db.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => return Ok(()),
@@ -530,20 +540,9 @@ fn check_db_dir(db: &Path) -> CliResult {
     }
 }
 
-fn require_tenant(conn: &impl AsConn, id: &str) -> CliResult {
-    if store::tenants::exists(conn, id)? {
-        Ok(())
-    } else {
-        Err(format!("no tenant with id {id}").into())
-    }
-}
-
 /// The site with that id (a UUID, accepted in any case); an unknown id is an error.
 fn site_by_id(conn: &impl AsConn, id: &str) -> CliResult<store::sites::Site> {
-    let key = uuid::Uuid::parse_str(id.trim())
-        .map(|u| u.hyphenated().to_string())
-        .unwrap_or_else(|_| id.to_owned());
-    store::sites::by_id(conn, &key)?.ok_or_else(|| format!("no site with id {id}").into())
+    crate::ops::sites::find(conn, id).map_err(site::refused)
 }
 
 fn non_empty<'a>(what: &str, s: &'a str) -> CliResult<&'a str> {

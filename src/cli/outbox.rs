@@ -5,13 +5,13 @@
 //! The commands write with their own connection, beside a running server; its pipeline polls the
 //! outbox every second, so a retried item is picked up within about a second.
 
-use std::path::Path;
-
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{count, open, print, site_by_id, CliResult};
-use crate::store;
+use super::{count, open, print, site_by_id, CliError, CliResult};
+use crate::ops::{self, outbox::RetryError};
+use crate::store::pool::Location;
+use crate::store::{self, outbox::NotDead};
 
 #[derive(Subcommand)]
 pub(super) enum OutboxCmd {
@@ -48,7 +48,7 @@ pub(super) struct RetryArgs {
     json: bool,
 }
 
-pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let conn = open(db)?;
     let site = match &a.site {
         Some(id) => Some(site_by_id(&conn, id)?.id),
@@ -89,33 +89,19 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
     })
 }
 
-pub(super) fn retry(db: &Path, a: RetryArgs) -> CliResult {
+pub(super) fn retry(db: &Location, a: RetryArgs) -> CliResult {
     let conn = open(db)?;
-    let retried = store::write_tx(&conn, |tx| -> CliResult<_> {
-        if a.all {
-            return Ok(store::outbox::retry(tx, None, store::now_ms())?);
-        }
-        // All or nothing: one id that is no dead letter refuses the whole command.
-        for id in &a.conversion_ids {
-            match store::outbox::check_dead(tx, id)? {
-                Ok(()) => {}
-                Err(store::outbox::NotDead::Unknown) => {
-                    return Err(format!("no conversion with id {id}").into())
-                }
-                Err(store::outbox::NotDead::Status(s)) => {
-                    return Err(format!(
-                        "conversion {id} is not a dead letter (its status is {s}); nothing retried"
-                    )
-                    .into())
-                }
+    let ids = (!a.all).then_some(a.conversion_ids.as_slice());
+    let retried =
+        store::write_tx(&conn, |tx| ops::outbox::retry(tx, ids)).map_err(|e| match e {
+            RetryError::NotDead(id, NotDead::Unknown) => {
+                format!("no conversion with id {id}").into()
             }
-        }
-        Ok(store::outbox::retry(
-            tx,
-            Some(&a.conversion_ids),
-            store::now_ms(),
-        )?)
-    })?;
+            RetryError::NotDead(id, NotDead::Status(s)) => CliError::Failed(format!(
+                "conversion {id} is not a dead letter (its status is {s}); nothing retried"
+            )),
+            RetryError::Store(e) => CliError::Store(e),
+        })?;
     let out = json!({"retried": retried.len(), "conversionIds": retried});
     print(a.json, &out, || {
         format!(

@@ -1,13 +1,14 @@
 //! `convapi rates ...`: ECB reference rates, which the pipeline converts currencies with: a file
 //! imported as the ECB publishes it (CSV or zip), or the daily file fetched (`crate::ecb`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Subcommand;
 use serde_json::json;
 
 use super::{count, open, print, CliResult};
 use crate::store;
+use crate::store::pool::Location;
 
 #[derive(Subcommand)]
 pub(super) enum RatesCmd {
@@ -40,7 +41,7 @@ pub(super) struct FetchArgs {
 
 /// Reads an ECB file and stores its rates in one transaction, which also makes every `fx_pending`
 /// conversion due again (a running server's pipeline picks them up within a second or so).
-pub(super) fn import(db: &Path, a: ImportArgs) -> CliResult {
+pub(super) fn import(db: &Location, a: ImportArgs) -> CliResult {
     let file = &a.file;
     let opened = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let rates = crate::ecb::read_file(opened).map_err(|e| format!("{}: {e}", file.display()))?;
@@ -48,12 +49,12 @@ pub(super) fn import(db: &Path, a: ImportArgs) -> CliResult {
 }
 
 /// Downloads the file at `--url` and imports it like `rates import`.
-pub(super) fn fetch(db: &Path, a: FetchArgs) -> CliResult {
+pub(super) fn fetch(db: &Location, a: FetchArgs) -> CliResult {
     let rates = crate::ecb::fetch(&a.url).map_err(|e| e.to_string())?;
     store_and_print(db, &rates, a.json)
 }
 
-fn store_and_print(db: &Path, rates: &[crate::fx::Rate], as_json: bool) -> CliResult {
+fn store_and_print(db: &Location, rates: &[crate::fx::Rate], as_json: bool) -> CliResult {
     let conn = open(db)?;
     let released = store::write_tx(&conn, |tx| {
         crate::ecb::store_rates(tx, rates, store::now_ms())

@@ -1,9 +1,8 @@
 //! `convapi report`: its options and their checks; the grouping and sums are `crate::report`'s.
 
-use std::path::Path;
-
 use super::{open, site_by_id, CliResult};
 use crate::invalid::Invalid;
+use crate::store::pool::Location;
 
 #[derive(clap::Args)]
 pub(super) struct ReportArgs {
@@ -28,7 +27,7 @@ pub(super) fn parse_day(s: &str) -> Result<chrono::NaiveDate, Invalid> {
     crate::fx::parse_day(s).map_err(|_| Invalid(format!("{s:?} is not a date like 2026-11-20")))
 }
 
-pub(super) fn report(db: &Path, a: ReportArgs) -> CliResult {
+pub(super) fn report(db: &Location, a: ReportArgs) -> CliResult {
     use crate::store::report::GroupBy;
     if let (Some(from), Some(to)) = (a.from, a.to) {
         if from > to {

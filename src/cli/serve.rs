@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use super::{check_db_dir, count, CliResult};
 use crate::invalid::Invalid;
 use crate::store;
+use crate::store::pool::Location;
 
 #[derive(clap::Args)]
 pub(super) struct ServeArgs {
@@ -185,7 +186,7 @@ fn cannot_listen(addr: &str, e: &std::io::Error) -> String {
     )
 }
 
-pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
+pub(super) fn serve(db: Location, a: ServeArgs) -> CliResult {
     use signal_hook::consts::{SIGINT, SIGTERM};
     // Register before starting so that a signal during start-up is not lost.
     check_db_dir(&db)?;
@@ -205,7 +206,7 @@ pub(super) fn serve(db: PathBuf, a: ServeArgs) -> CliResult {
     })?;
     log::info!(
         "serving {} with {}, group commit of up to {}",
-        crate::store::pool::Location::of(&config.db).display(),
+        config.db.display(),
         count(config.http.threads, "thread", "threads"),
         count(config.writer.batch, "write", "writes"),
     );
@@ -236,10 +237,10 @@ where
     let args = std::iter::once("serve".into()).chain(args.into_iter().map(Into::into));
     let matches = command.try_get_matches_from(args)?;
     let a = ServeArgs::from_arg_matches(&matches)?;
-    Ok(config(db, a))
+    Ok(config(Location::of(&db), a))
 }
 
-fn config(db: PathBuf, a: ServeArgs) -> crate::server::ServeConfig {
+fn config(db: Location, a: ServeArgs) -> crate::server::ServeConfig {
     crate::server::ServeConfig {
         http: crate::http::Config {
             addr: a.addr,

@@ -1,16 +1,16 @@
 //! `convapi site ...`: the sites a tenant reports conversions for, their settings, and the
 //! identity secret that signs the pixel's `identify` (printed when made, like an API key).
 
-use std::path::Path;
-
 use clap::Subcommand;
 
-use super::{count, open, print, require_tenant, site_by_id, CliResult};
-use crate::sites::{MAX_WINDOW_DAYS, MODELS};
-use crate::store::{
+use super::{count, open, print, CliError, CliResult};
+use crate::ops::{
     self,
-    sites::{NewSite, Site, SiteChanges},
+    sites::{Changes, Field, NewSite, SiteError},
 };
+use crate::sites::{MAX_WINDOW_DAYS, MODELS};
+use crate::store::pool::Location;
+use crate::store::{self, sites::Site};
 
 #[derive(Subcommand)]
 pub(super) enum SiteCmd {
@@ -144,51 +144,48 @@ struct WithSecret<'a> {
     identity_secret: Option<&'a str>,
 }
 
-pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
-    let name = crate::sites::name(&a.name)?;
-    check_currency(&a.currency)?;
-    let domain = a.domain.as_deref().map(normalise_domain).transpose()?;
-    let conn = open(db)?;
-    require_tenant(&conn, &a.tenant)?;
-    let tracker_id = crate::keys::random_base62(12).map_err(|e| e.to_string())?;
-    let secret = match a.signed_identify.as_str() {
-        "on" => Some(new_secret()?),
-        _ => None,
+/// A refusal of `ops::sites` in the command line's words: a setting's by its option.
+pub(super) fn refused(e: SiteError) -> CliError {
+    let option = |f: Field| match f {
+        Field::Name => "",
+        Field::Domain => "--domain ",
+        Field::Currency => "--currency ",
+        Field::WindowDays => "--window-days ",
+        Field::Model => "--model ",
     };
-    let site = store::write_tx(&conn, |tx| -> CliResult<Site> {
-        let site = store::sites::create(
-            tx,
-            &NewSite {
-                id: &uuid::Uuid::new_v4().to_string(),
-                tenant_id: &a.tenant,
-                tracker_id: &tracker_id,
-                name,
-                domain: domain.as_deref(),
-                currency: &a.currency,
-                window_days: a.window_days,
-                model: &a.model,
-            },
-            store::now_ms(),
-        )?;
-        if let Some(secret) = &secret {
-            store::sites::set_identity_secret(tx, &site.id, secret)?;
-        }
-        let settings = SiteChanges {
-            signed_identify: Some(secret.is_some()),
-            retain_days: Some(a.retain_days),
-            expire_conversions: Some(a.expire_conversions == "on"),
-            consent_required: Some(a.consent_required == "on"),
-            ..SiteChanges::default()
-        };
-        Ok(store::sites::update(tx, &site.id, &settings)?.expect("site just created"))
-    })?;
+    match e {
+        SiteError::Invalid(f, e) => CliError::Failed(e.prefixed(option(f)).0),
+        SiteError::NoIdentitySecret(ref id) => CliError::Failed(format!(
+            "{e}: make one first with `convapi site identity-secret {id}`"
+        )),
+        e => super::refused(e),
+    }
+}
+
+pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {
+    let new = NewSite {
+        name: a.name,
+        domain: a.domain,
+        currency: a.currency,
+        window_days: a.window_days,
+        model: a.model,
+        signed_identify: a.signed_identify == "on",
+        retain_days: Some(a.retain_days),
+        expire_conversions: Some(a.expire_conversions == "on"),
+        consent_required: Some(a.consent_required == "on"),
+    };
+    ops::sites::checked(&new.settings()).map_err(refused)?;
+    let conn = open(db)?;
+    let made =
+        store::write_tx(&conn, |tx| ops::sites::create(tx, &a.tenant, &new)).map_err(refused)?;
+    let (site, secret) = (&made.site, &made.identity_secret);
     let out = WithSecret {
-        site: &site,
+        site,
         identity_secret: secret.as_deref(),
     };
     print(a.json, &out, || {
-        let mut text = describe("created", &site);
-        if let Some(secret) = &secret {
+        let mut text = describe("created", site);
+        if let Some(secret) = secret {
             text.push_str(&secret_shown_once(secret));
         }
         text
@@ -196,14 +193,11 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
 }
 
 /// Creates or replaces the site's identity secret: the previous one stops verifying at once.
-pub(super) fn identity_secret(db: &Path, a: IdentitySecretArgs) -> CliResult {
-    let secret = new_secret()?;
+pub(super) fn identity_secret(db: &Location, a: IdentitySecretArgs) -> CliResult {
     let conn = open(db)?;
-    let site = store::write_tx(&conn, |tx| -> CliResult<Site> {
-        let site = site_by_id(tx, &a.site_id)?;
-        store::sites::set_identity_secret(tx, &site.id, &secret)?;
-        Ok(site)
-    })?;
+    let (site, secret) =
+        store::write_tx(&conn, |tx| ops::sites::new_identity_secret(tx, &a.site_id))
+            .map_err(refused)?;
     let out = serde_json::json!({
         "siteId": site.id,
         "identitySecret": secret,
@@ -221,10 +215,6 @@ pub(super) fn identity_secret(db: &Path, a: IdentitySecretArgs) -> CliResult {
     })
 }
 
-fn new_secret() -> CliResult<String> {
-    Ok(crate::tracking::new_identity_secret().map_err(|e| format!("no OS randomness: {e}"))?)
-}
-
 fn secret_shown_once(secret: &str) -> String {
     format!(
         "\n\n    {secret}\n\nStore it with your backend's secrets now: it is shown only this once. \
@@ -234,48 +224,27 @@ fn secret_shown_once(secret: &str) -> String {
 
 /// Runs in one write transaction, so that no conversion is converted into the old currency
 /// between the check and the change.
-pub(super) fn update(db: &Path, a: UpdateArgs) -> CliResult {
-    let name = a.name.as_deref().map(crate::sites::name).transpose()?;
-    if let Some(currency) = &a.currency {
-        check_currency(currency)?;
-    }
-    let domain = a.domain.as_deref().map(normalise_domain).transpose()?;
+pub(super) fn update(db: &Location, a: UpdateArgs) -> CliResult {
+    let on = |v: Option<String>| v.map(|v| v == "on");
+    let changes = Changes {
+        name: a.name,
+        domain: if a.no_domain {
+            Some(None)
+        } else {
+            a.domain.map(Some)
+        },
+        currency: a.currency,
+        window_days: a.window_days,
+        model: a.model,
+        signed_identify: on(a.signed_identify),
+        retain_days: a.retain_days,
+        expire_conversions: on(a.expire_conversions),
+        consent_required: on(a.consent_required),
+    };
+    ops::sites::checked(&changes).map_err(refused)?;
     let conn = open(db)?;
-    let site = store::write_tx(&conn, |tx| -> CliResult<_> {
-        let site = site_by_id(tx, &a.site_id)?;
-        if let Some(currency) = &a.currency {
-            let other = store::sites::other_reporting_currency(tx, &site.id, currency)?;
-            if let Some(other) = other {
-                return Err(crate::sites::currency_change_refused(&site.id, &other).into());
-            }
-        }
-        let changes = SiteChanges {
-            name,
-            domain: if a.no_domain {
-                Some(None)
-            } else {
-                domain.as_deref().map(Some)
-            },
-            currency: a.currency.as_deref(),
-            window_days: a.window_days,
-            model: a.model.as_deref(),
-            signed_identify: a.signed_identify.as_deref().map(|v| v == "on"),
-            retain_days: a.retain_days,
-            expire_conversions: a.expire_conversions.as_deref().map(|v| v == "on"),
-            consent_required: a.consent_required.as_deref().map(|v| v == "on"),
-        };
-        if changes.signed_identify == Some(true) {
-            let check = store::sites::identify_check(tx, &site.id)?;
-            if check.and_then(|c| c.secret).is_none() {
-                let id = &site.id;
-                return Err(format!(
-                    "site {id} has no identity secret: make one first with `convapi site identity-secret {id}`"
-                ).into());
-            }
-        }
-        store::sites::update(tx, &site.id, &changes)?
-            .ok_or_else(|| format!("no site with id {}", a.site_id).into())
-    })?;
+    let site = store::write_tx(&conn, |tx| ops::sites::update(tx, &a.site_id, &changes))
+        .map_err(refused)?;
     print(a.json, &site, || describe("updated", &site))
 }
 
@@ -302,17 +271,9 @@ fn describe(done: &str, site: &Site) -> String {
     )
 }
 
-fn check_currency(currency: &str) -> CliResult {
-    Ok(crate::sites::check_currency(currency).map_err(|e| e.prefixed("--currency "))?)
-}
-
-pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let conn = open(db)?;
-    // An unknown tenant is an error, as in every other command, not an empty list.
-    if let Some(tenant) = &a.tenant {
-        require_tenant(&conn, tenant)?;
-    }
-    let sites = store::sites::list(&conn, a.tenant.as_deref())?;
+    let sites = ops::sites::list(&conn, a.tenant.as_deref()).map_err(refused)?;
     print(a.json, &sites, || {
         let mut out = format!(
             "{:<36}  {:<12}  {:<8}  {:<6}  {}",
@@ -326,8 +287,4 @@ pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
         }
         out
     })
-}
-
-fn normalise_domain(d: &str) -> CliResult<String> {
-    Ok(crate::sites::normalise_domain(d).map_err(|e| e.prefixed("--domain "))?)
 }

@@ -1,11 +1,10 @@
 //! `convapi tenant ...`: the organisations that own sites and keys.
 
-use std::path::Path;
-
 use clap::Subcommand;
 
 use super::{non_empty, open, print, CliResult};
 use crate::store;
+use crate::store::pool::Location;
 
 #[derive(Subcommand)]
 pub(super) enum TenantCmd {
@@ -31,7 +30,7 @@ pub(super) struct ListArgs {
     json: bool,
 }
 
-pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
+pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {
     let name = non_empty("tenant name", &a.name)?;
     let conn = open(db)?;
     let t = store::tenants::create(
@@ -45,7 +44,7 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
     })
 }
 
-pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let conn = open(db)?;
     let tenants = store::tenants::list(&conn)?;
     print(a.json, &tenants, || {

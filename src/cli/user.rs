@@ -3,14 +3,14 @@
 //! Argon2id hash is stored (docs/decisions.md §10).
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::Path;
 
 use clap::Subcommand;
 use serde_json::json;
 
-use super::{open, print, require_tenant, CliError, CliResult};
-use crate::dashboard::accounts;
-use crate::store::{self, StoreError};
+use super::{open, print, CliError, CliResult};
+use crate::ops::{self, accounts, users::UserError};
+use crate::store;
+use crate::store::pool::Location;
 
 #[derive(Subcommand)]
 pub(super) enum UserCmd {
@@ -90,31 +90,35 @@ fn prompt_password() -> CliResult<String> {
     Ok(first)
 }
 
-pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
-    let email = accounts::check_email(&a.email)
-        .map_err(|_| format!("--email {:?} is not an email address", a.email))?
-        .to_owned();
+/// A refusal of `ops::users` in the command line's words.
+fn refused(email: &str, e: UserError) -> CliError {
+    CliError::Failed(match e {
+        UserError::Email(_) => format!("--email {email:?} is not an email address"),
+        UserError::Password(e) => e.0.trim_end_matches('.').to_lowercase(),
+        UserError::Hash(e) => e.to_string(),
+        UserError::NoTenant(t) => format!("no tenant with id {t}"),
+        UserError::Exists(email) => format!("a user with email {email} exists already"),
+        UserError::Store(e) => return CliError::Store(e),
+    })
+}
+
+pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {
+    let refused = |e| refused(&a.email, e);
+    accounts::check_email(&a.email).map_err(|e| refused(UserError::Email(e)))?;
     let password = if a.password_stdin || !std::io::stdin().is_terminal() {
         read_line(&mut std::io::stdin().lock())?
     } else {
         prompt_password()?
     };
-    accounts::check_password(&password).map_err(|e| e.0.trim_end_matches('.').to_lowercase())?;
+    accounts::check_password(&password).map_err(|e| refused(UserError::Password(e)))?;
     let conn = open(db)?;
-    require_tenant(&conn, &a.tenant)?;
+    if !store::tenants::exists(&conn, &a.tenant)? {
+        return Err(refused(UserError::NoTenant(a.tenant.clone())));
+    }
     // Hashed before the transaction: it takes a while, and holds no lock meanwhile.
-    let hash = accounts::hash_password(&password).map_err(|e| e.to_string())?;
-    let id = uuid::Uuid::new_v4().to_string();
-    let user = store::write_tx(&conn, |tx| {
-        store::users::create(tx, &id, &a.tenant, &email, &hash, store::now_ms()).map_err(
-            |e| match e {
-                StoreError::Conflict(_) => {
-                    CliError::Failed(format!("a user with email {email} exists already"))
-                }
-                other => CliError::Store(other),
-            },
-        )
-    })?;
+    let credentials = ops::users::credentials(&a.email, &password).map_err(refused)?;
+    let user = store::write_tx(&conn, |tx| ops::users::create(tx, &a.tenant, &credentials))
+        .map_err(refused)?;
     let out = json!({
         "id": user.id,
         "tenantId": user.tenant_id,
@@ -129,12 +133,9 @@ pub(super) fn create(db: &Path, a: CreateArgs) -> CliResult {
     })
 }
 
-pub(super) fn list(db: &Path, a: ListArgs) -> CliResult {
+pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let conn = open(db)?;
-    if let Some(tenant) = &a.tenant {
-        require_tenant(&conn, tenant)?;
-    }
-    let users = store::users::list(&conn, a.tenant.as_deref())?;
+    let users = ops::users::list(&conn, a.tenant.as_deref()).map_err(|e| refused("", e))?;
     let out: Vec<_> = users
         .iter()
         .map(|u| {

@@ -6,7 +6,8 @@ use maud::{html, Markup};
 use super::form;
 use super::{accounts, auth, layout, Dashboard, PageError, PageResult, Viewer};
 use crate::http::Ctx;
-use crate::store::{self, web_sessions};
+use crate::ops::{self, users::UserError};
+use crate::store;
 
 fn account_page(v: &Viewer, flash: Option<&str>, error: Option<&str>) -> Markup {
     let body = html! {
@@ -66,13 +67,14 @@ pub fn change(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     if new != again {
         return refuse("The two new passwords differ.");
     }
-    let hash = accounts::hash_password(new)?;
+    let hash = match ops::users::Password::hash(new) {
+        Ok(hash) => hash,
+        Err(UserError::Hash(e)) => return Err(e.into()),
+        Err(e) => return Err(PageError::Internal(format!("{e:?}"))),
+    };
     let user_id = v.user_id.clone();
     let keep = v.session_hash.clone();
-    d.writer.submit(move |c| {
-        store::users::set_password(c, &user_id, &hash, store::now_ms())?;
-        web_sessions::delete_others(c, &user_id, &keep)?;
-        Ok(())
-    })?;
+    d.writer
+        .submit(move |c| ops::unrefused(ops::users::set_password(c, &user_id, &hash, &keep)))?;
     Ok(layout::redirect("/dashboard/account?changed=1"))
 }

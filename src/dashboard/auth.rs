@@ -276,13 +276,27 @@ pub fn login_form(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
     let (token, set) = form_token(d, ctx)?;
     let flash =
         (q.get("setup").map(String::as_str) == Some("done")).then_some("Account created. Log in.");
-    let flash = flash.or(super::setup::no_user_yet(d)?);
+    let flash = flash.or(no_user_yet(d)?);
     let next = q
         .get("next")
         .and_then(|n| form::local_path(n))
         .unwrap_or("");
     let page = login_page(&token, next, "", flash, None);
     Ok(with_cookie(layout::html(200, page), set))
+}
+
+/// What the login page says while the first-run token is live and no user exists: where the
+/// first-run link is (`setup`'s page). `None` once anyone can log in.
+fn no_user_yet(d: &Dashboard) -> Result<Option<&'static str>, PageError> {
+    let (armed, any) =
+        d.read(|c| Ok((store::first_run::token(c)?.is_some(), store::users::any(c)?)))?;
+    if !armed || any {
+        return Ok(None);
+    }
+    Ok(Some(
+        "No account exists yet. The link that creates the first one is in the server's log, on the \
+         line that starts with \"no dashboard user yet\"; or run convapi user create on the server.",
+    ))
 }
 
 fn login_page(

@@ -14,11 +14,13 @@ use maud::{html, Markup};
 use super::form;
 use super::layout::{self, SiteTab};
 use super::{Dashboard, PageError, PageResult, Viewer};
+use crate::forward::kinds;
+use crate::forward::platform::{bounded, shown};
 use crate::http::Ctx;
 use crate::store::conversions::OrderStatus;
 use crate::store::dashboard::{self as list, Cursor, End, Filter, Sources};
 use crate::store::outbox::NotDead;
-use crate::store::{self, sites::Site};
+use crate::store::{self, destinations::Destination, sites::Site};
 
 /// Rows per page.
 pub const PAGE_SIZE: usize = 50;
@@ -513,13 +515,80 @@ pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
                 }
             }
         }
-        (super::destinations::deliveries_card(site, &o.status, &deliveries, &destinations))
+        (deliveries_card(site, &o.status, &deliveries, &destinations))
         p { a href={ (base(site)) "/conversions" } { "All conversions" } }
     };
     Ok(layout::html(
         200,
         layout::site_page(v, site, SiteTab::Conversions, &title, body),
     ))
+}
+
+/// The tries of a delivery that failed: a delivered one's count includes the try that succeeded.
+fn failed_tries(x: &store::deliveries::View) -> i64 {
+    if x.status == store::deliveries::Status::Delivered.as_str() {
+        (x.attempts - 1).max(0)
+    } else {
+        x.attempts
+    }
+}
+
+/// The order page's card: each delivery of the conversion (destination, status, tries, last
+/// error, delivered at).
+fn deliveries_card(
+    site: &Site,
+    status: &str,
+    views: &[store::deliveries::View],
+    destinations: &[Destination],
+) -> Markup {
+    let base = format!("{}/destinations", base(site));
+    let has_destinations = !destinations.is_empty();
+    let error = |x: &store::deliveries::View| {
+        let text = x.last_error.as_deref().unwrap_or("");
+        match destinations.iter().find(|d| d.id == x.destination_id) {
+            Some(d) => shown(text, d),
+            None => bounded(text),
+        }
+    };
+    html! {
+        div.card #deliveries {
+            h2 { "Deliveries" }
+            @if views.is_empty() {
+                @if has_destinations && status == "fx_pending" {
+                    p.empty #no-deliveries { "Not passed on yet: it waits for the exchange rate of its day, and goes to the destinations by itself once the rates arrive." }
+                } @else if has_destinations && status == "queued" {
+                    p.empty #no-deliveries { "Not passed on yet: it goes to the destinations by itself once processed, within seconds." }
+                } @else if has_destinations {
+                    p.empty #no-deliveries { "Not passed on to any destination: none receives this conversion's type, or it was processed before they were added ("
+                        code { "convapi destination replay" } " sends past ones)." }
+                } @else {
+                    p.empty #no-deliveries { "Not passed on: this site has no destination. " a href=(base) { "Settings → Destinations" } " adds Meta, Google Analytics 4 or Google Ads." }
+                }
+            } @else {
+                div.table-wrap {
+                    table #delivery-list {
+                        thead { tr { th { "Destination" } th { "Status" } th.num title="Tries that failed; a delivered one's successful try is not counted." { "Failed tries" } th { "Last error" } th { "Delivered" } } }
+                        tbody {
+                            @for x in views {
+                                tr.delivery {
+                                    td { a href={ (base) "/" (enc(&x.destination_id)) } { (x.destination) } " " span.hint { (kinds::kind(&x.kind).map_or(x.kind.as_str(), |k| k.label)) } }
+                                    td {
+                                        span class={ "status delivery-" (x.status) } title=(layout::delivery_words(&x.status).1) { (layout::delivery_words(&x.status).0) }
+                                        @if x.status == store::deliveries::Status::Pending.as_str() {
+                                            @if let Some(t) = x.next_attempt_at { " " span.hint { "next try " (layout::date(t)) } }
+                                        }
+                                    }
+                                    td.num.failed-tries { (failed_tries(x)) }
+                                    td.error-text { (error(x)) }
+                                    td.nowrap { (x.delivered_at.map(layout::date).unwrap_or_else(|| "—".into())) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Dead letters listed on the page at most: the most recently dead first.
@@ -590,7 +659,7 @@ pub fn retry(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) ->
     let (site_id, id) = (site.id.clone(), id.to_owned());
     let done = d
         .writer
-        .submit(move |c| list::retry_dead(c, &site_id, &id, store::now_ms()))?;
+        .submit(move |c| crate::ops::outbox::retry_dead(c, &site_id, &id, store::now_ms()))?;
     let base = base(site);
     match done {
         Ok(()) => {

@@ -13,41 +13,23 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use maud::{html, Markup};
-use serde_json::{Map, Value};
-
 use super::form::{self, field};
 use super::layout::{self, SiteTab};
 use super::{Dashboard, PageError, PageResult, Viewer};
-use crate::forward::kinds::parse_events;
-use crate::forward::platform::{bounded, endpoint_refusal, shown, Http, REQUEST_TIMEOUT};
+use crate::forward::platform::{bounded, shown, REQUEST_TIMEOUT};
 use crate::forward::{self, kinds, versions};
 use crate::http::Ctx;
+use crate::ops::{
+    self,
+    destinations::{Changes, DestError},
+};
 use crate::ratelimit::Full;
 use crate::store::{
     self,
-    deliveries::Status,
-    destinations::{Destination, Health, CONSENT_RULES},
+    destinations::{Destination, CONSENT_RULES},
     sites::Site,
 };
-
-/// A delivery status in plain words, and what it means.
-pub fn delivery_words(status: &str) -> (&'static str, &'static str) {
-    match Status::parse(status) {
-        Some(Status::Pending) => ("pending", "Waiting to be sent, or to be sent again after a failure."),
-        Some(Status::Delivered) => ("delivered", "The platform took it (or already had it)."),
-        Some(Status::Failed) => (
-            "dead letter",
-            "The platform refused it for good, or it failed too often: fix the cause, then Retry dead letters.",
-        ),
-        Some(Status::TooOld) => ("too old", "Older than the platform accepts: never sent."),
-        Some(Status::Skipped) => (
-            "skipped",
-            "Not sent: the consent the destination needs was not given, or the platform needs what the conversion lacks (a click id).",
-        ),
-        None => ("unknown", ""),
-    }
-}
+use maud::{html, Markup};
 
 /// A consent rule in plain words.
 fn consent_words(rule: &str) -> &'static str {
@@ -63,25 +45,53 @@ fn base(site: &Site) -> String {
     format!("/dashboard/sites/{}/destinations", site.id)
 }
 
-fn enc(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+/// A destination's page.
+fn url(site: &Site, id: &str) -> String {
+    let id: String = form_urlencoded::byte_serialize(id.as_bytes()).collect();
+    format!("{}/{id}", base(site))
 }
 
 /// The site's destination with this id, else [`PageError::NotFound`] (another site's, or none).
 fn load(d: &Dashboard, site: &Site, id: &str) -> Result<Destination, PageError> {
-    d.read(|c| Ok(store::destinations::by_id(c, id)?))?
-        .filter(|x| x.site_id == site.id)
-        .ok_or(PageError::NotFound)
+    d.read(|c| ops::destinations::find(c, id, Some(&site.id)).map_err(page_error))
 }
 
 /// The kind of a stored destination (a kind this build does not know is a broken row).
 fn kind_of(dest: &Destination) -> Result<&'static kinds::Kind, PageError> {
-    kinds::kind(&dest.kind).ok_or_else(|| {
-        PageError::Internal(format!(
-            "destination {} has an unknown kind {}",
-            dest.id, dest.kind
-        ))
-    })
+    ops::destinations::kind_of(dest).map_err(page_error)
+}
+
+/// A refusal of `ops::destinations` in the form's words; `Err`: no such page, or the server's
+/// fault.
+fn refused(e: DestError) -> Result<String, PageError> {
+    match e {
+        DestError::Refused(e) => Ok(form_message(&e)),
+        DestError::CredentialsCleared(missing) => {
+            let labels: Vec<&str> = missing.iter().map(|f| f.label).collect();
+            Ok(format!(
+                "The endpoint changed, so the stored credentials were cleared: they are never \
+                 sent to an address they were not entered for. Enter {} again.",
+                labels.join(", ")
+            ))
+        }
+        e @ (DestError::Unreachable(_) | DestError::Version(_)) => {
+            Ok(form_message(&kinds::Refused(e.to_string())))
+        }
+        DestError::TooMany(_) => Ok(format!(
+            "This site has {} destinations, the most a site may have: remove one before adding another.",
+            forward::MAX_DESTINATIONS_PER_SITE
+        )),
+        e => Err(page_error(e)),
+    }
+}
+
+/// What no form can mend: a missing page, a broken row, the store's error.
+fn page_error(e: DestError) -> PageError {
+    match e {
+        DestError::Store(e) => e.into(),
+        DestError::NoSite(_) | DestError::NoDestination(_) => PageError::NotFound,
+        other => PageError::Internal(other.to_string()),
+    }
 }
 
 /// The `deliveries` counts as `delivered 3 · pending 1 · …` (the non-zero ones; "none yet").
@@ -98,7 +108,7 @@ fn counts_markup(counts: &[i64; 5]) -> Markup {
         } @else {
             @for (i, (s, n)) in shown.iter().enumerate() {
                 @if i > 0 { " · " }
-                span class={ "delivery-count delivery-" (s) } title=(delivery_words(s).1) { (delivery_words(s).0) " " (n) }
+                span class={ "delivery-count delivery-" (s) } title=(layout::delivery_words(s).1) { (layout::delivery_words(s).0) " " (n) }
             }
         }
     }
@@ -147,14 +157,7 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
     } else {
         None
     };
-    let rows = d.read(|c| {
-        let mut rows = Vec::new();
-        for x in store::destinations::for_site(c, &site.id)? {
-            let counts = store::deliveries::counts(c, &x.id)?;
-            rows.push((x, counts));
-        }
-        Ok(rows)
-    })?;
+    let rows = d.read(|c| ops::destinations::list(c, &site.id).map_err(page_error))?;
     let base = base(site);
     let now = store::now_ms();
     let body = html! {
@@ -175,7 +178,7 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
                         @for (x, counts) in &rows {
                             tr.destination {
                                 td {
-                                    a href={ (base) "/" (enc(&x.id)) } { (x.name) }
+                                    a href=(url(site, &x.id)) { (x.name) }
                                     @if !x.enabled { " " span.badge.disabled { "disabled" } }
                                 }
                                 td { (kinds::kind(&x.kind).map_or(x.kind.as_str(), |k| k.label)) }
@@ -257,53 +260,34 @@ impl Fields {
         }
     }
 
-    /// Applies the form to `dest`: settings as typed (blank unsets), a credential only when typed
-    /// (blank keeps the stored one, but for a new endpoint: [`kinds::secrets_stay`]), then checks
-    /// it as `convapi destination` does. `stored` is the destination being edited.
-    fn apply(
-        &self,
-        dest: &mut Destination,
-        kind: &kinds::Kind,
-        stored: Option<&Destination>,
-    ) -> Result<(), kinds::Refused> {
-        dest.name = self.name.clone();
-        for f in kind.fields {
-            let value = self.values.get(f.key).map(String::as_str).unwrap_or("");
-            let map = if f.secret {
-                &mut dest.secrets
-            } else {
-                &mut dest.settings
-            };
-            if !value.is_empty() {
-                map.insert(f.key.to_owned(), Value::from(value));
-            } else if !f.secret {
-                map.remove(f.key);
-            }
+    /// The form's values for `ops::destinations`. A credential input is never filled in, so a
+    /// blank one is a credential not given (the stored one stays, but for a new endpoint); a blank
+    /// setting unsets it.
+    fn changes(&self, kind: &kinds::Kind) -> Changes {
+        Changes {
+            name: Some(self.name.clone()),
+            fields: kind
+                .fields
+                .iter()
+                .map(|f| (f, self.values.get(f.key).map(String::as_str).unwrap_or("")))
+                .filter(|(f, v)| !f.secret || !v.is_empty())
+                .map(|(f, v)| (f.key.to_owned(), v.to_owned()))
+                .collect(),
+            events: Some(
+                self.events
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            consent: Some(self.consent.clone()),
+            // An empty field: the platform itself.
+            endpoint: Some(Some(self.endpoint.clone()).filter(|e| !e.is_empty())),
+            // The form has no API version: the one set stays (`destination update --api-version`).
+            api_version: None,
+            enabled: Some(self.enabled),
         }
-        let lines: Vec<String> = self
-            .events
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned)
-            .collect();
-        dest.events = parse_events(kind, &lines)?;
-        dest.consent = self.consent.clone();
-        dest.endpoint = (!self.endpoint.is_empty()).then(|| self.endpoint.clone());
-        dest.enabled = self.enabled;
-        if let Some(stored) = stored {
-            let given = |k: &str| self.values.get(k).is_some_and(|v| !v.is_empty());
-            let missing = kinds::secrets_stay(stored, dest, given);
-            if !missing.is_empty() {
-                let labels: Vec<&str> = missing.iter().map(|f| f.label).collect();
-                return Err(kinds::Refused(format!(
-                    "The endpoint changed, so the stored credentials were cleared: they are never \
-                     sent to an address they were not entered for. Enter {} again",
-                    labels.join(", ")
-                )));
-            }
-        }
-        kinds::check(dest)
     }
 }
 
@@ -403,55 +387,30 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
     let form = form::post_form(ctx, v)?;
     let kind = kind_param(field(&form, "kind"))?;
     let fields = Fields::of_form(&form, kind);
-    let now = store::now_ms();
-    let mut dest = Destination {
-        id: uuid::Uuid::new_v4().to_string(),
-        site_id: site.id.clone(),
-        kind: kind.name.to_owned(),
-        name: String::new(),
-        settings: Map::new(),
-        secrets: Map::new(),
-        endpoint: None,
-        api_version: None,
-        events: BTreeMap::new(),
-        consent: String::new(),
-        enabled: true,
-        created_at: now,
-        updated_at: now,
-        health: Health::default(),
-    };
-    let checked = fields.apply(&mut dest, kind, None).and_then(|()| {
-        match endpoint_refusal(&fields.endpoint, &d.settings.forward_reach) {
-            Some(e) => Err(kinds::Refused(e)),
-            None => Ok(()),
-        }
-    });
-    if let Err(e) = checked {
-        let msg = form_message(&e);
-        return Ok(layout::html(
-            400,
-            new_page(v, site, kind, &fields, Some(&msg)),
-        ));
-    }
-    let id = dest.id.clone();
+    let (changes, reach, site_id) = (
+        fields.changes(kind),
+        d.settings.forward_reach.clone(),
+        site.id.clone(),
+    );
     let added = d.writer.submit(move |c| {
-        store::destinations::insert_within(c, &dest, forward::MAX_DESTINATIONS_PER_SITE)
+        ops::in_job(ops::destinations::add(
+            c,
+            &site_id,
+            kind,
+            &changes,
+            Some(&reach),
+        ))
     })?;
-    if !added {
-        let msg = format!(
-            "This site has {} destinations, the most a site may have: remove one before adding another.",
-            forward::MAX_DESTINATIONS_PER_SITE
-        );
-        return Ok(layout::html(
+    match added {
+        Ok(dest) => Ok(layout::redirect(&format!(
+            "{}?added=1",
+            url(site, &dest.id)
+        ))),
+        Err(e) => Ok(layout::html(
             400,
-            new_page(v, site, kind, &fields, Some(&msg)),
-        ));
+            new_page(v, site, kind, &fields, Some(&refused(e)?)),
+        )),
     }
-    Ok(layout::redirect(&format!(
-        "{}/{}?added=1",
-        base(site),
-        enc(&id)
-    )))
 }
 
 /// A refusal of `forward::kinds::check` in the form's words: its `pass --flag` becomes the field.
@@ -502,7 +461,7 @@ fn edit_page(
     let kind = kind_of(dest)?;
     let counts = d.read(|c| Ok(store::deliveries::counts(c, &dest.id)?))?;
     let failed = counts[2];
-    let url = format!("{}/{}", base(site), enc(&dest.id));
+    let url = url(site, &dest.id);
     let body = html! {
         p.crumbs { "Settings / " a href=(base(site)) { "Destinations" } }
         h1 { (dest.name) }
@@ -611,19 +570,22 @@ pub fn edit_form(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str
 /// the write's own transaction.
 pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
     let form = form::post_form(ctx, v)?;
-    let mut dest = load(d, site, id)?;
-    let kind = kind_of(&dest)?;
+    let stored = load(d, site, id)?;
+    let kind = kind_of(&stored)?;
     let fields = Fields::of_form(&form, kind);
-    let stored = dest.clone();
-    let checked = fields.apply(&mut dest, kind, Some(&stored)).and_then(|()| {
-        // An endpoint the form leaves as it is stays (the operator's, set with the command line).
-        match endpoint_refusal(&fields.endpoint, &d.settings.forward_reach) {
-            Some(e) if dest.endpoint != stored.endpoint => Err(kinds::Refused(e)),
-            _ => Ok(()),
-        }
-    });
-    if let Err(e) = checked {
-        let msg = form_message(&e);
+    let (changes, reach) = (fields.changes(kind), d.settings.forward_reach.clone());
+    let (site_id, dest_id) = (site.id.clone(), stored.id.clone());
+    let saved = d.writer.submit(move |c| {
+        ops::in_job(ops::destinations::update(
+            c,
+            &dest_id,
+            Some(&site_id),
+            &changes,
+            Some(&reach),
+        ))
+    })?;
+    if let Err(e) = saved {
+        let msg = refused(e)?;
         let extra = Extra {
             error: Some(&msg),
             ..Extra::default()
@@ -633,42 +595,14 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
             edit_page(d, v, site, &stored, &fields, extra)?,
         ));
     }
-    dest.updated_at = store::now_ms();
-    let site_id = site.id.clone();
-    let saved = d.writer.submit(move |c| {
-        // Written only over this site's destination, with the credentials the form left blank
-        // as they are now (not as they were when the form was read) when they are now for the
-        // address this form writes.
-        let Some(now) = store::destinations::by_id(c, &dest.id)?.filter(|x| x.site_id == site_id)
-        else {
-            return Ok(false);
-        };
-        if now.endpoint == dest.endpoint {
-            for (k, v) in &now.secrets {
-                if stored.secrets.get(k) == dest.secrets.get(k) {
-                    dest.secrets.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        // The form has no API version: the one set now stays (`destination update --api-version`).
-        dest.api_version = now.api_version;
-        store::destinations::update(c, &dest)
-    })?;
-    if !saved {
-        return Err(PageError::NotFound);
-    }
-    Ok(layout::redirect(&format!(
-        "{}/{}?saved=1",
-        base(site),
-        enc(id)
-    )))
+    Ok(layout::redirect(&format!("{}?saved=1", url(site, id))))
 }
 
 /// `GET /dashboard/sites/{id}/destinations/{dest}/remove`: the confirmation.
 pub fn remove_form(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
     let dest = load(d, site, id)?;
     let counts = d.read(|c| Ok(store::deliveries::counts(c, &dest.id)?))?;
-    let url = format!("{}/{}", base(site), enc(&dest.id));
+    let url = url(site, &dest.id);
     let body = html! {
         p.crumbs { "Settings / " a href=(base(site)) { "Destinations" } }
         h1 { "Remove destination" }
@@ -692,15 +626,9 @@ pub fn remove_form(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &
 pub fn remove(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
     form::post_form(ctx, v)?;
     let (site_id, id) = (site.id.clone(), id.to_owned());
-    let done = d.writer.submit(move |c| {
-        if store::destinations::by_id(c, &id)?.is_none_or(|x| x.site_id != site_id) {
-            return Ok(false);
-        }
-        store::destinations::remove(c, &id)
-    })?;
-    if !done {
-        return Err(PageError::NotFound);
-    }
+    d.writer
+        .submit(move |c| ops::in_job(ops::destinations::remove(c, &id, Some(&site_id))))?
+        .map_err(page_error)?;
     Ok(layout::redirect(&format!("{}?removed=1", base(site))))
 }
 
@@ -721,16 +649,17 @@ pub fn test(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> 
     let dest = load(d, site, id)?;
     let kind = kind_of(&dest)?;
     let (status, result) = match d.tests_in_flight.take(&v.tenant_id) {
-        Ok(_place) => {
-            let http = Http::reaching(REQUEST_TIMEOUT, d.settings.forward_reach.clone());
-            (
-                200,
-                match forward::send_test_with(&http, &dest, &site.currency, store::now_ms()) {
-                    Ok(answer) => TestAnswer::Took(shown(&answer, &dest)),
-                    Err(outage) => TestAnswer::Failed(shown(&outage.to_string(), &dest)),
-                },
-            )
-        }
+        Ok(_place) => (
+            200,
+            match ops::destinations::send_test(
+                &dest,
+                &site.currency,
+                Some(&d.settings.forward_reach),
+            ) {
+                Ok(answer) => TestAnswer::Took(bounded(&answer)),
+                Err(e) => TestAnswer::Failed(bounded(&e.to_string())),
+            },
+        ),
         Err(full) => (429, TestAnswer::Busy(full)),
     };
     let extra = Extra {
@@ -746,90 +675,9 @@ pub fn test(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> 
 pub fn retry(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
     form::post_form(ctx, v)?;
     let (site_id, dest_id) = (site.id.clone(), id.to_owned());
-    let retried = d.writer.submit(move |c| {
-        if store::destinations::by_id(c, &dest_id)?.is_none_or(|x| x.site_id != site_id) {
-            return Ok(None);
-        }
-        Ok(Some(store::deliveries::retry_failed(
-            c,
-            &dest_id,
-            None,
-            store::now_ms(),
-        )?))
-    })?;
-    let Some(n) = retried else {
-        return Err(PageError::NotFound);
-    };
-    Ok(layout::redirect(&format!(
-        "{}/{}?retried={n}",
-        base(site),
-        enc(id)
-    )))
-}
-
-/// The order page's card: each delivery of the conversion (destination, status, tries, last
-/// error, delivered at).
-/// The tries of a delivery that failed: a delivered one's count includes the try that succeeded.
-fn failed_tries(x: &store::deliveries::View) -> i64 {
-    if x.status == Status::Delivered.as_str() {
-        (x.attempts - 1).max(0)
-    } else {
-        x.attempts
-    }
-}
-
-pub fn deliveries_card(
-    site: &Site,
-    status: &str,
-    views: &[store::deliveries::View],
-    destinations: &[Destination],
-) -> Markup {
-    let base = base(site);
-    let has_destinations = !destinations.is_empty();
-    let error = |x: &store::deliveries::View| {
-        let text = x.last_error.as_deref().unwrap_or("");
-        match destinations.iter().find(|d| d.id == x.destination_id) {
-            Some(d) => shown(text, d),
-            None => bounded(text),
-        }
-    };
-    html! {
-        div.card #deliveries {
-            h2 { "Deliveries" }
-            @if views.is_empty() {
-                @if has_destinations && status == "fx_pending" {
-                    p.empty #no-deliveries { "Not passed on yet: it waits for the exchange rate of its day, and goes to the destinations by itself once the rates arrive." }
-                } @else if has_destinations && status == "queued" {
-                    p.empty #no-deliveries { "Not passed on yet: it goes to the destinations by itself once processed, within seconds." }
-                } @else if has_destinations {
-                    p.empty #no-deliveries { "Not passed on to any destination: none receives this conversion's type, or it was processed before they were added ("
-                        code { "convapi destination replay" } " sends past ones)." }
-                } @else {
-                    p.empty #no-deliveries { "Not passed on: this site has no destination. " a href=(base) { "Settings → Destinations" } " adds Meta, Google Analytics 4 or Google Ads." }
-                }
-            } @else {
-                div.table-wrap {
-                    table #delivery-list {
-                        thead { tr { th { "Destination" } th { "Status" } th.num title="Tries that failed; a delivered one's successful try is not counted." { "Failed tries" } th { "Last error" } th { "Delivered" } } }
-                        tbody {
-                            @for x in views {
-                                tr.delivery {
-                                    td { a href={ (base) "/" (enc(&x.destination_id)) } { (x.destination) } " " span.hint { (kinds::kind(&x.kind).map_or(x.kind.as_str(), |k| k.label)) } }
-                                    td {
-                                        span class={ "status delivery-" (x.status) } title=(delivery_words(&x.status).1) { (delivery_words(&x.status).0) }
-                                        @if x.status == Status::Pending.as_str() {
-                                            @if let Some(t) = x.next_attempt_at { " " span.hint { "next try " (layout::date(t)) } }
-                                        }
-                                    }
-                                    td.num.failed-tries { (failed_tries(x)) }
-                                    td.error-text { (error(x)) }
-                                    td.nowrap { (x.delivered_at.map(layout::date).unwrap_or_else(|| "—".into())) }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
+    let (_, n) = d
+        .writer
+        .submit(move |c| ops::in_job(ops::destinations::retry(c, &dest_id, Some(&site_id), None)))?
+        .map_err(page_error)?;
+    Ok(layout::redirect(&format!("{}?retried={n}", url(site, id))))
 }

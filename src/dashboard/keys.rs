@@ -1,18 +1,18 @@
 //! Settings → API Keys: the tenant's keys (never the key itself: only its prefix is kept), a new
-//! key shown once with a `curl` per site to try it with, and revocation behind a confirmation page. Keys are made by `crate::keys` and
-//! stored by `store::keys`, as `convapi key` does.
+//! key shown once with a `curl` per site to try it with, and revocation behind a confirmation page. Keys are made and revoked by
+//! `ops::keys`, as `convapi key` does.
 
-use crate::store::db::AsConn;
 use maud::{html, Markup};
 
 use super::form::{self, field};
 use super::layout;
 use super::{Dashboard, PageError, PageResult, Viewer};
 use crate::http::Ctx;
+use crate::ops::{
+    self,
+    keys::{KeyError, MAX_NAME_CHARS},
+};
 use crate::store::{self, keys::KeyInfo, sites::Site};
-
-/// The longest key name accepted.
-const MAX_NAME_CHARS: usize = 200;
 
 /// A new key and what to try it with: a `curl` per site of the tenant (the first few), filled in
 /// with the key and the server's origin.
@@ -44,11 +44,11 @@ fn keys_page(
                 @if new.sites.is_empty() {
                     p { "Create a site under " a href="/dashboard/" { "Sites" } " to report conversions with it." }
                 } @else {
-                    p { "Try it: this reports a test order of customer " code { (super::sites::EXAMPLE_CLIENT_ID) }
+                    p { "Try it: this reports a test order of customer " code { (super::snippets::EXAMPLE_CLIENT_ID) }
                         " (a page that ran the snippet's " code { "identify" } " call for them), answered " code { "202" } "." }
                     @for (i, site) in new.sites.iter().take(CURL_SITES).enumerate() {
                         p.curl-site { (site.name) }
-                        pre #{ "curl-" (i) } .curl { code { (super::sites::curl(&new.origin, &site.id, Some(new.key), &site.currency)) } }
+                        pre #{ "curl-" (i) } .curl { code { (super::snippets::curl(&new.origin, &site.id, Some(new.key), &site.currency)) } }
                         button.copy type="button" data-copy={ "#curl-" (i) } { "Copy curl" }
                     }
                 }
@@ -109,37 +109,29 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
 /// only time it is shown; `no-store` keeps it out of caches and history.
 pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     let form = form::post_form(ctx, v)?;
-    let name = field(&form, "name");
-    if name.chars().count() > MAX_NAME_CHARS {
-        let keys = d.read(|c| Ok(store::keys::list(c, &v.tenant_id)?))?;
-        let msg = format!("The name must have at most {MAX_NAME_CHARS} characters.");
-        return Ok(layout::html(
-            400,
-            keys_page(v, &keys, None, None, Some(&msg)),
-        ));
-    }
-    let name = (!name.is_empty()).then(|| name.to_owned());
-    let (key, prefix) = crate::keys::generate()
-        .map_err(|e| PageError::Internal(format!("no OS randomness: {e}")))?;
-    let hash = crate::keys::hash(&key);
+    let name = field(&form, "name").to_owned();
     let tenant = v.tenant_id.clone();
-    let keys = d.writer.submit(move |c| {
-        let id = uuid::Uuid::new_v4().to_string();
-        store::keys::create(
-            c,
-            &id,
-            &tenant,
-            name.as_deref(),
-            &prefix,
-            &hash,
-            store::now_ms(),
-        )?;
-        store::keys::list(c, &tenant)
+    let made = d.writer.submit(move |c| {
+        let made = ops::in_job(ops::keys::create(c, &tenant, Some(&name)))?;
+        Ok((made, store::keys::list(c, &tenant)?))
     })?;
+    let (new, keys) = match made {
+        (Ok(new), keys) => (new, keys),
+        (Err(e @ KeyError::NameTooLong), keys) => {
+            let msg = format!("The {e}.");
+            return Ok(layout::html(
+                400,
+                keys_page(v, &keys, None, None, Some(&msg)),
+            ));
+        }
+        (Err(KeyError::Store(e)), _) => return Err(e.into()),
+        (Err(e @ KeyError::Randomness(_)), _) => return Err(PageError::Internal(e.to_string())),
+        (Err(KeyError::NoTenant(_) | KeyError::NoKey(_)), _) => return Err(PageError::NotFound),
+    };
     let sites = d.read(|c| Ok(store::sites::list(c, Some(&v.tenant_id))?))?;
     let new = NewKey {
-        key: &key,
-        origin: super::sites::origin(d, ctx),
+        key: &new.key,
+        origin: super::snippets::origin(d, ctx),
         sites,
     };
     Ok(layout::html(
@@ -149,21 +141,17 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
 }
 
 /// The viewer's tenant's key with this id, else [`PageError::NotFound`].
-fn tenant_key(
-    conn: &impl AsConn,
-    tenant: &str,
-    id: &str,
-) -> Result<Option<KeyInfo>, store::StoreError> {
-    Ok(store::keys::list(conn, tenant)?
-        .into_iter()
-        .find(|k| k.id == id))
+fn tenant_key(d: &Dashboard, v: &Viewer, id: &str) -> Result<KeyInfo, PageError> {
+    d.read(|c| match ops::keys::find(c, &v.tenant_id, id) {
+        Ok(k) => Ok(k),
+        Err(KeyError::Store(e)) => Err(e.into()),
+        Err(_) => Err(PageError::NotFound),
+    })
 }
 
 /// `GET /dashboard/settings/api-keys/{id}/revoke`: the confirmation.
 pub fn revoke_form(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, id: &str) -> PageResult {
-    let key = d
-        .read(|c| Ok(tenant_key(c, &v.tenant_id, id)?))?
-        .ok_or(PageError::NotFound)?;
+    let key = tenant_key(d, v, id)?;
     let body = html! {
         p.crumbs { "Settings / " a href="/dashboard/settings/api-keys" { "API Keys" } }
         h1 { "Revoke key" }
@@ -193,13 +181,10 @@ pub fn revoke(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, id: &str) -> PageResult 
     form::post_form(ctx, v)?;
     let tenant = v.tenant_id.clone();
     let id = id.to_owned();
-    let done = d.writer.submit(move |c| {
-        if tenant_key(c, &tenant, &id)?.is_none() {
-            return Ok(false);
-        }
-        Ok(store::keys::revoke(c, &id, store::now_ms())?.is_some())
-    })?;
-    if !done {
+    let done = d
+        .writer
+        .submit(move |c| ops::in_job(ops::keys::revoke(c, Some(&tenant), &id)))?;
+    if done.is_err() {
         return Err(PageError::NotFound);
     }
     Ok(layout::redirect("/dashboard/settings/api-keys?revoked=1"))

@@ -266,6 +266,25 @@ pub fn model_words(model: &str) -> (&'static str, &'static str) {
     }
 }
 
+/// A delivery status in plain words, and what it means.
+pub fn delivery_words(status: &str) -> (&'static str, &'static str) {
+    use crate::store::deliveries::Status;
+    match Status::parse(status) {
+        Some(Status::Pending) => ("pending", "Waiting to be sent, or to be sent again after a failure."),
+        Some(Status::Delivered) => ("delivered", "The platform took it (or already had it)."),
+        Some(Status::Failed) => (
+            "dead letter",
+            "The platform refused it for good, or it failed too often: fix the cause, then Retry dead letters.",
+        ),
+        Some(Status::TooOld) => ("too old", "Older than the platform accepts: never sent."),
+        Some(Status::Skipped) => (
+            "skipped",
+            "Not sent: the consent the destination needs was not given, or the platform needs what the conversion lacks (a click id).",
+        ),
+        None => ("unknown", ""),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

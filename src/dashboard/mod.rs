@@ -5,10 +5,12 @@
 //! security headers of every answer ([`layout`]), forms and CSRF ([`form`]), accounts, sessions and
 //! the login throttle ([`auth`], [`accounts`]), and the first-run page ([`setup`]). `api` hands it
 //! every `/dashboard` path; it must never refer to `crate::api` (no import loop). Like `api`, it
-//! reads through the pool and writes only through the writer; SQL stays in `store/`.
+//! reads through the pool and writes only through the writer, running the operations of `ops`
+//! (sites, keys, destinations, dead letters, users) as writer jobs; SQL stays in `store/`.
 
 pub mod account;
-pub mod accounts;
+/// The account rules live with the operations that use them (`ops::users`).
+pub use crate::ops::accounts;
 pub mod auth;
 pub mod chart;
 pub mod conversions;
@@ -21,6 +23,7 @@ pub mod report;
 pub mod routes;
 pub mod setup;
 pub mod sites;
+pub mod snippets;
 
 pub use error::PageError;
 

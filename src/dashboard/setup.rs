@@ -15,6 +15,7 @@ use super::form::{self, field};
 use super::{accounts, auth, layout, Dashboard, PageError, PageResult};
 use crate::http::Ctx;
 use crate::invalid::Invalid;
+use crate::ops;
 use crate::store::{self, tenants::Tenant};
 
 /// Characters of the first-run token (base62).
@@ -105,20 +106,6 @@ pub fn local_origin(addr: SocketAddr) -> String {
         ip => ip,
     };
     format!("http://{}", SocketAddr::new(ip, addr.port()))
-}
-
-/// What the login page says while the first-run token is live and no user exists: where the
-/// first-run link is. `None` once anyone can log in.
-pub fn no_user_yet(d: &Dashboard) -> Result<Option<&'static str>, PageError> {
-    let (armed, any) =
-        d.read(|c| Ok((store::first_run::token(c)?.is_some(), store::users::any(c)?)))?;
-    if !armed || any {
-        return Ok(None);
-    }
-    Ok(Some(
-        "No account exists yet. The link that creates the first one is in the server's log, on the \
-         line that starts with \"no dashboard user yet\"; or run convapi user create on the server.",
-    ))
 }
 
 /// The token is live (compared in constant time) and no user exists; else the page does not exist.
@@ -263,9 +250,9 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
                 store::tenants::create(c, &uuid::Uuid::new_v4().to_string(), &organization, now)?.id
             }
         };
-        let user_id = uuid::Uuid::new_v4().to_string();
-        store::users::create(c, &user_id, &tenant_id, &email, &hash, now)?;
-        store::web_sessions::create(c, &session_hash, &user_id, &session_csrf, now)?;
+        let credentials = ops::users::Credentials { email, hash };
+        let user = ops::unrefused(ops::users::create(c, &tenant_id, &credentials))?;
+        store::web_sessions::create(c, &session_hash, &user.id, &session_csrf, now)?;
         Ok(true)
     })?;
     if !made {

@@ -2,7 +2,7 @@
 //! (pixel last seen, last conversion received, exchange rates, from `store::dashboard`'s bounded
 //! reads), its ids, and until its first conversion a getting-started card (the whole snippet
 //! with `identify` and a purchase, a `curl` for the API) filled in with its ids and the server's
-//! origin (`--public-url`, else the browser's `Host`). The settings obey the same rules as `convapi site` (`crate::sites`).
+//! origin (`--public-url`, else the browser's `Host`). The settings are saved by `ops::sites`, as `convapi site` saves them.
 
 use std::collections::HashMap;
 
@@ -10,13 +10,14 @@ use maud::{html, Markup};
 
 use super::form::{self, field};
 use super::layout::{self, SiteTab};
-use super::{Dashboard, PageError, PageResult, Viewer};
+use super::{snippets, Dashboard, PageError, PageResult, Viewer};
 use crate::http::Ctx;
 use crate::invalid::Invalid;
-use crate::store::{
+use crate::ops::{
     self,
-    sites::{NewSite, Site, SiteChanges},
+    sites::{Changes, Field, NewSite, SiteError},
 };
+use crate::store::{self, sites::Site};
 
 /// `GET /dashboard/`: the tenant's sites.
 pub fn list(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer) -> PageResult {
@@ -84,39 +85,44 @@ impl Fields {
     }
 }
 
-/// The checked settings of a form.
-struct Checked {
-    name: String,
-    domain: Option<String>,
-    currency: String,
-    window_days: i64,
-    model: String,
-    consent_required: bool,
+impl Fields {
+    /// The form's settings for `ops::sites`; the window must be a number.
+    fn changes(&self) -> Result<Changes, Invalid> {
+        let window_days: i64 = self.window_days.parse().map_err(|_| {
+            Invalid(format!(
+                "Attribution window: {:?} is not a number of days.",
+                self.window_days
+            ))
+        })?;
+        Ok(Changes {
+            name: Some(self.name.clone()),
+            // An empty field clears the domain.
+            domain: Some(Some(self.domain.clone()).filter(|d| !d.is_empty())),
+            currency: Some(self.currency.clone()),
+            window_days: Some(window_days),
+            model: Some(self.model.clone()),
+            consent_required: Some(self.consent_required),
+            ..Changes::default()
+        })
+    }
 }
 
-fn check(f: &Fields) -> Result<Checked, Invalid> {
-    let name = crate::sites::name(&f.name)?.to_owned();
-    let domain = match f.domain.as_str() {
-        "" => None,
-        d => Some(crate::sites::normalise_domain(d).map_err(|e| Invalid(format!("Domain: {e}.")))?),
-    };
-    crate::sites::check_currency(&f.currency).map_err(|e| Invalid(format!("Currency: {e}.")))?;
-    let window_days: i64 = f.window_days.parse().map_err(|_| {
-        Invalid(format!(
-            "Attribution window: {:?} is not a number of days.",
-            f.window_days
-        ))
-    })?;
-    crate::sites::check_window_days(window_days)
-        .map_err(|e| Invalid(format!("Attribution window: {e} days.")))?;
-    crate::sites::check_model(&f.model).map_err(|e| Invalid(format!("Model: {e}.")))?;
-    Ok(Checked {
-        name,
-        domain,
-        currency: f.currency.clone(),
-        window_days,
-        model: f.model.clone(),
-        consent_required: f.consent_required,
+/// A refusal of `ops::sites` in the form's words (`Err`: no such page, or the server's fault).
+fn refused(e: SiteError) -> Result<String, PageError> {
+    Ok(match e {
+        SiteError::Invalid(f, e) => match f {
+            Field::Name => e.0,
+            Field::Domain => format!("Domain: {e}."),
+            Field::Currency => format!("Currency: {e}."),
+            Field::WindowDays => format!("Attribution window: {e} days."),
+            Field::Model => format!("Model: {e}."),
+        },
+        SiteError::CurrencyRefused { name, other, .. } => {
+            crate::sites::currency_change_refused(&format!("\"{name}\""), &other).0
+        }
+        SiteError::NoSite(_) | SiteError::NoTenant(_) => return Err(PageError::NotFound),
+        SiteError::Store(e) => return Err(e.into()),
+        e => return Err(PageError::Internal(e.to_string())),
     })
 }
 
@@ -191,93 +197,32 @@ pub fn new_form(_d: &Dashboard, _ctx: &mut Ctx, v: &Viewer) -> PageResult {
 pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     let form = form::post_form(ctx, v)?;
     let fields = Fields::of_form(&form);
-    let c = match check(&fields) {
+    let c = match fields.changes() {
         Ok(c) => c,
         Err(msg) => return Ok(layout::html(400, new_page(v, &fields, Some(&msg.0)))),
     };
-    let tracker_id = crate::keys::random_base62(12)
-        .map_err(|e| PageError::Internal(format!("no OS randomness: {e}")))?;
-    let id = uuid::Uuid::new_v4().to_string();
-    let tenant = v.tenant_id.clone();
-    let site_id = id.clone();
-    d.writer.submit(move |conn| {
-        store::sites::create(
-            conn,
-            &NewSite {
-                id: &site_id,
-                tenant_id: &tenant,
-                tracker_id: &tracker_id,
-                name: &c.name,
-                domain: c.domain.as_deref(),
-                currency: &c.currency,
-                window_days: c.window_days,
-                model: &c.model,
-            },
-            store::now_ms(),
-        )
-    })?;
-    Ok(layout::redirect(&format!("/dashboard/sites/{id}")))
-}
-
-/// This server's origin for the snippet and the examples: `--public-url` when set, else as the
-/// browser reached it: the `Host` header when it is a plain host (and port), else a placeholder.
-pub fn origin(d: &Dashboard, ctx: &Ctx) -> String {
-    if let Some(url) = &d.settings.public_url {
-        return url.clone();
-    }
-    let scheme = if d.settings.secure_cookies {
-        "https"
-    } else {
-        "http"
+    let new = NewSite {
+        name: c.name.unwrap_or_default(),
+        domain: c.domain.flatten(),
+        currency: c.currency.unwrap_or_default(),
+        window_days: c.window_days.unwrap_or_default(),
+        model: c.model.unwrap_or_default(),
+        signed_identify: false,
+        retain_days: None,
+        expire_conversions: None,
+        consent_required: None,
     };
-    match ctx.header("Host").map(str::trim) {
-        Some(h)
-            if !h.is_empty()
-                && h.len() <= 255
-                && h.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b)) =>
-        {
-            format!("{scheme}://{h}")
-        }
-        _ => format!("{scheme}://YOUR-CONVAPI-HOST"),
+    let tenant = v.tenant_id.clone();
+    match d
+        .writer
+        .submit(move |c| ops::in_job(ops::sites::create(c, &tenant, &new)))?
+    {
+        Ok(made) => Ok(layout::redirect(&format!(
+            "/dashboard/sites/{}",
+            made.site.id
+        ))),
+        Err(e) => Ok(layout::html(400, new_page(v, &fields, Some(&refused(e)?)))),
     }
-}
-
-/// The pixel snippet of docs/decisions.md §4 for this site and server.
-pub fn snippet(tracker_id: &str, origin: &str) -> String {
-    format!(
-        "<script>\n  window.svc = window.svc || function () {{ (svc.q = svc.q || []).push(arguments); }};\n  \
-         svc('init', '{tracker_id}');\n</script>\n<script async src=\"{origin}/pixel.js\"></script>"
-    )
-}
-
-/// The customer id of the examples: the `identify` call and the `curl` use the same one, so that
-/// a page that ran the first makes the second find its session.
-pub const EXAMPLE_CLIENT_ID: &str = "customer-42";
-/// The order id of the examples.
-pub const EXAMPLE_ORDER_ID: &str = "ORDER-1001";
-/// What stands for the key in the `curl` example until one is created.
-pub const KEY_PLACEHOLDER: &str = "ask_YOUR_API_KEY";
-
-/// The page's calls after a login and on the order confirmation page, in the site's currency.
-pub fn snippet_calls(currency: &str) -> String {
-    format!(
-        "<script>\n  // When the customer is known (logged in, or at checkout): your id of them.\n  \
-         svc('identify', '{EXAMPLE_CLIENT_ID}');\n</script>\n\
-         <script>\n  // On the order confirmation page only.\n  \
-         svc('track', 'purchase', {{ orderId: '{EXAMPLE_ORDER_ID}', value: 49.90, currency: '{currency}' }});\n</script>"
-    )
-}
-
-/// A `curl` that reports one conversion to this site, runnable as shown in a POSIX shell.
-pub fn curl(origin: &str, site_id: &str, key: Option<&str>, currency: &str) -> String {
-    let key = key.unwrap_or(KEY_PLACEHOLDER);
-    format!(
-        "curl -sS -X POST '{origin}/api/sites/{site_id}/conversions' \\\n  \
-         -H 'Authorization: Bearer {key}' \\\n  \
-         -H 'Content-Type: application/json' \\\n  \
-         -d '{{\"clientId\": \"{EXAMPLE_CLIENT_ID}\", \"orderId\": \"{EXAMPLE_ORDER_ID}\", \"value\": 49.90, \"currency\": \"{currency}\"}}'"
-    )
 }
 
 /// The live status lines of a site: pixel, conversions, exchange rates (and their daily fetch
@@ -324,19 +269,19 @@ fn getting_started(origin: &str, site: &Site) -> Markup {
             ol.steps {
                 li {
                     "Paste this on every page of the site, before " code { "</body>" } ":"
-                    pre #snippet { code { (snippet(&site.tracker_id, origin)) } }
+                    pre #snippet { code { (snippets::snippet(&site.tracker_id, origin)) } }
                     button.copy type="button" data-copy="#snippet" { "Copy snippet" }
                 }
                 li {
                     "When you know who the customer is, and on the order confirmation page, add these calls (with your own ids and amounts):"
-                    pre #snippet-calls { code { (snippet_calls(&site.currency)) } }
+                    pre #snippet-calls { code { (snippets::snippet_calls(&site.currency)) } }
                     button.copy type="button" data-copy="#snippet-calls" { "Copy calls" }
                 }
                 li {
                     "From your backend, report each order with an API key ("
                     a href="/dashboard/settings/api-keys" { "Settings → API Keys" }
                     " creates one). This site's id is in the URL:"
-                    pre #curl { code { (curl(origin, &site.id, None, &site.currency)) } }
+                    pre #curl { code { (snippets::curl(origin, &site.id, None, &site.currency)) } }
                     button.copy type="button" data-copy="#curl" { "Copy curl" }
                     p.hint { "The answer is " code { "202" } " with an " code { "eventId" } "; the conversion then shows under Conversions." }
                 }
@@ -354,7 +299,7 @@ fn overview_page(
     flash: Option<&str>,
     error: Option<&str>,
 ) -> Result<Markup, PageError> {
-    let origin = origin(d, ctx);
+    let origin = snippets::origin(d, ctx);
     let activity = d.read(|c| Ok(store::dashboard::site_activity(c, &site.id)?))?;
     let fetch = d
         .settings
@@ -388,7 +333,7 @@ fn overview_page(
             section.card {
                 h2 { "Pixel snippet" }
                 p { "Paste this on every page of the site." }
-                pre #snippet { code { (snippet(&site.tracker_id, &origin)) } }
+                pre #snippet { code { (snippets::snippet(&site.tracker_id, &origin)) } }
                 button.copy type="button" data-copy="#snippet" { "Copy snippet" }
             }
         }
@@ -430,46 +375,22 @@ pub fn overview(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageRe
 pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
     let form = form::post_form(ctx, v)?;
     let fields = Fields::of_form(&form);
-    let c = match check(&fields) {
-        Ok(c) => c,
-        Err(msg) => {
-            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg.0))?;
-            return Ok(layout::html(400, page));
+    let saved = match fields.changes() {
+        Ok(c) => {
+            let id = site.id.clone();
+            d.writer
+                .submit(move |conn| ops::in_job(ops::sites::update(conn, &id, &c)))?
+                .map_err(refused)
         }
+        Err(msg) => Err(Ok(msg.0)),
     };
-    let id = site.id.clone();
-    let name = site.name.clone();
-    let old_currency = site.currency.clone();
-    // `Ok(None)`: the site is gone; `Err`: the currency change is refused.
-    let saved = d.writer.submit(move |conn| {
-        if c.currency != old_currency {
-            if let Some(other) = store::sites::other_reporting_currency(conn, &id, &c.currency)? {
-                return Ok(Err(crate::sites::currency_change_refused(
-                    &format!("\"{name}\""),
-                    &other,
-                )));
-            }
-        }
-        let changes = SiteChanges {
-            name: Some(&c.name),
-            // An empty field clears the domain.
-            domain: Some(c.domain.as_deref()),
-            currency: Some(&c.currency),
-            window_days: Some(c.window_days),
-            model: Some(&c.model),
-            consent_required: Some(c.consent_required),
-            ..SiteChanges::default()
-        };
-        Ok(Ok(store::sites::update(conn, &id, &changes)?))
-    })?;
     match saved {
-        Ok(Some(_)) => Ok(layout::redirect(&format!(
+        Ok(_) => Ok(layout::redirect(&format!(
             "/dashboard/sites/{}?saved=1",
             site.id
         ))),
-        Ok(None) => Err(PageError::NotFound),
         Err(msg) => {
-            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg.0))?;
+            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg?))?;
             Ok(layout::html(400, page))
         }
     }

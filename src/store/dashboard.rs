@@ -1,6 +1,6 @@
 //! The dashboard's reads of one site's conversions: the filtered list newest first with its
-//! keyset cursor, one conversion by its event id, the types a site uses, and the retry of one dead
-//! letter checked against its site.
+//! keyset cursor, one conversion by its event id, the types a site uses, and whether a conversion is
+//! a site's (for `ops::outbox::retry_dead`).
 //!
 //! Every read here walks `conversions_site_time` and is bounded: the list looks at no more than the
 //! caller's number of index rows per page however rare its filter (docs/decisions.md §10, "The
@@ -12,7 +12,6 @@
 use super::conversions::{status_row, OrderStatus, STATUS_COLUMNS};
 use super::db::{args, AsConn, Row};
 use super::dialect::Statement;
-use super::outbox::NotDead;
 use super::Result;
 
 /// Which sources reported a conversion, as the list filters it: each value is one of three
@@ -203,35 +202,20 @@ pub fn recent_types(conn: &impl AsConn, site_id: &str, latest: u64) -> Result<Ve
     )
 }
 
-/// Retries the dead letter of conversion `id` when it belongs to `site_id` (the same change as
-/// `convapi outbox retry`, see [`super::outbox::retry`]); a conversion of another site is
-/// [`NotDead::Unknown`], like one that does not exist.
-pub fn retry_dead(
-    conn: &impl AsConn,
-    site_id: &str,
-    id: &str,
-    now_ms: i64,
-) -> Result<std::result::Result<(), NotDead>> {
-    let of_site = conn
+/// Whether conversion `id` is one of `site_id`'s (`ops::outbox::retry_dead` retries no other).
+pub fn conversion_of_site(conn: &impl AsConn, site_id: &str, id: &str) -> Result<bool> {
+    Ok(conn
         .conn()
         .query_opt(
             "SELECT 1 FROM conversions WHERE id = ?1 AND site_id = ?2",
             args![id, site_id],
             |_| Ok(()),
         )?
-        .is_some();
-    if !of_site {
-        return Ok(Err(NotDead::Unknown));
-    }
-    if let Err(not_dead) = super::outbox::check_dead(conn, id)? {
-        return Ok(Err(not_dead));
-    }
-    super::outbox::retry(conn, Some(&[id.to_owned()]), now_ms)?;
-    Ok(Ok(()))
+        .is_some())
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::store::conversions::{record, Conversion, Source};
     use rusqlite::{params, Connection};
@@ -239,7 +223,7 @@ mod tests {
     /// A database with sites `s` and `other` and `n` conversions of `s`, two per minute (so that
     /// times tie), the newest last: every third failed, every fifth of type `lead`, every seventh
     /// reported by the pixel too and every eleventh by the pixel only.
-    fn db(n: i64) -> Connection {
+    pub(crate) fn db(n: i64) -> Connection {
         let mut conn = crate::store::version_1_fixture();
         crate::store::migrate(&mut conn).unwrap();
         conn.execute_batch(
@@ -310,7 +294,7 @@ mod tests {
 
     /// The test's own expectation, written independently of the filter code: `oracle_condition`
     /// is a constant of these tests, never input.
-    fn newest_first(conn: &Connection, oracle_condition: &str) -> Vec<(i64, String)> {
+    pub(crate) fn newest_first(conn: &Connection, oracle_condition: &str) -> Vec<(i64, String)> {
         let mut stmt = conn
             .prepare(&format!(
                 "SELECT occurred_at, id FROM conversions WHERE site_id = 's' AND {oracle_condition}
@@ -461,34 +445,6 @@ mod tests {
         // The two newest (times 5 minutes, i = 10 and 11): i = 10 is a lead, 11 a purchase.
         assert_eq!(recent_types(&conn, "s", 1).unwrap().len(), 1);
         assert!(recent_types(&conn, "other", 100).unwrap().is_empty());
-    }
-
-    #[test]
-    fn retry_needs_a_dead_letter_of_the_same_site() {
-        let conn = db(2);
-        let id = newest_first(&conn, "1")[0].1.clone();
-        assert_eq!(
-            retry_dead(&conn, "s", &id, 5).unwrap(),
-            Err(NotDead::Status("queued".into()))
-        );
-        conn.execute(
-            "UPDATE outbox SET dead_at = 1, attempts = 10, last_error = 'boom' WHERE conversion_id = ?1",
-            [&id],
-        )
-        .unwrap();
-        conn.execute(
-            "UPDATE conversions SET status = 'failed' WHERE id = ?1",
-            [&id],
-        )
-        .unwrap();
-        assert_eq!(
-            retry_dead(&conn, "other", &id, 5).unwrap(),
-            Err(NotDead::Unknown)
-        );
-        assert_eq!(retry_dead(&conn, "s", &id, 5).unwrap(), Ok(()));
-        let o = conversion(&conn, "s", &id).unwrap().unwrap();
-        assert_eq!((o.status.as_str(), o.attempts), ("queued", 0));
-        assert_eq!(o.last_error, None);
     }
 
     #[test]

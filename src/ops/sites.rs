@@ -1,0 +1,254 @@
+//! Sites: create, list, change the settings, make the identity secret. The value rules are
+//! `crate::sites`'; a refusal names the [`Field`] it is about, which each front words its own way
+//! (`--currency …`, `Currency: …`).
+
+use super::{canonical_id, op_error};
+use crate::invalid::Invalid;
+use crate::store::{
+    self,
+    db::AsConn,
+    sites::{Site, SiteChanges},
+    StoreError,
+};
+
+/// The setting a refusal is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    Name,
+    Domain,
+    Currency,
+    WindowDays,
+    Model,
+}
+
+#[derive(Debug)]
+pub enum SiteError {
+    /// A setting's value is refused.
+    Invalid(Field, Invalid),
+    /// No tenant has this id.
+    NoTenant(String),
+    /// No site has this id (as given).
+    NoSite(String),
+    /// Some of the site's conversions were converted to `other` already: its currency stays.
+    CurrencyRefused {
+        id: String,
+        name: String,
+        other: String,
+    },
+    /// Signed identify asked for a site without an identity secret (its id).
+    NoIdentitySecret(String),
+    /// No OS randomness for a tracker id or a secret.
+    Randomness(getrandom::Error),
+    Store(StoreError),
+}
+op_error!(SiteError);
+
+/// The refusal in the words both fronts share; each names the setting its own way (`--currency`,
+/// `Currency:`) and adds its own hint.
+impl std::fmt::Display for SiteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SiteError::Invalid(_, e) => write!(f, "{e}"),
+            SiteError::NoTenant(t) => write!(f, "no tenant with id {t}"),
+            SiteError::NoSite(id) => write!(f, "no site with id {id}"),
+            SiteError::CurrencyRefused { id, other, .. } => {
+                write!(f, "{}", crate::sites::currency_change_refused(id, other))
+            }
+            SiteError::NoIdentitySecret(id) => write!(f, "site {id} has no identity secret"),
+            SiteError::Randomness(e) => write!(f, "no OS randomness: {e}"),
+            SiteError::Store(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// A new site's settings; `None` leaves the schema's default.
+#[derive(Debug, Clone)]
+pub struct NewSite {
+    pub name: String,
+    pub domain: Option<String>,
+    pub currency: String,
+    pub window_days: i64,
+    pub model: String,
+    /// Makes the identity secret too, returned once in [`Created`].
+    pub signed_identify: bool,
+    pub retain_days: Option<i64>,
+    pub expire_conversions: Option<bool>,
+    pub consent_required: Option<bool>,
+}
+
+impl NewSite {
+    /// Its settings as [`Changes`], for [`checked`].
+    pub fn settings(&self) -> Changes {
+        Changes {
+            name: Some(self.name.clone()),
+            domain: Some(self.domain.clone()),
+            currency: Some(self.currency.clone()),
+            window_days: Some(self.window_days),
+            model: Some(self.model.clone()),
+            ..Changes::default()
+        }
+    }
+}
+
+/// A site just made, with its identity secret when one was asked for (the only time it is shown).
+#[derive(Debug)]
+pub struct Created {
+    pub site: Site,
+    pub identity_secret: Option<String>,
+}
+
+/// The changes of [`update`]; `None` keeps the stored value, `domain: Some(None)` clears it.
+#[derive(Debug, Clone, Default)]
+pub struct Changes {
+    pub name: Option<String>,
+    pub domain: Option<Option<String>>,
+    pub currency: Option<String>,
+    pub window_days: Option<i64>,
+    pub model: Option<String>,
+    pub signed_identify: Option<bool>,
+    pub retain_days: Option<i64>,
+    pub expire_conversions: Option<bool>,
+    pub consent_required: Option<bool>,
+}
+
+/// The site with this id (a UUID, accepted in any case).
+pub fn find(conn: &impl AsConn, id: &str) -> Result<Site, SiteError> {
+    store::sites::by_id(conn, &canonical_id(id))?.ok_or_else(|| SiteError::NoSite(id.to_owned()))
+}
+
+/// Every site, or a tenant's (an unknown tenant is refused, not an empty list); oldest first.
+pub fn list(conn: &impl AsConn, tenant_id: Option<&str>) -> Result<Vec<Site>, SiteError> {
+    if let Some(t) = tenant_id {
+        require_tenant(conn, t)?;
+    }
+    Ok(store::sites::list(conn, tenant_id)?)
+}
+
+pub(super) fn require_tenant(conn: &impl AsConn, id: &str) -> Result<(), SiteError> {
+    if store::tenants::exists(conn, id)? {
+        Ok(())
+    } else {
+        Err(SiteError::NoTenant(id.to_owned()))
+    }
+}
+
+/// The checked values of the settings given, in the order the forms show them (the operations
+/// check them again; a front may check first, before it opens anything).
+pub fn checked(c: &Changes) -> Result<Changes, SiteError> {
+    let bad = |f: Field| move |e: Invalid| SiteError::Invalid(f, e);
+    let mut out = c.clone();
+    if let Some(n) = &c.name {
+        out.name = Some(crate::sites::name(n).map_err(bad(Field::Name))?.to_owned());
+    }
+    if let Some(Some(d)) = &c.domain {
+        out.domain = Some(Some(
+            crate::sites::normalise_domain(d).map_err(bad(Field::Domain))?,
+        ));
+    }
+    if let Some(currency) = &c.currency {
+        crate::sites::check_currency(currency).map_err(bad(Field::Currency))?;
+    }
+    if let Some(w) = c.window_days {
+        crate::sites::check_window_days(w).map_err(bad(Field::WindowDays))?;
+    }
+    if let Some(m) = &c.model {
+        crate::sites::check_model(m).map_err(bad(Field::Model))?;
+    }
+    Ok(out)
+}
+
+fn store_changes(c: &Changes) -> SiteChanges<'_> {
+    SiteChanges {
+        name: c.name.as_deref(),
+        domain: c.domain.as_ref().map(Option::as_deref),
+        currency: c.currency.as_deref(),
+        window_days: c.window_days,
+        model: c.model.as_deref(),
+        signed_identify: c.signed_identify,
+        retain_days: c.retain_days,
+        expire_conversions: c.expire_conversions,
+        consent_required: c.consent_required,
+    }
+}
+
+/// Makes a site of `tenant_id` with a new tracker id (and identity secret, when signed identify
+/// is asked for).
+pub fn create(conn: &impl AsConn, tenant_id: &str, s: &NewSite) -> Result<Created, SiteError> {
+    let c = checked(&s.settings())?;
+    require_tenant(conn, tenant_id)?;
+    let tracker_id = crate::keys::random_base62(12).map_err(SiteError::Randomness)?;
+    let secret = match s.signed_identify {
+        true => Some(crate::tracking::new_identity_secret().map_err(SiteError::Randomness)?),
+        false => None,
+    };
+    let domain = c.domain.flatten();
+    let mut site = store::sites::create(
+        conn,
+        &store::sites::NewSite {
+            id: &uuid::Uuid::new_v4().to_string(),
+            tenant_id,
+            tracker_id: &tracker_id,
+            name: c.name.as_deref().unwrap_or_default(),
+            domain: domain.as_deref(),
+            currency: &s.currency,
+            window_days: s.window_days,
+            model: &s.model,
+        },
+        store::now_ms(),
+    )?;
+    if let Some(secret) = &secret {
+        store::sites::set_identity_secret(conn, &site.id, secret)?;
+    }
+    let settings = SiteChanges {
+        signed_identify: Some(s.signed_identify),
+        retain_days: s.retain_days,
+        expire_conversions: s.expire_conversions,
+        consent_required: s.consent_required,
+        ..SiteChanges::default()
+    };
+    if s.signed_identify
+        || s.retain_days.is_some()
+        || s.expire_conversions.is_some()
+        || s.consent_required.is_some()
+    {
+        site = store::sites::update(conn, &site.id, &settings)?.expect("site just created");
+    }
+    Ok(Created {
+        site,
+        identity_secret: secret,
+    })
+}
+
+/// Changes a site's settings. A new currency is refused once conversions were converted to
+/// another (checked in the caller's transaction, so none is converted between the check and the
+/// change); signed identify needs an identity secret.
+pub fn update(conn: &impl AsConn, id: &str, changes: &Changes) -> Result<Site, SiteError> {
+    let c = checked(changes)?;
+    let site = find(conn, id)?;
+    if let Some(currency) = &c.currency {
+        if let Some(other) = store::sites::other_reporting_currency(conn, &site.id, currency)? {
+            return Err(SiteError::CurrencyRefused {
+                id: site.id,
+                name: site.name,
+                other,
+            });
+        }
+    }
+    if c.signed_identify == Some(true) {
+        let check = store::sites::identify_check(conn, &site.id)?;
+        if check.and_then(|c| c.secret).is_none() {
+            return Err(SiteError::NoIdentitySecret(site.id));
+        }
+    }
+    store::sites::update(conn, &site.id, &store_changes(&c))?
+        .ok_or_else(|| SiteError::NoSite(id.to_owned()))
+}
+
+/// Makes a new identity secret for the site in place of the old one (which stops verifying at
+/// once); returns the site and the secret (the only time it is shown).
+pub fn new_identity_secret(conn: &impl AsConn, id: &str) -> Result<(Site, String), SiteError> {
+    let secret = crate::tracking::new_identity_secret().map_err(SiteError::Randomness)?;
+    let site = find(conn, id)?;
+    store::sites::set_identity_secret(conn, &site.id, &secret)?;
+    Ok((site, secret))
+}
