@@ -80,6 +80,25 @@ impl Dialect {
         }
     }
 
+    /// What opens a write transaction: SQLite's `BEGIN IMMEDIATE` takes the write lock first (no
+    /// deadlock between two writers that both read first); PostgreSQL's is `READ COMMITTED`, each
+    /// statement written to be right under concurrent writers.
+    pub fn begin_write(self) -> &'static str {
+        match self.0 {
+            Engine::Sqlite => "BEGIN IMMEDIATE",
+            Engine::Postgres => "BEGIN",
+        }
+    }
+
+    /// What opens a read transaction, one snapshot: SQLite's read transactions are one by nature;
+    /// PostgreSQL's is `REPEATABLE READ`, read only.
+    pub fn begin_read(self) -> &'static str {
+        match self.0 {
+            Engine::Sqlite => "BEGIN",
+            Engine::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        }
+    }
+
     fn index(self) -> usize {
         match self.0 {
             Engine::Sqlite => 0,

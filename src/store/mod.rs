@@ -1,12 +1,15 @@
-//! Storage: the database (a SQLite file or PostgreSQL), its schema, and every SQL statement.
+//! Storage: the database of either engine (a SQLite file, or PostgreSQL for several nodes), its
+//! schema, and every SQL statement of the project.
 //!
-//! Owns connection set-up (WAL, `synchronous=FULL`, `foreign_keys`, `busy_timeout`), the transaction
-//! runners ([`read`], [`write_tx`], [`savepoint`]), and one module per table or concern. The schema
-//! is the migrations, numbered SQL files in `migrations/` that `migrate.rs` applies when [`open`]
-//! opens a file; `schema.sql` at the top of the repository is their result. Nothing outside
-//! `store/` writes SQL, transaction control included. The table functions take a `&Connection`
-//! (reads, or work inside a transaction the caller opened with a runner) and never open their own
-//! transaction, so the writer can group many of them into one commit.
+//! `engine/` holds each engine's connect, per-connection settings, error mapping and migration
+//! list, and the one seam the table files run SQL through (`&impl AsConn`); `dialect.rs` names the
+//! spellings that differ between the engines; `migrate.rs` is the one migration runner, applied
+//! whenever a connection opens a database. This file holds the transaction runners ([`read`],
+//! [`write_tx`], [`savepoint`]); the rest is one module per table or concern. `schema.sql` at the
+//! top of the repository is SQLite's schema after every migration. Nothing outside `store/` writes
+//! SQL, transaction control included, or branches on the engine. The table functions take a
+//! connection (reads, or work inside a transaction the caller opened with a runner) and never
+//! open their own transaction, so the writer can group many of them into one commit.
 
 pub mod conversions;
 pub mod copy;
@@ -38,6 +41,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+use dialect::Dialect;
 pub use engine::sqlite::configure;
 #[cfg(test)]
 use engine::sqlite::migrate;
@@ -223,11 +227,7 @@ pub fn write_tx<T, E: From<StoreError>>(
     f: impl FnOnce(&Conn) -> std::result::Result<T, E>,
 ) -> std::result::Result<T, E> {
     let conn = conn.conn();
-    let begin = match conn.engine() {
-        Engine::Sqlite => "BEGIN IMMEDIATE",
-        Engine::Postgres => "BEGIN",
-    };
-    conn.tx_control(begin)?;
+    conn.tx_control(Dialect::of(&conn).begin_write())?;
     let result = f(&conn).and_then(|v| {
         if !conn.in_transaction() {
             return Err(
@@ -287,11 +287,7 @@ pub fn read<T, E: From<StoreError>>(
         }
     }
     let conn = conn.conn();
-    let begin = match conn.engine() {
-        Engine::Sqlite => "BEGIN",
-        Engine::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-    };
-    conn.tx_control(begin)?;
+    conn.tx_control(Dialect::of(&conn).begin_read())?;
     let _end = End(conn);
     f(&conn)
 }
