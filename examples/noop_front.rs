@@ -85,7 +85,7 @@ impl Floor {
         .map_err(|e| e.to_string())?;
         drop(conn);
         let (writer, thread) = convapi::writer::Writer::start(
-            &convapi::store::pool::Location::of(path),
+            &convapi::store::engine::Location::of(path),
             &settings,
             Default::default(),
         )

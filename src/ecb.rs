@@ -12,14 +12,14 @@ use std::io::{Read, Seek};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::store::db::AsConn;
+use crate::store::engine::AsConn;
 use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, Utc, Weekday};
 
 use crate::fx::Rate;
 use crate::invalid::Invalid;
 use crate::metrics::Metrics;
 use crate::store;
-use crate::store::pool::Db;
+use crate::store::engine::Db;
 use crate::worker::{Backoff, Worker};
 use crate::writer::Writer;
 

@@ -74,7 +74,7 @@ fn day_numbers(from: Option<NaiveDate>, to: Option<NaiveDate>) -> (i64, i64) {
 /// Sums the site's daily rollup (a few rows per day and key, whatever the number of conversions);
 /// reads the conversions one by one only where the rollup cannot be exact (docs/decisions.md §11).
 pub fn build(
-    conn: &impl crate::store::db::AsConn,
+    conn: &impl crate::store::engine::AsConn,
     site: &Site,
     from: Option<NaiveDate>,
     to: Option<NaiveDate>,
@@ -165,7 +165,7 @@ fn add_sums(
 /// Adds the site's conversions in the range one by one, with exact decimal sums of their stored
 /// reporting values.
 fn add_lines(
-    conn: &impl crate::store::db::AsConn,
+    conn: &impl crate::store::engine::AsConn,
     site: &Site,
     from: Option<NaiveDate>,
     to: Option<NaiveDate>,
@@ -209,7 +209,7 @@ fn count_line(
 /// Conversions, revenue and unconverted conversions per UTC day of the range (days with
 /// conversions only, ascending), by the same rules and the same read as [`build`].
 pub fn daily(
-    conn: &impl crate::store::db::AsConn,
+    conn: &impl crate::store::engine::AsConn,
     site: &Site,
     from: Option<NaiveDate>,
     to: Option<NaiveDate>,

@@ -18,8 +18,8 @@
 
 use std::time::Duration;
 
-use crate::store::db::{AsConn, Conn};
-use crate::store::pool::{Lasting, Location};
+use crate::store::engine::{AsConn, Conn};
+use crate::store::engine::{Lasting, Location};
 
 use crate::metrics::Metrics;
 use crate::store::retention::{Pruned, RECLAIM_PAGES};
@@ -171,7 +171,7 @@ impl Pruner {
         metrics: Metrics,
         every: Duration,
     ) -> store::Result<Pruner> {
-        let mut conn = store::pool::Lasting::open(location, settings)?;
+        let mut conn = store::engine::Lasting::open(location, settings)?;
         let mut worker = Worker::new();
         worker
             .spawn("pruner".into(), every, move |stop| {

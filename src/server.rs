@@ -28,7 +28,7 @@ use crate::http;
 use crate::metrics::Metrics;
 use crate::ratelimit::{Limiter, Rate};
 use crate::store;
-use crate::store::pool::{Db, Location};
+use crate::store::engine::{Db, Location};
 use crate::writer::{Writer, WriterConfig};
 
 /// What `convapi serve` runs with.
@@ -223,7 +223,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
     let lock = match &location {
         Location::File(path) => Some(lock_database(path)?),
         Location::Postgres(url) => {
-            for warning in store::pg::durability_warnings(url)? {
+            for warning in store::engine::postgres::durability_warnings(url)? {
                 log::error!("{warning}");
             }
             None

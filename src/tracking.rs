@@ -264,7 +264,7 @@ pub fn campaign_of(url: &str) -> Campaign {
 ///
 /// On a site with signed identify, an `identify` without the right signature still counts as the
 /// visitor's activity, but links nothing, marks no session and is not stored.
-pub fn apply(conn: &impl crate::store::db::AsConn, b: &Batch) -> store::Result<Outcome> {
+pub fn apply(conn: &impl crate::store::engine::AsConn, b: &Batch) -> store::Result<Outcome> {
     apply_with(conn, b, &Privacy::granted())
 }
 
@@ -273,7 +273,7 @@ pub fn apply(conn: &impl crate::store::db::AsConn, b: &Batch) -> store::Result<O
 /// unsigned one); without ads consent no click id is kept; a new session keeps `p.forwarding`,
 /// and a session the batch joined takes what the batch stated (`sessions::update_forwarding`).
 pub fn apply_with(
-    conn: &impl crate::store::db::AsConn,
+    conn: &impl crate::store::engine::AsConn,
     b: &Batch,
     p: &Privacy,
 ) -> store::Result<Outcome> {
@@ -348,7 +348,7 @@ struct Counts {
 /// The visitor a batch is counted as, with the `(day, salt)` a cookieless one was derived with:
 /// the batch's own visitor id, or without analytics consent the day's hash of the client.
 fn batch_visitor(
-    conn: &impl crate::store::db::AsConn,
+    conn: &impl crate::store::engine::AsConn,
     b: &Batch,
     p: &Privacy,
 ) -> store::Result<(String, Option<(i64, String)>)> {
@@ -406,7 +406,7 @@ impl<'a> PageFields<'a> {
 /// batch's forwarding fields and remembered in `started`.
 #[allow(clippy::too_many_arguments)]
 fn session_for_event<'s>(
-    conn: &impl crate::store::db::AsConn,
+    conn: &impl crate::store::engine::AsConn,
     b: &Batch,
     p: &Privacy,
     visitor_id: &str,
@@ -452,7 +452,7 @@ fn session_for_event<'s>(
 /// the batch is cookieless or the signature is wrong); a pixel purchase as a conversion.
 #[allow(clippy::too_many_arguments)]
 fn record_event(
-    conn: &impl crate::store::db::AsConn,
+    conn: &impl crate::store::engine::AsConn,
     b: &Batch,
     p: &Privacy,
     visitor_id: &str,
@@ -545,7 +545,7 @@ fn identify_allowed(
 /// the click ids the session kept go, from its landing URL and its referrer too (the channel
 /// stays).
 fn joined_session_takes_the_batch(
-    conn: &impl crate::store::db::AsConn,
+    conn: &impl crate::store::engine::AsConn,
     session: &Session,
     f: &Forwarding,
 ) -> store::Result<()> {

@@ -35,8 +35,8 @@ use std::time::Duration;
 
 use crate::ratelimit::Places;
 use crate::store::conversions::Source;
-use crate::store::db::{AsConn, Conn};
-use crate::store::pool::{Lasting, Location};
+use crate::store::engine::{AsConn, Conn};
+use crate::store::engine::{Lasting, Location};
 use crate::store::{self, StoreError};
 
 type Value = Box<dyn Any + Send>;
@@ -228,7 +228,7 @@ impl Writer {
     ) -> store::Result<(Writer, JoinHandle<()>)> {
         // On PostgreSQL its statements wait for a lock no longer than SQLite's writer would.
         let mut lasting =
-            store::pool::Lasting::open_as(location, settings, store::pool::Waits::BusyTimeout)?;
+            store::engine::Lasting::open_as(location, settings, store::engine::Waits::BusyTimeout)?;
         let conn = lasting.get()?;
         store::journals_in_memory(conn)?;
         let reply_timeout = config.reply_timeout;

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use convapi::store::{self, pg, report::GroupBy};
+use convapi::store::{self, engine::postgres as pg, report::GroupBy};
 use serde_json::{json, Value};
 
 use crate::common::pipeline_support::*;

@@ -5,8 +5,8 @@
 
 use std::sync::{Arc, Barrier};
 
-use convapi::store::db::AsConn;
-use convapi::store::{self, pg};
+use convapi::store::engine::AsConn;
+use convapi::store::{self, engine::postgres as pg};
 
 use crate::common::postgres::{fresh_database, Cluster};
 
@@ -31,7 +31,11 @@ fn shop(c: &impl AsConn, domain: Option<&str>) -> store::sites::Site {
 }
 
 /// A fresh SQLite file (in the returned directory) and a fresh PostgreSQL database, both migrated.
-fn both_engines() -> (tempfile::TempDir, rusqlite::Connection, store::db::PgConn) {
+fn both_engines() -> (
+    tempfile::TempDir,
+    rusqlite::Connection,
+    store::engine::PgConn,
+) {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = store::open_with(&dir.path().join("t.db"), &store::Settings::default()).unwrap();
     let postgres = pg::open(&fresh_database()).unwrap();
@@ -1499,13 +1503,13 @@ fn a_statement_past_its_deadline_is_interrupted_on_both_engines() {
         let started = Instant::now();
         let slow = store::read(&conn, |r| {
             r.interrupt_after(Duration::from_millis(200), || match r.engine() {
-                store::db::Engine::Sqlite => r.query_opt(
+                store::engine::Engine::Sqlite => r.query_opt(
                     "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n)
                      SELECT COUNT(*) FROM n",
                     &[],
                     |row| row.get::<i64>(0),
                 ),
-                store::db::Engine::Postgres => r
+                store::engine::Engine::Postgres => r
                     .query_opt("SELECT pg_sleep(30)::text", &[], |row| row.get::<String>(0))
                     .map(|_| None),
             })
@@ -1735,11 +1739,11 @@ fn every_failure_of_a_restarting_server_is_one_to_retry() {
         for t in 0..6 {
             let (stop, done, failures, url) = (&stop, &done, &failures, &url);
             s.spawn(move || {
-                let mut conn: Option<store::db::PgConn> = None;
+                let mut conn: Option<store::engine::PgConn> = None;
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
-                    // What `store::pool` does: a connection the server closed is opened again.
+                    // What `store::engine` does: a connection the server closed is opened again.
                     if conn.as_ref().is_none_or(|c| c.is_closed()) {
                         conn = pg::open(url).ok();
                     }

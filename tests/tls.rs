@@ -121,8 +121,9 @@ fn sslmode_require_connects_over_tls_and_refuses_a_certificate_it_cannot_verify(
     };
 
     // Verified against its CA: the session is encrypted.
-    let conn = convapi::store::pg::open(&url("ca.pem")).expect("TLS with the right CA");
-    let encrypted = convapi::store::db::AsConn::conn(&conn)
+    let conn =
+        convapi::store::engine::postgres::open(&url("ca.pem")).expect("TLS with the right CA");
+    let encrypted = convapi::store::engine::AsConn::conn(&conn)
         .query_opt(
             "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
             &[],
@@ -135,7 +136,7 @@ fn sslmode_require_connects_over_tls_and_refuses_a_certificate_it_cannot_verify(
     assert_eq!(run.code, 0, "{run:?}");
 
     // A certificate the client cannot verify is refused, with the reason.
-    let Err(e) = convapi::store::pg::open(&url("other.pem")) else {
+    let Err(e) = convapi::store::engine::postgres::open(&url("other.pem")) else {
         panic!("connected with a certificate signed by another CA");
     };
     let e = e.to_string();
@@ -143,5 +144,5 @@ fn sslmode_require_connects_over_tls_and_refuses_a_certificate_it_cannot_verify(
     assert!(e.to_lowercase().contains("certificate"), "{e}");
     // And the public roots do not know a private CA either.
     let bare = format!("postgresql://postgres@localhost:{port}/postgres?sslmode=require");
-    assert!(convapi::store::pg::open(&bare).is_err());
+    assert!(convapi::store::engine::postgres::open(&bare).is_err());
 }

@@ -5,7 +5,7 @@
 //! depends on the visitor's consent (docs/decisions.md §13): its `consent` object, else the site's
 //! default; the ad platforms' cookies it carries are checked and a malformed one is dropped.
 
-use crate::store::db::AsConn;
+use crate::store::engine::AsConn;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

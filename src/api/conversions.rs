@@ -5,7 +5,7 @@
 //! repeats it or takes over the pixel's (the trust order, docs/decisions.md §3) is decided again
 //! in the writer's transaction (`store::conversions::record_api`), never on the snapshot alone.
 
-use crate::store::db::AsConn;
+use crate::store::engine::AsConn;
 use serde_json::{json, Value};
 
 use super::validate;

@@ -14,14 +14,14 @@ pub mod validate;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::db::AsConn;
+use crate::store::engine::AsConn;
 
 pub use error::ApiError;
 
 use crate::http::{Ctx, Handled, Lane, Refusal, Reply, Service};
 use crate::metrics::Metrics;
 use crate::ratelimit::{Limiter, Rate};
-use crate::store::pool::Db;
+use crate::store::engine::Db;
 use crate::store::{self, keys::AuthKey, sites::Site};
 use crate::writer::Writer;
 

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::{open, print, CliError, CliResult};
 use crate::store;
-use crate::store::pool::Location;
+use crate::store::engine::Location;
 
 #[derive(clap::Args)]
 pub(super) struct BackupArgs {
@@ -51,7 +51,7 @@ pub(super) fn backup(db: &Location, a: BackupArgs) -> CliResult {
     if !a.force && dest.exists() {
         return Err(format!("{} exists; use --force to replace it", dest.display()).into());
     }
-    let store::pool::DbConn::Sqlite(src) = open(db)? else {
+    let store::engine::DbConn::Sqlite(src) = open(db)? else {
         return Err(on_postgres(db));
     };
     let mut partial = dest.clone().into_os_string();

@@ -26,7 +26,7 @@ use crate::ops::{
     self,
     destinations::{Changes, DestError, TestFailed},
 };
-use crate::store::pool::Location;
+use crate::store::engine::Location;
 use crate::store::{
     self,
     destinations::{Destination, CONSENT_RULES, KINDS},

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 
 use super::{open, site_by_id, CliError, CliResult};
-use crate::store::pool::Location;
+use crate::store::engine::Location;
 use crate::store::{self, sessions::Session};
 
 #[derive(clap::Args)]
@@ -100,7 +100,7 @@ pub(super) fn export(db: &Location, a: ExportArgs) -> CliResult {
 /// The export's rows into `out`, from one read transaction.
 #[allow(clippy::too_many_arguments)]
 fn write_rows(
-    conn: &impl crate::store::db::AsConn,
+    conn: &impl crate::store::engine::AsConn,
     site_id: &str,
     a: &ExportArgs,
     from_ms: i64,

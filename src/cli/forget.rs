@@ -3,7 +3,7 @@
 //! one transaction of the command's own connection.
 
 use super::{count, non_empty, open, print, site_by_id, CliResult};
-use crate::store::pool::Location;
+use crate::store::engine::Location;
 use crate::store::{self, erasure::Person};
 
 /// Exactly one of `--client-id` and `--visitor-id`.

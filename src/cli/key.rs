@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::{open, print, CliError, CliResult};
 use crate::ops::{self, keys::KeyError};
-use crate::store::pool::Location;
+use crate::store::engine::Location;
 
 #[derive(Subcommand)]
 pub(super) enum KeyCmd {

@@ -15,10 +15,10 @@ use serde_json::json;
 
 use super::{open, print, CliError, CliResult};
 use crate::store::copy::{self, CopyError, Step};
-use crate::store::db::Conn;
-use crate::store::pool::Location;
+use crate::store::engine::Conn;
+use crate::store::engine::Location;
 use crate::store::report::GroupBy;
-use crate::store::{self, pg};
+use crate::store::{self, engine::postgres as pg};
 
 #[derive(clap::Args)]
 pub(super) struct MigrateArgs {
@@ -88,7 +88,7 @@ pub(super) fn migrate(db: &Location, a: MigrateArgs) -> CliResult {
         }
     }
     let _lock = lock(&from)?;
-    let store::pool::DbConn::Sqlite(source) = open(&Location::File(from.clone()))? else {
+    let store::engine::DbConn::Sqlite(source) = open(&Location::File(from.clone()))? else {
         return Err(format!("{} is not a SQLite file", from.display()).into());
     };
     let target = pg::open(&a.to).map_err(|e| format!("{to}: {e}"))?;

@@ -5,12 +5,12 @@
 //! operations of `ops` (sites, keys, destinations, dead letters, users) and call `store` for the
 //! rest; they never hold SQL themselves.
 
-use crate::store::db::AsConn;
+use crate::store::engine::AsConn;
 use std::path::Path;
 
 use clap::{Parser, Subcommand};
 
-use crate::store::{self, pool::Location, StoreError};
+use crate::store::{self, engine::Location, StoreError};
 
 mod backup;
 mod destination;
@@ -491,9 +491,9 @@ fn location(db: &str) -> Result<Location, std::convert::Infallible> {
     Ok(Location::of(Path::new(db)))
 }
 
-fn open(db: &Location) -> CliResult<store::pool::DbConn> {
+fn open(db: &Location) -> CliResult<store::engine::DbConn> {
     check_db_dir(db)?;
-    store::pool::open(db, &store::Settings::default()).map_err(|e| match e {
+    store::engine::open(db, &store::Settings::default()).map_err(|e| match e {
         StoreError::Busy | StoreError::Full => CliError::Store(e),
         // PostgreSQL's messages name the server already.
         e if matches!(db, Location::Postgres(_)) => CliError::Failed(e.to_string()),

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::{count, open, print, site_by_id, CliError, CliResult};
 use crate::ops::{self, outbox::RetryError};
-use crate::store::pool::Location;
+use crate::store::engine::Location;
 use crate::store::{self, outbox::NotDead};
 
 #[derive(Subcommand)]

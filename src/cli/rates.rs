@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::{count, open, print, CliResult};
 use crate::store;
-use crate::store::pool::Location;
+use crate::store::engine::Location;
 
 #[derive(Subcommand)]
 pub(super) enum RatesCmd {

@@ -2,7 +2,7 @@
 
 use super::{open, site_by_id, CliResult};
 use crate::invalid::Invalid;
-use crate::store::pool::Location;
+use crate::store::engine::Location;
 
 #[derive(clap::Args)]
 pub(super) struct ReportArgs {

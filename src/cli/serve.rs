@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use super::{check_db_dir, count, CliResult};
 use crate::invalid::Invalid;
 use crate::store;
-use crate::store::pool::Location;
+use crate::store::engine::Location;
 
 #[derive(clap::Args)]
 pub(super) struct ServeArgs {

@@ -9,7 +9,7 @@ use crate::ops::{
     sites::{Changes, Field, NewSite, SiteError},
 };
 use crate::sites::{MAX_WINDOW_DAYS, MODELS};
-use crate::store::pool::Location;
+use crate::store::engine::Location;
 use crate::store::{self, sites::Site};
 
 #[derive(Subcommand)]

@@ -4,7 +4,7 @@ use clap::Subcommand;
 
 use super::{non_empty, open, print, CliResult};
 use crate::store;
-use crate::store::pool::Location;
+use crate::store::engine::Location;
 
 #[derive(Subcommand)]
 pub(super) enum TenantCmd {

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::{open, print, CliError, CliResult};
 use crate::ops::{self, accounts, users::UserError};
 use crate::store;
-use crate::store::pool::Location;
+use crate::store::engine::Location;
 
 #[derive(Subcommand)]
 pub(super) enum UserCmd {

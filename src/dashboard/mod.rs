@@ -29,7 +29,7 @@ pub use error::PageError;
 
 use crate::http::{Ctx, Reply};
 use crate::ratelimit::{KeyedPlaces, Limiter, Rate};
-use crate::store::pool::Db;
+use crate::store::engine::Db;
 use crate::writer::Writer;
 
 /// How the dashboard runs: set by `serve`'s options.
@@ -90,7 +90,7 @@ impl Dashboard {
     /// Runs `f`'s reads in one read transaction on a pooled connection.
     pub fn read<T>(
         &self,
-        f: impl FnOnce(&crate::store::db::Conn) -> Result<T, PageError>,
+        f: impl FnOnce(&crate::store::engine::Conn) -> Result<T, PageError>,
     ) -> Result<T, PageError> {
         let conn = self.pool.get()?;
         crate::store::read(&conn, f)

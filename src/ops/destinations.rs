@@ -16,8 +16,8 @@ use crate::forward::{self, meta, versions, MAX_DESTINATIONS_PER_SITE};
 use crate::invalid::Invalid;
 use crate::store::{
     self,
-    db::AsConn,
     destinations::{Destination, Health},
+    engine::AsConn,
     StoreError,
 };
 

@@ -1,7 +1,7 @@
 //! API keys: create (the key returned once; only its hash is stored), list, revoke.
 
 use super::op_error;
-use crate::store::{self, db::AsConn, keys::KeyInfo, StoreError};
+use crate::store::{self, engine::AsConn, keys::KeyInfo, StoreError};
 
 /// The longest key name accepted, in characters.
 pub const MAX_NAME_CHARS: usize = 200;

@@ -2,7 +2,7 @@
 //! server's pipeline picks them up at its next pass (the dashboard also wakes it).
 
 use super::op_error;
-use crate::store::{self, db::AsConn, outbox::NotDead, StoreError};
+use crate::store::{self, engine::AsConn, outbox::NotDead, StoreError};
 
 #[derive(Debug)]
 pub enum RetryError {

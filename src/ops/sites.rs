@@ -6,7 +6,7 @@ use super::{canonical_id, op_error};
 use crate::invalid::Invalid;
 use crate::store::{
     self,
-    db::AsConn,
+    engine::AsConn,
     sites::{Site, SiteChanges},
     StoreError,
 };

@@ -4,7 +4,7 @@
 
 use super::{accounts, op_error};
 use crate::invalid::Invalid;
-use crate::store::{self, db::AsConn, users::User, StoreError};
+use crate::store::{self, engine::AsConn, users::User, StoreError};
 
 #[derive(Debug)]
 pub enum UserError {

@@ -3,7 +3,7 @@
 //! write transaction. It opens no transaction of its own: the writer's job holds it, so a result
 //! and the fate of its outbox row commit together.
 
-use crate::store::db::AsConn;
+use crate::store::engine::AsConn;
 
 use super::decide::Decided;
 use super::MAX_ATTEMPTS;
@@ -187,7 +187,7 @@ mod tests {
     /// One pass at `now` as the worker makes it, through a writer of its own on the test's file.
     fn drain_at(dir: &std::path::Path, conn: &Connection, now: i64) -> crate::pipeline::DrainStats {
         let (writer, thread) = crate::writer::Writer::start(
-            &crate::store::pool::Location::of(&dir.join("t.db")),
+            &crate::store::engine::Location::of(&dir.join("t.db")),
             &Default::default(),
             Default::default(),
         )

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::store::db::{AsConn, Conn};
+use crate::store::engine::{AsConn, Conn};
 
 use super::{Options, CHUNK_BUDGET};
 use crate::attribution::{self, Model};

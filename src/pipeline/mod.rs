@@ -21,8 +21,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::store::db::AsConn;
-use crate::store::pool::{Lasting, Location};
+use crate::store::engine::AsConn;
+use crate::store::engine::{Lasting, Location};
 
 use crate::metrics::Metrics;
 use crate::store::pipeline::Item;
@@ -207,7 +207,7 @@ pub fn spawn(
     metrics: Metrics,
     writer: Writer,
 ) -> store::Result<Worker> {
-    let mut conn = store::pool::Lasting::open(location, settings)?;
+    let mut conn = store::engine::Lasting::open(location, settings)?;
     let opts = Options::default();
     let mut worker = Worker::new();
     worker

@@ -3,8 +3,8 @@
 //! trust order between the two sources (docs/decisions.md §3) is decided here, inside the
 //! writer's transaction: the API's first report of a pixel order replaces the pixel's details.
 
-use super::db::{args, AsConn, Row};
 use super::dialect::Statement;
+use super::engine::{args, AsConn, Row};
 use super::pipeline::{Attribution, Reported};
 use super::{Result, StoreError};
 

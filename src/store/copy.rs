@@ -49,7 +49,7 @@ use std::io::Write;
 
 use rusqlite::types::ValueRef;
 
-use super::db::{Conn, PgConn};
+use super::engine::{Conn, PgConn};
 use super::StoreError;
 
 /// Every table of the schema but PostgreSQL's `schema_version`, in the order they are copied: each

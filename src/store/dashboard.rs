@@ -7,11 +7,11 @@
 //! conversions list"), so a page costs the same on a site with a thousand conversions or a million.
 //! No index is added for the dashboard: each one would be paid by every `POST …/conversions`.
 //! Like every table module, it opens no transaction of its own. Written for both engines
-//! (`db.rs`); SQLite's `INDEXED BY` hints are its own.
+//! (`engine/mod.rs`); SQLite's `INDEXED BY` hints are its own.
 
 use super::conversions::{status_row, OrderStatus, STATUS_COLUMNS};
-use super::db::{args, AsConn, Row};
 use super::dialect::Statement;
+use super::engine::{args, AsConn, Row};
 use super::Result;
 
 /// Which sources reported a conversion, as the list filters it: each value is one of three

@@ -7,10 +7,10 @@
 //! `too_old` (past the platform's age limit, never sent) and `skipped` (the destination's consent
 //! rule does not hold, or the platform needs something the conversion has not, such as a click id).
 //! Every outcome is written only over a `pending` row, so two senders never both decide one.
-//! Written once for both engines (`db.rs`).
+//! Written once for both engines (`engine/mod.rs`).
 
-use super::db::{args, AsConn, Engine, Row};
 use super::dialect::Statement;
+use super::engine::{args, AsConn, Engine, Row};
 use super::sessions::Forwarding;
 use super::Result;
 

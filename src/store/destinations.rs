@@ -4,14 +4,14 @@
 //! A destination's credentials (`secrets`) are write-only: [`Destination`]'s `Debug` masks them,
 //! listings show [`Destination::masked_secrets`], and they leave the database only in the request
 //! to the platform. They are stored sealed ([`super::sealed`]): written sealed by [`insert`] and
-//! [`update`], opened by [`by_id`] and [`for_site`]. Written once for both engines (`db.rs`).
+//! [`update`], opened by [`by_id`] and [`for_site`]. Written once for both engines (`engine/mod.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde_json::{Map, Value};
 
-use super::db::{args, AsConn, Row};
+use super::engine::{args, AsConn, Row};
 use super::sealed::{self, Keyring};
 use super::{Result, StoreError};
 

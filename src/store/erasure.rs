@@ -8,13 +8,13 @@
 //! `attr_session_id` become NULL. It runs inside the caller's write transaction, so a person is
 //! erased entirely or not at all, and a second erasure finds nothing and counts zeros.
 //!
-//! Written once for both engines (`db.rs`). What the rows leave behind in the file differs:
+//! Written once for both engines (`engine/mod.rs`). What the rows leave behind in the file differs:
 //! SQLite overwrites deleted rows in place (`secure_delete`, see `retention.rs`); PostgreSQL keeps
 //! dead row versions until `VACUUM` removes them ([`vacuum_erased`]).
 
 use serde::Serialize;
 
-use super::db::{args, AsConn, Conn};
+use super::engine::{args, AsConn, Conn};
 use super::Result;
 
 /// After an erasure has committed, on PostgreSQL: `VACUUM` of the tables erasure touches, so that

@@ -5,7 +5,7 @@
 //! rows or ten million. They never open a transaction themselves (the caller runs them inside
 //! [`super::read`], so the whole export is one snapshot), and their `ORDER BY` is always the order of
 //! the index the query walks, so SQLite never buffers rows to sort them. The two streaming reads
-//! are written for both engines (`db.rs`); the backup and the file sizes are SQLite's (on
+//! are written for both engines (`engine/mod.rs`); the backup and the file sizes are SQLite's (on
 //! PostgreSQL, `pg_dump` does the backup's work).
 
 use std::path::{Path, PathBuf};
@@ -15,8 +15,8 @@ use rusqlite::backup::{Backup, StepResult};
 use rusqlite::Connection;
 
 use super::conversions::{status_row, OrderStatus, STATUS_COLUMNS};
-use super::db::{args, AsConn, Conn};
 use super::dialect::Statement;
+use super::engine::{args, AsConn, Conn};
 use super::sessions::{self, Session};
 use super::{Result, StoreError};
 

@@ -1,9 +1,9 @@
 //! The dashboard's first-run token (docs/decisions.md §10): made while no user exists, shown in the
 //! server's log as a link, and spent by the first-run page when it makes the first user. Kept in
 //! the database, at most one row, so that every node of a cluster serves the link any of them
-//! logged and a restart keeps it. Written once for both engines (`db.rs`).
+//! logged and a restart keeps it. Written once for both engines (`engine/mod.rs`).
 
-use super::db::{args, AsConn};
+use super::engine::{args, AsConn};
 use super::Result;
 
 /// The live token, if any.

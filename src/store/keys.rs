@@ -1,10 +1,10 @@
 //! The `api_keys` table. Only the SHA-256 of a key is stored, looked up by equality on the hash
 //! (an index lookup, so no byte-by-byte comparison of secrets happens in our code). Written once
-//! for both engines (`db.rs`).
+//! for both engines (`engine/mod.rs`).
 
 use serde::Serialize;
 
-use super::db::{args, AsConn, Row};
+use super::engine::{args, AsConn, Row};
 use super::Result;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

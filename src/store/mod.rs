@@ -49,12 +49,6 @@ use engine::sqlite::migrate;
 pub(crate) use engine::sqlite::version_1_fixture;
 use engine::{AsConn, Conn, Engine};
 
-/// The names the rest of the code knew these by: the seam, the owned connections and the pool
-/// (`engine/mod.rs`), and PostgreSQL's engine (`engine/postgres.rs`).
-pub use engine as db;
-pub use engine as pool;
-pub use engine::postgres as pg;
-
 /// The schema version this binary writes and understands: the number of the last migration.
 pub const SCHEMA_VERSION: i64 = engine::sqlite::MIGRATIONS.len() as i64;
 
@@ -188,7 +182,7 @@ pub fn ping(conn: &impl AsConn) -> Result<()> {
     };
     let found = conn
         .conn()
-        .query_opt(sql, db::args![], |r| r.get::<i64>(0))?;
+        .query_opt(sql, engine::args![], |r| r.get::<i64>(0))?;
     if conn.conn().engine() == Engine::Postgres && found != Some(1) {
         return Err(StoreError::Other(
             "the database has no table sites: is --db convapi's database?".to_owned(),

@@ -5,10 +5,10 @@
 //! outcome. Retrying only puts a dead letter back where a new conversion starts (due now, no tries,
 //! status `queued`), so the pipeline treats it like any other item and a running server's worker
 //! picks it up at its next poll. Like every table module, it opens no transaction of its own.
-//! Written once for both engines (`db.rs`).
+//! Written once for both engines (`engine/mod.rs`).
 
-use super::db::{args, AsConn, Row};
 use super::dialect::Statement;
+use super::engine::{args, AsConn, Row};
 use super::Result;
 
 /// One outbox row with the conversion it is for.

@@ -5,9 +5,9 @@
 //!
 //! Outbox states: due (`next_attempt_at <= now`), backing off (`next_attempt_at` later), parked for
 //! rates (`next_attempt_at IS NULL`, conversion `fx_pending`), dead (`dead_at` set, conversion `failed`).
-//! Written once for both engines (`db.rs`).
+//! Written once for both engines (`engine/mod.rs`).
 
-use super::db::{args, AsConn, Engine, Row};
+use super::engine::{args, AsConn, Engine, Row};
 use super::Result;
 
 /// One outbox row as the worker sees it.

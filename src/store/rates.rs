@@ -1,7 +1,7 @@
 //! The `fx_rates` table: ECB reference rates, units of a currency per 1 EUR on a day. Written once
-//! for both engines (`db.rs`).
+//! for both engines (`engine/mod.rs`).
 
-use super::db::{args, AsConn};
+use super::engine::{args, AsConn};
 use super::Result;
 
 /// Stores one rate, replacing the one already known for that currency and day (imports are idempotent).

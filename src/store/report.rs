@@ -20,7 +20,7 @@ use rusqlite::{params, types::Value, Connection};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
-use super::db::{args, AsConn, Conn, FromColumn, Row};
+use super::engine::{args, AsConn, Conn, FromColumn, Row};
 use super::{Result, StoreError};
 
 /// The milliseconds of a UTC day.

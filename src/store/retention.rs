@@ -6,7 +6,7 @@
 //! `limit` row deletions, so that the writer is never held up long by one job. What the pruner
 //! removes and when is decided by `crate::retention`; nothing here loops over a whole table.
 
-use super::db::{args, AsConn, Conn};
+use super::engine::{args, AsConn, Conn};
 use super::Result;
 
 /// `site create`'s default for `--retain-days`: 13 months, so a year-on-year comparison of a
@@ -110,7 +110,7 @@ impl Pruned {
 }
 
 /// Whether a query finds a row.
-fn exists(conn: &impl AsConn, sql: &str, args: &[super::db::Value]) -> Result<bool> {
+fn exists(conn: &impl AsConn, sql: &str, args: &[super::engine::Value]) -> Result<bool> {
     Ok(conn.conn().query_opt(sql, args, |_| Ok(()))?.is_some())
 }
 

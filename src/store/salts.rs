@@ -2,9 +2,9 @@
 //! by (`tracking::cookieless_visitor`). The day's first such batch makes it, on whichever node gets
 //! it: the insert does nothing when another node's came first, and everyone then reads the one
 //! stored. Salts of past days are deleted then, so yesterday's visitor ids can no longer be
-//! recomputed from an address and a user agent. Written once for both engines (`db.rs`).
+//! recomputed from an address and a user agent. Written once for both engines (`engine/mod.rs`).
 
-use super::db::{args, AsConn};
+use super::engine::{args, AsConn};
 use super::{Result, StoreError};
 
 /// Milliseconds in a day: days are counted from 1970-01-01 in UTC.

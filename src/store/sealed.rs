@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
 use sha2::{Digest, Sha256};
 
-use super::db::Conn;
+use super::engine::Conn;
 use super::{Result, StoreError};
 
 /// The variable holding the key itself (64 hex digits).

@@ -4,9 +4,9 @@
 //! A pageview's URL is stored once, in its event row; a session refers to its landing pageview
 //! (`landing_event_id`) and reads the landing URL from there. A `clientId` keeps at most
 //! [`MAX_VISITORS_PER_CLIENT`] visitors, so that resolving a person costs the same however often
-//! its id was claimed. Written once for both engines (`db.rs`).
+//! its id was claimed. Written once for both engines (`engine/mod.rs`).
 
-use super::db::{args, AsConn, Row};
+use super::engine::{args, AsConn, Row};
 use super::Result;
 
 /// Most visitors one `clientId` is linked to (docs/decisions.md §4); linking one more drops the
@@ -99,7 +99,7 @@ pub fn ensure_visitor(
 /// writer needs no lock. The visitor must exist ([`ensure_visitor`]).
 pub fn lock_visitor(conn: &impl AsConn, site_id: &str, visitor_id: &str) -> Result<()> {
     let conn = conn.conn();
-    if conn.engine() == super::db::Engine::Postgres {
+    if conn.engine() == super::engine::Engine::Postgres {
         conn.query_opt(
             "SELECT 1 FROM visitors WHERE site_id = ?1 AND id = ?2 FOR UPDATE",
             args![site_id, visitor_id],

@@ -2,11 +2,11 @@
 //!
 //! A site's identity secret is read only by [`identify_check`] and written only by
 //! [`set_identity_secret`]: [`Site`] never carries it, so no listing or log can show it. Written
-//! once for both engines (`db.rs`).
+//! once for both engines (`engine/mod.rs`).
 
 use serde::Serialize;
 
-use super::db::{args, AsConn, Row};
+use super::engine::{args, AsConn, Row};
 use super::Result;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -1,9 +1,9 @@
 //! The `tenants` table: organisations that own sites and API keys. Written once for both engines
-//! (`db.rs`).
+//! (`engine/mod.rs`).
 
 use serde::Serialize;
 
-use super::db::{args, AsConn};
+use super::engine::{args, AsConn};
 use super::Result;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

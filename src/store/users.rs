@@ -1,9 +1,9 @@
 //! The `users` table: people who log in to the dashboard, each in one tenant. Only an Argon2id
 //! PHC string of a password is stored (hashed by the caller, never on the writer thread). Written
-//! once for both engines (`db.rs`).
+//! once for both engines (`engine/mod.rs`).
 
-use super::db::{args, AsConn, Row};
 use super::dialect::Statement;
+use super::engine::{args, AsConn, Row};
 use super::Result;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,9 +1,9 @@
 //! The `web_sessions` table: dashboard logins. A row is keyed by the SHA-256 of the session id the
 //! browser holds in its cookie; the id itself is never stored, so a copy of the database logs no
 //! one in. Expiry is decided by the caller (`dashboard::auth`) from the two times kept here.
-//! Written once for both engines (`db.rs`).
+//! Written once for both engines (`engine/mod.rs`).
 
-use super::db::{args, AsConn};
+use super::engine::{args, AsConn};
 use super::Result;
 
 /// A session with the user it belongs to.

@@ -39,7 +39,7 @@ pub fn drain_with(app: &TestApp, now_ms: i64, metrics: &Metrics) -> DrainStats {
 /// through the server's writer), stopped once `f` returns.
 pub fn with_writer<T>(app: &TestApp, f: impl FnOnce(&Writer) -> T) -> T {
     let (writer, thread) = Writer::start(
-        &convapi::store::pool::Location::of(&app.db),
+        &convapi::store::engine::Location::of(&app.db),
         &Default::default(),
         WriterConfig::default(),
     )

@@ -81,7 +81,7 @@ pub fn query_i64_at(db: &std::path::Path, sql: &str, args: &[&dyn Arg]) -> i64 {
         let args: Vec<&(dyn ::postgres::types::ToSql + Sync)> =
             args.iter().map(|a| *a as _).collect();
         let row = c
-            .query_one(&convapi::store::db::postgres_placeholders(sql), &args)
+            .query_one(&convapi::store::engine::postgres_placeholders(sql), &args)
             .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
         row.get::<_, Any>(0)
             .0
@@ -239,7 +239,7 @@ impl TestApp {
     /// The column names of a query and its rows.
     fn query(&self, sql: &str, args: &[&dyn Arg]) -> (Vec<String>, Vec<Vec<Value>>) {
         if self.is_postgres() {
-            let pg_sql = convapi::store::db::postgres_placeholders(sql);
+            let pg_sql = convapi::store::engine::postgres_placeholders(sql);
             let args: Vec<&(dyn ::postgres::types::ToSql + Sync)> =
                 args.iter().map(|a| *a as _).collect();
             self.with_postgres(|c| {
@@ -303,7 +303,7 @@ impl TestApp {
     /// Runs one statement that changes rows (`UPDATE`, `INSERT`, `DELETE`); how many it changed.
     pub fn execute(&self, sql: &str, args: &[&dyn Arg]) -> u64 {
         if self.is_postgres() {
-            let pg_sql = convapi::store::db::postgres_placeholders(sql);
+            let pg_sql = convapi::store::engine::postgres_placeholders(sql);
             let args: Vec<&(dyn ::postgres::types::ToSql + Sync)> =
                 args.iter().map(|a| *a as _).collect();
             self.with_postgres(|c| c.execute(&pg_sql, &args))
@@ -332,15 +332,15 @@ impl TestApp {
     /// A connection of the library's store to this app's database, of either engine (it brings
     /// the schema up to date first, as every command does): for the store's and the pipeline's
     /// functions run in this process.
-    pub fn store(&self) -> convapi::store::pool::DbConn {
+    pub fn store(&self) -> convapi::store::engine::DbConn {
         if self.is_postgres() {
             // What the harness gives the server and the commands (`app.rs`), for the
             // destinations' credentials this process reads or writes.
             convapi::store::sealed::give_postgres_key(super::app::PG_SECRET_KEY)
                 .expect("one key for the whole run");
         }
-        convapi::store::pool::open(
-            &convapi::store::pool::Location::of(&self.db),
+        convapi::store::engine::open(
+            &convapi::store::engine::Location::of(&self.db),
             &convapi::store::Settings::default(),
         )
         .expect("open the store")

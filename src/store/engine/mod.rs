@@ -142,7 +142,7 @@ impl<'a, T: Into<Value<'a>>> From<Option<T>> for Value<'a> {
 /// `args![a, b, …]`: the arguments of a statement, each converted to a [`Value`].
 #[macro_export]
 macro_rules! args {
-    ($($v:expr),* $(,)?) => { &[$($crate::store::db::Value::from($v)),*] as &[$crate::store::db::Value] };
+    ($($v:expr),* $(,)?) => { &[$($crate::store::engine::Value::from($v)),*] as &[$crate::store::engine::Value] };
 }
 pub use crate::args;
 

@@ -596,7 +596,7 @@ pub fn pool(url: &str, size: u32, wait: Duration, lock_timeout: Option<Duration>
 }
 
 /// Connects to the database at `url` and brings its schema up to date: a connection for the
-/// store's functions (`db.rs`).
+/// store's functions (`engine/mod.rs`).
 pub fn open(url: &str) -> Result<PgConn> {
     open_bounded(url, None)
 }
