@@ -64,14 +64,15 @@ for path in rust_files(SRC):
                 if me == "http" and other != "metrics":
                     problems.append(f"{path.relative_to(ROOT)}:{n}: http/ refers to crate::{other}")
 
-def find_cycle():
-    state = {}
-    stack = []
+def find_cycle(edges):
+    """One circle of the arrows `edges` (node -> set of nodes), as a list from a node back to
+    itself; None if there is none."""
+    state, stack = {}, []
 
     def visit(m):
         state[m] = "open"
         stack.append(m)
-        for o in sorted(edges[m]):
+        for o in sorted(edges.get(m, ())):
             if state.get(o) == "open":
                 return stack[stack.index(o):] + [o]
             if o not in state:
@@ -82,14 +83,14 @@ def find_cycle():
         state[m] = "done"
         return None
 
-    for m in sorted(modules):
+    for m in sorted(edges):
         if m not in state:
             found = visit(m)
             if found:
                 return found
     return None
 
-cycle = find_cycle()
+cycle = find_cycle(edges)
 if cycle:
     problems.append("import loop between modules: " + " -> ".join(cycle))
 
@@ -211,34 +212,8 @@ for path in rust_files(SRC):
     for other in names & siblings - {me}:
         folder_edges.setdefault(folder / me, set()).add(folder / other)
 
-def folder_circle(edges):
-    """One circle of the arrows, as a list of files from a file back to itself; None if acyclic."""
-    state, stack = {}, []
-
-    def visit(f):
-        state[f] = "open"
-        stack.append(f)
-        for o in sorted(edges.get(f, ())):
-            if state.get(o) == "open":
-                return stack[stack.index(o):] + [o]
-            if o not in state:
-                found = visit(o)
-                if found:
-                    return found
-        stack.pop()
-        state[f] = "done"
-        return None
-
-    for f in sorted(edges):
-        if f not in state:
-            found = visit(f)
-            if found:
-                return found
-    return None
-
-
 for folder in sorted({f.parent for f in folder_edges}):
-    circle = folder_circle({f: t for f, t in folder_edges.items() if f.parent == folder})
+    circle = find_cycle({f: t for f, t in folder_edges.items() if f.parent == folder})
     if circle:
         problems.append(
             f"import circle inside {folder.relative_to(ROOT)}/: "
