@@ -112,9 +112,7 @@ pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {
     };
     accounts::check_password(&password).map_err(|e| refused(UserError::Password(e)))?;
     let conn = open(db)?;
-    if !store::tenants::exists(&conn, &a.tenant)? {
-        return Err(refused(UserError::NoTenant(a.tenant.clone())));
-    }
+    ops::require_tenant(&conn, &a.tenant, UserError::NoTenant).map_err(refused)?;
     // Hashed before the transaction: it takes a while, and holds no lock meanwhile.
     let credentials = ops::users::credentials(&a.email, &password).map_err(refused)?;
     let user = store::write_tx(&conn, |tx| ops::users::create(tx, &a.tenant, &credentials))

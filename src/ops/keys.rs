@@ -33,14 +33,6 @@ impl std::fmt::Display for KeyError {
     }
 }
 
-fn require_tenant(conn: &impl AsConn, id: &str) -> Result<(), KeyError> {
-    if store::tenants::exists(conn, id)? {
-        Ok(())
-    } else {
-        Err(KeyError::NoTenant(id.to_owned()))
-    }
-}
-
 /// A key just made: the key itself (shown this once) and what is stored of it.
 #[derive(Debug)]
 pub struct NewKey {
@@ -56,7 +48,7 @@ pub fn create(conn: &impl AsConn, tenant_id: &str, name: Option<&str>) -> Result
     if name.is_some_and(|n| n.chars().count() > MAX_NAME_CHARS) {
         return Err(KeyError::NameTooLong);
     }
-    require_tenant(conn, tenant_id)?;
+    super::require_tenant(conn, tenant_id, KeyError::NoTenant)?;
     let (key, prefix) = crate::keys::generate().map_err(KeyError::Randomness)?;
     let id = uuid::Uuid::new_v4().to_string();
     let hash = crate::keys::hash(&key);
@@ -71,7 +63,7 @@ pub fn create(conn: &impl AsConn, tenant_id: &str, name: Option<&str>) -> Result
 
 /// The tenant's keys, oldest first (an unknown tenant is refused).
 pub fn list(conn: &impl AsConn, tenant_id: &str) -> Result<Vec<KeyInfo>, KeyError> {
-    require_tenant(conn, tenant_id)?;
+    super::require_tenant(conn, tenant_id, KeyError::NoTenant)?;
     Ok(store::keys::list(conn, tenant_id)?)
 }
 

@@ -14,7 +14,7 @@ pub mod outbox;
 pub mod sites;
 pub mod users;
 
-use crate::store::{self, StoreError};
+use crate::store::{self, engine::AsConn, StoreError};
 
 /// An operation's error: a refusal of the input, or the store's error.
 pub trait OpError: Sized {
@@ -38,6 +38,19 @@ pub fn unrefused<T, E: OpError + std::fmt::Debug>(r: Result<T, E>) -> store::Res
         Err(e) => e,
         Ok(refusal) => StoreError::Other(format!("{refusal:?}")),
     })
+}
+
+/// `Ok` when tenant `id` exists, else the operation's refusal `no_tenant(id)`.
+pub fn require_tenant<E: From<StoreError>>(
+    conn: &impl AsConn,
+    id: &str,
+    no_tenant: fn(String) -> E,
+) -> Result<(), E> {
+    if store::tenants::exists(conn, id)? {
+        Ok(())
+    } else {
+        Err(no_tenant(id.to_owned()))
+    }
 }
 
 /// A UUID id as the store keeps it (hyphenated, lower case), accepted in any case; anything else

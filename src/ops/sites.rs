@@ -119,17 +119,9 @@ pub fn find(conn: &impl AsConn, id: &str) -> Result<Site, SiteError> {
 /// Every site, or a tenant's (an unknown tenant is refused, not an empty list); oldest first.
 pub fn list(conn: &impl AsConn, tenant_id: Option<&str>) -> Result<Vec<Site>, SiteError> {
     if let Some(t) = tenant_id {
-        require_tenant(conn, t)?;
+        super::require_tenant(conn, t, SiteError::NoTenant)?;
     }
     Ok(store::sites::list(conn, tenant_id)?)
-}
-
-pub(super) fn require_tenant(conn: &impl AsConn, id: &str) -> Result<(), SiteError> {
-    if store::tenants::exists(conn, id)? {
-        Ok(())
-    } else {
-        Err(SiteError::NoTenant(id.to_owned()))
-    }
 }
 
 /// The checked values of the settings given, in the order the forms show them (the operations
@@ -175,7 +167,7 @@ fn store_changes(c: &Changes) -> SiteChanges<'_> {
 /// is asked for).
 pub fn create(conn: &impl AsConn, tenant_id: &str, s: &NewSite) -> Result<Created, SiteError> {
     let c = checked(&s.settings())?;
-    require_tenant(conn, tenant_id)?;
+    super::require_tenant(conn, tenant_id, SiteError::NoTenant)?;
     let tracker_id = crate::keys::random_base62(12).map_err(SiteError::Randomness)?;
     let secret = match s.signed_identify {
         true => Some(crate::tracking::new_identity_secret().map_err(SiteError::Randomness)?),

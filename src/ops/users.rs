@@ -55,9 +55,7 @@ impl Password {
 
 /// Makes a user of the tenant.
 pub fn create(conn: &impl AsConn, tenant_id: &str, c: &Credentials) -> Result<User, UserError> {
-    if !store::tenants::exists(conn, tenant_id)? {
-        return Err(UserError::NoTenant(tenant_id.to_owned()));
-    }
+    super::require_tenant(conn, tenant_id, UserError::NoTenant)?;
     let id = uuid::Uuid::new_v4().to_string();
     store::users::create(conn, &id, tenant_id, &c.email, &c.hash, store::now_ms()).map_err(|e| {
         match e {
@@ -70,9 +68,7 @@ pub fn create(conn: &impl AsConn, tenant_id: &str, c: &Credentials) -> Result<Us
 /// Every user, or a tenant's (an unknown tenant is refused).
 pub fn list(conn: &impl AsConn, tenant_id: Option<&str>) -> Result<Vec<User>, UserError> {
     if let Some(t) = tenant_id {
-        if !store::tenants::exists(conn, t)? {
-            return Err(UserError::NoTenant(t.to_owned()));
-        }
+        super::require_tenant(conn, t, UserError::NoTenant)?;
     }
     Ok(store::users::list(conn, tenant_id)?)
 }
