@@ -11,8 +11,8 @@ use crate::store::destinations::Destination;
 use super::hash::{sha256_hex, user_hash};
 use super::kinds::{Kind, META};
 use super::platform::{
-    age, base, click_session, consent, decimal, dedup_key, redact_url, Answer, Event, Http, Outage,
-    Platform, Verdict,
+    age, base, click_session, consent, decimal, dedup_key, Answer, Event, Http, Outage, Platform,
+    Verdict,
 };
 
 /// Meta's Conversions API.
@@ -287,7 +287,7 @@ pub fn fbc(f: &Facts, now_ms: i64) -> Option<String> {
 /// a length an error column and a log line take.
 pub fn scrub(text: &str, dest: &Destination) -> String {
     let mut t = super::platform::hide_secrets(
-        &redact_urls(text),
+        &crate::text::redacted_urls(text),
         super::platform::secrets_of(dest),
         |_| "[redacted]".into(),
     );
@@ -295,20 +295,6 @@ pub fn scrub(text: &str, dest: &Destination) -> String {
         t = t.chars().take(MAX_ERROR_CHARS).collect::<String>() + "…";
     }
     t
-}
-
-/// Every `http(s)://…` of a text without its query string ([`redact_url`] on each).
-fn redact_urls(text: &str) -> String {
-    text.split(' ')
-        .map(|w| {
-            if w.starts_with("http://") || w.starts_with("https://") {
-                redact_url(w)
-            } else {
-                w
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// Meta's answer to a request of `n` events: taken, or why not (the Graph API's error codes,

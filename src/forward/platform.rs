@@ -465,10 +465,10 @@ impl std::fmt::Display for NoAnswer {
     }
 }
 
-/// A URL without its query string (where GA4's API secret and Meta's token may travel), for logs
-/// and errors.
-pub fn redact_url(url: &str) -> &str {
-    url.split('?').next().unwrap_or(url)
+/// A URL as an error may show it: no query (where GA4's API secret and Meta's token travel), no
+/// password in its authority (an endpoint a tenant typed may carry one).
+fn redact_url(url: &str) -> String {
+    crate::text::redacted_url(url, crate::text::Query::Dropped)
 }
 
 /// `text` with each of `secrets` of four characters or more — as written, and as a URL or a form
@@ -762,5 +762,28 @@ mod tests {
         assert_eq!(bounded(&long).chars().count(), MAX_SHOWN_CHARS);
         assert!(bounded(&long).ends_with('…'));
         assert_eq!(bounded("short"), "short");
+    }
+
+    #[test]
+    fn no_answer_names_the_url_without_its_credentials() {
+        // A closed port on this host: the connection is refused at once.
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let url = format!("http://gw:s3cret-pw@127.0.0.1:{port}/mp/collect?api_secret=sekrit-as");
+        let Err(NoAnswer(text)) =
+            Http::new(Duration::from_secs(2)).post(&url, &[], "text/plain", "")
+        else {
+            panic!("a closed port answered");
+        };
+        assert!(
+            text.contains(&format!("127.0.0.1:{port}/mp/collect")),
+            "{text}"
+        );
+        assert!(
+            !text.contains("s3cret-pw") && !text.contains("sekrit-as"),
+            "{text}"
+        );
     }
 }

@@ -36,6 +36,7 @@ pub use self::postgres::PgConn;
 pub use super::dialect::postgres_placeholders;
 
 use super::{Result, Settings, StoreError};
+use crate::text::{redacted_url, Query};
 
 /// Which engine a connection talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -331,7 +332,7 @@ impl Location {
     pub fn display(&self) -> String {
         match self {
             Location::File(p) => p.display().to_string(),
-            Location::Postgres(url) => redacted(url),
+            Location::Postgres(url) => redacted_url(url, Query::PasswordHidden),
         }
     }
 }
@@ -493,35 +494,6 @@ impl Db {
             Db::Postgres(p) => Pooled::Postgres(p.get_timeout(wait)?),
         })
     }
-}
-
-/// `url` without its password, for logs and messages.
-pub fn redacted(url: &str) -> String {
-    let mut out = url.to_owned();
-    // In the authority: scheme://user:password@host
-    if let Some(start) = out.find("://").map(|i| i + 3) {
-        let end = out[start..]
-            .find(['/', '?'])
-            .map_or(out.len(), |i| start + i);
-        if let Some(at) = out[start..end].rfind('@').map(|i| start + i) {
-            if let Some(colon) = out[start..at].find(':').map(|i| start + i) {
-                out.replace_range(colon + 1..at, "***");
-            }
-        }
-    }
-    // In the query: ?password=…&…
-    if let Some(q) = out.find('?') {
-        let (head, query) = out.split_at(q + 1);
-        let query: Vec<String> = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((k, _)) if k == "password" => format!("{k}=***"),
-                _ => pair.to_owned(),
-            })
-            .collect();
-        out = format!("{head}{}", query.join("&"));
-    }
-    out
 }
 
 #[cfg(test)]

@@ -8,16 +8,19 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-pub use super::redacted;
 use super::{Row as AnyRow, Value};
 use crate::store::{Result, StoreError};
+use crate::text::{redacted_url, Query};
 
 /// Why a `postgres://` database cannot be opened by this binary, and the fix.
 pub const WITHOUT_POSTGRES: &str = "this binary was built without PostgreSQL support; build with \
      --features postgres (cargo build --features postgres, or a default cargo build)";
 
 fn without(url: &str) -> StoreError {
-    StoreError::Other(format!("cannot open {}: {WITHOUT_POSTGRES}", redacted(url)))
+    StoreError::Other(format!(
+        "cannot open {}: {WITHOUT_POSTGRES}",
+        redacted_url(url, Query::PasswordHidden)
+    ))
 }
 
 /// A PostgreSQL connection: none can exist in this build.
