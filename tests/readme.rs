@@ -188,6 +188,23 @@ fn the_walk_through_passes_with_another_server_on_8080() {
     walk_through(None);
 }
 
+/// Regression: the walk-through starts its server on a free port (`--addr 127.0.0.1:0`), yet the
+/// README showed it answering `http://127.0.0.1:8080`, the port it had just avoided (the port is
+/// masked when outputs are compared, so only this catches it).
+#[test]
+fn the_walk_throughs_free_port_is_not_shown_as_8080() {
+    let steps = steps(&readme());
+    let server = steps
+        .iter()
+        .find(|s| s.commands.contains("serve --addr 127.0.0.1:0"))
+        .expect("the walk-through starts a server on a free port");
+    let shown = server.expected.as_deref().unwrap_or("");
+    assert!(
+        shown.starts_with("http://127.0.0.1:") && !shown.contains(":8080"),
+        "the server's block shows {shown:?}"
+    );
+}
+
 /// The same walk-through with `CONVAPI_DB` naming a fresh PostgreSQL database, as the README says
 /// a user can: every block prints what it prints on the SQLite file.
 #[test]
