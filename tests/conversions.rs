@@ -1288,6 +1288,19 @@ fn errors_name_the_fix() {
     let e = expect_error(&r, 401, "UNAUTHORIZED");
     assert!(e["error"].as_str().unwrap().contains("Bearer "), "{e}");
 
+    // The key in another API's header.
+    let r = app.post_conversion_raw(
+        &[("X-Api-Key", &app.key.key), ("Content-Type", JSON)],
+        &app.site.id,
+        &body,
+    );
+    let e = expect_error(&r, 401, "UNAUTHORIZED");
+    let msg = e["error"].as_str().unwrap();
+    assert!(
+        msg.contains("Authorization: Bearer ") && msg.contains("X-Api-Key"),
+        "{msg}"
+    );
+
     // A lower-case currency, in the API, the pixel's purchases, the CLI and the dashboard.
     let r = app.post_conversion(&with(&valid(), &[("currency", json!("eur"))], &[]));
     let e = expect_invalid(&r, "currency");

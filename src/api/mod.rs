@@ -100,10 +100,20 @@ pub const KEY_TOUCH_INTERVAL: Duration = Duration::from_secs(60);
 /// Most keys whose last write is remembered at once.
 pub const KEY_TOUCH_KEYS: usize = 10_000;
 
+/// Headers other APIs take a key in; one of them without an `Authorization` header gets a hint.
+const OTHER_KEY_HEADERS: [&str; 3] = ["X-Api-Key", "Api-Key", "X-Auth-Token"];
+
 /// Check 1 without the database: the hash of a well-formed `Authorization: Bearer ask_...` key.
-/// A key sent without its scheme (`Authorization: ask_...`) is told to add `Bearer `.
+/// A key sent without its scheme (`Authorization: ask_...`) is told to add `Bearer `, and one sent
+/// in another header (`X-Api-Key`, as some APIs take it) is told where it goes.
 pub fn bearer_key_hash(ctx: &Ctx) -> Result<Vec<u8>, ApiError> {
     let header = ctx.header("Authorization").map(str::trim);
+    if header.is_none() && OTHER_KEY_HEADERS.iter().any(|h| ctx.header(h).is_some()) {
+        return Err(ApiError::UnauthorizedBecause(
+            "the API key goes in the Authorization header, after \"Bearer \": write \
+             Authorization: Bearer ask_... (not X-Api-Key)",
+        ));
+    }
     if header.is_some_and(|h| h.starts_with(crate::keys::PREFIX)) {
         return Err(ApiError::UnauthorizedBecause(
             "the Authorization header must be \"Bearer \" followed by the key: \
