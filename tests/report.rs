@@ -195,6 +195,26 @@ fn the_table_is_aligned_and_totalled() {
     );
 }
 
+/// Regression: the tracker id (the one in the snippet) given as `--site` got only "not a site
+/// id", where the API names the mix-up; so does every command that takes `--site`.
+#[test]
+fn a_tracker_id_given_as_the_site_is_named_as_such() {
+    let app = manual().start();
+    let tracker = app.site.tracker_id.clone();
+    for args in [
+        vec!["report", "--site", &tracker],
+        vec!["destination", "list", "--site", &tracker],
+    ] {
+        let run = app.cli(&args);
+        assert_eq!(run.code, 1, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("tracker id") && run.stderr.contains("convapi site list"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+}
+
 #[test]
 fn usage_and_lookup_errors() {
     let app = manual().start();

@@ -1,6 +1,6 @@
 //! `convapi report`: its options and their checks; the grouping and sums are `crate::report`'s.
 
-use super::{open, site_by_id, CliResult};
+use super::{open, CliResult};
 use crate::invalid::Invalid;
 use crate::store::engine::Location;
 
@@ -41,10 +41,14 @@ pub(super) fn report(db: &Location, a: ReportArgs) -> CliResult {
         _ => GroupBy::Source,
     };
     let conn = open(db)?;
-    if uuid::Uuid::parse_str(a.site.trim()).is_err() {
-        return Err(format!("--site {:?} is not a site id (a UUID)", a.site).into());
-    }
-    let site = site_by_id(&conn, &a.site)?;
+    let site = match crate::ops::sites::find(&conn, &a.site) {
+        Err(crate::ops::sites::SiteError::NoSite(_))
+            if uuid::Uuid::parse_str(a.site.trim()).is_err() =>
+        {
+            return Err(format!("--site {:?} is not a site id (a UUID)", a.site).into());
+        }
+        found => found.map_err(super::site::refused)?,
+    };
     let rows = crate::report::build(&conn, &site, a.from, a.to, by)?;
     if a.json {
         println!("{}", crate::report::to_json(&rows));

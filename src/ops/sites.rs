@@ -29,6 +29,8 @@ pub enum SiteError {
     NoTenant(String),
     /// No site has this id (as given).
     NoSite(String),
+    /// The id given is a site's tracker id (the pixel's), where the site id goes.
+    TrackerId(String),
     /// Some of the site's conversions were converted to `other` already: its currency stays.
     CurrencyRefused {
         id: String,
@@ -51,6 +53,11 @@ impl std::fmt::Display for SiteError {
             SiteError::Invalid(_, e) => write!(f, "{e}"),
             SiteError::NoTenant(t) => write!(f, "no tenant with id {t}"),
             SiteError::NoSite(id) => write!(f, "no site with id {id}"),
+            SiteError::TrackerId(id) => write!(
+                f,
+                "{id:?} is a site's tracker id, which only the pixel uses; give the site id, a \
+                 UUID (`convapi site list` and the dashboard's site overview show it)"
+            ),
             SiteError::CurrencyRefused { id, other, .. } => {
                 write!(f, "{}", crate::sites::currency_change_refused(id, other))
             }
@@ -113,7 +120,16 @@ pub struct Changes {
 
 /// The site with this id (a UUID, accepted in any case).
 pub fn find(conn: &impl AsConn, id: &str) -> Result<Site, SiteError> {
-    store::sites::by_id(conn, &canonical_id(id))?.ok_or_else(|| SiteError::NoSite(id.to_owned()))
+    if let Some(site) = store::sites::by_id(conn, &canonical_id(id))? {
+        return Ok(site);
+    }
+    // The tracker id is the one people see in the snippet: the likely mix-up.
+    if uuid::Uuid::parse_str(id.trim()).is_err()
+        && store::sites::by_tracker(conn, id.trim())?.is_some()
+    {
+        return Err(SiteError::TrackerId(id.trim().to_owned()));
+    }
+    Err(SiteError::NoSite(id.to_owned()))
 }
 
 /// Every site, or a tenant's (an unknown tenant is refused, not an empty list); oldest first.
