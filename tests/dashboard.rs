@@ -120,6 +120,26 @@ fn the_first_run_token_creates_the_first_user_once() {
     assert_eq!(c.login("first@shop.example", PASSWORD).status, 303);
 }
 
+/// Regression: the first-run link opened a second time (its account made) was a bare 404; it says
+/// the link was used and where to log in (a 404 still, and a wrong token one without a word).
+#[test]
+fn the_first_run_link_opened_again_says_it_was_used() {
+    let app = TestApp::start();
+    let token = setup_token(&app);
+    let c = DashClient::new(&app);
+    let wrong = c.get("/dashboard/setup?token=wrong");
+    assert_eq!(wrong.status, 404);
+    assert!(!wrong.text().contains("already used"), "{}", wrong.text());
+    create_user(&app, &app.tenant.id, "cli@shop.example", PASSWORD);
+    let again = c.get(&format!("/dashboard/setup?token={token}"));
+    assert_eq!(again.status, 404);
+    let text = again.text();
+    assert!(
+        text.contains("already used") && text.contains("href=\"/dashboard/login\""),
+        "{text}"
+    );
+}
+
 #[test]
 fn with_no_user_yet_the_login_page_says_where_the_first_run_link_is() {
     let app = TestApp::start();

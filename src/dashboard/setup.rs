@@ -123,6 +123,30 @@ fn open(d: &Dashboard, given: &str) -> Result<Vec<Tenant>, PageError> {
     Ok(tenants)
 }
 
+/// [`open`], and when it finds nothing because the first account exists already, the page that
+/// says so (a `404` still: the link opens nothing), for the one who opens the link a second time.
+fn open_or_used(d: &Dashboard, given: &str) -> Result<Vec<Tenant>, PageResult> {
+    match open(d, given) {
+        Err(PageError::NotFound) => match d.read(|c| Ok(store::users::any(c)?)) {
+            Ok(true) => Err(Ok(layout::html(404, used_page()))),
+            Ok(false) => Err(Err(PageError::NotFound)),
+            Err(e) => Err(Err(e)),
+        },
+        other => other.map_err(Err),
+    }
+}
+
+fn used_page() -> Markup {
+    let body = html! {
+        h1 { "This link was already used" }
+        section.card #setup-used {
+            p { "The first-run link works once, and the first account exists now." }
+            p { a.button href="/dashboard/login" { "Log in" } }
+        }
+    };
+    layout::page(None, "Already used", body)
+}
+
 struct Typed<'a> {
     organization: &'a str,
     tenant: &'a str,
@@ -173,7 +197,10 @@ fn setup_page(
 pub fn form(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
     let q = form::query(ctx);
     let token = q.get("token").map(String::as_str).unwrap_or("");
-    let tenants = open(d, token)?;
+    let tenants = match open_or_used(d, token) {
+        Ok(t) => t,
+        Err(reply) => return reply,
+    };
     let (csrf, set) = auth::form_token(d, ctx)?;
     let typed = Typed {
         organization: "",
@@ -214,7 +241,10 @@ fn check<'a>(
 pub fn create(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
     let f = form::read_form(ctx)?;
     let token = field(&f, "token").to_owned();
-    let tenants = open(d, &token)?;
+    let tenants = match open_or_used(d, &token) {
+        Ok(t) => t,
+        Err(reply) => return reply,
+    };
     let csrf = auth::check_form_token(ctx, &f)?;
     let (tenant, email, password) = match check(&f, &tenants) {
         Ok(c) => c,
