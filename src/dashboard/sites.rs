@@ -179,12 +179,13 @@ fn new_page(v: &Viewer, f: &Fields, error: Option<&str>) -> Markup {
 
 /// `GET /dashboard/sites/new`.
 pub fn new_form(_d: &Dashboard, _ctx: &mut Ctx, v: &Viewer) -> PageResult {
+    let new = NewSite::new(Changes::default());
     let f = Fields {
-        name: String::new(),
+        name: new.name,
         domain: String::new(),
-        currency: "EUR".into(),
-        window_days: crate::sites::DEFAULT_WINDOW_DAYS.to_string(),
-        model: crate::sites::MODELS[0].into(),
+        currency: new.currency,
+        window_days: new.window_days.to_string(),
+        model: new.model,
         consent_required: false,
     };
     Ok(layout::html(200, new_page(v, &f, None)))
@@ -198,17 +199,7 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
         Ok(c) => c,
         Err(msg) => return Ok(layout::html(400, new_page(v, &fields, Some(&msg.0)))),
     };
-    let new = NewSite {
-        name: c.name.unwrap_or_default(),
-        domain: c.domain.flatten(),
-        currency: c.currency.unwrap_or_default(),
-        window_days: c.window_days.unwrap_or_default(),
-        model: c.model.unwrap_or_default(),
-        signed_identify: false,
-        retain_days: None,
-        expire_conversions: None,
-        consent_required: None,
-    };
+    let new = NewSite::new(c);
     let tenant = v.tenant_id.clone();
     match d
         .writer
