@@ -8,7 +8,7 @@
 //! `CONVAPI_ACCESS_TOKEN`), so that it need not sit in the shell's history; the option wins. A
 //! credential is never printed: listings show [`Destination::masked_secrets`], and every text
 //! that came back from a platform or the sender has the destination's credentials masked out
-//! ([`mask_secrets`]).
+//! (`forward::platform::mask_secrets`, in [`ops::destinations::view`]).
 //!
 //! The commands write with their own connection beside a running server, whose sender looks for
 //! pending deliveries every second.
@@ -17,14 +17,13 @@ use std::collections::BTreeMap;
 
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Subcommand};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::{count, open, print, site_by_id, CliError, CliResult};
-use crate::forward::platform::mask_secrets;
-use crate::forward::{kinds, versions};
+use crate::forward::kinds;
 use crate::ops::{
     self,
-    destinations::{Changes, DestError, TestFailed},
+    destinations::{view, Changes, Counts, DestError, TestFailed, View},
 };
 use crate::store::engine::Location;
 use crate::store::{
@@ -66,28 +65,10 @@ pub(super) struct AddArgs {
     #[arg(long)]
     name: String,
     #[command(flatten)]
-    fields: FieldArgs,
-    /// A conversion type to send, and optionally the platform's event name for it
-    /// (`purchase=Purchase`); repeat for each type. Default: `purchase` under the kind's name for it.
-    #[arg(long = "event", value_name = "TYPE[=EVENT_NAME]")]
-    events: Vec<String>,
-    /// The consent a conversion needs before it is sent (default: the kind's: `ads` for Meta and
-    /// Google Ads, `analytics` for GA4).
-    #[arg(long, value_parser = CONSENT_RULES.to_vec())]
-    consent: Option<String>,
-    /// Send to this base URL instead of the platform's (a gateway, or a test server).
-    #[arg(long, value_name = "URL")]
-    endpoint: Option<String>,
-    /// The platform's API version to send to (Meta `v26.0`, Google Ads `v26`; default: the one
-    /// this convapi names for the kind, `destination list` shows it).
-    #[arg(long, value_name = "VERSION")]
-    api_version: Option<String>,
+    set: SetArgs,
     /// Add it switched off: nothing is passed on until `destination update ID --enabled`.
     #[arg(long)]
     disabled: bool,
-    /// Print the destination as one JSON object.
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -108,26 +89,11 @@ pub(super) struct UpdateArgs {
     #[arg(long)]
     name: Option<String>,
     #[command(flatten)]
-    fields: FieldArgs,
-    /// The conversion types to send (replaces the whole list): `TYPE[=EVENT_NAME]`, repeated.
-    #[arg(long = "event", value_name = "TYPE[=EVENT_NAME]")]
-    events: Vec<String>,
-    /// A new consent rule.
-    #[arg(long, value_parser = CONSENT_RULES.to_vec())]
-    consent: Option<String>,
-    /// A new endpoint override (the platform's base URL replaced). Clears the stored credentials:
-    /// give them again in the same command.
-    #[arg(long, value_name = "URL")]
-    endpoint: Option<String>,
+    set: SetArgs,
     /// Send to the platform itself again (forget the endpoint override). Clears the stored
     /// credentials: give them again in the same command.
     #[arg(long, conflicts_with = "endpoint")]
     no_endpoint: bool,
-    /// Move it to another API version of the platform (Meta `v26.0`, Google Ads `v26`), e.g.
-    /// ahead of a convapi release or when the one in use ends; an empty value goes back to the
-    /// version this convapi names. Deliveries waiting on a version the platform said is gone go.
-    #[arg(long, value_name = "VERSION")]
-    api_version: Option<String>,
     /// Switch it on: processed conversions are passed on from now on, and deliveries that waited
     /// while it was off go out.
     #[arg(long)]
@@ -137,9 +103,50 @@ pub(super) struct UpdateArgs {
     /// them).
     #[arg(long, conflicts_with = "enabled")]
     disabled: bool,
+}
+
+/// The options of `add` and `update`: left out, the kind's default on `add`, the value kept on
+/// `update`.
+#[derive(clap::Args)]
+pub(super) struct SetArgs {
+    #[command(flatten)]
+    fields: FieldArgs,
+    /// A conversion type to send, and optionally the platform's event name for it
+    /// (`purchase=Purchase`); repeat for each type (`update` replaces the whole list). Default:
+    /// `purchase` under the kind's name for it.
+    #[arg(long = "event", value_name = "TYPE[=EVENT_NAME]")]
+    events: Vec<String>,
+    /// The consent a conversion needs before it is sent (default: the kind's: `ads` for Meta and
+    /// Google Ads, `analytics` for GA4).
+    #[arg(long, value_parser = CONSENT_RULES.to_vec())]
+    consent: Option<String>,
+    /// Send to this base URL instead of the platform's (a gateway, or a test server). A new one
+    /// clears the stored credentials: give them again in the same command.
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+    /// The platform's API version to send to (Meta `v26.0`, Google Ads `v26`), e.g. ahead of a
+    /// convapi release or when the one in use ends; default, or an empty value: the one this
+    /// convapi names for the kind (`destination list` shows it). Deliveries waiting on a version
+    /// the platform said is gone go.
+    #[arg(long, value_name = "VERSION")]
+    api_version: Option<String>,
     /// Print the destination as one JSON object.
     #[arg(long)]
     json: bool,
+}
+
+impl SetArgs {
+    /// What these options set for a destination of `kind`.
+    fn changes(&self, kind: &kinds::Kind) -> Changes {
+        Changes {
+            fields: self.fields.of(kind),
+            events: (!self.events.is_empty()).then(|| self.events.clone()),
+            consent: self.consent.clone(),
+            endpoint: self.endpoint.clone().map(Some),
+            api_version: self.api_version.clone(),
+            ..Changes::default()
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -336,20 +343,16 @@ pub(super) fn add(db: &Location, a: AddArgs) -> CliResult {
     let kind = kinds::kind(&a.kind).expect("clap allows only known kinds");
     let changes = Changes {
         name: Some(a.name),
-        fields: a.fields.of(kind),
-        events: (!a.events.is_empty()).then_some(a.events),
-        consent: a.consent,
-        endpoint: a.endpoint.map(Some),
-        api_version: a.api_version,
         enabled: Some(!a.disabled),
+        ..a.set.changes(kind)
     };
     let conn = open(db)?;
     let d = store::write_tx(&conn, |tx| {
         ops::destinations::add(tx, &a.site, kind, &changes, None)
     })
     .map_err(refused)?;
-    let out = destination_json(&d, [0; 5]);
-    print(a.json, &out, || {
+    let v = view(&d, Counts::default(), store::now_ms());
+    print(a.set.json, &v, || {
         format!(
             "added destination {} ({}, {}) to site {}{}\nTry it: convapi destination test {}",
             d.id,
@@ -366,8 +369,9 @@ pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let conn = open(db)?;
     let site = site_by_id(&conn, &a.site)?;
     let rows = store::read(&conn, |c| ops::destinations::list(c, &site.id)).map_err(refused)?;
-    let out: Vec<Value> = rows.iter().map(|(d, c)| destination_json(d, *c)).collect();
-    print(a.json, &out, || {
+    let now = store::now_ms();
+    let views: Vec<View> = rows.iter().map(|(d, c)| view(d, *c, now)).collect();
+    print(a.json, &views, || {
         if rows.is_empty() {
             return format!(
                 "site {} has no destination: add one with `convapi destination add --site {} --kind meta|ga4|google_ads --name NAME ...`",
@@ -375,24 +379,25 @@ pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
             );
         }
         let mut text = String::new();
-        for (d, counts) in &rows {
+        for ((d, _), v) in rows.iter().zip(&views) {
             if !text.is_empty() {
                 text.push('\n');
             }
-            text.push_str(&describe(d, *counts));
+            text.push_str(&describe(d, v));
         }
         text
     })
 }
 
 pub(super) fn update(db: &Location, a: UpdateArgs) -> CliResult {
+    let set = &a.set;
     let nothing = a.name.is_none()
-        && a.fields.0.is_empty()
-        && a.events.is_empty()
-        && a.consent.is_none()
-        && a.endpoint.is_none()
+        && set.fields.0.is_empty()
+        && set.events.is_empty()
+        && set.consent.is_none()
+        && set.endpoint.is_none()
         && !a.no_endpoint
-        && a.api_version.is_none()
+        && set.api_version.is_none()
         && !a.enabled
         && !a.disabled;
     if nothing {
@@ -402,28 +407,22 @@ pub(super) fn update(db: &Location, a: UpdateArgs) -> CliResult {
         )
         .into());
     }
-    let mut changes = Changes {
-        name: a.name,
-        events: (!a.events.is_empty()).then_some(a.events),
-        consent: a.consent,
-        endpoint: if a.no_endpoint {
-            Some(None)
-        } else {
-            a.endpoint.map(Some)
-        },
-        api_version: a.api_version,
-        enabled: (a.enabled || a.disabled).then_some(a.enabled),
-        ..Changes::default()
-    };
     let conn = open(db)?;
     let (d, counts) = store::write_tx(&conn, |tx| {
         let kind = ops::destinations::kind_of(&ops::destinations::find(tx, &a.id, None)?)?;
-        changes.fields = a.fields.of(kind);
+        let mut changes = Changes {
+            name: a.name.clone(),
+            enabled: (a.enabled || a.disabled).then_some(a.enabled),
+            ..set.changes(kind)
+        };
+        if a.no_endpoint {
+            changes.endpoint = Some(None);
+        }
         ops::destinations::update(tx, &a.id, None, &changes, None)
     })
     .map_err(refused)?;
     // Which credentials this replaced, and from where (a variable left set replaces one too).
-    let replaced: Vec<String> = a
+    let replaced: Vec<String> = set
         .fields
         .0
         .iter()
@@ -440,12 +439,13 @@ pub(super) fn update(db: &Location, a: UpdateArgs) -> CliResult {
             }
         })
         .collect();
-    print(a.json, &destination_json(&d, counts), || {
+    let v = view(&d, counts, store::now_ms());
+    print(set.json, &v, || {
         let mut text = format!("updated destination {}", d.id);
         if !replaced.is_empty() {
             text.push_str(&format!("; replaced {}", replaced.join(", ")));
         }
-        format!("{text}\n{}", describe(&d, counts))
+        format!("{text}\n{}", describe(&d, &v))
     })
 }
 
@@ -581,73 +581,8 @@ pub(super) fn replay(db: &Location, a: ReplayArgs) -> CliResult {
     })
 }
 
-/// A destination as `--json` prints it: credentials masked, times in RFC 3339.
-fn destination_json(d: &Destination, counts: [i64; 5]) -> Value {
-    let iso = |t: Option<i64>| t.map(store::iso);
-    let deliveries: Map<String, Value> = store::deliveries::STATUSES
-        .iter()
-        .zip(counts)
-        .map(|(s, n)| (camel(s), json!(n)))
-        .collect();
-    json!({
-        "id": d.id,
-        "siteId": d.site_id,
-        "kind": d.kind,
-        "name": d.name,
-        "settings": d.settings,
-        "secrets": d.masked_secrets(),
-        "endpoint": d.endpoint,
-        "apiVersion": versions::in_use(d),
-        "events": d.events,
-        "consent": d.consent,
-        "enabled": d.enabled,
-        "createdAt": store::iso(d.created_at),
-        "updatedAt": store::iso(d.updated_at),
-        "health": {
-            "failures": d.health.failures,
-            "lastOkAt": iso(d.health.last_ok_at),
-            "lastError": d.health.last_error.as_deref().map(|e| mask_secrets(e, d)),
-            "lastErrorAt": iso(d.health.last_error_at),
-            "pausedUntil": iso(d.health.paused_until),
-            "apiVersion": version_json(d),
-        },
-        "deliveries": deliveries,
-    })
-}
-
-/// The standing of a destination's API version (`forward/versions.rs`): `ok`, `ending`,
-/// `expired`, `gone` or `unversioned`, its end when known, and the sentence that says what to do.
-fn version_json(d: &Destination) -> Value {
-    let now = store::now_ms();
-    let standing = versions::standing(d, now);
-    let ends = versions::in_use(d).and_then(|v| versions::ends(&d.kind, v));
-    json!({
-        "version": versions::in_use(d),
-        "standing": standing.name(),
-        "endsOn": ends.map(|e| e.to_string()),
-        "warning": versions::warning(d, now),
-    })
-}
-
-/// `too_old` → `tooOld`.
-fn camel(s: &str) -> String {
-    let mut out = String::new();
-    let mut up = false;
-    for c in s.chars() {
-        if c == '_' {
-            up = true;
-        } else if up {
-            out.push(c.to_ascii_uppercase());
-            up = false;
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The human block of one destination.
-fn describe(d: &Destination, counts: [i64; 5]) -> String {
+fn describe(d: &Destination, v: &View) -> String {
     let kind = kinds::kind(&d.kind).map_or(d.kind.as_str(), |k| k.label);
     let mut lines = vec![format!(
         "{}  {}  ({}){}",
@@ -660,7 +595,7 @@ fn describe(d: &Destination, counts: [i64; 5]) -> String {
         .settings
         .iter()
         .map(|(k, v)| format!("{k}={}", printable(v.as_str().unwrap_or(""))))
-        .chain(d.masked_secrets().iter().map(|(k, v)| format!("{k}={v}")))
+        .chain(v.secrets.iter().map(|(k, v)| format!("{k}={v}")))
         .collect();
     lines.push(format!("  fields:     {}", settings.join("  ")));
     let events: Vec<String> = d
@@ -673,20 +608,20 @@ fn describe(d: &Destination, counts: [i64; 5]) -> String {
     if let Some(e) = &d.endpoint {
         lines.push(format!("  endpoint:   {}", printable(e)));
     }
-    if let Some(v) = versions::in_use(d) {
-        let ends = versions::ends(&d.kind, v)
+    let (h, api) = (&v.health, &v.health.api_version);
+    if let Some(version) = &api.version {
+        let ends = (api.ends_on.as_ref())
             .map_or_else(|| "no end announced".to_owned(), |e| format!("ends {e}"));
         let own = if d.api_version.is_some() {
             "set on the destination"
         } else {
             "convapi's default"
         };
-        lines.push(format!("  api:        {v} ({own}; {ends})"));
+        lines.push(format!("  api:        {version} ({own}; {ends})"));
     }
-    if let Some(w) = versions::warning(d, store::now_ms()) {
+    if let Some(w) = &api.warning {
         lines.push(format!("  WARNING:    {w}"));
     }
-    let h = &d.health;
     let mut health = match h.last_ok_at {
         Some(t) => format!("last ok {}", store::iso(t)),
         None => "never sent yet".to_owned(),
@@ -704,13 +639,11 @@ fn describe(d: &Destination, counts: [i64; 5]) -> String {
         health.push_str(&format!(
             "; last error {}: {}",
             h.last_error_at.map(store::iso).unwrap_or_default(),
-            printable(&mask_secrets(e, d))
+            printable(e)
         ));
     }
     lines.push(format!("  health:     {health}"));
-    let deliveries: Vec<String> = store::deliveries::STATUSES
-        .iter()
-        .zip(counts)
+    let deliveries: Vec<String> = (v.deliveries.by_status())
         .map(|(s, n)| format!("{s} {n}"))
         .collect();
     lines.push(format!("  deliveries: {}", deliveries.join(", ")));

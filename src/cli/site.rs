@@ -38,35 +38,8 @@ pub(super) struct CreateArgs {
     /// The site's display name.
     #[arg(long)]
     name: String,
-    /// The site's own domain (its pages are not counted as referrers).
-    #[arg(long)]
-    domain: Option<String>,
-    /// Reporting currency (ISO 4217).
-    #[arg(long, default_value = "EUR")]
-    currency: String,
-    /// Attribution window in days.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(i64).range(1..=MAX_WINDOW_DAYS))]
-    window_days: i64,
-    /// Attribution model: which session of the visitor gets the credit.
-    #[arg(long, default_value = "last_non_direct", value_parser = MODELS)]
-    model: String,
-    /// Whether the pixel's identify must be signed with the site's identity secret; "on" also
-    /// creates the secret and prints it (the only time it is shown).
-    #[arg(long, default_value = "off", value_parser = ON_OFF)]
-    signed_identify: String,
-    /// Days the site's pixel data (sessions, events, visitor ids) is kept before the server
-    /// deletes it; 0 keeps it forever.
-    #[arg(long, default_value_t = store::retention::DEFAULT_RETAIN_DAYS, value_parser = clap::value_parser!(i64).range(0..=MAX_RETAIN_DAYS))]
-    retain_days: i64,
-    /// Whether conversions older than --retain-days are deleted too ("off" keeps them, without
-    /// their sessions, for the revenue totals).
-    #[arg(long, default_value = "off", value_parser = ON_OFF)]
-    expire_conversions: String,
-    /// Whether visitors must consent before the pixel keeps anything on their device and before
-    /// anything is passed on to ad platforms ("on": no answer means no; "off": no answer means
-    /// yes; an explicit refusal always counts).
-    #[arg(long, default_value = "off", value_parser = ON_OFF)]
-    consent_required: String,
+    #[command(flatten)]
+    set: SettingArgs,
     /// Print the site as one JSON object.
     #[arg(long)]
     json: bool,
@@ -82,47 +55,83 @@ pub(super) struct ListArgs {
     json: bool,
 }
 
-/// At least one setting to change; the others keep their values.
+/// At least one setting to change (`changes`: every option but `--json`); the others keep their
+/// values.
 #[derive(clap::Args)]
-#[command(group(clap::ArgGroup::new("changes").required(true).multiple(true)))]
+#[command(group(clap::ArgGroup::new("changes").required(true).multiple(true).args([
+    "name", "domain", "no_domain", "currency", "window_days", "model", "signed_identify",
+    "retain_days", "expire_conversions", "consent_required",
+])))]
 pub(super) struct UpdateArgs {
     /// The site's id (UUID).
     site_id: String,
     /// A new display name.
-    #[arg(long, group = "changes")]
+    #[arg(long)]
     name: Option<String>,
-    /// A new own domain (its pages are not counted as referrers).
-    #[arg(long, group = "changes")]
-    domain: Option<String>,
     /// Forget the site's own domain: every referrer counts again.
-    #[arg(long, group = "changes", conflicts_with = "domain")]
+    #[arg(long, conflicts_with = "domain")]
     no_domain: bool,
-    /// A new reporting currency (ISO 4217); refused once conversions were converted to another.
-    #[arg(long, group = "changes")]
-    currency: Option<String>,
-    /// A new attribution window in days (applies to conversions from now on).
-    #[arg(long, group = "changes", value_parser = clap::value_parser!(i64).range(1..=MAX_WINDOW_DAYS))]
-    window_days: Option<i64>,
-    /// A new attribution model (applies to conversions from now on).
-    #[arg(long, group = "changes", value_parser = MODELS)]
-    model: Option<String>,
-    /// Whether the pixel's identify must be signed with the site's identity secret ("on" needs
-    /// one: see `site identity-secret`).
-    #[arg(long, group = "changes", value_parser = ON_OFF)]
-    signed_identify: Option<String>,
-    /// New number of days the site's pixel data is kept; 0 keeps it forever.
-    #[arg(long, group = "changes", value_parser = clap::value_parser!(i64).range(0..=MAX_RETAIN_DAYS))]
-    retain_days: Option<i64>,
-    /// Whether conversions older than the retention are deleted too.
-    #[arg(long, group = "changes", value_parser = ON_OFF)]
-    expire_conversions: Option<String>,
-    /// Whether visitors must consent before the pixel keeps anything on their device and before
-    /// anything is passed on to ad platforms.
-    #[arg(long, group = "changes", value_parser = ON_OFF)]
-    consent_required: Option<String>,
+    #[command(flatten)]
+    set: SettingArgs,
     /// Print the site as one JSON object.
     #[arg(long)]
     json: bool,
+}
+
+/// The settings of `create` and `update`: left out, the default (`ops::sites::NewSite::new`) on
+/// `create`, the value kept on `update`.
+#[derive(clap::Args)]
+pub(super) struct SettingArgs {
+    /// The site's own domain (its pages are not counted as referrers).
+    #[arg(long)]
+    domain: Option<String>,
+    /// Reporting currency (ISO 4217; default EUR); a change is refused once conversions were
+    /// converted to another.
+    #[arg(long)]
+    currency: Option<String>,
+    /// Attribution window in days (default 30; a change applies to conversions from now on).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=MAX_WINDOW_DAYS))]
+    window_days: Option<i64>,
+    /// Attribution model: which session of the visitor gets the credit (default
+    /// last_non_direct; a change applies to conversions from now on).
+    #[arg(long, value_parser = MODELS)]
+    model: Option<String>,
+    /// Whether the pixel's identify must be signed with the site's identity secret (default off).
+    /// On `create`, "on" also creates the secret and prints it (the only time it is shown); on
+    /// `update`, "on" needs one (see `site identity-secret`).
+    #[arg(long, value_parser = ON_OFF)]
+    signed_identify: Option<String>,
+    /// Days the site's pixel data (sessions, events, visitor ids) is kept before the server
+    /// deletes it; 0 keeps it forever (default 395).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(0..=MAX_RETAIN_DAYS))]
+    retain_days: Option<i64>,
+    /// Whether conversions older than --retain-days are deleted too ("off", the default, keeps
+    /// them, without their sessions, for the revenue totals).
+    #[arg(long, value_parser = ON_OFF)]
+    expire_conversions: Option<String>,
+    /// Whether visitors must consent before the pixel keeps anything on their device and before
+    /// anything is passed on to ad platforms ("on": no answer means no; "off", the default: no
+    /// answer means yes; an explicit refusal always counts).
+    #[arg(long, value_parser = ON_OFF)]
+    consent_required: Option<String>,
+}
+
+impl SettingArgs {
+    /// The settings given (`name` and `domain` aside: the command's own).
+    fn changes(self, name: Option<String>, domain: Option<Option<String>>) -> Changes {
+        let on = |v: Option<String>| v.map(|v| v == "on");
+        Changes {
+            name,
+            domain,
+            currency: self.currency,
+            window_days: self.window_days,
+            model: self.model,
+            signed_identify: on(self.signed_identify),
+            retain_days: self.retain_days,
+            expire_conversions: on(self.expire_conversions),
+            consent_required: on(self.consent_required),
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -163,17 +172,8 @@ pub(super) fn refused(e: SiteError) -> CliError {
 }
 
 pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {
-    let new = NewSite {
-        name: a.name,
-        domain: a.domain,
-        currency: a.currency,
-        window_days: a.window_days,
-        model: a.model,
-        signed_identify: a.signed_identify == "on",
-        retain_days: Some(a.retain_days),
-        expire_conversions: Some(a.expire_conversions == "on"),
-        consent_required: Some(a.consent_required == "on"),
-    };
+    let domain = a.set.domain.clone().map(Some);
+    let new = NewSite::new(a.set.changes(Some(a.name), domain));
     ops::sites::checked(&new.settings()).map_err(refused)?;
     let conn = open(db)?;
     let made =
@@ -225,22 +225,12 @@ fn secret_shown_once(secret: &str) -> String {
 /// Runs in one write transaction, so that no conversion is converted into the old currency
 /// between the check and the change.
 pub(super) fn update(db: &Location, a: UpdateArgs) -> CliResult {
-    let on = |v: Option<String>| v.map(|v| v == "on");
-    let changes = Changes {
-        name: a.name,
-        domain: if a.no_domain {
-            Some(None)
-        } else {
-            a.domain.map(Some)
-        },
-        currency: a.currency,
-        window_days: a.window_days,
-        model: a.model,
-        signed_identify: on(a.signed_identify),
-        retain_days: a.retain_days,
-        expire_conversions: on(a.expire_conversions),
-        consent_required: on(a.consent_required),
+    let domain = if a.no_domain {
+        Some(None)
+    } else {
+        a.set.domain.clone().map(Some)
     };
+    let changes = a.set.changes(a.name, domain);
     ops::sites::checked(&changes).map_err(refused)?;
     let conn = open(db)?;
     let site = store::write_tx(&conn, |tx| ops::sites::update(tx, &a.site_id, &changes))

@@ -9,19 +9,19 @@
 //! viewer's tenant ([`super::routes::site`]); anything else is the same 404 as a missing id, and
 //! the writes check it again in their own transaction. Credentials never reach a page: the
 //! forms' credential inputs are always empty, and every text that came back from a platform or
-//! the sender has the destination's credentials masked out and is bounded ([`shown`]).
+//! the sender has the destination's credentials masked out and is bounded (`platform::bounded`).
 
 use std::collections::{BTreeMap, HashMap};
 
 use super::form::{self, field};
 use super::layout::{self, SiteTab};
 use super::{Dashboard, PageError, PageResult, Viewer};
-use crate::forward::platform::{bounded, shown, REQUEST_TIMEOUT};
+use crate::forward::platform::{bounded, REQUEST_TIMEOUT};
 use crate::forward::{self, kinds, versions};
 use crate::http::Ctx;
 use crate::ops::{
     self,
-    destinations::{Changes, DestError},
+    destinations::{Changes, Counts, DestError},
 };
 use crate::ratelimit::Full;
 use crate::store::{
@@ -95,13 +95,8 @@ fn page_error(e: DestError) -> PageError {
 }
 
 /// The `deliveries` counts as `delivered 3 · pending 1 · …` (the non-zero ones; "none yet").
-fn counts_markup(counts: &[i64; 5]) -> Markup {
-    let shown: Vec<(&str, i64)> = store::deliveries::STATUSES
-        .iter()
-        .zip(counts)
-        .filter(|(_, n)| **n > 0)
-        .map(|(s, n)| (*s, *n))
-        .collect();
+fn counts_markup(counts: &Counts) -> Markup {
+    let shown: Vec<(&str, i64)> = counts.by_status().filter(|(_, n)| *n > 0).collect();
     html! {
         @if shown.is_empty() {
             span.hint { "none yet" }
@@ -114,9 +109,9 @@ fn counts_markup(counts: &[i64; 5]) -> Markup {
     }
 }
 
-/// What the senders last saw of a destination.
+/// What the senders last saw of a destination, and where its API version stands.
 fn health_markup(dest: &Destination, now: i64) -> Markup {
-    let h = &dest.health;
+    let h = ops::destinations::health(dest, now);
     html! {
         @match h.last_ok_at {
             Some(t) => span.ok { "Last sent " (layout::date(t)) "." },
@@ -128,15 +123,15 @@ fn health_markup(dest: &Destination, now: i64) -> Markup {
         @if let Some(t) = h.paused_until.filter(|t| *t > now && versions::sendable(dest)) {
             " " span.waiting { "Paused until " (layout::date(t)) " (the platform failed; deliveries wait)." }
         }
-        @if let Some(w) = versions::warning(dest, now) {
+        @if let Some(w) = &h.api_version.warning {
             br;
-            span.error-text.api-version { (layout::with_code(&w)) }
+            span.error-text.api-version { (layout::with_code(w)) }
         }
         @if let Some(e) = &h.last_error {
             br;
             span.error-text.last-error { "Last error"
                 @if let Some(t) = h.last_error_at { " (" (layout::date(t)) ")" }
-                ": " (shown(e, dest)) }
+                ": " (bounded(e)) }
         }
     }
 }
@@ -218,17 +213,6 @@ struct Fields {
 }
 
 impl Fields {
-    fn new(kind: &kinds::Kind) -> Fields {
-        Fields {
-            name: String::new(),
-            values: HashMap::new(),
-            events: format!("purchase={}", kind.default_event("purchase")),
-            consent: kind.consent.to_owned(),
-            endpoint: String::new(),
-            enabled: true,
-        }
-    }
-
     fn of(dest: &Destination, kind: &kinds::Kind) -> Fields {
         Fields {
             name: dest.name.clone(),
@@ -376,10 +360,9 @@ fn kind_param(name: &str) -> Result<&'static kinds::Kind, PageError> {
 pub fn new_form(_d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
     let q = form::query(ctx);
     let kind = kind_param(q.get("kind").map(String::as_str).unwrap_or(""))?;
-    Ok(layout::html(
-        200,
-        new_page(v, site, kind, &Fields::new(kind), None),
-    ))
+    let draft = ops::destinations::draft(&site.id, kind, store::now_ms());
+    let fields = Fields::of(&draft, kind);
+    Ok(layout::html(200, new_page(v, site, kind, &fields, None)))
 }
 
 /// `POST /dashboard/sites/{id}/destinations`: adds it, `303` to its page.
@@ -459,8 +442,8 @@ fn edit_page(
     extra: Extra<'_>,
 ) -> Result<Markup, PageError> {
     let kind = kind_of(dest)?;
-    let counts = d.read(|c| Ok(store::deliveries::counts(c, &dest.id)?))?;
-    let failed = counts[2];
+    let counts = d.read(|c| Ok(Counts::of(c, &dest.id)?))?;
+    let failed = counts.failed;
     let url = url(site, &dest.id);
     let body = html! {
         p.crumbs { "Settings / " a href=(base(site)) { "Destinations" } }
@@ -601,14 +584,14 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
 /// `GET /dashboard/sites/{id}/destinations/{dest}/remove`: the confirmation.
 pub fn remove_form(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
     let dest = load(d, site, id)?;
-    let counts = d.read(|c| Ok(store::deliveries::counts(c, &dest.id)?))?;
+    let counts = d.read(|c| Ok(Counts::of(c, &dest.id)?))?;
     let url = url(site, &dest.id);
     let body = html! {
         p.crumbs { "Settings / " a href=(base(site)) { "Destinations" } }
         h1 { "Remove destination" }
         section.card {
             p { "Remove " strong { (dest.name) } " (" (kinds::kind(&dest.kind).map_or(dest.kind.as_str(), |k| k.label)) ")? "
-                "Its credentials and its " (counts.iter().sum::<i64>()) " deliveries are deleted, pending ones too: nothing more is sent to it. This cannot be undone." }
+                "Its credentials and its " (counts.by_status().map(|(_, n)| n).sum::<i64>()) " deliveries are deleted, pending ones too: nothing more is sent to it. This cannot be undone." }
             form #remove-form method="post" action={ (url) "/remove" } {
                 (layout::csrf_field(v))
                 button.danger type="submit" { "Remove destination" }

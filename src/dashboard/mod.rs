@@ -19,6 +19,7 @@ pub mod error;
 pub mod form;
 pub mod keys;
 pub mod layout;
+pub mod overview;
 pub mod report;
 pub mod routes;
 pub mod setup;

@@ -1,16 +1,13 @@
-//! Sites: the tenant's list, a new site, and a site's overview with its settings form: its status
-//! (pixel last seen, last conversion received, exchange rates, from `store::dashboard`'s bounded
-//! reads), its ids, and until its first conversion a getting-started card (the whole snippet
-//! with `identify` and a purchase, a `curl` for the API) filled in with its ids and the server's
-//! origin (`--public-url`, else the browser's `Host`). The settings are saved by `ops::sites`, as `convapi site` saves them.
+//! Sites: the tenant's list, a new site, and a site's settings card (on its Overview tab,
+//! `overview.rs`), saved by `ops::sites` as `convapi site` saves them.
 
 use std::collections::HashMap;
 
 use maud::{html, Markup};
 
 use super::form::{self, field};
-use super::layout::{self, SiteTab};
-use super::{snippets, Dashboard, PageError, PageResult, Viewer};
+use super::layout;
+use super::{overview, Dashboard, PageError, PageResult, Viewer};
 use crate::http::Ctx;
 use crate::invalid::Invalid;
 use crate::ops::{
@@ -182,12 +179,13 @@ fn new_page(v: &Viewer, f: &Fields, error: Option<&str>) -> Markup {
 
 /// `GET /dashboard/sites/new`.
 pub fn new_form(_d: &Dashboard, _ctx: &mut Ctx, v: &Viewer) -> PageResult {
+    let new = NewSite::new(Changes::default());
     let f = Fields {
-        name: String::new(),
+        name: new.name,
         domain: String::new(),
-        currency: "EUR".into(),
-        window_days: crate::sites::DEFAULT_WINDOW_DAYS.to_string(),
-        model: crate::sites::MODELS[0].into(),
+        currency: new.currency,
+        window_days: new.window_days.to_string(),
+        model: new.model,
         consent_required: false,
     };
     Ok(layout::html(200, new_page(v, &f, None)))
@@ -201,17 +199,7 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
         Ok(c) => c,
         Err(msg) => return Ok(layout::html(400, new_page(v, &fields, Some(&msg.0)))),
     };
-    let new = NewSite {
-        name: c.name.unwrap_or_default(),
-        domain: c.domain.flatten(),
-        currency: c.currency.unwrap_or_default(),
-        window_days: c.window_days.unwrap_or_default(),
-        model: c.model.unwrap_or_default(),
-        signed_identify: false,
-        retain_days: None,
-        expire_conversions: None,
-        consent_required: None,
-    };
+    let new = NewSite::new(c);
     let tenant = v.tenant_id.clone();
     match d
         .writer
@@ -225,123 +213,11 @@ pub fn create(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     }
 }
 
-/// The live status lines of a site: pixel, conversions, exchange rates (and their daily fetch
-/// when `serve --rates-fetch daily` runs).
-fn status(a: &store::dashboard::SiteActivity, fetch: Option<&crate::ecb::FetchStatus>) -> Markup {
+/// The settings card of the Overview tab: the site's settings as stored, or as typed with the refusal.
+fn settings_card(v: &Viewer, site: &Site, typed: Option<(&Fields, &str)>) -> Markup {
+    let stored = Fields::of_site(site);
+    let (f, error) = typed.map_or((&stored, None), |(f, e)| (f, Some(e)));
     html! {
-        ul.site-status #site-status {
-            @match a.pixel_last_seen {
-                Some(t) => li #pixel-status .ok { "Pixel last seen " (layout::date(t)) "." },
-                None => li #pixel-status .waiting { "Pixel not seen yet: paste the snippet on the site's pages and open one." },
-            }
-            @match a.last_conversion {
-                Some(t) => li #conversion-status .ok { "Last conversion received " (layout::date(t)) "." },
-                None => li #conversion-status .waiting { "No conversion received yet." },
-            }
-            @match &a.rates_until {
-                Some(day) => li #rates-status .ok { "Exchange rates up to " (day) "." },
-                None => li #rates-status .waiting { "Exchange rates: none imported: orders in other currencies than the site's will wait (" code { "convapi rates fetch" } ")." },
-            }
-            @if let Some(f) = fetch {
-                li #rates-fetch-status {
-                    "Daily rates fetch: "
-                    @match &f.last_success {
-                        Some(t) => { "last success " (layout::date(t.timestamp_millis())) "." }
-                        None => { "no success yet." }
-                    }
-                    @if let Some((t, e)) = &f.last_failure {
-                        @if f.last_success.is_none_or(|s| s < *t) {
-                            " " span.error-text { "Last failure " (layout::date(t.timestamp_millis())) ": " (e) }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Getting started: the whole snippet with `identify` and a purchase, and a `curl` for the API,
-/// shown until the site has a conversion.
-fn getting_started(origin: &str, site: &Site) -> Markup {
-    html! {
-        section.card #getting-started {
-            h2 { "Getting started" }
-            ol.steps {
-                li {
-                    "Paste this on every page of the site, before " code { "</body>" } ":"
-                    pre #snippet { code { (snippets::snippet(&site.tracker_id, origin)) } }
-                    button.copy type="button" data-copy="#snippet" { "Copy snippet" }
-                }
-                li {
-                    "When you know who the customer is, and on the order confirmation page, add these calls (with your own ids and amounts):"
-                    pre #snippet-calls { code { (snippets::snippet_calls(&site.currency)) } }
-                    button.copy type="button" data-copy="#snippet-calls" { "Copy calls" }
-                }
-                li {
-                    "From your backend, report each order with an API key ("
-                    a href="/dashboard/settings/api-keys" { "Settings → API Keys" }
-                    " creates one). This site's id is in the URL:"
-                    pre #curl { code { (snippets::curl(origin, &site.id, None, &site.currency)) } }
-                    button.copy type="button" data-copy="#curl" { "Copy curl" }
-                    p.hint { "The answer is " code { "202" } " with an " code { "eventId" } "; the conversion then shows under Conversions." }
-                }
-            }
-        }
-    }
-}
-
-fn overview_page(
-    d: &Dashboard,
-    ctx: &Ctx,
-    v: &Viewer,
-    site: &Site,
-    f: &Fields,
-    flash: Option<&str>,
-    error: Option<&str>,
-) -> Result<Markup, PageError> {
-    let origin = snippets::origin(d, ctx);
-    let activity = d.read(|c| Ok(store::dashboard::site_activity(c, &site.id)?))?;
-    let fetch = d
-        .settings
-        .rates_fetch
-        .as_ref()
-        .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone());
-    let started = activity.last_conversion.is_some();
-    let body = html! {
-        h1 { (site.name) }
-        (layout::flash(flash))
-        section.card {
-            h2 { "Status" }
-            (status(&activity, fetch.as_ref()))
-        }
-        @if !started {
-            (getting_started(&origin, site))
-        }
-        section.card {
-            h2 { "Identifiers" }
-            dl.ids {
-                dt { "Site id " span.hint { "(the API's URLs)" } }
-                dd {
-                    code #site-id { (site.id) }
-                    " " button.copy type="button" data-copy="#site-id" { "Copy" }
-                }
-                dt { "Tracker id " span.hint { "(the pixel's)" } }
-                dd { code #tracker-id { (site.tracker_id) } }
-            }
-        }
-        @if started {
-            section.card {
-                h2 { "Pixel snippet" }
-                p { "Paste this on every page of the site." }
-                pre #snippet { code { (snippets::snippet(&site.tracker_id, &origin)) } }
-                button.copy type="button" data-copy="#snippet" { "Copy snippet" }
-            }
-        }
-        section.card #destinations-link {
-            h2 { "Destinations" }
-            p { "Pass this site's conversions on to Meta, Google Analytics 4 or Google Ads from your server, with consent: "
-                a href={ "/dashboard/sites/" (site.id) "/destinations" } { "Settings → Destinations" } "." }
-        }
         section.card {
             h2 { "Settings" }
             (layout::form_error(error))
@@ -352,21 +228,13 @@ fn overview_page(
                 button type="submit" { "Save" }
             }
         }
-    };
-    Ok(layout::site_page(
-        v,
-        site,
-        SiteTab::Overview,
-        &site.name,
-        body,
-    ))
+    }
 }
 
-/// `GET /dashboard/sites/{id}`.
+/// `GET /dashboard/sites/{id}`: the Overview tab.
 pub fn overview(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
-    let q = form::query(ctx);
-    let flash = q.contains_key("saved").then_some("Saved.");
-    let page = overview_page(d, ctx, v, site, &Fields::of_site(site), flash, None)?;
+    let flash = form::query(ctx).contains_key("saved").then_some("Saved.");
+    let page = overview::page(d, ctx, v, site, settings_card(v, site, None), flash)?;
     Ok(layout::html(200, page))
 }
 
@@ -390,7 +258,8 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
             site.id
         ))),
         Err(msg) => {
-            let page = overview_page(d, ctx, v, site, &fields, None, Some(&msg?))?;
+            let settings = settings_card(v, site, Some((&fields, &msg?)));
+            let page = overview::page(d, ctx, v, site, settings, None)?;
             Ok(layout::html(400, page))
         }
     }

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::{canonical_id, op_error, sites};
@@ -105,6 +106,146 @@ pub struct Changes {
     pub enabled: Option<bool>,
 }
 
+/// A destination's deliveries by status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counts {
+    pub delivered: i64,
+    pub failed: i64,
+    pub pending: i64,
+    pub skipped: i64,
+    pub too_old: i64,
+}
+
+impl Counts {
+    pub fn of(conn: &impl AsConn, id: &str) -> Result<Counts, StoreError> {
+        let [pending, delivered, failed, too_old, skipped] = store::deliveries::counts(conn, id)?;
+        Ok(Counts {
+            pending,
+            delivered,
+            failed,
+            too_old,
+            skipped,
+        })
+    }
+
+    /// Each status as stored, with its count, in the order of `store::deliveries::STATUSES`.
+    pub fn by_status(&self) -> impl Iterator<Item = (&'static str, i64)> {
+        let n = [
+            self.pending,
+            self.delivered,
+            self.failed,
+            self.too_old,
+            self.skipped,
+        ];
+        store::deliveries::STATUSES.iter().copied().zip(n)
+    }
+}
+
+/// A destination as both fronts show it (`--json` prints it as is): credentials masked, what the
+/// senders last saw, where its API version stands, its deliveries. The views' fields are in the
+/// order of their keys, which `--json` prints sorted.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct View<'a> {
+    /// The API version sent to (its own, else the one this convapi names for the kind).
+    pub api_version: Option<&'a str>,
+    pub consent: &'a str,
+    #[serde(serialize_with = "iso")]
+    pub created_at: i64,
+    pub deliveries: Counts,
+    pub enabled: bool,
+    pub endpoint: Option<&'a str>,
+    pub events: &'a BTreeMap<String, String>,
+    pub health: HealthView,
+    pub id: &'a str,
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub secrets: BTreeMap<String, String>,
+    pub settings: &'a Map<String, Value>,
+    pub site_id: &'a str,
+    #[serde(serialize_with = "iso")]
+    pub updated_at: i64,
+}
+
+/// What the senders last saw of a destination, the last error with its credentials masked out.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthView {
+    pub api_version: VersionView,
+    /// Failed sends in a row.
+    pub failures: i64,
+    pub last_error: Option<String>,
+    #[serde(serialize_with = "iso_opt")]
+    pub last_error_at: Option<i64>,
+    #[serde(serialize_with = "iso_opt")]
+    pub last_ok_at: Option<i64>,
+    /// As stored, past or not: a front shows it while it is ahead.
+    #[serde(serialize_with = "iso_opt")]
+    pub paused_until: Option<i64>,
+}
+
+/// Where a destination's API version stands (`forward/versions.rs`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VersionView {
+    pub ends_on: Option<String>,
+    /// `ok`, `ending`, `expired`, `gone` or `unversioned`.
+    pub standing: &'static str,
+    pub version: Option<String>,
+    /// The sentence that says what to do, when something must be done.
+    pub warning: Option<String>,
+}
+
+fn iso<S: Serializer>(t: &i64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&store::iso(*t))
+}
+
+fn iso_opt<S: Serializer>(t: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+    t.map(store::iso).serialize(s)
+}
+
+/// `d` as the fronts show it at `now`, with its deliveries' `counts`.
+pub fn view(d: &Destination, counts: Counts, now: i64) -> View<'_> {
+    View {
+        id: &d.id,
+        site_id: &d.site_id,
+        kind: &d.kind,
+        name: &d.name,
+        settings: &d.settings,
+        secrets: d.masked_secrets(),
+        endpoint: d.endpoint.as_deref(),
+        api_version: versions::in_use(d),
+        events: &d.events,
+        consent: &d.consent,
+        enabled: d.enabled,
+        created_at: d.created_at,
+        updated_at: d.updated_at,
+        health: health(d, now),
+        deliveries: counts,
+    }
+}
+
+/// What the senders last saw of `d`, and where its API version stands at `now`.
+pub fn health(d: &Destination, now: i64) -> HealthView {
+    let (h, version) = (&d.health, versions::in_use(d));
+    HealthView {
+        failures: h.failures,
+        last_ok_at: h.last_ok_at,
+        last_error: h.last_error.as_deref().map(|e| mask_secrets(e, d)),
+        last_error_at: h.last_error_at,
+        paused_until: h.paused_until,
+        api_version: VersionView {
+            version: version.map(str::to_owned),
+            standing: versions::standing(d, now).name(),
+            ends_on: version
+                .and_then(|v| versions::ends(&d.kind, v))
+                .map(|e| e.to_string()),
+            warning: versions::warning(d, now),
+        },
+    }
+}
+
 /// The destination with this id (a UUID, accepted in any case), when it is `site_id`'s (any
 /// site's with `None`).
 pub fn find(conn: &impl AsConn, id: &str, site_id: Option<&str>) -> Result<Destination, DestError> {
@@ -121,11 +262,11 @@ pub fn kind_of(d: &Destination) -> Result<&'static Kind, DestError> {
     })
 }
 
-/// A site's destinations, oldest first, each with its deliveries' counts by status.
-pub fn list(conn: &impl AsConn, site_id: &str) -> Result<Vec<(Destination, [i64; 5])>, DestError> {
+/// A site's destinations, oldest first, each with its deliveries' counts.
+pub fn list(conn: &impl AsConn, site_id: &str) -> Result<Vec<(Destination, Counts)>, DestError> {
     let mut rows = Vec::new();
     for d in store::destinations::for_site(conn, site_id)? {
-        let counts = store::deliveries::counts(conn, &d.id)?;
+        let counts = Counts::of(conn, &d.id)?;
         rows.push((d, counts));
     }
     Ok(rows)
@@ -176,6 +317,27 @@ fn check_reach(d: &Destination, reach: Option<&Reach>) -> Result<(), DestError> 
     }
 }
 
+/// A new destination of `kind` as an add starts it, before its changes: the kind's defaults
+/// (the add form shows them).
+pub fn draft(site_id: &str, kind: &'static Kind, now: i64) -> Destination {
+    Destination {
+        id: uuid::Uuid::new_v4().to_string(),
+        site_id: site_id.to_owned(),
+        kind: kind.name.to_owned(),
+        name: String::new(),
+        settings: Map::new(),
+        secrets: Map::new(),
+        endpoint: None,
+        api_version: None,
+        events: BTreeMap::from([("purchase".to_owned(), kind.default_event("purchase"))]),
+        consent: kind.consent.to_owned(),
+        enabled: true,
+        created_at: now,
+        updated_at: now,
+        health: Health::default(),
+    }
+}
+
 /// Adds a destination of `kind` to the site; at most [`MAX_DESTINATIONS_PER_SITE`] a site
 /// (counted in the caller's transaction).
 pub fn add(
@@ -190,22 +352,7 @@ pub fn add(
         _ => DestError::NoSite(site_id.to_owned()),
     })?;
     let now = store::now_ms();
-    let mut d = Destination {
-        id: uuid::Uuid::new_v4().to_string(),
-        site_id: site.id,
-        kind: kind.name.to_owned(),
-        name: String::new(),
-        settings: Map::new(),
-        secrets: Map::new(),
-        endpoint: None,
-        api_version: None,
-        events: BTreeMap::from([("purchase".to_owned(), kind.default_event("purchase"))]),
-        consent: kind.consent.to_owned(),
-        enabled: true,
-        created_at: now,
-        updated_at: now,
-        health: Health::default(),
-    };
+    let mut d = draft(&site.id, kind, now);
     apply(&mut d, kind, c, now)?;
     kinds::check(&d)?;
     check_reach(&d, reach)?;
@@ -224,7 +371,7 @@ pub fn update(
     site_id: Option<&str>,
     c: &Changes,
     reach: Option<&Reach>,
-) -> Result<(Destination, [i64; 5]), DestError> {
+) -> Result<(Destination, Counts), DestError> {
     let stored = find(conn, id, site_id)?;
     let kind = kind_of(&stored)?;
     let mut d = stored.clone();
@@ -243,7 +390,7 @@ pub fn update(
     if !store::destinations::update(conn, &d)? {
         return Err(DestError::NoDestination(id.to_owned()));
     }
-    let counts = store::deliveries::counts(conn, &d.id)?;
+    let counts = Counts::of(conn, &d.id)?;
     Ok((d, counts))
 }
 

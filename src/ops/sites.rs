@@ -68,7 +68,8 @@ impl std::fmt::Display for SiteError {
     }
 }
 
-/// A new site's settings; `None` leaves the schema's default.
+/// A new site's settings; `None` leaves the schema's default. [`NewSite::new`] fills in the
+/// defaults both fronts offer.
 #[derive(Debug, Clone)]
 pub struct NewSite {
     pub name: String,
@@ -84,6 +85,24 @@ pub struct NewSite {
 }
 
 impl NewSite {
+    /// A new site with the settings of `c`, the defaults for those left out: currency EUR, the
+    /// default window, the first model, no signed identify.
+    pub fn new(c: Changes) -> NewSite {
+        NewSite {
+            name: c.name.unwrap_or_default(),
+            domain: c.domain.flatten(),
+            currency: c.currency.unwrap_or_else(|| "EUR".to_owned()),
+            window_days: c.window_days.unwrap_or(crate::sites::DEFAULT_WINDOW_DAYS),
+            model: c
+                .model
+                .unwrap_or_else(|| crate::sites::MODELS[0].to_owned()),
+            signed_identify: c.signed_identify.unwrap_or(false),
+            retain_days: c.retain_days,
+            expire_conversions: c.expire_conversions,
+            consent_required: c.consent_required,
+        }
+    }
+
     /// Its settings as [`Changes`], for [`checked`].
     pub fn settings(&self) -> Changes {
         Changes {
