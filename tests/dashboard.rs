@@ -929,3 +929,38 @@ fn a_new_sites_overview_says_how_to_start_and_what_was_seen() {
     assert!(page.contains("Last conversion received 20"), "{page}");
     assert!(page.contains(r#"id="snippet""#), "{page}");
 }
+
+/// Regression: once a site had a conversion, the getting-started card (the identify and purchase
+/// calls, the backend's curl) left the overview and could be found nowhere. The Setup tab keeps it.
+#[test]
+fn getting_started_stays_reachable_on_the_setup_tab() {
+    let app = TestApp::start();
+    let c = logged_in(&app);
+    let overview = format!("/dashboard/sites/{}", app.site.id);
+    let setup = format!("{overview}/setup");
+    app.pageview("v-1", "https://shop.example/", now_ms() - MINUTE);
+    app.identify("v-1", "customer-42", now_ms() - MINUTE);
+    let r = app.post_conversion(&serde_json::json!({
+        "clientId": "customer-42", "orderId": "setup-1", "value": 10, "currency": "EUR"}));
+    assert_eq!(r.status, 202, "{}", r.text());
+    let page = c.get(&overview).text();
+    assert!(!page.contains(r#"id="getting-started""#), "{page}");
+    assert!(page.contains(&format!(r#"href="{setup}""#)), "{page}");
+    let r = c.get(&setup);
+    assert_eq!(r.status, 200);
+    let page = r.text();
+    for id in ["getting-started", "snippet", "snippet-calls", "curl"] {
+        assert!(page.contains(&format!(r#"id="{id}""#)), "{id}: {page}");
+    }
+    assert!(
+        page.contains(&app.site.id) && page.contains(&app.site.tracker_id),
+        "{page}"
+    );
+    assert!(page.contains(r#"aria-current="page">Setup<"#), "{page}");
+    // Another tenant's site, or none: the same 404 as every site page.
+    assert_eq!(
+        c.get("/dashboard/sites/6f1c2f9e-0000-4000-8000-000000000000/setup")
+            .status,
+        404
+    );
+}

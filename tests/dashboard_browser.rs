@@ -297,6 +297,17 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     }
     shots.take(&mut ui, "07-conversions");
 
+    // With a conversion the overview shows the status; the getting-started card stays on Setup.
+    ui.click(&format!("a[href='/dashboard/sites/{site_id}/setup']"));
+    ui.expect_page(200, &format!("/dashboard/sites/{site_id}/setup"));
+    let curl = ui.text("#curl");
+    assert!(
+        curl.contains(&format!("/api/sites/{site_id}/conversions")),
+        "{curl}"
+    );
+    shots.take(&mut ui, "07a-site-setup");
+    ui.goto(&format!("/dashboard/sites/{site_id}/conversions"));
+
     // The order's page, from its link.
     ui.click("#conversions a[href*='/conversions/']");
     let event_id = status["eventId"].as_str().expect("eventId");
@@ -463,7 +474,7 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     );
 
     let count = shots.taken;
-    assert_eq!(count, 16);
+    assert_eq!(count, 17);
     drop(ui);
     browser.close(&mut cdp);
 }

@@ -67,6 +67,7 @@ pub fn page(viewer: Option<&Viewer>, title: &str, body: Markup) -> Markup {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SiteTab {
     Overview,
+    Setup,
     Conversions,
     Report,
     DeadLetters,
@@ -78,6 +79,7 @@ pub fn site_page(viewer: &Viewer, site: &Site, tab: SiteTab, title: &str, body: 
     let base = format!("/dashboard/sites/{}", site.id);
     let tabs = [
         (SiteTab::Overview, base.clone(), "Overview"),
+        (SiteTab::Setup, format!("{base}/setup"), "Setup"),
         (
             SiteTab::Conversions,
             format!("{base}/conversions"),

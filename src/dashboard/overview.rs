@@ -2,12 +2,13 @@
 //! from `store::dashboard`'s bounded reads), its ids, until its first conversion a
 //! getting-started card (the whole snippet with `identify` and a purchase, a `curl` for the API)
 //! filled in with its ids and the server's origin (`--public-url`, else the browser's `Host`),
-//! and the settings card, which `sites.rs` makes and saves (it serves this page).
+//! and the settings card, which `sites.rs` makes and saves (it serves this page). The Setup tab
+//! keeps the getting-started card within reach once the overview has made way for the status.
 
 use maud::{html, Markup};
 
 use super::layout::{self, SiteTab};
-use super::{snippets, Dashboard, PageError, Viewer};
+use super::{snippets, Dashboard, PageError, PageResult, Viewer};
 use crate::http::Ctx;
 use crate::store::{self, sites::Site};
 
@@ -46,8 +47,8 @@ fn status(a: &store::dashboard::SiteActivity, fetch: Option<&crate::ecb::FetchSt
     }
 }
 
-/// Getting started: the whole snippet with `identify` and a purchase, and a `curl` for the API,
-/// shown until the site has a conversion.
+/// Getting started: the whole snippet with `identify` and a purchase, and a `curl` for the API;
+/// on the overview until the site has a conversion, and always on the Setup tab.
 fn getting_started(origin: &str, site: &Site) -> Markup {
     html! {
         section.card #getting-started {
@@ -122,6 +123,8 @@ pub(super) fn page(
                 p { "Paste this on every page of the site." }
                 pre #snippet { code { (snippets::snippet(&site.tracker_id, &origin)) } }
                 button.copy type="button" data-copy="#snippet" { "Copy snippet" }
+                p.hint #setup-link { "The identify and purchase calls and your backend's " code { "curl" } ": "
+                    a href={ "/dashboard/sites/" (site.id) "/setup" } { "Setup" } "." }
             }
         }
         section.card #destinations-link {
@@ -137,5 +140,18 @@ pub(super) fn page(
         SiteTab::Overview,
         &site.name,
         body,
+    ))
+}
+
+/// `GET /dashboard/sites/{id}/setup`: the getting-started card, whatever the site has received.
+pub fn setup(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
+    let origin = snippets::origin(d, ctx);
+    let body = html! {
+        h1 { "Setup" }
+        (getting_started(&origin, site))
+    };
+    Ok(layout::html(
+        200,
+        layout::site_page(v, site, SiteTab::Setup, "Setup", body),
     ))
 }

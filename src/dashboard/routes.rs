@@ -8,8 +8,8 @@
 //! loaded.
 
 use super::{
-    account, auth, conversions, destinations, keys, layout, report, setup, sites, Dashboard,
-    PageError, PageResult, Viewer,
+    account, auth, conversions, destinations, keys, layout, overview, report, setup, sites,
+    Dashboard, PageError, PageResult, Viewer,
 };
 use crate::http::{decode_segment, Ctx, Reply, StaticFile};
 use crate::store::{self, sites::Site};
@@ -34,6 +34,7 @@ pub fn dispatch(d: &Dashboard, ctx: &mut Ctx) -> (&'static str, PageResult) {
         ("GET" | "HEAD", ["dashboard", "sites", "new"]) => ("dash_site_new", viewer(d, ctx, sites::new_form)),
         ("POST", ["dashboard", "sites"]) => ("dash_site_create", viewer(d, ctx, sites::create)),
         ("GET" | "HEAD", ["dashboard", "sites", id]) => ("dash_site", site(d, ctx, id, sites::overview)),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "setup"]) => ("dash_site_setup", site(d, ctx, id, overview::setup)),
         ("POST", ["dashboard", "sites", id]) => ("dash_site_update", site(d, ctx, id, sites::update)),
         ("GET" | "HEAD", ["dashboard", "settings", "api-keys"]) => ("dash_keys", viewer(d, ctx, keys::list)),
         ("POST", ["dashboard", "settings", "api-keys"]) => ("dash_key_create", viewer(d, ctx, keys::create)),
