@@ -930,6 +930,22 @@ fn a_new_sites_overview_says_how_to_start_and_what_was_seen() {
     assert!(page.contains(r#"id="snippet""#), "{page}");
 }
 
+/// Regression: dashboard times were to the minute only ("Paused until 06:52 UTC" read at 06:52);
+/// within the hour they say how far from now.
+#[test]
+fn a_recent_time_says_how_long_ago() {
+    let app = TestApp::start();
+    let c = logged_in(&app);
+    app.pageview("v-1", "https://shop.example/", now_ms() - 20_000);
+    let page = c.get(&format!("/dashboard/sites/{}", app.site.id)).text();
+    let line = page
+        .split("Pixel last seen ")
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .unwrap_or_else(|| panic!("{page}"));
+    assert!(line.ends_with(" s ago)."), "{line}");
+}
+
 /// Regression: once a site had a conversion, the getting-started card (the identify and purchase
 /// calls, the backend's curl) left the overview and could be found nowhere. The Setup tab keeps it.
 #[test]

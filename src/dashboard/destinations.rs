@@ -114,14 +114,14 @@ fn health_markup(dest: &Destination, now: i64) -> Markup {
     let h = ops::destinations::health(dest, now);
     html! {
         @match h.last_ok_at {
-            Some(t) => span.ok { "Last sent " (layout::date(t)) "." },
+            Some(t) => span.ok { "Last sent " (layout::moment(t, now)) "." },
             None => span.hint { "Nothing sent yet." },
         }
         @if h.failures > 0 {
             " " span.error-text { (h.failures) " failed " (if h.failures == 1 { "try" } else { "tries" }) " in a row." }
         }
         @if let Some(t) = h.paused_until.filter(|t| *t > now && versions::sendable(dest)) {
-            " " span.waiting { "Paused until " (layout::date(t)) " (the platform failed; deliveries wait)." }
+            " " span.waiting { "Paused until " (layout::moment(t, now)) ": the platform failed; deliveries wait." }
         }
         @if let Some(w) = &h.api_version.warning {
             br;
@@ -130,7 +130,7 @@ fn health_markup(dest: &Destination, now: i64) -> Markup {
         @if let Some(e) = &h.last_error {
             br;
             span.error-text.last-error { "Last error"
-                @if let Some(t) = h.last_error_at { " (" (layout::date(t)) ")" }
+                @if let Some(t) = h.last_error_at { " (" (layout::moment(t, now)) ")" }
                 ": " (bounded(e)) }
         }
     }

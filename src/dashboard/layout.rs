@@ -179,6 +179,25 @@ pub fn date(ms: i64) -> String {
         .to_string()
 }
 
+/// A time as [`date`] and, within an hour of `now`, how far from it: `2026-11-27 06:52 UTC (in
+/// 40 s)`. Read at 06:52, "paused until 06:52" alone says nothing.
+pub fn moment(ms: i64, now: i64) -> String {
+    let shown = date(ms);
+    let secs = (ms - now) / 1_000;
+    let n = secs.unsigned_abs();
+    let far = match n {
+        0 => return format!("{shown} (now)"),
+        1..=59 => format!("{n} s"),
+        60..=3_599 => format!("{} min", n / 60),
+        _ => return shown,
+    };
+    if secs < 0 {
+        format!("{shown} ({far} ago)")
+    } else {
+        format!("{shown} (in {far})")
+    }
+}
+
 /// An RFC 3339 time (as `store` returns them) as `YYYY-MM-DD HH:MM UTC`.
 pub fn date_iso(rfc3339: &str) -> String {
     chrono::DateTime::parse_from_rfc3339(rfc3339)
@@ -290,6 +309,22 @@ pub fn delivery_words(status: &str) -> (&'static str, &'static str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_moment_within_the_hour_says_how_far_from_now() {
+        let now = 1_795_000_000_000;
+        let at = |secs: i64| moment(now + secs * 1_000, now);
+        assert_eq!(at(40), format!("{} (in 40 s)", date(now + 40_000)));
+        assert_eq!(at(-40), format!("{} (40 s ago)", date(now - 40_000)));
+        assert_eq!(at(0), format!("{} (now)", date(now)));
+        assert_eq!(at(125), format!("{} (in 2 min)", date(now + 125_000)));
+        assert_eq!(
+            at(-3_599),
+            format!("{} (59 min ago)", date(now - 3_599_000))
+        );
+        assert_eq!(at(3_600), date(now + 3_600_000));
+        assert_eq!(at(-86_400), date(now - 86_400_000));
+    }
 
     #[test]
     fn thousands_are_grouped() {

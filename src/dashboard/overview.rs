@@ -15,14 +15,15 @@ use crate::store::{self, sites::Site};
 /// The live status lines of a site: pixel, conversions, exchange rates (and their daily fetch
 /// when `serve --rates-fetch daily` runs).
 fn status(a: &store::dashboard::SiteActivity, fetch: Option<&crate::ecb::FetchStatus>) -> Markup {
+    let now = store::now_ms();
     html! {
         ul.site-status #site-status {
             @match a.pixel_last_seen {
-                Some(t) => li #pixel-status .ok { "Pixel last seen " (layout::date(t)) "." },
+                Some(t) => li #pixel-status .ok { "Pixel last seen " (layout::moment(t, now)) "." },
                 None => li #pixel-status .waiting { "Pixel not seen yet: paste the snippet on the site's pages and open one." },
             }
             @match a.last_conversion {
-                Some(t) => li #conversion-status .ok { "Last conversion received " (layout::date(t)) "." },
+                Some(t) => li #conversion-status .ok { "Last conversion received " (layout::moment(t, now)) "." },
                 None => li #conversion-status .waiting { "No conversion received yet." },
             }
             @match &a.rates_until {
