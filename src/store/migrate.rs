@@ -198,6 +198,10 @@ mod tests {
             "0009_destination_api_version.sql",
             "c524829ce361214af1198f634db7ba5c7d90084d28dfb8653bfbef1e1b3e842a",
         ),
+        (
+            "0011_people.sql",
+            "f3078c507be002d91aa1de2c3acd13ed8858c17c6628862baefdb9dddfa1b9c3",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

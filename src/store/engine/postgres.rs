@@ -48,6 +48,12 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0009_destination_api_version.sql",
         include_str!("../migrations/postgres/0009_destination_api_version.sql"),
     ),
+    // Numbered 0011: 0010 is taken on another branch; listed here after 0009 until both meet.
+    Migration::new(
+        10,
+        "0011_people.sql",
+        include_str!("../migrations/postgres/0011_people.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

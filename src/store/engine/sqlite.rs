@@ -203,6 +203,12 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0009_destination_api_version.sql",
         include_str!("../migrations/sqlite/0009_destination_api_version.sql"),
     ),
+    // Numbered 0011: 0010 is taken on another branch; listed here after 0009 until both meet.
+    Migration::new(
+        10,
+        "0011_people.sql",
+        include_str!("../migrations/sqlite/0011_people.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.
