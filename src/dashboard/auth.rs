@@ -3,10 +3,12 @@
 //!
 //! A session id is 32 random bytes in the `convapi_session` cookie (`HttpOnly`, `SameSite=Lax`,
 //! `Path=/dashboard`, `Secure` behind HTTPS); only its SHA-256 is stored. A session ends after
-//! [`IDLE_MS`] without a request or [`ABSOLUTE_MS`] after its login, at logout, or when its user
-//! changes the password from another session. Every login makes a new id, and drops the one the
-//! browser came with. The login and first-run forms, which have no session yet, carry a
-//! double-submit token: the `convapi_csrf` cookie and the hidden `csrf` field must be equal.
+//! [`IDLE_MS`] without a request or [`ABSOLUTE_MS`] after its login, at logout, when its user
+//! changes the password from another session or by a reset link, or when the user is removed.
+//! With two-factor on, a right password leads to the code step first (`two_factor.rs`). Every
+//! login makes a new id, and drops the one the browser came with. The login and first-run forms,
+//! which have no session yet, carry a double-submit token: the `convapi_csrf` cookie and the
+//! hidden `csrf` field must be equal.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
