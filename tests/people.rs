@@ -190,6 +190,22 @@ fn an_invitation_makes_an_account_that_lands_logged_in_once() {
     assert!(people.contains("new@shop.example") && people.contains("Colleague@Shop.example"));
     DashClient::logged_in(&app, "colleague@shop.example", "another password");
 
+    // An invitation whose email got an account meanwhile is refused, and stays unspent.
+    let inv = app.cli_json(&[
+        "user",
+        "invite",
+        "--tenant",
+        &app.tenant.id,
+        "late@shop.example",
+        "--json",
+    ]);
+    let path = path_of(inv["url"].as_str().unwrap());
+    create_user(&app, &app.tenant.id, "late@shop.example", PASSWORD);
+    let r = set_password_at(&DashClient::new(&app), &path, "yet another password");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("has an account already"), "{}", r.text());
+    assert_eq!(DashClient::new(&app).get(&path).status, 200, "not spent");
+
     // CLI refusals name the fix.
     let run = app.cli(&[
         "user",
@@ -443,6 +459,28 @@ fn two_factor_is_required_after_enrolment_and_a_recovery_code_works_once() {
     let r = f.get("/dashboard/login/code");
     assert_eq!(r.header("location"), Some("/dashboard/login?step=expired"));
 
+    // A password reset does not go around it: the reset lands at the code step.
+    let link = app.cli_json(&["user", "reset-password", OWNER, "--json"]);
+    let g = DashClient::new(&app);
+    let r = set_password_at(&g, &path_of(link["url"].as_str().unwrap()), PASSWORD);
+    assert_eq!(r.status, 303);
+    assert!(
+        r.header("location")
+            .unwrap()
+            .starts_with("/dashboard/login/code"),
+        "{:?}",
+        r.header("location")
+    );
+    assert!(g.cookie("convapi_session").is_none());
+    assert_eq!(
+        c.get("/dashboard/").status,
+        303,
+        "the reset ended every session"
+    );
+    let c = DashClient::new(&app);
+    password_step(&c, OWNER);
+    assert_eq!(code_step(&c, &codes[5]).status, 303);
+
     // Off with a current code (a recovery code here); a wrong one changes nothing.
     let wrong = c.submit(
         "/dashboard/account/two-factor/disable",
@@ -534,4 +572,62 @@ fn another_tenants_people_are_a_404() {
         ),
         Some(app.tenant.id.clone())
     );
+}
+
+#[test]
+fn every_people_form_refuses_a_wrong_csrf_token() {
+    let app = TestApp::start();
+    create_user(&app, &app.tenant.id, OWNER, PASSWORD);
+    let c = DashClient::logged_in(&app, OWNER, PASSWORD);
+    let forged = "0".repeat(64);
+    for path in [
+        "/dashboard/settings/people",
+        "/dashboard/account/two-factor/start",
+        "/dashboard/account/two-factor/confirm",
+        "/dashboard/account/two-factor/disable",
+    ] {
+        let r = c.post_form(
+            path,
+            &[
+                ("csrf", &forged),
+                ("email", "x@shop.example"),
+                ("code", "000000"),
+            ],
+        );
+        assert_eq!(r.status, 403, "{path}");
+    }
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM user_tokens", &[]), 0);
+    let pending: Option<String> =
+        app.query_str("SELECT totp_pending FROM users WHERE email = ?1", &[&OWNER]);
+    assert_eq!(pending, None);
+    // The forms without a session: their double-submit cookie must match.
+    let inv = app.cli_json(&[
+        "user",
+        "invite",
+        "--tenant",
+        &app.tenant.id,
+        "new@shop.example",
+        "--json",
+    ]);
+    let reset = app.cli_json(&["user", "reset-password", OWNER, "--json"]);
+    let d = DashClient::new(&app);
+    d.get("/dashboard/login");
+    for (action, url) in [
+        ("/dashboard/invite", &inv["url"]),
+        ("/dashboard/reset", &reset["url"]),
+    ] {
+        let token = token_of(url.as_str().unwrap());
+        let r = d.post_form(
+            action,
+            &[
+                ("csrf", &forged),
+                ("token", &token),
+                ("password", "a password long enough"),
+                ("password_confirm", "a password long enough"),
+            ],
+        );
+        assert_eq!(r.status, 403, "{action}");
+    }
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM users", &[]), 1);
+    DashClient::logged_in(&app, OWNER, PASSWORD);
 }

@@ -113,9 +113,15 @@ pub fn accept_invite(
     password: &users::Password,
     now_ms: i64,
 ) -> Result<User, PeopleError> {
-    let token = store::user_tokens::spend(conn, &hash(secret), Kind::Invite, now_ms)?
+    let hash = hash(secret);
+    let token = store::user_tokens::live(conn, &hash, Kind::Invite, now_ms)?
         .ok_or(PeopleError::DeadLink)?;
     let email = token.email.unwrap_or_default();
+    // Refused before the link is spent: a refusal writes nothing.
+    if store::users::by_email(conn, &email)?.is_some() {
+        return Err(PeopleError::Exists(email));
+    }
+    store::user_tokens::spend(conn, &hash, Kind::Invite, now_ms)?.ok_or(PeopleError::DeadLink)?;
     let credentials = users::Credentials {
         email: email.clone(),
         hash: password.0.clone(),
