@@ -335,7 +335,6 @@ pub fn login_form(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
         (q.get("setup").map(String::as_str) == Some("done")).then_some("Account created. Log in.");
     let flash = flash.or(match q.get("step").map(String::as_str) {
         Some("expired") => Some("The two-factor step timed out. Log in again."),
-        Some("reset") => Some("Password set. Log in."),
         _ => None,
     });
     let flash = flash.or(no_user_yet(d)?);
@@ -504,6 +503,26 @@ mod tests {
             Some(THROTTLE_WINDOW - Duration::from_secs(60))
         );
         assert!(t.reserve("a@x", "address", now + THROTTLE_WINDOW).is_ok());
+    }
+
+    #[test]
+    fn wrong_codes_have_their_own_account_counter_that_a_right_password_does_not_clear() {
+        let t = Throttles::default();
+        let now = Instant::now();
+        for _ in 0..ACCOUNT_FAILURES {
+            t.reserve_code("a@x", "address", now).unwrap().failed();
+        }
+        assert!(t.reserve_code("a@x", "elsewhere", now).is_err());
+        // The password's counter is another: a right password passes, and clears only its own.
+        t.reserve("a@x", "address", now).unwrap().succeeded("a@x");
+        assert!(t.reserve_code("a@x", "elsewhere", now).is_err());
+        // The address counts both.
+        for i in 0..ADDRESS_FAILURES - ACCOUNT_FAILURES {
+            t.reserve(&format!("user{i}@x"), "address", now)
+                .unwrap()
+                .failed();
+        }
+        assert!(t.reserve("new@x", "address", now).is_err());
     }
 
     #[test]
