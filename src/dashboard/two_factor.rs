@@ -1,10 +1,12 @@
 //! Two-factor on the dashboard: the login's code page, and the account page's card and its
-//! enrolment (its confirmation and turning off are `account.rs`'s forms). The operations are `ops::two_factor`'s; every code checked here goes through
-//! [`auth::check_code`], the throttle of wrong codes.
+//! enrolment (its confirmation and turning off are `account.rs`'s forms). The operations are
+//! `ops::two_factor`'s; every code checked goes through [`auth::check_code`], the throttle of
+//! wrong codes.
 //!
 //! After a right password, a user with two-factor on gets no session but the `convapi_login`
-//! cookie: a random token (stored as its SHA-256, live for `LOGIN_STEP_TTL_MS`) that the code
-//! page needs; a right code (or an unused recovery code) spends it and starts the session.
+//! cookie ([`auth::second_step`]): a random token (stored as its SHA-256, live for
+//! `LOGIN_STEP_TTL_MS`) that the code page needs; a right code (or an unused recovery code)
+//! spends it and starts the session.
 
 use maud::{html, Markup};
 
