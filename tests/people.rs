@@ -408,6 +408,8 @@ fn two_factor_is_required_after_enrolment_and_a_recovery_code_works_once() {
     let c = DashClient::logged_in(&app, OWNER, PASSWORD);
     let (secret, codes) = enrol(&c);
     assert!(c.page("/dashboard/settings/people").contains("<td>on</td>"));
+    let listed = app.cli_json(&["user", "list", "--json"]);
+    assert_eq!(listed[0]["twoFactor"], true, "{listed}");
 
     // The password alone is no longer a login.
     let d = DashClient::new(&app);

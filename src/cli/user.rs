@@ -183,22 +183,33 @@ pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {
 pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let conn = open(db)?;
     let users = ops::users::list(&conn, a.tenant.as_deref()).map_err(|e| refused("", e))?;
+    let mut two_factor = Vec::with_capacity(users.len());
+    for u in &users {
+        let on = store::users::two_factor(&conn, &u.id)?.is_some_and(|t| t.secret.is_some());
+        two_factor.push(on);
+    }
     let out: Vec<_> = users
         .iter()
-        .map(|u| {
+        .zip(&two_factor)
+        .map(|(u, on)| {
             json!({
                 "id": u.id,
                 "tenantId": u.tenant_id,
                 "email": u.email,
                 "createdAt": store::iso(u.created_at),
                 "passwordChangedAt": store::iso(u.password_changed_at),
+                "twoFactor": on,
             })
         })
         .collect();
     print(a.json, &out, || {
-        let mut text = format!("{:<36}  {:<36}  EMAIL", "ID", "TENANT");
-        for u in &users {
-            text.push_str(&format!("\n{:<36}  {:<36}  {}", u.id, u.tenant_id, u.email));
+        let mut text = format!("{:<36}  {:<36}  2FA  EMAIL", "ID", "TENANT");
+        for (u, on) in users.iter().zip(&two_factor) {
+            let on = if *on { "on" } else { "off" };
+            text.push_str(&format!(
+                "\n{:<36}  {:<36}  {on:<3}  {}",
+                u.id, u.tenant_id, u.email
+            ));
         }
         text
     })
