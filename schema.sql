@@ -1,4 +1,4 @@
--- convapi's schema at version 9 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 10 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
@@ -218,6 +218,18 @@ CREATE TABLE tenants (
     created_at  INTEGER NOT NULL
 );
 
+CREATE TABLE user_tokens (
+    token_hash  BLOB PRIMARY KEY,
+    kind        TEXT NOT NULL CHECK (kind IN ('invite', 'reset', 'login', 'recovery')),
+    tenant_id   TEXT NOT NULL REFERENCES tenants(id),
+    user_id     TEXT REFERENCES users(id) ON DELETE CASCADE,
+    email       TEXT,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER
+);
+CREATE INDEX user_tokens_tenant ON user_tokens(tenant_id, kind);
+CREATE INDEX user_tokens_user ON user_tokens(user_id);
+
 CREATE TABLE users (
     id                  TEXT PRIMARY KEY,
     tenant_id           TEXT NOT NULL REFERENCES tenants(id),
@@ -225,7 +237,7 @@ CREATE TABLE users (
     password_hash       TEXT NOT NULL,
     created_at          INTEGER NOT NULL,
     password_changed_at INTEGER NOT NULL
-);
+, totp_secret TEXT, totp_pending TEXT, totp_last_step INTEGER);
 CREATE INDEX users_tenant ON users(tenant_id);
 
 CREATE TABLE "visitor_clients" (

@@ -237,7 +237,8 @@ OPS_WRITES = {
     "destinations": ["insert", "insert_within", "update", "remove", "seal_all"],
     "deliveries": ["retry_failed", "replay"],
     "outbox": ["retry"],
-    "users": ["create", "set_password"],
+    "users": ["create", "set_password", "delete", "set_totp_pending", "set_totp", "accept_totp_step"],
+    "user_tokens": ["create", "spend", "delete_of_user", "delete_invites", "delete_expired"],
     "web_sessions": ["delete_others"],
 }
 for path in rust_files(SRC / "cli") + rust_files(SRC / "dashboard"):

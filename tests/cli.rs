@@ -204,7 +204,10 @@ fn every_subcommand_and_option_has_a_description() {
             "tenant list",
             "user",
             "user create",
+            "user invite",
             "user list",
+            "user remove",
+            "user reset-password",
         ]
     );
 }

@@ -479,6 +479,128 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     browser.close(&mut cdp);
 }
 
+/// People in Chromium: an invitation made on Settings → People and opened by the invitee, a
+/// password reset link from the CLI, two-factor enrolment on the account page and the login's
+/// code step. Photographed as `people-*.png`.
+#[test]
+fn people_invite_reset_and_two_factor_in_chromium() {
+    let chromium = chromium_path();
+    let app = TestApp::start();
+    crate::common::create_user(&app, &app.tenant.id, EMAIL, PASSWORD);
+    let mut shots = Shots::new();
+    let mut browser = Browser::launch(&chromium);
+    let mut cdp = browser.connect();
+    let page = open_page(&mut cdp);
+    let mut ui = Ui {
+        cdp: &mut cdp,
+        page,
+        base: app.base.clone(),
+    };
+    ui.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": false}),
+    );
+    let login = |ui: &mut Ui, email: &str, password: &str| {
+        ui.goto("/dashboard/login");
+        ui.fill("[name=email]", email);
+        ui.fill("[name=password]", password);
+        ui.submit("[name=password]");
+    };
+    let logout = |ui: &mut Ui| {
+        ui.submit("form[action='/dashboard/logout'] button");
+        ui.expect_page(200, "/dashboard/login");
+    };
+    login(&mut ui, EMAIL, PASSWORD);
+    ui.expect_page(200, "/dashboard/");
+
+    // An invitation from Settings → People; its link is shown once.
+    ui.click("a[href='/dashboard/settings/people']");
+    ui.expect_page(200, "/dashboard/settings/people");
+    ui.fill("[name=email]", "colleague@shop.example");
+    ui.submit("[name=email]");
+    ui.expect_page(200, "/dashboard/settings/people");
+    let link = ui.text("#invite-url");
+    assert!(
+        link.starts_with(&format!("{}/dashboard/invite?token=", app.base)),
+        "{link}"
+    );
+    ui.expect_text("#people", "colleague@shop.example");
+    shots.take(&mut ui, "people-1-invitation");
+    logout(&mut ui);
+
+    // The invitee opens it, sets a password, lands logged in.
+    ui.goto_url(&link);
+    ui.expect_page(200, "/dashboard/invite");
+    ui.expect_text("h1", "Join");
+    ui.fill("[name=password]", "the colleague's password");
+    ui.fill("[name=password_confirm]", "the colleague's password");
+    shots.take(&mut ui, "people-2-accept-invitation");
+    ui.submit("[name=password_confirm]");
+    ui.expect_page(200, "/dashboard/");
+    ui.expect_text(".who", "colleague@shop.example");
+    logout(&mut ui);
+
+    // A password reset link from the operator's CLI.
+    let reset = app.cli_json(&["user", "reset-password", EMAIL, "--json"]);
+    let url = reset["url"].as_str().unwrap();
+    let path = &url[url.find("/dashboard/").unwrap()..];
+    ui.goto(path);
+    ui.expect_page(200, "/dashboard/reset");
+    ui.fill("[name=password]", "a new password for the owner");
+    ui.fill("[name=password_confirm]", "a new password for the owner");
+    shots.take(&mut ui, "people-3-reset-password");
+    ui.submit("[name=password_confirm]");
+    ui.expect_page(200, "/dashboard/");
+    ui.expect_text(".who", EMAIL);
+    // Used: the link says so.
+    ui.goto(path);
+    ui.expect_page(404, "/dashboard/reset");
+    ui.expect_text("#dead-link", "used already");
+
+    // Two-factor: set up, confirmed with the app's code; the recovery codes shown once.
+    ui.goto("/dashboard/account");
+    ui.submit("#two-factor-start button");
+    ui.expect_page(200, "/dashboard/account");
+    let uri = ui.text("#otpauth-uri");
+    assert!(uri.starts_with("otpauth://totp/convapi:"), "{uri}");
+    let secret: String = uri[uri.find("secret=").unwrap() + 7..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric())
+        .collect();
+    ui.eval("document.getElementById('two-factor').scrollIntoView()");
+    shots.take(&mut ui, "people-4-two-factor-setup");
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let code = convapi::ops::two_factor::code_at(&secret, now()).unwrap();
+    ui.fill("[name=code]", &code);
+    ui.submit("[name=code]");
+    ui.expect_page(200, "/dashboard/account/two-factor/confirm");
+    let codes = ui.eval("document.querySelectorAll('#recovery-codes li').length");
+    assert_eq!(codes, json!(10));
+    ui.eval("document.getElementById('two-factor').scrollIntoView()");
+    shots.take(&mut ui, "people-5-recovery-codes");
+    logout(&mut ui);
+
+    // The login asks for the code after the password.
+    login(&mut ui, EMAIL, "a new password for the owner");
+    ui.expect_page(200, "/dashboard/login/code");
+    let code = convapi::ops::two_factor::code_at(&secret, now() + 30).unwrap();
+    ui.fill("[name=code]", &code);
+    shots.take(&mut ui, "people-6-login-code");
+    ui.submit("[name=code]");
+    ui.expect_page(200, "/dashboard/");
+    ui.goto("/dashboard/settings/people");
+    assert_eq!(ui.row_of("#people", EMAIL)[2], "on");
+    shots.take(&mut ui, "people-7-people");
+    assert_eq!(shots.taken, 7);
+    drop(ui);
+    browser.close(&mut cdp);
+}
+
 fn agent() -> ureq::Agent {
     crate::common::agent()
 }

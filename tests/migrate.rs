@@ -13,7 +13,7 @@ use crate::common::postgres::{as_role, cluster_url, fresh_database, fresh_owned_
 use crate::common::*;
 
 /// The tables `migrate` copies (every table of the schema but `schema_version`).
-const TABLES: [&str; 17] = [
+const TABLES: [&str; 18] = [
     "tenants",
     "api_keys",
     "sites",
@@ -31,6 +31,7 @@ const TABLES: [&str; 17] = [
     "report_daily",
     "first_run",
     "daily_salts",
+    "user_tokens",
 ];
 
 const PASSWORD: &str = "a long passphrase";
@@ -122,6 +123,14 @@ fn populated() -> TestApp {
     app.revoke_key(&spare.id);
     create_user(&app, &app.tenant.id, EMAIL, PASSWORD);
     DashClient::logged_in(&app, EMAIL, PASSWORD);
+    app.cli_json(&[
+        "user",
+        "invite",
+        "--tenant",
+        &app.tenant.id,
+        "invitee@shop.example",
+        "--json",
+    ]);
     app.stop();
     let db = app.sqlite();
     for table in TABLES {

@@ -143,6 +143,11 @@ mod browser;
 // The dashboard in headless Chromium: first run to a revoked key, screenshots of every page. Here:
 // a step of the merchant's click path that only a real browser shows.
 mod dashboard_browser;
+// The dashboard's people on either engine: invitations, removal ending sessions at once, password
+// reset links (once, expiring), TOTP two-factor and its recovery codes and throttle, another
+// tenant's people out of reach. Here: a flow of `convapi user invite / reset-password / remove` or
+// of the people and two-factor pages.
+mod people;
 // The dashboard's CSRF tokens, tenant isolation, path parameters that are not UTF-8, logins and the
 // password throttle (attempts at once, the account page), sessions, password hashes, escaping of
 // what the pixel sent on every page, security headers. Here: every security property of the

@@ -470,6 +470,9 @@ fn run(cli: Cli) -> CliResult {
         Command::Migrate(a) => migrate::migrate(&db, a),
         Command::User(user::UserCmd::Create(a)) => user::create(&db, a),
         Command::User(user::UserCmd::List(a)) => user::list(&db, a),
+        Command::User(user::UserCmd::Invite(a)) => user::invite(&db, a),
+        Command::User(user::UserCmd::ResetPassword(a)) => user::reset_password(&db, a),
+        Command::User(user::UserCmd::Remove(a)) => user::remove(&db, a),
         Command::Destination(d) => {
             use destination::DestinationCmd as D;
             match d {

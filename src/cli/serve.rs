@@ -109,7 +109,7 @@ pub(super) struct ServeArgs {
 }
 
 /// `http(s)://host[:port]`, with an optional trailing slash (dropped) and nothing after it.
-fn public_url(s: &str) -> Result<String, Invalid> {
+pub(super) fn public_url(s: &str) -> Result<String, Invalid> {
     let t = s.trim().trim_end_matches('/');
     let rest = t
         .strip_prefix("https://")

@@ -8,6 +8,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::{open, print, CliError, CliResult};
+use crate::ops::people::{self, PeopleError, Remover};
 use crate::ops::{self, accounts, users::UserError};
 use crate::store;
 use crate::store::engine::Location;
@@ -18,6 +19,54 @@ pub(super) enum UserCmd {
     Create(CreateArgs),
     /// List the dashboard users, of every tenant or of one.
     List(ListArgs),
+    /// Print a one-time link that invites EMAIL into a tenant: the invitee sets a password there.
+    Invite(InviteArgs),
+    /// Print a one-time link at which the user with EMAIL sets a new password.
+    ResetPassword(ResetArgs),
+    /// Remove the user with EMAIL: their dashboard sessions end at once.
+    Remove(RemoveArgs),
+}
+
+#[derive(clap::Args)]
+pub(super) struct InviteArgs {
+    /// The id of the tenant the invitee joins.
+    #[arg(long)]
+    tenant: String,
+    /// The invitee's email (they log in with it).
+    email: String,
+    #[command(flatten)]
+    link: LinkArgs,
+    /// Print the invitation as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct ResetArgs {
+    /// The email of the user who forgot their password.
+    email: String,
+    #[command(flatten)]
+    link: LinkArgs,
+    /// Print the link as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct LinkArgs {
+    /// The origin people reach the dashboard at, e.g. `https://stats.shop.example`: the link's.
+    /// Unset: the address `serve` listens on (`CONVAPI_ADDR`, else its default).
+    #[arg(long, env = "CONVAPI_PUBLIC_URL", value_parser = super::serve::public_url)]
+    public_url: Option<String>,
+}
+
+#[derive(clap::Args)]
+pub(super) struct RemoveArgs {
+    /// The email of the user to remove.
+    email: String,
+    /// Print the removed user as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -134,23 +183,149 @@ pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {
 pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let conn = open(db)?;
     let users = ops::users::list(&conn, a.tenant.as_deref()).map_err(|e| refused("", e))?;
+    let mut two_factor = Vec::with_capacity(users.len());
+    for u in &users {
+        let on = store::users::two_factor(&conn, &u.id)?.is_some_and(|t| t.secret.is_some());
+        two_factor.push(on);
+    }
     let out: Vec<_> = users
         .iter()
-        .map(|u| {
+        .zip(&two_factor)
+        .map(|(u, on)| {
             json!({
                 "id": u.id,
                 "tenantId": u.tenant_id,
                 "email": u.email,
                 "createdAt": store::iso(u.created_at),
                 "passwordChangedAt": store::iso(u.password_changed_at),
+                "twoFactor": on,
             })
         })
         .collect();
     print(a.json, &out, || {
-        let mut text = format!("{:<36}  {:<36}  EMAIL", "ID", "TENANT");
-        for u in &users {
-            text.push_str(&format!("\n{:<36}  {:<36}  {}", u.id, u.tenant_id, u.email));
+        let mut text = format!("{:<36}  {:<36}  2FA  EMAIL", "ID", "TENANT");
+        for (u, on) in users.iter().zip(&two_factor) {
+            let on = if *on { "on" } else { "off" };
+            text.push_str(&format!(
+                "\n{:<36}  {:<36}  {on:<3}  {}",
+                u.id, u.tenant_id, u.email
+            ));
         }
         text
+    })
+}
+
+/// A refusal of `ops::people` in the command line's words.
+fn people_refused(e: PeopleError) -> CliError {
+    CliError::Failed(match e {
+        PeopleError::Email(_) => "not an email address such as name@example.com".into(),
+        PeopleError::NoTenant(t) => format!("no tenant with id {t} (see convapi tenant list)"),
+        PeopleError::NoUser(email) => {
+            format!("no user with email {email} (see convapi user list)")
+        }
+        PeopleError::Exists(email) => format!("a user with email {email} exists already"),
+        PeopleError::LastUser => "the tenant's last user cannot remove themself".into(),
+        PeopleError::DeadLink => "the link is used or expired".into(),
+        PeopleError::Store(e) => return CliError::Store(e),
+    })
+}
+
+/// Where the printed link points: `--public-url`, else the address `serve` listens on.
+fn origin(link: &LinkArgs) -> String {
+    if let Some(url) = &link.public_url {
+        return url.clone();
+    }
+    let addr = std::env::var("CONVAPI_ADDR")
+        .ok()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 8080)));
+    crate::dashboard::setup::local_origin(addr)
+}
+
+fn new_secret() -> CliResult<people::Secret> {
+    people::Secret::new().map_err(|e| CliError::Failed(format!("no OS randomness: {e}")))
+}
+
+/// How long a link works, in words.
+fn lifetime(ms: i64) -> String {
+    let hours = ms / 3_600_000;
+    if hours >= 48 {
+        format!("{} days", hours / 24)
+    } else {
+        format!("{hours} hours")
+    }
+}
+
+pub(super) fn invite(db: &Location, a: InviteArgs) -> CliResult {
+    let conn = open(db)?;
+    let secret = new_secret()?;
+    let now = store::now_ms();
+    let inv = store::write_tx(&conn, |tx| {
+        people::invite(tx, &a.tenant, &a.email, &secret, now)
+    })
+    .map_err(people_refused)?;
+    let url = format!(
+        "{}/dashboard/invite?token={}",
+        origin(&a.link),
+        secret.secret
+    );
+    let out = json!({
+        "tenantId": inv.tenant_id,
+        "email": inv.email,
+        "url": url,
+        "expiresAt": store::iso(inv.expires_at),
+    });
+    print(a.json, &out, || {
+        format!(
+            "invitation for {} (tenant {}), one use, for {}:\n{url}",
+            inv.email,
+            inv.tenant_id,
+            lifetime(people::INVITE_TTL_MS)
+        )
+    })
+}
+
+pub(super) fn reset_password(db: &Location, a: ResetArgs) -> CliResult {
+    let conn = open(db)?;
+    let secret = new_secret()?;
+    let now = store::now_ms();
+    let (user, expires_at) =
+        store::write_tx(&conn, |tx| people::reset_link(tx, &a.email, &secret, now))
+            .map_err(people_refused)?;
+    let url = format!(
+        "{}/dashboard/reset?token={}",
+        origin(&a.link),
+        secret.secret
+    );
+    let out = json!({
+        "id": user.id,
+        "email": user.email,
+        "url": url,
+        "expiresAt": store::iso(expires_at),
+    });
+    print(a.json, &out, || {
+        format!(
+            "password reset link for {}, one use, for {}:\n{url}",
+            user.email,
+            lifetime(people::RESET_TTL_MS)
+        )
+    })
+}
+
+pub(super) fn remove(db: &Location, a: RemoveArgs) -> CliResult {
+    let conn = open(db)?;
+    let user = store::write_tx(&conn, |tx| {
+        let id = store::users::by_email(tx, &a.email)?
+            .ok_or_else(|| PeopleError::NoUser(a.email.clone()))?
+            .id;
+        people::remove(tx, Remover::Operator, &id)
+    })
+    .map_err(people_refused)?;
+    let out = json!({"id": user.id, "tenantId": user.tenant_id, "email": user.email});
+    print(a.json, &out, || {
+        format!(
+            "removed user {} ({}) of tenant {}; their sessions ended",
+            user.email, user.id, user.tenant_id
+        )
     })
 }

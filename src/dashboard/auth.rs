@@ -3,10 +3,12 @@
 //!
 //! A session id is 32 random bytes in the `convapi_session` cookie (`HttpOnly`, `SameSite=Lax`,
 //! `Path=/dashboard`, `Secure` behind HTTPS); only its SHA-256 is stored. A session ends after
-//! [`IDLE_MS`] without a request or [`ABSOLUTE_MS`] after its login, at logout, or when its user
-//! changes the password from another session. Every login makes a new id, and drops the one the
-//! browser came with. The login and first-run forms, which have no session yet, carry a
-//! double-submit token: the `convapi_csrf` cookie and the hidden `csrf` field must be equal.
+//! [`IDLE_MS`] without a request or [`ABSOLUTE_MS`] after its login, at logout, when its user
+//! changes the password from another session or by a reset link, or when the user is removed.
+//! With two-factor on, a right password leads to the code step first (`two_factor.rs`). Every
+//! login makes a new id, and drops the one the browser came with. The login and first-run forms,
+//! which have no session yet, carry a double-submit token: the `convapi_csrf` cookie and the
+//! hidden `csrf` field must be equal.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -17,11 +19,14 @@ use sha2::{Digest, Sha256};
 use super::form::{self, field};
 use super::{accounts, layout, Dashboard, PageError, PageResult, Viewer};
 use crate::http::{Ctx, Reply};
+use crate::ops;
 use crate::ratelimit::{Limiter, Window};
-use crate::store::{self, web_sessions};
+use crate::store::{self, users::User, web_sessions};
 
 pub const SESSION_COOKIE: &str = "convapi_session";
 pub const CSRF_COOKIE: &str = "convapi_csrf";
+/// The second step of a login with two-factor on (`two_factor.rs`).
+pub const LOGIN_COOKIE: &str = "convapi_login";
 /// A session unused this long is over.
 pub const IDLE_MS: i64 = 2 * 3600 * 1000;
 /// A session this old is over, used or not.
@@ -40,10 +45,13 @@ pub const THROTTLE_WINDOW: Duration = Duration::from_secs(15 * 60);
 /// Most accounts or addresses whose failures are remembered at once.
 const THROTTLE_KEYS: usize = 100_000;
 
-/// The password throttle: failures per account and per client address, each a [`Window`].
+/// The password throttle: failures per account and per client address, each a [`Window`]; and
+/// wrong second-factor codes per account, in a counter of their own (a right password clears the
+/// account's password failures, and must not clear its wrong codes) beside the same address one.
 pub struct Throttles {
     by_account: Limiter<String, Window>,
     by_address: Limiter<String, Window>,
+    codes_by_account: Limiter<String, Window>,
 }
 
 impl Default for Throttles {
@@ -56,6 +64,7 @@ impl Default for Throttles {
         Throttles {
             by_account: Limiter::new(window(ACCOUNT_FAILURES)),
             by_address: Limiter::new(window(ADDRESS_FAILURES)),
+            codes_by_account: Limiter::new(window(ACCOUNT_FAILURES)),
         }
     }
 }
@@ -66,20 +75,41 @@ impl Throttles {
     /// account's taken back if the address refuses): a failure recorded only after its hash
     /// (~30 ms) let every attempt arriving meanwhile through.
     fn reserve(&self, account: &str, address: &str, now: Instant) -> Result<Attempt<'_>, Duration> {
+        self.reserve_in(&self.by_account, account, address, now)
+    }
+
+    /// [`reserve`](Self::reserve) for a second-factor code: the account's code counter.
+    fn reserve_code(
+        &self,
+        account: &str,
+        address: &str,
+        now: Instant,
+    ) -> Result<Attempt<'_>, Duration> {
+        self.reserve_in(&self.codes_by_account, account, address, now)
+    }
+
+    fn reserve_in<'a>(
+        &'a self,
+        accounts: &'a Limiter<String, Window>,
+        account: &str,
+        address: &str,
+        now: Instant,
+    ) -> Result<Attempt<'a>, Duration> {
         let account = account.to_owned();
         let address = address.to_owned();
-        let account_counted = self.by_account.count(&account, now)?;
+        let account_counted = accounts.count(&account, now)?;
         let address_counted = match self.by_address.count(&address, now) {
             Ok(counted) => counted,
             Err(wait) => {
                 if account_counted {
-                    self.by_account.uncount(&account, now);
+                    accounts.uncount(&account, now);
                 }
                 return Err(wait);
             }
         };
         Ok(Attempt {
             throttles: self,
+            accounts,
             account: account_counted.then_some(account),
             address: address_counted.then_some(address),
             at: now,
@@ -92,6 +122,8 @@ impl Throttles {
 /// failed: dropped without that (a success, a busy hashing queue, an error), it is taken back.
 struct Attempt<'a> {
     throttles: &'a Throttles,
+    /// The account counter it was counted in (passwords' or codes').
+    accounts: &'a Limiter<String, Window>,
     account: Option<String>,
     address: Option<String>,
     at: Instant,
@@ -105,7 +137,7 @@ impl Attempt<'_> {
 
     /// A success clears its account's failures; the address keeps its own.
     fn succeeded(self, account: &str) {
-        self.throttles.by_account.forget(&account.to_owned());
+        self.accounts.forget(&account.to_owned());
     }
 }
 
@@ -115,7 +147,7 @@ impl Drop for Attempt<'_> {
             return;
         }
         if let Some(key) = &self.account {
-            self.throttles.by_account.uncount(key, self.at);
+            self.accounts.uncount(key, self.at);
         }
         if let Some(key) = &self.address {
             self.throttles.by_address.uncount(key, self.at);
@@ -162,13 +194,38 @@ pub fn check_password(
     Ok(ok)
 }
 
+/// Every check of a second-factor code (the login's second step, enrolment, turning it off) goes
+/// through here: counted before `check` runs, per account (`email`, lower-cased: the codes'
+/// counter) and per client address (the passwords' counter), or refused with `429`; a wrong code
+/// (`check` answers `None`) stays counted, a right one clears the account's wrong codes.
+pub fn check_code<T>(
+    d: &Dashboard,
+    ctx: &Ctx,
+    email: &str,
+    check: impl FnOnce() -> Result<Option<T>, PageError>,
+) -> Result<Option<T>, PageError> {
+    let account = email.to_lowercase();
+    let attempt = d
+        .throttle
+        .reserve_code(&account, &client_key(ctx), Instant::now())
+        .map_err(|wait| PageError::TooManyLogins {
+            retry_after_secs: wait.as_secs().max(1),
+        })?;
+    let result = check()?;
+    match &result {
+        Some(_) => attempt.succeeded(&account),
+        None => attempt.failed(),
+    }
+    Ok(result)
+}
+
 /// The stored form of a session id.
 pub fn session_hash(id: &str) -> Vec<u8> {
     Sha256::digest(id.as_bytes()).to_vec()
 }
 
 /// A token we made: 64 lower-case hex digits. Anything else in a cookie is ignored unread.
-fn well_formed(token: &str) -> bool {
+pub fn well_formed(token: &str) -> bool {
     token.len() == 64
         && token
             .bytes()
@@ -276,6 +333,10 @@ pub fn login_form(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
     let (token, set) = form_token(d, ctx)?;
     let flash =
         (q.get("setup").map(String::as_str) == Some("done")).then_some("Account created. Log in.");
+    let flash = flash.or(match q.get("step").map(String::as_str) {
+        Some("expired") => Some("The two-factor step timed out. Log in again."),
+        _ => None,
+    });
     let flash = flash.or(no_user_yet(d)?);
     let next = q
         .get("next")
@@ -352,13 +413,48 @@ pub fn login(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
         let page = login_page(&token, next, &email, None, Some("Wrong email or password."));
         return Ok(layout::html(200, page));
     };
+    let two_factor = d.read(|c| Ok(store::users::two_factor(c, &user.id)?))?;
+    if two_factor.is_some_and(|t| t.secret.is_some()) {
+        return second_step(d, &user, &next);
+    }
+    start_session(d, ctx, &user.id, &next)
+}
+
+/// The login's answer after a right password when two-factor is on: the second step's token in
+/// its cookie and a `303` to the code page.
+pub fn second_step(d: &Dashboard, user: &User, next: &str) -> PageResult {
+    let token = form::random_token()?;
+    let hash = session_hash(&token);
+    let (user_id, tenant_id) = (user.id.clone(), user.tenant_id.clone());
+    d.writer.submit(move |c| {
+        ops::unrefused(ops::two_factor::begin_login(
+            c,
+            &user_id,
+            &tenant_id,
+            &hash,
+            store::now_ms(),
+        ))
+    })?;
+    let max_age = ops::two_factor::LOGIN_STEP_TTL_MS / 1000;
+    let encoded: String = form_urlencoded::byte_serialize(next.as_bytes()).collect();
+    Ok(
+        layout::redirect(&format!("/dashboard/login/code?next={encoded}")).header(
+            "Set-Cookie",
+            &cookie(d, LOGIN_COOKIE, &token, Some(max_age)),
+        ),
+    )
+}
+
+/// A new session of `user_id` (the one the browser came with dropped) and a `303` to `next` with
+/// its cookie: the end of a login, of its second step, of an invitation or a password reset.
+pub fn start_session(d: &Dashboard, ctx: &Ctx, user_id: &str, next: &str) -> PageResult {
     let id = form::random_token()?;
     let csrf = form::random_token()?;
     let hash = session_hash(&id);
     let old = form::cookie(ctx, SESSION_COOKIE)
         .filter(|id| well_formed(id))
         .map(|id| session_hash(&id));
-    let user_id = user.id.clone();
+    let user_id = user_id.to_owned();
     let at = store::now_ms();
     d.writer.submit(move |c| {
         if let Some(old) = &old {
@@ -367,7 +463,7 @@ pub fn login(d: &Dashboard, ctx: &mut Ctx) -> PageResult {
         web_sessions::delete_expired(c, &user_id, at - IDLE_MS, at - ABSOLUTE_MS)?;
         web_sessions::create(c, &hash, &user_id, &csrf, at)
     })?;
-    Ok(layout::redirect(&next).header("Set-Cookie", &cookie(d, SESSION_COOKIE, &id, None)))
+    Ok(layout::redirect(next).header("Set-Cookie", &cookie(d, SESSION_COOKIE, &id, None)))
 }
 
 /// `POST /dashboard/logout`: the session row goes, the cookie is cleared.
@@ -407,6 +503,26 @@ mod tests {
             Some(THROTTLE_WINDOW - Duration::from_secs(60))
         );
         assert!(t.reserve("a@x", "address", now + THROTTLE_WINDOW).is_ok());
+    }
+
+    #[test]
+    fn wrong_codes_have_their_own_account_counter_that_a_right_password_does_not_clear() {
+        let t = Throttles::default();
+        let now = Instant::now();
+        for _ in 0..ACCOUNT_FAILURES {
+            t.reserve_code("a@x", "address", now).unwrap().failed();
+        }
+        assert!(t.reserve_code("a@x", "elsewhere", now).is_err());
+        // The password's counter is another: a right password passes, and clears only its own.
+        t.reserve("a@x", "address", now).unwrap().succeeded("a@x");
+        assert!(t.reserve_code("a@x", "elsewhere", now).is_err());
+        // The address counts both.
+        for i in 0..ADDRESS_FAILURES - ACCOUNT_FAILURES {
+            t.reserve(&format!("user{i}@x"), "address", now)
+                .unwrap()
+                .failed();
+        }
+        assert!(t.reserve("new@x", "address", now).is_err());
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub fn page(viewer: Option<&Viewer>, title: &str, body: Markup) -> Markup {
                             span.nav-group {
                                 span.nav-label { "Settings" }
                                 a href="/dashboard/settings/api-keys" { "API Keys" }
+                                a href="/dashboard/settings/people" { "People" }
                             }
                             a href="/dashboard/account" { "Account" }
                         }

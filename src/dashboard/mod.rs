@@ -19,12 +19,15 @@ pub mod error;
 pub mod form;
 pub mod keys;
 pub mod layout;
+pub mod links;
 pub mod overview;
+pub mod people;
 pub mod report;
 pub mod routes;
 pub mod setup;
 pub mod sites;
 pub mod snippets;
+pub mod two_factor;
 
 pub use error::PageError;
 

@@ -8,8 +8,8 @@
 //! loaded.
 
 use super::{
-    account, auth, conversions, destinations, keys, layout, overview, report, setup, sites,
-    Dashboard, PageError, PageResult, Viewer,
+    account, auth, conversions, destinations, keys, layout, links, overview, people, report, setup,
+    sites, two_factor, Dashboard, PageError, PageResult, Viewer,
 };
 use crate::http::{decode_segment, Ctx, Reply, StaticFile};
 use crate::store::{self, sites::Site};
@@ -30,6 +30,12 @@ pub fn dispatch(d: &Dashboard, ctx: &mut Ctx) -> (&'static str, PageResult) {
         ("GET" | "HEAD", ["dashboard", "setup"]) => ("dash_setup", setup::form(d, ctx)),
         ("POST", ["dashboard", "setup"]) => ("dash_setup", setup::create(d, ctx)),
         ("POST", ["dashboard", "logout"]) => ("dash_logout", viewer(d, ctx, auth::logout)),
+        ("GET" | "HEAD", ["dashboard", "login", "code"]) => ("dash_login_code", two_factor::code_form(d, ctx)),
+        ("POST", ["dashboard", "login", "code"]) => ("dash_login_code", two_factor::code(d, ctx)),
+        ("GET" | "HEAD", ["dashboard", "invite"]) => ("dash_invite", links::invite_form(d, ctx)),
+        ("POST", ["dashboard", "invite"]) => ("dash_invite", links::accept_invite(d, ctx)),
+        ("GET" | "HEAD", ["dashboard", "reset"]) => ("dash_reset", links::reset_form(d, ctx)),
+        ("POST", ["dashboard", "reset"]) => ("dash_reset", links::reset(d, ctx)),
         ("GET" | "HEAD", ["dashboard", ""]) => ("dash_sites", viewer(d, ctx, sites::list)),
         ("GET" | "HEAD", ["dashboard", "sites", "new"]) => ("dash_site_new", viewer(d, ctx, sites::new_form)),
         ("POST", ["dashboard", "sites"]) => ("dash_site_create", viewer(d, ctx, sites::create)),
@@ -42,6 +48,13 @@ pub fn dispatch(d: &Dashboard, ctx: &mut Ctx) -> (&'static str, PageResult) {
         ("POST", ["dashboard", "settings", "api-keys", id, "revoke"]) => ("dash_key_revoke", viewer(d, ctx, |d, ctx, v| keys::revoke(d, ctx, v, &param("key id", id)?))),
         ("GET" | "HEAD", ["dashboard", "account"]) => ("dash_account", viewer(d, ctx, account::form)),
         ("POST", ["dashboard", "account"]) => ("dash_account", viewer(d, ctx, account::change)),
+        ("POST", ["dashboard", "account", "two-factor", "start"]) => ("dash_two_factor", viewer(d, ctx, two_factor::start)),
+        ("POST", ["dashboard", "account", "two-factor", "confirm"]) => ("dash_two_factor", viewer(d, ctx, account::confirm_two_factor)),
+        ("POST", ["dashboard", "account", "two-factor", "disable"]) => ("dash_two_factor", viewer(d, ctx, account::disable_two_factor)),
+        ("GET" | "HEAD", ["dashboard", "settings", "people"]) => ("dash_people", viewer(d, ctx, people::list)),
+        ("POST", ["dashboard", "settings", "people"]) => ("dash_people_invite", viewer(d, ctx, people::invite)),
+        ("GET" | "HEAD", ["dashboard", "settings", "people", id, "remove"]) => ("dash_people_remove", viewer(d, ctx, |d, ctx, v| people::remove_form(d, ctx, v, &param("user id", id)?))),
+        ("POST", ["dashboard", "settings", "people", id, "remove"]) => ("dash_people_remove", viewer(d, ctx, |d, ctx, v| people::remove(d, ctx, v, &param("user id", id)?))),
         ("GET" | "HEAD", ["dashboard", "sites", id, "conversions"]) => ("dash_conversions", site(d, ctx, id, conversions::list)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "conversions.csv"]) => ("dash_conversions_csv", site(d, ctx, id, conversions::csv)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "conversions", event]) => ("dash_conversion", site_item(d, ctx, id, ("event id", event), conversions::order)),

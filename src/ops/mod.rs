@@ -1,6 +1,7 @@
-//! The operations on sites, API keys, destinations, dead letters and users: one plain function
-//! each, called by both fronts. An operation checks its input, writes through `store` on the
-//! connection or transaction it is given, and returns plain data or a typed refusal; the command
+//! The operations on sites, API keys, destinations, dead letters, users (with their one-time links
+//! and two-factor): one plain function each, called by both fronts. An operation checks its
+//! input, writes through `store` on the connection or transaction it is given, and returns plain
+//! data or a typed refusal; the command
 //! line (`cli/`) and the dashboard (`dashboard/`) only parse their input, pick the runner (the
 //! command's own transaction, or a writer job) and render the result in their own words.
 //!
@@ -11,7 +12,9 @@ pub mod accounts;
 pub mod destinations;
 pub mod keys;
 pub mod outbox;
+pub mod people;
 pub mod sites;
+pub mod two_factor;
 pub mod users;
 
 use crate::store::{self, engine::AsConn, StoreError};

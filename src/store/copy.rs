@@ -74,6 +74,7 @@ pub const TABLES: &[&str] = &[
     "report_daily",
     "first_run",
     "daily_salts",
+    "user_tokens",
 ];
 
 /// The rollup's trigger on `conversions`, switched off for the copy when the role may.

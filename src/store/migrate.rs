@@ -198,6 +198,10 @@ mod tests {
             "0009_destination_api_version.sql",
             "c524829ce361214af1198f634db7ba5c7d90084d28dfb8653bfbef1e1b3e842a",
         ),
+        (
+            "0010_people.sql",
+            "df8e10fcbbca32d112b153bbf30a8d208667b22c8f83d2427fcba89298d3e082",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

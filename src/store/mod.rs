@@ -33,6 +33,7 @@ pub mod sealed;
 pub mod sessions;
 pub mod sites;
 pub mod tenants;
+pub mod user_tokens;
 pub mod users;
 pub mod web_sessions;
 

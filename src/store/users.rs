@@ -106,3 +106,85 @@ pub fn set_password(
         args![id, password_hash, now_ms],
     )? > 0)
 }
+
+/// Deletes a user; their sessions and one-time tokens go with them (`ON DELETE CASCADE`, and
+/// deleted first here so that nothing depends on the engine's foreign-key setting). False when
+/// there is no such user.
+pub fn delete(conn: &impl AsConn, id: &str) -> Result<bool> {
+    conn.conn()
+        .execute("DELETE FROM web_sessions WHERE user_id = ?1", args![id])?;
+    conn.conn()
+        .execute("DELETE FROM user_tokens WHERE user_id = ?1", args![id])?;
+    Ok(conn
+        .conn()
+        .execute("DELETE FROM users WHERE id = ?1", args![id])?
+        > 0)
+}
+
+/// How many users the tenant has.
+pub fn count_in_tenant(conn: &impl AsConn, tenant_id: &str) -> Result<i64> {
+    conn.conn()
+        .query_opt(
+            "SELECT COUNT(*) FROM users WHERE tenant_id = ?1",
+            args![tenant_id],
+            |r| r.get(0),
+        )
+        .map(|n| n.unwrap_or(0))
+}
+
+/// A user's TOTP two-factor state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TwoFactor {
+    /// The base32 secret; `None`: two-factor is off.
+    pub secret: Option<String>,
+    /// The secret of an enrolment not yet confirmed with a code.
+    pub pending: Option<String>,
+    /// The last time step a code was accepted at.
+    pub last_step: Option<i64>,
+}
+
+pub fn two_factor(conn: &impl AsConn, id: &str) -> Result<Option<TwoFactor>> {
+    conn.conn().query_opt(
+        "SELECT totp_secret, totp_pending, totp_last_step FROM users WHERE id = ?1",
+        args![id],
+        |r| {
+            Ok(TwoFactor {
+                secret: r.get(0)?,
+                pending: r.get(1)?,
+                last_step: r.get(2)?,
+            })
+        },
+    )
+}
+
+/// Keeps `secret` as the user's enrolment not yet confirmed (`None` drops it).
+pub fn set_totp_pending(conn: &impl AsConn, id: &str, secret: Option<&str>) -> Result<bool> {
+    Ok(conn.conn().execute(
+        "UPDATE users SET totp_pending = ?2 WHERE id = ?1",
+        args![id, secret],
+    )? > 0)
+}
+
+/// Turns two-factor on with `secret` (the confirmed enrolment, whose code was at `step`), or off
+/// with `None`.
+pub fn set_totp(
+    conn: &impl AsConn,
+    id: &str,
+    secret: Option<&str>,
+    step: Option<i64>,
+) -> Result<bool> {
+    Ok(conn.conn().execute(
+        "UPDATE users SET totp_secret = ?2, totp_pending = NULL, totp_last_step = ?3 WHERE id = ?1",
+        args![id, secret, step],
+    )? > 0)
+}
+
+/// Records that a code of time step `step` was accepted, unless one of this step or a later one
+/// was already: false then (the code was used, and works once).
+pub fn accept_totp_step(conn: &impl AsConn, id: &str, step: i64) -> Result<bool> {
+    Ok(conn.conn().execute(
+        "UPDATE users SET totp_last_step = ?2
+         WHERE id = ?1 AND totp_secret IS NOT NULL AND (totp_last_step IS NULL OR totp_last_step < ?2)",
+        args![id, step],
+    )? == 1)
+}
