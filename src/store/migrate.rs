@@ -198,6 +198,10 @@ mod tests {
             "0009_destination_api_version.sql",
             "c524829ce361214af1198f634db7ba5c7d90084d28dfb8653bfbef1e1b3e842a",
         ),
+        (
+            "0010_adjustments.sql",
+            "1857ddab9d759c90320b08a98a4cc63d34af2b2744ecb4aa8ad8f47c8b19d2d9",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {
