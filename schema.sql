@@ -8,7 +8,7 @@
 
 CREATE TABLE adjustments (
     id             INTEGER PRIMARY KEY,
-    conversion_id  TEXT NOT NULL REFERENCES conversions(id),
+    conversion_id  TEXT NOT NULL REFERENCES conversions(id) ON DELETE CASCADE,
     site_id        TEXT NOT NULL,
     order_id       TEXT NOT NULL,
     adjustment_id  TEXT NOT NULL,

@@ -12,43 +12,6 @@ use serde_json::{json, Value};
 
 const JSON: &str = "application/json";
 
-impl TestApp {
-    /// `POST …/conversions/{order}/adjustments` on the default site with the default key.
-    fn adjust(&self, order: &str, body: &Value) -> Resp {
-        self.adjust_raw(
-            &self.key.key,
-            &self.site.id,
-            order,
-            Some(JSON),
-            &serde_json::to_vec(body).unwrap(),
-        )
-    }
-
-    fn adjust_raw(
-        &self,
-        key: &str,
-        site: &str,
-        order: &str,
-        content_type: Option<&str>,
-        body: &[u8],
-    ) -> Resp {
-        let auth = format!("Bearer {key}");
-        let mut headers = vec![("Authorization", auth.as_str())];
-        if let Some(ct) = content_type {
-            headers.push(("Content-Type", ct));
-        }
-        self.send(
-            "POST",
-            &format!(
-                "/api/sites/{site}/conversions/{}/adjustments",
-                encode_segment(order)
-            ),
-            &headers,
-            Some(body),
-        )
-    }
-}
-
 /// An order of `value` EUR reported by the API an hour ago; returns its id.
 fn order(app: &TestApp, value: Value) -> String {
     order_at(app, &unique("v"), value, "EUR", now_ms() - HOUR)
@@ -279,7 +242,7 @@ fn the_checks_answer_in_the_contract_order() {
                 Some(body),
             )
         } else {
-            app.adjust_raw(key, site, order, ct, body)
+            app.post_adjustment_raw(key, site, order, ct, body)
         };
         assert_eq!(
             (resp.status, resp.json()["code"].as_str().map(str::to_owned)),
@@ -291,7 +254,7 @@ fn the_checks_answer_in_the_contract_order() {
     // Nothing of the refused ones was written; `application/json; charset=utf-8` is JSON.
     let v = status(&app, &o);
     assert_eq!(v["adjustments"], json!([]), "{v}");
-    let resp = app.adjust_raw(
+    let resp = app.post_adjustment_raw(
         &key,
         &site,
         &o,
@@ -396,18 +359,18 @@ fn every_field_rule_names_its_field() {
         ),
     ];
     for (body, field) in cases {
-        expect_invalid(&app.adjust(&o, &body), field);
+        expect_invalid(&app.post_adjustment(&o, &body), field);
     }
     assert_eq!(status(&app, &o)["adjustments"], json!([]));
     // The limits themselves pass; null counts as absent; unknown fields are ignored.
     let id = "i".repeat(256);
-    let resp = app.adjust(
+    let resp = app.post_adjustment(
         &o,
         &json!({"adjustmentId": id, "type": "restate", "value": 1e12, "currency": "EUR",
                 "reason": "r".repeat(256), "occurredAt": null, "extra": 1}),
     );
     accepted(&resp, &o, &id, "1000000000000", "restated");
-    let resp = app.adjust(
+    let resp = app.post_adjustment(
         &o,
         &json!({"adjustmentId": "c", "type": "cancel", "value": null}),
     );
@@ -419,14 +382,14 @@ fn a_repeat_answers_the_first_answer_and_another_content_is_a_conflict() {
     let app = TestApp::start();
     let o = order(&app, json!(100));
     let first = accepted(
-        &app.adjust(&o, &refund("r-1", json!(30))),
+        &app.post_adjustment(&o, &refund("r-1", json!(30))),
         &o,
         "r-1",
         "70",
         "partially_refunded",
     );
     accepted(
-        &app.adjust(&o, &refund("r-2", json!(70))),
+        &app.post_adjustment(&o, &refund("r-2", json!(70))),
         &o,
         "r-2",
         "0",
@@ -439,7 +402,7 @@ fn a_repeat_answers_the_first_answer_and_another_content_is_a_conflict() {
         json!({"adjustmentId": "r-1", "type": "refund", "value": 30, "currency": "EUR",
                "reason": "another reason", "occurredAt": iso(now_ms())}),
     ] {
-        assert_eq!(app.adjust(&o, &body).expect(202), first, "{body}");
+        assert_eq!(app.post_adjustment(&o, &body).expect(202), first, "{body}");
     }
     // Another value or type: 409, and nothing changed.
     for body in [
@@ -447,7 +410,7 @@ fn a_repeat_answers_the_first_answer_and_another_content_is_a_conflict() {
         json!({"adjustmentId": "r-1", "type": "restate", "value": 30}),
         json!({"adjustmentId": "r-1", "type": "cancel"}),
     ] {
-        expect_error(&app.adjust(&o, &body), 409, "ADJUSTMENT_CONFLICT");
+        expect_error(&app.post_adjustment(&o, &body), 409, "ADJUSTMENT_CONFLICT");
     }
     let v = status(&app, &o);
     assert_eq!(v["adjustments"].as_array().unwrap().len(), 2, "{v}");
@@ -458,7 +421,7 @@ fn a_repeat_answers_the_first_answer_and_another_content_is_a_conflict() {
     // The id is per order: the same id on another order is its own adjustment.
     let o2 = order(&app, json!(50));
     accepted(
-        &app.adjust(&o2, &refund("r-1", json!(5))),
+        &app.post_adjustment(&o2, &refund("r-1", json!(5))),
         &o2,
         "r-1",
         "45",
@@ -476,7 +439,7 @@ fn partial_then_full_refund_nets_zero_and_over_refunds_are_refused() {
         (json!(49.9), json!("active"))
     );
     accepted(
-        &app.adjust(&o, &refund("p", json!(19.95))),
+        &app.post_adjustment(&o, &refund("p", json!(19.95))),
         &o,
         "p",
         "29.95",
@@ -484,19 +447,19 @@ fn partial_then_full_refund_nets_zero_and_over_refunds_are_refused() {
     );
     // More than what is left: refused, nothing written.
     expect_error(
-        &app.adjust(&o, &refund("too-much", json!(29.96))),
+        &app.post_adjustment(&o, &refund("too-much", json!(29.96))),
         422,
         "EXCEEDS_ORDER_VALUE",
     );
     accepted(
-        &app.adjust(&o, &refund("rest", json!(29.95))),
+        &app.post_adjustment(&o, &refund("rest", json!(29.95))),
         &o,
         "rest",
         "0",
         "refunded",
     );
     expect_error(
-        &app.adjust(&o, &refund("more", json!(0.01))),
+        &app.post_adjustment(&o, &refund("more", json!(0.01))),
         422,
         "EXCEEDS_ORDER_VALUE",
     );
@@ -534,21 +497,33 @@ fn a_late_arrival_lands_in_its_occurred_at_place() {
     // A restate to 200 at +5h.
     let restate =
         json!({"adjustmentId": "restate", "type": "restate", "value": 200, "occurredAt": at(5)});
-    accepted(&app.adjust(&o, &restate), &o, "restate", "200", "restated");
+    accepted(
+        &app.post_adjustment(&o, &restate),
+        &o,
+        "restate",
+        "200",
+        "restated",
+    );
     // A refund of 150 that happened at +1h, arriving now: 100 - 150 < 0 at +1h, refused though
     // the end would be 200.
     let early =
         json!({"adjustmentId": "early", "type": "refund", "value": 150, "occurredAt": at(1)});
-    expect_error(&app.adjust(&o, &early), 422, "EXCEEDS_ORDER_VALUE");
+    expect_error(&app.post_adjustment(&o, &early), 422, "EXCEEDS_ORDER_VALUE");
     // A refund of 40 at +1h fits before the restate, which still sets 200: the state follows
     // the last adjustment in occurredAt order, the restate.
     let early =
         json!({"adjustmentId": "early-40", "type": "refund", "value": 40, "occurredAt": at(1)});
-    accepted(&app.adjust(&o, &early), &o, "early-40", "200", "restated");
+    accepted(
+        &app.post_adjustment(&o, &early),
+        &o,
+        "early-40",
+        "200",
+        "restated",
+    );
     // A refund at +6h comes after the restate.
     let late = json!({"adjustmentId": "late", "type": "refund", "value": 50, "occurredAt": at(6)});
     accepted(
-        &app.adjust(&o, &late),
+        &app.post_adjustment(&o, &late),
         &o,
         "late",
         "150",
@@ -557,7 +532,7 @@ fn a_late_arrival_lands_in_its_occurred_at_place() {
     // A restate at +3h arriving last changes nothing after +5h's restate.
     let mid = json!({"adjustmentId": "mid", "type": "restate", "value": 10, "occurredAt": at(3)});
     accepted(
-        &app.adjust(&o, &mid),
+        &app.post_adjustment(&o, &mid),
         &o,
         "mid",
         "150",
@@ -567,8 +542,20 @@ fn a_late_arrival_lands_in_its_occurred_at_place() {
     let tie1 =
         json!({"adjustmentId": "tie-1", "type": "restate", "value": 20, "occurredAt": at(7)});
     let tie2 = json!({"adjustmentId": "tie-2", "type": "refund", "value": 20, "occurredAt": at(7)});
-    accepted(&app.adjust(&o, &tie1), &o, "tie-1", "20", "restated");
-    accepted(&app.adjust(&o, &tie2), &o, "tie-2", "0", "refunded");
+    accepted(
+        &app.post_adjustment(&o, &tie1),
+        &o,
+        "tie-1",
+        "20",
+        "restated",
+    );
+    accepted(
+        &app.post_adjustment(&o, &tie2),
+        &o,
+        "tie-2",
+        "0",
+        "refunded",
+    );
     let v = status(&app, &o);
     let ids: Vec<_> = v["adjustments"]
         .as_array()
@@ -594,9 +581,15 @@ fn a_cancel_closes_the_order_whatever_the_time_of_what_follows() {
     let o = order_at(&app, &unique("v"), json!(80), "EUR", t);
     let r =
         json!({"adjustmentId": "r", "type": "refund", "value": 30, "occurredAt": iso(t + HOUR)});
-    accepted(&app.adjust(&o, &r), &o, "r", "50", "partially_refunded");
+    accepted(
+        &app.post_adjustment(&o, &r),
+        &o,
+        "r",
+        "50",
+        "partially_refunded",
+    );
     let c = json!({"adjustmentId": "c", "type": "cancel", "occurredAt": iso(t + 5 * HOUR), "reason": "fraud"});
-    let first = accepted(&app.adjust(&o, &c), &o, "c", "0", "cancelled");
+    let first = accepted(&app.post_adjustment(&o, &c), &o, "c", "0", "cancelled");
     for (id, body) in [
         ("later", refund("later", json!(1))),
         (
@@ -612,12 +605,18 @@ fn a_cancel_closes_the_order_whatever_the_time_of_what_follows() {
             json!({"adjustmentId": "cancel-again", "type": "cancel"}),
         ),
     ] {
-        expect_error(&app.adjust(&o, &body), 422, "ORDER_CANCELLED");
+        expect_error(&app.post_adjustment(&o, &body), 422, "ORDER_CANCELLED");
         let _ = id;
     }
     // Repeats of what the ledger holds still answer as the first time.
-    assert_eq!(app.adjust(&o, &c).expect(202), first);
-    accepted(&app.adjust(&o, &r), &o, "r", "50", "partially_refunded");
+    assert_eq!(app.post_adjustment(&o, &c).expect(202), first);
+    accepted(
+        &app.post_adjustment(&o, &r),
+        &o,
+        "r",
+        "50",
+        "partially_refunded",
+    );
     let v = status(&app, &o);
     assert_eq!(
         (v["netValue"].to_string(), v["state"].clone()),
@@ -629,9 +628,9 @@ fn a_cancel_closes_the_order_whatever_the_time_of_what_follows() {
     // A restate before any refund, and an order without a value.
     let o = order(&app, json!(10));
     let s = json!({"adjustmentId": "s", "type": "restate", "value": 12.5});
-    accepted(&app.adjust(&o, &s), &o, "s", "12.5", "restated");
+    accepted(&app.post_adjustment(&o, &s), &o, "s", "12.5", "restated");
     let s = json!({"adjustmentId": "z", "type": "restate", "value": 0});
-    accepted(&app.adjust(&o, &s), &o, "z", "0", "restated");
+    accepted(&app.post_adjustment(&o, &s), &o, "z", "0", "restated");
 }
 
 #[test]
@@ -660,21 +659,21 @@ fn a_full_refund_of_a_foreign_currency_order_nets_exactly_zero_in_the_site_curre
     );
     let r = |id: &str, value: Value| json!({"adjustmentId": id, "type": "refund", "value": value, "currency": "USD"});
     accepted(
-        &app.adjust(&o, &r("a", json!(16.66))),
+        &app.post_adjustment(&o, &r("a", json!(16.66))),
         &o,
         "a",
         "33.33",
         "partially_refunded",
     );
     accepted(
-        &app.adjust(&o, &r("b", json!(16.66))),
+        &app.post_adjustment(&o, &r("b", json!(16.66))),
         &o,
         "b",
         "16.67",
         "partially_refunded",
     );
     accepted(
-        &app.adjust(&o, &r("c", json!(16.67))),
+        &app.post_adjustment(&o, &r("c", json!(16.67))),
         &o,
         "c",
         "0",
@@ -713,10 +712,10 @@ fn concurrent_refunds_of_one_order_keep_one_net_value_and_lose_none() {
                     (0..5)
                         .map(|i| {
                             let id = format!("c{client}-{i}");
-                            let resp = node.adjust(&o, &refund(&id, json!(3)));
+                            let resp = node.post_adjustment(&o, &refund(&id, json!(3)));
                             let v = resp.json();
                             // A retry of the same refund answers as the first time.
-                            let again = node.adjust(&o, &refund(&id, json!(3)));
+                            let again = node.post_adjustment(&o, &refund(&id, json!(3)));
                             assert_eq!(
                                 (again.status, again.json()),
                                 (resp.status, v.clone()),
@@ -756,4 +755,62 @@ fn concurrent_refunds_of_one_order_keep_one_net_value_and_lose_none() {
         assert_eq!(v["netValue"], json!(1), "{v}");
         assert_eq!(v["adjustments"].as_array().unwrap().len(), 33);
     }
+}
+
+#[test]
+fn adjustments_go_with_their_conversion_when_it_expires_or_is_erased() {
+    let app = manual().start();
+    let site = app.site.id.clone();
+    let now = now_ms();
+    let count = |order: &str| {
+        app.query_i64(
+            "SELECT COUNT(*) FROM adjustments WHERE order_id = ?1",
+            &[&order],
+        )
+    };
+    let old = order_at(&app, &unique("v-old"), json!(10), "EUR", now - 40 * DAY);
+    let kept = order_at(&app, &unique("v-kept"), json!(10), "EUR", now - DAY);
+    let gone_visitor = unique("v-gone");
+    let gone = order_at(&app, &gone_visitor, json!(10), "EUR", now - DAY);
+    for o in [&old, &kept, &gone] {
+        app.post_adjustment(o, &refund("r", json!(4))).expect(202);
+        assert_eq!(count(o), 1);
+    }
+    // Retention expires the old conversion and its ledger with it.
+    app.cli(&[
+        "site",
+        "update",
+        &site,
+        "--retain-days",
+        "30",
+        "--expire-conversions",
+        "on",
+    ]);
+    let conn = app.store();
+    let expired =
+        with_writer(&app, |w| convapi::retention::prune_once(&conn, w, now_ms())).expect("prune");
+    assert_eq!(expired.conversions, 1, "{expired:?}");
+    expect_error(&app.order_status(&old), 404, "ORDER_NOT_FOUND");
+    assert_eq!(count(&old), 0);
+    // Erasure that deletes the person's conversions deletes their ledgers.
+    app.cli_json(&[
+        "forget",
+        "--site",
+        &site,
+        "--visitor-id",
+        &gone_visitor,
+        "--delete-conversions",
+        "--json",
+    ]);
+    expect_error(&app.order_status(&gone), 404, "ORDER_NOT_FOUND");
+    assert_eq!(count(&gone), 0);
+    // The rest stays as it was.
+    let v = status(&app, &kept);
+    assert_eq!(
+        (
+            v["netValue"].clone(),
+            v["adjustments"].as_array().unwrap().len()
+        ),
+        (json!(6), 1)
+    );
 }

@@ -200,7 +200,7 @@ mod tests {
         ),
         (
             "0010_adjustments.sql",
-            "1857ddab9d759c90320b08a98a4cc63d34af2b2744ecb4aa8ad8f47c8b19d2d9",
+            "02d5cfdeb76b66702202714305e2a3892092c071d818dfe8cf3258d39bccb2bd",
         ),
     ];
 

@@ -3,12 +3,13 @@
 -- reported value is never rewritten, and the order's net value and state follow from its rows
 -- (`ledger.rs`). `id` is the arrival order, which breaks ties on `occurred_at`. `value` is exact
 -- decimal text in the order's currency (NULL for a cancel). `answer_net` and `answer_state` are
--- what the first request was answered, so that a repeat is answered the same.
+-- what the first request was answered, so that a repeat is answered the same. A conversion's
+-- adjustments go with it wherever it is deleted (retention, erasure): `ON DELETE CASCADE`.
 -- Frozen (see src/store/migrate.rs).
 
 CREATE TABLE adjustments (
     id             INTEGER PRIMARY KEY,
-    conversion_id  TEXT NOT NULL REFERENCES conversions(id),
+    conversion_id  TEXT NOT NULL REFERENCES conversions(id) ON DELETE CASCADE,
     site_id        TEXT NOT NULL,
     order_id       TEXT NOT NULL,
     adjustment_id  TEXT NOT NULL,
