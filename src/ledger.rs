@@ -85,6 +85,26 @@ pub enum Refusal {
     ExceedsOrderValue,
 }
 
+impl Refusal {
+    /// The refusal in words that name the fix (the API's and the command line's).
+    pub fn message(self) -> &'static str {
+        match self {
+            Refusal::OrderCancelled => "the order is cancelled: its ledger takes no new adjustment",
+            Refusal::ExceedsOrderValue => {
+                "the adjustment would make the order's net value negative; refund at most what \
+                 is left of the order"
+            }
+        }
+    }
+}
+
+/// An adjustmentId used before with other content, in words that name the fix.
+pub const CONFLICT: &str = "this adjustmentId was already used with another type, value or \
+                            currency; send a new adjustmentId for a new adjustment";
+
+/// No such order, in the API's words.
+pub const ORDER_NOT_FOUND: &str = "no such order on this site";
+
 /// The net value and state of an order reported at `reported` with the adjustments `entries`
 /// (in any order). Every stored ledger was admitted, so its net value never went below 0, unless
 /// the order's reported value itself changed since (the API's first report of a pixel order

@@ -814,3 +814,134 @@ fn adjustments_go_with_their_conversion_when_it_expires_or_is_erased() {
         (json!(6), 1)
     );
 }
+
+#[test]
+fn the_command_line_adjusts_and_shows_with_the_apis_rules_and_codes() {
+    let app = manual().start();
+    let o = order(&app, json!(100));
+    let site = app.site.id.clone();
+    let adjust = |rest: &[&str]| {
+        let mut args = vec!["order", "adjust", "--site", &site, &o];
+        args.extend_from_slice(rest);
+        app.cli(&args)
+    };
+    let run = adjust(&[
+        "--adjustment-id",
+        "cli-1",
+        "--type",
+        "refund",
+        "--value",
+        "25.5",
+        "--reason",
+        "by hand",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let first = run.json();
+    accepted(
+        &app.post_adjustment(&o, &refund("cli-1", json!(25.5))),
+        &o,
+        "cli-1",
+        "74.5",
+        "partially_refunded",
+    );
+    assert_eq!(
+        app.post_adjustment(&o, &refund("cli-1", json!(25.5)))
+            .json(),
+        first
+    );
+    let refusals: [(&[&str], &str); 7] = [
+        (
+            &[
+                "--adjustment-id",
+                "cli-1",
+                "--type",
+                "refund",
+                "--value",
+                "3",
+            ],
+            "ADJUSTMENT_CONFLICT",
+        ),
+        (
+            &[
+                "--adjustment-id",
+                "x",
+                "--type",
+                "refund",
+                "--value",
+                "74.51",
+            ],
+            "EXCEEDS_ORDER_VALUE",
+        ),
+        (
+            &["--adjustment-id", "x", "--type", "refund"],
+            "VALIDATION_ERROR: value",
+        ),
+        (
+            &["--adjustment-id", "x", "--type", "refund", "--value=-1"],
+            "VALIDATION_ERROR: value",
+        ),
+        (
+            &["--adjustment-id", "x", "--type", "cancel", "--value", "1"],
+            "VALIDATION_ERROR: value",
+        ),
+        (
+            &["--adjustment-id", "x", "--type", "chargeback"],
+            "VALIDATION_ERROR: type",
+        ),
+        (
+            &[
+                "--adjustment-id",
+                "x",
+                "--type",
+                "cancel",
+                "--occurred-at",
+                "2000-01-01T00:00:00Z",
+            ],
+            "VALIDATION_ERROR: occurredAt",
+        ),
+    ];
+    for (args, code) in refusals {
+        let run = adjust(args);
+        assert_eq!(run.code, 1, "{args:?}: {run:?}");
+        assert!(run.stderr.contains(code), "{args:?}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "{args:?}: {}", run.stdout);
+    }
+    let run = app.cli(&[
+        "order",
+        "adjust",
+        "--site",
+        &site,
+        "nope",
+        "--adjustment-id",
+        "x",
+        "--type",
+        "cancel",
+    ]);
+    assert!(
+        run.code == 1 && run.stderr.contains("ORDER_NOT_FOUND"),
+        "{run:?}"
+    );
+    let unknown = "8d3f9f8e-3c1b-4d55-9a57-0a1f2b3c4d5e";
+    let run = app.cli(&["order", "show", "--site", unknown, &o]);
+    assert!(
+        run.code == 1 && run.stderr.contains("SITE_NOT_FOUND"),
+        "{run:?}"
+    );
+    let run = adjust(&["--adjustment-id", "c", "--type", "cancel", "--json"]);
+    assert_eq!(run.json()["state"], json!("cancelled"), "{run:?}");
+    let run = adjust(&["--adjustment-id", "y", "--type", "restate", "--value", "1"]);
+    assert!(
+        run.code == 1 && run.stderr.contains("ORDER_CANCELLED"),
+        "{run:?}"
+    );
+    // `order show --json` is the status lookup's object.
+    let shown = app.cli_json(&["order", "show", "--site", &site, &o, "--json"]);
+    assert_eq!(shown, status(&app, &o));
+    assert_eq!(shown["adjustments"][0]["reason"], json!("by hand"));
+    let human = app.cli(&["order", "show", "--site", &site, &o]);
+    assert!(
+        human.code == 0 && human.stdout.contains("cancelled"),
+        "{human:?}"
+    );
+}

@@ -184,10 +184,23 @@ pub fn order_status(
         Ok::<_, ApiError>((order, deliveries, adjustments))
     })?;
     drop(conn);
-    let mut v = status_json(&order);
-    ledger_json(&mut v, &order, &adjustments)?;
-    v["deliveries"] = deliveries_json(&deliveries);
-    Ok(Reply::json(200, &v))
+    Ok(Reply::json(
+        200,
+        &order_json(&order, &deliveries, &adjustments)?,
+    ))
+}
+
+/// The order status lookup's JSON: the order, its ledger and its deliveries (`convapi order show
+/// --json` prints the same).
+pub fn order_json(
+    order: &OrderStatus,
+    deliveries: &[store::deliveries::View],
+    adjustments: &[store::adjustments::Adjustment],
+) -> Result<Value, store::StoreError> {
+    let mut v = status_json(order);
+    ledger_json(&mut v, order, adjustments)?;
+    v["deliveries"] = deliveries_json(deliveries);
+    Ok(v)
 }
 
 /// Adds the order's ledger to its status view: `netValue`, `state`, `netReportingValue` (in the

@@ -112,7 +112,7 @@ impl ApiError {
             ApiError::SiteNotFound(None) => "no such site".into(),
             ApiError::SiteNotFound(Some(why)) => format!("no such site: {why}"),
             ApiError::Forbidden => "the site does not belong to the tenant of this API key".into(),
-            ApiError::OrderNotFound => "no such order on this site".into(),
+            ApiError::OrderNotFound => crate::ledger::ORDER_NOT_FOUND.into(),
             ApiError::NotFound => "no such resource".into(),
             ApiError::MethodNotAllowed(allow) => format!("method not allowed; allowed: {allow}"),
             ApiError::PayloadTooLarge(limit) => format!("request body exceeds {limit} bytes"),
@@ -124,13 +124,9 @@ impl ApiError {
             ApiError::NoSession => "no session found for the given identifiers within the site's \
                                     attribution window; retry once after 1 to 2 minutes for a fresh order"
                 .into(),
-            ApiError::AdjustmentConflict => "this adjustmentId was already used with another type, \
-                                              value or currency; send a new adjustmentId for a new adjustment"
-                .into(),
-            ApiError::OrderCancelled => "the order is cancelled: its ledger takes no new adjustment".into(),
-            ApiError::ExceedsOrderValue => "the adjustment would make the order's net value negative; \
-                                            refund at most what is left of the order"
-                .into(),
+            ApiError::AdjustmentConflict => crate::ledger::CONFLICT.into(),
+            ApiError::OrderCancelled => crate::ledger::Refusal::OrderCancelled.message().into(),
+            ApiError::ExceedsOrderValue => crate::ledger::Refusal::ExceedsOrderValue.message().into(),
             ApiError::RateLimited(_) => "too many requests; retry after the time in Retry-After".into(),
             ApiError::QueueUnavailable(_) => "conversion queue unavailable; retry with exponential backoff".into(),
             ApiError::Unhealthy => "database unavailable".into(),

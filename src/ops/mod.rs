@@ -10,6 +10,7 @@
 pub mod accounts;
 pub mod destinations;
 pub mod keys;
+pub mod orders;
 pub mod outbox;
 pub mod sites;
 pub mod users;
