@@ -945,3 +945,37 @@ fn the_command_line_adjusts_and_shows_with_the_apis_rules_and_codes() {
         "{human:?}"
     );
 }
+
+#[test]
+fn the_dashboards_order_page_shows_the_ledger() {
+    let app = manual().start();
+    let o = order(&app, json!(80));
+    let event = status(&app, &o)["eventId"].as_str().unwrap().to_owned();
+    let email = format!("{}@example.com", unique("user"));
+    create_user(&app, &app.tenant.id, &email, "a long passphrase");
+    let d = DashClient::logged_in(&app, &email, "a long passphrase");
+    let page = d.page(&format!(
+        "/dashboard/sites/{}/conversions/{event}",
+        app.site.id
+    ));
+    assert!(page.contains("id=\"no-adjustments\""), "{page}");
+    assert!(page.contains(">active</dd>"), "{page}");
+    app.post_adjustment(
+        &o,
+        &json!({"adjustmentId": "re_<b>1</b>", "type": "refund", "value": 30, "reason": "one <i>item</i> back"}),
+    )
+    .expect(202);
+    let page = d.page(&format!(
+        "/dashboard/sites/{}/conversions/{event}",
+        app.site.id
+    ));
+    assert!(page.contains("id=\"adjustments\""), "{page}");
+    assert!(page.contains(">partially_refunded</dd>"), "{page}");
+    assert!(page.contains("50.00"), "net value in the page: {page}");
+    // What the client sent is shown as text, never as markup.
+    assert!(
+        page.contains("re_&lt;b&gt;1&lt;/b&gt;") && !page.contains("<b>1</b>"),
+        "{page}"
+    );
+    assert!(page.contains("one &lt;i&gt;item&lt;/i&gt; back"), "{page}");
+}
