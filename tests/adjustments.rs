@@ -979,3 +979,48 @@ fn the_dashboards_order_page_shows_the_ledger() {
     );
     assert!(page.contains("one &lt;i&gt;item&lt;/i&gt; back"), "{page}");
 }
+
+#[test]
+fn a_held_lock_answers_503_with_retry_after_and_nothing_is_written() {
+    let app = manual().env("CONVAPI_BUSY_TIMEOUT_MS", "300").start();
+    let o = order(&app, json!(100));
+    // SQLite: the write lock. PostgreSQL: the order's row, locked as the writer locks it.
+    let holder = if app.is_postgres() {
+        let mut c = ::postgres::Client::connect(&app.db.to_string_lossy(), ::postgres::NoTls)
+            .expect("connect");
+        c.batch_execute(&format!(
+            "BEGIN; SELECT id FROM conversions WHERE order_id = '{o}' FOR UPDATE"
+        ))
+        .unwrap();
+        Ok(c)
+    } else {
+        let lock = app.sqlite();
+        lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+        Err(lock)
+    };
+    let started = std::time::Instant::now();
+    let r = app.post_adjustment(&o, &refund("r", json!(10)));
+    let took = started.elapsed();
+    expect_error(&r, 503, "QUEUE_UNAVAILABLE");
+    let retry: u64 = r
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After");
+    assert!(retry >= 1);
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "503 took {took:?}"
+    );
+    match holder {
+        Ok(mut c) => c.batch_execute("ROLLBACK").unwrap(),
+        Err(lock) => lock.execute_batch("ROLLBACK").unwrap(),
+    }
+    assert_eq!(status(&app, &o)["adjustments"], json!([]));
+    accepted(
+        &app.post_adjustment(&o, &refund("r", json!(10))),
+        &o,
+        "r",
+        "90",
+        "partially_refunded",
+    );
+}
