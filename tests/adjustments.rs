@@ -665,6 +665,8 @@ fn a_full_refund_of_a_foreign_currency_order_nets_exactly_zero_in_the_site_curre
         "33.33",
         "partially_refunded",
     );
+    // At the order's rate (1.05 on 2026-11-13), not the latest one (1.06): 33.33 / 1.05 = 31.74.
+    assert_eq!(status(&app, &o)["netReportingValue"].to_string(), "31.74");
     accepted(
         &app.post_adjustment(&o, &r("b", json!(16.66))),
         &o,
