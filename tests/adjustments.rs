@@ -1026,3 +1026,40 @@ fn a_held_lock_answers_503_with_retry_after_and_nothing_is_written() {
         "partially_refunded",
     );
 }
+
+#[test]
+fn the_ndjson_export_carries_each_orders_ledger_as_the_lookup_shows_it() {
+    let app = manual().start();
+    let adjusted = order(&app, json!(40));
+    let plain = order(&app, json!(5));
+    app.post_adjustment(&adjusted, &refund("r-1", json!(15)))
+        .expect(202);
+    let restate =
+        json!({"adjustmentId": "s-1", "type": "restate", "value": 30, "reason": "discount"});
+    app.post_adjustment(&adjusted, &restate).expect(202);
+    let run = app.cli(&["export", "--site", &app.site.id, "--format", "ndjson"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let mut seen = 0;
+    for line in run.stdout.lines() {
+        let mut v: Value = serde_json::from_str(line).unwrap();
+        let order = v["orderId"].as_str().unwrap().to_owned();
+        for k in ["visitorId", "clientId"] {
+            v.as_object_mut().unwrap().remove(k);
+        }
+        let mut lookup = status(&app, &order);
+        lookup.as_object_mut().unwrap().remove("deliveries");
+        assert_eq!(v, lookup, "{order}");
+        if order == adjusted {
+            assert_eq!(
+                (v["netValue"].clone(), v["state"].clone()),
+                (json!(30), json!("restated"))
+            );
+            assert_eq!(v["adjustments"].as_array().unwrap().len(), 2);
+        } else {
+            assert_eq!(order, plain);
+            assert_eq!(v["adjustments"], json!([]));
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 2);
+}

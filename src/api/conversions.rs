@@ -210,11 +210,20 @@ pub fn ledger_json(
     order: &OrderStatus,
     adjustments: &[store::adjustments::Adjustment],
 ) -> Result<(), store::StoreError> {
-    let net = store::adjustments::net_of(order.conversion.value.as_deref(), adjustments)?;
-    let reporting = store::adjustments::net_in_site_currency(order, net.value)?;
-    v["netValue"] = number(&net.value.to_string());
-    v["state"] = json!(net.state.as_str());
-    v["netReportingValue"] = reporting.map_or(Value::Null, |r| number(&r.to_string()));
+    match store::adjustments::net_shown(order.conversion.value.as_deref(), adjustments)? {
+        Some(net) => {
+            let reporting = store::adjustments::net_in_site_currency(order, net.value)?;
+            v["netValue"] = number(&net.value.to_string());
+            v["state"] = json!(net.state.as_str());
+            v["netReportingValue"] = reporting.map_or(Value::Null, |r| number(&r.to_string()));
+        }
+        // A broken row (its value is no decimal): nothing to net, nothing adjusted.
+        None => {
+            v["netValue"] = Value::Null;
+            v["state"] = json!(crate::ledger::State::Active.as_str());
+            v["netReportingValue"] = Value::Null;
+        }
+    }
     v["adjustments"] = adjustments
         .iter()
         .map(|a| {

@@ -534,17 +534,21 @@ fn ledger_card(
     adjustments: &[store::adjustments::Adjustment],
 ) -> Result<Markup, PageError> {
     let c = &o.conversion;
-    let net = store::adjustments::net_of(c.value.as_deref(), adjustments)?;
-    let net_reporting = store::adjustments::net_in_site_currency(o, net.value)?;
-    let net_text = net.value.to_string();
+    let net = store::adjustments::net_shown(c.value.as_deref(), adjustments)?;
+    let net_reporting = match &net {
+        Some(n) => store::adjustments::net_in_site_currency(o, n.value)?,
+        None => None,
+    };
+    let net_text = net.map(|n| n.value.to_string());
+    let state = net.map_or(crate::ledger::State::Active, |n| n.state);
     let net_reporting_text = net_reporting.map(|v| v.to_string());
     Ok(html! {
         div.card #ledger {
             h2 { "Refunds and changes" }
             dl.ids {
-                dt { "Net value" } dd #net-value { (money(Some(&net_text), Some(&c.currency))) }
+                dt { "Net value" } dd #net-value { (money(net_text.as_deref(), Some(&c.currency))) }
                 dt { "Net reporting value" } dd #net-reporting-value { (money(net_reporting_text.as_deref(), o.fx.currency.as_deref())) }
-                dt { "State" } dd #order-state { (net.state.as_str()) }
+                dt { "State" } dd #order-state { (state.as_str()) }
             }
             @if adjustments.is_empty() {
                 p.empty #no-adjustments { "No refund, cancellation or restatement." }

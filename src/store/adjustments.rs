@@ -84,6 +84,42 @@ pub fn net_of(value: Option<&str>, adjustments: &[Adjustment]) -> Result<Net> {
     Ok(ledger::net(reported, &entries))
 }
 
+/// [`net_of`] for a view of the order: `None` when the reported value is not a decimal (a broken
+/// row, which the pipeline dead-letters) and the ledger is empty, so that the order still shows.
+pub fn net_shown(value: Option<&str>, adjustments: &[Adjustment]) -> Result<Option<Net>> {
+    match net_of(value, adjustments) {
+        Ok(net) => Ok(Some(net)),
+        Err(_) if adjustments.is_empty() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The adjustments of the conversions of `site_id` that occurred in `[from_ms, to_ms)`, by
+/// conversion id, each ledger in `occurredAt` order: what an export of those conversions shows
+/// beside each (one entry per adjustment in memory, never one per conversion).
+pub fn of_site_between(
+    conn: &impl AsConn,
+    site_id: &str,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<std::collections::HashMap<String, Vec<Adjustment>>> {
+    let mut out: std::collections::HashMap<String, Vec<Adjustment>> = Default::default();
+    conn.conn().query_each(
+        "SELECT a.adjustment_id, a.type, a.value, a.currency, a.occurred_at, a.received_at,
+                a.reason, a.id, a.conversion_id
+         FROM adjustments a JOIN conversions c ON c.id = a.conversion_id
+         WHERE c.site_id = ?1 AND c.occurred_at >= ?2 AND c.occurred_at < ?3
+         ORDER BY a.conversion_id, a.occurred_at, a.id",
+        args![site_id, from_ms, to_ms],
+        |r| {
+            let conversion_id: String = r.get(8)?;
+            out.entry(conversion_id).or_default().push(adjustment(r)?);
+            Ok::<_, StoreError>(())
+        },
+    )?;
+    Ok(out)
+}
+
 /// A new adjustment as the request gave it, its fields checked one by one already.
 #[derive(Debug, Clone)]
 pub struct NewAdjustment {
