@@ -1,10 +1,28 @@
--- convapi's schema at version 10 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 11 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
 -- (schema_sql_is_the_migrated_schema in src/store/migrate.rs); after adding a migration, write it
 -- again with `CONVAPI_BLESS=1 cargo test --lib schema_sql`.
 -- Times are integer epoch milliseconds (UTC). Money is decimal text, never REAL.
+
+CREATE TABLE adjustments (
+    id             INTEGER PRIMARY KEY,
+    conversion_id  TEXT NOT NULL REFERENCES conversions(id) ON DELETE CASCADE,
+    site_id        TEXT NOT NULL,
+    order_id       TEXT NOT NULL,
+    adjustment_id  TEXT NOT NULL,
+    type           TEXT NOT NULL,
+    value          TEXT,
+    currency       TEXT NOT NULL,
+    occurred_at    INTEGER NOT NULL,
+    received_at    INTEGER NOT NULL,
+    reason         TEXT,
+    answer_net     TEXT NOT NULL,
+    answer_state   TEXT NOT NULL
+);
+CREATE INDEX adjustments_conversion ON adjustments(conversion_id, occurred_at, id);
+CREATE UNIQUE INDEX adjustments_order_adjustment ON adjustments(site_id, order_id, adjustment_id);
 
 CREATE TABLE api_keys (
     id            TEXT PRIMARY KEY,          -- UUID

@@ -15,6 +15,7 @@ pub mod fx;
 pub mod http;
 pub mod invalid;
 pub mod keys;
+pub mod ledger;
 pub mod malloc;
 pub mod metrics;
 pub mod ops;

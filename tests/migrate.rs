@@ -22,6 +22,7 @@ const TABLES: [&str; 18] = [
     "visitor_clients",
     "events",
     "conversions",
+    "adjustments",
     "outbox",
     "destinations",
     "deliveries",
@@ -39,8 +40,8 @@ const EMAIL: &str = "owner@shop.example";
 
 /// A server's database with a row in every table, made the way users make them: pixel sessions
 /// (one identified), orders through the API converted from EUR and USD, one parked without a rate
-/// (ISK), one dead letter, one still queued, one person erased with their order (its rollup cell
-/// left at zero), a revoked key, a dashboard user logged in. The server is stopped.
+/// (ISK), one dead letter, one still queued, a refund and a cancel, one person erased with their
+/// order and its refund (its rollup cell left at zero), a revoked key, a dashboard user logged in. The server is stopped.
 fn populated() -> TestApp {
     let mut app = manual().start();
     let now = now_ms();
@@ -67,6 +68,20 @@ fn populated() -> TestApp {
     ];
     for o in &orders {
         app.post_conversion(o).accepted();
+    }
+    // Ledgers: a refund and a cancel; o-4's refund goes with its conversion when it is erased.
+    for (o, body) in [
+        (
+            "o-1",
+            json!({"adjustmentId": "r-1", "type": "refund", "value": 2.5, "reason": "damaged"}),
+        ),
+        ("o-2", json!({"adjustmentId": "c-1", "type": "cancel"})),
+        (
+            "o-4",
+            json!({"adjustmentId": "r-4", "type": "refund", "value": 1}),
+        ),
+    ] {
+        app.post_adjustment(o, &body).expect(202);
     }
     // A destination: its deliveries are written as the pipeline processes the orders.
     app.cli_json(&[

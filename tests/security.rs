@@ -140,6 +140,7 @@ const SQL_INTERPOLATION_ALLOWED: &[&str] = &[
     "json_has_key",
     "next_id",
     "caseless_eq",
+    "for_update",
 ];
 
 #[test]

@@ -40,6 +40,10 @@ mod conversions;
 mod sessions;
 // Repeats, pixel/API deduplication, concurrent sends of one order. Here: one conversion per order.
 mod idempotency;
+// An order's ledger: `POST …/conversions/{orderId}/adjustments`'s checks in order, refunds,
+// cancels, restates, repeats and 409, the net value in occurredAt order, concurrent refunds, the
+// status lookup's ledger. Here: a rule of refunds, cancellations or restatements.
+mod adjustments;
 // The API is authoritative: order poisoning by the pixel undone, API repeats, the pixel's session
 // kept; pixel work has its own backlog budget and parked items count toward none. Here: what the
 // pixel may and may not change of what the API reported.

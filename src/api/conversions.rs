@@ -52,13 +52,25 @@ fn accepted(rec: &Recorded) -> Reply {
     )
 }
 
-/// Checks 4 to 7: the body as a report.
-fn read_submission(ctx: &mut Ctx, now_ms: i64) -> Result<validate::Report, ApiError> {
+/// Checks 4 to 6: the body as one JSON object (the adjustments endpoint checks the same).
+pub fn read_body(ctx: &mut Ctx) -> Result<serde_json::Map<String, Value>, ApiError> {
     let body = ctx.body(BODY_LIMIT)?;
     if !validate::media_type_is(ctx.header("Content-Type"), &["application/json"]) {
         return Err(ApiError::UnsupportedMediaType("application/json"));
     }
-    validate::report(&validate::json_object(&body)?, now_ms)
+    validate::json_object(&body)
+}
+
+/// Checks 4 to 7: the body as a report.
+fn read_submission(ctx: &mut Ctx, now_ms: i64) -> Result<validate::Report, ApiError> {
+    validate::report(&read_body(ctx)?, now_ms)
+}
+
+/// A stored decimal text as a JSON number (`null` when it is none).
+pub fn number(text: &str) -> Value {
+    serde_json::from_str::<serde_json::Number>(text)
+        .map(Value::Number)
+        .unwrap_or(Value::Null)
 }
 
 pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError> {
@@ -162,18 +174,71 @@ pub fn order_status(
 ) -> Result<Reply, ApiError> {
     let key_hash = super::bearer_key_hash(ctx)?;
     let conn = app.pool.get()?;
-    let (order, deliveries) = store::read(&conn, |conn| {
+    let (order, deliveries, adjustments) = store::read(&conn, |conn| {
         let site = super::authorize(app, conn, &key_hash, site_id)?;
         let Some(order) = store::conversions::order_status(conn, &site.id, order_id)? else {
             return Err(ApiError::OrderNotFound);
         };
         let deliveries = store::deliveries::of_conversion(conn, &order.conversion.id)?;
-        Ok::<_, ApiError>((order, deliveries))
+        let adjustments = store::adjustments::of_conversion(conn, &order.conversion.id)?;
+        Ok::<_, ApiError>((order, deliveries, adjustments))
     })?;
     drop(conn);
-    let mut v = status_json(&order);
-    v["deliveries"] = deliveries_json(&deliveries);
-    Ok(Reply::json(200, &v))
+    Ok(Reply::json(
+        200,
+        &order_json(&order, &deliveries, &adjustments)?,
+    ))
+}
+
+/// The order status lookup's JSON: the order, its ledger and its deliveries (`convapi order show
+/// --json` prints the same).
+pub fn order_json(
+    order: &OrderStatus,
+    deliveries: &[store::deliveries::View],
+    adjustments: &[store::adjustments::Adjustment],
+) -> Result<Value, store::StoreError> {
+    let mut v = status_json(order);
+    ledger_json(&mut v, order, adjustments)?;
+    v["deliveries"] = deliveries_json(deliveries);
+    Ok(v)
+}
+
+/// Adds the order's ledger to its status view: `netValue`, `state`, `netReportingValue` (in the
+/// site currency, at the order's rate; `null` while it has none) and `adjustments`.
+pub fn ledger_json(
+    v: &mut Value,
+    order: &OrderStatus,
+    adjustments: &[store::adjustments::Adjustment],
+) -> Result<(), store::StoreError> {
+    match store::adjustments::net_shown(order.conversion.value.as_deref(), adjustments)? {
+        Some(net) => {
+            let reporting = store::adjustments::net_in_site_currency(order, net.value)?;
+            v["netValue"] = number(&net.value.to_string());
+            v["state"] = json!(net.state.as_str());
+            v["netReportingValue"] = reporting.map_or(Value::Null, |r| number(&r.to_string()));
+        }
+        // A broken row (its value is no decimal): nothing to net, nothing adjusted.
+        None => {
+            v["netValue"] = Value::Null;
+            v["state"] = json!(crate::ledger::State::Active.as_str());
+            v["netReportingValue"] = Value::Null;
+        }
+    }
+    v["adjustments"] = adjustments
+        .iter()
+        .map(|a| {
+            json!({
+                "adjustmentId": a.adjustment_id,
+                "type": a.kind,
+                "value": a.value.as_deref().map_or(Value::Null, number),
+                "currency": a.currency,
+                "occurredAt": store::iso(a.occurred_at),
+                "receivedAt": store::iso(a.received_at),
+                "reason": a.reason,
+            })
+        })
+        .collect();
+    Ok(())
 }
 
 /// A conversion's deliveries to the site's destinations, as the order status lookup shows them.

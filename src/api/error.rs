@@ -37,6 +37,12 @@ pub enum ApiError {
         message: String,
     },
     NoSession,
+    /// The adjustmentId was used before with another type, value or currency.
+    AdjustmentConflict,
+    /// The order's ledger holds a cancel: no new adjustment.
+    OrderCancelled,
+    /// The adjustment would make the order's net value negative at some point.
+    ExceedsOrderValue,
     /// The pixel endpoint's rate limit; retry after the given time.
     RateLimited(std::time::Duration),
     /// The write path cannot take the request now; retry after the given seconds.
@@ -67,7 +73,8 @@ impl ApiError {
             ApiError::InvalidJson(_) | ApiError::Validation { .. } | ApiError::BadEvent { .. } => {
                 400
             }
-            ApiError::NoSession => 422,
+            ApiError::AdjustmentConflict => 409,
+            ApiError::NoSession | ApiError::OrderCancelled | ApiError::ExceedsOrderValue => 422,
             ApiError::RateLimited(_) => 429,
             ApiError::QueueUnavailable(_) | ApiError::Unhealthy => 503,
             ApiError::Internal(_) => 500,
@@ -88,6 +95,9 @@ impl ApiError {
             ApiError::InvalidJson(_) => "INVALID_JSON",
             ApiError::Validation { .. } | ApiError::BadEvent { .. } => "VALIDATION_ERROR",
             ApiError::NoSession => "NO_SESSION",
+            ApiError::AdjustmentConflict => "ADJUSTMENT_CONFLICT",
+            ApiError::OrderCancelled => "ORDER_CANCELLED",
+            ApiError::ExceedsOrderValue => "EXCEEDS_ORDER_VALUE",
             ApiError::RateLimited(_) => "RATE_LIMITED",
             ApiError::QueueUnavailable(_) => "QUEUE_UNAVAILABLE",
             ApiError::Unhealthy => "UNAVAILABLE",
@@ -102,7 +112,7 @@ impl ApiError {
             ApiError::SiteNotFound(None) => "no such site".into(),
             ApiError::SiteNotFound(Some(why)) => format!("no such site: {why}"),
             ApiError::Forbidden => "the site does not belong to the tenant of this API key".into(),
-            ApiError::OrderNotFound => "no such order on this site".into(),
+            ApiError::OrderNotFound => crate::ledger::ORDER_NOT_FOUND.into(),
             ApiError::NotFound => "no such resource".into(),
             ApiError::MethodNotAllowed(allow) => format!("method not allowed; allowed: {allow}"),
             ApiError::PayloadTooLarge(limit) => format!("request body exceeds {limit} bytes"),
@@ -114,6 +124,9 @@ impl ApiError {
             ApiError::NoSession => "no session found for the given identifiers within the site's \
                                     attribution window; retry once after 1 to 2 minutes for a fresh order"
                 .into(),
+            ApiError::AdjustmentConflict => crate::ledger::CONFLICT.into(),
+            ApiError::OrderCancelled => crate::ledger::Refusal::OrderCancelled.message().into(),
+            ApiError::ExceedsOrderValue => crate::ledger::Refusal::ExceedsOrderValue.message().into(),
             ApiError::RateLimited(_) => "too many requests; retry after the time in Retry-After".into(),
             ApiError::QueueUnavailable(_) => "conversion queue unavailable; retry with exponential backoff".into(),
             ApiError::Unhealthy => "database unavailable".into(),

@@ -2,6 +2,7 @@
 //! functions from a [`Ctx`] to `Result<Reply, ApiError>`. They read through the pool and write only
 //! through the writer; they never see `tiny_http`. [`Api`] is what `server.rs` hands the front.
 
+pub mod adjustments;
 pub mod collect;
 pub mod conversions;
 pub mod error;

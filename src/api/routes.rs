@@ -2,7 +2,7 @@
 //! method: 405 `METHOD_NOT_ALLOWED` with `Allow`; a path parameter that does not decode to UTF-8:
 //! 400 `VALIDATION_ERROR` naming it, before the handler (docs/decisions.md §2).
 
-use super::{collect, conversions, health, people, static_files, ApiError, App};
+use super::{adjustments, collect, conversions, health, people, static_files, ApiError, App};
 use crate::http::{decode_segment, Ctx, Lane, Reply};
 
 /// A matched route: its name for logs and metrics, and whether its answers, errors included,
@@ -83,6 +83,8 @@ pub fn dispatch(app: &App, ctx: &mut Ctx) -> (Route, Result<Reply, ApiError>) {
         (_, ["api", "sites", _, "conversions"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("POST"))),
         ("GET" | "HEAD", ["api", "sites", site, "conversions", order]) => (private("conversions_status"), params([("siteId", site), ("orderId", order)]).and_then(|[site, order]| conversions::order_status(app, ctx, &site, &order))),
         (_, ["api", "sites", _, "conversions", _]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("GET, HEAD"))),
+        ("POST", ["api", "sites", site, "conversions", order, "adjustments"]) => (private("conversions_adjust"), params([("siteId", site), ("orderId", order)]).and_then(|[site, order]| adjustments::adjust(app, ctx, &site, &order))),
+        (_, ["api", "sites", _, "conversions", _, "adjustments"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("POST"))),
         ("DELETE", ["api", "sites", site, "people", client]) => (private("people_forget"), params([("siteId", site), ("clientId", client)]).and_then(|[site, client]| people::forget(app, ctx, &site, &client))),
         (_, ["api", "sites", _, "people", _]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("DELETE"))),
         ("POST", ["api", "collect"]) => (public("collect"), collect::collect(app, ctx)),

@@ -3,9 +3,10 @@
 //! row count and the output can go straight into `gzip`. Must not collect rows.
 //!
 //! CSV records and the conversion columns are `crate::csv`'s (the dashboard's download writes the
-//! same). NDJSON lines are the order status lookup's JSON (`api::conversions::status_json`) plus
-//! `visitorId` and `clientId`, without the lookup's `deliveries` to ad platforms (the export is of
-//! the conversions; where each went is the lookup's and the order page's).
+//! same). NDJSON lines are the order status lookup's JSON (`api::conversions::status_json`, with
+//! its ledger: `ledger_json`) plus `visitorId` and `clientId`, without the lookup's `deliveries` to
+//! ad platforms (the export is of the conversions; where each went is the lookup's and the order
+//! page's). The range's adjustments are read first, one entry per adjustment in memory.
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -126,16 +127,22 @@ fn write_rows(
             if csv {
                 crate::csv::record(&mut out, crate::csv::CONVERSION_COLUMNS).map_err(io)?;
             }
+            let ledgers = if csv {
+                Default::default()
+            } else {
+                store::adjustments::of_site_between(conn, site_id, from_ms, to_ms)?
+            };
             store::export::conversions(conn, site_id, from_ms, to_ms, |o| {
                 if csv {
-                    crate::csv::record(&mut out, crate::csv::conversion_fields(o))
+                    crate::csv::record(&mut out, crate::csv::conversion_fields(o)).map_err(io)
                 } else {
                     let mut v = crate::api::conversions::status_json(o);
+                    let ledger = ledgers.get(&o.conversion.id).map_or(&[][..], Vec::as_slice);
+                    crate::api::conversions::ledger_json(&mut v, o, ledger)?;
                     v["visitorId"] = json!(o.conversion.visitor_id);
                     v["clientId"] = json!(o.conversion.client_id);
-                    json_line(&mut out, &v)
+                    json_line(&mut out, &v).map_err(io)
                 }
-                .map_err(io)
             })
         }
     })

@@ -18,6 +18,7 @@ mod export;
 mod forget;
 mod key;
 mod migrate;
+mod order;
 mod outbox;
 mod rates;
 mod report;
@@ -78,6 +79,9 @@ enum Command {
     Rates(rates::RatesCmd),
     /// Conversions and revenue of a site, grouped.
     Report(report::ReportArgs),
+    /// An order's ledger: refunds, cancels and restates, and the order with its net value.
+    #[command(subcommand)]
+    Order(order::OrderCmd),
     /// The pipeline's outbox: waiting items and dead letters, and retrying them.
     #[command(subcommand)]
     Outbox(outbox::OutboxCmd),
@@ -462,6 +466,8 @@ fn run(cli: Cli) -> CliResult {
         Command::Rates(RatesCmd::Import(a)) => rates::import(&db, a),
         Command::Rates(RatesCmd::Fetch(a)) => rates::fetch(&db, a),
         Command::Report(a) => report::report(&db, a),
+        Command::Order(order::OrderCmd::Adjust(a)) => order::adjust(&db, a),
+        Command::Order(order::OrderCmd::Show(a)) => order::show(&db, a),
         Command::Outbox(outbox::OutboxCmd::List(a)) => outbox::list(&db, a),
         Command::Outbox(outbox::OutboxCmd::Retry(a)) => outbox::retry(&db, a),
         Command::Export(a) => export::export(&db, a),

@@ -450,14 +450,16 @@ pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult
 /// `GET /dashboard/sites/{id}/conversions/{eventId}`: one conversion as the order status lookup
 /// shows it.
 pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
-    let (o, deliveries, destinations) = d.read(|c| {
+    let (o, deliveries, destinations, adjustments) = d.read(|c| {
         let Some(o) = list::conversion(c, &site.id, id)? else {
             return Err(PageError::NotFound);
         };
         let deliveries = store::deliveries::of_conversion(c, &o.conversion.id)?;
         let destinations = store::destinations::for_site(c, &site.id)?;
-        Ok((o, deliveries, destinations))
+        let adjustments = store::adjustments::of_conversion(c, &o.conversion.id)?;
+        Ok((o, deliveries, destinations, adjustments))
     })?;
+    let ledger = ledger_card(&o, &adjustments)?;
     let c = &o.conversion;
     let title = match &c.order_id {
         Some(order) => format!("Order {order}"),
@@ -515,6 +517,7 @@ pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
                 }
             }
         }
+        (ledger)
         (deliveries_card(site, &o.status, &deliveries, &destinations))
         p { a href={ (base(site)) "/conversions" } { "All conversions" } }
     };
@@ -522,6 +525,52 @@ pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
         200,
         layout::site_page(v, site, SiteTab::Conversions, &title, body),
     ))
+}
+
+/// The order page's card of the order's ledger: its net value and state, and each refund, cancel
+/// or restate in `occurredAt` order.
+fn ledger_card(
+    o: &store::conversions::OrderStatus,
+    adjustments: &[store::adjustments::Adjustment],
+) -> Result<Markup, PageError> {
+    let c = &o.conversion;
+    let net = store::adjustments::net_shown(c.value.as_deref(), adjustments)?;
+    let net_reporting = match &net {
+        Some(n) => store::adjustments::net_in_site_currency(o, n.value)?,
+        None => None,
+    };
+    let net_text = net.map(|n| n.value.to_string());
+    let state = net.map_or(crate::ledger::State::Active, |n| n.state);
+    let net_reporting_text = net_reporting.map(|v| v.to_string());
+    Ok(html! {
+        div.card #ledger {
+            h2 { "Refunds and changes" }
+            dl.ids {
+                dt { "Net value" } dd #net-value { (money(net_text.as_deref(), Some(&c.currency))) }
+                dt { "Net reporting value" } dd #net-reporting-value { (money(net_reporting_text.as_deref(), o.fx.currency.as_deref())) }
+                dt { "State" } dd #order-state { (state.as_str()) }
+            }
+            @if adjustments.is_empty() {
+                p.empty #no-adjustments { "No refund, cancellation or restatement." }
+            } @else {
+                table #adjustments {
+                    thead { tr { th { "Occurred" } th { "Type" } th { "Value" } th { "Adjustment id" } th { "Reason" } th { "Received" } } }
+                    tbody {
+                        @for a in adjustments {
+                            tr {
+                                td { (layout::date(a.occurred_at)) }
+                                td { (a.kind) }
+                                td { (money(a.value.as_deref(), Some(&a.currency))) }
+                                td { code { (a.adjustment_id) } }
+                                td { (a.reason.as_deref().unwrap_or("")) }
+                                td { (layout::date(a.received_at)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    })
 }
 
 /// The tries of a delivery that failed: a delivered one's count includes the try that succeeded.

@@ -11,6 +11,7 @@
 pub mod accounts;
 pub mod destinations;
 pub mod keys;
+pub mod orders;
 pub mod outbox;
 pub mod people;
 pub mod sites;

@@ -18,8 +18,8 @@
 //!   format: one statement per table, rows sent as they are read, so memory stays flat whatever the
 //!   table's size, and PostgreSQL's fastest way in (a multi-row `INSERT` parses and plans every
 //!   batch, and its parameters would need one type per column anyway).
-//! - **Ids.** Ids are copied as they are, the two identity columns (`outbox.id`,
-//!   `visitor_clients.id`) included (`COPY` writes given values even into a `GENERATED ALWAYS`
+//! - **Ids.** Ids are copied as they are, the identity columns (`outbox.id`,
+//!   `visitor_clients.id`, `adjustments.id`) included (`COPY` writes given values even into a `GENERATED ALWAYS`
 //!   column); afterwards each identity's sequence is moved past the largest id, so rows inserted
 //!   after the move get new ids.
 //! - **The rollup.** `report_daily` is derived data, kept by a trigger on `conversions` on both
@@ -65,6 +65,7 @@ pub const TABLES: &[&str] = &[
     "visitor_clients",
     "events",
     "conversions",
+    "adjustments",
     "outbox",
     "destinations",
     "deliveries",

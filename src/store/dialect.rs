@@ -90,6 +90,16 @@ impl Dialect {
         }
     }
 
+    /// What ends a `SELECT` that locks the rows it reads until the transaction ends: SQLite's
+    /// one writer holds the database's write lock already (`BEGIN IMMEDIATE`); PostgreSQL's
+    /// writers on several nodes wait for each other's ` FOR UPDATE`.
+    pub fn for_update(self) -> &'static str {
+        match self.0 {
+            Engine::Sqlite => "",
+            Engine::Postgres => " FOR UPDATE",
+        }
+    }
+
     /// What opens a read transaction, one snapshot: SQLite's read transactions are one by nature;
     /// PostgreSQL's is `REPEATABLE READ`, read only.
     pub fn begin_read(self) -> &'static str {

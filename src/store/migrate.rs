@@ -202,6 +202,10 @@ mod tests {
             "0010_people.sql",
             "df8e10fcbbca32d112b153bbf30a8d208667b22c8f83d2427fcba89298d3e082",
         ),
+        (
+            "0011_adjustments.sql",
+            "f3f7e0394031a01b72067df990cb1799bbb102d88f054fcdbf447ee507a2f68a",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

@@ -107,6 +107,41 @@ impl TestApp {
         )
     }
 
+    /// `POST …/conversions/{order}/adjustments` on the default site with the default key.
+    pub fn post_adjustment(&self, order: &str, body: &Value) -> Resp {
+        self.post_adjustment_raw(
+            &self.key.key,
+            &self.site.id,
+            order,
+            Some("application/json"),
+            &serde_json::to_vec(body).unwrap(),
+        )
+    }
+
+    pub fn post_adjustment_raw(
+        &self,
+        key: &str,
+        site: &str,
+        order: &str,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Resp {
+        let auth = format!("Bearer {key}");
+        let mut headers = vec![("Authorization", auth.as_str())];
+        if let Some(ct) = content_type {
+            headers.push(("Content-Type", ct));
+        }
+        self.send(
+            "POST",
+            &format!(
+                "/api/sites/{site}/conversions/{}/adjustments",
+                encode_segment(order)
+            ),
+            &headers,
+            Some(body),
+        )
+    }
+
     /// `GET /api/sites/{default site}/conversions/{orderId}` with the default key.
     pub fn order_status(&self, order_id: &str) -> Resp {
         self.order_status_as(&self.key.key, &self.site.id, order_id)

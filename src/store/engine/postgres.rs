@@ -53,6 +53,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0010_people.sql",
         include_str!("../migrations/postgres/0010_people.sql"),
     ),
+    Migration::new(
+        11,
+        "0011_adjustments.sql",
+        include_str!("../migrations/postgres/0011_adjustments.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

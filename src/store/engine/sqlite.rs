@@ -208,6 +208,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0010_people.sql",
         include_str!("../migrations/sqlite/0010_people.sql"),
     ),
+    Migration::new(
+        11,
+        "0011_adjustments.sql",
+        include_str!("../migrations/sqlite/0011_adjustments.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.

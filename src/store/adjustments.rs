@@ -1,0 +1,332 @@
+//! The `adjustments` table: each order's ledger of refunds, cancels and restates
+//! (docs/decisions/api.md, "Adjustments"). A new adjustment is decided inside the writer's
+//! transaction with the order's row locked ([`record`]), so that concurrent adjustments of one
+//! order, from one node or several, are decided one after the other on the ledger as it is.
+
+use std::str::FromStr;
+
+use rust_decimal::Decimal;
+
+use super::dialect::Statement;
+use super::engine::{args, AsConn, Row};
+use super::{Result, StoreError};
+use crate::ledger::{self, Entry, Kind, Net, Refusal};
+
+/// One stored adjustment, as the status lookup shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adjustment {
+    pub adjustment_id: String,
+    /// `refund`, `cancel` or `restate`.
+    pub kind: String,
+    /// Decimal text in `currency`; `None` for a cancel.
+    pub value: Option<String>,
+    pub currency: String,
+    pub occurred_at: i64,
+    pub received_at: i64,
+    pub reason: Option<String>,
+    /// The arrival order (the row id).
+    pub arrival: i64,
+}
+
+impl Adjustment {
+    /// The ledger's view of it; `None` when its stored text is not what was written.
+    fn entry(&self) -> Result<Entry> {
+        let kind = Kind::parse(&self.kind)
+            .ok_or_else(|| StoreError::Other(format!("unknown adjustment type {:?}", self.kind)))?;
+        Ok(Entry {
+            kind,
+            value: self.value.as_deref().map(decimal).transpose()?,
+            occurred_at: self.occurred_at,
+            arrival: self.arrival,
+        })
+    }
+}
+
+fn decimal(text: &str) -> Result<Decimal> {
+    Decimal::from_str(text.trim())
+        .map_err(|_| StoreError::Other(format!("{text:?} is not a decimal number")))
+}
+
+const COLUMNS: &str = "adjustment_id, type, value, currency, occurred_at, received_at, reason, id";
+
+fn adjustment(r: &Row) -> Result<Adjustment> {
+    Ok(Adjustment {
+        adjustment_id: r.get(0)?,
+        kind: r.get(1)?,
+        value: r.get(2)?,
+        currency: r.get(3)?,
+        occurred_at: r.get(4)?,
+        received_at: r.get(5)?,
+        reason: r.get(6)?,
+        arrival: r.get(7)?,
+    })
+}
+
+/// The ledger of conversion `conversion_id`, in `occurredAt` order (ties: arrival).
+pub fn of_conversion(conn: &impl AsConn, conversion_id: &str) -> Result<Vec<Adjustment>> {
+    conn.conn().query_all(
+        &format!(
+            "SELECT {COLUMNS} FROM adjustments WHERE conversion_id = ?1 ORDER BY occurred_at, id"
+        ),
+        args![conversion_id],
+        adjustment,
+    )
+}
+
+/// The net value and state of an order reported at `value` (decimal text; `None` counts as 0)
+/// with the ledger `adjustments`.
+pub fn net_of(value: Option<&str>, adjustments: &[Adjustment]) -> Result<Net> {
+    let reported = value.map(decimal).transpose()?.unwrap_or(Decimal::ZERO);
+    let entries = adjustments
+        .iter()
+        .map(Adjustment::entry)
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ledger::net(reported, &entries))
+}
+
+/// [`net_of`] for a view of the order: `None` when the reported value is not a decimal (a broken
+/// row, which the pipeline dead-letters) and the ledger is empty, so that the order still shows.
+pub fn net_shown(value: Option<&str>, adjustments: &[Adjustment]) -> Result<Option<Net>> {
+    match net_of(value, adjustments) {
+        Ok(net) => Ok(Some(net)),
+        Err(_) if adjustments.is_empty() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The adjustments of the conversions of `site_id` that occurred in `[from_ms, to_ms)`, by
+/// conversion id, each ledger in `occurredAt` order: what an export of those conversions shows
+/// beside each (one entry per adjustment in memory, never one per conversion).
+pub fn of_site_between(
+    conn: &impl AsConn,
+    site_id: &str,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<std::collections::HashMap<String, Vec<Adjustment>>> {
+    let mut out: std::collections::HashMap<String, Vec<Adjustment>> = Default::default();
+    conn.conn().query_each(
+        "SELECT a.adjustment_id, a.type, a.value, a.currency, a.occurred_at, a.received_at,
+                a.reason, a.id, a.conversion_id
+         FROM adjustments a JOIN conversions c ON c.id = a.conversion_id
+         WHERE c.site_id = ?1 AND c.occurred_at >= ?2 AND c.occurred_at < ?3
+         ORDER BY a.conversion_id, a.occurred_at, a.id",
+        args![site_id, from_ms, to_ms],
+        |r| {
+            let conversion_id: String = r.get(8)?;
+            out.entry(conversion_id).or_default().push(adjustment(r)?);
+            Ok::<_, StoreError>(())
+        },
+    )?;
+    Ok(out)
+}
+
+/// A new adjustment as the request gave it, its fields checked one by one already.
+#[derive(Debug, Clone)]
+pub struct NewAdjustment {
+    pub site_id: String,
+    pub order_id: String,
+    pub adjustment_id: String,
+    pub kind: Kind,
+    /// Decimal text; `None` for a cancel.
+    pub value: Option<Decimal>,
+    /// `None`: the order's.
+    pub currency: Option<String>,
+    /// `None`: the time of the call, or the order's `occurredAt` if that is later.
+    pub occurred_at: Option<i64>,
+    pub reason: Option<String>,
+}
+
+/// What an adjustment was answered: the order's event id, its net value and state then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub event_id: String,
+    pub net_value: String,
+    pub state: String,
+}
+
+/// What [`record`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// Stored; the order's net value and state now.
+    Accepted(Answer),
+    /// The same adjustment again: nothing changed, the first answer.
+    Repeat(Answer),
+    /// No conversion with that orderId on the site.
+    OrderNotFound,
+    /// A field does not fit the order: `(field, message)`.
+    Invalid(&'static str, String),
+    /// The adjustmentId was used with another type, value or currency.
+    Conflict,
+    Refused(Refusal),
+}
+
+/// The order an adjustment is for, its row locked until the transaction ends.
+struct Order {
+    id: String,
+    value: Option<String>,
+    currency: String,
+    occurred_at: i64,
+}
+
+fn lock_order(conn: &impl AsConn, site_id: &str, order_id: &str) -> Result<Option<Order>> {
+    static SQL: Statement = Statement::new();
+    let sql = SQL.get(conn, |d| {
+        let for_update = d.for_update();
+        format!(
+            "SELECT id, value, currency, occurred_at FROM conversions
+             WHERE site_id = ?1 AND order_id = ?2{for_update}"
+        )
+    });
+    conn.conn().query_opt(sql, args![site_id, order_id], |r| {
+        Ok(Order {
+            id: r.get(0)?,
+            value: r.get(1)?,
+            currency: r.get(2)?,
+            occurred_at: r.get(3)?,
+        })
+    })
+}
+
+/// Records `a` inside the caller's write transaction, after the checks that need the order, in
+/// this order: no such order; currency other than the order's, or occurredAt before the order's;
+/// the adjustmentId already used (the same type, value and currency again: a repeat, answered as
+/// the first time; else a conflict); the order cancelled; the net value below 0 at some point.
+/// Nothing is written unless it is accepted.
+pub fn record(conn: &impl AsConn, a: &NewAdjustment, now_ms: i64) -> Result<Recorded> {
+    let Some(order) = lock_order(conn, &a.site_id, &a.order_id)? else {
+        return Ok(Recorded::OrderNotFound);
+    };
+    if let Some(c) = &a.currency {
+        if *c != order.currency {
+            return Ok(Recorded::Invalid(
+                "currency",
+                format!(
+                    "currency must be the order's currency, {}, or absent",
+                    order.currency
+                ),
+            ));
+        }
+    }
+    let occurred_at = match a.occurred_at {
+        Some(t) if t < order.occurred_at => {
+            return Ok(Recorded::Invalid(
+                "occurredAt",
+                format!(
+                    "occurredAt must not be before the order's occurredAt, {}",
+                    super::iso(order.occurred_at)
+                ),
+            ))
+        }
+        Some(t) => t,
+        None => now_ms.max(order.occurred_at),
+    };
+    let ledger = of_conversion(conn, &order.id)?;
+    if let Some(first) = ledger.iter().find(|x| x.adjustment_id == a.adjustment_id) {
+        let same_value = match (&first.value, &a.value) {
+            (None, None) => true,
+            (Some(t), Some(v)) => decimal(t)? == *v,
+            _ => false,
+        };
+        if first.kind != a.kind.as_str() || !same_value {
+            return Ok(Recorded::Conflict);
+        }
+        return answered(conn, &order.id, &a.adjustment_id).map(Recorded::Repeat);
+    }
+    let reported = order
+        .value
+        .as_deref()
+        .map(decimal)
+        .transpose()?
+        .unwrap_or(Decimal::ZERO);
+    let entries = ledger
+        .iter()
+        .map(Adjustment::entry)
+        .collect::<Result<Vec<_>>>()?;
+    let new = Entry {
+        kind: a.kind,
+        value: a.value,
+        occurred_at,
+        // After every stored one: it arrives last.
+        arrival: i64::MAX,
+    };
+    let net = match ledger::admit(reported, &entries, new) {
+        Ok(net) => net,
+        Err(refusal) => return Ok(Recorded::Refused(refusal)),
+    };
+    let answer = Answer {
+        event_id: order.id.clone(),
+        net_value: net.value.to_string(),
+        state: net.state.as_str().to_string(),
+    };
+    let value = a.value.map(|v| v.normalize().to_string());
+    conn.conn().execute(
+        "INSERT INTO adjustments (conversion_id, site_id, order_id, adjustment_id, type, value,
+            currency, occurred_at, received_at, reason, answer_net, answer_state)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        args![
+            &order.id,
+            &a.site_id,
+            &a.order_id,
+            &a.adjustment_id,
+            a.kind.as_str(),
+            &value,
+            &order.currency,
+            occurred_at,
+            now_ms,
+            &a.reason,
+            &answer.net_value,
+            &answer.state,
+        ],
+    )?;
+    Ok(Recorded::Accepted(answer))
+}
+
+/// The first answer of the adjustment `adjustment_id` of conversion `conversion_id`.
+fn answered(conn: &impl AsConn, conversion_id: &str, adjustment_id: &str) -> Result<Answer> {
+    conn.conn()
+        .query_opt(
+            "SELECT answer_net, answer_state FROM adjustments
+             WHERE conversion_id = ?1 AND adjustment_id = ?2",
+            args![conversion_id, adjustment_id],
+            |r| {
+                Ok(Answer {
+                    event_id: conversion_id.to_string(),
+                    net_value: r.get(0)?,
+                    state: r.get(1)?,
+                })
+            },
+        )?
+        .ok_or_else(|| StoreError::Other(format!("adjustment {adjustment_id:?} is gone")))
+}
+
+/// The net value `net` of `order` in the site currency, at the order's own rate: its reporting
+/// value scaled by `net` over its reported value (so an unadjusted order keeps its reporting
+/// value and a fully refunded one is exactly 0), or `net` times its stored rate when its reported
+/// value is 0; rounded to the site currency's minor units. `None` while the order has no rate.
+pub fn net_in_site_currency(
+    order: &super::conversions::OrderStatus,
+    net: Decimal,
+) -> Result<Option<Decimal>> {
+    let (Some(reporting), Some(currency)) = (&order.fx.value, &order.fx.currency) else {
+        return Ok(None);
+    };
+    let minor = crate::fx::minor_units(currency);
+    let reported = order
+        .conversion
+        .value
+        .as_deref()
+        .map(decimal)
+        .transpose()?
+        .unwrap_or(Decimal::ZERO);
+    if net == reported {
+        return Ok(Some(decimal(reporting)?));
+    }
+    if !reported.is_zero() {
+        let scaled = decimal(reporting)?
+            .checked_mul(net)
+            .and_then(|x| x.checked_div(reported));
+        return Ok(scaled.map(|x| crate::fx::round_to_minor(x, minor)));
+    }
+    let rate = order.fx.rate.as_deref().map(decimal).transpose()?;
+    Ok(ledger::in_site_currency(net, rate, minor))
+}
