@@ -13,7 +13,7 @@ use crate::common::postgres::{as_role, cluster_url, fresh_database, fresh_owned_
 use crate::common::*;
 
 /// The tables `migrate` copies (every table of the schema but `schema_version`).
-const TABLES: [&str; 18] = [
+const TABLES: [&str; 19] = [
     "tenants",
     "api_keys",
     "sites",
