@@ -198,6 +198,10 @@ mod tests {
             "0009_destination_api_version.sql",
             "c524829ce361214af1198f634db7ba5c7d90084d28dfb8653bfbef1e1b3e842a",
         ),
+        (
+            "0010_rollup_plpgsql.sql",
+            "aabd2011a9591102d0e83cfa38bf5f89dbe3b55870251d14cf97b371e09469b0",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {
