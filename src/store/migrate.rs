@@ -206,6 +206,10 @@ mod tests {
             "0011_adjustments.sql",
             "f3f7e0394031a01b72067df990cb1799bbb102d88f054fcdbf447ee507a2f68a",
         ),
+        (
+            "0012_rollup_plpgsql.sql",
+            "9eb5d2ac40864ef28ed2b82eec991fccc1a34b0cbc948a5ceb3cbf176eb68f68",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

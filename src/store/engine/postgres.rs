@@ -58,6 +58,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0011_adjustments.sql",
         include_str!("../migrations/postgres/0011_adjustments.sql"),
     ),
+    Migration::new(
+        12,
+        "0012_rollup_plpgsql.sql",
+        include_str!("../migrations/postgres/0012_rollup_plpgsql.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

@@ -213,6 +213,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0011_adjustments.sql",
         include_str!("../migrations/sqlite/0011_adjustments.sql"),
     ),
+    Migration::new(
+        12,
+        "0012_rollup_plpgsql.sql",
+        include_str!("../migrations/sqlite/0012_rollup_plpgsql.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.

@@ -1,0 +1,4 @@
+-- Migration 12: nothing changes on SQLite. On PostgreSQL the rollup's trigger is written in
+-- PL/pgSQL alone, its statements planned once per connection rather than on every call
+-- (migrations/postgres/0012_rollup_plpgsql.sql); SQLite's triggers (0005_report_rollup.sql) are
+-- unchanged.
