@@ -599,6 +599,7 @@ fn deliveries_card(
             None => bounded(text),
         }
     };
+    let now = store::now_ms();
     html! {
         div.card #deliveries {
             h2 { "Deliveries" }
@@ -624,7 +625,7 @@ fn deliveries_card(
                                     td {
                                         span class={ "status delivery-" (x.status) } title=(layout::delivery_words(&x.status).1) { (layout::delivery_words(&x.status).0) }
                                         @if x.status == store::deliveries::Status::Pending.as_str() {
-                                            @if let Some(t) = x.next_attempt_at { " " span.hint { "next try " (layout::date(t)) } }
+                                            @if let Some(t) = x.next_attempt_at { " " span.hint { "next try " (layout::moment(t, now)) } }
                                         }
                                     }
                                     td.num.failed-tries { (failed_tries(x)) }
