@@ -198,6 +198,10 @@ mod tests {
             "0009_destination_api_version.sql",
             "c524829ce361214af1198f634db7ba5c7d90084d28dfb8653bfbef1e1b3e842a",
         ),
+        (
+            "0010_site_deletion.sql",
+            "c26f45b1683076f5af87481ce996676af8b8754aeca50d5d95314d6a6e6846d6",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

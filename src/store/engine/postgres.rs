@@ -48,6 +48,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0009_destination_api_version.sql",
         include_str!("../migrations/postgres/0009_destination_api_version.sql"),
     ),
+    Migration::new(
+        10,
+        "0010_site_deletion.sql",
+        include_str!("../migrations/postgres/0010_site_deletion.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

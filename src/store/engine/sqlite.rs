@@ -203,6 +203,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0009_destination_api_version.sql",
         include_str!("../migrations/sqlite/0009_destination_api_version.sql"),
     ),
+    Migration::new(
+        10,
+        "0010_site_deletion.sql",
+        include_str!("../migrations/sqlite/0010_site_deletion.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.

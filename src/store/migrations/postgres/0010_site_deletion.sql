@@ -1,0 +1,4 @@
+-- Migration 10: a site marked deleted, its rows removed by the pruner (see
+-- migrations/sqlite/0010_site_deletion.sql).
+
+ALTER TABLE sites ADD COLUMN deleted_at BIGINT;
