@@ -396,6 +396,7 @@ pub(super) fn delete(db: &Location, a: DeleteArgs) -> CliResult {
         None => {
             let mut total = Pruned::default();
             loop {
+                let started = std::time::Instant::now();
                 let step = store::write_tx(&conn, |tx| {
                     ops::sites::purge(tx, &site.id, crate::retention::BATCH_ROWS)
                 })
@@ -404,6 +405,8 @@ pub(super) fn delete(db: &Location, a: DeleteArgs) -> CliResult {
                 if step.sites > 0 || step.rows() == 0 {
                     break;
                 }
+                // Another command may write between two steps (at most half of the time is ours).
+                std::thread::sleep(crate::retention::PAUSE.max(started.elapsed()));
             }
             Some(total)
         }
