@@ -375,7 +375,8 @@ struct Deleted<'a> {
 
 /// Marks the site deleted (one short write: it is gone at once), then removes its rows in small
 /// transactions, unless a server runs on the file: its pruner does that then, in the background,
-/// between requests. On PostgreSQL this command removes them (each step is short there too).
+/// between requests. On PostgreSQL this command removes them (each step is short there too) with
+/// the pruners' lead (`store::retention::take_lead`), unless a node's pruner holds it now.
 pub(super) fn delete(db: &Location, a: DeleteArgs) -> CliResult {
     let conn = open(db)?;
     // Held while the rows go, so that no server starts on the file meanwhile.
@@ -391,6 +392,11 @@ pub(super) fn delete(db: &Location, a: DeleteArgs) -> CliResult {
         ops::sites::delete(tx, &a.site_id, None, &a.confirm)
     })
     .map_err(refused)?;
+    // Always on SQLite (one server per file); on PostgreSQL, unless a node is pruning now.
+    let server = match server {
+        None if !store::retention::take_lead(&conn).map_err(CliError::Store)? => Some(None),
+        server => server,
+    };
     let removed = match server {
         Some(_) => None,
         None => {
@@ -408,6 +414,7 @@ pub(super) fn delete(db: &Location, a: DeleteArgs) -> CliResult {
                 // Another command may write between two steps (at most half of the time is ours).
                 std::thread::sleep(crate::retention::PAUSE.max(started.elapsed()));
             }
+            store::retention::end_lead(&conn).map_err(CliError::Store)?;
             Some(total)
         }
     };
