@@ -232,7 +232,8 @@ for path in rust_files(SRC):
                             "(move it behind a store function)")
 # 10: the writes of the operations ops/ owns, called from ops/ only (and the store's own files).
 OPS_WRITES = {
-    "sites": ["create", "update", "set_identity_secret"],
+    "sites": ["create", "update", "set_identity_secret", "mark_deleted"],
+    "retention": ["purge_site"],
     "keys": ["create", "revoke"],
     "destinations": ["insert", "insert_within", "update", "remove", "seal_all"],
     "deliveries": ["retry_failed", "replay"],

@@ -2,7 +2,8 @@
 //! sessions, their events, visitors left without a session — once it is older than the site's
 //! `retain_days`, and the site's conversions as well when it set `expire_conversions`. Conversions
 //! that stay keep what the pipeline stored on them (attribution, reporting value), so the order
-//! status and the report read the same after their sessions are gone.
+//! status and the report read the same after their sessions are gone. It also removes the rows of
+//! each site marked deleted (`ops::sites::delete`), the same way, the site's row last.
 //!
 //! It never holds the write lock long: it writes through the request writer in jobs of about
 //! [`BATCH_ROWS`] deleted rows, waits for queued requests before each job
@@ -92,8 +93,24 @@ pub fn prune(
     let _lead = Lead(conn);
     let today = store::salts::day_of(now_ms);
     job(writer, move |c| store::retention::drop_past_salts(c, today))?;
-    let policies = store::read(conn, |c| store::retention::policies(c))?;
     let mut total = Pruned::default();
+    for site in store::read(conn, |c| store::retention::deleted_sites(c))? {
+        loop {
+            if stop() {
+                return Ok(total);
+            }
+            let id = site.clone();
+            let done = job(writer, move |c| {
+                store::retention::purge_site(c, &id, BATCH_ROWS)
+            })?;
+            total.add(&done);
+            metrics.inc_rows_pruned(done.rows() as u64);
+            if done.sites > 0 || done.rows() == 0 {
+                break;
+            }
+        }
+    }
+    let policies = store::read(conn, |c| store::retention::policies(c))?;
     for p in policies {
         let cutoff = now_ms - p.retain_days * DAY_MS;
         // Checked on the pruner's own connection first: a site with nothing to prune costs the
@@ -145,12 +162,16 @@ pub fn prune(
     }
     if total.rows() > 0 {
         log::info!(
-            "pruner: deleted {} sessions, {} events, {} visitors, {} links, {} conversions",
+            "pruner: deleted {} sessions, {} events, {} visitors, {} links, {} conversions{}",
             total.sessions,
             total.events,
             total.visitors,
             total.links,
-            total.conversions
+            total.conversions,
+            match total.sites {
+                0 => String::new(),
+                n => format!(", and {n} deleted site(s) with all their rows"),
+            }
         );
         // Each job returns the free pages it found and frees up to RECLAIM_PAGES of them.
         while !stop() && job(writer, |c| store::retention::reclaim(c))? > RECLAIM_PAGES {}

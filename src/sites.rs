@@ -9,6 +9,8 @@ pub const MODELS: [&str; 3] = ["last_non_direct", "last_touch", "first_touch"];
 pub const MAX_WINDOW_DAYS: i64 = 3650;
 /// The attribution window a new site gets unless told otherwise.
 pub const DEFAULT_WINDOW_DAYS: i64 = 30;
+/// The longest retention that is not "forever" (0), in days.
+pub const MAX_RETAIN_DAYS: i64 = 36_500;
 
 /// A site's display name, trimmed; empty is refused.
 pub fn name(n: &str) -> Result<&str, Invalid> {
@@ -31,6 +33,17 @@ pub fn check_window_days(days: i64) -> Result<(), Invalid> {
         Ok(())
     } else {
         Err(Invalid(format!("{days} is not in 1..={MAX_WINDOW_DAYS}")))
+    }
+}
+
+/// Days pixel data is kept: 0 (forever) to [`MAX_RETAIN_DAYS`].
+pub fn check_retain_days(days: i64) -> Result<(), Invalid> {
+    if (0..=MAX_RETAIN_DAYS).contains(&days) {
+        Ok(())
+    } else {
+        Err(Invalid(format!(
+            "{days} is not a retention: give 0 (keep forever) to {MAX_RETAIN_DAYS} days"
+        )))
     }
 }
 
@@ -87,6 +100,8 @@ mod tests {
         assert!(check_currency("EUR").is_ok() && check_currency("eur").is_err());
         assert!(check_window_days(1).is_ok() && check_window_days(MAX_WINDOW_DAYS).is_ok());
         assert!(check_window_days(0).is_err() && check_window_days(MAX_WINDOW_DAYS + 1).is_err());
+        assert!(check_retain_days(0).is_ok() && check_retain_days(MAX_RETAIN_DAYS).is_ok());
+        assert!(check_retain_days(-5).is_err() && check_retain_days(MAX_RETAIN_DAYS + 1).is_err());
         assert!(check_model("first_touch").is_ok() && check_model("linear").is_err());
         assert_eq!(
             normalise_domain("https://www.Shop.example/x").as_deref(),

@@ -51,7 +51,7 @@ fn usage_errors_keep_the_possible_values_and_the_suggestion() {
         (
             &["site"],
             &[
-                "a subcommand is required: create, list, update, identity-secret (see",
+                "a subcommand is required: create, list, update, identity-secret, delete (see",
                 "(see convapi site --help)",
             ],
         ),
@@ -199,6 +199,7 @@ fn every_subcommand_and_option_has_a_description() {
             "serve",
             "site",
             "site create",
+            "site delete",
             "site identity-secret",
             "site list",
             "site update",
@@ -259,6 +260,10 @@ fn unknown_ids_fail_the_same_way_in_every_command() {
         (
             vec!["site", "identity-secret", "nope", "--json"],
             "no site with id nope".into(),
+        ),
+        (
+            vec!["site", "delete", missing_site, "--confirm", "Shop"],
+            format!("no site with id {missing_site}"),
         ),
     ];
     for (args, message) in &cases {
@@ -512,7 +517,7 @@ fn site_update_changes_only_what_it_is_given() {
     assert_eq!(
         out.stdout.trim_end(),
         format!(
-            "updated site {id} (New shop): tracker id {}, currency USD, window 1 day, model first_touch",
+            "updated site {id} (New shop): tracker id {}, currency USD, window 1 day, model first_touch, domain new.example",
             site["trackerId"].as_str().unwrap()
         )
     );
@@ -557,6 +562,140 @@ fn site_update_changes_only_what_it_is_given() {
         2,
         &["cannot be used with"],
         "--no-domain with --domain",
+    );
+}
+
+#[test]
+fn site_update_prints_every_setting_given_and_site_list_shows_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = test_db(dir.path(), "cli.db");
+    let run = |args: &[&str]| cli_run(Some(&db), args);
+    let tenant = run(&["tenant", "create", "Acme", "--json"]).json();
+    let site = run(&[
+        "site",
+        "create",
+        "--tenant",
+        tenant["id"].as_str().unwrap(),
+        "--name",
+        "Shop",
+        "--json",
+    ])
+    .json();
+    let (id, tracker) = (
+        site["id"].as_str().unwrap(),
+        site["trackerId"].as_str().unwrap(),
+    );
+    let line = |args: &[&str]| {
+        let mut full = vec!["site", "update", id];
+        full.extend_from_slice(args);
+        let out = run(&full);
+        assert_eq!(out.code, 0, "{out:?}");
+        out.stdout.trim_end().to_owned()
+    };
+    let summary = format!(
+        "updated site {id} (Shop): tracker id {tracker}, currency EUR, window 30 days, model \
+         last_non_direct"
+    );
+    assert_eq!(
+        line(&["--retain-days", "90"]),
+        format!("{summary}, pixel data kept 90 days")
+    );
+    assert_eq!(
+        line(&["--retain-days", "0", "--expire-conversions", "on"]),
+        format!("{summary}, pixel data kept forever, conversions deleted with it")
+    );
+    assert_eq!(
+        line(&[
+            "--signed-identify",
+            "off",
+            "--consent-required",
+            "off",
+            "--expire-conversions",
+            "off"
+        ]),
+        format!("{summary}, signed identify off, conversions kept, consent not required")
+    );
+    assert_eq!(
+        line(&[
+            "--retain-days",
+            "1",
+            "--expire-conversions",
+            "on",
+            "--no-domain"
+        ]),
+        format!("{summary}, no domain, pixel data kept 1 day, conversions deleted with it")
+    );
+
+    // `site list` shows the retention; --json has it too.
+    let listed = run(&["site", "list"]);
+    let mut lines = listed.stdout.lines();
+    let header = lines.next().unwrap();
+    assert!(
+        header.contains("  RETAIN  ") && header.contains("  CONVERSIONS  "),
+        "{header:?}"
+    );
+    let row = lines.next().unwrap();
+    let at = header.find("RETAIN").unwrap();
+    assert!(row[at..].starts_with("1 day       expire  "), "{row:?}");
+    let json = run(&["site", "list", "--json"]).json();
+    assert_eq!(
+        (&json[0]["retainDays"], &json[0]["expireConversions"]),
+        (&1.into(), &true.into())
+    );
+    line(&["--retain-days", "0", "--expire-conversions", "off"]);
+    let row = run(&["site", "list"])
+        .stdout
+        .lines()
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    assert!(row[at..].starts_with("forever     kept  "), "{row:?}");
+    let kept = run(&["site", "list", "--json"]).json();
+
+    // A negative number is a retention refused by its range, not an unknown option.
+    for (cmd, value, needle) in [
+        (
+            "update",
+            "-5",
+            "-5 is not a retention: give 0 (keep forever) to 36500 days",
+        ),
+        (
+            "update",
+            "36501",
+            "36501 is not a retention: give 0 (keep forever) to 36500 days",
+        ),
+        (
+            "update",
+            "ninety",
+            "\"ninety\" is not a whole number of days: give 0 (keep forever) to 36500",
+        ),
+        (
+            "create",
+            "-5",
+            "-5 is not a retention: give 0 (keep forever) to 36500 days",
+        ),
+    ] {
+        let args = match cmd {
+            "update" => vec!["site", "update", id, "--retain-days", value],
+            _ => vec![
+                "site",
+                "create",
+                "--tenant",
+                "t",
+                "--name",
+                "N",
+                "--retain-days",
+                value,
+            ],
+        };
+        let out = run(&args);
+        assert_fails(&out, 2, &[needle, "--retain-days"], &format!("{args:?}"));
+        assert!(!out.stderr.contains("-- -5"), "{out:?}");
+    }
+    assert_eq!(
+        run(&["site", "list", "--json"]).json(),
+        kept,
+        "a refused retention changes nothing"
     );
 }
 

@@ -704,6 +704,135 @@ fn sites_are_listed_created_and_edited() {
     );
 }
 
+/// The settings form's fields as stored for the app's site, with `extra` set or added.
+fn settings_form<'f>(csrf: &'f str, extra: &[(&'f str, &'f str)]) -> Vec<(&'f str, &'f str)> {
+    let mut f = vec![
+        ("csrf", csrf),
+        ("name", "Test site"),
+        ("domain", ""),
+        ("currency", "EUR"),
+        ("window_days", "30"),
+        ("model", "last_non_direct"),
+    ];
+    for (k, v) in extra {
+        f.retain(|(name, _)| name != k);
+        f.push((k, v));
+    }
+    f
+}
+
+#[test]
+fn a_sites_retention_is_set_on_its_settings_page_as_the_cli_sets_it() {
+    let app = TestApp::start();
+    let c = logged_in(&app);
+    let path = format!("/dashboard/sites/{}", app.site.id);
+    let stored = || {
+        let v = app.cli_json(&["site", "list", "--json"]);
+        (
+            v[0]["retainDays"].clone(),
+            v[0]["expireConversions"].clone(),
+        )
+    };
+    let page = c.page(&path);
+    assert!(
+        page.contains(r#"name="retain_days" value="395""#)
+            && page.contains(r#"<input id="expire_conversions" type="checkbox" name="expire_conversions" value="on">"#),
+        "{page}"
+    );
+    let csrf = c.csrf();
+    let saved = c.post_form(
+        &path,
+        &settings_form(
+            &csrf,
+            &[("retain_days", "90"), ("expire_conversions", "on")],
+        ),
+    );
+    assert_eq!(saved.status, 303, "{}", saved.text());
+    assert_eq!(stored(), (json!(90), json!(true)));
+    let page = c.page(&path);
+    assert!(
+        page.contains(r#"name="retain_days" value="90""#)
+            && page.contains(r#"name="expire_conversions" value="on" checked>"#),
+        "{page}"
+    );
+    for (days, message) in [
+        (
+            "-5",
+            "Keep pixel data: -5 is not a retention: give 0 (keep forever) to 36500 days.",
+        ),
+        (
+            "ninety",
+            "Keep pixel data: &quot;ninety&quot; is not a number of days (0 keeps it forever).",
+        ),
+    ] {
+        let r = c.post_form(&path, &settings_form(&csrf, &[("retain_days", days)]));
+        assert_eq!(r.status, 400, "{days}");
+        assert!(r.text().contains(message), "{days}: {}", r.text());
+        assert!(
+            r.text()
+                .contains(&format!(r#"name="retain_days" value="{days}""#)),
+            "the form keeps what was typed"
+        );
+        assert_eq!(stored(), (json!(90), json!(true)), "{days} changed nothing");
+    }
+    // An unticked box turns expiry off; 0 keeps pixel data forever.
+    let saved = c.post_form(&path, &settings_form(&csrf, &[("retain_days", "0")]));
+    assert_eq!(saved.status, 303, "{}", saved.text());
+    assert_eq!(stored(), (json!(0), json!(false)));
+}
+
+#[test]
+fn a_site_is_deleted_from_its_settings_once_its_name_is_typed() {
+    let app = TestApp::start();
+    let c = logged_in(&app);
+    let site = app.site.id.clone();
+    let path = format!("/dashboard/sites/{site}");
+    let delete = format!("{path}/delete");
+    let page = c.page(&path);
+    assert!(
+        page.contains(&format!(
+            r#"<a class="danger" href="{delete}">Delete this site</a>"#
+        )),
+        "{page}"
+    );
+    let form = c.page(&delete);
+    assert!(
+        form.contains("Delete the site <strong>Test site</strong> and all its data")
+            && form.contains(r#"<input id="confirm" type="text" name="confirm" value="""#),
+        "{form}"
+    );
+    let csrf = c.csrf();
+    let wrong = c.post_form(&delete, &[("csrf", &csrf), ("confirm", "test site")]);
+    assert_eq!(wrong.status, 400);
+    assert!(
+        wrong.text().contains(
+            "The name typed is not the site's name: type &quot;Test site&quot; exactly to delete it."
+        ) && wrong.text().contains(r#"name="confirm" value="test site""#),
+        "{}",
+        wrong.text()
+    );
+    assert_eq!(c.get(&path).status, 200, "still there");
+
+    let done = c.post_form(&delete, &[("csrf", &csrf), ("confirm", "Test site")]);
+    assert_eq!(
+        (done.status, done.header("location")),
+        (303, Some("/dashboard/?deleted=1")),
+        "{}",
+        done.text()
+    );
+    let list = c.page("/dashboard/?deleted=1");
+    assert!(
+        list.contains("Site deleted. Its data is removed in the background")
+            && !list.contains(&site),
+        "{list}"
+    );
+    for p in [&path, &delete, &format!("{path}/report")] {
+        assert_eq!(c.get(p).status, 404, "{p}");
+    }
+    assert_eq!(app.cli_json(&["site", "list", "--json"]), json!([]));
+    expect_error(&app.order_status("any"), 404, "SITE_NOT_FOUND");
+}
+
 #[test]
 fn an_api_key_is_shown_once_works_and_stops_working_when_revoked() {
     let app = TestApp::start();

@@ -105,6 +105,10 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
         (format!("{dest}/test"), vec![]),
         (format!("{dest}/retry"), vec![]),
         (format!("{dest}/remove"), vec![]),
+        (
+            format!("/dashboard/sites/{site}/delete"),
+            vec![("confirm", "Test site")],
+        ),
         ("/dashboard/logout".into(), vec![]),
     ];
     // A made-up token of a token's length, never issued to anyone.
@@ -354,6 +358,7 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
         format!("/dashboard/sites/{sa}/destinations/new?kind=meta"),
         format!("/dashboard/sites/{sa}/destinations/{da}"),
         format!("/dashboard/sites/{sa}/destinations/{da}/remove"),
+        format!("/dashboard/sites/{sa}/delete"),
     ];
     for path in &gets {
         assert_eq!(a.get(path).status, 200, "A's own {path}");
@@ -419,6 +424,10 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
             vec![],
         ),
         (format!("/dashboard/settings/api-keys/{ka}/revoke"), vec![]),
+        (
+            format!("/dashboard/sites/{sa}/delete"),
+            vec![("confirm", "Test site")],
+        ),
         (
             format!("/dashboard/sites/{sa}/destinations"),
             vec![

@@ -127,6 +127,10 @@ mod readme;
 // Data lifecycle: erasure of a person (CLI and HTTP) down to the file's bytes, retention's pruner.
 // Here: deleting data.
 mod lifecycle;
+// Deleting a site (`site delete`, the dashboard's): gone at once for every lookup, then every row
+// of it removed in small steps (tables found from the schema), other sites unchanged. Here: what
+// deleting a site removes and keeps.
+mod site_deletion;
 // Operations: one server per database file, `outbox list` and `outbox retry` for dead letters.
 // Here: running and repairing a server from the command line.
 mod ops;

@@ -460,6 +460,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Site(SiteCmd::List(a)) => site::list(&db, a),
         Command::Site(SiteCmd::Update(a)) => site::update(&db, a),
         Command::Site(SiteCmd::IdentitySecret(a)) => site::identity_secret(&db, a),
+        Command::Site(SiteCmd::Delete(a)) => site::delete(&db, a),
         Command::Key(KeyCmd::Create(a)) => key::create(&db, a),
         Command::Key(KeyCmd::List(a)) => key::list(&db, a),
         Command::Key(KeyCmd::Revoke(a)) => key::revoke(&db, a),

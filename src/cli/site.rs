@@ -1,16 +1,18 @@
-//! `convapi site ...`: the sites a tenant reports conversions for, their settings, and the
-//! identity secret that signs the pixel's `identify` (printed when made, like an API key).
+//! `convapi site ...`: the sites a tenant reports conversions for, their settings, the identity
+//! secret that signs the pixel's `identify` (printed when made, like an API key), and deleting a
+//! site with all its data.
 
 use clap::Subcommand;
 
 use super::{count, open, print, CliError, CliResult};
+use crate::invalid::Invalid;
 use crate::ops::{
     self,
     sites::{Changes, Field, NewSite, SiteError},
 };
-use crate::sites::{MAX_WINDOW_DAYS, MODELS};
+use crate::sites::{MAX_RETAIN_DAYS, MAX_WINDOW_DAYS, MODELS};
 use crate::store::engine::Location;
-use crate::store::{self, sites::Site};
+use crate::store::{self, retention::Pruned, sites::Site};
 
 #[derive(Subcommand)]
 pub(super) enum SiteCmd {
@@ -23,12 +25,25 @@ pub(super) enum SiteCmd {
     Update(UpdateArgs),
     /// Create or replace a site's identity secret and print it (the only time it is shown).
     IdentitySecret(IdentitySecretArgs),
+    /// Delete a site and all its data (sessions, events, visitors, conversions, deliveries,
+    /// destinations, report), after its name is typed again; this cannot be undone.
+    Delete(DeleteArgs),
 }
 
 /// `--signed-identify`, `--expire-conversions` and `--consent-required` values.
 const ON_OFF: [&str; 2] = ["on", "off"];
-/// The longest retention that is not "forever", in days.
-const MAX_RETAIN_DAYS: i64 = 36_500;
+
+/// `--retain-days`: a whole number of days, 0 (forever) to `MAX_RETAIN_DAYS`; a negative one is
+/// refused by this rule too, not taken for an option.
+fn retain_days(v: &str) -> Result<i64, Invalid> {
+    let days: i64 = v.trim().parse().map_err(|_| {
+        Invalid(format!(
+            "{v:?} is not a whole number of days: give 0 (keep forever) to {MAX_RETAIN_DAYS}"
+        ))
+    })?;
+    crate::sites::check_retain_days(days)?;
+    Ok(days)
+}
 
 #[derive(clap::Args)]
 pub(super) struct CreateArgs {
@@ -103,7 +118,7 @@ pub(super) struct SettingArgs {
     signed_identify: Option<String>,
     /// Days the site's pixel data (sessions, events, visitor ids) is kept before the server
     /// deletes it; 0 keeps it forever (default 395).
-    #[arg(long, value_parser = clap::value_parser!(i64).range(0..=MAX_RETAIN_DAYS))]
+    #[arg(long, allow_negative_numbers = true, value_parser = retain_days)]
     retain_days: Option<i64>,
     /// Whether conversions older than --retain-days are deleted too ("off", the default, keeps
     /// them, without their sessions, for the revenue totals).
@@ -135,6 +150,18 @@ impl SettingArgs {
 }
 
 #[derive(clap::Args)]
+pub(super) struct DeleteArgs {
+    /// The site's id (UUID).
+    site_id: String,
+    /// The site's name, typed again (as `site list` shows it): what makes the deletion happen.
+    #[arg(long, value_name = "NAME")]
+    confirm: String,
+    /// Print what was deleted as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
 pub(super) struct IdentitySecretArgs {
     /// The site's id (UUID).
     site_id: String,
@@ -161,11 +188,16 @@ pub(super) fn refused(e: SiteError) -> CliError {
         Field::Currency => "--currency ",
         Field::WindowDays => "--window-days ",
         Field::Model => "--model ",
+        Field::RetainDays => "--retain-days ",
     };
     match e {
         SiteError::Invalid(f, e) => CliError::Failed(e.prefixed(option(f)).0),
         SiteError::NoIdentitySecret(ref id) => CliError::Failed(format!(
             "{e}: make one first with `convapi site identity-secret {id}`"
+        )),
+        SiteError::NameMismatch { id, name } => CliError::Failed(format!(
+            "--confirm is not the name of site {id}: give --confirm {name:?} to delete it and all \
+             its data"
         )),
         e => super::refused(e),
     }
@@ -235,7 +267,49 @@ pub(super) fn update(db: &Location, a: UpdateArgs) -> CliResult {
     let conn = open(db)?;
     let site = store::write_tx(&conn, |tx| ops::sites::update(tx, &a.site_id, &changes))
         .map_err(refused)?;
-    print(a.json, &site, || describe("updated", &site))
+    print(a.json, &site, || {
+        let mut line = describe("updated", &site);
+        for setting in also_given(&site, &changes) {
+            line.push_str(", ");
+            line.push_str(&setting);
+        }
+        line
+    })
+}
+
+/// The settings given to `update` that [`describe`]'s line does not show, as they are now: every
+/// setting given is in the line that answers it.
+fn also_given(site: &Site, c: &Changes) -> Vec<String> {
+    let mut out = Vec::new();
+    if c.domain.is_some() {
+        out.push(match &site.domain {
+            Some(d) => format!("domain {d}"),
+            None => "no domain".to_owned(),
+        });
+    }
+    if c.signed_identify == Some(false) {
+        out.push("signed identify off".to_owned());
+    }
+    if c.retain_days.is_some() {
+        out.push(match site.retain_days {
+            0 => "pixel data kept forever".to_owned(),
+            d => format!("pixel data kept {}", count(d as usize, "day", "days")),
+        });
+    }
+    if c.expire_conversions.is_some() {
+        out.push(
+            if site.expire_conversions {
+                "conversions deleted with it"
+            } else {
+                "conversions kept"
+            }
+            .to_owned(),
+        );
+    }
+    if c.consent_required == Some(false) {
+        out.push("consent not required".to_owned());
+    }
+    out
 }
 
 /// The human line of `create` and `update`.
@@ -266,15 +340,108 @@ pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let sites = ops::sites::list(&conn, a.tenant.as_deref()).map_err(refused)?;
     print(a.json, &sites, || {
         let mut out = format!(
-            "{:<36}  {:<12}  {:<8}  {:<6}  {}",
-            "ID", "TRACKER", "CURRENCY", "WINDOW", "NAME"
+            "{:<36}  {:<12}  {:<8}  {:<6}  {:<10}  {:<11}  {}",
+            "ID", "TRACKER", "CURRENCY", "WINDOW", "RETAIN", "CONVERSIONS", "NAME"
         );
         for s in &sites {
+            let retain = match s.retain_days {
+                0 => "forever".to_owned(),
+                d => count(d as usize, "day", "days"),
+            };
+            let conversions = if s.expire_conversions {
+                "expire"
+            } else {
+                "kept"
+            };
             out.push_str(&format!(
-                "\n{:<36}  {:<12}  {:<8}  {:<6}  {}",
-                s.id, s.tracker_id, s.currency, s.window_days, s.name
+                "\n{:<36}  {:<12}  {:<8}  {:<6}  {:<10}  {:<11}  {}",
+                s.id, s.tracker_id, s.currency, s.window_days, retain, conversions, s.name
             ));
         }
         out
+    })
+}
+
+/// What `site delete` answers.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Deleted<'a> {
+    id: &'a str,
+    name: &'a str,
+    tenant_id: &'a str,
+    /// The rows this command removed; `None`: a running server's pruner removes them.
+    removed: Option<Pruned>,
+}
+
+/// Marks the site deleted (one short write: it is gone at once), then removes its rows in small
+/// transactions, unless a server runs on the file: its pruner does that then, in the background,
+/// between requests. On PostgreSQL this command removes them (each step is short there too) with
+/// the pruners' lead (`store::retention::take_lead`), unless a node's pruner holds it now.
+pub(super) fn delete(db: &Location, a: DeleteArgs) -> CliResult {
+    let conn = open(db)?;
+    // Held while the rows go, so that no server starts on the file meanwhile.
+    let (_lock, server) = match db {
+        Location::File(path) => match crate::server::take_lock(path) {
+            Ok(lock) => (Some(lock), None),
+            Err(crate::server::LockError::Held(pid)) => (None, Some(pid)),
+            Err(crate::server::LockError::Unusable(why)) => return Err(why.into()),
+        },
+        Location::Postgres(_) => (None, None),
+    };
+    let site = store::write_tx(&conn, |tx| {
+        ops::sites::delete(tx, &a.site_id, None, &a.confirm)
+    })
+    .map_err(refused)?;
+    // Always on SQLite (one server per file); on PostgreSQL, unless a node is pruning now.
+    let server = match server {
+        None if !store::retention::take_lead(&conn).map_err(CliError::Store)? => Some(None),
+        server => server,
+    };
+    let removed = match server {
+        Some(_) => None,
+        None => {
+            let mut total = Pruned::default();
+            loop {
+                let started = std::time::Instant::now();
+                let step = store::write_tx(&conn, |tx| {
+                    ops::sites::purge(tx, &site.id, crate::retention::BATCH_ROWS)
+                })
+                .map_err(refused)?;
+                total.add(&step);
+                if step.sites > 0 || step.rows() == 0 {
+                    break;
+                }
+                // Another command may write between two steps (at most half of the time is ours).
+                std::thread::sleep(crate::retention::PAUSE.max(started.elapsed()));
+            }
+            store::retention::end_lead(&conn).map_err(CliError::Store)?;
+            Some(total)
+        }
+    };
+    let out = Deleted {
+        id: &site.id,
+        name: &site.name,
+        tenant_id: &site.tenant_id,
+        removed,
+    };
+    print(a.json, &out, || match (&removed, server) {
+        (Some(r), _) => format!(
+            "deleted site {} ({}) and its data: {} ({}, {}, {}, {}, {})",
+            site.id,
+            site.name,
+            count(r.rows(), "row", "rows"),
+            count(r.conversions, "conversion", "conversions"),
+            count(r.sessions, "session", "sessions"),
+            count(r.events, "event", "events"),
+            count(r.visitors, "visitor", "visitors"),
+            count(r.destinations, "destination", "destinations")
+        ),
+        (None, pid) => format!(
+            "deleted site {} ({}): it is gone at once; the server running on this database ({}) \
+             removes its data in the background, a few rows at a time",
+            site.id,
+            site.name,
+            crate::server::holder(pid.flatten())
+        ),
     })
 }

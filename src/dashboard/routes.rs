@@ -42,6 +42,8 @@ pub fn dispatch(d: &Dashboard, ctx: &mut Ctx) -> (&'static str, PageResult) {
         ("GET" | "HEAD", ["dashboard", "sites", id]) => ("dash_site", site(d, ctx, id, sites::overview)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "setup"]) => ("dash_site_setup", site(d, ctx, id, overview::setup)),
         ("POST", ["dashboard", "sites", id]) => ("dash_site_update", site(d, ctx, id, sites::update)),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "delete"]) => ("dash_site_delete", site(d, ctx, id, sites::delete_form)),
+        ("POST", ["dashboard", "sites", id, "delete"]) => ("dash_site_delete", site(d, ctx, id, sites::delete)),
         ("GET" | "HEAD", ["dashboard", "settings", "api-keys"]) => ("dash_keys", viewer(d, ctx, keys::list)),
         ("POST", ["dashboard", "settings", "api-keys"]) => ("dash_key_create", viewer(d, ctx, keys::create)),
         ("GET" | "HEAD", ["dashboard", "settings", "api-keys", id, "revoke"]) => ("dash_key_revoke", viewer(d, ctx, |d, ctx, v| keys::revoke_form(d, ctx, v, &param("key id", id)?))),

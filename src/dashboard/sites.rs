@@ -1,12 +1,13 @@
-//! Sites: the tenant's list, a new site, and a site's settings card (on its Overview tab,
-//! `overview.rs`), saved by `ops::sites` as `convapi site` saves them.
+//! Sites: the tenant's list, a new site, a site's settings card (on its Overview tab,
+//! `overview.rs`) with its retention, saved by `ops::sites` as `convapi site` saves them, and
+//! deleting a site (its name typed again), as `convapi site delete` does.
 
 use std::collections::HashMap;
 
 use maud::{html, Markup};
 
 use super::form::{self, field};
-use super::layout;
+use super::layout::{self, SiteTab};
 use super::{overview, Dashboard, PageError, PageResult, Viewer};
 use crate::http::Ctx;
 use crate::invalid::Invalid;
@@ -17,13 +18,17 @@ use crate::ops::{
 use crate::store::{self, sites::Site};
 
 /// `GET /dashboard/`: the tenant's sites.
-pub fn list(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer) -> PageResult {
+pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     let sites = d.read(|c| Ok(store::sites::list(c, Some(&v.tenant_id))?))?;
+    let flash = form::query(ctx)
+        .contains_key("deleted")
+        .then_some("Site deleted. Its data is removed in the background, a few rows at a time.");
     let body = html! {
         div.page-head {
             h1 { "Sites" }
             a.button #new-site href="/dashboard/sites/new" { "New site" }
         }
+        (layout::flash(flash))
         @if sites.is_empty() {
             p.empty { "No site yet. Create one to get its tracker id and pixel snippet." }
         } @else {
@@ -56,6 +61,9 @@ struct Fields {
     model: String,
     /// The settings form's "Require consent before tracking" (not on the new-site form).
     consent_required: bool,
+    /// The settings form's retention: days as typed, and whether conversions expire too (`None`:
+    /// the new-site form, which has no such fields: the defaults).
+    retention: Option<(String, bool)>,
 }
 
 impl Fields {
@@ -67,6 +75,7 @@ impl Fields {
             window_days: s.window_days.to_string(),
             model: s.model.clone(),
             consent_required: s.consent_required,
+            retention: Some((s.retain_days.to_string(), s.expire_conversions)),
         }
     }
 
@@ -78,6 +87,12 @@ impl Fields {
             window_days: field(f, "window_days").to_owned(),
             model: field(f, "model").to_owned(),
             consent_required: f.contains_key("consent_required"),
+            retention: f.contains_key("retain_days").then(|| {
+                (
+                    field(f, "retain_days").to_owned(),
+                    f.contains_key("expire_conversions"),
+                )
+            }),
         }
     }
 }
@@ -91,6 +106,14 @@ impl Fields {
                 self.window_days
             ))
         })?;
+        let retain_days = match &self.retention {
+            Some((days, _)) => Some(days.parse::<i64>().map_err(|_| {
+                Invalid(format!(
+                    "Keep pixel data: {days:?} is not a number of days (0 keeps it forever)."
+                ))
+            })?),
+            None => None,
+        };
         Ok(Changes {
             name: Some(self.name.clone()),
             // An empty field clears the domain.
@@ -99,6 +122,8 @@ impl Fields {
             window_days: Some(window_days),
             model: Some(self.model.clone()),
             consent_required: Some(self.consent_required),
+            retain_days,
+            expire_conversions: self.retention.as_ref().map(|(_, expire)| *expire),
             ..Changes::default()
         })
     }
@@ -113,7 +138,11 @@ fn refused(e: SiteError) -> Result<String, PageError> {
             Field::Currency => format!("Currency: {e}."),
             Field::WindowDays => format!("Attribution window: {e} days."),
             Field::Model => format!("Model: {e}."),
+            Field::RetainDays => format!("Keep pixel data: {e}."),
         },
+        SiteError::NameMismatch { name, .. } => {
+            format!("The name typed is not the site's name: type \"{name}\" exactly to delete it.")
+        }
         SiteError::CurrencyRefused { name, other, .. } => {
             crate::sites::currency_change_refused(&format!("\"{name}\""), &other).0
         }
@@ -133,6 +162,20 @@ fn consent_field(f: &Fields) -> Markup {
         p.hint #consent-help {
             "When on, the pixel stores nothing on the visitor's device (no " code { "_svc_vid" } " cookie: a visitor id that changes daily) and nothing is passed on to a destination until the page reports the visitor's choice with "
             code { "svc('consent', {analytics: true, ads: true})" } ". When off, visitors count as consenting unless the page says otherwise."
+        }
+    }
+}
+
+/// The settings form's retention (docs/decisions/lifecycle.md): how long pixel data is kept, and
+/// whether conversions go with it.
+fn retention_fields(days: &str, expire: bool) -> Markup {
+    html! {
+        label for="retain_days" { "Keep pixel data " span.hint { "(days, 0 keeps it forever, up to " (crate::sites::MAX_RETAIN_DAYS) ")" } }
+        input #retain_days type="number" name="retain_days" value=(days) min="0" max=(crate::sites::MAX_RETAIN_DAYS) required aria-describedby="retention-help";
+        p.hint #retention-help { "Sessions, their page views and events, and visitor ids older than this are deleted. Conversions stay for the revenue totals, with their attribution, unless:" }
+        label.checkbox for="expire_conversions" {
+            input #expire_conversions type="checkbox" name="expire_conversions" value="on" checked[expire];
+            " Delete conversions older than that too"
         }
     }
 }
@@ -187,6 +230,7 @@ pub fn new_form(_d: &Dashboard, _ctx: &mut Ctx, v: &Viewer) -> PageResult {
         window_days: new.window_days.to_string(),
         model: new.model,
         consent_required: false,
+        retention: None,
     };
     Ok(layout::html(200, new_page(v, &f, None)))
 }
@@ -224,9 +268,13 @@ fn settings_card(v: &Viewer, site: &Site, typed: Option<(&Fields, &str)>) -> Mar
             form #settings-form method="post" action={ "/dashboard/sites/" (site.id) } {
                 (layout::csrf_field(v))
                 (site_fields(f))
+                @if let Some((days, expire)) = &f.retention {
+                    (retention_fields(days, *expire))
+                }
                 (consent_field(f))
                 button type="submit" { "Save" }
             }
+            p #delete-site-link { a.danger href={ "/dashboard/sites/" (site.id) "/delete" } { "Delete this site" } }
         }
     }
 }
@@ -261,6 +309,52 @@ pub fn update(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResu
             let settings = settings_card(v, site, Some((&fields, &msg?)));
             let page = overview::page(d, ctx, v, site, settings, None)?;
             Ok(layout::html(400, page))
+        }
+    }
+}
+
+/// The confirmation page of a deletion: what goes, and the site's name to type again.
+fn delete_page(v: &Viewer, site: &Site, typed: &str, error: Option<&str>) -> Markup {
+    let base = format!("/dashboard/sites/{}", site.id);
+    let body = html! {
+        h1 { "Delete site" }
+        section.card {
+            (layout::form_error(error))
+            p {
+                "Delete the site " strong { (site.name) } " and all its data: its sessions, page views and visitor ids, its conversions with their deliveries, its destinations and its report. "
+                "The API, the pixel and this dashboard stop knowing it at once; its data is then removed in the background. This cannot be undone."
+            }
+            form #delete-site-form method="post" action={ (base) "/delete" } {
+                (layout::csrf_field(v))
+                label for="confirm" { "Type the site's name to confirm: " strong { (site.name) } }
+                input #confirm type="text" name="confirm" value=(typed) required autocomplete="off" spellcheck="false";
+                button.danger type="submit" { "Delete site" }
+                " " a href=(base) { "Cancel" }
+            }
+        }
+    };
+    layout::site_page(v, site, SiteTab::Overview, "Delete site", body)
+}
+
+/// `GET /dashboard/sites/{id}/delete`: the confirmation page.
+pub fn delete_form(_d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
+    Ok(layout::html(200, delete_page(v, site, "", None)))
+}
+
+/// `POST /dashboard/sites/{id}/delete`: deletes the site once its name was typed again (checked
+/// with the tenant in the write's own transaction), `303` to the list with "Site deleted.".
+pub fn delete(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
+    let form = form::post_form(ctx, v)?;
+    let typed = field(&form, "confirm").to_owned();
+    let (id, tenant, confirm) = (site.id.clone(), v.tenant_id.clone(), typed.clone());
+    let done = d
+        .writer
+        .submit(move |c| ops::in_job(ops::sites::delete(c, &id, Some(&tenant), &confirm)))?;
+    match done {
+        Ok(_) => Ok(layout::redirect("/dashboard/?deleted=1")),
+        Err(e) => {
+            let msg = refused(e)?;
+            Ok(layout::html(400, delete_page(v, site, &typed, Some(&msg))))
         }
     }
 }

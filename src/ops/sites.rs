@@ -1,4 +1,4 @@
-//! Sites: create, list, change the settings, make the identity secret. The value rules are
+//! Sites: create, list, change the settings, make the identity secret, delete. The value rules are
 //! `crate::sites`'; a refusal names the [`Field`] it is about, which each front words its own way
 //! (`--currency …`, `Currency: …`).
 
@@ -7,6 +7,7 @@ use crate::invalid::Invalid;
 use crate::store::{
     self,
     engine::AsConn,
+    retention::Pruned,
     sites::{Site, SiteChanges},
     StoreError,
 };
@@ -19,6 +20,7 @@ pub enum Field {
     Currency,
     WindowDays,
     Model,
+    RetainDays,
 }
 
 #[derive(Debug)]
@@ -39,6 +41,11 @@ pub enum SiteError {
     },
     /// Signed identify asked for a site without an identity secret (its id).
     NoIdentitySecret(String),
+    /// A deletion's confirmation is not the site's name.
+    NameMismatch {
+        id: String,
+        name: String,
+    },
     /// No OS randomness for a tracker id or a secret.
     Randomness(getrandom::Error),
     Store(StoreError),
@@ -62,6 +69,11 @@ impl std::fmt::Display for SiteError {
                 write!(f, "{}", crate::sites::currency_change_refused(id, other))
             }
             SiteError::NoIdentitySecret(id) => write!(f, "site {id} has no identity secret"),
+            SiteError::NameMismatch { id, name } => write!(
+                f,
+                "the name given to confirm is not the name of site {id} ({name:?}): type its \
+                 name exactly to delete it"
+            ),
             SiteError::Randomness(e) => write!(f, "no OS randomness: {e}"),
             SiteError::Store(e) => write!(f, "{e}"),
         }
@@ -181,6 +193,9 @@ pub fn checked(c: &Changes) -> Result<Changes, SiteError> {
     if let Some(m) = &c.model {
         crate::sites::check_model(m).map_err(bad(Field::Model))?;
     }
+    if let Some(d) = c.retain_days {
+        crate::sites::check_retain_days(d).map_err(bad(Field::RetainDays))?;
+    }
     Ok(out)
 }
 
@@ -278,4 +293,39 @@ pub fn new_identity_secret(conn: &impl AsConn, id: &str) -> Result<(Site, String
     let site = find(conn, id)?;
     store::sites::set_identity_secret(conn, &site.id, &secret)?;
     Ok((site, secret))
+}
+
+/// Deletes a site once `confirm` is its name: one short write marks it deleted, after which it is
+/// gone for every lookup (API, pixel, dashboard, CLI, reports) and nothing more of it is passed on
+/// (its destinations are disabled). Its rows stay until [`purge`] removes them, a few at a time:
+/// the server's pruner does (`crate::retention`), or the command line when no server runs.
+/// `tenant`: only a site of that tenant (another tenant's is [`SiteError::NoSite`], as a missing
+/// one).
+pub fn delete(
+    conn: &impl AsConn,
+    id: &str,
+    tenant: Option<&str>,
+    confirm: &str,
+) -> Result<Site, SiteError> {
+    let site = find(conn, id)?;
+    if tenant.is_some_and(|t| t != site.tenant_id) {
+        return Err(SiteError::NoSite(id.to_owned()));
+    }
+    if confirm.trim() != site.name {
+        return Err(SiteError::NameMismatch {
+            id: site.id,
+            name: site.name,
+        });
+    }
+    if !store::sites::mark_deleted(conn, &site.id, store::now_ms())? {
+        return Err(SiteError::NoSite(id.to_owned()));
+    }
+    Ok(site)
+}
+
+/// Removes about `limit` rows of a site [`delete`] marked (the site's row itself once nothing else
+/// of it is left: `sites` is 1 then); nothing for a live site. One short write: call it again,
+/// each time in a transaction of its own, until it deletes the site's row.
+pub fn purge(conn: &impl AsConn, site_id: &str, limit: usize) -> Result<Pruned, SiteError> {
+    Ok(store::retention::purge_site(conn, site_id, limit)?)
 }

@@ -210,6 +210,10 @@ mod tests {
             "0012_rollup_plpgsql.sql",
             "9eb5d2ac40864ef28ed2b82eec991fccc1a34b0cbc948a5ceb3cbf176eb68f68",
         ),
+        (
+            "0013_site_deletion.sql",
+            "9a12a4f12ff9b70a5c8c0603b7ca98951818a612b9afeb2b0d932296f4fd3a66",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

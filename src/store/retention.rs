@@ -1,6 +1,7 @@
 //! Retention (docs/decisions.md §9): the statements that delete a site's pixel data older than its
 //! `retain_days` (and, when the site asks for it, its old conversions), a few rows per call, and
-//! the settings that make deleted data leave the file.
+//! the settings that make deleted data leave the file; and the rows of a deleted site, removed the
+//! same way ([`purge_site`]).
 //!
 //! Every function here runs inside the caller's write transaction and does at most about
 //! `limit` row deletions, so that the writer is never held up long by one job. What the pruner
@@ -73,7 +74,8 @@ pub struct Policy {
 /// The sites that keep pixel data for a limited time.
 pub fn policies(conn: &impl AsConn) -> Result<Vec<Policy>> {
     conn.conn().query_all(
-        "SELECT id, retain_days, expire_conversions FROM sites WHERE retain_days > 0 ORDER BY id",
+        "SELECT id, retain_days, expire_conversions FROM sites
+         WHERE retain_days > 0 AND deleted_at IS NULL ORDER BY id",
         args![],
         |r| {
             Ok(Policy {
@@ -85,19 +87,37 @@ pub fn policies(conn: &impl AsConn) -> Result<Vec<Policy>> {
     )
 }
 
-/// Rows one prune call deleted, per table.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// Rows one prune call deleted, per table (the last five only of a deleted site: [`purge_site`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Pruned {
     pub sessions: usize,
     pub events: usize,
     pub visitors: usize,
     pub links: usize,
     pub conversions: usize,
+    /// Outbox rows of deleted conversions.
+    pub outbox: usize,
+    pub deliveries: usize,
+    pub destinations: usize,
+    /// `report_daily` rows.
+    pub rollup: usize,
+    /// Site rows (a deleted site's, once nothing else of it is left).
+    pub sites: usize,
 }
 
 impl Pruned {
     pub fn rows(&self) -> usize {
-        self.sessions + self.events + self.visitors + self.links + self.conversions
+        self.sessions
+            + self.events
+            + self.visitors
+            + self.links
+            + self.conversions
+            + self.outbox
+            + self.deliveries
+            + self.destinations
+            + self.rollup
+            + self.sites
     }
 
     pub fn add(&mut self, o: &Pruned) {
@@ -106,6 +126,11 @@ impl Pruned {
         self.visitors += o.visitors;
         self.links += o.links;
         self.conversions += o.conversions;
+        self.outbox += o.outbox;
+        self.deliveries += o.deliveries;
+        self.destinations += o.destinations;
+        self.rollup += o.rollup;
+        self.sites += o.sites;
     }
 }
 
@@ -256,6 +281,115 @@ pub fn expire_conversions(
     Ok(deleted)
 }
 
+/// The sites marked deleted whose rows [`purge_site`] has still to remove, oldest deletion first.
+pub fn deleted_sites(conn: &impl AsConn) -> Result<Vec<String>> {
+    conn.conn().query_all(
+        "SELECT id FROM sites WHERE deleted_at IS NOT NULL ORDER BY deleted_at, id",
+        args![],
+        |r| r.get(0),
+    )
+}
+
+/// Removes about `limit` rows of a site marked deleted (`sites::mark_deleted`), in an order that
+/// leaves no row pointing at a removed one: its conversions with their deliveries and outbox rows
+/// (what else hangs on a conversion goes with it by `ON DELETE CASCADE`; the rollup's trigger
+/// takes each out of `report_daily`), its sessions with their events and visitors, the visitors and
+/// links left, its destinations, its `report_daily` rows, and once nothing of it is left the site
+/// row itself (`sites` is 1 then). Each step reads through the site's own index. Nothing deleted:
+/// the site is gone, or was never marked (a live site is never touched).
+pub fn purge_site(conn: &impl AsConn, site_id: &str, limit: usize) -> Result<Pruned> {
+    let conn = conn.conn();
+    let mut out = Pruned::default();
+    let marked = exists(
+        &conn,
+        "SELECT 1 FROM sites WHERE id = ?1 AND deleted_at IS NOT NULL",
+        args![site_id],
+    )?;
+    if !marked {
+        return Ok(out);
+    }
+    let left = |out: &Pruned| limit.saturating_sub(out.rows());
+    let conversions: Vec<String> = conn.query_all(
+        "SELECT id FROM conversions WHERE site_id = ?1 LIMIT ?2",
+        args![site_id, limit as i64],
+        |r| r.get(0),
+    )?;
+    for id in &conversions {
+        if left(&out) == 0 {
+            return Ok(out);
+        }
+        out.deliveries +=
+            conn.execute("DELETE FROM deliveries WHERE conversion_id = ?1", args![id])? as usize;
+        out.outbox +=
+            conn.execute("DELETE FROM outbox WHERE conversion_id = ?1", args![id])? as usize;
+        out.conversions +=
+            conn.execute("DELETE FROM conversions WHERE id = ?1", args![id])? as usize;
+    }
+    if left(&out) == 0 {
+        return Ok(out);
+    }
+    out.add(&prune_sessions(&conn, site_id, i64::MAX, left(&out))?);
+    if left(&out) == 0 {
+        return Ok(out);
+    }
+    // Links and visitors without a session (their sessions pruned before, or never written).
+    out.links += conn.execute(
+        "DELETE FROM visitor_clients WHERE id IN
+             (SELECT id FROM visitor_clients WHERE site_id = ?1 LIMIT ?2)",
+        args![site_id, left(&out) as i64],
+    )? as usize;
+    let no_session = !exists(
+        &conn,
+        "SELECT 1 FROM sessions WHERE site_id = ?1 LIMIT 1",
+        args![site_id],
+    )?;
+    if no_session && left(&out) > 0 {
+        out.visitors += conn.execute(
+            "DELETE FROM visitors WHERE site_id = ?1 AND id IN
+                 (SELECT id FROM visitors WHERE site_id = ?1 LIMIT ?2)",
+            args![site_id, left(&out) as i64],
+        )? as usize;
+    }
+    if left(&out) == 0 {
+        return Ok(out);
+    }
+    out.destinations += conn.execute(
+        "DELETE FROM destinations WHERE id IN
+             (SELECT id FROM destinations WHERE site_id = ?1 LIMIT ?2)",
+        args![site_id, left(&out) as i64],
+    )? as usize;
+    if left(&out) == 0 {
+        return Ok(out);
+    }
+    out.rollup += conn.execute(
+        "DELETE FROM report_daily
+         WHERE (site_id, day, type, attributed, source, medium, campaign, nulls) IN
+             (SELECT site_id, day, type, attributed, source, medium, campaign, nulls
+              FROM report_daily WHERE site_id = ?1 LIMIT ?2)",
+        args![site_id, left(&out) as i64],
+    )? as usize;
+    if left(&out) == 0 {
+        return Ok(out);
+    }
+    let remains = exists(
+        &conn,
+        "SELECT 1 FROM conversions WHERE site_id = ?1
+         UNION ALL SELECT 1 FROM sessions WHERE site_id = ?1
+         UNION ALL SELECT 1 FROM visitors WHERE site_id = ?1
+         UNION ALL SELECT 1 FROM visitor_clients WHERE site_id = ?1
+         UNION ALL SELECT 1 FROM destinations WHERE site_id = ?1
+         UNION ALL SELECT 1 FROM report_daily WHERE site_id = ?1 LIMIT 1",
+        args![site_id],
+    )?;
+    if !remains {
+        out.sites += conn.execute(
+            "DELETE FROM sites WHERE id = ?1 AND deleted_at IS NOT NULL",
+            args![site_id],
+        )? as usize;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,6 +451,112 @@ mod tests {
             .query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
             .unwrap();
         assert_eq!(left, 0);
+    }
+
+    /// A site marked deleted, `kept` live, each with visitors, sessions, 7 events, links,
+    /// conversions with outbox rows and deliveries, a destination and rollup rows.
+    fn two_sites() -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        super::super::migrate(&mut conn).unwrap();
+        conn.execute_batch("INSERT INTO tenants (id, name, created_at) VALUES ('t', 'T', 0)")
+            .unwrap();
+        for s in ["gone", "kept"] {
+            let deleted_at = if s == "gone" { "1" } else { "NULL" };
+            conn.execute_batch(&format!(
+                "INSERT INTO sites (id, tenant_id, tracker_id, name, currency, window_days, model,
+                     created_at, deleted_at)
+                     VALUES ('{s}', 't', 'tr-{s}', '{s}', 'EUR', 30, 'last_touch', 0, {deleted_at});
+                 INSERT INTO destinations (id, site_id, kind, name, settings, secrets, events,
+                     consent, created_at, updated_at)
+                     VALUES ('d-{s}', '{s}', 'meta', 'M', '{{}}', '{{}}', '{{}}', 'none', 0, 0);"
+            ))
+            .unwrap();
+            for v in 0..2 {
+                conn.execute_batch(&format!(
+                    "INSERT INTO visitors (site_id, id, created_at) VALUES ('{s}', 'v{v}', 0);
+                     INSERT INTO visitor_clients (site_id, client_id, visitor_id, created_at)
+                         VALUES ('{s}', 'c', 'v{v}', 0);
+                     INSERT INTO sessions (id, site_id, visitor_id, started_at, last_activity_at)
+                         VALUES ('{s}-s{v}', '{s}', 'v{v}', 0, 0);"
+                ))
+                .unwrap();
+            }
+            for e in 0..7 {
+                conn.execute_batch(&format!(
+                    "INSERT INTO events (id, site_id, session_id, type, ts)
+                         VALUES ('{s}-e{e}', '{s}', '{s}-s0', 'pageview', 0)"
+                ))
+                .unwrap();
+            }
+            for c in 0..3 {
+                conn.execute_batch(&format!(
+                    "INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id,
+                         currency, occurred_at, created_at, source_api, status)
+                         VALUES ('{s}-c{c}', '{s}', 'o{c}', 'purchase', '{s}-s0', 'v0', 'EUR',
+                             {c}, 0, 1, 'processed');
+                     INSERT INTO outbox (conversion_id, created_at) VALUES ('{s}-c{c}', 0);
+                     INSERT INTO deliveries (destination_id, conversion_id, created_at)
+                         VALUES ('d-{s}', '{s}-c{c}', 0);"
+                ))
+                .unwrap();
+            }
+        }
+        conn
+    }
+
+    /// Every row that names the site, in every table that can (sites by id).
+    fn rows_of(conn: &Connection, site: &str) -> i64 {
+        conn.query_row(
+            "SELECT (SELECT COUNT(*) FROM sites WHERE id = ?1)
+                 + (SELECT COUNT(*) FROM visitors WHERE site_id = ?1)
+                 + (SELECT COUNT(*) FROM visitor_clients WHERE site_id = ?1)
+                 + (SELECT COUNT(*) FROM sessions WHERE site_id = ?1)
+                 + (SELECT COUNT(*) FROM events WHERE site_id = ?1)
+                 + (SELECT COUNT(*) FROM conversions WHERE site_id = ?1)
+                 + (SELECT COUNT(*) FROM outbox o JOIN conversions c ON c.id = o.conversion_id
+                        WHERE c.site_id = ?1)
+                 + (SELECT COUNT(*) FROM deliveries x JOIN destinations d ON d.id = x.destination_id
+                        WHERE d.site_id = ?1)
+                 + (SELECT COUNT(*) FROM destinations WHERE site_id = ?1)
+                 + (SELECT COUNT(*) FROM report_daily WHERE site_id = ?1)",
+            [site],
+            |r| r.get(0),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_deleted_site_goes_in_jobs_of_about_the_limit_the_site_row_last() {
+        let conn = two_sites();
+        let (gone, kept) = (rows_of(&conn, "gone"), rows_of(&conn, "kept"));
+        assert!(gone > 20, "{gone}");
+        let (mut calls, mut left) = (0, gone);
+        loop {
+            let done = purge_site(&conn, "gone", 4).unwrap();
+            calls += 1;
+            // About the limit: a conversion goes whole, with its outbox row and deliveries, and
+            // a session with its visitor and the visitor's links (up to 3 rows each here).
+            assert!(done.rows() <= 3 * 4, "{done:?}");
+            if done.sites == 1 {
+                assert_eq!(rows_of(&conn, "gone"), 0);
+                break;
+            }
+            assert!(
+                done.rows() > 0,
+                "a call that deletes nothing before the end"
+            );
+            left -= done.rows() as i64;
+            assert_eq!(rows_of(&conn, "gone"), left, "each row counted once");
+        }
+        assert!(calls >= gone as usize / 12, "{calls} calls for {gone} rows");
+        assert_eq!(
+            rows_of(&conn, "kept"),
+            kept,
+            "the live site keeps every row"
+        );
+        // A live site is never touched, whatever it is asked.
+        assert_eq!(purge_site(&conn, "kept", 1_000).unwrap(), Pruned::default());
+        assert_eq!(rows_of(&conn, "kept"), kept);
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! A site's identity secret is read only by [`identify_check`] and written only by
 //! [`set_identity_secret`]: [`Site`] never carries it, so no listing or log can show it. Written
 //! once for both engines (`engine/mod.rs`).
+//!
+//! A site marked deleted ([`mark_deleted`], `deleted_at` set) is gone for every function here at
+//! once; `store::retention` removes its rows, the row itself last.
 
 use serde::Serialize;
 
@@ -83,7 +86,7 @@ pub fn create(conn: &impl AsConn, s: &NewSite<'_>, now_ms: i64) -> Result<Site> 
 
 pub fn by_id(conn: &impl AsConn, id: &str) -> Result<Option<Site>> {
     conn.conn().query_opt(
-        &format!("SELECT {COLUMNS} FROM sites WHERE id = ?1"),
+        &format!("SELECT {COLUMNS} FROM sites WHERE id = ?1 AND deleted_at IS NULL"),
         args![id],
         from_row,
     )
@@ -91,7 +94,7 @@ pub fn by_id(conn: &impl AsConn, id: &str) -> Result<Option<Site>> {
 
 pub fn by_tracker(conn: &impl AsConn, tracker_id: &str) -> Result<Option<Site>> {
     conn.conn().query_opt(
-        &format!("SELECT {COLUMNS} FROM sites WHERE tracker_id = ?1"),
+        &format!("SELECT {COLUMNS} FROM sites WHERE tracker_id = ?1 AND deleted_at IS NULL"),
         args![tracker_id],
         from_row,
     )
@@ -102,7 +105,8 @@ pub fn list(conn: &impl AsConn, tenant_id: Option<&str>) -> Result<Vec<Site>> {
     // The CAST gives PostgreSQL the parameter's type where it is tested for NULL.
     conn.conn().query_all(
         &format!(
-            "SELECT {COLUMNS} FROM sites WHERE CAST(?1 AS TEXT) IS NULL OR tenant_id = ?1
+            "SELECT {COLUMNS} FROM sites
+             WHERE (CAST(?1 AS TEXT) IS NULL OR tenant_id = ?1) AND deleted_at IS NULL
              ORDER BY created_at, id"
         ),
         args![tenant_id],
@@ -134,7 +138,7 @@ pub fn update(conn: &impl AsConn, id: &str, c: &SiteChanges<'_>) -> Result<Optio
              retain_days = COALESCE(?8, retain_days),
              expire_conversions = COALESCE(?9, expire_conversions),
              consent_required = COALESCE(?11, consent_required)
-         WHERE id = ?1",
+         WHERE id = ?1 AND deleted_at IS NULL",
         args![
             id,
             c.name,
@@ -182,7 +186,7 @@ pub struct IdentifyCheck {
 /// `None` when there is no such site.
 pub fn identify_check(conn: &impl AsConn, site_id: &str) -> Result<Option<IdentifyCheck>> {
     conn.conn().query_opt(
-        "SELECT signed_identify, identity_secret FROM sites WHERE id = ?1",
+        "SELECT signed_identify, identity_secret FROM sites WHERE id = ?1 AND deleted_at IS NULL",
         args![site_id],
         |r| {
             Ok(IdentifyCheck {
@@ -197,7 +201,27 @@ pub fn identify_check(conn: &impl AsConn, site_id: &str) -> Result<Option<Identi
 /// Stored as given, unlike an API key: the server computes HMACs with it.
 pub fn set_identity_secret(conn: &impl AsConn, site_id: &str, secret: &str) -> Result<bool> {
     Ok(conn.conn().execute(
-        "UPDATE sites SET identity_secret = ?2 WHERE id = ?1",
+        "UPDATE sites SET identity_secret = ?2 WHERE id = ?1 AND deleted_at IS NULL",
         args![site_id, secret],
     )? > 0)
+}
+
+/// Marks the site deleted at `now_ms` (gone for every lookup from then on) and disables its
+/// destinations, so that nothing more of it is passed on; its rows stay for
+/// `store::retention::purge_site`. A few rows, whatever the site's size. False when there is no
+/// such site (or it was deleted already).
+pub fn mark_deleted(conn: &impl AsConn, site_id: &str, now_ms: i64) -> Result<bool> {
+    let conn = conn.conn();
+    let marked = conn.execute(
+        "UPDATE sites SET deleted_at = ?2 WHERE id = ?1 AND deleted_at IS NULL",
+        args![site_id, now_ms],
+    )?;
+    if marked == 0 {
+        return Ok(false);
+    }
+    conn.execute(
+        "UPDATE destinations SET enabled = 0 WHERE site_id = ?1",
+        args![site_id],
+    )?;
+    Ok(true)
 }

@@ -63,6 +63,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0012_rollup_plpgsql.sql",
         include_str!("../migrations/postgres/0012_rollup_plpgsql.sql"),
     ),
+    Migration::new(
+        13,
+        "0013_site_deletion.sql",
+        include_str!("../migrations/postgres/0013_site_deletion.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

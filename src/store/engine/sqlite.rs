@@ -218,6 +218,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0012_rollup_plpgsql.sql",
         include_str!("../migrations/sqlite/0012_rollup_plpgsql.sql"),
     ),
+    Migration::new(
+        13,
+        "0013_site_deletion.sql",
+        include_str!("../migrations/sqlite/0013_site_deletion.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.
