@@ -204,9 +204,16 @@ fn regex_lite_sql() -> impl Fn(&str) -> bool {
             let mut words = up[i + 7..].split_whitespace();
             words.next().is_some() && words.next() == Some("SET")
         });
+        // `DELETE FROM t`, not a message saying what `site delete` deletes.
         update
             || [
-                "SELECT ", "INSERT ", "DELETE ", "PRAGMA ", "CREATE ", "DROP ", " WHERE ",
+                "SELECT ",
+                "INSERT ",
+                "DELETE FROM",
+                "PRAGMA ",
+                "CREATE ",
+                "DROP ",
+                " WHERE ",
             ]
             .iter()
             .any(|k| up.contains(k))

@@ -461,44 +461,65 @@ mod tests {
         conn.execute_batch("INSERT INTO tenants (id, name, created_at) VALUES ('t', 'T', 0)")
             .unwrap();
         for s in ["gone", "kept"] {
-            let deleted_at = if s == "gone" { "1" } else { "NULL" };
-            conn.execute_batch(&format!(
+            let deleted_at = (s == "gone").then_some(1_i64);
+            let run = |sql: &str, args: &[&dyn rusqlite::ToSql]| {
+                conn.execute(sql, args).unwrap();
+            };
+            run(
                 "INSERT INTO sites (id, tenant_id, tracker_id, name, currency, window_days, model,
                      created_at, deleted_at)
-                     VALUES ('{s}', 't', 'tr-{s}', '{s}', 'EUR', 30, 'last_touch', 0, {deleted_at});
-                 INSERT INTO destinations (id, site_id, kind, name, settings, secrets, events,
+                     VALUES (?1, 't', 'tr-' || ?1, ?1, 'EUR', 30, 'last_touch', 0, ?2)",
+                &[&s, &deleted_at],
+            );
+            run(
+                "INSERT INTO destinations (id, site_id, kind, name, settings, secrets, events,
                      consent, created_at, updated_at)
-                     VALUES ('d-{s}', '{s}', 'meta', 'M', '{{}}', '{{}}', '{{}}', 'none', 0, 0);"
-            ))
-            .unwrap();
+                     VALUES ('d-' || ?1, ?1, 'meta', 'M', '{}', '{}', '{}', 'none', 0, 0)",
+                &[&s],
+            );
             for v in 0..2 {
-                conn.execute_batch(&format!(
-                    "INSERT INTO visitors (site_id, id, created_at) VALUES ('{s}', 'v{v}', 0);
-                     INSERT INTO visitor_clients (site_id, client_id, visitor_id, created_at)
-                         VALUES ('{s}', 'c', 'v{v}', 0);
-                     INSERT INTO sessions (id, site_id, visitor_id, started_at, last_activity_at)
-                         VALUES ('{s}-s{v}', '{s}', 'v{v}', 0, 0);"
-                ))
-                .unwrap();
+                let visitor = format!("v{v}");
+                let session = format!("{s}-s{v}");
+                run(
+                    "INSERT INTO visitors (site_id, id, created_at) VALUES (?1, ?2, 0)",
+                    &[&s, &visitor],
+                );
+                run(
+                    "INSERT INTO visitor_clients (site_id, client_id, visitor_id, created_at)
+                         VALUES (?1, 'c', ?2, 0)",
+                    &[&s, &visitor],
+                );
+                run(
+                    "INSERT INTO sessions (id, site_id, visitor_id, started_at, last_activity_at)
+                         VALUES (?3, ?1, ?2, 0, 0)",
+                    &[&s, &visitor, &session],
+                );
             }
             for e in 0..7 {
-                conn.execute_batch(&format!(
+                run(
                     "INSERT INTO events (id, site_id, session_id, type, ts)
-                         VALUES ('{s}-e{e}', '{s}', '{s}-s0', 'pageview', 0)"
-                ))
-                .unwrap();
+                         VALUES (?2, ?1, ?1 || '-s0', 'pageview', 0)",
+                    &[&s, &format!("{s}-e{e}")],
+                );
             }
-            for c in 0..3 {
-                conn.execute_batch(&format!(
+            for c in 0..3_i64 {
+                let id = format!("{s}-c{c}");
+                run(
                     "INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id,
                          currency, occurred_at, created_at, source_api, status)
-                         VALUES ('{s}-c{c}', '{s}', 'o{c}', 'purchase', '{s}-s0', 'v0', 'EUR',
-                             {c}, 0, 1, 'processed');
-                     INSERT INTO outbox (conversion_id, created_at) VALUES ('{s}-c{c}', 0);
-                     INSERT INTO deliveries (destination_id, conversion_id, created_at)
-                         VALUES ('d-{s}', '{s}-c{c}', 0);"
-                ))
-                .unwrap();
+                         VALUES (?2, ?1, 'o' || ?3, 'purchase', ?1 || '-s0', 'v0', 'EUR',
+                             ?3, 0, 1, 'processed')",
+                    &[&s, &id, &c],
+                );
+                run(
+                    "INSERT INTO outbox (conversion_id, created_at) VALUES (?1, 0)",
+                    &[&id],
+                );
+                run(
+                    "INSERT INTO deliveries (destination_id, conversion_id, created_at)
+                         VALUES ('d-' || ?1, ?2, 0)",
+                    &[&s, &id],
+                );
             }
         }
         conn
