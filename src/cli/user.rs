@@ -264,11 +264,7 @@ pub(super) fn invite(db: &Location, a: InviteArgs) -> CliResult {
         people::invite(tx, &a.tenant, &a.email, &secret, now)
     })
     .map_err(people_refused)?;
-    let url = format!(
-        "{}/dashboard/invite?token={}",
-        origin(&a.link),
-        secret.secret
-    );
+    let url = secret.invite_url(&origin(&a.link));
     let out = json!({
         "tenantId": inv.tenant_id,
         "email": inv.email,
@@ -292,11 +288,7 @@ pub(super) fn reset_password(db: &Location, a: ResetArgs) -> CliResult {
     let (user, expires_at) =
         store::write_tx(&conn, |tx| people::reset_link(tx, &a.email, &secret, now))
             .map_err(people_refused)?;
-    let url = format!(
-        "{}/dashboard/reset?token={}",
-        origin(&a.link),
-        secret.secret
-    );
+    let url = secret.reset_url(&origin(&a.link));
     let out = json!({
         "id": user.id,
         "email": user.email,

@@ -122,11 +122,7 @@ pub fn invite(d: &Dashboard, ctx: &mut Ctx, v: &Viewer) -> PageResult {
     let email = field(&f, "email").to_owned();
     let secret = ops::people::Secret::new()
         .map_err(|e| PageError::Internal(format!("no OS randomness: {e}")))?;
-    let url = format!(
-        "{}/dashboard/invite?token={}",
-        super::snippets::origin(d, ctx),
-        secret.secret
-    );
+    let url = secret.invite_url(&super::snippets::origin(d, ctx));
     let tenant = v.tenant_id.clone();
     let typed = email.clone();
     let r = d.writer.submit(move |c| {

@@ -48,6 +48,16 @@ impl Secret {
         let hash = hash(&secret);
         Ok(Secret { secret, hash })
     }
+
+    /// The invitation link at `origin` (the dashboard's `/dashboard/invite` page).
+    pub fn invite_url(&self, origin: &str) -> String {
+        format!("{origin}/dashboard/invite?token={}", self.secret)
+    }
+
+    /// The password reset link at `origin` (the dashboard's `/dashboard/reset` page).
+    pub fn reset_url(&self, origin: &str) -> String {
+        format!("{origin}/dashboard/reset?token={}", self.secret)
+    }
 }
 
 /// The stored form of a link's secret (or a recovery code's, a login step's).
