@@ -47,16 +47,7 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     let mut shots = Shots::new();
     let mut browser = Browser::launch(&chromium);
     let mut cdp = browser.connect();
-    let page = open_page(&mut cdp);
-    let mut ui = Ui {
-        cdp: &mut cdp,
-        page,
-        base: app.base.clone(),
-    };
-    ui.call(
-        "Emulation.setDeviceMetricsOverride",
-        json!({"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": false}),
-    );
+    let mut ui = Ui::desktop(&mut cdp, &app.base);
     // A headless page never has the focus the clipboard API asks for, unless emulated.
     ui.call(
         "Emulation.setFocusEmulationEnabled",
@@ -490,16 +481,7 @@ fn people_invite_reset_and_two_factor_in_chromium() {
     let mut shots = Shots::new();
     let mut browser = Browser::launch(&chromium);
     let mut cdp = browser.connect();
-    let page = open_page(&mut cdp);
-    let mut ui = Ui {
-        cdp: &mut cdp,
-        page,
-        base: app.base.clone(),
-    };
-    ui.call(
-        "Emulation.setDeviceMetricsOverride",
-        json!({"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": false}),
-    );
+    let mut ui = Ui::desktop(&mut cdp, &app.base);
     let login = |ui: &mut Ui, email: &str, password: &str| {
         ui.goto("/dashboard/login");
         ui.fill("[name=email]", email);
@@ -669,7 +651,22 @@ struct Ui<'a> {
     base: String,
 }
 
-impl Ui<'_> {
+impl<'a> Ui<'a> {
+    /// A new page on `base`, at a desktop viewport of 1280 × 800.
+    fn desktop(cdp: &'a mut Cdp, base: &str) -> Ui<'a> {
+        let page = open_page(cdp);
+        let mut ui = Ui {
+            cdp,
+            page,
+            base: base.to_owned(),
+        };
+        ui.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": false}),
+        );
+        ui
+    }
+
     fn call(&mut self, method: &str, params: Value) -> Value {
         self.cdp.call(method, params, Some(&self.page))
     }
