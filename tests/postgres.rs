@@ -65,6 +65,80 @@ fn tables(c: &mut ::postgres::Client) -> Vec<String> {
     .collect()
 }
 
+/// The writer's shape of work, on PostgreSQL: jobs in savepoints of one transaction, one of them
+/// failing. What it costs in round trips once its statements are prepared, and what it keeps.
+fn writer_batch(c: &store::engine::PgConn, ids: [&str; 3]) -> u64 {
+    let before = c.round_trips();
+    store::write_tx(c, |c| {
+        for id in ids {
+            let created = store::savepoint(c, |c| store::tenants::create(c, id, "Name", 1_000));
+            assert_eq!(created.is_ok(), id != "dup", "{id}: {created:?}");
+            assert!(
+                c.in_transaction(),
+                "a failed job leaves the transaction usable"
+            );
+        }
+        Ok::<_, store::StoreError>(())
+    })
+    .unwrap();
+    c.round_trips() - before
+}
+
+#[test]
+fn transaction_control_costs_one_round_trip_between_statements() {
+    let url = fresh_database();
+    let c = pg::open(&url).unwrap();
+    store::tenants::create(&c, "dup", "Taken", 1_000).unwrap();
+    // Prepares every statement once, so the next batch counts only its sends.
+    writer_batch(&c, ["a1", "dup", "a2"]);
+    // BEGIN + SAVEPOINT, the insert, RELEASE + SAVEPOINT, the failed insert, ROLLBACK TO,
+    // RELEASE + SAVEPOINT, the insert, RELEASE + COMMIT: 8 (one each: 13).
+    assert_eq!(writer_batch(&c, ["b1", "dup", "b2"]), 8);
+    let names: Vec<String> = client(&url)
+        .query("SELECT id FROM tenants ORDER BY id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(names, ["a1", "a2", "b1", "b2", "dup"]);
+
+    // A transaction that runs no statement costs nothing; a savepoint that ran none is not sent.
+    let before = c.round_trips();
+    store::read(&c, |_| Ok::<_, store::StoreError>(())).unwrap();
+    store::write_tx(&c, |c| store::savepoint(c, |_| Ok(()))).unwrap();
+    assert_eq!(c.round_trips() - before, 0);
+
+    // A deadline set for each item of a chunk is sent once, with the transaction's first statement,
+    // and is in effect.
+    store::tenants::exists(&c, "a1").unwrap();
+    let before = c.round_trips();
+    let timeouts = store::read(&c, |c| {
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            seen.push(
+                c.interrupt_after(std::time::Duration::from_millis(2_500), || {
+                    store::tenants::exists(c, "a1").map(|_| ())
+                })??,
+            );
+        }
+        Ok::<_, store::StoreError>(seen.len())
+    })
+    .unwrap();
+    assert_eq!(timeouts, 3);
+    // BEGIN + SET LOCAL, three reads, COMMIT.
+    assert_eq!(c.round_trips() - before, 5);
+    let slept = store::read(&c, |c| {
+        c.interrupt_after(std::time::Duration::from_millis(50), || {
+            c.query_opt("SELECT pg_sleep(5)", store::engine::args![], |_| Ok(()))
+        })
+    })
+    .unwrap();
+    assert!(
+        slept.is_err(),
+        "the deadline interrupts the statement: {slept:?}"
+    );
+}
+
 #[test]
 fn a_fresh_database_is_built_to_the_binarys_schema_version_and_migrating_again_changes_nothing() {
     let url = fresh_database();

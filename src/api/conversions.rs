@@ -77,10 +77,11 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     let key_hash = super::bearer_key_hash(ctx)?;
     let conn = app.pool.get()?;
     let now = store::now_ms();
-    // Checks 1 to 3, then the body (4 to 7), then order and session, on one read snapshot: the
-    // body is in memory already (the connection's thread read it before the request came here,
-    // `http::PREREAD_BODY_LIMIT`), so no snapshot stays open while a client sends it.
-    let (site, r, known, resolved) = store::read(&conn, |conn| {
+    // Checks 1 to 3, then the body (4 to 7), then order and session: the body is in memory already
+    // (the connection's thread read it before the request came here, `http::PREREAD_BODY_LIMIT`),
+    // so no read stays open while a client sends it. No common snapshot is needed: the writer
+    // decides the order again.
+    let (site, r, known, resolved) = store::read_each(&conn, |conn| {
         let site = super::authorize(app, conn, &key_hash, site_id)?;
         let r = read_submission(ctx, now)?;
         let known = match &r.order_id {

@@ -4,7 +4,7 @@
 //! writer's transaction: the API's first report of a pixel order replaces the pixel's details.
 
 use super::dialect::Statement;
-use super::engine::{args, AsConn, Row};
+use super::engine::{args, AsConn, Engine, Row};
 use super::pipeline::{Attribution, Reported};
 use super::{Result, StoreError};
 
@@ -125,37 +125,57 @@ fn insert(
     source: Source,
     now_ms: i64,
 ) -> Result<Option<Recorded>> {
-    let inserted = conn.conn().execute(
-        "INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id, client_id, value,
-            currency, occurred_at, created_at, source_api, source_pixel)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
-         ON CONFLICT DO NOTHING",
-        args![
-            &c.id,
-            &c.site_id,
-            &c.order_id,
-            &c.kind,
-            &c.session_id,
-            &c.visitor_id,
-            &c.client_id,
-            &c.value,
-            &c.currency,
-            c.occurred_at,
-            now_ms,
-            source == Source::Api,
-            source == Source::Pixel,
-        ],
-    )?;
+    let conn = conn.conn();
+    let args = args![
+        &c.id,
+        &c.site_id,
+        &c.order_id,
+        &c.kind,
+        &c.session_id,
+        &c.visitor_id,
+        &c.client_id,
+        &c.value,
+        &c.currency,
+        c.occurred_at,
+        now_ms,
+        source == Source::Api,
+        source == Source::Pixel,
+        source.origin(),
+    ];
+    let inserted = match conn.engine() {
+        Engine::Sqlite => {
+            let n = conn.execute(INSERT_CONVERSION, &args[..13])?;
+            if n > 0 {
+                queue(&conn, &c.id, source, now_ms)?;
+            }
+            n
+        }
+        // One round trip for both rows: the outbox row is inserted from the conversion's
+        // `RETURNING`, so only when the conversion was.
+        Engine::Postgres => conn.execute(
+            "WITH c AS (INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id,
+                 client_id, value, currency, occurred_at, created_at, source_api, source_pixel)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                 ON CONFLICT DO NOTHING RETURNING id)
+             INSERT INTO outbox (conversion_id, next_attempt_at, created_at, origin)
+                 SELECT id, ?11, ?11, ?14 FROM c",
+            args,
+        )?,
+    };
     if inserted == 0 {
         return Ok(None);
     }
-    queue(conn, &c.id, source, now_ms)?;
     Ok(Some(Recorded {
         event_id: c.id.clone(),
         session_id: c.session_id.clone(),
         created: true,
     }))
 }
+
+const INSERT_CONVERSION: &str = "INSERT INTO conversions (id, site_id, order_id, type, session_id,
+        visitor_id, client_id, value, currency, occurred_at, created_at, source_api, source_pixel)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+     ON CONFLICT DO NOTHING";
 
 /// Adds the conversion's outbox row, due now, as `source`'s work.
 fn queue(conn: &impl AsConn, conversion_id: &str, source: Source, now_ms: i64) -> Result<()> {
@@ -241,8 +261,27 @@ pub fn record_api_with(
     )))
 }
 
-/// [`record_api`]'s one try: `None` when the order turned out to exist at the insert.
+/// [`record_api`]'s one try: `None` when the order was there at the insert and gone at the lookup.
+/// A new order, the common case, is the insert alone; a known one is looked up after its insert
+/// found it there.
 fn record_api_once(conn: &impl AsConn, r: &ApiReport, now_ms: i64) -> Result<Option<ApiRecorded>> {
+    if let Some((session_id, visitor_id)) = &r.session {
+        let c = Conversion {
+            id: r.id.clone(),
+            site_id: r.site_id.clone(),
+            order_id: r.order_id.clone(),
+            kind: r.kind.clone(),
+            session_id: session_id.clone(),
+            visitor_id: visitor_id.clone(),
+            client_id: r.client_id.clone(),
+            value: r.value.clone(),
+            currency: r.currency.clone(),
+            occurred_at: r.occurred_at,
+        };
+        if let Some(rec) = insert(conn, &c, Source::Api, now_ms)? {
+            return Ok(Some(ApiRecorded::Created(rec)));
+        }
+    }
     if let Some(order_id) = &r.order_id {
         if let Some((mut rec, by_api)) = find_order(conn, &r.site_id, order_id, Source::Api)? {
             if by_api {
@@ -255,23 +294,11 @@ fn record_api_once(conn: &impl AsConn, r: &ApiReport, now_ms: i64) -> Result<Opt
             return Ok(Some(ApiRecorded::TakenOver(rec)));
         }
     }
-    let Some((session_id, visitor_id)) = &r.session else {
-        return Ok(Some(ApiRecorded::NoSession));
-    };
-    let c = Conversion {
-        id: r.id.clone(),
-        site_id: r.site_id.clone(),
-        order_id: r.order_id.clone(),
-        kind: r.kind.clone(),
-        session_id: session_id.clone(),
-        visitor_id: visitor_id.clone(),
-        client_id: r.client_id.clone(),
-        value: r.value.clone(),
-        currency: r.currency.clone(),
-        occurred_at: r.occurred_at,
-    };
-    // The order was unknown when looked up above, in this transaction.
-    Ok(insert(conn, &c, Source::Api, now_ms)?.map(ApiRecorded::Created))
+    Ok(match r.session {
+        None => Some(ApiRecorded::NoSession),
+        // Inserted by another transaction, then removed again before the lookup.
+        Some(_) => None,
+    })
 }
 
 /// Stores what the backend added to a conversion's report (every field: one not given is cleared).

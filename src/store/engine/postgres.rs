@@ -20,7 +20,7 @@ use postgres::{Client, NoTls};
 
 pub use postgres::Row;
 
-use super::{args, Value};
+use super::Value;
 use crate::store::dialect::postgres_placeholders;
 use crate::store::migrate::{self, Chain, Migration};
 use crate::store::{Result, StoreError};
@@ -329,6 +329,15 @@ pub struct PgConn {
     /// PostgreSQL then refuses every statement until the transaction ends, and turns its `COMMIT`
     /// into a silent `ROLLBACK`: the runners check this flag instead of trusting the `COMMIT`.
     aborted: Cell<bool>,
+    /// Transaction-control statements not sent yet (`BEGIN`, `SAVEPOINT`, `RELEASE`, `SET LOCAL`):
+    /// they go in one simple query just before the next statement, or with the `COMMIT`, so that
+    /// they cost one round trip between two statements however many there are. A `SAVEPOINT`
+    /// released before any statement ran is never sent, nor is a transaction that ran none.
+    pending: RefCell<Vec<String>>,
+    /// The `statement_timeout` set in the open transaction (ms), so that a chunk's items set it once.
+    timeout_ms: Cell<Option<u128>>,
+    /// Messages sent to the server and answered (round trips) since the connection opened.
+    round_trips: Cell<u64>,
 }
 
 impl PgConn {
@@ -339,13 +348,28 @@ impl PgConn {
             in_tx: Cell::new(false),
             aborted: Cell::new(false),
             changes: Cell::new(0),
+            pending: RefCell::new(Vec::new()),
+            timeout_ms: Cell::new(None),
+            round_trips: Cell::new(0),
         }
+    }
+
+    /// How many round trips this connection made since it opened: what the store's spelling of a
+    /// piece of work costs, for the tests that keep it from growing.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.get()
+    }
+
+    /// The client, for one round trip (counted).
+    fn send(&self) -> std::cell::RefMut<'_, postgres::Client> {
+        self.round_trips.set(self.round_trips.get() + 1);
+        self.client.borrow_mut()
     }
 
     /// One round trip: whether the server answers on this connection.
     pub fn ping(&self) -> Result<()> {
-        self.failed(self.client.borrow_mut().simple_query("SELECT 1"))
-            .map(drop)
+        self.flush()?;
+        self.failed(self.send().simple_query("SELECT 1")).map(drop)
     }
 
     /// Whether the client's connection is gone (the server closed it, or the network did).
@@ -361,40 +385,102 @@ impl PgConn {
         Ok(r?)
     }
 
-    /// Runs a transaction-control statement and keeps track of the transaction's state.
+    /// Takes a transaction-control statement and keeps track of the transaction's state. `BEGIN`,
+    /// `SAVEPOINT` and `RELEASE` wait in [`PgConn::pending`] (a `RELEASE` of a savepoint still
+    /// pending takes it back); `COMMIT` goes with them in one round trip, and a transaction that
+    /// never ran a statement is neither sent nor committed; `ROLLBACK TO` goes at once.
     pub(super) fn tx_control(&self, sql: &str) -> Result<()> {
-        let r = self.client.borrow_mut().batch_execute(sql);
         let word = sql.split_whitespace().next().unwrap_or("");
         match word {
-            "BEGIN" | "START" if r.is_ok() => {
+            "BEGIN" | "START" => {
+                self.flush()?;
+                self.pending.borrow_mut().push(sql.to_owned());
                 self.in_tx.set(true);
                 self.aborted.set(false);
+                self.timeout_ms.set(None);
+                Ok(())
+            }
+            "SAVEPOINT" => {
+                self.pending.borrow_mut().push(sql.to_owned());
+                Ok(())
+            }
+            "RELEASE" => {
+                let mut pending = self.pending.borrow_mut();
+                let name = sql.split_whitespace().last().unwrap_or("");
+                let unsent = pending.last().is_some_and(|p| {
+                    p.split_whitespace().next() == Some("SAVEPOINT")
+                        && p.split_whitespace().last() == Some(name)
+                });
+                if unsent {
+                    pending.pop();
+                } else {
+                    pending.push(sql.to_owned());
+                }
+                Ok(())
             }
             // Whatever they answer, the transaction is over (or the connection is).
             "COMMIT" | "ROLLBACK" if !sql.starts_with("ROLLBACK TO") => {
-                self.in_tx.set(false);
+                let pending = std::mem::take(&mut *self.pending.borrow_mut());
+                let was_open = self.in_tx.replace(false);
                 self.aborted.set(false);
+                self.timeout_ms.set(None);
+                let unsent = pending.first().is_some_and(|p| {
+                    matches!(p.split_whitespace().next(), Some("BEGIN" | "START"))
+                });
+                if unsent && was_open {
+                    // Nothing of this transaction reached the server: nothing to end.
+                    return Ok(());
+                }
+                if word == "ROLLBACK" {
+                    return Ok(self.send().batch_execute(sql)?);
+                }
+                let mut batch = pending;
+                batch.push(sql.to_owned());
+                let r = self.send().batch_execute(&batch.join("; "));
+                if r.is_err() && batch.len() > 1 {
+                    // A statement before the `COMMIT` failed, so the `COMMIT` never ran: the
+                    // transaction is still open on the server, refusing everything.
+                    let _ = self.send().batch_execute("ROLLBACK");
+                }
+                Ok(r?)
             }
-            "ROLLBACK" if r.is_ok() => self.aborted.set(false),
-            _ => {}
+            _ => {
+                self.flush()?;
+                let r = self.send().batch_execute(sql);
+                if word == "ROLLBACK" && r.is_ok() {
+                    // `ROLLBACK TO` undid the failed statement, and any `SET LOCAL` after it.
+                    self.aborted.set(false);
+                    self.timeout_ms.set(None);
+                }
+                self.failed(r)
+            }
         }
+    }
+
+    /// Sends the pending transaction-control statements, in one round trip.
+    fn flush(&self) -> Result<()> {
+        if self.pending.borrow().is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut *self.pending.borrow_mut()).join("; ");
+        let r = self.send().batch_execute(&batch);
         self.failed(r)
     }
 
     /// Runs `f` on the client itself (migrations, transaction control).
+    /// Pending transaction control is sent first; should that fail, the transaction refuses
+    /// whatever `f` runs, which then fails.
     pub(in crate::store) fn with_client<T>(&self, f: impl FnOnce(&mut postgres::Client) -> T) -> T {
-        f(&mut self.client.borrow_mut())
+        let _ = self.flush();
+        f(&mut self.send())
     }
 
     fn statement(&self, sql: &str) -> Result<postgres::Statement> {
+        self.flush()?;
         if let Some(s) = self.statements.borrow().get(sql) {
             return Ok(s.clone());
         }
-        let prepared = self.failed(
-            self.client
-                .borrow_mut()
-                .prepare(&postgres_placeholders(sql)),
-        )?;
+        let prepared = self.failed(self.send().prepare(&postgres_placeholders(sql)))?;
         self.statements
             .borrow_mut()
             .insert(sql.to_owned(), prepared.clone());
@@ -403,7 +489,8 @@ impl PgConn {
 
     /// Runs `sql`, one or more statements without arguments, as a simple query.
     pub fn batch_execute(&self, sql: &str) -> Result<()> {
-        self.failed(self.client.borrow_mut().batch_execute(sql))
+        self.flush()?;
+        self.failed(self.send().batch_execute(sql))
     }
 
     pub(super) fn in_transaction(&self) -> bool {
@@ -424,12 +511,19 @@ impl PgConn {
         deadline: Duration,
         f: impl FnOnce() -> T,
     ) -> Result<T> {
-        let ms = deadline.as_millis().clamp(1, i32::MAX as u128).to_string();
-        self.query_opt(
-            "SELECT set_config('statement_timeout', ?1, true)",
-            args![&ms],
-            |_| Ok(()),
-        )?;
+        let timeout_ms = deadline.as_millis().clamp(1, i32::MAX as u128);
+        if !self.in_tx.get() {
+            // Outside a transaction a local setting would end with its own statement.
+            return Ok(f());
+        }
+        if self.timeout_ms.get() != Some(timeout_ms) {
+            // An integer, so it can go with the pending transaction control (a simple query,
+            // which takes no parameters), costing no round trip of its own.
+            self.pending
+                .borrow_mut()
+                .push(format!("SET LOCAL statement_timeout = {timeout_ms}"));
+            self.timeout_ms.set(Some(timeout_ms));
+        }
         Ok(f())
     }
 
