@@ -36,6 +36,8 @@ struct Inner {
     rows_pruned: AtomicU64,
     db_bytes: AtomicU64,
     wal_bytes: AtomicU64,
+    /// When the sizes were last measured (ms since the epoch; 0: never).
+    sizes_at: std::sync::atomic::AtomicI64,
     rates_fetch_success_at: AtomicU64,
     rates_fetch_failure_at: AtomicU64,
     rates_fetch_failures: AtomicU64,
@@ -194,9 +196,16 @@ impl Metrics {
         self.0.rows_pruned.fetch_add(n, Ordering::Relaxed);
     }
     /// The sizes of the database file and its WAL, as the `/metrics` handler just read them.
-    pub fn set_db_sizes(&self, db_bytes: u64, wal_bytes: u64) {
+    pub fn set_db_sizes(&self, db_bytes: u64, wal_bytes: u64, now_ms: i64) {
         self.0.db_bytes.store(db_bytes, Ordering::Relaxed);
         self.0.wal_bytes.store(wal_bytes, Ordering::Relaxed);
+        self.0.sizes_at.store(now_ms, Ordering::Relaxed);
+    }
+
+    /// Whether the sizes were measured less than `every_ms` before `now_ms`.
+    pub fn sizes_fresh(&self, now_ms: i64, every_ms: i64) -> bool {
+        let at = self.0.sizes_at.load(Ordering::Relaxed);
+        at > 0 && now_ms - at < every_ms
     }
 
     /// A `serve --rates-fetch` outcome at `unix_secs`.
@@ -450,5 +459,21 @@ impl Metrics {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Metrics;
+
+    #[test]
+    fn database_sizes_are_measured_again_only_when_stale() {
+        let m = Metrics::default();
+        assert!(!m.sizes_fresh(1_000, 60_000), "never measured");
+        m.set_db_sizes(10, 2, 1_000);
+        assert!(m.sizes_fresh(60_999, 60_000));
+        assert!(!m.sizes_fresh(61_000, 60_000));
+        // SQLite's sizes are measured every time.
+        assert!(!m.sizes_fresh(1_000, 0));
     }
 }

@@ -56,8 +56,16 @@ pub fn metrics(app: &App, ctx: &Ctx) -> Result<Reply, ApiError> {
         let rows = crate::forward::versions::metrics_rows(&dests, store::now_ms());
         app.metrics.set_api_versions(rows);
     }
-    if let Some(Ok((db, wal))) = conn.as_ref().map(store::export::file_sizes) {
-        app.metrics.set_db_sizes(db, wal);
+    let now = store::now_ms();
+    if let Some(c) = conn.as_ref() {
+        if !app
+            .metrics
+            .sizes_fresh(now, store::export::sizes_every_ms(c))
+        {
+            if let Ok((db, wal)) = store::export::file_sizes(c) {
+                app.metrics.set_db_sizes(db, wal, now);
+            }
+        }
     }
     drop(conn);
     Ok(Reply::bytes(

@@ -140,6 +140,15 @@ pub fn backup(src: &Connection, dest: &Path) -> Result<BackupDone> {
     })
 }
 
+/// How often [`file_sizes`] is worth measuring again: SQLite's are two `stat`s, every time;
+/// PostgreSQL's walks the database's files, so once a minute is enough for a gauge.
+pub fn sizes_every_ms(conn: &impl AsConn) -> i64 {
+    match conn.conn() {
+        Conn::Sqlite(_) => 0,
+        Conn::Postgres(_) => 60_000,
+    }
+}
+
 /// The bytes of the database file `conn` is connected to, and of its WAL (0 when there is none);
 /// on PostgreSQL the size of the database and 0.
 pub fn file_sizes(conn: &impl AsConn) -> Result<(u64, u64)> {
