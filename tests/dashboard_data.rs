@@ -1,10 +1,12 @@
 //! The dashboard's data pages through the front door: the conversions list (order, keyset pages,
-//! each filter, the CSV), one conversion's page, dead letters and their retry, the report page
-//! (its totals are `convapi report`'s, its chart has a bar per day) and its CSV.
+//! each filter, each order's net value and state, the CSV), one conversion's page and its refund /
+//! cancel / restate form (the API's adjustment, its repeat and its refusals), dead letters and
+//! their retry, the report page (its totals are `convapi report`'s, its chart has a bar per day)
+//! and its CSV.
 //!
 //! What belongs here: what a data page shows and how it pages, filters and exports. Another
-//! tenant's user meeting the missing page on these pages, and CSRF on the retry form, are in
-//! `dashboard_security.rs` with the rest of the dashboard's security.
+//! tenant's user meeting the missing page on these pages, and CSRF on the retry and refund forms,
+//! are in `dashboard_security.rs` with the rest of the dashboard's security.
 
 use std::time::{Duration, Instant};
 
