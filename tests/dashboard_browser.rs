@@ -584,8 +584,8 @@ fn people_invite_reset_and_two_factor_in_chromium() {
 }
 
 /// A refund recorded by hand on the order page: the form filled and sent in Chromium, the page
-/// again with the refund in its ledger and the order partially refunded. Photographed as
-/// `order-refund.png`.
+/// again with the refund in its ledger and the order partially refunded, then one more than is left
+/// refused on the page. Photographed as `order-refund*.png` and `conversions-refunded.png`.
 #[test]
 fn a_refund_recorded_on_the_order_page_in_chromium() {
     let chromium = chromium_path();
@@ -641,6 +641,19 @@ fn a_refund_recorded_on_the_order_page_in_chromium() {
     ui.eval("document.getElementById('ledger').scrollIntoView()");
     shots.take(&mut ui, "order-refund");
 
+    // More than is left: refused in the API's words, the value kept for correcting.
+    ui.fill("#adjust-value", "40");
+    ui.submit("#adjust-value");
+    ui.expect_page(422, &format!("{order}/adjustments"));
+    ui.expect_text("#form-error", "(EXCEEDS_ORDER_VALUE)");
+    assert_eq!(
+        ui.eval("document.getElementById('adjust-value').value"),
+        json!("40")
+    );
+    ui.expect_text("#net-value", "37.40 EUR");
+    ui.eval("document.getElementById('adjust').scrollIntoView()");
+    shots.take(&mut ui, "order-refund-refused");
+
     // The list shows the order's state and net value beside its value.
     let list = format!("/dashboard/sites/{}/conversions", app.site.id);
     ui.goto(&list);
@@ -649,7 +662,7 @@ fn a_refund_recorded_on_the_order_page_in_chromium() {
     assert!(row.contains(&"37.40 EUR".to_owned()), "{row:?}");
     assert!(row.contains(&"partially refunded".to_owned()), "{row:?}");
     shots.take(&mut ui, "conversions-refunded");
-    assert_eq!(shots.taken, 2);
+    assert_eq!(shots.taken, 3);
     drop(ui);
     browser.close(&mut cdp);
 }
