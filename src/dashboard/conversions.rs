@@ -6,8 +6,8 @@
 //! Reads go through `store::dashboard`, whose list looks at no more than [`MAX_SCAN`] rows per
 //! page (docs/decisions.md §10, "The conversions list"), and the page's ledgers in one query; the
 //! retry is the same change as `convapi outbox retry`, and an adjustment the same as `convapi order
-//! adjust`, made by the writer. Everything shown that the pixel sent (order ids,
-//! types, UTM values) is written through maud's escaping `(expr)`.
+//! adjust`, made by the writer. Everything shown that the pixel sent (order ids, types, UTM values)
+//! is written through maud's escaping `(expr)`.
 
 use std::collections::HashMap;
 
@@ -449,7 +449,7 @@ pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult
     crate::csv::record(&mut out, crate::csv::CONVERSION_COLUMNS)
         .map_err(|e| PageError::Internal(e.to_string()))?;
     d.read(|c| {
-        // The rows first, then their ledgers (no query may run while the list's streams), in
+        // The rows first, then their ledgers (no query may run while the list streams), in
         // the same read transaction.
         let mut rows = Vec::new();
         list::conversions(
