@@ -15,10 +15,11 @@
 use std::borrow::Cow;
 use std::io::Write;
 
+use crate::ledger::{Net, State};
 use crate::store::{self, conversions::OrderStatus};
 
 /// The header of a conversions CSV, in the order of [`conversion_fields`].
-pub const CONVERSION_COLUMNS: [&str; 23] = [
+pub const CONVERSION_COLUMNS: [&str; 25] = [
     "eventId",
     "orderId",
     "type",
@@ -42,6 +43,8 @@ pub const CONVERSION_COLUMNS: [&str; 23] = [
     "attributionCampaign",
     "attempts",
     "lastError",
+    "netValue",
+    "state",
 ];
 
 /// A field of a record.
@@ -121,10 +124,11 @@ fn text(s: &Option<String>) -> String {
     s.clone().unwrap_or_default()
 }
 
-/// One conversion's fields, as [`CONVERSION_COLUMNS`] names them. Amounts and the count of tries
-/// are numbers; every id, name and time is text (ours start with a letter or a digit, so the rule
-/// leaves them alone).
-pub fn conversion_fields(o: &OrderStatus) -> [Field; 23] {
+/// One conversion's fields, as [`CONVERSION_COLUMNS`] names them, with `net` its order's net value
+/// and state from its ledger (`store::adjustments::net_shown`; `None`: no net value, `active`, as
+/// the status lookup shows it). Amounts and the count of tries are numbers; every id, name and
+/// time is text (ours start with a letter or a digit, so the rule leaves them alone).
+pub fn conversion_fields(o: &OrderStatus, net: Option<&Net>) -> [Field; 25] {
     let c = &o.conversion;
     let attr = |f: fn(&store::pipeline::Attribution) -> Option<String>| {
         o.attribution.as_ref().and_then(f).unwrap_or_default()
@@ -154,6 +158,8 @@ pub fn conversion_fields(o: &OrderStatus) -> [Field; 23] {
         attr(|a| a.campaign.clone()).into(),
         number(o.attempts),
         text(&o.last_error).into(),
+        net.map(|n| number(n.value)).unwrap_or_else(|| number("")),
+        net.map_or(State::Active, |n| n.state).as_str().into(),
     ]
 }
 

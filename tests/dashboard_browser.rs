@@ -583,6 +583,90 @@ fn people_invite_reset_and_two_factor_in_chromium() {
     browser.close(&mut cdp);
 }
 
+/// A refund recorded by hand on the order page: the form filled and sent in Chromium, the page
+/// again with the refund in its ledger and the order partially refunded, then one more than is left
+/// refused on the page. Photographed as `order-refund*.png` and `conversions-refunded.png`.
+#[test]
+fn a_refund_recorded_on_the_order_page_in_chromium() {
+    let chromium = chromium_path();
+    let app = TestApp::start();
+    crate::common::create_user(&app, &app.tenant.id, EMAIL, PASSWORD);
+    let now = crate::common::now_ms();
+    app.pageview(
+        "v-1",
+        "https://shop.example/?utm_source=newsletter&utm_medium=email&utm_campaign=spring",
+        now - 3_600_000,
+    );
+    let (event_id, _) = app
+        .post_conversion(&json!({
+            "orderId": ORDER_ID, "visitorId": "v-1", "clientId": CLIENT_ID,
+            "value": 49.9, "currency": "EUR",
+        }))
+        .accepted();
+    crate::common::pipeline_support::await_status(&app, ORDER_ID, "processed");
+    let mut shots = Shots::new();
+    let mut browser = Browser::launch(&chromium);
+    let mut cdp = browser.connect();
+    let mut ui = Ui::desktop(&mut cdp, &app.base);
+    ui.goto("/dashboard/login");
+    ui.fill("[name=email]", EMAIL);
+    ui.fill("[name=password]", PASSWORD);
+    ui.submit("[name=password]");
+    ui.expect_page(200, "/dashboard/");
+
+    let order = format!("/dashboard/sites/{}/conversions/{event_id}", app.site.id);
+    ui.goto(&order);
+    ui.expect_page(200, &order);
+    ui.expect_text("#order-state", "active");
+    ui.fill("#adjust-type", "refund");
+    ui.fill("#adjust-value", "12.50");
+    ui.fill("#adjust-reason", "Mug arrived chipped");
+    ui.submit("#adjust-value");
+    ui.expect_page(200, &order);
+    assert!(ui.path().ends_with("?recorded=1"), "{}", ui.path());
+    ui.expect_text("#flash", "Recorded");
+    ui.expect_text("#order-state", "partially_refunded");
+    ui.expect_text("#net-value", "37.40 EUR");
+    assert_eq!(
+        ui.row_of("#adjustments", "Mug arrived chipped")[1],
+        "refund"
+    );
+    let status = app.order_status(ORDER_ID).json();
+    assert_eq!(status["state"], "partially_refunded", "{status}");
+    // The next refund's form is a new one, ready.
+    assert_eq!(
+        ui.eval("document.getElementById('adjust-value').value"),
+        json!("")
+    );
+    ui.eval("document.getElementById('ledger').scrollIntoView()");
+    shots.take(&mut ui, "order-refund");
+
+    // More than is left: refused in the API's words, the value kept for correcting.
+    ui.fill("#adjust-value", "40");
+    ui.submit("#adjust-value");
+    ui.expect_page(422, &format!("{order}/adjustments"));
+    ui.expect_text("#form-error", "(EXCEEDS_ORDER_VALUE)");
+    assert_eq!(
+        ui.eval("document.getElementById('adjust-value').value"),
+        json!("40")
+    );
+    ui.expect_text("#net-value", "37.40 EUR");
+    ui.eval("document.getElementById('adjust').scrollIntoView()");
+    shots.take(&mut ui, "order-refund-refused");
+
+    // The list shows the order's state and net value beside its value.
+    let list = format!("/dashboard/sites/{}/conversions", app.site.id);
+    ui.goto(&list);
+    ui.expect_page(200, &list);
+    let row = ui.row_of("#conversions", ORDER_ID);
+    assert!(row.contains(&"37.40 EUR".to_owned()), "{row:?}");
+    assert!(row.contains(&"partially refunded".to_owned()), "{row:?}");
+    shots.take(&mut ui, "conversions-refunded");
+    assert_eq!(shots.taken, 3);
+    drop(ui);
+    browser.close(&mut cdp);
+}
+
 fn agent() -> ureq::Agent {
     crate::common::agent()
 }

@@ -1,10 +1,12 @@
 //! The dashboard's data pages through the front door: the conversions list (order, keyset pages,
-//! each filter, the CSV), one conversion's page, dead letters and their retry, the report page
-//! (its totals are `convapi report`'s, its chart has a bar per day) and its CSV.
+//! each filter, each order's net value and state, the CSV), one conversion's page and its refund /
+//! cancel / restate form (the API's adjustment, its repeat and its refusals), dead letters and
+//! their retry, the report page (its totals are `convapi report`'s, its chart has a bar per day)
+//! and its CSV.
 //!
 //! What belongs here: what a data page shows and how it pages, filters and exports. Another
-//! tenant's user meeting the missing page on these pages, and CSRF on the retry form, are in
-//! `dashboard_security.rs` with the rest of the dashboard's security.
+//! tenant's user meeting the missing page on these pages, and CSRF on the retry and refund forms,
+//! are in `dashboard_security.rs` with the rest of the dashboard's security.
 
 use std::time::{Duration, Instant};
 
@@ -505,4 +507,369 @@ fn dashboard_details_forms_words_and_file_names() {
     assert_eq!(icon.status, 200);
     assert_eq!(icon.header("content-type"), Some("image/svg+xml"));
     assert!(icon.text().starts_with("<svg"));
+}
+
+/// An order of `value` EUR of visitor `v` reported an hour ago; its event id.
+fn order_of(app: &TestApp, order: &str, value: i64) -> String {
+    app.pageview("v", "https://shop.example/", now_ms() - 2 * HOUR);
+    app.post_conversion(&json!({
+        "orderId": order, "visitorId": "v", "value": value, "currency": "EUR",
+        "occurredAt": iso(now_ms() - HOUR),
+    }))
+    .accepted()
+    .0
+}
+
+/// The order page's adjustment form as a browser sends it: its CSRF token and its hidden
+/// adjustment id, with `fields`.
+fn adjust_fields(page: &str, fields: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut all = vec![
+        ("csrf".to_owned(), DashClient::csrf_from(page)),
+        (
+            "adjustment_id".to_owned(),
+            input_value(page, "adjustment_id").expect("the form's adjustment id"),
+        ),
+    ];
+    all.extend(fields.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    all
+}
+
+fn post(d: &DashClient, path: &str, fields: &[(String, String)]) -> Resp {
+    let f: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    d.post_form(path, &f)
+}
+
+fn adjustments(app: &TestApp, order: &str) -> i64 {
+    app.query_i64(
+        "SELECT COUNT(*) FROM adjustments WHERE order_id = ?1",
+        &[&order],
+    )
+}
+
+#[test]
+fn a_refund_recorded_on_the_order_page_is_the_apis_adjustment_and_a_double_submit_records_one() {
+    let app = TestApp::start();
+    let event = order_of(&app, "R-1", 100);
+    let d = login(&app, &app.tenant.id);
+    let page_path = format!("/dashboard/sites/{}/conversions/{event}", app.site.id);
+    let page = d.page(&page_path);
+    assert!(page.contains("id=\"adjust-form\""), "{page}");
+    let fields = adjust_fields(
+        &page,
+        &[
+            ("type", "refund"),
+            ("value", "30"),
+            ("reason", "damaged in transit"),
+            ("occurred_at", ""),
+        ],
+    );
+    let id = fields[1].1.clone();
+    assert!(id.starts_with("dash-"), "{id}");
+    let action = format!("{page_path}/adjustments");
+    // Sent twice (a double click, a reload that posts again): one refund.
+    for _ in 0..2 {
+        let r = post(&d, &action, &fields);
+        assert_eq!(r.status, 303, "{}", r.text());
+        assert_eq!(
+            r.header("location"),
+            Some(format!("{page_path}?recorded=1#ledger").as_str())
+        );
+    }
+    assert_eq!(adjustments(&app, "R-1"), 1);
+    let s = app.order_status("R-1").json();
+    assert_eq!(s["netValue"].to_string(), "70", "{s}");
+    assert_eq!(s["state"], "partially_refunded", "{s}");
+    let a = &s["adjustments"][0];
+    assert_eq!(
+        (&a["adjustmentId"], &a["type"], &a["value"], &a["reason"]),
+        (
+            &json!(id),
+            &json!("refund"),
+            &json!(30),
+            &json!("damaged in transit")
+        ),
+        "{s}"
+    );
+    let after = d.page(&format!("{page_path}?recorded=1"));
+    assert!(
+        after.contains("Recorded: the ledger above shows it."),
+        "{after}"
+    );
+    assert!(after.contains(&id), "the ledger lists it: {after}");
+    // The next form is a new adjustment: a new id.
+    assert_ne!(input_value(&after, "adjustment_id").unwrap(), id);
+    // The same as `convapi order show` sees.
+    let shown = app.cli_json(&["order", "show", "--site", &app.site.id, "R-1", "--json"]);
+    assert_eq!(shown["state"], "partially_refunded", "{shown}");
+
+    // A time typed in the form's date-time field is UTC, the dashboard's time zone (a minute or
+    // two ahead: after the refund, within the five minutes allowed).
+    let at = chrono::DateTime::from_timestamp_millis(now_ms() + 2 * MINUTE).unwrap();
+    let typed = at.format("%Y-%m-%dT%H:%M").to_string();
+    let r = post(
+        &d,
+        &action,
+        &adjust_fields(
+            &after,
+            &[
+                ("type", "restate"),
+                ("value", "60"),
+                ("occurred_at", &typed),
+            ],
+        ),
+    );
+    assert_eq!(r.status, 303, "{}", r.text());
+    let s = app.order_status("R-1").json();
+    assert_eq!(
+        s["adjustments"][1]["occurredAt"],
+        format!("{typed}:00.000Z"),
+        "{s}"
+    );
+    assert_eq!(
+        (s["netValue"].to_string(), &s["state"]),
+        ("60".into(), &json!("restated"))
+    );
+}
+
+#[test]
+fn the_adjustment_form_shows_each_refusal_in_the_apis_words_and_keeps_the_fields() {
+    let app = TestApp::start();
+    let event = order_of(&app, "R-2", 50);
+    let d = login(&app, &app.tenant.id);
+    let page_path = format!("/dashboard/sites/{}/conversions/{event}", app.site.id);
+    let action = format!("{page_path}/adjustments");
+    let page = d.page(&page_path);
+    let id = input_value(&page, "adjustment_id").unwrap();
+    let before_order = iso(now_ms() - 2 * HOUR);
+    // (fields, status, words of the page)
+    type Case<'a> = (&'a [(&'a str, &'a str)], u16, &'a str);
+    let cases: [Case; 5] = [
+        (
+            &[("type", "refund"), ("value", "80"), ("reason", "too much")],
+            422,
+            "Not recorded: the adjustment would make the order's net value negative; refund at \
+             most what is left of the order (EXCEEDS_ORDER_VALUE).",
+        ),
+        (
+            &[("type", "refund"), ("value", "ten")],
+            400,
+            "value must be a number between 0 and 1e12 (VALIDATION_ERROR)",
+        ),
+        (
+            &[("type", "refund"), ("value", "")],
+            400,
+            "value is required for a refund",
+        ),
+        (
+            &[("type", "cancel"), ("value", "5")],
+            400,
+            "value must be absent for a cancel",
+        ),
+        (
+            &[
+                ("type", "refund"),
+                ("value", "5"),
+                ("occurred_at", &before_order),
+            ],
+            400,
+            "occurredAt must not be before the order's occurredAt",
+        ),
+    ];
+    for (fields, status, words) in cases {
+        let r = post(&d, &action, &adjust_fields(&page, fields));
+        let text = r.text();
+        assert_eq!(r.status, status, "{fields:?}: {text}");
+        let escaped = words.replace('\'', "&#39;");
+        assert!(
+            text.contains(words) || text.contains(&escaped),
+            "{fields:?}: {words:?} in {text}"
+        );
+        assert!(text.contains("id=\"form-error\""), "{text}");
+        // The form as typed, its id kept: nothing was recorded under it.
+        for (name, value) in fields {
+            if *name != "type" {
+                assert_eq!(input_value(&text, name).as_deref(), Some(*value), "{name}");
+            }
+        }
+        assert_eq!(
+            input_value(&text, "adjustment_id").as_deref(),
+            Some(id.as_str())
+        );
+        assert_eq!(adjustments(&app, "R-2"), 0, "{fields:?} stored nothing");
+    }
+
+    // The form sent again with another value after it recorded (back, edit, send): the API's
+    // conflict, and a new id so that sending it again records it as well.
+    let r = post(
+        &d,
+        &action,
+        &adjust_fields(&page, &[("type", "refund"), ("value", "10")]),
+    );
+    assert_eq!(r.status, 303, "{}", r.text());
+    let r = post(
+        &d,
+        &action,
+        &adjust_fields(&page, &[("type", "refund"), ("value", "15")]),
+    );
+    assert_eq!(r.status, 409, "{}", r.text());
+    let text = r.text();
+    assert!(text.contains("(ADJUSTMENT_CONFLICT)"), "{text}");
+    assert_eq!(input_value(&text, "value").as_deref(), Some("15"));
+    assert_ne!(input_value(&text, "adjustment_id").unwrap(), id);
+    assert_eq!(adjustments(&app, "R-2"), 1);
+    let r = post(
+        &d,
+        &action,
+        &adjust_fields(&text, &[("type", "refund"), ("value", "15")]),
+    );
+    assert_eq!(r.status, 303, "{}", r.text());
+    assert_eq!(app.order_status("R-2").json()["netValue"].to_string(), "25");
+
+    // Cancelled: the page says the ledger is closed instead of the form, and a form still open
+    // elsewhere is refused in the API's words.
+    let r = post(
+        &d,
+        &action,
+        &adjust_fields(&d.page(&page_path), &[("type", "cancel")]),
+    );
+    assert_eq!(r.status, 303, "{}", r.text());
+    let closed = d.page(&page_path);
+    assert!(closed.contains("id=\"adjust-closed\""), "{closed}");
+    assert!(!closed.contains("id=\"adjust-form\""), "{closed}");
+    let stale = adjust_fields(&page, &[("type", "refund"), ("value", "1")]);
+    let stale: Vec<(String, String)> = stale
+        .into_iter()
+        .map(|(k, v)| {
+            if k == "adjustment_id" {
+                (k, "dash-stale".into())
+            } else {
+                (k, v)
+            }
+        })
+        .collect();
+    let r = post(&d, &action, &stale);
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(
+        r.text().contains(
+            "the order is cancelled: its ledger takes no new adjustment (ORDER_CANCELLED)"
+        ),
+        "{}",
+        r.text()
+    );
+    assert_eq!(adjustments(&app, "R-2"), 3);
+
+    // A conversion without an order id has no ledger: no form, and a post is refused.
+    let (lead, _) = app
+        .post_conversion(&json!({"visitorId": "v", "type": "lead"}))
+        .accepted();
+    let lead_page = d.page(&format!(
+        "/dashboard/sites/{}/conversions/{lead}",
+        app.site.id
+    ));
+    assert!(!lead_page.contains("id=\"adjust-form\""), "{lead_page}");
+    let r = post(
+        &d,
+        &format!(
+            "/dashboard/sites/{}/conversions/{lead}/adjustments",
+            app.site.id
+        ),
+        &adjust_fields(&page, &[("type", "cancel")]),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("no order id"), "{}", r.text());
+}
+
+#[test]
+fn the_list_and_its_csv_show_each_orders_state_and_net_value() {
+    let app = TestApp::start();
+    // (order, adjustments, net shown, state)
+    let orders: [(&str, Value, &str, &str); 5] = [
+        ("S-active", json!([]), "100.00 EUR", "active"),
+        (
+            "S-part",
+            json!([{"type": "refund", "value": 10}]),
+            "90.00 EUR",
+            "partially_refunded",
+        ),
+        (
+            "S-full",
+            json!([{"type": "refund", "value": 100}]),
+            "0.00 EUR",
+            "refunded",
+        ),
+        (
+            "S-cancel",
+            json!([{"type": "cancel"}]),
+            "0.00 EUR",
+            "cancelled",
+        ),
+        (
+            "S-restate",
+            json!([{"type": "refund", "value": 5}, {"type": "restate", "value": 80.5}]),
+            "80.50 EUR",
+            "restated",
+        ),
+    ];
+    app.pageview("v", "https://shop.example/", now_ms() - 2 * HOUR);
+    for (i, (order, ledger, _, _)) in orders.iter().enumerate() {
+        app.post_conversion(&json!({
+            "orderId": order, "visitorId": "v", "value": 100, "currency": "EUR",
+            "occurredAt": iso(now_ms() - HOUR + i as i64 * MINUTE),
+        }))
+        .accepted();
+        for (j, a) in ledger.as_array().unwrap().iter().enumerate() {
+            let mut a = a.clone();
+            a["adjustmentId"] = json!(format!("{order}-{j}"));
+            a["occurredAt"] = json!(iso(now_ms() - 30 * MINUTE + j as i64 * MINUTE));
+            let r = app.post_adjustment(order, &a);
+            assert_eq!(r.status, 202, "{order}: {}", r.text());
+        }
+    }
+    let d = login(&app, &app.tenant.id);
+    let base = format!("/dashboard/sites/{}", app.site.id);
+    let list = d.page(&format!("{base}/conversions"));
+    assert!(list.contains("<th>State</th>"), "{list}");
+    for (order, _, net, state) in &orders {
+        let row = list
+            .split("<tr class=\"conversion\">")
+            .find(|r| r.contains(&format!(">{order}</a>")))
+            .unwrap_or_else(|| panic!("no row of {order}"));
+        let row = &row[..row.find("</tr>").unwrap()];
+        assert!(
+            row.contains(&format!("<td class=\"num net\">{net}</td>")),
+            "{order}'s net value {net}: {row}"
+        );
+        assert!(
+            row.contains(&format!(
+                "<span class=\"state state-{state}\">{}</span>",
+                state.replace('_', " ")
+            )),
+            "{order}'s state {state}: {row}"
+        );
+    }
+
+    // The CSV: the status lookup's netValue and state, and the same rows as `convapi export`.
+    let csv = d.get(&format!("{base}/conversions.csv")).text();
+    let lines: Vec<&str> = csv.split("\r\n").filter(|l| !l.is_empty()).collect();
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (net_col, state_col, order_col) = (col("netValue"), col("state"), col("orderId"));
+    assert_eq!(lines.len(), 1 + orders.len());
+    for line in &lines[1..] {
+        let cells: Vec<&str> = line.split(',').collect();
+        let s = app.order_status(cells[order_col]).json();
+        assert_eq!(cells[net_col], s["netValue"].to_string(), "{line}");
+        assert_eq!(cells[state_col], s["state"].as_str().unwrap(), "{line}");
+    }
+    let export = app.cli(&["export", "--site", &app.site.id, "--format", "csv"]);
+    let mut exported: Vec<&str> = export
+        .stdout
+        .split("\r\n")
+        .filter(|l| !l.is_empty())
+        .collect();
+    exported[1..].reverse();
+    assert_eq!(lines, exported);
 }

@@ -71,6 +71,20 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
         ]
     };
     let new_password = "another long passphrase";
+    w.app
+        .pageview("v-refund", "https://shop.example/", now_ms() - MINUTE);
+    let (order, _) = w
+        .app
+        .post_conversion(&json!({"orderId": "A-REFUND", "visitorId": "v-refund", "value": 20, "currency": "EUR"}))
+        .accepted();
+    // Processed before the state is taken: the pipeline changes nothing while the forms are sent.
+    await_status(&w.app, "A-REFUND", "processed");
+    let refund = format!("/dashboard/sites/{site}/conversions/{order}/adjustments");
+    let refund_fields = vec![
+        ("adjustment_id", "dash-csrf"),
+        ("type", "refund"),
+        ("value", "5"),
+    ];
     let forms: Vec<(String, Vec<(&str, &str)>)> = vec![
         (
             "/dashboard/sites".into(),
@@ -109,6 +123,7 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
             format!("/dashboard/sites/{site}/delete"),
             vec![("confirm", "Test site")],
         ),
+        (refund.clone(), refund_fields.clone()),
         ("/dashboard/logout".into(), vec![]),
     ];
     // A made-up token of a token's length, never issued to anyone.
@@ -166,6 +181,12 @@ fn every_logged_in_form_refuses_a_missing_or_wrong_csrf_token_and_changes_nothin
         )),
         1,
         "queued again"
+    );
+    let r = a.post_form(&refund, &with(&refund_fields));
+    assert_eq!(r.status, 303, "refund: {}", r.text());
+    assert_eq!(
+        w.count("SELECT COUNT(*) FROM adjustments WHERE adjustment_id = 'dash-csrf'"),
+        1
     );
     let r = a.post_form(&key_revoke, &with(&[]));
     assert_eq!(r.status, 303, "revoke: {}", r.text());
@@ -404,7 +425,7 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
     }
     let before = w.state();
     let csrf = b.csrf();
-    let posts: Vec<(String, Vec<(&str, &str)>)> = vec![
+    let mut posts: Vec<(String, Vec<(&str, &str)>)> = vec![
         (
             format!("/dashboard/sites/{sa}"),
             vec![
@@ -441,6 +462,17 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
             ],
         ),
     ];
+    // A refund of A's order, on A's site and on B's own.
+    for s in [sa, sb] {
+        posts.push((
+            format!("/dashboard/sites/{s}/conversions/{event}/adjustments"),
+            vec![
+                ("adjustment_id", "dash-b"),
+                ("type", "refund"),
+                ("value", "1"),
+            ],
+        ));
+    }
     let destination_update = vec![
         ("name", "Taken over"),
         ("f_pixel_id", "1"),
@@ -450,7 +482,6 @@ fn another_tenants_user_gets_the_missing_page_for_every_url_of_this_tenant() {
         ("endpoint", "http://127.0.0.1:9"),
         ("enabled", "on"),
     ];
-    let mut posts = posts;
     for s in [sa, sb] {
         let dest = format!("/dashboard/sites/{s}/destinations/{da}");
         posts.push((dest.clone(), destination_update.clone()));
@@ -1739,7 +1770,7 @@ impl World {
     }
 
     /// What the forms could change: sites, keys, dead letters, users and their passwords,
-    /// destinations and their deliveries.
+    /// destinations and their deliveries, orders' ledgers.
     fn state(&self) -> Vec<Value> {
         let dump = |sql: &str| -> Value {
             Value::Array(
@@ -1758,6 +1789,7 @@ impl World {
             dump("SELECT COUNT(*) FROM tenants"),
             dump("SELECT id, site_id, name, settings, secrets, endpoint, events, consent, enabled FROM destinations ORDER BY id"),
             dump("SELECT destination_id, conversion_id, status, attempts FROM deliveries ORDER BY id"),
+            dump("SELECT conversion_id, adjustment_id, type, value FROM adjustments ORDER BY id"),
         ]
     }
 }

@@ -142,14 +142,16 @@ mod lifecycle_export;
 // create/edit, keys shown once and revoked, a password change, `ETag`s. Here: a dashboard feature
 // doing what it is for; its security properties go to `dashboard_security.rs`.
 mod dashboard;
-// The dashboard's data pages: conversions list, pages and CSV, dead letters, report and chart.
-// Here: what a data page shows, pages, filters and exports.
+// The dashboard's data pages: conversions list (each order's net value and state), pages and CSV,
+// the order page's refund / cancel / restate form, dead letters, report and chart. Here: what a
+// data page shows, pages, filters and exports, and what its forms record.
 mod dashboard_data;
 // The pixel end to end in headless Chromium (needs `chromium`; fails loudly without). Here: what
 // only a real browser running the pixel shows (cookies, CORS, the snippet).
 mod browser;
-// The dashboard in headless Chromium: first run to a revoked key, screenshots of every page. Here:
-// a step of the merchant's click path that only a real browser shows.
+// The dashboard in headless Chromium: first run to a revoked key, people, a refund recorded on an
+// order's page, screenshots of every page. Here: a step of the merchant's click path that only a
+// real browser shows.
 mod dashboard_browser;
 // The dashboard's people on either engine: invitations, removal ending sessions at once, password
 // reset links (once, expiring), TOTP two-factor and its recovery codes and throttle, another

@@ -6,7 +6,8 @@
 //! same). NDJSON lines are the order status lookup's JSON (`api::conversions::status_json`, with
 //! its ledger: `ledger_json`) plus `visitorId` and `clientId`, without the lookup's `deliveries` to
 //! ad platforms (the export is of the conversions; where each went is the lookup's and the order
-//! page's). The range's adjustments are read first, one entry per adjustment in memory.
+//! page's). The range's adjustments are read first, one entry per adjustment in memory: the
+//! NDJSON's ledgers, the CSV's `netValue` and `state`.
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -127,17 +128,15 @@ fn write_rows(
             if csv {
                 crate::csv::record(&mut out, crate::csv::CONVERSION_COLUMNS).map_err(io)?;
             }
-            let ledgers = if csv {
-                Default::default()
-            } else {
-                store::adjustments::of_site_between(conn, site_id, from_ms, to_ms)?
-            };
+            let ledgers = store::adjustments::of_site_between(conn, site_id, from_ms, to_ms)?;
             store::export::conversions(conn, site_id, from_ms, to_ms, |o| {
+                let ledger = ledgers.get(&o.conversion.id).map_or(&[][..], Vec::as_slice);
                 if csv {
-                    crate::csv::record(&mut out, crate::csv::conversion_fields(o)).map_err(io)
+                    let net = store::adjustments::net_shown(o.conversion.value.as_deref(), ledger)?;
+                    crate::csv::record(&mut out, crate::csv::conversion_fields(o, net.as_ref()))
+                        .map_err(io)
                 } else {
                     let mut v = crate::api::conversions::status_json(o);
-                    let ledger = ledgers.get(&o.conversion.id).map_or(&[][..], Vec::as_slice);
                     crate::api::conversions::ledger_json(&mut v, o, ledger)?;
                     v["visitorId"] = json!(o.conversion.visitor_id);
                     v["clientId"] = json!(o.conversion.client_id);

@@ -1,22 +1,25 @@
-//! A site's conversions: the filtered list newest first with its CSV download, one conversion's
-//! page (what the order status lookup shows, with its deliveries to the site's destinations), and
-//! the dead letters with their retry.
+//! A site's conversions: the filtered list newest first (each order's net value and state beside
+//! its value) with its CSV download, one conversion's page (what the order status lookup shows,
+//! with its deliveries to the site's destinations, and the form that records a refund, cancel or
+//! restate: `adjust.rs`), and the dead letters with their retry.
 //!
 //! Reads go through `store::dashboard`, whose list looks at no more than [`MAX_SCAN`] rows per
-//! page (docs/decisions.md §10, "The conversions list"); the retry is the same change as
-//! `convapi outbox retry`, made by the writer. Everything shown that the pixel sent (order ids,
-//! types, UTM values) is written through maud's escaping `(expr)`.
+//! page (docs/decisions.md §10, "The conversions list"), and the page's ledgers in one query; the
+//! retry is the same change as `convapi outbox retry`, and an adjustment the same as `convapi order
+//! adjust`, made by the writer. Everything shown that the pixel sent (order ids, types, UTM values)
+//! is written through maud's escaping `(expr)`.
 
 use std::collections::HashMap;
 
 use maud::{html, Markup};
 
-use super::form;
 use super::layout::{self, SiteTab};
+use super::{adjust, form};
 use super::{Dashboard, PageError, PageResult, Viewer};
 use crate::forward::kinds;
 use crate::forward::platform::{bounded, shown};
 use crate::http::Ctx;
+use crate::ledger::{Kind, Net, State};
 use crate::store::conversions::OrderStatus;
 use crate::store::dashboard::{self as list, Cursor, End, Filter, Sources};
 use crate::store::outbox::NotDead;
@@ -221,7 +224,7 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
         ));
     }
     let filter = q.filter();
-    let (rows, end, types) = d.read(|c| {
+    let (rows, end, types, ledgers) = d.read(|c| {
         let mut rows = Vec::with_capacity(PAGE_SIZE + 1);
         let end = list::conversions(
             c,
@@ -235,7 +238,11 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
             },
         )?;
         let types = list::recent_types(c, &site.id, TYPES_FROM_LATEST)?;
-        Ok((rows, end, types))
+        // The page's ledgers in one query (`PAGE_SIZE + 1` ids fit in one), for each row's net
+        // value and state.
+        let ids: Vec<&str> = rows.iter().map(|o| o.conversion.id.as_str()).collect();
+        let ledgers = store::adjustments::of_conversions(c, &ids)?;
+        Ok((rows, end, types, ledgers))
     })?;
     let mut rows = rows;
     // The row past the page only tells that there is an older one.
@@ -255,6 +262,10 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
         End::Bounded(c) => Some((c, true)),
         End::Exhausted => None,
     };
+    let nets = rows
+        .iter()
+        .map(|o| net(o, &ledgers))
+        .collect::<Result<Vec<_>, _>>()?;
     let filters = q.filters_query();
     let base = base(site);
     let with = |extra: &str| {
@@ -293,12 +304,13 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
                 table #conversions {
                     thead { tr {
                         th { "Occurred" } th { "Order" } th { "Type" } th.num { "Value" }
-                        th.num { "Reporting value" } th { "Status" } th { "Sources" }
+                        th.num title="The value after its refunds, cancel or restate." { "Net value" }
+                        th.num { "Reporting value" } th { "State" } th { "Status" } th { "Sources" }
                         th { "Source / medium / campaign" }
                     } }
                     tbody {
-                        @for o in &rows {
-                            (row(&base, o))
+                        @for (o, net) in rows.iter().zip(&nets) {
+                            (row(&base, o, *net))
                         }
                     }
                 }
@@ -327,8 +339,30 @@ fn enc(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-fn row(base: &str, o: &OrderStatus) -> Markup {
+/// The net value and state of row `o` from the page's `ledgers` (`None`: its value is no decimal
+/// and nothing adjusted it).
+fn net(
+    o: &OrderStatus,
+    ledgers: &HashMap<String, Vec<store::adjustments::Adjustment>>,
+) -> Result<Option<Net>, PageError> {
+    let ledger = ledgers.get(&o.conversion.id).map_or(&[][..], Vec::as_slice);
+    Ok(store::adjustments::net_shown(
+        o.conversion.value.as_deref(),
+        ledger,
+    )?)
+}
+
+/// An order's state as a badge in plain words (`partially refunded`).
+fn state_badge(state: State) -> Markup {
+    html! {
+        span class={ "state state-" (state.as_str()) } { (state.as_str().replace('_', " ")) }
+    }
+}
+
+fn row(base: &str, o: &OrderStatus, net: Option<Net>) -> Markup {
     let c = &o.conversion;
+    let net_text = net.map(|n| n.value.to_string());
+    let state = net.map_or(State::Active, |n| n.state);
     html! {
         tr.conversion {
             td.nowrap { (layout::date(c.occurred_at)) }
@@ -341,7 +375,9 @@ fn row(base: &str, o: &OrderStatus) -> Markup {
             }
             td { (c.kind) }
             td.num { (money(c.value.as_deref(), Some(&c.currency))) }
+            td.num.net { (money(net_text.as_deref(), Some(&c.currency))) }
             td.num { (money(o.fx.value.as_deref(), o.fx.currency.as_deref())) }
+            td.state { (state_badge(state)) }
             td { (status_badge(&o.status)) }
             td { (sources_text(o)) }
             td { (attribution_text(o)) }
@@ -402,7 +438,7 @@ fn filters_form(q: &Query, types: &[String], base: &str) -> Markup {
 }
 
 /// `GET /dashboard/sites/{id}/conversions.csv`: the newest [`CSV_MAX_ROWS`] matching conversions
-/// in `convapi export`'s columns, newest first.
+/// in `convapi export`'s columns (with each order's net value and state), newest first.
 pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult {
     let q = Query::parse(&form::query(ctx))?;
     if let Some(msg) = q.range_error() {
@@ -413,8 +449,9 @@ pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult
     crate::csv::record(&mut out, crate::csv::CONVERSION_COLUMNS)
         .map_err(|e| PageError::Internal(e.to_string()))?;
     d.read(|c| {
-        let mut n = 0;
-        let mut failed = None;
+        // The rows first, then their ledgers (no query may run while the list streams), in
+        // the same read transaction.
+        let mut rows = Vec::new();
         list::conversions(
             c,
             &site.id,
@@ -422,18 +459,17 @@ pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult
             q.before.as_ref(),
             Some(CSV_MAX_SCAN),
             |o| {
-                if let Err(e) = crate::csv::record(&mut out, crate::csv::conversion_fields(&o)) {
-                    failed = Some(e);
-                    return false;
-                }
-                n += 1;
-                n < CSV_MAX_ROWS
+                rows.push(o);
+                rows.len() < CSV_MAX_ROWS
             },
         )?;
-        match failed {
-            Some(e) => Err(PageError::Internal(e.to_string())),
-            None => Ok(()),
+        let ids: Vec<&str> = rows.iter().map(|o| o.conversion.id.as_str()).collect();
+        let ledgers = store::adjustments::of_conversions(c, &ids)?;
+        for o in &rows {
+            let fields = crate::csv::conversion_fields(o, net(o, &ledgers)?.as_ref());
+            crate::csv::record(&mut out, fields).map_err(|e| PageError::Internal(e.to_string()))?;
         }
+        Ok(())
     })?;
     let days = match (q.from, q.to) {
         (Some(f), Some(t)) => format!("-{f}-{t}"),
@@ -448,8 +484,21 @@ pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult
 }
 
 /// `GET /dashboard/sites/{id}/conversions/{eventId}`: one conversion as the order status lookup
-/// shows it.
-pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
+/// shows it, with the form that records a refund, cancel or restate of an order.
+pub fn order(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
+    let recorded = form::query(ctx).contains_key("recorded");
+    order_page(d, v, site, id, adjust::Shown::fresh(recorded), 200)
+}
+
+/// The order page, answered with `status`, its adjustment form as `shown` says.
+fn order_page(
+    d: &Dashboard,
+    v: &Viewer,
+    site: &Site,
+    id: &str,
+    shown: adjust::Shown,
+    status: u16,
+) -> PageResult {
     let (o, deliveries, destinations, adjustments) = d.read(|c| {
         let Some(o) = list::conversion(c, &site.id, id)? else {
             return Err(PageError::NotFound);
@@ -461,6 +510,18 @@ pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
     })?;
     let ledger = ledger_card(&o, &adjustments)?;
     let c = &o.conversion;
+    // Only an order (a conversion with an orderId) has a ledger to add to.
+    let adjust_card = c.order_id.as_ref().map(|_| {
+        let cancelled = adjustments.iter().any(|a| a.kind == Kind::Cancel.as_str());
+        let action = format!("{}/conversions/{}/adjustments", base(site), enc(&c.id));
+        adjust::card(
+            layout::csrf_field(v),
+            &action,
+            &c.currency,
+            cancelled,
+            shown,
+        )
+    });
     let title = match &c.order_id {
         Some(order) => format!("Order {order}"),
         None => "Conversion".to_owned(),
@@ -518,13 +579,50 @@ pub fn order(d: &Dashboard, _ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
             }
         }
         (ledger)
+        @if let Some(card) = adjust_card { (card) }
         (deliveries_card(site, &o.status, &deliveries, &destinations))
         p { a href={ (base(site)) "/conversions" } { "All conversions" } }
     };
     Ok(layout::html(
-        200,
+        status,
         layout::site_page(v, site, SiteTab::Conversions, &title, body),
     ))
+}
+
+/// `POST /dashboard/sites/{id}/conversions/{eventId}/adjustments`: records the form's refund,
+/// cancel or restate with `ops::orders::adjust` as a writer job (what `convapi order adjust`
+/// runs), then `303` back to the order page; refused, the page again with the API's words and the
+/// form as typed.
+pub fn adjust(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
+    let form = form::post_form(ctx, v)?;
+    let order_id = d
+        .read(|c| match list::conversion(c, &site.id, id)? {
+            Some(o) => Ok(o.conversion.order_id),
+            None => Err(PageError::NotFound),
+        })?
+        .ok_or_else(|| {
+            PageError::BadRequest(
+                "This conversion has no order id: only an order takes a refund, cancel or restate."
+                    .into(),
+            )
+        })?;
+    let typed = adjust::Typed::of_form(&form);
+    let input = typed.input(&site.id, &order_id);
+    let done = d.writer.submit(move |c| {
+        crate::ops::in_job(crate::ops::orders::adjust(c, &input, store::now_ms()))
+    })?;
+    match done {
+        // Recorded, or this form's adjustment again (a second click): one adjustment either way.
+        Ok(_) => Ok(layout::redirect(&format!(
+            "{}/conversions/{}?recorded=1#ledger",
+            base(site),
+            enc(id)
+        ))),
+        Err(e) => {
+            let (status, shown) = adjust::refused(e, typed)?;
+            order_page(d, v, site, id, shown, status)
+        }
+    }
 }
 
 /// The order page's card of the order's ledger: its net value and state, and each refund, cancel

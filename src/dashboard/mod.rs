@@ -9,6 +9,7 @@
 //! (sites, keys, destinations, dead letters, users) as writer jobs; SQL stays in `store/`.
 
 pub mod account;
+pub mod adjust;
 /// The account rules live with the operations that use them (`ops::users`).
 pub use crate::ops::accounts;
 pub mod auth;

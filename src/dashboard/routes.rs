@@ -60,6 +60,7 @@ pub fn dispatch(d: &Dashboard, ctx: &mut Ctx) -> (&'static str, PageResult) {
         ("GET" | "HEAD", ["dashboard", "sites", id, "conversions"]) => ("dash_conversions", site(d, ctx, id, conversions::list)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "conversions.csv"]) => ("dash_conversions_csv", site(d, ctx, id, conversions::csv)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "conversions", event]) => ("dash_conversion", site_item(d, ctx, id, ("event id", event), conversions::order)),
+        ("POST", ["dashboard", "sites", id, "conversions", event, "adjustments"]) => ("dash_adjust", site_item(d, ctx, id, ("event id", event), conversions::adjust)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "dead-letters"]) => ("dash_dead_letters", site(d, ctx, id, conversions::dead_letters)),
         ("POST", ["dashboard", "sites", id, "dead-letters", conversion, "retry"]) => ("dash_dead_letter_retry", site_item(d, ctx, id, ("conversion id", conversion), conversions::retry)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "destinations"]) => ("dash_destinations", site(d, ctx, id, destinations::list)),

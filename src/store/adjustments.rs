@@ -120,6 +120,44 @@ pub fn of_site_between(
     Ok(out)
 }
 
+/// Conversion ids one query of [`of_conversions`] asks for: a page of a list in one query, and one
+/// statement text whatever the count (PostgreSQL keeps each text it prepared), the last ids
+/// repeated to fill it.
+pub const IDS_PER_QUERY: usize = 100;
+
+/// The ledgers of the conversions `conversion_ids` (a page of a list, a download's rows), by
+/// conversion id, each in `occurredAt` order: one query per [`IDS_PER_QUERY`] ids, none for none.
+pub fn of_conversions(
+    conn: &impl AsConn,
+    conversion_ids: &[&str],
+) -> Result<std::collections::HashMap<String, Vec<Adjustment>>> {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let sql = SQL.get_or_init(|| {
+        let placeholders = (1..=IDS_PER_QUERY)
+            .map(|i| format!("?{i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "SELECT {COLUMNS}, conversion_id FROM adjustments
+             WHERE conversion_id IN ({placeholders})
+             ORDER BY conversion_id, occurred_at, id"
+        )
+    });
+    let mut out: std::collections::HashMap<String, Vec<Adjustment>> = Default::default();
+    for chunk in conversion_ids.chunks(IDS_PER_QUERY) {
+        let last = chunk[chunk.len() - 1];
+        let values: Vec<super::engine::Value> = (0..IDS_PER_QUERY)
+            .map(|i| super::engine::Value::from(chunk.get(i).copied().unwrap_or(last)))
+            .collect();
+        conn.conn().query_each(sql, &values, |r| {
+            let conversion_id: String = r.get(8)?;
+            out.entry(conversion_id).or_default().push(adjustment(r)?);
+            Ok::<_, StoreError>(())
+        })?;
+    }
+    Ok(out)
+}
+
 /// A new adjustment as the request gave it, its fields checked one by one already.
 #[derive(Debug, Clone)]
 pub struct NewAdjustment {
@@ -329,4 +367,51 @@ pub fn net_in_site_currency(
     }
     let rate = order.fx.rate.as_deref().map(decimal).transpose()?;
     Ok(ledger::in_site_currency(net, rate, minor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ledgers_of_more_ids_than_one_query_takes_come_whole_and_in_order() {
+        let n = 2 * IDS_PER_QUERY as i64 + 50;
+        let conn = crate::store::dashboard::tests::db(n);
+        // The fixture's ids.
+        let ids: Vec<String> = (0..n)
+            .map(|i| format!("c{:05}", (i * 7919) % 100_000))
+            .collect();
+        for i in (0..n).step_by(10) {
+            // Two refunds each, the second received first.
+            for (j, at) in [(0, 2_000), (1, 1_000)] {
+                let a = NewAdjustment {
+                    site_id: "s".into(),
+                    order_id: format!("o{i}"),
+                    adjustment_id: format!("a{j}"),
+                    kind: Kind::Refund,
+                    value: Some(Decimal::new(1, 1)),
+                    currency: None,
+                    occurred_at: Some(n * 60_000 + at),
+                    reason: None,
+                };
+                assert!(matches!(
+                    record(&conn, &a, n * 60_000 + 5_000).unwrap(),
+                    Recorded::Accepted(_)
+                ));
+            }
+        }
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let ledgers = of_conversions(&conn, &refs).unwrap();
+        assert_eq!(ledgers.len(), (n as usize).div_ceil(10));
+        for (i, id) in ids.iter().enumerate() {
+            let want = of_conversion(&conn, id).unwrap();
+            assert_eq!(want.len(), if i % 10 == 0 { 2 } else { 0 });
+            assert_eq!(ledgers.get(id).cloned().unwrap_or_default(), want, "{id}");
+        }
+        assert_eq!(ledgers[&ids[0]][0].adjustment_id, "a1", "occurredAt order");
+        // A page of some of them: only theirs.
+        let some = of_conversions(&conn, &refs[..15]).unwrap();
+        assert_eq!(some.keys().len(), 2);
+        assert!(of_conversions(&conn, &[]).unwrap().is_empty());
+    }
 }
