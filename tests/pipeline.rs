@@ -500,6 +500,47 @@ fn a_poison_item_is_dead_lettered_after_ten_tries_without_holding_up_the_others(
     assert!(m.contains("convapi_outbox_dead_letters 1\n"), "{m}");
 }
 
+/// The pipeline reads a chunk's conversions in one query: a row that does not read at all (a
+/// column of the wrong type, which only SQLite can hold) is that item's failure, not the chunk's.
+#[test]
+fn a_row_that_does_not_read_fails_alone_and_its_chunk_goes_on() {
+    if sqlite_only("a column of the wrong type") {
+        return;
+    }
+    let app = manual().start();
+    app.pageview("v", "https://shop.example/", now_ms() - HOUR);
+    let orders: Vec<String> = (0..5)
+        .map(|i| {
+            let o = unique("chunk");
+            app.post_conversion(
+                &json!({"visitorId": "v", "orderId": o, "value": i + 1, "currency": "EUR"}),
+            )
+            .accepted();
+            o
+        })
+        .collect();
+    let broken = status(&app, &orders[2])["eventId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let n = app.execute(
+        "UPDATE conversions SET occurred_at = 'not a time' WHERE id = ?1",
+        &[&broken],
+    );
+    assert_eq!(n, 1);
+    let stats = drain_with(&app, now_ms(), &Metrics::default());
+    assert_eq!(
+        stats,
+        DrainStats {
+            processed: 4,
+            retried: 1,
+            ..Default::default()
+        }
+    );
+    let state = item(&app, &broken).expect("still in the outbox");
+    assert_eq!(state.attempts, 1);
+}
+
 #[test]
 fn a_slow_item_is_interrupted_and_retried_later() {
     let app = manual().start();

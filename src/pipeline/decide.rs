@@ -26,6 +26,14 @@ pub(super) fn decide_chunk(
     store::read(conn, |conn| {
         let mut decided = Vec::new();
         let mut seen = Seen::default();
+        // The rows of the items this chunk may take, in one query rather than one each.
+        let upcoming: Vec<String> = items
+            .clone()
+            .take(opts.batch.max(1))
+            .map(|i| i.conversion_id)
+            .collect();
+        let ids: Vec<&str> = upcoming.iter().map(String::as_str).collect();
+        seen.conversions = store::conversions::by_ids(conn, &ids)?;
         for item in items.by_ref() {
             let d = match decide_item(conn, &mut seen, &item.conversion_id, opts.item_deadline) {
                 Ok(decision) => decision.into_decided(item),
@@ -51,6 +59,8 @@ pub(super) fn decide_chunk(
 /// to one site and a few currencies and days.
 #[derive(Default)]
 struct Seen {
+    /// The chunk's conversions, read together; one missing here is read alone.
+    conversions: std::collections::HashMap<String, store::conversions::Conversion>,
     sites: std::collections::HashMap<String, Option<store::sites::Site>>,
     legs: std::collections::HashMap<(String, String), Option<Leg>>,
 }
@@ -159,8 +169,11 @@ impl Decision {
 
 /// Attribution and currency for one conversion; reads only.
 fn decide(conn: &impl AsConn, seen: &mut Seen, conversion_id: &str) -> Result<Decision, Failure> {
-    let w = store::conversions::by_id(conn, conversion_id)?
-        .ok_or_else(|| Failure::Item(format!("conversion {conversion_id} does not exist")))?;
+    let w = match seen.conversions.remove(conversion_id) {
+        Some(w) => w,
+        None => store::conversions::by_id(conn, conversion_id)?
+            .ok_or_else(|| Failure::Item(format!("conversion {conversion_id} does not exist")))?,
+    };
     let site = match seen.sites.get(&w.site_id) {
         Some(site) => site.clone(),
         None => {

@@ -395,6 +395,46 @@ pub fn by_id(conn: &impl AsConn, id: &str) -> Result<Option<Conversion>> {
     )
 }
 
+/// How many ids [`by_ids`] looks up per query (its statement has this many parameters, the last
+/// id repeated to fill it): the pipeline's chunk.
+pub const BY_IDS_PER_QUERY: usize = 64;
+
+/// The conversions among `ids` that exist and read, by id: [`by_id`] for a chunk of the pipeline,
+/// one query per [`BY_IDS_PER_QUERY`] ids, none for none.
+pub fn by_ids(
+    conn: &impl AsConn,
+    ids: &[&str],
+) -> Result<std::collections::HashMap<String, Conversion>> {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let sql = SQL.get_or_init(|| {
+        let placeholders = (1..=BY_IDS_PER_QUERY)
+            .map(|i| format!("?{i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "SELECT id, site_id, order_id, type, session_id, visitor_id, client_id, value, currency,
+                occurred_at
+             FROM conversions WHERE id IN ({placeholders})"
+        )
+    });
+    let mut found = std::collections::HashMap::with_capacity(ids.len());
+    for chunk in ids.chunks(BY_IDS_PER_QUERY) {
+        let last = chunk[chunk.len() - 1];
+        let values: Vec<super::engine::Value> = (0..BY_IDS_PER_QUERY)
+            .map(|i| super::engine::Value::from(chunk.get(i).copied().unwrap_or(last)))
+            .collect();
+        conn.conn().query_each(sql, &values, |r| {
+            // A row that does not read is left out: [`by_id`] reads it again alone, and its
+            // error is that item's, not the chunk's.
+            if let Ok(c) = conversion(r) {
+                found.insert(c.id.clone(), c);
+            }
+            Ok::<_, StoreError>(())
+        })?;
+    }
+    Ok(found)
+}
+
 /// Outbox rows waiting (dead letters excluded), and dead letters.
 pub fn outbox_counts(conn: &impl AsConn) -> Result<(i64, i64)> {
     Ok(conn
