@@ -214,6 +214,10 @@ mod tests {
             "0013_site_deletion.sql",
             "9a12a4f12ff9b70a5c8c0603b7ca98951818a612b9afeb2b0d932296f4fd3a66",
         ),
+        (
+            "0016_field_warnings.sql",
+            "62370cc122fc9dba8c81aae985a3bdced6d15b57fdba41576bcb42da9a5b1b23",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {
