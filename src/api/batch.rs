@@ -244,7 +244,7 @@ fn write_all(
     site_id: &str,
     writes: &[Write],
     now: i64,
-) -> store::Result<Vec<Result<ApiRecorded, String>>> {
+) -> store::Result<Vec<Result<ApiRecorded, store::StoreError>>> {
     let mut out = Vec::with_capacity(writes.len());
     let (mut warned, mut example) = (0, None);
     for w in writes {
@@ -262,7 +262,7 @@ fn write_all(
                 out.push(Ok(rec));
             }
             Err(e) if e.is_transient() => return Err(e),
-            Err(e) => out.push(Err(e.to_string())),
+            Err(e) => out.push(Err(e)),
         }
     }
     if let Some(example) = example {
@@ -276,7 +276,7 @@ fn answer(
     app: &App,
     site_id: &str,
     items: Vec<Item>,
-    mut outcomes: Vec<Result<ApiRecorded, String>>,
+    mut outcomes: Vec<Result<ApiRecorded, store::StoreError>>,
 ) -> Value {
     let mut woken = false;
     let (mut accepted, mut rejected) = (0, 0);
@@ -313,7 +313,7 @@ fn answer(
                     }
                     Err(detail) => {
                         log::warn!("batch item {index} of site {site_id} failed: {detail}");
-                        let e = ApiError::Internal(detail);
+                        let e = ApiError::Internal(detail.to_string());
                         (e.status(), e.body())
                     }
                 }
