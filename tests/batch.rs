@@ -262,7 +262,11 @@ fn the_request_is_checked_before_its_items() {
     let r = post_batch_raw(&app, &app.key.key, &app.site.id, "application/json", &bytes);
     assert!(results(&r).iter().all(|r| r["status"] == 202));
     assert_eq!(app.query_i64("SELECT COUNT(*) FROM conversions", &[]), 1000);
-    // No other method is taken; GET of `batch` is the status of an order of that name.
+    // No other method is taken; GET of `batch` is still the status of an order of that name.
+    let path = format!("/api/sites/{}/conversions/batch", app.site.id);
+    let r = app.send("PUT", &path, &[], Some(b"{}"));
+    expect_error(&r, 405, "METHOD_NOT_ALLOWED");
+    assert_eq!(r.header("allow"), Some("POST"));
     expect_error(&app.order_status("batch"), 404, "ORDER_NOT_FOUND");
 }
 
