@@ -168,11 +168,11 @@ target_dir() {
         | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 }
 if [ "$BATCH" = 1 ] && [ "$DEBUG_BUILD" = 1 ]; then
-    say "building the checkout (DEBUG, CPU_BENCH_DEBUG=1: convapi and the seed example)"
+    say "building the checkout (DEBUG, CPU_BENCH_DEBUG=1: convapi and examples/seed.rs)"
     (cd "$ROOT" && cargo build --quiet --bin convapi --example seed)
     NEW_DIR=$(target_dir "$ROOT")/debug
 elif [ "$BATCH" = 1 ]; then
-    say "building the checkout (release: convapi and the seed example)"
+    say "building the checkout (release: convapi and examples/seed.rs)"
     (cd "$ROOT" && cargo build --release --quiet --bin convapi --example seed)
     NEW_DIR=$(target_dir "$ROOT")/release
 else
