@@ -424,3 +424,51 @@ fn every_item_answered_202_survives_kill_9() {
         app.restart();
     }
 }
+
+/// One batch is one writer job with a savepoint per item: an item the database refuses (here a
+/// trigger raising for one order) is rolled back alone and answered 500, and the items around it
+/// are committed.
+#[test]
+fn an_item_the_database_refuses_does_not_sink_the_others() {
+    let app = TestApp::builder()
+        .serve_args(&["--pipeline", "off"])
+        .start();
+    let visitor = with_visitor(&app);
+    if app.is_postgres() {
+        app.execute_batch(
+            "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                 IF NEW.order_id = 'P-poison' THEN RAISE EXCEPTION 'poisoned'; END IF;
+                 RETURN NEW; END $$;
+             CREATE TRIGGER poison BEFORE INSERT ON conversions FOR EACH ROW EXECUTE FUNCTION poison()",
+        );
+    } else {
+        app.execute_batch(
+            "CREATE TRIGGER poison BEFORE INSERT ON conversions WHEN NEW.order_id = 'P-poison'
+             BEGIN SELECT RAISE(ABORT, 'poisoned'); END",
+        );
+    }
+    let res = results(&post_batch(
+        &app,
+        &batch_of(&[
+            json!({"visitorId": visitor, "orderId": "P-1"}),
+            json!({"visitorId": visitor, "orderId": "P-poison"}),
+            json!({"visitorId": visitor, "orderId": "P-2"}),
+        ]),
+    ));
+    let status: Vec<u64> = res.iter().map(|r| r["status"].as_u64().unwrap()).collect();
+    assert_eq!(status, [202, 500, 202]);
+    assert_eq!(res[1]["code"], json!("INTERNAL"));
+    assert_eq!(
+        res[1]["error"],
+        json!("internal error"),
+        "no detail to the client"
+    );
+    for (i, order) in [(0, "P-1"), (2, "P-2")] {
+        assert_eq!(
+            app.order_status(order).expect(200)["eventId"],
+            res[i]["eventId"]
+        );
+    }
+    expect_error(&app.order_status("P-poison"), 404, "ORDER_NOT_FOUND");
+    assert_eq!(app.query_i64("SELECT COUNT(*) FROM outbox", &[]), 2);
+}
