@@ -1,4 +1,4 @@
--- convapi's schema at version 13 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 14 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
@@ -150,6 +150,14 @@ CREATE TABLE events (
     ts          INTEGER NOT NULL
 );
 CREATE INDEX events_session ON events(session_id);
+
+CREATE TABLE field_warnings (
+    site_id     TEXT PRIMARY KEY REFERENCES sites(id) ON DELETE CASCADE,
+    day         INTEGER NOT NULL,
+    reports     INTEGER NOT NULL,
+    example     TEXT NOT NULL,
+    updated_at  INTEGER NOT NULL
+);
 
 CREATE TABLE first_run (
     id          INTEGER PRIMARY KEY CHECK (id = 1),

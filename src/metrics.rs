@@ -43,6 +43,8 @@ struct Inner {
     rates_fetch_failures: AtomicU64,
     /// (destination id, kind, outcome) → deliveries; one row per destination and outcome seen.
     deliveries: Mutex<BTreeMap<(String, String, &'static str), u64>>,
+    /// Site id → unknown fields named in accepted reports' warnings (`api::warnings`).
+    field_warnings: Mutex<BTreeMap<String, u64>>,
     /// Each destination's API version as last read (`set_api_versions`).
     api_versions: Mutex<Vec<ApiVersion>>,
 }
@@ -229,6 +231,21 @@ impl Metrics {
             .unwrap_or_else(|p| p.into_inner())
             .entry((destination.to_string(), kind.to_string(), outcome))
             .or_default() += n;
+    }
+
+    /// Counts `n` unknown fields named in a site's accepted reports (one row per site that had any).
+    pub fn add_field_warnings(&self, site_id: &str, n: u64) {
+        let mut map = self
+            .0
+            .field_warnings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match map.get_mut(site_id) {
+            Some(count) => *count += n,
+            None => {
+                map.insert(site_id.to_owned(), n);
+            }
+        }
     }
 
     /// The destinations' API versions, read from the database by the caller of `render`.
@@ -431,6 +448,18 @@ impl Metrics {
                 out,
                 "convapi_deliveries_total{{destination=\"{destination}\",kind=\"{kind}\",outcome=\"{outcome}\"}} {n}"
             );
+        }
+        out.push_str("# HELP convapi_field_warnings_total Unknown fields named in the warnings of accepted reports, by site.\n");
+        out.push_str("# TYPE convapi_field_warnings_total counter\n");
+        for (site, n) in self
+            .0
+            .field_warnings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            // Site ids are UUIDs convapi made: nothing to escape.
+            let _ = writeln!(out, "convapi_field_warnings_total{{site=\"{site}\"}} {n}");
         }
         let versions = self
             .0

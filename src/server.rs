@@ -304,6 +304,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
         pipeline,
         pixel: PixelGuard::new(config.pixel.clone()),
         metrics_token: config.metrics_token.clone(),
+        batches: crate::api::batch::Slots::for_threads(config.http.threads),
         dashboard,
     });
     let http =

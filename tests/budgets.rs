@@ -327,3 +327,48 @@ fn one_address_cannot_hold_more_than_its_share_of_connections() {
     );
     app.get("/healthz").expect(200);
 }
+
+/// A batch is API work with bounds of its own (docs/hardening.md, "Budgets"): batches whose
+/// clients trickle a 1 MiB body hold at most their few slots (`api::batch::Slots`; beyond them a
+/// batch is answered 503 before its body is read), never the request threads single calls need.
+/// Without the slots, 16 such batches took every one of the 8 threads for as long as they sent.
+#[test]
+fn slow_huge_batches_do_not_starve_single_calls() {
+    let _alone = heavy_load();
+    let app = TestApp::builder().serve_args(&["--threads", "8"]).start();
+    let head = format!(
+        "POST /api/sites/{}/conversions/batch HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{{\"conversions\":[",
+        app.site.id,
+        app.key.key,
+        1024 * 1024
+    );
+    let attack_for = Duration::from_secs(4);
+    let (p90, n, failed) = measured(&app, || {
+        let until = Instant::now() + attack_for;
+        std::thread::scope(|s| {
+            for _ in 0..16 {
+                let (app, head) = (&app, &head);
+                s.spawn(move || {
+                    // A batch sent a byte every 50 ms; a new one as soon as it is answered.
+                    while Instant::now() < until {
+                        let Ok(mut c) = TcpStream::connect(app.addr()) else {
+                            continue;
+                        };
+                        if c.write_all(head.as_bytes()).is_err() {
+                            continue;
+                        }
+                        while Instant::now() < until && c.write_all(b" ").is_ok() {
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                    }
+                });
+            }
+        });
+    });
+    eprintln!("16 slow batches: conversions p90 {p90:?} over {n} ({failed:?} failed)");
+    assert!(
+        failed.is_empty() && p90 <= API_P90,
+        "conversions p90 {p90:?} over {n} during 16 slow batches ({failed:?} failed)"
+    );
+}

@@ -13,10 +13,11 @@ use crate::common::postgres::{as_role, cluster_url, fresh_database, fresh_owned_
 use crate::common::*;
 
 /// The tables `migrate` copies (every table of the schema but `schema_version`).
-const TABLES: [&str; 19] = [
+const TABLES: [&str; 20] = [
     "tenants",
     "api_keys",
     "sites",
+    "field_warnings",
     "visitors",
     "sessions",
     "visitor_clients",
@@ -62,7 +63,8 @@ fn populated() -> TestApp {
         json!({"visitorId": "v-news", "orderId": "o-1", "value": 10.5, "currency": "EUR"}),
         json!({"visitorId": "v-news", "type": "signup"}),
         json!({"clientId": "client-ads", "orderId": "o-2", "value": 20, "currency": "EUR"}),
-        json!({"visitorId": "v-ads", "orderId": "o-3", "value": 12.34, "currency": "USD"}),
+        // With a typo: a row of `field_warnings` (docs/decisions.md §3).
+        json!({"visitorId": "v-ads", "orderId": "o-3", "value": 12.34, "currency": "USD", "amout": 1}),
         json!({"visitorId": "v-gone", "orderId": "o-4", "value": 5, "currency": "EUR"}),
         json!({"visitorId": "v-news", "orderId": "o-5", "value": 7, "currency": "ISK"}),
     ];

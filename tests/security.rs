@@ -127,6 +127,7 @@ const SQL_INTERPOLATION_ALLOWED: &[&str] = &[
     "REAL_TOLERANCE",    // store/copy.rs: the const tolerance of a REAL rollup cell
     "SESSION_COLUMNS",   // store/deliveries.rs: a session's const forwarding column list
     "timeout_ms",        // store/engine/postgres.rs: a u128 number of milliseconds
+    "placeholders",      // store/adjustments.rs, store/conversions.rs: `?1, ?2, …` from a count
     // store/dialect.rs's words, each spelled by the connection's engine from `&'static str`
     // arguments only (its parameters named const_…), and the table files' names for them.
     "const_index",

@@ -294,6 +294,8 @@ fn two_sites_with_data(app: &TestApp) -> String {
                 &json!({
                     "orderId": format!("order-{tag}-{order}"), "visitorId": visitor,
                     "value": 12.5, "currency": currency, "occurredAt": iso(now - MINUTE),
+                    // A typo: a row of `field_warnings` for the site.
+                    "amout": 1,
                 }),
             )
             .accepted();

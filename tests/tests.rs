@@ -35,6 +35,14 @@ mod common;
 // order, every field rule, null/unknown fields/charset, the order status endpoint's auth, 404/405.
 // Here: a new rule of the conversions endpoint.
 mod conversions;
+// `POST /api/sites/{siteId}/conversions/batch`: the request's checks, each item answered in order
+// as alone, repeats inside and across batches, 503 for the whole batch, kill -9 while batches are
+// accepted. Here: a rule of the batch endpoint.
+mod batch;
+// Unknown fields of a report: the warnings of a 202 and of batch items, near misses named in a
+// required field's 400, their count in /metrics and on the site overview. Here: what a client
+// learns about fields convapi does not know.
+mod warnings;
 // Session resolution and sessionisation, attribution-window edges, `POST /api/collect`'s surface
 // (CORS, malformed batches). Here: how a conversion or a pixel event finds or starts a session.
 mod sessions;

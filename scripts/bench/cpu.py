@@ -10,13 +10,26 @@
     cpu.py show                 the JSON line on stdin as one human line (stdout)
     cpu.py summary RESULTS_JSONL --old REV --new REV ...   the tables (stdout)
     cpu.py pairs PAIRS_JSONL --old REV --new REV ...       the side-by-side tables (stdout)
+    cpu.py send URL SITE KEY IDS MODE N TAG [REPEAT]
+                                REPEAT (1) times N new orders to the server at URL (--batch):
+                                MODE `single` sends them one by one from 16 connections at once,
+                                `batch` as one POST …/conversions/batch each time; prints "SENT
+                                accepted=N requests=N seconds=S", exits 1 unless every order was
+                                answered 202
+    cpu.py batchrecord CASE MODE ROUND "SENT ..." TICKS CLK_TCK   one JSON line for one such load
+    cpu.py batches RESULTS_JSONL --items N ...   the --batch table (stdout)
 """
 import argparse
 import datetime
+import http.client
 import json
 import math
+import random
 import statistics
 import sys
+import threading
+import time
+import urllib.parse
 
 import busy
 
@@ -242,6 +255,126 @@ def pairs(a):
     print("\n".join(out))
 
 
+def identifiers(path):
+    """seed.rs's identifier file: (field, value) pairs that resolve to a session in the window."""
+    out = []
+    for line in open(path):
+        field, _, value = line.rstrip("\n").partition(" ")
+        if field in ("clientId", "visitorId", "sessionId") and value:
+            out.append((field, value))
+    if not out:
+        sys.exit(f"cpu: no identifiers in {path}")
+    return out
+
+
+def orders(ids, n, tag):
+    rng = random.Random(tag)
+    for i in range(n):
+        field, value = rng.choice(ids)
+        yield {field: value, "orderId": f"{tag}-{i}", "value": rng.randint(1, 500),
+               "currency": rng.choice(["EUR", "EUR", "USD", "GBP", "CHF"])}
+
+
+def send(url, site, key, ids_path, mode, n, tag, repeat="1"):
+    """REPEAT times N new orders, one by one from 16 connections or as one batch each time; every
+    one must be a 202."""
+    u = urllib.parse.urlsplit(url)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    ids = identifiers(ids_path)
+    parts = [list(orders(ids, int(n), f"{tag}-{k}")) for k in range(int(repeat))]
+    items = [o for part in parts for o in part]
+    problems, requests, accepted = [], [0], [0]
+    lock = threading.Lock()
+    started = time.monotonic()
+    if mode == "single":
+        def worker(part):
+            c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+            for body in part:
+                c.request("POST", f"/api/sites/{site}/conversions", json.dumps(body), headers)
+                r = c.getresponse()
+                text = r.read()
+                with lock:
+                    requests[0] += 1
+                    if r.status == 202:
+                        accepted[0] += 1
+                    elif len(problems) < 5:
+                        problems.append(f"{r.status} {text[:200]!r}")
+            c.close()
+        threads = [threading.Thread(target=worker, args=(items[i::16],)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    elif mode == "batch":
+        c = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
+        bodies = [json.dumps({"conversions": part}) for part in parts]
+        for body in bodies:
+            c.request("POST", f"/api/sites/{site}/conversions/batch", body, headers)
+            r = c.getresponse()
+            text = r.read()
+            requests[0] += 1
+            if r.status != 200:
+                problems.append(f"{r.status} {text[:200]!r}")
+                continue
+            results = json.loads(text)["results"]
+            accepted[0] += sum(1 for x in results if x["status"] == 202)
+            problems += [json.dumps(x) for x in results if x["status"] != 202][:5]
+    else:
+        sys.exit(f"cpu: send: unknown mode {mode}")
+    print(f"SENT accepted={accepted[0]} requests={requests[0]} seconds={time.monotonic() - started:.3f}")
+    if problems or accepted[0] != len(items):
+        sys.exit(f"cpu: {mode}: {accepted[0]} of {len(items)} orders answered 202: {problems}")
+
+
+def batches(a):
+    """The --batch table: per database, server CPU per order sent one by one and in one batch,
+    and their ratio per round, with the median."""
+    runs = [json.loads(l) for l in open(a.results) if l.strip()]
+    out = []
+    p = out.append
+    busy.banner(p, a, "CPU_BENCH_FORCE")
+    p(f"CPU of one batch of {a.items} orders against the same {a.items} sent one by one, {a.started} UTC: "
+      f"{a.new}; {a.rounds} round{'s' if a.rounds != 1 else ''}")
+    p(f"machine: {a.cores} cores; load average (1/5/15 min) {a.load_start} at the start, "
+      f"{a.load_before} when the measurement started, {a.load_end} at the end")
+    p("one server per round and database (serve --pipeline off: the request path, which batching "
+      "changes; the pipeline's work per order is the same either way), warmed up; server CPU = "
+      "utime+stime of the server process around each load; singles from 16 connections at once; "
+      "the order of the two loads reversed from one round to the next")
+    verdicts = []
+    for case in ("small", "seeded"):
+        rounds = sorted({r["round"] for r in runs if r["case"] == case})
+        if not rounds:
+            continue
+        p("")
+        p(CASES[case])
+        p("")
+        p("| round | singles: µs CPU per order | batch: µs CPU per order | batch ÷ singles | singles s | batch s |")
+        p("|---|---|---|---|---|---|")
+        ratios = []
+        for rnd in rounds:
+            by = {r["mode"]: r for r in runs if r["case"] == case and r["round"] == rnd}
+            if "single" not in by or "batch" not in by:
+                continue
+            s, b = by["single"], by["batch"]
+            ratio = b["cpu_us_per"] / s["cpu_us_per"]
+            ratios.append(ratio)
+            p(f"| {rnd} | {s['cpu_us_per']:.0f} | {b['cpu_us_per']:.0f} | {ratio:.3f} | {s['seconds']:.2f} "
+              f"| {b['seconds']:.2f} |")
+        if not ratios:
+            continue
+        m = statistics.median(ratios)
+        p(f"| median | | | **{m:.3f}** | | |")
+        verdict = "within the budget of 0.3" if m <= 0.3 else "OVER the budget of 0.3: a defect"
+        if a.forced:
+            verdict += "; on a busy machine, so only a hint until a quiet run confirms it"
+        verdicts.append(f"{case}: a batch of {a.items} costs {m:.3f}× the CPU of the same orders one by one — {verdict}")
+    p("")
+    out.extend(verdicts)
+    busy.footer(p, a)
+    print("\n".join(out))
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "rates":
@@ -255,6 +388,23 @@ def main():
         print(json.dumps(record(*args)))
     elif cmd == "show":
         print(show(json.loads(sys.stdin.readline())))
+    elif cmd == "send":
+        send(*args)
+    elif cmd == "batchrecord":
+        case, mode, rnd, sent, ticks, hz = args
+        kv = {k: float(v) for k, v in (x.split("=") for x in sent.split()[1:])}
+        cpu_us = int(ticks) * 1e6 / int(hz)
+        print(json.dumps({"case": case, "mode": mode, "round": int(rnd), "orders": int(kv["accepted"]),
+                          "seconds": kv["seconds"], "cpu_s": cpu_us / 1e6,
+                          "cpu_us_per": cpu_us / kv["accepted"]}))
+    elif cmd == "batches":
+        ap = argparse.ArgumentParser(prog="cpu.py batches")
+        ap.add_argument("results")
+        for opt in ("new", "started", "load-start", "load-before", "load-end", "forced", "max-load"):
+            ap.add_argument("--" + opt, default="")
+        for opt in ("rounds", "items", "cores"):
+            ap.add_argument("--" + opt, type=int, required=True)
+        batches(ap.parse_args(args))
     elif cmd in ("summary", "pairs"):
         ap = argparse.ArgumentParser(prog=f"cpu.py {cmd}")
         ap.add_argument("results")

@@ -3,6 +3,7 @@
 #
 #   scripts/bench/cpu.sh [--force] [OLD_REV] [ROUNDS] [SECONDS]     (defaults: 5 rounds of 10 s)
 #   scripts/bench/cpu.sh [--force] --side-by-side OLD_REV [ROUNDS] [SECONDS]
+#   scripts/bench/cpu.sh [--force] --batch [ROUNDS] [ITEMS]          (defaults: 5 rounds of 1,000)
 #
 #   scripts/bench/cpu.sh                  the checkout alone, 5 rounds of 10 s
 #   scripts/bench/cpu.sh 3 5              the checkout alone, 3 rounds of 5 s
@@ -11,6 +12,8 @@
 #   scripts/bench/cpu.sh --side-by-side 4575bbf 5 10
 #                                         both builds loaded at the same time (below): the ratio
 #                                         new/old to about 1 % on this shared machine
+#   scripts/bench/cpu.sh --batch 5 1000   the checkout's server CPU for 1,000 orders in one batch
+#                                         against the same 1,000 sent one by one (below)
 #
 # For each build (OLD_REV in a temporary git worktree with its own target dir, as compare.sh does;
 # then the checkout), for the no-op server (examples/noop_server.rs, the checkout's, 32 threads) and
@@ -49,6 +52,16 @@
 # land apart). Prints per database the ratio new/old of each round, their median, and the
 # control's. No no-op server or floor runs in this mode.
 #
+# --batch: one server of the checkout per round and database (serve --pipeline off: the request
+# path, which batching changes; the pipeline's work per order is the same either way), warmed up
+# with both kinds of request, then two loads in an order reversed from one round to the next:
+# CPU_BENCH_BATCH_REPEAT (5) times ITEMS new orders sent one by one from 16 connections, and as
+# many in batches of ITEMS (scripts/bench/cpu.py send), the server's utime+stime read around each.
+# Prints per database the µs of server CPU per order each way, their ratio per round and its
+# median, against the budget: a batch costs at most 0.3× the orders one by one. CPU_BENCH_CASES
+# ("small seeded") chooses the databases; CPU_BENCH_DEBUG=1 measures the debug build instead of a
+# release one (only to check the script works: the figures mean nothing).
+#
 # It refuses to start when the 1-minute load average is above MAX_LOAD (0.5): on a shared machine
 # the figures measure the neighbours. --force or CPU_BENCH_FORCE=1 runs anyway and prints a loud
 # warning with the results. After the builds it waits up to LOAD_WAIT s (180) for the load the
@@ -71,10 +84,12 @@ FORCE=${CPU_BENCH_FORCE:-0}
 [ "$FORCE" = 0 ] || [ "$FORCE" = 1 ] || { echo "cpu: CPU_BENCH_FORCE must be 0 or 1" >&2; exit 2; }
 POS=()
 SIDE_BY_SIDE=0
+BATCH=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --force) FORCE=1 ;;
         --side-by-side) SIDE_BY_SIDE=1 ;;
+        --batch) BATCH=1 ;;
         -h|--help) usage ;;
         -*) echo "cpu: unknown option $1" >&2; usage ;;
         *) POS+=("$1") ;;
@@ -82,13 +97,25 @@ while [ $# -gt 0 ]; do
     shift
 done
 OLD_REV=""
-if [ ${#POS[@]} -gt 0 ] && ! [[ ${POS[0]} =~ ^[0-9]+$ ]]; then OLD_REV=${POS[0]}; POS=("${POS[@]:1}"); fi
+if [ "$BATCH" = 0 ] && [ ${#POS[@]} -gt 0 ] && ! [[ ${POS[0]} =~ ^[0-9]+$ ]]; then OLD_REV=${POS[0]}; POS=("${POS[@]:1}"); fi
 [ ${#POS[@]} -le 2 ] || usage
 [ "$SIDE_BY_SIDE" = 0 ] || [ -n "$OLD_REV" ] || { echo "cpu: --side-by-side needs OLD_REV" >&2; usage; }
 ROUNDS=${POS[0]:-5}
 DURATION=${POS[1]:-10}
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "cpu: ROUNDS must be a positive integer" >&2; exit 2; }
 [[ $DURATION =~ ^[1-9][0-9]*$ ]] || { echo "cpu: SECONDS must be a positive integer" >&2; exit 2; }
+ITEMS=${POS[1]:-1000}
+BATCH_REPEAT=${CPU_BENCH_BATCH_REPEAT:-5}
+CASES_RUN=${CPU_BENCH_CASES:-small seeded}
+DEBUG_BUILD=${CPU_BENCH_DEBUG:-0}
+if [ "$BATCH" = 1 ]; then
+    [ "$SIDE_BY_SIDE" = 0 ] || { echo "cpu: --batch and --side-by-side do not go together" >&2; exit 2; }
+    [[ $ITEMS =~ ^[1-9][0-9]*$ ]] && [ "$ITEMS" -le 1000 ] || { echo "cpu: ITEMS must be 1 to 1000" >&2; exit 2; }
+    [[ $BATCH_REPEAT =~ ^[1-9][0-9]*$ ]] || { echo "cpu: CPU_BENCH_BATCH_REPEAT must be a positive integer" >&2; exit 2; }
+fi
+for c in $CASES_RUN; do
+    [ "$c" = small ] || [ "$c" = seeded ] || { echo "cpu: CPU_BENCH_CASES: no case $c (small, seeded)" >&2; exit 2; }
+done
 WARMUP=${CPU_BENCH_WARMUP:-2}
 DRAIN_TIMEOUT=${CPU_BENCH_DRAIN_TIMEOUT:-120}
 MAX_LOAD=${CPU_BENCH_MAX_LOAD:-0.5}
@@ -140,10 +167,20 @@ target_dir() {
     (cd "$1" && cargo metadata --format-version 1 --no-deps \
         | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 }
+if [ "$BATCH" = 1 ] && [ "$DEBUG_BUILD" = 1 ]; then
+    say "building the checkout (DEBUG, CPU_BENCH_DEBUG=1: convapi and examples/seed.rs)"
+    (cd "$ROOT" && cargo build --quiet --bin convapi --example seed)
+    NEW_DIR=$(target_dir "$ROOT")/debug
+elif [ "$BATCH" = 1 ]; then
+    say "building the checkout (release: convapi and examples/seed.rs)"
+    (cd "$ROOT" && cargo build --release --quiet --bin convapi --example seed)
+    NEW_DIR=$(target_dir "$ROOT")/release
+else
 say "building the checkout (release: convapi, examples noop_server, noop_front and seed)"
 (cd "$ROOT" && cargo build --release --quiet --bin convapi --example noop_server --example noop_front \
     --example seed)
 NEW_DIR=$(target_dir "$ROOT")/release
+fi
 declare -A BIN=([new]=$NEW_DIR/convapi [noop]=$NEW_DIR/examples/noop_server
     [floor]=$NEW_DIR/examples/noop_front)
 SEED=$NEW_DIR/examples/seed
@@ -176,10 +213,13 @@ seed_case() { # seed_case CASE SESSIONS USERS
     "$SEED" --db "$WORK/$1.db" --ids "$WORK/$1.ids" --sessions "$2" --users "$3" >"$WORK/$1.json"
     "$SEEDER" --db "$WORK/$1.db" rates import "$WORK/rates.csv" >/dev/null
 }
-seed_case small 800 200
-seed_case seeded 120000 10000
-read -r SITE_ID KEY < <(python3 "$HELPER" site "$WORK/small.json")
-read -r SITE_ID2 KEY2 < <(python3 "$HELPER" site "$WORK/seeded.json")
+if [ "$BATCH" = 0 ]; then CASES_RUN="small seeded"; fi
+for c in $CASES_RUN; do
+    case $c in
+        small) seed_case small 800 200; read -r SITE_ID KEY < <(python3 "$HELPER" site "$WORK/small.json") ;;
+        seeded) seed_case seeded 120000 10000; read -r SITE_ID2 KEY2 < <(python3 "$HELPER" site "$WORK/seeded.json") ;;
+    esac
+done
 
 # ---------------------------------------------------------------------------------------- servers
 # SIDE names the files of a server started beside another (--side-by-side); empty otherwise.
@@ -342,6 +382,33 @@ run_pair() {
     SIDE=""
 }
 
+# ---------------------------------------------------------------------------------------- --batch
+# batch_send TAG MODE N REPEAT: scripts/bench/cpu.py send against $URL; sets SENT.
+batch_send() {
+    SENT=$(python3 "$HELPER" send "$URL" "$BENCH_SITE" "$BENCH_KEY" "$BENCH_IDS" "$2" "$3" "$1" "$4") \
+        || die "the $2 load failed (run $1)"
+    alive || { tail -5 "$WORK/server.err" >&2; die "the server exited during run $1"; }
+}
+# run_batch CASE ROUND: one server, warmed up, then both loads; a JSON line each to batches.jsonl.
+run_batch() {
+    local case=$1 round=$2 mode modes before after db=$WORK/run.db
+    load_case "$case"
+    fresh_copy "$case" "$db"
+    start_server env CONVAPI_DB="$db" "${BIN[new]}" serve --addr 127.0.0.1:0 --pipeline off
+    batch_send "w$round$case$$-s" single 200 1
+    batch_send "w$round$case$$-b" batch 200 1
+    modes="single batch"
+    if [ $((round % 2)) = 0 ]; then modes="batch single"; fi
+    for mode in $modes; do
+        before=$(cpu_ticks)
+        batch_send "m$round$case$$-$mode" "$mode" "$ITEMS" "$BATCH_REPEAT"
+        after=$(cpu_ticks)
+        python3 "$HELPER" batchrecord "$case" "$mode" "$round" "$SENT" "$((after - before))" "$HZ" \
+            | tee -a "$WORK/batches.jsonl" >&2
+    done
+    stop_server
+}
+
 # ---------------------------------------------------------------------------------------- rounds
 if load1_above; then
     say "waiting up to $LOAD_WAIT s for the 1-minute load to fall under $MAX_LOAD (now $(loadavg))"
@@ -353,6 +420,22 @@ if load1_above; then
     FORCED_AT="${FORCED_AT:+$FORCED_AT; }load $LOAD_BEFORE when the measurement started"
 fi
 STARTED=$(date -u '+%Y-%m-%d %H:%M')
+if [ "$BATCH" = 1 ]; then
+    say "measuring batches: $ROUNDS round(s) of $BATCH_REPEAT × $ITEMS orders each way on $CORES cores, load $LOAD_BEFORE"
+    : >"$WORK/batches.jsonl"
+    for round in $(seq 1 "$ROUNDS"); do
+        for case in $CASES_RUN; do
+            say "round $round/$ROUNDS, $case"
+            run_batch "$case" "$round"
+        done
+    done
+    [ "$DEBUG_BUILD" = 1 ] && FORCED_AT="${FORCED_AT:+$FORCED_AT; }a DEBUG build (CPU_BENCH_DEBUG=1)"
+    python3 "$HELPER" batches "$WORK/batches.jsonl" --items "$ITEMS" \
+        --new "$NEW_REV" --rounds "$ROUNDS" --cores "$CORES" --started "$STARTED" \
+        --load-start "$LOAD_AT_START" --load-before "$LOAD_BEFORE" --load-end "$(loadavg)" \
+        --max-load "$MAX_LOAD" --forced "$FORCED_AT"
+    exit 0
+fi
 if [ "$SIDE_BY_SIDE" = 1 ]; then
     say "measuring side by side: $ROUNDS round(s) of ${DURATION}s (+${WARMUP}s warm-up) on $CORES cores, load $LOAD_BEFORE"
     : >"$WORK/pairs.jsonl"

@@ -8,8 +8,8 @@
 use crate::store::engine::AsConn;
 use serde_json::{json, Value};
 
-use super::validate;
-use super::{ApiError, App};
+use super::warnings::{self, Warnings};
+use super::{validate, ApiError, App};
 use crate::http::{Ctx, Reply};
 use crate::store::conversions::{ApiRecorded, ApiReport, OrderStatus, Recorded, Source};
 use crate::store::sessions::Identifier;
@@ -19,7 +19,7 @@ use crate::store::{self, sites::Site};
 pub const BODY_LIMIT: usize = 64 * 1024;
 
 /// The session a report attaches to: the first identifier that names a known person decides.
-fn resolve_session(
+pub(super) fn resolve_session(
     conn: &impl AsConn,
     site: &Site,
     r: &validate::Report,
@@ -45,11 +45,20 @@ fn resolve_session(
     Err(ApiError::NoSession)
 }
 
-fn accepted(rec: &Recorded) -> Reply {
-    Reply::json(
-        202,
-        &json!({"success": true, "sessionId": rec.session_id, "eventId": rec.event_id}),
-    )
+/// A 202's body, with the report's unknown fields named (docs/decisions.md §3).
+pub(super) fn accepted_json(rec: &Recorded, warnings: Option<&Warnings>) -> Value {
+    let mut v = json!({"success": true, "sessionId": rec.session_id, "eventId": rec.event_id});
+    if let Some(w) = warnings {
+        v["warnings"] = w.json();
+    }
+    v
+}
+
+fn accepted(app: &App, site_id: &str, rec: &Recorded, warnings: Option<&Warnings>) -> Reply {
+    if let Some(w) = warnings {
+        app.metrics.add_field_warnings(site_id, w.count());
+    }
+    Reply::json(202, &accepted_json(rec, warnings))
 }
 
 /// Checks 4 to 6: the body as one JSON object (the adjustments endpoint checks the same).
@@ -61,9 +70,22 @@ pub fn read_body(ctx: &mut Ctx) -> Result<serde_json::Map<String, Value>, ApiErr
     validate::json_object(&body)
 }
 
+/// Check 7 on a parsed body: the report and its unknown fields; a missing required field's error
+/// names the near miss the body holds (`warnings::explain_missing`).
+pub(super) fn report_of(
+    obj: &serde_json::Map<String, Value>,
+    now_ms: i64,
+) -> Result<(validate::Report, Option<Warnings>), ApiError> {
+    let r = validate::report(obj, now_ms).map_err(|e| warnings::explain_missing(obj, e))?;
+    Ok((r, warnings::of(obj)))
+}
+
 /// Checks 4 to 7: the body as a report.
-fn read_submission(ctx: &mut Ctx, now_ms: i64) -> Result<validate::Report, ApiError> {
-    validate::report(&read_body(ctx)?, now_ms)
+fn read_submission(
+    ctx: &mut Ctx,
+    now_ms: i64,
+) -> Result<(validate::Report, Option<Warnings>), ApiError> {
+    report_of(&read_body(ctx)?, now_ms)
 }
 
 /// A stored decimal text as a JSON number (`null` when it is none).
@@ -81,9 +103,9 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     // (the connection's thread read it before the request came here, `http::PREREAD_BODY_LIMIT`),
     // so no read stays open while a client sends it. No common snapshot is needed: the writer
     // decides the order again.
-    let (site, r, known, resolved) = store::read_each(&conn, |conn| {
+    let (site, r, warned, known, resolved) = store::read_each(&conn, |conn| {
         let site = super::authorize(app, conn, &key_hash, site_id)?;
-        let r = read_submission(ctx, now)?;
+        let (r, warned) = read_submission(ctx, now)?;
         let known = match &r.order_id {
             Some(order_id) => {
                 store::conversions::find_order(conn, &site.id, order_id, Source::Api)?
@@ -95,7 +117,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
             Some((_, true)) => Err(ApiError::NoSession),
             _ => resolve_session(conn, &site, &r),
         };
-        Ok::<_, ApiError>((site, r, known, resolved))
+        Ok::<_, ApiError>((site, r, warned, known, resolved))
     })?;
     drop(conn);
     let order_known = match known {
@@ -103,7 +125,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
         // answered even when its session has left the window or the backlog is full.
         Some((rec, true)) => {
             app.metrics.inc_deduplicated();
-            return Ok(accepted(&rec));
+            return Ok(accepted(app, &site.id, &rec, warned.as_ref()));
         }
         found => found.is_some(),
     };
@@ -138,11 +160,21 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
         currency: r.currency,
         occurred_at: r.occurred_at,
     };
+    // Stored with the conversion it counts, in its transaction (`None`: no allocation).
+    let example = warned.as_ref().map(Warnings::example);
     // Whether the order is new, the pixel's or already the API's is decided again inside the
     // writer's transaction: the snapshot above may be stale.
     let outcome = app
         .writer
-        .submit(move |c| store::conversions::record_api_with(c, &report, user_data.as_ref(), now))
+        .submit(move |c| {
+            let out = store::conversions::record_api_with(c, &report, user_data.as_ref(), now)?;
+            if let (Some(example), ApiRecorded::Created(_) | ApiRecorded::TakenOver(_)) =
+                (&example, &out)
+            {
+                store::field_warnings::add(c, &report.site_id, 1, example, now)?;
+            }
+            Ok(out)
+        })
         .inspect_err(|e| super::count_unavailable(app, e))?;
     let rec = match outcome {
         ApiRecorded::Created(rec) => {
@@ -164,7 +196,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
             return Err(ApiError::NoSession);
         }
     };
-    Ok(accepted(&rec))
+    Ok(accepted(app, &site.id, &rec, warned.as_ref()))
 }
 
 pub fn order_status(

@@ -134,8 +134,8 @@ impl ApiError {
         }
     }
 
-    /// The response for this error. Server-side detail is logged by the caller with the request id.
-    pub fn to_reply(&self) -> Reply {
+    /// The error's JSON body (a batch's item answer is built on it).
+    pub fn body(&self) -> serde_json::Value {
         let mut body = json!({"error": self.message(), "code": self.code()});
         match self {
             ApiError::Validation { field, .. } => body["field"] = json!(field),
@@ -145,7 +145,12 @@ impl ApiError {
             }
             _ => {}
         }
-        let mut reply = Reply::json(self.status(), &body);
+        body
+    }
+
+    /// The response for this error. Server-side detail is logged by the caller with the request id.
+    pub fn to_reply(&self) -> Reply {
+        let mut reply = Reply::json(self.status(), &self.body());
         match self {
             ApiError::MethodNotAllowed(allow) => reply = reply.header("Allow", allow),
             ApiError::QueueUnavailable(_) | ApiError::Unhealthy => {

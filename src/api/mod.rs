@@ -3,6 +3,7 @@
 //! through the writer; they never see `tiny_http`. [`Api`] is what `server.rs` hands the front.
 
 pub mod adjustments;
+pub mod batch;
 pub mod collect;
 pub mod conversions;
 pub mod error;
@@ -11,6 +12,7 @@ pub mod people;
 pub mod routes;
 pub mod static_files;
 pub mod validate;
+pub mod warnings;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +41,8 @@ pub struct App {
     pub pixel: collect::PixelGuard,
     /// The bearer token `/metrics` asks for; `None`: open.
     pub metrics_token: Option<String>,
+    /// Batches handled at once (`batch::Slots`).
+    pub batches: batch::Slots,
     /// The HTML dashboard, which answers every path under `/dashboard`.
     pub dashboard: crate::dashboard::Dashboard,
 }

@@ -2,7 +2,9 @@
 //! method: 405 `METHOD_NOT_ALLOWED` with `Allow`; a path parameter that does not decode to UTF-8:
 //! 400 `VALIDATION_ERROR` naming it, before the handler (docs/decisions.md §2).
 
-use super::{adjustments, collect, conversions, health, people, static_files, ApiError, App};
+use super::{
+    adjustments, batch, collect, conversions, health, people, static_files, ApiError, App,
+};
 use crate::http::{decode_segment, Ctx, Lane, Reply};
 
 /// A matched route: its name for logs and metrics, and whether its answers, errors included,
@@ -81,6 +83,9 @@ pub fn dispatch(app: &App, ctx: &mut Ctx) -> (Route, Result<Reply, ApiError>) {
     match (method.as_str(), segs.as_slice()) {
         ("POST", ["api", "sites", site, "conversions"]) => (private("conversions_report"), params([("siteId", site)]).and_then(|[site]| conversions::accept(app, ctx, &site))),
         (_, ["api", "sites", _, "conversions"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("POST"))),
+        ("POST", ["api", "sites", site, "conversions", "batch"]) => (private("conversions_batch"), params([("siteId", site)]).and_then(|[site]| batch::accept(app, ctx, &site))),
+        // `GET …/conversions/batch` stays the status lookup of an order named `batch` (below).
+        (m, ["api", "sites", _, "conversions", "batch"]) if m != "GET" && m != "HEAD" => (UNKNOWN, Err(ApiError::MethodNotAllowed("POST"))),
         ("GET" | "HEAD", ["api", "sites", site, "conversions", order]) => (private("conversions_status"), params([("siteId", site), ("orderId", order)]).and_then(|[site, order]| conversions::order_status(app, ctx, &site, &order))),
         (_, ["api", "sites", _, "conversions", _]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("GET, HEAD"))),
         ("POST", ["api", "sites", site, "conversions", order, "adjustments"]) => (private("conversions_adjust"), params([("siteId", site), ("orderId", order)]).and_then(|[site, order]| adjustments::adjust(app, ctx, &site, &order))),

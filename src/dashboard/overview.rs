@@ -12,9 +12,13 @@ use super::{snippets, Dashboard, PageError, PageResult, Viewer};
 use crate::http::Ctx;
 use crate::store::{self, sites::Site};
 
-/// The live status lines of a site: pixel, conversions, exchange rates (and their daily fetch
-/// when `serve --rates-fetch daily` runs).
-fn status(a: &store::dashboard::SiteActivity, fetch: Option<&crate::ecb::FetchStatus>) -> Markup {
+/// The live status lines of a site: pixel, conversions, reports with unknown fields today,
+/// exchange rates (and their daily fetch when `serve --rates-fetch daily` runs).
+fn status(
+    a: &store::dashboard::SiteActivity,
+    warned: Option<&(i64, String)>,
+    fetch: Option<&crate::ecb::FetchStatus>,
+) -> Markup {
     let now = store::now_ms();
     html! {
         ul.site-status #site-status {
@@ -25,6 +29,12 @@ fn status(a: &store::dashboard::SiteActivity, fetch: Option<&crate::ecb::FetchSt
             @match a.last_conversion {
                 Some(t) => li #conversion-status .ok { "Last conversion received " (layout::moment(t, now)) "." },
                 None => li #conversion-status .waiting { "No conversion received yet." },
+            }
+            @if let Some((n, example)) = warned {
+                li #field-warnings .waiting {
+                    (n) @if *n == 1 { " report" } @else { " reports" } " today had unknown fields, ignored (e.g. "
+                    code { (crate::text::printable(example)) } "): each answer's " code { "warnings" } " names them."
+                }
             }
             @match &a.rates_until {
                 Some(day) => li #rates-status .ok { "Exchange rates up to " (day) "." },
@@ -89,7 +99,12 @@ pub(super) fn page(
     flash: Option<&str>,
 ) -> Result<Markup, PageError> {
     let origin = snippets::origin(d, ctx);
-    let activity = d.read(|c| Ok(store::dashboard::site_activity(c, &site.id)?))?;
+    let (activity, warned) = d.read(|c| {
+        Ok((
+            store::dashboard::site_activity(c, &site.id)?,
+            store::field_warnings::today(c, &site.id, store::now_ms())?,
+        ))
+    })?;
     let fetch = d
         .settings
         .rates_fetch
@@ -101,7 +116,7 @@ pub(super) fn page(
         (layout::flash(flash))
         section.card {
             h2 { "Status" }
-            (status(&activity, fetch.as_ref()))
+            (status(&activity, warned.as_ref(), fetch.as_ref()))
         }
         @if !started {
             (getting_started(&origin, site))

@@ -60,6 +60,7 @@ pub const TABLES: &[&str] = &[
     "tenants",
     "api_keys",
     "sites",
+    "field_warnings",
     "visitors",
     "sessions",
     "visitor_clients",

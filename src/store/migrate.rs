@@ -214,6 +214,10 @@ mod tests {
             "0013_site_deletion.sql",
             "9a12a4f12ff9b70a5c8c0603b7ca98951818a612b9afeb2b0d932296f4fd3a66",
         ),
+        (
+            "0014_field_warnings.sql",
+            "075bcdb33ccd5e19578b1ff5c2644319ce285e1cf6a7bb786d9fb918344f727c",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

@@ -21,6 +21,7 @@ pub mod dialect;
 pub mod engine;
 pub mod erasure;
 pub mod export;
+pub mod field_warnings;
 pub mod first_run;
 pub mod keys;
 mod migrate;

@@ -68,6 +68,12 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0013_site_deletion.sql",
         include_str!("../migrations/postgres/0013_site_deletion.sql"),
     ),
+    // Numbered 16 with 14 and 15 written beside it; its version follows the list until they land.
+    Migration::new(
+        14,
+        "0014_field_warnings.sql",
+        include_str!("../migrations/postgres/0014_field_warnings.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

@@ -223,6 +223,12 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0013_site_deletion.sql",
         include_str!("../migrations/sqlite/0013_site_deletion.sql"),
     ),
+    // Numbered 16 with 14 and 15 written beside it; its version follows the list until they land.
+    Migration::new(
+        14,
+        "0014_field_warnings.sql",
+        include_str!("../migrations/sqlite/0014_field_warnings.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.
