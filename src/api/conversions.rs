@@ -181,24 +181,38 @@ pub fn order_status(
         };
         let deliveries = store::deliveries::of_conversion(conn, &order.conversion.id)?;
         let adjustments = store::adjustments::of_conversion(conn, &order.conversion.id)?;
-        Ok::<_, ApiError>((order, deliveries, adjustments))
+        let passed_on = store::adjustment_deliveries::of_conversion(conn, &order.conversion.id)?;
+        Ok::<_, ApiError>((order, deliveries, (adjustments, passed_on)))
     })?;
     drop(conn);
+    let (adjustments, passed_on) = adjustments;
     Ok(Reply::json(
         200,
-        &order_json(&order, &deliveries, &adjustments)?,
+        &order_json(&order, &deliveries, &adjustments, &passed_on)?,
     ))
 }
 
-/// The order status lookup's JSON: the order, its ledger and its deliveries (`convapi order show
-/// --json` prints the same).
+/// The order status lookup's JSON: the order, its ledger and its deliveries, each adjustment with
+/// its own (`passed_on`: by the adjustment's row id) (`convapi order show --json` prints the
+/// same).
 pub fn order_json(
     order: &OrderStatus,
     deliveries: &[store::deliveries::View],
     adjustments: &[store::adjustments::Adjustment],
+    passed_on: &[(i64, store::deliveries::View)],
 ) -> Result<Value, store::StoreError> {
     let mut v = status_json(order);
     ledger_json(&mut v, order, adjustments)?;
+    if let Some(list) = v["adjustments"].as_array_mut() {
+        for (a, j) in adjustments.iter().zip(list) {
+            let own: Vec<store::deliveries::View> = passed_on
+                .iter()
+                .filter(|(id, _)| *id == a.arrival)
+                .map(|(_, d)| d.clone())
+                .collect();
+            j["deliveries"] = deliveries_json(&own);
+        }
+    }
     v["deliveries"] = deliveries_json(deliveries);
     Ok(v)
 }

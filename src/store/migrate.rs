@@ -214,6 +214,10 @@ mod tests {
             "0013_site_deletion.sql",
             "9a12a4f12ff9b70a5c8c0603b7ca98951818a612b9afeb2b0d932296f4fd3a66",
         ),
+        (
+            "0014_adjustment_deliveries.sql",
+            "f46672c1d7a81fcac3f807a4f0a3198b38d80bccf460b84b61d2b26f26ae13bd",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

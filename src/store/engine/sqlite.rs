@@ -223,6 +223,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0013_site_deletion.sql",
         include_str!("../migrations/sqlite/0013_site_deletion.sql"),
     ),
+    Migration::new(
+        14,
+        "0014_adjustment_deliveries.sql",
+        include_str!("../migrations/sqlite/0014_adjustment_deliveries.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.
