@@ -190,7 +190,8 @@ fn decide<'a>(
     };
     let skipped = |reason: String| fin(Status::Skipped.as_str(), reason);
     let delivered_at = match &adj.order_delivery {
-        None if adj.conversion_status == "pending" => {
+        // Still in the pipeline (`queued`, `fx_pending`): its deliveries are not written yet.
+        None if !matches!(adj.conversion_status.as_str(), "processed" | "failed") => {
             return Err(Fate::Again {
                 attempts: d.attempts,
                 at: now_ms + UNPROCESSED_WAIT_MS,
@@ -234,7 +235,7 @@ fn decide<'a>(
                 ),
             ));
         }
-        let ready_at = delivered_at.max(facts.occurred_at) + ADS_HOLD_MS;
+        let ready_at = delivered_at + ADS_HOLD_MS;
         if now_ms < ready_at {
             return Err(Fate::Again {
                 attempts: d.attempts,

@@ -120,7 +120,7 @@ pub struct AdjustmentFacts {
     /// The order's delivery to the destination: status, last error, when delivered (`None`: it
     /// has none).
     pub order_delivery: Option<(String, Option<String>, Option<i64>)>,
-    /// The conversion's status (`pending` while the pipeline has not processed it).
+    /// The conversion's status (`queued` or `fx_pending` while the pipeline has not processed it).
     pub conversion_status: String,
     /// The latest adjustment time sent for the order's earlier adjustments to the destination.
     pub last_sent_time: Option<i64>,
