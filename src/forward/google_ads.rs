@@ -814,14 +814,19 @@ fn token_refused(cfg: &Config<'_>, status: u16, retry_after_ms: Option<i64>, v: 
 pub const MAX_ADJUSTMENTS: usize = 2_000;
 
 /// The adjustment errors that mean Google has the adjustment in effect already.
-const ADJUSTMENT_IN_EFFECT: &[&str] = &[
+pub const ADJUSTMENT_IN_EFFECT: &[&str] = &[
     "CONVERSION_ALREADY_RETRACTED",
     "MORE_RECENT_RESTATEMENT_FOUND",
     "RESTATEMENT_ALREADY_EXISTS",
 ];
 /// The adjustment errors that clear by themselves: the conversion (or its action) is too new to
 /// be adjusted; tried again after [`TOO_RECENT_WAIT_MS`].
-const ADJUSTMENT_TOO_RECENT: &[&str] = &["TOO_RECENT_CONVERSION", "TOO_RECENT_CONVERSION_ACTION"];
+pub const ADJUSTMENT_TOO_RECENT: &[&str] =
+    &["TOO_RECENT_CONVERSION", "TOO_RECENT_CONVERSION_ACTION"];
+/// The adjustment error of a conversion Google does not know (yet).
+pub const ADJUSTMENT_NOT_FOUND: &str = "CONVERSION_NOT_FOUND";
+/// The adjustment error of a conversion too old to adjust.
+pub const ADJUSTMENT_EXPIRED: &str = "CONVERSION_EXPIRED";
 
 /// One adjustment of an order as `uploadConversionAdjustments` takes it.
 #[derive(Debug, Clone)]
@@ -959,19 +964,19 @@ fn adjustment_verdict(errors: &[&RowError]) -> AdjustVerdict {
     let known = |e: &RowError| {
         ADJUSTMENT_IN_EFFECT.contains(&e.code.as_str())
             || ADJUSTMENT_TOO_RECENT.contains(&e.code.as_str())
-            || e.code == "CONVERSION_NOT_FOUND"
-            || e.code == "CONVERSION_EXPIRED"
+            || e.code == ADJUSTMENT_NOT_FOUND
+            || e.code == ADJUSTMENT_EXPIRED
             || e.class == Class::Retry
     };
     if errors.iter().any(|e| !known(e)) {
         return AdjustVerdict::Failed(text(&|e| !known(e)));
     }
     let code = |c: &'static str| move |e: &RowError| e.code == c;
-    if errors.iter().any(|e| code("CONVERSION_EXPIRED")(e)) {
-        return AdjustVerdict::TooOld(text(&code("CONVERSION_EXPIRED")));
+    if errors.iter().any(|e| code(ADJUSTMENT_EXPIRED)(e)) {
+        return AdjustVerdict::TooOld(text(&code(ADJUSTMENT_EXPIRED)));
     }
-    if errors.iter().any(|e| code("CONVERSION_NOT_FOUND")(e)) {
-        return AdjustVerdict::NotFound(text(&code("CONVERSION_NOT_FOUND")));
+    if errors.iter().any(|e| code(ADJUSTMENT_NOT_FOUND)(e)) {
+        return AdjustVerdict::NotFound(text(&code(ADJUSTMENT_NOT_FOUND)));
     }
     let recent = |e: &RowError| ADJUSTMENT_TOO_RECENT.contains(&e.code.as_str());
     if errors.iter().any(|e| recent(e)) {
