@@ -202,27 +202,19 @@ pub fn order_json(
     passed_on: &[(i64, store::deliveries::View)],
 ) -> Result<Value, store::StoreError> {
     let mut v = status_json(order);
-    ledger_json(&mut v, order, adjustments)?;
-    if let Some(list) = v["adjustments"].as_array_mut() {
-        for (a, j) in adjustments.iter().zip(list) {
-            let own: Vec<store::deliveries::View> = passed_on
-                .iter()
-                .filter(|(id, _)| *id == a.arrival)
-                .map(|(_, d)| d.clone())
-                .collect();
-            j["deliveries"] = deliveries_json(&own);
-        }
-    }
+    ledger_json(&mut v, order, adjustments, passed_on)?;
     v["deliveries"] = deliveries_json(deliveries);
     Ok(v)
 }
 
 /// Adds the order's ledger to its status view: `netValue`, `state`, `netReportingValue` (in the
-/// site currency, at the order's rate; `null` while it has none) and `adjustments`.
+/// site currency, at the order's rate; `null` while it has none) and `adjustments`, each with its
+/// `deliveries` (`passed_on`: by the adjustment's row id).
 pub fn ledger_json(
     v: &mut Value,
     order: &OrderStatus,
     adjustments: &[store::adjustments::Adjustment],
+    passed_on: &[(i64, store::deliveries::View)],
 ) -> Result<(), store::StoreError> {
     match store::adjustments::net_shown(order.conversion.value.as_deref(), adjustments)? {
         Some(net) => {
@@ -249,6 +241,13 @@ pub fn ledger_json(
                 "occurredAt": store::iso(a.occurred_at),
                 "receivedAt": store::iso(a.received_at),
                 "reason": a.reason,
+                "deliveries": deliveries_json(
+                    &passed_on
+                        .iter()
+                        .filter(|(id, _)| *id == a.arrival)
+                        .map(|(_, d)| d.clone())
+                        .collect::<Vec<_>>()
+                ),
             })
         })
         .collect();

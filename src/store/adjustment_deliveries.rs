@@ -12,8 +12,10 @@
 
 use super::deliveries::{Status, View, ADJUSTMENT_DUE as DUE};
 use super::dialect::Statement;
-use super::engine::{args, AsConn};
-use super::Result;
+use std::collections::HashMap;
+
+use super::engine::{args, AsConn, Row};
+use super::{Result, StoreError};
 
 /// The stored status of an adjustment's delivery to a platform that cannot adjust a conversion.
 pub const NOT_SUPPORTED_STATUS: &str = "not_supported";
@@ -245,20 +247,49 @@ pub fn of_conversion(conn: &impl AsConn, conversion_id: &str) -> Result<Vec<(i64
          FROM adjustment_deliveries x JOIN destinations d ON d.id = x.destination_id
          WHERE x.conversion_id = ?1 ORDER BY x.adjustment_id, d.created_at, d.id",
         args![conversion_id],
-        |r| {
-            Ok((
-                r.get(0)?,
-                View {
-                    destination_id: r.get(1)?,
-                    destination: r.get(2)?,
-                    kind: r.get(3)?,
-                    status: r.get(4)?,
-                    attempts: r.get(5)?,
-                    last_error: r.get(6)?,
-                    next_attempt_at: r.get(7)?,
-                    delivered_at: r.get(8)?,
-                },
-            ))
-        },
+        |r| Ok((r.get(0)?, view(r, 1)?)),
     )
+}
+
+/// The adjustment deliveries of the conversions of `site_id` that occurred in `[from_ms, to_ms)`,
+/// by conversion id, as [`of_conversion`] gives each (what an export shows beside each ledger).
+pub fn of_site_between(
+    conn: &impl AsConn,
+    site_id: &str,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<HashMap<String, Vec<(i64, View)>>> {
+    let mut out: HashMap<String, Vec<(i64, View)>> = HashMap::new();
+    conn.conn().query_each(
+        "SELECT x.adjustment_id, d.id, d.name, d.kind, x.status, x.attempts, x.last_error,
+             x.next_attempt_at, x.delivered_at, x.conversion_id
+         FROM adjustment_deliveries x JOIN destinations d ON d.id = x.destination_id
+         JOIN conversions c ON c.id = x.conversion_id
+         WHERE c.site_id = ?1 AND c.occurred_at >= ?2 AND c.occurred_at < ?3
+         ORDER BY x.conversion_id, x.adjustment_id, d.created_at, d.id",
+        args![site_id, from_ms, to_ms],
+        |r| {
+            let conversion_id: String = r.get(9)?;
+            out.entry(conversion_id)
+                .or_default()
+                .push((r.get(0)?, view(r, 1)?));
+            Ok::<_, StoreError>(())
+        },
+    )?;
+    Ok(out)
+}
+
+/// A [`View`] from the row's columns from `at` on: destination id, name, kind, status, attempts,
+/// last error, next attempt, delivered at.
+fn view(r: &Row, at: usize) -> Result<View> {
+    Ok(View {
+        destination_id: r.get(at)?,
+        destination: r.get(at + 1)?,
+        kind: r.get(at + 2)?,
+        status: r.get(at + 3)?,
+        attempts: r.get(at + 4)?,
+        last_error: r.get(at + 5)?,
+        next_attempt_at: r.get(at + 6)?,
+        delivered_at: r.get(at + 7)?,
+    })
 }
