@@ -887,3 +887,54 @@ fn kill_9_while_adjustments_are_sent_delivers_each_once_in_effect() {
     );
     app.stop();
 }
+
+#[test]
+fn google_ads_down_retries_the_adjustment_later_and_counts_a_failure_of_the_destination() {
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let d2 = down.clone();
+    let fake = FakePlatform::start(move |r| match r.path() {
+        "/token" => Reply::ok(json!({"access_token": "tok", "expires_in": 3599})),
+        ADJUST_PATH if d2.load(std::sync::atomic::Ordering::SeqCst) => Reply::status(
+            503,
+            json!({"error": {"code": 503, "status": "UNAVAILABLE", "message": "fake outage"}}),
+        ),
+        _ => Reply::ok(json!({"results": []})),
+    });
+    let app = by_hand();
+    let dest = add_destination(&app, "google_ads", &fake.url());
+    let o = order(&app, "down");
+    let now = now_ms();
+    send_at(&app, now);
+    adjust_order(
+        &app,
+        &o,
+        json!({"adjustmentId": "r", "type": "refund", "value": 1}),
+    );
+    let t = now + 25 * HOUR_MS;
+    send_at(&app, t);
+    let d = one(&app, &o, "r");
+    assert_eq!(
+        (d["status"].as_str(), d["attempts"].as_i64()),
+        (Some("pending"), Some(1)),
+        "{d}"
+    );
+    assert!(
+        d["lastError"].as_str().unwrap().contains("fake outage"),
+        "{d}"
+    );
+    let failures = app.query_i64("SELECT failures FROM destinations WHERE id = ?1", &[&dest]);
+    assert_eq!(failures, 1);
+    // Back up: the next try after the backoff delivers it, and the destination is healthy again.
+    down.store(false, std::sync::atomic::Ordering::SeqCst);
+    send_at(&app, t + HOUR_MS);
+    let d = one(&app, &o, "r");
+    assert_eq!(
+        (d["status"].as_str(), d["attempts"].as_i64()),
+        (Some("delivered"), Some(2)),
+        "{d}"
+    );
+    assert_eq!(
+        app.query_i64("SELECT failures FROM destinations WHERE id = ?1", &[&dest]),
+        0
+    );
+}

@@ -57,6 +57,9 @@ pub const UNPROCESSED_WAIT_MS: i64 = 60_000;
 pub struct Policy {
     pub max_attempts: i64,
     pub backoff: Backoff,
+    /// The wait after refused credentials, and after throttling when the platform named none.
+    pub unauthorized_pause_ms: i64,
+    pub throttled_pause_ms: i64,
 }
 
 /// What becomes of one adjustment delivery.
@@ -478,8 +481,12 @@ fn fate(
         Outage::Throttled {
             error,
             retry_after_ms,
-        } => again(error.clone(), Some(retry_after_ms.unwrap_or(60_000)), false),
-        Outage::Unauthorized(e) => again(e.clone(), Some(900_000), false),
+        } => again(
+            error.clone(),
+            Some(retry_after_ms.unwrap_or(policy.throttled_pause_ms)),
+            false,
+        ),
+        Outage::Unauthorized(e) => again(e.clone(), Some(policy.unauthorized_pause_ms), false),
         Outage::Rejected(e) => fin(Status::Failed.as_str(), e.clone()),
         Outage::VersionGone { .. } => unreachable!("handled above"),
     };

@@ -374,6 +374,8 @@ fn send_adjustments(
     let policy = super::adjust::Policy {
         max_attempts: MAX_ATTEMPTS,
         backoff: BACKOFF,
+        unauthorized_pause_ms: UNAUTHORIZED_PAUSE_MS,
+        throttled_pause_ms: THROTTLED_PAUSE_MS,
     };
     let until = |o: Option<&Outage>| paused_until(&dest, o, now_ms);
     let b = super::adjust::send_batch(conn, writer, http, &dest, policy, &until, now_ms)?;
