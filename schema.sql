@@ -1,10 +1,31 @@
--- convapi's schema at version 14 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 15 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
 -- (schema_sql_is_the_migrated_schema in src/store/migrate.rs); after adding a migration, write it
 -- again with `CONVAPI_BLESS=1 cargo test --lib schema_sql`.
 -- Times are integer epoch milliseconds (UTC). Money is decimal text, never REAL.
+
+CREATE TABLE adjustment_deliveries (
+    id               INTEGER PRIMARY KEY,
+    adjustment_id    INTEGER NOT NULL REFERENCES adjustments(id) ON DELETE CASCADE,
+    conversion_id    TEXT NOT NULL REFERENCES conversions(id) ON DELETE CASCADE,
+    destination_id   TEXT NOT NULL REFERENCES destinations(id) ON DELETE CASCADE,
+    status           TEXT NOT NULL DEFAULT 'pending'
+                         CHECK (status IN ('pending', 'delivered', 'failed', 'too_old', 'skipped',
+                                           'not_supported')),
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at  INTEGER,
+    last_error       TEXT,
+    sent_time        INTEGER,
+    delivered_at     INTEGER,
+    created_at       INTEGER NOT NULL,
+    UNIQUE (adjustment_id, destination_id)
+);
+CREATE INDEX adjustment_deliveries_due ON adjustment_deliveries(destination_id, next_attempt_at)
+    WHERE status = 'pending';
+CREATE INDEX adjustment_deliveries_order
+    ON adjustment_deliveries(conversion_id, destination_id, adjustment_id);
 
 CREATE TABLE adjustments (
     id             INTEGER PRIMARY KEY,

@@ -26,6 +26,11 @@ defaults: {"platform": "versions", "case": "defaults", "meta": "v26.0", "google_
   `conversionDateTime` has the documented `yyyy-mm-dd hh:mm:ss+|-hh:mm` form; `hashedEmail` and
   `hashedPhoneNumber` are SHA-256 of Google's normalisation (trimmed, lower-case, a gmail.com or
   googlemail.com local part without dots; the phone in E.164).
+- Google Ads' adjustments (`"platform": "google_ads_adjustments"`): the body parses strictly as
+  the version's `UploadConversionAdjustmentsRequest`, each a RETRACTION without a value or a
+  RESTATEMENT with one, at a documented time; the error codes convapi maps (`mapped_errors`) are
+  the version's `ConversionAdjustmentUploadError`s.
+- GA4's refund (`"platform": "ga4_refund"`): no library exists; the documented fields.
 
 Exit 0 when every file passes, 1 listing each problem, 2 when the libraries are missing.
 Usage: check-platform-sdks.py DIR
@@ -186,6 +191,74 @@ def check_google_ads(f, problems):
         problems.append(f"{len(convs)} conversions for {len(f['people'])} people")
 
 
+def check_google_ads_adjustments(f, problems):
+    """An upload of adjustments parses strictly as the path version's
+    `UploadConversionAdjustmentsRequest`; each is a RETRACTION without a value or a RESTATEMENT
+    with one, at a documented time; every error code convapi maps is one of that version's
+    `ConversionAdjustmentUploadError`s."""
+    m = re.match(r"^/(v\d+)/customers/\d+:uploadConversionAdjustments$", f["path"])
+    if not m:
+        problems.append(f"path {f['path']}")
+        return
+    version = m.group(1)
+    service = importlib.import_module(
+        f"google.ads.googleads.{version}.services.types.conversion_adjustment_upload_service"
+    )
+    request = service.UploadConversionAdjustmentsRequest.pb()()
+    try:
+        json_format.Parse(json.dumps(f["body"]), request, ignore_unknown_fields=False)
+    except json_format.ParseError as err:
+        problems.append(f"not an {version} UploadConversionAdjustmentsRequest: {err}")
+        return
+    if not request.partial_failure:
+        problems.append("partial_failure is not set")
+    types = importlib.import_module(
+        f"google.ads.googleads.{version}.enums.types.conversion_adjustment_type"
+    ).ConversionAdjustmentTypeEnum.ConversionAdjustmentType
+    for i, a in enumerate(request.conversion_adjustments):
+        where = f"conversion_adjustments[{i}]"
+        if not a.order_id or not a.conversion_action:
+            problems.append(f"{where}: no order_id or conversion_action")
+        if not ADS_DATE_TIME.match(a.adjustment_date_time):
+            problems.append(f"{where}: adjustment_date_time {a.adjustment_date_time!r}")
+        restated = a.HasField("restatement_value")
+        if a.adjustment_type == types.RESTATEMENT.value:
+            if not restated or not a.restatement_value.currency_code:
+                problems.append(f"{where}: a RESTATEMENT without its value and currency")
+        elif a.adjustment_type == types.RETRACTION.value:
+            if restated:
+                problems.append(f"{where}: a RETRACTION with a value")
+        else:
+            problems.append(f"{where}: adjustment_type {a.adjustment_type}")
+    errors = importlib.import_module(
+        f"google.ads.googleads.{version}.errors.types.conversion_adjustment_upload_error"
+    ).ConversionAdjustmentUploadErrorEnum.ConversionAdjustmentUploadError
+    for code in f.get("mapped_errors", []):
+        if not hasattr(errors, code):
+            problems.append(f"{version} has no ConversionAdjustmentUploadError {code}")
+
+
+def check_ga4_refund(f, problems):
+    """GA4 publishes no library: a refund event by its documented rules (a `refund` with the
+    purchase's `transaction_id`, a number `value` and its `currency`, for one `client_id`)."""
+    if f["path"] != "/mp/collect":
+        problems.append(f"path {f['path']}")
+    body = f["body"]
+    if not isinstance(body.get("client_id"), str) or not body["client_id"]:
+        problems.append("no client_id")
+    events = body.get("events", [])
+    if len(events) != 1 or events[0].get("name") != "refund":
+        problems.append(f"events {events}")
+        return
+    p = events[0].get("params", {})
+    if not isinstance(p.get("transaction_id"), str) or not p["transaction_id"]:
+        problems.append("no transaction_id")
+    if not isinstance(p.get("value"), (int, float)) or p["value"] <= 0:
+        problems.append(f"value {p.get('value')!r}")
+    if not re.match(r"^[A-Z]{3}$", p.get("currency", "")):
+        problems.append(f"currency {p.get('currency')!r}")
+
+
 def check_versions(f, problems):
     """convapi's defaults are the versions the libraries target, and its "version gone" code is
     one Google's errors define."""
@@ -212,7 +285,13 @@ def main():
     for path in files:
         f = json.loads(path.read_text())
         problems = []
-        checks = {"meta": check_meta, "google_ads": check_google_ads, "versions": check_versions}
+        checks = {
+            "meta": check_meta,
+            "google_ads": check_google_ads,
+            "google_ads_adjustments": check_google_ads_adjustments,
+            "ga4_refund": check_ga4_refund,
+            "versions": check_versions,
+        }
         checks[f["platform"]](f, problems)
         for p in problems:
             print(f"{path.name} ({f['case']}): {p}", file=sys.stderr)

@@ -14,8 +14,10 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
+use convapi::forward::ga4;
+use convapi::forward::google_ads::{self, AdjustmentUpload};
 use convapi::forward::hash::{normalise_email, normalise_phone, user_hashes};
-use convapi::forward::platform::{Event, Verdict};
+use convapi::forward::platform::{AdjustVerdict, Event, Verdict};
 use convapi::forward::versions;
 use convapi::store::deliveries::Facts;
 use convapi::store::destinations::Destination;
@@ -72,8 +74,12 @@ fn fake() -> FakePlatform {
     FakePlatform::start(|r: &Recorded| {
         if r.path() == "/token" {
             Reply::ok(json!({"access_token": "ya29.sdk-check", "expires_in": 3600}))
-        } else if r.path().ends_with(":uploadClickConversions") {
+        } else if r.path().ends_with(":uploadClickConversions")
+            || r.path().ends_with(":uploadConversionAdjustments")
+        {
             Reply::ok(json!({"results": []}))
+        } else if r.path() == "/mp/collect" {
+            Reply::Json(204, json!({}), Vec::new())
         } else {
             let n = r.json()["data"].as_array().map_or(0, Vec::len);
             Reply::ok(json!({"events_received": n, "messages": [], "fbtrace_id": "Sdk"}))
@@ -351,6 +357,71 @@ fn every_mapping_rule_sends_what_the_platforms_own_libraries_take() {
     ];
     for (case, convs, test) in &ads_cases {
         cap.take("google_ads", case, &ads, convs, *test);
+    }
+
+    // Google Ads' adjustments (docs/decisions.md §13, "Adjustments"): a restatement and a
+    // retraction in one upload; GA4's refund event, checked by its documented rules.
+    let restated = clicked(20, "gclid");
+    let retracted = clicked(21, "gclid");
+    let uploads = [
+        AdjustmentUpload {
+            facts: &restated,
+            event_name: "purchase",
+            at_ms: now,
+            restated: Some("12.34"),
+        },
+        AdjustmentUpload {
+            facts: &retracted,
+            event_name: "purchase",
+            at_ms: now + 1_000,
+            restated: None,
+        },
+    ];
+    let before = fake.requests().len();
+    let verdicts = google_ads::send_adjustments(&http(), &ads, &uploads, now).unwrap();
+    assert_eq!(verdicts, vec![AdjustVerdict::Delivered; 2]);
+    let ga4 = dest(
+        "ga4",
+        &fake.url(),
+        json!({"measurement_id": "G-SDKCHECK"}),
+        json!({"api_secret": "ga4-sdk-secret"}),
+    );
+    let refunded = purchase(22, now);
+    assert_eq!(
+        ga4::send_refund(&http(), &ga4, &refunded, "19.5", now, now).unwrap(),
+        AdjustVerdict::Delivered
+    );
+    let sent: Vec<Recorded> = fake.requests()[before..]
+        .iter()
+        .filter(|r| r.path() != "/token")
+        .cloned()
+        .collect();
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    let mapped: Vec<&str> = google_ads::ADJUSTMENT_IN_EFFECT
+        .iter()
+        .chain(google_ads::ADJUSTMENT_TOO_RECENT)
+        .chain([
+            &google_ads::ADJUSTMENT_NOT_FOUND,
+            &google_ads::ADJUSTMENT_EXPIRED,
+        ])
+        .copied()
+        .collect();
+    for (r, platform, case) in [
+        (
+            &sent[0],
+            "google_ads_adjustments",
+            "a restatement and a retraction",
+        ),
+        (&sent[1], "ga4_refund", "a partial refund"),
+    ] {
+        cap.n += 1;
+        let file = json!({"platform": platform, "case": case, "path": r.path(), "body": r.json(),
+                          "mapped_errors": mapped});
+        std::fs::write(
+            dir.path().join(format!("{:02}-{platform}.json", cap.n)),
+            serde_json::to_string_pretty(&file).unwrap(),
+        )
+        .unwrap();
     }
 
     // The versions convapi sends to by default, which the libraries must target.

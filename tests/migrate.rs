@@ -13,7 +13,7 @@ use crate::common::postgres::{as_role, cluster_url, fresh_database, fresh_owned_
 use crate::common::*;
 
 /// The tables `migrate` copies (every table of the schema but `schema_version`).
-const TABLES: [&str; 20] = [
+const TABLES: [&str; 21] = [
     "tenants",
     "api_keys",
     "sites",
@@ -27,6 +27,7 @@ const TABLES: [&str; 20] = [
     "outbox",
     "destinations",
     "deliveries",
+    "adjustment_deliveries",
     "fx_rates",
     "users",
     "web_sessions",
@@ -101,6 +102,12 @@ fn populated() -> TestApp {
         "ga4-secret-0000000",
         "--json",
     ]);
+    // An adjustment made once the destination is there: its delivery to it.
+    app.post_adjustment(
+        "o-1",
+        &json!({"adjustmentId": "r-1b", "type": "refund", "value": 0.5}),
+    )
+    .expect(202);
     // A visit without analytics consent on a site that requires it: counted by the day's salt.
     app.cli_json(&[
         "site",

@@ -128,6 +128,8 @@ const SQL_INTERPOLATION_ALLOWED: &[&str] = &[
     "SESSION_COLUMNS",   // store/deliveries.rs: a session's const forwarding column list
     "timeout_ms",        // store/engine/postgres.rs: a u128 number of milliseconds
     "placeholders",      // store/adjustments.rs, store/conversions.rs: `?1, ?2, …` from a count
+    "DUE",               // store/adjustment_deliveries.rs: the const condition of a due adjustment
+    "ADJUSTMENT_DUE",    // store/deliveries.rs: the same const, imported
     // store/dialect.rs's words, each spelled by the connection's engine from `&'static str`
     // arguments only (its parameters named const_…), and the table files' names for them.
     "const_index",

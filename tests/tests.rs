@@ -215,6 +215,10 @@ mod forward_meta;
 // failure rows, each error class, batch size, `validateOnly`, secrets kept out of errors. Here:
 // what convapi sends to Google Ads and how it reads the answer.
 mod forward_ads;
+// An order's refunds, cancels and restates passed on: Google Ads' adjustment upload (restatement
+// to the net value, retraction at 0, increasing times, the 24-hour hold, each error code), GA4's
+// refund event, Meta's not_supported, the order's own delivery first, kill -9 while sending.
+mod forward_adjustments;
 // The platforms' API versions through a running server: a version that ended shown by `destination
 // list`, `/metrics`, the dashboard and the log at start; a platform's "version gone" answer stops
 // the destination with its deliveries' tries untouched, and `--api-version` sends what waited.

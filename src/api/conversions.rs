@@ -214,34 +214,40 @@ pub fn order_status(
         };
         let deliveries = store::deliveries::of_conversion(conn, &order.conversion.id)?;
         let adjustments = store::adjustments::of_conversion(conn, &order.conversion.id)?;
-        Ok::<_, ApiError>((order, deliveries, adjustments))
+        let passed_on = store::adjustment_deliveries::of_conversion(conn, &order.conversion.id)?;
+        Ok::<_, ApiError>((order, deliveries, (adjustments, passed_on)))
     })?;
     drop(conn);
+    let (adjustments, passed_on) = adjustments;
     Ok(Reply::json(
         200,
-        &order_json(&order, &deliveries, &adjustments)?,
+        &order_json(&order, &deliveries, &adjustments, &passed_on)?,
     ))
 }
 
-/// The order status lookup's JSON: the order, its ledger and its deliveries (`convapi order show
-/// --json` prints the same).
+/// The order status lookup's JSON: the order, its ledger and its deliveries, each adjustment with
+/// its own (`passed_on`: by the adjustment's row id) (`convapi order show --json` prints the
+/// same).
 pub fn order_json(
     order: &OrderStatus,
     deliveries: &[store::deliveries::View],
     adjustments: &[store::adjustments::Adjustment],
+    passed_on: &[(i64, store::deliveries::View)],
 ) -> Result<Value, store::StoreError> {
     let mut v = status_json(order);
-    ledger_json(&mut v, order, adjustments)?;
+    ledger_json(&mut v, order, adjustments, passed_on)?;
     v["deliveries"] = deliveries_json(deliveries);
     Ok(v)
 }
 
 /// Adds the order's ledger to its status view: `netValue`, `state`, `netReportingValue` (in the
-/// site currency, at the order's rate; `null` while it has none) and `adjustments`.
+/// site currency, at the order's rate; `null` while it has none) and `adjustments`, each with its
+/// `deliveries` (`passed_on`: by the adjustment's row id).
 pub fn ledger_json(
     v: &mut Value,
     order: &OrderStatus,
     adjustments: &[store::adjustments::Adjustment],
+    passed_on: &[(i64, store::deliveries::View)],
 ) -> Result<(), store::StoreError> {
     match store::adjustments::net_shown(order.conversion.value.as_deref(), adjustments)? {
         Some(net) => {
@@ -268,6 +274,13 @@ pub fn ledger_json(
                 "occurredAt": store::iso(a.occurred_at),
                 "receivedAt": store::iso(a.received_at),
                 "reason": a.reason,
+                "deliveries": deliveries_json(
+                    &passed_on
+                        .iter()
+                        .filter(|(id, _)| *id == a.arrival)
+                        .map(|(_, d)| d.clone())
+                        .collect::<Vec<_>>()
+                ),
             })
         })
         .collect();

@@ -4,10 +4,11 @@
 //!
 //! CSV records and the conversion columns are `crate::csv`'s (the dashboard's download writes the
 //! same). NDJSON lines are the order status lookup's JSON (`api::conversions::status_json`, with
-//! its ledger: `ledger_json`) plus `visitorId` and `clientId`, without the lookup's `deliveries` to
-//! ad platforms (the export is of the conversions; where each went is the lookup's and the order
-//! page's). The range's adjustments are read first, one entry per adjustment in memory: the
-//! NDJSON's ledgers, the CSV's `netValue` and `state`.
+//! its ledger: `ledger_json`, each adjustment with its deliveries) plus `visitorId` and `clientId`,
+//! without the lookup's `deliveries` of the conversion to ad platforms (the export is of the
+//! conversions; where each went is the lookup's and the order page's). The range's adjustments
+//! (and, for NDJSON, their deliveries) are read first, one entry each in memory: the NDJSON's
+//! ledgers, the CSV's `netValue` and `state`.
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -129,6 +130,11 @@ fn write_rows(
                 crate::csv::record(&mut out, crate::csv::CONVERSION_COLUMNS).map_err(io)?;
             }
             let ledgers = store::adjustments::of_site_between(conn, site_id, from_ms, to_ms)?;
+            let passed_on = if csv {
+                Default::default()
+            } else {
+                store::adjustment_deliveries::of_site_between(conn, site_id, from_ms, to_ms)?
+            };
             store::export::conversions(conn, site_id, from_ms, to_ms, |o| {
                 let ledger = ledgers.get(&o.conversion.id).map_or(&[][..], Vec::as_slice);
                 if csv {
@@ -137,7 +143,10 @@ fn write_rows(
                         .map_err(io)
                 } else {
                     let mut v = crate::api::conversions::status_json(o);
-                    crate::api::conversions::ledger_json(&mut v, o, ledger)?;
+                    let sent = passed_on
+                        .get(&o.conversion.id)
+                        .map_or(&[][..], Vec::as_slice);
+                    crate::api::conversions::ledger_json(&mut v, o, ledger, sent)?;
                     v["visitorId"] = json!(o.conversion.visitor_id);
                     v["clientId"] = json!(o.conversion.client_id);
                     json_line(&mut out, &v).map_err(io)

@@ -100,8 +100,12 @@ pub(super) fn adjust(db: &Location, a: AdjustArgs) -> CliResult {
 pub(super) fn show(db: &Location, a: ShowArgs) -> CliResult {
     let conn = open(db)?;
     let order = store::read(&conn, |c| orders::show(c, &a.site, &a.order_id)).map_err(refused)?;
-    let v =
-        crate::api::conversions::order_json(&order.status, &order.deliveries, &order.adjustments)?;
+    let v = crate::api::conversions::order_json(
+        &order.status,
+        &order.deliveries,
+        &order.adjustments,
+        &order.adjustment_deliveries,
+    )?;
     print(a.json, &v, || {
         let mut out = format!(
             "order {} ({}): {} {}, net {} ({}), {}",
@@ -122,6 +126,22 @@ pub(super) fn show(db: &Location, a: ShowArgs) -> CliResult {
                 x.adjustment_id,
                 x.reason.as_deref().unwrap_or(""),
             ));
+            for (_, d) in order
+                .adjustment_deliveries
+                .iter()
+                .filter(|(id, _)| *id == x.arrival)
+            {
+                out.push_str(&format!(
+                    "\n      → {} ({}): {}, {} tries{}",
+                    d.destination,
+                    d.kind,
+                    d.status,
+                    d.attempts,
+                    d.last_error
+                        .as_deref()
+                        .map_or(String::new(), |e| format!(", {e}")),
+                ));
+            }
         }
         out
     })

@@ -506,9 +506,11 @@ fn order_page(
         let deliveries = store::deliveries::of_conversion(c, &o.conversion.id)?;
         let destinations = store::destinations::for_site(c, &site.id)?;
         let adjustments = store::adjustments::of_conversion(c, &o.conversion.id)?;
-        Ok((o, deliveries, destinations, adjustments))
+        let passed_on = store::adjustment_deliveries::of_conversion(c, &o.conversion.id)?;
+        Ok((o, deliveries, destinations, (adjustments, passed_on)))
     })?;
-    let ledger = ledger_card(&o, &adjustments)?;
+    let (adjustments, passed_on) = adjustments;
+    let ledger = ledger_card(&o, &adjustments, &passed_on)?;
     let c = &o.conversion;
     // Only an order (a conversion with an orderId) has a ledger to add to.
     let adjust_card = c.order_id.as_ref().map(|_| {
@@ -626,10 +628,12 @@ pub fn adjust(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -
 }
 
 /// The order page's card of the order's ledger: its net value and state, and each refund, cancel
-/// or restate in `occurredAt` order.
+/// or restate in `occurredAt` order, with what became of it at each destination (`passed_on`, by
+/// the adjustment's row id).
 fn ledger_card(
     o: &store::conversions::OrderStatus,
     adjustments: &[store::adjustments::Adjustment],
+    passed_on: &[(i64, store::deliveries::View)],
 ) -> Result<Markup, PageError> {
     let c = &o.conversion;
     let net = store::adjustments::net_shown(c.value.as_deref(), adjustments)?;
@@ -652,7 +656,7 @@ fn ledger_card(
                 p.empty #no-adjustments { "No refund, cancellation or restatement." }
             } @else {
                 table #adjustments {
-                    thead { tr { th { "Occurred" } th { "Type" } th { "Value" } th { "Adjustment id" } th { "Reason" } th { "Received" } } }
+                    thead { tr { th { "Occurred" } th { "Type" } th { "Value" } th { "Adjustment id" } th { "Reason" } th { "Received" } th { "Passed on" } } }
                     tbody {
                         @for a in adjustments {
                             tr {
@@ -662,6 +666,15 @@ fn ledger_card(
                                 td { code { (a.adjustment_id) } }
                                 td { (a.reason.as_deref().unwrap_or("")) }
                                 td { (layout::date(a.received_at)) }
+                                td.passed-on {
+                                    @for (_, x) in passed_on.iter().filter(|(id, _)| *id == a.arrival) {
+                                        div.adjustment-delivery title=(x.last_error.as_deref().unwrap_or("")) {
+                                            (x.destination) ": " span class={ "status delivery-" (x.status) } { (x.status.replace('_', " ")) }
+                                            @if x.attempts > 0 { " (" (x.attempts) " tries)" }
+                                            @if let Some(e) = &x.last_error { " — " span.hint { (e) } }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }

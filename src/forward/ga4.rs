@@ -12,7 +12,8 @@ use super::hash::{sha256_hex, user_hash};
 use super::kinds::{Kind, GA4};
 use super::meta::scrub;
 use super::platform::{
-    age, base, consent, decimal, dedup_key, Answer, Event, Http, Outage, Platform, Verdict,
+    age, base, consent, decimal, dedup_key, AdjustVerdict, Answer, Event, Http, Outage, Platform,
+    Verdict,
 };
 
 /// GA4's Measurement Protocol.
@@ -156,6 +157,51 @@ impl Platform for Ga4 {
             )
         };
         Ok(scrub(&text, dest))
+    }
+}
+
+/// GA4's event of money given back for a purchase.
+pub const REFUND_EVENT: &str = "refund";
+/// How far back a refund's time is sent: GA4 takes events up to 72 hours old; an older refund goes
+/// with a time within them.
+const REFUND_MAX_BACK_MS: i64 = 71 * 3_600_000;
+
+/// The request of a `refund` event of the purchase `purchase` (as its own request was made of it:
+/// the same `client_id`, `transaction_id`, consent), for `value` (decimal text) in its currency,
+/// at `at_ms`.
+pub fn refund_json(purchase: &Facts, value: &str, at_ms: i64, now_ms: i64) -> Value {
+    let f = Facts {
+        value: Some(value.to_string()),
+        occurred_at: at_ms.clamp(now_ms - REFUND_MAX_BACK_MS, now_ms),
+        ..purchase.clone()
+    };
+    let event = Event {
+        delivery_id: 0,
+        facts: &f,
+        name: REFUND_EVENT,
+    };
+    request_json(&[event], &[0], now_ms)
+}
+
+/// Sends a `refund` event ([`refund_json`]) to the destination's Measurement Protocol endpoint
+/// (the purchase's): its verdict, or the outage of the request.
+pub fn send_refund(
+    http: &Http,
+    dest: &Destination,
+    purchase: &Facts,
+    value: &str,
+    at_ms: i64,
+    now_ms: i64,
+) -> Result<AdjustVerdict, Outage> {
+    let url = url(dest, "/mp/collect")?;
+    let body = refund_json(purchase, value, at_ms, now_ms);
+    let answer = http
+        .post(&url, &[], "application/json", &body.to_string())
+        .map_err(|e| Outage::Transient(scrub(&format!("GA4: no answer: {e}"), dest)))?;
+    match classify(dest, &answer) {
+        Ok(()) => Ok(AdjustVerdict::Delivered),
+        Err(Refusal::Event(reason)) => Ok(AdjustVerdict::Failed(reason)),
+        Err(Refusal::Outage(o)) => Err(o),
     }
 }
 

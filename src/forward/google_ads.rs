@@ -23,7 +23,8 @@ use crate::store::destinations::Destination;
 use super::hash::{sha256_hex, user_hash};
 use super::kinds::{self, action_resource, Kind, GOOGLE_ADS};
 use super::platform::{
-    age, click_session, consent, decimal, dedup_key, Answer, Event, Http, Outage, Platform, Verdict,
+    age, click_session, consent, decimal, dedup_key, AdjustVerdict, Answer, Event, Http, Outage,
+    Platform, Verdict,
 };
 
 /// The Google Ads platform.
@@ -238,6 +239,13 @@ impl<'a> Config<'a> {
     fn upload_url(&self) -> String {
         format!(
             "{}/{}/customers/{}:uploadClickConversions",
+            self.base, self.version, self.customer_id
+        )
+    }
+
+    fn adjustments_url(&self) -> String {
+        format!(
+            "{}/{}/customers/{}:uploadConversionAdjustments",
             self.base, self.version, self.customer_id
         )
     }
@@ -498,7 +506,12 @@ fn failure_errors(cfg: &Config<'_>, status: &Value, token: Option<&str>) -> Vec<
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .find(|p| p.get("fieldName").and_then(Value::as_str) == Some("conversions"))
+            .find(|p| {
+                matches!(
+                    p.get("fieldName").and_then(Value::as_str),
+                    Some("conversions" | "conversion_adjustments" | "conversionAdjustments")
+                )
+            })
             .and_then(|p| p.get("index"))
             .and_then(Value::as_u64)
             .map(|i| i as usize);
@@ -566,9 +579,27 @@ fn upload(
     if validate_only {
         body["validateOnly"] = Value::Bool(true);
     }
-    let body = body.to_string();
+    post(
+        http,
+        dest,
+        cfg,
+        &cfg.upload_url(),
+        &body.to_string(),
+        now_ms,
+    )
+}
+
+/// POSTs `body` to `url` with an access token, refreshing it once on a 401; the answer of a
+/// 200, or the outage of any other.
+fn post(
+    http: &Http,
+    dest: &Destination,
+    cfg: &Config<'_>,
+    url: &str,
+    body: &str,
+    now_ms: i64,
+) -> Result<Answer, Outage> {
     let key = cfg.cache_key(dest);
-    let url = cfg.upload_url();
     let mut refreshed = false;
     loop {
         let token = access_token(http, cfg, &key, now_ms, refreshed)?;
@@ -581,7 +612,7 @@ fn upload(
             headers.push(("login-customer-id", l.as_str()));
         }
         let answer = http
-            .post(&url, &headers, "application/json", &body)
+            .post(url, &headers, "application/json", body)
             .map_err(|e| {
                 Outage::Transient(format!("Google Ads: {}", cfg.scrub(&e.0, Some(&token))))
             })?;
@@ -777,6 +808,194 @@ fn token_refused(cfg: &Config<'_>, status: u16, retry_after_ms: Option<i64>, v: 
         // only new credentials help.
         Outage::Unauthorized(text)
     }
+}
+
+/// Most adjustments in one upload request (`TOO_MANY_ADJUSTMENTS_IN_REQUEST` above it).
+pub const MAX_ADJUSTMENTS: usize = 2_000;
+
+/// The adjustment errors that mean Google has the adjustment in effect already.
+pub const ADJUSTMENT_IN_EFFECT: &[&str] = &[
+    "CONVERSION_ALREADY_RETRACTED",
+    "MORE_RECENT_RESTATEMENT_FOUND",
+    "RESTATEMENT_ALREADY_EXISTS",
+];
+/// The adjustment errors that clear by themselves: the conversion (or its action) is too new to
+/// be adjusted; tried again after [`TOO_RECENT_WAIT_MS`].
+pub const ADJUSTMENT_TOO_RECENT: &[&str] =
+    &["TOO_RECENT_CONVERSION", "TOO_RECENT_CONVERSION_ACTION"];
+/// The adjustment error of a conversion Google does not know (yet).
+pub const ADJUSTMENT_NOT_FOUND: &str = "CONVERSION_NOT_FOUND";
+/// The adjustment error of a conversion too old to adjust.
+pub const ADJUSTMENT_EXPIRED: &str = "CONVERSION_EXPIRED";
+
+/// One adjustment of an order as `uploadConversionAdjustments` takes it.
+#[derive(Debug, Clone)]
+pub struct AdjustmentUpload<'a> {
+    /// The order's conversion, as its upload was made of it.
+    pub facts: &'a Facts,
+    /// The destination's event name of the conversion's type (the conversion action it went to).
+    pub event_name: &'a str,
+    /// `adjustmentDateTime`, epoch ms.
+    pub at_ms: i64,
+    /// `None`: a `RETRACTION`; else a `RESTATEMENT` to this absolute value (decimal text) in the
+    /// order's currency.
+    pub restated: Option<&'a str>,
+}
+
+/// One `ConversionAdjustment` of the REST interface (camelCase), keyed like the conversion's
+/// upload: its `orderId` and its conversion action.
+pub fn adjustment_json(dest: &Destination, a: &AdjustmentUpload<'_>) -> Result<Value, Outage> {
+    let cfg = Config::of(dest)?;
+    adjustment(&cfg, a).map_err(|u| Outage::Rejected(u.0))
+}
+
+fn adjustment(cfg: &Config<'_>, a: &AdjustmentUpload<'_>) -> Result<Value, Unsendable> {
+    let action = action_resource(&cfg.customer_id, a.event_name)
+        .unwrap_or_else(|| cfg.conversion_action.clone());
+    let mut m = Map::new();
+    m.insert("orderId".into(), json!(dedup_key(a.facts)));
+    m.insert("conversionAction".into(), json!(action));
+    m.insert(
+        "adjustmentDateTime".into(),
+        json!(conversion_date_time(a.at_ms)),
+    );
+    match a.restated {
+        None => {
+            m.insert("adjustmentType".into(), json!("RETRACTION"));
+        }
+        Some(v) => {
+            let n = decimal(v)
+                .ok_or_else(|| Unsendable(format!("the restated value '{v}' is not a number")))?;
+            m.insert("adjustmentType".into(), json!("RESTATEMENT"));
+            m.insert(
+                "restatementValue".into(),
+                json!({"adjustedValue": n, "currencyCode": a.facts.currency}),
+            );
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+/// Uploads adjustments (at most [`MAX_ADJUSTMENTS`] a request, `partialFailure` on) to
+/// `customers/{id}:uploadConversionAdjustments` on the destination's API version: one verdict
+/// per adjustment, in order, from the errors `partialFailureError` names by index, or the outage
+/// of the whole request.
+pub fn send_adjustments(
+    http: &Http,
+    dest: &Destination,
+    items: &[AdjustmentUpload<'_>],
+    now_ms: i64,
+) -> Result<Vec<AdjustVerdict>, Outage> {
+    let cfg = Config::of(dest)?;
+    let mut out = Vec::with_capacity(items.len());
+    for chunk in items.chunks(MAX_ADJUSTMENTS) {
+        out.extend(send_adjustment_chunk(http, dest, &cfg, chunk, now_ms)?);
+    }
+    Ok(out)
+}
+
+fn send_adjustment_chunk(
+    http: &Http,
+    dest: &Destination,
+    cfg: &Config<'_>,
+    items: &[AdjustmentUpload<'_>],
+    now_ms: i64,
+) -> Result<Vec<AdjustVerdict>, Outage> {
+    let mut sent = Vec::with_capacity(items.len());
+    let mut slots: Vec<Result<usize, AdjustVerdict>> = Vec::with_capacity(items.len());
+    for a in items {
+        slots.push(
+            adjustment(cfg, a)
+                .map(|v| {
+                    sent.push(v);
+                    sent.len() - 1
+                })
+                .map_err(|u| AdjustVerdict::Failed(u.0)),
+        );
+    }
+    if sent.is_empty() {
+        return Ok(slots.into_iter().map(|s| s.unwrap_err()).collect());
+    }
+    let n = sent.len();
+    let body = json!({ "conversionAdjustments": sent, "partialFailure": true }).to_string();
+    let answer = post(http, dest, cfg, &cfg.adjustments_url(), &body, now_ms)?;
+    let errors = partial_failure(cfg, &answer.body)?;
+    let mut per_op: Vec<Vec<&RowError>> = vec![Vec::new(); n];
+    let mut unplaced = Vec::new();
+    for e in &errors {
+        match e.index {
+            Some(i) if i < n => per_op[i].push(e),
+            _ if n == 1 => per_op[0].push(e),
+            _ => unplaced.push(format!("{}: {}", e.code, e.message)),
+        }
+    }
+    if !unplaced.is_empty() {
+        return Err(Outage::Rejected(format!(
+            "Google Ads refused adjustments without saying which: {}",
+            unplaced.join("; ")
+        )));
+    }
+    if let Some(e) = errors.iter().find(|e| e.class == Class::Destination) {
+        return Err(Outage::Unauthorized(format!(
+            "Google Ads refused the destination's settings: {}: {}",
+            e.code, e.message
+        )));
+    }
+    Ok(slots
+        .into_iter()
+        .map(|s| match s {
+            Ok(i) => adjustment_verdict(&per_op[i]),
+            Err(v) => v,
+        })
+        .collect())
+}
+
+/// The verdict of one adjustment from its errors, the gravest first: a refusal, too old, not
+/// found yet, too recent, a transient error, in effect already.
+fn adjustment_verdict(errors: &[&RowError]) -> AdjustVerdict {
+    let text = |pick: &dyn Fn(&RowError) -> bool| {
+        errors
+            .iter()
+            .filter(|e| pick(e))
+            .map(|e| format!("{}: {}", e.code, e.message))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let known = |e: &RowError| {
+        ADJUSTMENT_IN_EFFECT.contains(&e.code.as_str())
+            || ADJUSTMENT_TOO_RECENT.contains(&e.code.as_str())
+            || e.code == ADJUSTMENT_NOT_FOUND
+            || e.code == ADJUSTMENT_EXPIRED
+            || e.class == Class::Retry
+    };
+    if errors.iter().any(|e| !known(e)) {
+        return AdjustVerdict::Failed(text(&|e| !known(e)));
+    }
+    let code = |c: &'static str| move |e: &RowError| e.code == c;
+    if errors.iter().any(|e| code(ADJUSTMENT_EXPIRED)(e)) {
+        return AdjustVerdict::TooOld(text(&code(ADJUSTMENT_EXPIRED)));
+    }
+    if errors.iter().any(|e| code(ADJUSTMENT_NOT_FOUND)(e)) {
+        return AdjustVerdict::NotFound(text(&code(ADJUSTMENT_NOT_FOUND)));
+    }
+    let recent = |e: &RowError| ADJUSTMENT_TOO_RECENT.contains(&e.code.as_str());
+    if errors.iter().any(|e| recent(e)) {
+        return AdjustVerdict::Hold {
+            error: text(&recent),
+            after_ms: TOO_RECENT_WAIT_MS,
+        };
+    }
+    let in_effect = |e: &RowError| ADJUSTMENT_IN_EFFECT.contains(&e.code.as_str());
+    if errors.iter().any(|e| !in_effect(e)) {
+        return AdjustVerdict::Retry {
+            error: text(&|e| !in_effect(e)),
+            after_ms: errors.iter().filter_map(|e| e.retry_delay_ms).max(),
+        };
+    }
+    if errors.is_empty() {
+        return AdjustVerdict::Delivered;
+    }
+    AdjustVerdict::InEffect(text(&in_effect))
 }
 
 #[cfg(test)]

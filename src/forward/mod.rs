@@ -1,6 +1,7 @@
 //! Passing processed conversions on to ad platforms (docs/decisions.md §13): Meta's Conversions
 //! API, GA4's Measurement Protocol and Google Ads' click conversions.
 
+pub mod adjust;
 pub mod ga4;
 pub mod google_ads;
 pub mod hash;

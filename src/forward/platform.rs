@@ -38,6 +38,31 @@ pub enum Verdict {
     Failed(String),
 }
 
+/// What the platform said of one adjustment of an order (`adjust.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdjustVerdict {
+    /// Taken.
+    Delivered,
+    /// Not taken, but the platform has it in effect (already retracted, a later restatement
+    /// there, the same restatement there): delivered, with what it said.
+    InEffect(String),
+    /// Not taken this time through no fault of its own: tried again after `after_ms` (else the
+    /// backoff), the try counted.
+    Retry {
+        error: String,
+        after_ms: Option<i64>,
+    },
+    /// Too early for the platform: held until `after_ms` from now, the try not counted.
+    Hold { error: String, after_ms: i64 },
+    /// The platform does not know the conversion yet (it may take hours to appear): tried again a
+    /// bounded number of times.
+    NotFound(String),
+    /// The conversion is past the platform's age limit for adjustments.
+    TooOld(String),
+    /// Refused for good, with the platform's reason.
+    Failed(String),
+}
+
 /// A request that failed as a whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outage {

@@ -118,6 +118,8 @@ pub struct SendStats {
     pub skipped: usize,
     /// Requests that failed as a whole.
     pub outages: usize,
+    /// Adjustment deliveries whose fate was written (`adjust.rs`).
+    pub adjustments: usize,
 }
 
 /// The destinations in this process's hands, so two of its threads never send one together, and
@@ -219,7 +221,8 @@ fn send_destination(
     if !deliveries::claim(conn, id)? {
         return Ok(false);
     }
-    let sent = send_batch(conn, writer, metrics, http, id, now_ms, stats);
+    let sent = send_batch(conn, writer, metrics, http, id, now_ms, stats)
+        .and_then(|()| send_adjustments(conn, writer, http, id, now_ms, stats));
     let released = deliveries::release(conn, id);
     sent?;
     released?;
@@ -353,6 +356,31 @@ fn send_batch(
     record(writer, &dest, fates, outage, answered, paused_until, now_ms)?;
     // Counted once committed.
     count(metrics, stats, &dest, counted);
+    Ok(())
+}
+
+/// One batch of the destination's due adjustments of orders (`adjust.rs`), after its conversions.
+fn send_adjustments(
+    conn: &impl AsConn,
+    writer: &Writer,
+    http: &Http,
+    id: &str,
+    now_ms: i64,
+    stats: &mut SendStats,
+) -> store::Result<()> {
+    let Some((dest, _)) = sendable(conn, writer, id, now_ms)? else {
+        return Ok(());
+    };
+    let policy = super::adjust::Policy {
+        max_attempts: MAX_ATTEMPTS,
+        backoff: BACKOFF,
+        unauthorized_pause_ms: UNAUTHORIZED_PAUSE_MS,
+        throttled_pause_ms: THROTTLED_PAUSE_MS,
+    };
+    let until = |o: Option<&Outage>| paused_until(&dest, o, now_ms);
+    let b = super::adjust::send_batch(conn, writer, http, &dest, policy, &until, now_ms)?;
+    stats.adjustments += b.delivered + b.retried + b.finished;
+    stats.outages += usize::from(b.outage);
     Ok(())
 }
 

@@ -177,6 +177,8 @@ pub struct Order {
     pub status: OrderStatus,
     pub deliveries: Vec<View>,
     pub adjustments: Vec<Adjustment>,
+    /// The deliveries of its adjustments, by the adjustment's row id ([`Adjustment::arrival`]).
+    pub adjustment_deliveries: Vec<(i64, View)>,
 }
 
 /// The order `order_id` of site `site_id` (read in the caller's transaction).
@@ -186,9 +188,12 @@ pub fn show(conn: &impl AsConn, site_id: &str, order_id: &str) -> Result<Order, 
         .ok_or(OrderError::OrderNotFound)?;
     let deliveries = store::deliveries::of_conversion(conn, &status.conversion.id)?;
     let adjustments = store::adjustments::of_conversion(conn, &status.conversion.id)?;
+    let adjustment_deliveries =
+        store::adjustment_deliveries::of_conversion(conn, &status.conversion.id)?;
     Ok(Order {
         status,
         deliveries,
         adjustments,
+        adjustment_deliveries,
     })
 }

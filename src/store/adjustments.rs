@@ -316,6 +316,8 @@ pub fn record(conn: &impl AsConn, a: &NewAdjustment, now_ms: i64) -> Result<Reco
             &answer.state,
         ],
     )?;
+    // Passed on to the site's destinations, durably with the adjustment itself.
+    super::adjustment_deliveries::enqueue(conn, &a.site_id, &a.order_id, &a.adjustment_id, now_ms)?;
     Ok(Recorded::Accepted(answer))
 }
 

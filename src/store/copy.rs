@@ -19,7 +19,7 @@
 //!   table's size, and PostgreSQL's fastest way in (a multi-row `INSERT` parses and plans every
 //!   batch, and its parameters would need one type per column anyway).
 //! - **Ids.** Ids are copied as they are, the identity columns (`outbox.id`,
-//!   `visitor_clients.id`, `adjustments.id`) included (`COPY` writes given values even into a `GENERATED ALWAYS`
+//!   `visitor_clients.id`, `adjustments.id`, `adjustment_deliveries.id`) included (`COPY` writes given values even into a `GENERATED ALWAYS`
 //!   column); afterwards each identity's sequence is moved past the largest id, so rows inserted
 //!   after the move get new ids.
 //! - **The rollup.** `report_daily` is derived data, kept by a trigger on `conversions` on both
@@ -70,6 +70,7 @@ pub const TABLES: &[&str] = &[
     "outbox",
     "destinations",
     "deliveries",
+    "adjustment_deliveries",
     "fx_rates",
     "users",
     "web_sessions",

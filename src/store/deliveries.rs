@@ -116,6 +116,16 @@ pub fn replay(
         .execute(sql, args![destination_id, from_ms, to_ms, now_ms])
 }
 
+/// When a pending row `x` of `adjustment_deliveries` (`adjustment_deliveries.rs`) may go, besides its `next_attempt_at`: the
+/// order's delivery to the destination is not pending (or there is none), and no earlier
+/// adjustment of the order to the destination is pending.
+pub const ADJUSTMENT_DUE: &str = "NOT EXISTS (SELECT 1 FROM deliveries o
+                   WHERE o.destination_id = x.destination_id AND o.conversion_id = x.conversion_id
+                     AND o.status = 'pending')
+      AND NOT EXISTS (SELECT 1 FROM adjustment_deliveries p
+                   WHERE p.conversion_id = x.conversion_id AND p.destination_id = x.destination_id
+                     AND p.adjustment_id < x.adjustment_id AND p.status = 'pending')";
+
 /// An enabled destination with a delivery due, and the tenant whose site it sends for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DueDestination {
@@ -128,35 +138,47 @@ pub struct DueDestination {
 /// request taken), the one served longest ago first; then the new ones (nothing sent yet); then
 /// those whose last request failed (a platform that times out waits behind those that answer).
 pub fn due_destinations(conn: &impl AsConn, now_ms: i64) -> Result<Vec<DueDestination>> {
-    conn.conn().query_all(
-        "SELECT d.id, s.tenant_id FROM destinations d JOIN sites s ON s.id = d.site_id
-         WHERE d.enabled = 1 AND (d.paused_until IS NULL OR d.paused_until <= ?1)
-           AND EXISTS (SELECT 1 FROM deliveries x WHERE x.destination_id = d.id
-                       AND x.status = 'pending' AND x.next_attempt_at <= ?1)
-         ORDER BY d.failures > 0, d.last_ok_at IS NULL, COALESCE(d.last_ok_at, 0), d.id",
-        args![now_ms],
-        |r| {
-            Ok(DueDestination {
-                id: r.get(0)?,
-                tenant_id: r.get(1)?,
-            })
-        },
-    )
+    static SQL: Statement = Statement::new();
+    let sql = SQL.get(conn, |_| {
+        // An adjustment of an order is due too.
+        format!(
+            "SELECT d.id, s.tenant_id FROM destinations d JOIN sites s ON s.id = d.site_id
+             WHERE d.enabled = 1 AND (d.paused_until IS NULL OR d.paused_until <= ?1)
+               AND (EXISTS (SELECT 1 FROM deliveries x WHERE x.destination_id = d.id
+                            AND x.status = 'pending' AND x.next_attempt_at <= ?1)
+                    OR EXISTS (SELECT 1 FROM adjustment_deliveries x
+                               WHERE x.destination_id = d.id AND x.status = 'pending'
+                                 AND x.next_attempt_at <= ?1 AND {ADJUSTMENT_DUE}))
+             ORDER BY d.failures > 0, d.last_ok_at IS NULL, COALESCE(d.last_ok_at, 0), d.id"
+        )
+    });
+    conn.conn().query_all(sql, args![now_ms], |r| {
+        Ok(DueDestination {
+            id: r.get(0)?,
+            tenant_id: r.get(1)?,
+        })
+    })
 }
 
-/// The earliest time a pending delivery is due, at or after the circuit of its destination
-/// closes (`None`: nothing is pending).
+/// The earliest time a pending delivery (or adjustment delivery) is due, at or after the circuit
+/// of its destination closes (`None`: nothing is pending).
 pub fn next_due(conn: &impl AsConn) -> Result<Option<i64>> {
-    Ok(conn
-        .conn()
-        .query_opt(
+    static SQL: Statement = Statement::new();
+    let sql = SQL.get(conn, |_| {
+        format!(
             "SELECT MIN(CASE WHEN d.paused_until > x.next_attempt_at THEN d.paused_until
                              ELSE x.next_attempt_at END)
-             FROM deliveries x JOIN destinations d ON d.id = x.destination_id
-             WHERE x.status = 'pending' AND d.enabled = 1",
-            args![],
-            |r| r.get::<Option<i64>>(0),
-        )?
+             FROM (SELECT destination_id, next_attempt_at FROM deliveries WHERE status = 'pending'
+                   UNION ALL
+                   SELECT x.destination_id, x.next_attempt_at FROM adjustment_deliveries x
+                   WHERE x.status = 'pending' AND {ADJUSTMENT_DUE}) x
+             JOIN destinations d ON d.id = x.destination_id
+             WHERE d.enabled = 1"
+        )
+    });
+    Ok(conn
+        .conn()
+        .query_opt(sql, args![], |r| r.get::<Option<i64>>(0))?
         .flatten())
 }
 

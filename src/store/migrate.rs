@@ -218,6 +218,10 @@ mod tests {
             "0014_field_warnings.sql",
             "075bcdb33ccd5e19578b1ff5c2644319ce285e1cf6a7bb786d9fb918344f727c",
         ),
+        (
+            "0015_adjustment_deliveries.sql",
+            "f46672c1d7a81fcac3f807a4f0a3198b38d80bccf460b84b61d2b26f26ae13bd",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

@@ -11,6 +11,7 @@
 //! connection (reads, or work inside a transaction the caller opened with a runner) and never
 //! open their own transaction, so the writer can group many of them into one commit.
 
+pub mod adjustment_deliveries;
 pub mod adjustments;
 pub mod conversions;
 pub mod copy;

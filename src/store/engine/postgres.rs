@@ -68,11 +68,15 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0013_site_deletion.sql",
         include_str!("../migrations/postgres/0013_site_deletion.sql"),
     ),
-    // Numbered 16 with 14 and 15 written beside it; its version follows the list until they land.
     Migration::new(
         14,
         "0014_field_warnings.sql",
         include_str!("../migrations/postgres/0014_field_warnings.sql"),
+    ),
+    Migration::new(
+        15,
+        "0015_adjustment_deliveries.sql",
+        include_str!("../migrations/postgres/0015_adjustment_deliveries.sql"),
     ),
 ];
 
