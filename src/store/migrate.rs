@@ -214,6 +214,10 @@ mod tests {
             "0013_site_deletion.sql",
             "9a12a4f12ff9b70a5c8c0603b7ca98951818a612b9afeb2b0d932296f4fd3a66",
         ),
+        (
+            "0014_net_revenue.sql",
+            "67424564a7f7d648ee78e65b0f9534dfcf3818172490a1ffca33b009216e6333",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

@@ -22,6 +22,7 @@ use rust_decimal::Decimal;
 
 use super::engine::{args, AsConn, Conn, FromColumn, Row};
 use super::{Result, StoreError};
+use crate::ledger::{Entry, Kind};
 
 /// The milliseconds of a UTC day.
 pub const DAY_MS: i64 = 86_400_000;
@@ -248,10 +249,343 @@ pub fn days(
     )
 }
 
+/// The day an adjustment's change of an order's net value counts on (docs/decisions.md §11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dated {
+    /// The order's day, in its cell: what a campaign earned.
+    #[default]
+    Order,
+    /// The adjustment's `occurredAt` day, in the order's cell: money in the period.
+    Adjustment,
+}
+
+impl Dated {
+    /// `report_refunds.dated`.
+    fn code(self) -> i64 {
+        match self {
+            Dated::Order => 0,
+            Dated::Adjustment => 1,
+        }
+    }
+}
+
+/// The changes of net value summed per grouping key over the UTC days `[from_day, to_day)` of
+/// `dated`, from `report_refunds` (in `Sums::revenue_minor`; the counts are 0); `None` when the
+/// sums cannot be exact (see [`sums`]).
+pub fn change_groups(
+    conn: &impl AsConn,
+    site_id: &str,
+    from_day: i64,
+    to_day: i64,
+    by: GroupBy,
+    dated: Dated,
+) -> Result<Option<Vec<Sums<Option<String>>>>> {
+    let dated = dated.code();
+    let sqlite = format!(
+        "SELECT {} AS k, attributed, 0, SUM(net_change_minor), 0,
+            SUM(inexact) + SUM(typeof(net_change_minor) <> 'integer')
+         FROM report_refunds WHERE site_id = ?1 AND dated = {dated} AND day >= ?2 AND day < ?3
+         GROUP BY k, attributed",
+        by.rollup_key()
+    );
+    let postgres = format!(
+        "SELECT {} AS k, attributed, CAST(0 AS BIGINT),
+            CASE WHEN SUM(net_change_minor) BETWEEN -9223372036854775808 AND 9223372036854775807
+                THEN CAST(SUM(net_change_minor) AS BIGINT) ELSE 0 END,
+            CAST(0 AS BIGINT),
+            CAST(SUM(inexact) AS BIGINT)
+                + CASE WHEN SUM(net_change_minor) BETWEEN -9223372036854775808 AND 9223372036854775807
+                    THEN 0 ELSE 1 END
+         FROM report_refunds WHERE site_id = ?1 AND dated = {dated} AND day >= ?2 AND day < ?3
+         GROUP BY k, attributed",
+        by.rollup_key()
+    );
+    sums(conn, &sqlite, &postgres, site_id, from_day, to_day)
+}
+
+/// The change each adjustment made to the order's net value in the site currency, in `occurredAt`
+/// order (ties: arrival), as `(arrival, change)`: the net value in the site currency after it
+/// ([`site_value`]) less the one before it, starting from the reporting value. The changes add up
+/// to the net value less the reporting value, so an order's refunds are exactly its reporting value
+/// less its net value (0 net for a full refund or a cancel). `None` while the order has no
+/// reporting value (`reporting`: decimal text in `currency`, the site's); `value`: the reported
+/// value (`None` counts as 0); `rate`: the order's stored rate.
+pub fn deltas(
+    value: Option<&str>,
+    reporting: Option<&str>,
+    currency: Option<&str>,
+    rate: Option<&str>,
+    entries: &[Entry],
+) -> Result<Vec<(i64, Option<Decimal>)>> {
+    let decimal = |text: &str| {
+        crate::fx::decimal(text).map_err(|e| StoreError::Other(format!("stored money {e}")))
+    };
+    let mut sorted: Vec<Entry> = entries.to_vec();
+    sorted.sort_by_key(|e| (e.occurred_at, e.arrival));
+    let reported = value.map(decimal).transpose()?.unwrap_or(Decimal::ZERO);
+    let site = match (reporting, currency) {
+        (Some(r), Some(c)) => Some((
+            decimal(r)?,
+            crate::fx::minor_units(c),
+            rate.map(decimal).transpose()?,
+        )),
+        _ => None,
+    };
+    let mut before = site.map(|(reporting, _, _)| reporting);
+    let mut out = Vec::with_capacity(sorted.len());
+    for i in 0..sorted.len() {
+        let net = crate::ledger::net(reported, &sorted[..=i]).value;
+        let after = site
+            .and_then(|(reporting, minor, rate)| site_value(reported, reporting, minor, rate, net));
+        let change = match (before, after) {
+            (Some(b), Some(a)) => a.checked_sub(b),
+            _ => None,
+        };
+        out.push((sorted[i].arrival, change));
+        before = after;
+    }
+    Ok(out)
+}
+
+/// The net value `net` of an order in the site currency, at the order's own rate: `reporting` (its
+/// reporting value, for its reported value `reported`) scaled by `net` over `reported`, so that an
+/// unadjusted order keeps its reporting value and a fully refunded one is exactly 0; or `net`
+/// times `rate` when the reported value is 0; rounded to `minor` places. `None` without a rate
+/// where one is needed, or past the decimal range.
+pub(in crate::store) fn site_value(
+    reported: Decimal,
+    reporting: Decimal,
+    minor: Option<u32>,
+    rate: Option<Decimal>,
+    net: Decimal,
+) -> Option<Decimal> {
+    if net == reported {
+        return Some(reporting);
+    }
+    if !reported.is_zero() {
+        let scaled = reporting.checked_mul(net)?.checked_div(reported)?;
+        return Some(crate::fx::round_to_minor(scaled, minor));
+    }
+    crate::ledger::in_site_currency(net, rate, minor)
+}
+
+/// One adjustment's change of its order's net value, as the report's row-by-row read sees it.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// The order's grouping column.
+    pub key: Option<String>,
+    /// Whether attribution has run on the order.
+    pub attributed: bool,
+    /// Decimal text in the site currency; `None` while unknown (it counts 0).
+    pub net_delta: Option<String>,
+}
+
+/// Calls `f` with each change of a counted order (processed, with a reporting value) of the site
+/// whose order (`Dated::Order`) or adjustment (`Dated::Adjustment`) occurred in `[from_ms,
+/// to_ms)`, one at a time: [`each_line`]'s companion for the net revenue.
+pub fn each_change<E: From<StoreError>>(
+    conn: &impl AsConn,
+    site_id: &str,
+    from_ms: i64,
+    to_ms: i64,
+    by: GroupBy,
+    dated: Dated,
+    mut f: impl FnMut(Change) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let at = match dated {
+        Dated::Order => "c.occurred_at",
+        Dated::Adjustment => "a.occurred_at",
+    };
+    conn.conn().query_each(
+        &format!(
+            "SELECT c.{}, c.attr_model IS NOT NULL, a.net_delta
+             FROM adjustments a JOIN conversions c ON c.id = a.conversion_id
+             WHERE a.site_id = ?1 AND {at} >= ?2 AND {at} < ?3 AND c.status = 'processed'
+                AND c.reporting_value IS NOT NULL",
+            by.column()
+        ),
+        args![site_id, from_ms, to_ms],
+        |r| {
+            f(Change {
+                key: r.get(0)?,
+                attributed: r.get(1)?,
+                net_delta: r.get(2)?,
+            })
+        },
+    )
+}
+
+/// A `report_refunds` cell: site, dated, day, type, attributed, source, medium, campaign, nulls.
+type RefundCell = (String, i64, i64, String, i64, String, String, String, i64);
+
+/// What [`check_refunds`] reads of one adjustment and its order.
+struct Checked {
+    conversion_id: String,
+    adjustment_id: String,
+    entry: Entry,
+    net_delta: Option<String>,
+    net_delta_minor: Option<i64>,
+    site_id: String,
+    order: [Option<String>; 4],
+    cell: (i64, String, i64, String, String, String, i64),
+    counted: bool,
+}
+
+/// Where the net revenue's stored data differs from what it is from scratch, on either engine:
+/// each adjustment's change against [`deltas`] of its order's whole ledger
+/// now (`stale: …`), and `report_refunds` against an aggregation of those changes by the orders'
+/// own columns (`missing: …`, `extra: …`). Empty when every write kept them. Reads every
+/// adjustment; for tests and an operator's check.
+pub fn check_refunds(conn: &impl AsConn) -> Result<Vec<String>> {
+    use std::collections::BTreeMap;
+    let mut rows: Vec<Checked> = Vec::new();
+    conn.conn().query_each(
+        "SELECT a.adjustment_id, a.type, a.value, NULL, a.occurred_at, NULL, NULL, a.id, a.conversion_id, a.net_delta, a.net_delta_minor, a.site_id,
+            c.value, c.reporting_value, c.reporting_currency, c.fx_rate,
+            c.occurred_at / 86400000 - (CASE WHEN c.occurred_at % 86400000 < 0 THEN 1 ELSE 0 END),
+            c.type, (CASE WHEN c.attr_model IS NOT NULL THEN 1 ELSE 0 END),
+            COALESCE(c.attr_source, ''), COALESCE(c.attr_medium, ''), COALESCE(c.attr_campaign, ''),
+            (CASE WHEN c.attr_source IS NULL THEN 1 ELSE 0 END)
+                + 2 * (CASE WHEN c.attr_medium IS NULL THEN 1 ELSE 0 END)
+                + 4 * (CASE WHEN c.attr_campaign IS NULL THEN 1 ELSE 0 END),
+            c.status = 'processed' AND c.reporting_value IS NOT NULL
+         FROM adjustments a JOIN conversions c ON c.id = a.conversion_id
+         ORDER BY a.conversion_id, a.id",
+        args![],
+        |r| {
+            let kind: String = r.get(1)?;
+            let value: Option<String> = r.get(2)?;
+            rows.push(Checked {
+                adjustment_id: r.get(0)?,
+                entry: Entry {
+                    kind: Kind::parse(&kind).ok_or_else(|| {
+                        StoreError::Other(format!("unknown adjustment type {kind:?}"))
+                    })?,
+                    value: value
+                        .as_deref()
+                        .map(crate::fx::decimal)
+                        .transpose()
+                        .map_err(|e| StoreError::Other(format!("stored adjustment value {e}")))?,
+                    occurred_at: r.get(4)?,
+                    arrival: r.get(7)?,
+                },
+                conversion_id: r.get(8)?,
+                net_delta: r.get(9)?,
+                net_delta_minor: r.get(10)?,
+                site_id: r.get(11)?,
+                order: [r.get(12)?, r.get(13)?, r.get(14)?, r.get(15)?],
+                cell: (
+                    r.get(16)?,
+                    r.get(17)?,
+                    r.get(18)?,
+                    r.get(19)?,
+                    r.get(20)?,
+                    r.get(21)?,
+                    r.get(22)?,
+                ),
+                counted: r.get(23)?,
+            });
+            Ok::<_, StoreError>(())
+        },
+    )?;
+    let mut out = Vec::new();
+    let mut scratch: BTreeMap<RefundCell, (i128, i64)> = BTreeMap::new();
+    for order in rows.chunk_by(|a, b| a.conversion_id == b.conversion_id) {
+        let first = &order[0];
+        let [value, reporting, currency, rate] = &first.order;
+        let entries: Vec<Entry> = order.iter().map(|c| c.entry.clone()).collect();
+        let changes = deltas(
+            value.as_deref(),
+            reporting.as_deref(),
+            currency.as_deref(),
+            rate.as_deref(),
+            &entries,
+        )?;
+        for c in order {
+            let change = changes
+                .iter()
+                .find(|(arrival, _)| *arrival == c.entry.arrival)
+                .and_then(|(_, d)| d.map(|d| d.to_string()));
+            let minor = match (&change, currency) {
+                (Some(t), Some(cur)) => minor_amount(t, cur),
+                _ => None,
+            };
+            if change != c.net_delta || minor != c.net_delta_minor {
+                out.push(format!(
+                    "stale: adjustment {} of {}: stored {:?} {:?}, from scratch {change:?} {minor:?}",
+                    c.adjustment_id, c.conversion_id, c.net_delta, c.net_delta_minor
+                ));
+            }
+            if !c.counted {
+                continue;
+            }
+            let (day, t, attributed, source, medium, campaign, nulls) = c.cell.clone();
+            let adjustment_day = c.entry.occurred_at.div_euclid(DAY_MS);
+            for (dated, day) in [(0, day), (1, adjustment_day)] {
+                let sums = scratch
+                    .entry((
+                        c.site_id.clone(),
+                        dated,
+                        day,
+                        t.clone(),
+                        attributed,
+                        source.clone(),
+                        medium.clone(),
+                        campaign.clone(),
+                        nulls,
+                    ))
+                    .or_default();
+                sums.0 += i128::from(c.net_delta_minor.unwrap_or(0));
+                sums.1 += i64::from(c.net_delta_minor.is_none());
+            }
+        }
+    }
+    scratch.retain(|_, v| *v != (0, 0));
+    let mut kept: BTreeMap<RefundCell, (i128, i64)> = BTreeMap::new();
+    conn.conn().query_each(
+        "SELECT site_id, dated, day, type, attributed, source, medium, campaign, nulls,
+            CAST(net_change_minor AS TEXT), inexact FROM report_refunds",
+        args![],
+        |r| {
+            let text: String = r.get(9)?;
+            let sum = text
+                .parse::<i128>()
+                .map_err(|_| StoreError::Other(format!("report_refunds holds {text:?}")))?;
+            kept.insert(
+                (
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                    r.get(8)?,
+                ),
+                (sum, r.get(10)?),
+            );
+            Ok::<_, StoreError>(())
+        },
+    )?;
+    for (cell, sums) in &scratch {
+        if kept.get(cell) != Some(sums) {
+            out.push(format!("missing: {cell:?} {sums:?}"));
+        }
+    }
+    for (cell, sums) in &kept {
+        if scratch.get(cell) != Some(sums) {
+            out.push(format!("extra: {cell:?} {sums:?}"));
+        }
+    }
+    Ok(out)
+}
+
 /// The rollup's cells that differ from an aggregation of `conversions` from scratch, each as
 /// `missing: …` (in the aggregation, not in the rollup) or `extra: …` (the other way); empty when
-/// the triggers kept it exact. Cells whose counts all came back to 0 are not differences. For
-/// tests and for an operator's check; it reads every conversion.
+/// the triggers kept it exact. Cells whose counts all came back to 0 are not differences. Then
+/// [`check_refunds`]'s differences. For tests and for an operator's check; it reads every
+/// conversion.
 pub fn check_rollup(conn: &Connection) -> Result<Vec<String>> {
     // A cell's key and sums as 0005_report_rollup.sql's triggers compute them for one row.
     let sql = "WITH scratch AS (
@@ -289,7 +623,9 @@ pub fn check_rollup(conn: &Connection) -> Result<Vec<String>> {
             cells[1..].join(" ")
         ))
     })?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    let mut out = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    out.extend(check_refunds(conn)?);
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -68,6 +68,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0013_site_deletion.sql",
         include_str!("../migrations/postgres/0013_site_deletion.sql"),
     ),
+    Migration::new(
+        14,
+        "0014_net_revenue.sql",
+        include_str!("../migrations/postgres/0014_net_revenue.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

@@ -1,0 +1,424 @@
+//! Net revenue in `convapi report`: gross revenue (the values as first reported), refunds (gross
+//! less net, in the site currency at each order's own rate) and net revenue per row and in total,
+//! by the order's date or by the adjustment's (`--dated adjustment`), and the rollup that keeps them
+//! (`report_refunds`) equal to an aggregation from scratch after every write path: adjustments,
+//! the pipeline converting an order after its adjustments arrived, forget and retention deleting
+//! orders, and random ledgers. Here: what the report counts of an order's adjustments.
+
+use crate::common::pipeline_support::*;
+use crate::common::*;
+use serde_json::{json, Value};
+
+/// One row of `convapi report --json`: key, conversions, and the money as its exact JSON text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Net {
+    key: String,
+    conversions: i64,
+    gross: String,
+    refunds: String,
+    net: String,
+}
+
+fn net(key: &str, conversions: i64, gross: &str, refunds: &str, net: &str) -> Net {
+    Net {
+        key: key.into(),
+        conversions,
+        gross: gross.into(),
+        refunds: refunds.into(),
+        net: net.into(),
+    }
+}
+
+/// The JSON text of each value of `field` in `text`, in order (exact digits, not floats).
+fn numbers(text: &str, field: &str) -> Vec<String> {
+    let needle = format!("\"{field}\":");
+    text.match_indices(&needle)
+        .map(|(i, m)| {
+            text[i + m.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == '-')
+                .collect()
+        })
+        .collect()
+}
+
+/// `convapi report --json` with `args`, as [`Net`] rows.
+fn net_report(app: &TestApp, args: &[&str]) -> Vec<Net> {
+    let mut all = vec!["report", "--site", &app.site.id, "--json"];
+    all.extend_from_slice(args);
+    let run = app.cli(&all);
+    assert_eq!(run.code, 0, "{run:?}");
+    let rows: Value = serde_json::from_str(&run.stdout).expect("JSON rows");
+    let rows = rows.as_array().expect("an array");
+    let (gross, refunds, nets, revenue) = (
+        numbers(&run.stdout, "grossRevenue"),
+        numbers(&run.stdout, "refunds"),
+        numbers(&run.stdout, "netRevenue"),
+        numbers(&run.stdout, "revenue"),
+    );
+    assert_eq!(gross, revenue, "revenue is the gross revenue");
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| Net {
+            key: r["key"].as_str().unwrap().to_owned(),
+            conversions: r["conversions"].as_i64().unwrap(),
+            gross: gross[i].clone(),
+            refunds: refunds[i].clone(),
+            net: nets[i].clone(),
+        })
+        .collect()
+}
+
+/// The rollups' differences from an aggregation from scratch: on SQLite the library's whole
+/// check (`report_daily` and `report_refunds`), on PostgreSQL the net revenue's part, which reads
+/// either engine.
+fn drift(app: &TestApp) -> Vec<String> {
+    if app.is_postgres() {
+        return convapi::store::report::check_refunds(&app.store()).expect("check");
+    }
+    let conn = convapi::store::open(&app.db).expect("open db");
+    convapi::store::report::check_rollup(&conn).expect("check the rollup")
+}
+
+fn adjust(app: &TestApp, order: &str, body: Value) {
+    let resp = app.post_adjustment(order, &body);
+    resp.expect(202);
+}
+
+fn refund(id: &str, value: Value, at: i64) -> Value {
+    json!({"adjustmentId": id, "type": "refund", "value": value, "occurredAt": iso(at)})
+}
+
+#[test]
+fn a_partial_then_full_refund_nets_zero_and_counts_once() {
+    let app = manual().start();
+    let now = now_ms();
+    let o = order_at(&app, "v1", json!(100), "EUR", now - 3 * HOUR);
+    drain(&app);
+    let by_type = ["--by", "type"];
+    assert_eq!(
+        net_report(&app, &by_type),
+        [net("purchase", 1, "100.00", "0.00", "100.00")]
+    );
+    adjust(&app, &o, refund("r1", json!(30.1), now - 2 * HOUR));
+    assert_eq!(
+        net_report(&app, &by_type),
+        [net("purchase", 1, "100.00", "30.10", "69.90")]
+    );
+    adjust(&app, &o, refund("r2", json!(69.9), now - HOUR));
+    // A repeat changes nothing.
+    adjust(&app, &o, refund("r2", json!(69.9), now - HOUR));
+    assert_eq!(
+        net_report(&app, &by_type),
+        [net("purchase", 1, "100.00", "100.00", "0.00")]
+    );
+    assert_eq!(
+        net_report(&app, &["--by", "type", "--dated", "adjustment"]),
+        [net("purchase", 1, "100.00", "100.00", "0.00")]
+    );
+    assert_eq!(drift(&app), Vec::<String>::new());
+    // The table shows the three figures and their total.
+    let run = app.cli(&["report", "--site", &app.site.id, "--by", "type"]);
+    assert_eq!(
+        run.stdout,
+        "TYPE      CONVERSIONS  GROSS (EUR)  REFUNDS   NET  UNCONVERTED\n\
+         purchase            1       100.00   100.00  0.00            0\n\
+         TOTAL               1       100.00   100.00  0.00            0\n"
+    );
+}
+
+#[test]
+fn a_foreign_currency_full_refund_nets_exactly_zero_in_the_site_currency() {
+    let app = manual().currency("EUR").start();
+    import_rates(&app, &fixture("eurofxref-hist-sample.csv"));
+    let at = ms("2026-11-13T15:00:00Z");
+    let o = order_at(&app, "v1", json!(49.99), "USD", at);
+    drain(&app);
+    let r = |id: &str, v: Value| {
+        json!({"adjustmentId": id, "type": "refund", "value": v, "currency": "USD",
+               "occurredAt": iso(at + HOUR)})
+    };
+    adjust(&app, &o, r("a", json!(16.66)));
+    // 49.99 USD is 47.61 EUR at the order's rate; 33.33 USD left is 31.74 EUR.
+    assert_eq!(
+        net_report(&app, &["--by", "type"]),
+        [net("purchase", 1, "47.61", "15.87", "31.74")]
+    );
+    adjust(&app, &o, r("b", json!(16.66)));
+    adjust(&app, &o, r("c", json!(16.67)));
+    for dated in ["order", "adjustment"] {
+        assert_eq!(
+            net_report(&app, &["--by", "type", "--dated", dated]),
+            [net("purchase", 1, "47.61", "47.61", "0.00")],
+            "{dated}"
+        );
+    }
+    assert_eq!(drift(&app), Vec::<String>::new());
+}
+
+#[test]
+fn a_cancel_counts_in_conversions_and_gross_and_its_value_in_refunds() {
+    let app = manual().start();
+    let now = now_ms();
+    let o = order_at(&app, "v1", json!(20), "EUR", now - 2 * HOUR);
+    order_at(&app, "v2", json!(5), "EUR", now - 2 * HOUR);
+    drain(&app);
+    adjust(&app, &o, refund("r", json!(2), now - HOUR - 1));
+    adjust(
+        &app,
+        &o,
+        json!({"adjustmentId": "c", "type": "cancel", "occurredAt": iso(now - HOUR)}),
+    );
+    assert_eq!(
+        net_report(&app, &["--by", "type"]),
+        [net("purchase", 2, "25.00", "20.00", "5.00")]
+    );
+    assert_eq!(drift(&app), Vec::<String>::new());
+}
+
+#[test]
+fn a_restate_upwards_makes_refunds_negative() {
+    let app = manual().start();
+    let now = now_ms();
+    let o = order_at(&app, "v1", json!(50), "EUR", now - 2 * HOUR);
+    drain(&app);
+    adjust(
+        &app,
+        &o,
+        json!({"adjustmentId": "s", "type": "restate", "value": 80, "occurredAt": iso(now - HOUR)}),
+    );
+    assert_eq!(
+        net_report(&app, &["--by", "type"]),
+        [net("purchase", 1, "50.00", "-30.00", "80.00")]
+    );
+    // A refund that arrives late but occurred before the restate changes nothing of the net
+    // value: the restate sets it after. Its own change and the restate's are recomputed.
+    adjust(&app, &o, refund("late", json!(10), now - 90 * MINUTE));
+    assert_eq!(
+        net_report(&app, &["--by", "type"]),
+        [net("purchase", 1, "50.00", "-30.00", "80.00")]
+    );
+    assert_eq!(drift(&app), Vec::<String>::new());
+}
+
+/// The first midnight (UTC) of a month at least two hours ago.
+fn month_start() -> i64 {
+    use chrono::{Datelike, TimeZone, Utc};
+    let now = Utc::now() - chrono::Duration::hours(2);
+    Utc.with_ymd_and_hms(now.year(), now.month(), 1, 0, 0, 0)
+        .unwrap()
+        .timestamp_millis()
+}
+
+fn day_of(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap()
+        .date_naive()
+        .to_string()
+}
+
+#[test]
+fn by_adjustment_date_a_refund_counts_in_its_own_month() {
+    let app = manual().start();
+    let boundary = month_start();
+    let o = order_at(&app, "v1", json!(100), "EUR", boundary - 12 * HOUR);
+    drain(&app);
+    adjust(&app, &o, refund("r", json!(40), boundary + MINUTE));
+    let (before, after) = (day_of(boundary - DAY), day_of(boundary));
+    let range = |from: &str, to: &str, dated: &str| {
+        net_report(
+            &app,
+            &["--by", "type", "--from", from, "--to", to, "--dated", dated],
+        )
+    };
+    // By the order's date: the campaign earned 60 in the month of the order.
+    assert_eq!(
+        range(&before, &before, "order"),
+        [net("purchase", 1, "100.00", "40.00", "60.00")]
+    );
+    assert_eq!(range(&after, &after, "order"), []);
+    // By the adjustment's date: the money went back in the next month, in the order's row.
+    assert_eq!(
+        range(&before, &before, "adjustment"),
+        [net("purchase", 1, "100.00", "0.00", "100.00")]
+    );
+    assert_eq!(
+        range(&after, &after, "adjustment"),
+        [net("purchase", 0, "0.00", "40.00", "-40.00")]
+    );
+    // Over both months, the same either way.
+    assert_eq!(
+        range(&before, &after, "adjustment"),
+        range(&before, &after, "order")
+    );
+    assert_eq!(drift(&app), Vec::<String>::new());
+}
+
+#[test]
+fn an_adjustment_before_the_pipeline_counts_once_the_order_is_converted() {
+    let app = manual().start();
+    let now = now_ms();
+    let o = order_at(&app, "v1", json!(100), "EUR", now - 2 * HOUR);
+    adjust(&app, &o, refund("early", json!(40), now - HOUR));
+    // Not converted yet: neither its value nor its refund counts.
+    let rows = net_report(&app, &["--by", "type"]);
+    assert_eq!(rows, [net("purchase", 1, "0.00", "0.00", "0.00")]);
+    assert_eq!(drift(&app), Vec::<String>::new());
+    drain(&app);
+    for dated in ["order", "adjustment"] {
+        assert_eq!(
+            net_report(&app, &["--by", "source", "--dated", dated]),
+            [net("(direct)", 1, "100.00", "40.00", "60.00")],
+            "{dated}"
+        );
+    }
+    assert_eq!(drift(&app), Vec::<String>::new());
+}
+
+#[test]
+fn forget_and_retention_take_deleted_orders_refunds_out_of_the_rollup() {
+    let app = manual().start();
+    let now = now_ms();
+    let client = unique("client");
+    app.identify("gone", &client, now - 3 * HOUR);
+    let gone = order_at(&app, "gone", json!(30), "EUR", now - 2 * HOUR);
+    let old = order_at(&app, "old", json!(12.5), "EUR", now - 40 * DAY);
+    let kept = order_at(&app, "kept", json!(10), "EUR", now - 2 * HOUR);
+    drain(&app);
+    adjust(&app, &gone, refund("r", json!(5), now - HOUR));
+    adjust(&app, &old, refund("r", json!(2.5), now - 39 * DAY));
+    adjust(&app, &kept, refund("r", json!(1), now - HOUR));
+    assert_eq!(
+        net_report(&app, &["--by", "type"]),
+        [net("purchase", 3, "52.50", "8.50", "44.00")]
+    );
+    let erased = app.cli_json(&[
+        "forget",
+        "--site",
+        &app.site.id,
+        "--client-id",
+        &client,
+        "--delete-conversions",
+        "--json",
+    ]);
+    assert_eq!(drift(&app), Vec::<String>::new(), "{erased}");
+    assert_eq!(
+        net_report(&app, &["--by", "type"]),
+        [net("purchase", 2, "22.50", "3.50", "19.00")]
+    );
+    app.cli(&[
+        "site",
+        "update",
+        &app.site.id,
+        "--retain-days",
+        "30",
+        "--expire-conversions",
+        "on",
+    ]);
+    let expired = {
+        let conn = app.store();
+        with_writer(&app, |w| convapi::retention::prune_once(&conn, w, now_ms())).expect("prune")
+    };
+    assert_eq!(expired.conversions, 1, "{expired:?}");
+    assert_eq!(drift(&app), Vec::<String>::new());
+    for dated in ["order", "adjustment"] {
+        assert_eq!(
+            net_report(&app, &["--by", "type", "--dated", dated]),
+            [net("purchase", 1, "10.00", "1.00", "9.00")]
+        );
+    }
+    assert_eq!(
+        app.query_i64(
+            "SELECT COUNT(*) FROM report_refunds WHERE site_id = ?1",
+            &[&app.site.id.as_str()]
+        ),
+        2,
+        "one cell per date basis for the order left"
+    );
+}
+
+/// A small deterministic generator (xorshift64), so that a failing ledger can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Random ledgers (refunds, restates and cancels at random times, arriving out of order, some
+/// before the pipeline converted their order, in two currencies): the rollup equals its
+/// aggregation from scratch, and the report's refunds are each order's reporting value less its
+/// net value in the site currency as the status lookup shows it, by either date basis.
+#[test]
+fn random_ledgers_keep_the_rollup_equal_to_an_aggregation_from_scratch() {
+    let app = manual().currency("EUR").start();
+    import_rates(&app, &fixture("eurofxref-hist-sample.csv"));
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let base = ms("2026-11-13T10:00:00Z");
+    let mut orders = Vec::new();
+    for i in 0..14 {
+        let currency = if i % 3 == 0 { "USD" } else { "EUR" };
+        let value = format!("{}.{:02}", 1 + rng.below(200), rng.below(100));
+        let at = base + (rng.below(8) as i64) * HOUR;
+        let v: Value = serde_json::from_str(&value).unwrap();
+        orders.push((order_at(&app, &format!("v{i}"), v, currency, at), at));
+        if rng.below(2) == 0 {
+            drain(&app);
+        }
+    }
+    let mut accepted = 0;
+    for n in 0..40 {
+        let (order, at) = orders[rng.below(orders.len() as u64) as usize].clone();
+        let when = at + (rng.below(12 * 24) as i64) * HOUR;
+        let body = match rng.below(10) {
+            0 => {
+                json!({"adjustmentId": format!("a{n}"), "type": "cancel", "occurredAt": iso(when)})
+            }
+            1..=3 => json!({"adjustmentId": format!("a{n}"), "type": "restate",
+                "value": serde_json::from_str::<Value>(&format!("{}.{:02}", rng.below(150), rng.below(100))).unwrap(),
+                "occurredAt": iso(when)}),
+            _ => json!({"adjustmentId": format!("a{n}"), "type": "refund",
+                "value": serde_json::from_str::<Value>(&format!("{}.{:02}", rng.below(40), 1 + rng.below(99))).unwrap(),
+                "occurredAt": iso(when)}),
+        };
+        let resp = app.post_adjustment(&order, &body);
+        assert!(
+            resp.status == 202 || resp.status == 422,
+            "{body}: {}",
+            resp.status
+        );
+        accepted += usize::from(resp.status == 202);
+        assert_eq!(drift(&app), Vec::<String>::new(), "after {body}");
+    }
+    drain(&app);
+    assert_eq!(drift(&app), Vec::<String>::new());
+    let cents = |s: &str| -> i64 {
+        let d = rust_decimal::Decimal::from_str_exact(s).unwrap();
+        (d * rust_decimal::Decimal::ONE_HUNDRED)
+            .try_into()
+            .expect("whole cents")
+    };
+    let mut expected = 0i64;
+    for (order, _) in &orders {
+        let v = status(&app, order);
+        let reporting = v["reportingValue"].to_string();
+        let net = v["netReportingValue"].to_string();
+        expected += cents(&reporting) - cents(&net);
+    }
+    assert!(
+        accepted >= 15 && expected != 0,
+        "{accepted} accepted, {expected}"
+    );
+    for dated in ["order", "adjustment"] {
+        let rows = net_report(&app, &["--by", "source", "--dated", dated]);
+        let refunds: i64 = rows.iter().map(|r| cents(&r.refunds)).sum();
+        assert_eq!(refunds, expected, "{dated}: {rows:?}");
+        for r in &rows {
+            assert_eq!(cents(&r.gross) - cents(&r.refunds), cents(&r.net), "{r:?}");
+        }
+    }
+}
