@@ -711,6 +711,101 @@ mod tests {
         assert_eq!(days_in(&conn, 0, 5), vec![(1, 2, 210, 0)]);
     }
 
+    /// Migration 14 computes the changes of the ledgers there are with the arithmetic of every later
+    /// write: a partial then full refund of a USD order nets 0 in EUR; a restate upwards is a negative
+    /// refund; a cancel takes the whole value; an order not converted yet counts nothing.
+    #[test]
+    fn the_migration_computes_the_existing_ledgers_changes_and_builds_their_rollup() {
+        let mut conn = super::super::version_1_fixture();
+        super::super::engine::sqlite::migrate_to(&mut conn, 13).unwrap();
+        conn.execute_batch(
+            "INSERT INTO sessions (id, site_id, visitor_id, started_at, last_activity_at)
+                 VALUES ('x', 's', 'v', 0, 0);
+             INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id, value,
+                     currency, occurred_at, created_at, status, attr_model, attr_source,
+                     attr_medium, attr_campaign, reporting_value, reporting_minor,
+                     reporting_currency, fx_rate)
+                 VALUES ('usd', 's', 'o1', 'purchase', 'x', 'v', '49.99', 'USD', 86400000, 0,
+                         'processed', 'last_touch', 'news', 'email', NULL, '47.61', 4761, 'EUR', '1.05'),
+                        ('up', 's', 'o2', 'purchase', 'x', 'v', '50', 'EUR', 86400000, 0,
+                         'processed', 'last_touch', 'news', 'email', NULL, '50.00', 5000, 'EUR', '1'),
+                        ('gone', 's', 'o3', 'purchase', 'x', 'v', '20', 'EUR', 172800000, 0,
+                         'processed', 'last_touch', 'ads', 'cpc', NULL, '20.00', 2000, 'EUR', '1'),
+                        ('new', 's', 'o4', 'purchase', 'x', 'v', '10', 'EUR', 172800000, 0,
+                         'queued', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+             INSERT INTO adjustments (conversion_id, site_id, order_id, adjustment_id, type, value,
+                     currency, occurred_at, received_at, answer_net, answer_state)
+                 VALUES ('usd', 's', 'o1', 'a', 'refund', '16.66', 'USD', 259200000, 0, '', ''),
+                        ('usd', 's', 'o1', 'b', 'refund', '33.33', 'USD', 259200001, 0, '', ''),
+                        ('up', 's', 'o2', 's', 'restate', '80', 'EUR', 259200000, 0, '', ''),
+                        ('gone', 's', 'o3', 'r', 'refund', '5', 'EUR', 172800001, 0, '', ''),
+                        ('gone', 's', 'o3', 'c', 'cancel', NULL, 'EUR', 172800002, 0, '', ''),
+                        ('new', 's', 'o4', 'r', 'refund', '4', 'EUR', 172800001, 0, '', '');",
+        )
+        .unwrap();
+        super::super::migrate(&mut conn).unwrap();
+        let changes: Vec<String> = conn
+            .prepare(
+                "SELECT adjustment_id || ' ' || quote(net_delta) || ' ' || quote(net_delta_minor)
+                    || ' ' || counted FROM adjustments ORDER BY id",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            changes,
+            [
+                "a '-15.87' -1587 1",
+                "b '-31.74' -3174 1",
+                "s '30.00' 3000 1",
+                "r '-5.00' -500 1",
+                "c '-15.00' -1500 1",
+                "r NULL NULL 0",
+            ]
+        );
+        let cells: Vec<String> = conn
+            .prepare(
+                "SELECT dated || ' ' || day || ' ' || source || ' ' || net_change_minor || ' ' ||
+                    inexact FROM report_refunds ORDER BY dated, day, source",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        // By the order's day: news -47.61 + 30.00 on day 1, ads -20.00 on day 2; by the
+        // adjustment's: ads on day 2, news on day 3.
+        assert_eq!(
+            cells,
+            [
+                "0 1 news -1761 0",
+                "0 2 ads -2000 0",
+                "1 2 ads -2000 0",
+                "1 3 news -1761 0"
+            ]
+        );
+        assert_eq!(check_rollup(&conn).unwrap(), Vec::<String>::new());
+        // Converting the queued order makes its early refund count.
+        conn.execute(
+            "UPDATE conversions SET status = 'processed', attr_model = 'last_touch',
+                reporting_value = '10.00', reporting_minor = 1000, reporting_currency = 'EUR',
+                fx_rate = '1' WHERE id = 'new'",
+            [],
+        )
+        .unwrap();
+        assert!(
+            !check_rollup(&conn).unwrap().is_empty(),
+            "stale until settled"
+        );
+        crate::store::adjustments::settle(&conn, "new").unwrap();
+        assert_eq!(check_rollup(&conn).unwrap(), Vec::<String>::new());
+        conn.execute("DELETE FROM conversions WHERE id IN ('usd', 'new')", [])
+            .unwrap();
+        assert_eq!(check_rollup(&conn).unwrap(), Vec::<String>::new());
+    }
+
     fn days_in(conn: &Connection, from: i64, to: i64) -> Vec<(i64, i64, i64, i64)> {
         days(conn, "s", from, to)
             .unwrap()
