@@ -39,6 +39,10 @@
 //!   to 0 (a deleted conversion leaves its cell at 0 on both engines) are copied as they are,
 //!   zero, so that the rollups have the same rows. A source whose rollup disagrees with its
 //!   conversions is refused, naming the first cell.
+//! - **The net revenue's rollup.** `report_refunds` is built in the target by its trigger on
+//!   `adjustments` as they are copied (each row carries its change and its order's cell), never
+//!   copied; its zero cells are deleted on both engines, so its row count is checked as every
+//!   table's.
 //! - **Checks before the commit.** Each table's row count equals the source's, and the caller's
 //!   own check (the CLI compares each site's report on both connections) passes.
 

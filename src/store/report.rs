@@ -11,6 +11,12 @@
 //! without integer minor units (a currency without them, such as XAU, or an amount past 64 bits),
 //! or a cell whose sum went past 64 bits (SQLite then stores it as an approximate REAL).
 //!
+//! The net revenue has a rollup of its own, `report_refunds` (`migrations/*/0014_net_revenue.sql`):
+//! per site, date basis ([`Dated`]), UTC day and the same cell, the sum of the adjustments'
+//! changes of their orders' net values, kept by triggers on `adjustments`. The changes themselves
+//! are [`deltas`], which `store::adjustments::settle` stores; [`check_refunds`] checks both from
+//! scratch, and [`each_change`] is their row-by-row read.
+//!
 //! On PostgreSQL the rollup's revenue is `NUMERIC`, so a cell never overflows; a sum past 64 bits
 //! is answered as not exact, like SQLite's. The reads are written once for both engines except
 //! [`sums`] (SQLite's `REAL` cells and its `SUM` overflow error, against PostgreSQL's range check)
