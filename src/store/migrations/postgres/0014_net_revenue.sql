@@ -169,5 +169,6 @@ BEGIN
     RETURN NULL;
 END;
 $$;
-CREATE TRIGGER adjustments_follow_conversion AFTER UPDATE ON conversions
+CREATE TRIGGER adjustments_follow_conversion AFTER UPDATE OF occurred_at, type, attr_model,
+        attr_source, attr_medium, attr_campaign, status, reporting_value ON conversions
     FOR EACH ROW EXECUTE FUNCTION adjustments_follow_conversion();
