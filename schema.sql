@@ -24,9 +24,10 @@ CREATE TABLE adjustments (
 CREATE INDEX adjustments_conversion ON adjustments(conversion_id, occurred_at, id);
 CREATE UNIQUE INDEX adjustments_order_adjustment ON adjustments(site_id, order_id, adjustment_id);
 CREATE TRIGGER report_refunds_delete AFTER DELETE ON adjustments WHEN OLD.counted <> 0 BEGIN
-    UPDATE report_refunds SET net_change_minor = net_change_minor - COALESCE(OLD.net_delta_minor, 0), inexact = inexact - (OLD.net_delta_minor IS NULL)
-        WHERE (site_id, type, attributed, source, medium, campaign, nulls) = (OLD.site_id, OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls)
-        AND ((dated = 0 AND day = OLD.cell_day) OR (dated = 1 AND day = OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0)));
+    INSERT INTO report_refunds VALUES (OLD.site_id, 0, OLD.cell_day, OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls, -COALESCE(OLD.net_delta_minor, 0), -(OLD.net_delta_minor IS NULL)) ON CONFLICT DO UPDATE SET
+        net_change_minor = net_change_minor + excluded.net_change_minor, inexact = inexact + excluded.inexact;
+    INSERT INTO report_refunds VALUES (OLD.site_id, 1, OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0), OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls, -COALESCE(OLD.net_delta_minor, 0), -(OLD.net_delta_minor IS NULL)) ON CONFLICT DO UPDATE SET
+        net_change_minor = net_change_minor + excluded.net_change_minor, inexact = inexact + excluded.inexact;
     DELETE FROM report_refunds WHERE (site_id, type, attributed, source, medium, campaign, nulls) = (OLD.site_id, OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls)
         AND day IN (OLD.cell_day, OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0)) AND net_change_minor = 0 AND inexact = 0;
 END;
@@ -47,10 +48,10 @@ CREATE TRIGGER report_refunds_update AFTER UPDATE OF site_id, occurred_at, net_d
         OR OLD.cell_campaign IS NOT NEW.cell_campaign OR OLD.cell_nulls IS NOT NEW.cell_nulls
         OR OLD.counted IS NOT NEW.counted
 BEGIN
-    UPDATE report_refunds SET net_change_minor = net_change_minor - COALESCE(OLD.net_delta_minor, 0), inexact = inexact - (OLD.net_delta_minor IS NULL)
-        WHERE OLD.counted <> 0
-        AND (site_id, type, attributed, source, medium, campaign, nulls) = (OLD.site_id, OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls)
-        AND ((dated = 0 AND day = OLD.cell_day) OR (dated = 1 AND day = OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0)));
+    INSERT INTO report_refunds SELECT OLD.site_id, 0, OLD.cell_day, OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls, -COALESCE(OLD.net_delta_minor, 0), -(OLD.net_delta_minor IS NULL) WHERE OLD.counted <> 0
+        ON CONFLICT DO UPDATE SET net_change_minor = net_change_minor + excluded.net_change_minor, inexact = inexact + excluded.inexact;
+    INSERT INTO report_refunds SELECT OLD.site_id, 1, OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0), OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls, -COALESCE(OLD.net_delta_minor, 0), -(OLD.net_delta_minor IS NULL) WHERE OLD.counted <> 0
+        ON CONFLICT DO UPDATE SET net_change_minor = net_change_minor + excluded.net_change_minor, inexact = inexact + excluded.inexact;
     INSERT INTO report_refunds SELECT NEW.site_id, 0, NEW.cell_day, NEW.cell_type, NEW.cell_attributed, NEW.cell_source, NEW.cell_medium, NEW.cell_campaign, NEW.cell_nulls, COALESCE(NEW.net_delta_minor, 0), NEW.net_delta_minor IS NULL WHERE NEW.counted <> 0
         ON CONFLICT DO UPDATE SET net_change_minor = net_change_minor + excluded.net_change_minor, inexact = inexact + excluded.inexact;
     INSERT INTO report_refunds SELECT NEW.site_id, 1, NEW.occurred_at / 86400000 - (NEW.occurred_at % 86400000 < 0), NEW.cell_type, NEW.cell_attributed, NEW.cell_source, NEW.cell_medium, NEW.cell_campaign, NEW.cell_nulls, COALESCE(NEW.net_delta_minor, 0), NEW.net_delta_minor IS NULL WHERE NEW.counted <> 0

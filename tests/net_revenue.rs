@@ -595,3 +595,34 @@ fn the_dashboard_report_shows_gross_refunds_and_net() {
         [net("purchase", 1, "100.00", "30.00", "70.00")]
     );
 }
+
+/// Regression: a cell whose changes summed to 0 was deleted, and a later change of one of its
+/// adjustments (a late refund recomputing the ledger) subtracted its old change from no row, so
+/// the cell came back wrong. Refund 20, then restate to 50, on one day: that day's cell sums to 0;
+/// a refund of 10 on the day before changes the restate's change from +20 to +30.
+#[test]
+fn a_cell_that_summed_to_zero_takes_later_changes_exactly() {
+    let app = manual().start();
+    let now = now_ms();
+    let o = order_at(&app, "v1", json!(50), "EUR", now - 3 * DAY);
+    drain(&app);
+    adjust(&app, &o, refund("r20", json!(20), now - DAY - 2 * HOUR));
+    adjust(
+        &app,
+        &o,
+        json!({"adjustmentId": "s50", "type": "restate", "value": 50, "occurredAt": iso(now - DAY - HOUR)}),
+    );
+    assert_eq!(
+        net_report(&app, &["--by", "type", "--dated", "adjustment"]),
+        [net("purchase", 1, "50.00", "0.00", "50.00")]
+    );
+    adjust(&app, &o, refund("r10", json!(10), now - 2 * DAY));
+    assert_eq!(drift(&app), Vec::<String>::new());
+    for dated in ["order", "adjustment"] {
+        assert_eq!(
+            net_report(&app, &["--by", "type", "--dated", dated]),
+            [net("purchase", 1, "50.00", "0.00", "50.00")],
+            "{dated}"
+        );
+    }
+}

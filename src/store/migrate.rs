@@ -216,7 +216,7 @@ mod tests {
         ),
         (
             "0014_net_revenue.sql",
-            "67424564a7f7d648ee78e65b0f9534dfcf3818172490a1ffca33b009216e6333",
+            "321005382cce920853876446184bb04a9ffb97606648dcfa5f4e249ece49c3c8",
         ),
     ];
 

@@ -116,12 +116,16 @@ BEGIN
         RETURN NULL;
     END IF;
     IF TG_OP <> 'INSERT' AND OLD.counted <> 0 THEN
-        UPDATE report_refunds SET net_change_minor = net_change_minor - COALESCE(OLD.net_delta_minor, 0),
-            inexact = inexact - (CASE WHEN OLD.net_delta_minor IS NULL THEN 1 ELSE 0 END)
-        WHERE (site_id, type, attributed, source, medium, campaign, nulls) = (OLD.site_id, OLD.cell_type,
-            OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls)
-            AND ((dated = 0 AND day = OLD.cell_day) OR (dated = 1 AND day = OLD.occurred_at / 86400000
-                - (CASE WHEN OLD.occurred_at % 86400000 < 0 THEN 1 ELSE 0 END)));
+        -- Its opposite, also where the cell was deleted at 0 (its other changes are still in it).
+        INSERT INTO report_refunds VALUES (OLD.site_id, 0, OLD.cell_day, OLD.cell_type, OLD.cell_attributed,
+            OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls, -COALESCE(OLD.net_delta_minor, 0),
+            -(CASE WHEN OLD.net_delta_minor IS NULL THEN 1 ELSE 0 END)),
+            (OLD.site_id, 1, OLD.occurred_at / 86400000 - (CASE WHEN OLD.occurred_at % 86400000 < 0 THEN 1 ELSE 0 END),
+            OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls,
+            -COALESCE(OLD.net_delta_minor, 0), -(CASE WHEN OLD.net_delta_minor IS NULL THEN 1 ELSE 0 END))
+        ON CONFLICT (site_id, dated, day, type, attributed, source, medium, campaign, nulls) DO UPDATE SET
+            net_change_minor = report_refunds.net_change_minor + excluded.net_change_minor,
+            inexact = report_refunds.inexact + excluded.inexact;
         DELETE FROM report_refunds WHERE (site_id, type, attributed, source, medium, campaign, nulls) = (OLD.site_id,
             OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls)
             AND day IN (OLD.cell_day, OLD.occurred_at / 86400000 - (CASE WHEN OLD.occurred_at % 86400000 < 0 THEN 1 ELSE 0 END))
