@@ -1,4 +1,4 @@
--- convapi's schema at version 15 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 16 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
@@ -41,9 +41,47 @@ CREATE TABLE adjustments (
     reason         TEXT,
     answer_net     TEXT NOT NULL,
     answer_state   TEXT NOT NULL
-);
+, net_delta TEXT, net_delta_minor INTEGER, cell_day INTEGER NOT NULL DEFAULT 0, cell_type TEXT NOT NULL DEFAULT '', cell_attributed INTEGER NOT NULL DEFAULT 0, cell_source TEXT NOT NULL DEFAULT '', cell_medium TEXT NOT NULL DEFAULT '', cell_campaign TEXT NOT NULL DEFAULT '', cell_nulls INTEGER NOT NULL DEFAULT 0, counted INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX adjustments_conversion ON adjustments(conversion_id, occurred_at, id);
 CREATE UNIQUE INDEX adjustments_order_adjustment ON adjustments(site_id, order_id, adjustment_id);
+CREATE TRIGGER report_refunds_delete AFTER DELETE ON adjustments WHEN OLD.counted <> 0 BEGIN
+    INSERT INTO report_refunds VALUES (OLD.site_id, 0, OLD.cell_day, OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls, -COALESCE(OLD.net_delta_minor, 0), -(OLD.net_delta_minor IS NULL)) ON CONFLICT DO UPDATE SET
+        net_change_minor = net_change_minor + excluded.net_change_minor, inexact = inexact + excluded.inexact;
+    INSERT INTO report_refunds VALUES (OLD.site_id, 1, OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0), OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls, -COALESCE(OLD.net_delta_minor, 0), -(OLD.net_delta_minor IS NULL)) ON CONFLICT DO UPDATE SET
+        net_change_minor = net_change_minor + excluded.net_change_minor, inexact = inexact + excluded.inexact;
+    DELETE FROM report_refunds WHERE (site_id, type, attributed, source, medium, campaign, nulls) = (OLD.site_id, OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls)
+        AND day IN (OLD.cell_day, OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0)) AND net_change_minor = 0 AND inexact = 0;
+END;
+CREATE TRIGGER report_refunds_insert AFTER INSERT ON adjustments WHEN NEW.counted <> 0 BEGIN
+    INSERT INTO report_refunds VALUES (NEW.site_id, 0, NEW.cell_day, NEW.cell_type, NEW.cell_attributed, NEW.cell_source, NEW.cell_medium, NEW.cell_campaign, NEW.cell_nulls, COALESCE(NEW.net_delta_minor, 0), NEW.net_delta_minor IS NULL) ON CONFLICT DO UPDATE SET
+        net_change_minor = net_change_minor + excluded.net_change_minor, inexact = inexact + excluded.inexact;
+    INSERT INTO report_refunds VALUES (NEW.site_id, 1, NEW.occurred_at / 86400000 - (NEW.occurred_at % 86400000 < 0), NEW.cell_type, NEW.cell_attributed, NEW.cell_source, NEW.cell_medium, NEW.cell_campaign, NEW.cell_nulls, COALESCE(NEW.net_delta_minor, 0), NEW.net_delta_minor IS NULL) ON CONFLICT DO UPDATE SET
+        net_change_minor = net_change_minor + excluded.net_change_minor, inexact = inexact + excluded.inexact;
+    DELETE FROM report_refunds WHERE (site_id, type, attributed, source, medium, campaign, nulls) = (NEW.site_id, NEW.cell_type, NEW.cell_attributed, NEW.cell_source, NEW.cell_medium, NEW.cell_campaign, NEW.cell_nulls)
+        AND day IN (NEW.cell_day, NEW.occurred_at / 86400000 - (NEW.occurred_at % 86400000 < 0)) AND net_change_minor = 0 AND inexact = 0;
+END;
+CREATE TRIGGER report_refunds_update AFTER UPDATE OF site_id, occurred_at, net_delta_minor, cell_day,
+        cell_type, cell_attributed, cell_source, cell_medium, cell_campaign, cell_nulls, counted ON adjustments
+    WHEN OLD.site_id IS NOT NEW.site_id OR OLD.occurred_at IS NOT NEW.occurred_at
+        OR OLD.net_delta_minor IS NOT NEW.net_delta_minor OR OLD.cell_day IS NOT NEW.cell_day
+        OR OLD.cell_type IS NOT NEW.cell_type OR OLD.cell_attributed IS NOT NEW.cell_attributed
+        OR OLD.cell_source IS NOT NEW.cell_source OR OLD.cell_medium IS NOT NEW.cell_medium
+        OR OLD.cell_campaign IS NOT NEW.cell_campaign OR OLD.cell_nulls IS NOT NEW.cell_nulls
+        OR OLD.counted IS NOT NEW.counted
+BEGIN
+    INSERT INTO report_refunds SELECT OLD.site_id, 0, OLD.cell_day, OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls, -COALESCE(OLD.net_delta_minor, 0), -(OLD.net_delta_minor IS NULL) WHERE OLD.counted <> 0
+        ON CONFLICT DO UPDATE SET net_change_minor = net_change_minor + excluded.net_change_minor, inexact = inexact + excluded.inexact;
+    INSERT INTO report_refunds SELECT OLD.site_id, 1, OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0), OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls, -COALESCE(OLD.net_delta_minor, 0), -(OLD.net_delta_minor IS NULL) WHERE OLD.counted <> 0
+        ON CONFLICT DO UPDATE SET net_change_minor = net_change_minor + excluded.net_change_minor, inexact = inexact + excluded.inexact;
+    INSERT INTO report_refunds SELECT NEW.site_id, 0, NEW.cell_day, NEW.cell_type, NEW.cell_attributed, NEW.cell_source, NEW.cell_medium, NEW.cell_campaign, NEW.cell_nulls, COALESCE(NEW.net_delta_minor, 0), NEW.net_delta_minor IS NULL WHERE NEW.counted <> 0
+        ON CONFLICT DO UPDATE SET net_change_minor = net_change_minor + excluded.net_change_minor, inexact = inexact + excluded.inexact;
+    INSERT INTO report_refunds SELECT NEW.site_id, 1, NEW.occurred_at / 86400000 - (NEW.occurred_at % 86400000 < 0), NEW.cell_type, NEW.cell_attributed, NEW.cell_source, NEW.cell_medium, NEW.cell_campaign, NEW.cell_nulls, COALESCE(NEW.net_delta_minor, 0), NEW.net_delta_minor IS NULL WHERE NEW.counted <> 0
+        ON CONFLICT DO UPDATE SET net_change_minor = net_change_minor + excluded.net_change_minor, inexact = inexact + excluded.inexact;
+    DELETE FROM report_refunds WHERE (site_id, type, attributed, source, medium, campaign, nulls) = (OLD.site_id, OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls)
+        AND day IN (OLD.cell_day, OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0)) AND net_change_minor = 0 AND inexact = 0;
+    DELETE FROM report_refunds WHERE (site_id, type, attributed, source, medium, campaign, nulls) = (NEW.site_id, NEW.cell_type, NEW.cell_attributed, NEW.cell_source, NEW.cell_medium, NEW.cell_campaign, NEW.cell_nulls)
+        AND day IN (NEW.cell_day, NEW.occurred_at / 86400000 - (NEW.occurred_at % 86400000 < 0)) AND net_change_minor = 0 AND inexact = 0;
+END;
 
 CREATE TABLE api_keys (
     id            TEXT PRIMARY KEY,          -- UUID
@@ -86,6 +124,22 @@ CREATE TABLE conversions (
 CREATE INDEX conversions_site_client ON conversions(site_id, client_id) WHERE client_id IS NOT NULL;
 CREATE UNIQUE INDEX conversions_site_order ON conversions(site_id, order_id) WHERE order_id IS NOT NULL;
 CREATE INDEX conversions_site_time ON conversions(site_id, occurred_at);
+CREATE TRIGGER adjustments_follow_conversion AFTER UPDATE OF occurred_at, type, attr_model,
+        attr_source, attr_medium, attr_campaign, status, reporting_value ON conversions
+    WHEN OLD.occurred_at IS NOT NEW.occurred_at OR OLD.type IS NOT NEW.type
+        OR (OLD.attr_model IS NULL) <> (NEW.attr_model IS NULL)
+        OR OLD.attr_source IS NOT NEW.attr_source OR OLD.attr_medium IS NOT NEW.attr_medium
+        OR OLD.attr_campaign IS NOT NEW.attr_campaign OR OLD.status IS NOT NEW.status
+        OR (OLD.reporting_value IS NULL) <> (NEW.reporting_value IS NULL)
+BEGIN
+    UPDATE adjustments SET cell_day = NEW.occurred_at / 86400000 - (NEW.occurred_at % 86400000 < 0),
+        cell_type = NEW.type, cell_attributed = NEW.attr_model IS NOT NULL,
+        cell_source = COALESCE(NEW.attr_source, ''), cell_medium = COALESCE(NEW.attr_medium, ''),
+        cell_campaign = COALESCE(NEW.attr_campaign, ''),
+        cell_nulls = (NEW.attr_source IS NULL) + 2 * (NEW.attr_medium IS NULL) + 4 * (NEW.attr_campaign IS NULL),
+        counted = NEW.status = 'processed' AND NEW.reporting_value IS NOT NULL
+    WHERE conversion_id = NEW.id;
+END;
 CREATE TRIGGER report_daily_delete AFTER DELETE ON conversions BEGIN
     UPDATE report_daily SET conversions = conversions - 1,
         revenue_minor = revenue_minor - (CASE WHEN OLD.status = 'processed' AND OLD.reporting_value IS NOT NULL THEN COALESCE(OLD.reporting_minor, 0) ELSE 0 END),
@@ -219,6 +273,21 @@ CREATE TABLE report_daily (
     unconverted    INTEGER NOT NULL,
     inexact        INTEGER NOT NULL,
     PRIMARY KEY (site_id, day, type, attributed, source, medium, campaign, nulls)
+) WITHOUT ROWID;
+
+CREATE TABLE report_refunds (
+    site_id           TEXT NOT NULL,
+    dated             INTEGER NOT NULL,
+    day               INTEGER NOT NULL,
+    type              TEXT NOT NULL,
+    attributed        INTEGER NOT NULL,
+    source            TEXT NOT NULL,
+    medium            TEXT NOT NULL,
+    campaign          TEXT NOT NULL,
+    nulls             INTEGER NOT NULL,
+    net_change_minor  INTEGER NOT NULL,
+    inexact           INTEGER NOT NULL,
+    PRIMARY KEY (site_id, dated, day, type, attributed, source, medium, campaign, nulls)
 ) WITHOUT ROWID;
 
 CREATE TABLE sessions (

@@ -8,6 +8,14 @@
 //! yet: `queued`, `fx_pending` or `failed`. A processed conversion without a value adds 0.
 //! Before attribution has run the source/medium/campaign key is `(unattributed)`; a missing
 //! campaign is `(not set)`.
+//!
+//! Net revenue: `revenue` is the gross revenue (the reporting values as first reported, never
+//! rewritten); `refunds` is what the orders' adjustments took off it in the site currency (their
+//! changes of net value, negated: negative after a restate upwards; a cancelled order's whole
+//! value); the net revenue is gross less refunds. By the order's day (`Dated::Order`, the default)
+//! an order's refunds count in its own row and day; by the adjustment's day
+//! (`Dated::Adjustment`) each change counts on the day it occurred, in its order's row, while the
+//! gross revenue and the conversions stay on the order's day.
 
 use std::collections::BTreeMap;
 
@@ -16,7 +24,7 @@ use rust_decimal::Decimal;
 
 use crate::attribution::NOT_SET;
 use crate::fx;
-use crate::store::report::{GroupBy, DAY_MS};
+use crate::store::report::{Dated, GroupBy, DAY_MS};
 use crate::store::{self, sites::Site, StoreError};
 
 pub const UNATTRIBUTED: &str = "(unattributed)";
@@ -25,9 +33,21 @@ pub const UNATTRIBUTED: &str = "(unattributed)";
 pub struct Row {
     pub key: String,
     pub conversions: u64,
-    /// In the site currency, scaled to its minor units.
+    /// The gross revenue: in the site currency, scaled to its minor units.
     pub revenue: Decimal,
     pub unconverted: u64,
+    /// Gross less net revenue, in the site currency, scaled to its minor units.
+    pub refunds: Decimal,
+}
+
+impl Row {
+    /// The net revenue: gross less refunds.
+    pub fn net(&self) -> Decimal {
+        let mut net = self.revenue - self.refunds;
+        // 0.00 - 0.00 is 0 in rust_decimal; the money keeps its places.
+        net.rescale(self.revenue.scale().max(self.refunds.scale()));
+        net
+    }
 }
 
 /// The epoch-ms range `[from, to)` of the inclusive UTC days `from..=to`; an open end is unbounded.
@@ -80,25 +100,46 @@ pub fn build(
     to: Option<NaiveDate>,
     by: GroupBy,
 ) -> store::Result<Vec<Row>> {
+    build_dated(conn, site, from, to, by, Dated::Order)
+}
+
+/// [`build`] with the refunds by the order's day or by the adjustment's (the module doc).
+pub fn build_dated(
+    conn: &impl crate::store::engine::AsConn,
+    site: &Site,
+    from: Option<NaiveDate>,
+    to: Option<NaiveDate>,
+    by: GroupBy,
+    dated: Dated,
+) -> store::Result<Vec<Row>> {
     let minor = fx::minor_units(&site.currency);
     let mut groups: BTreeMap<String, Row> = BTreeMap::new();
     let summed = match minor {
         Some(dp) => {
             let (from_day, to_day) = day_numbers(from, to);
-            store::report::groups(conn, &site.id, from_day, to_day, by)?
-                .map(|sums| add_sums(&mut groups, by, dp, sums))
-                .transpose()?
+            let gross = store::report::groups(conn, &site.id, from_day, to_day, by)?;
+            let changes =
+                store::report::change_groups(conn, &site.id, from_day, to_day, by, dated)?;
+            match (gross, changes) {
+                (Some(gross), Some(changes)) => {
+                    add_sums(&mut groups, by, dp, gross)?;
+                    add_changes(&mut groups, by, dp, changes)?;
+                    Some(())
+                }
+                _ => None,
+            }
         }
         None => None,
     };
     if summed.is_none() {
         groups.clear();
-        add_lines(conn, site, from, to, by, &mut groups)?;
+        add_lines(conn, site, from, to, by, dated, &mut groups)?;
     }
     let mut rows: Vec<Row> = groups
         .into_values()
         .map(|mut r| {
             r.revenue = fx::round_to_minor(r.revenue, minor);
+            r.refunds = fx::round_to_minor(r.refunds, minor);
             r
         })
         .collect();
@@ -132,6 +173,7 @@ fn group(groups: &mut BTreeMap<String, Row>, key: String) -> &mut Row {
         conversions: 0,
         revenue: Decimal::ZERO,
         unconverted: 0,
+        refunds: Decimal::ZERO,
     })
 }
 
@@ -162,14 +204,39 @@ fn add_sums(
     Ok(())
 }
 
+/// Takes the rollup's changes of net value (in `dp`-place minor units) off the groups' revenue,
+/// as refunds.
+fn add_changes(
+    groups: &mut BTreeMap<String, Row>,
+    by: GroupBy,
+    dp: u32,
+    sums: Vec<store::report::Sums<Option<String>>>,
+) -> store::Result<()> {
+    for s in sums {
+        if s.revenue_minor == 0 {
+            continue;
+        }
+        let row = group(groups, key(by, s.attributed, s.key));
+        row.refunds = row
+            .refunds
+            .checked_sub(Decimal::from_i128_with_scale(
+                i128::from(s.revenue_minor),
+                dp,
+            ))
+            .ok_or_else(|| broken("refunds exceed the decimal range".into()))?;
+    }
+    Ok(())
+}
+
 /// Adds the site's conversions in the range one by one, with exact decimal sums of their stored
-/// reporting values.
+/// reporting values, and their adjustments' changes by `dated`.
 fn add_lines(
     conn: &impl crate::store::engine::AsConn,
     site: &Site,
     from: Option<NaiveDate>,
     to: Option<NaiveDate>,
     by: GroupBy,
+    dated: Dated,
     groups: &mut BTreeMap<String, Row>,
 ) -> store::Result<()> {
     let (from_ms, to_ms) = day_range(from, to);
@@ -181,6 +248,21 @@ fn add_lines(
             &mut row.revenue,
             &mut row.unconverted,
         )
+    })?;
+    store::report::each_change(conn, &site.id, from_ms, to_ms, by, dated, |mut change| {
+        let Some(text) = change.net_delta.as_deref() else {
+            return Ok(());
+        };
+        let v = fx::decimal(text).map_err(|e| broken(format!("stored net change {e}")))?;
+        if v.is_zero() {
+            return Ok(());
+        }
+        let row = group(groups, key(by, change.attributed, change.key.take()));
+        row.refunds = row
+            .refunds
+            .checked_sub(v)
+            .ok_or_else(|| broken("refunds exceed the decimal range".into()))?;
+        Ok::<_, StoreError>(())
     })
 }
 
@@ -268,18 +350,23 @@ fn date_of(day: i64) -> store::Result<NaiveDate> {
         .ok_or_else(|| broken(format!("day {day} is out of range")))
 }
 
-/// The rows as one JSON array. `revenue` is a JSON number written with its exact decimal digits
-/// (`12.30`), which a reader that parses numbers as decimals gets back unchanged.
+/// The rows as one JSON array. The money is JSON numbers written with their exact decimal digits
+/// (`12.30`), which a reader that parses numbers as decimals gets back unchanged: `revenue` and
+/// `grossRevenue` (the same, the gross revenue), `refunds`, `netRevenue`.
 pub fn to_json(rows: &[Row]) -> String {
     let items: Vec<String> = rows
         .iter()
         .map(|r| {
             format!(
-                "{{\"key\":{},\"conversions\":{},\"revenue\":{},\"unconverted\":{}}}",
+                "{{\"key\":{},\"conversions\":{},\"revenue\":{},\"unconverted\":{},\
+                 \"grossRevenue\":{},\"refunds\":{},\"netRevenue\":{}}}",
                 serde_json::Value::String(r.key.clone()),
                 r.conversions,
                 r.revenue,
-                r.unconverted
+                r.unconverted,
+                r.revenue,
+                r.refunds,
+                r.net()
             )
         })
         .collect();
@@ -294,7 +381,6 @@ pub fn to_table(rows: &[Row], by: GroupBy, currency: &str) -> String {
         GroupBy::Campaign => "CAMPAIGN",
         GroupBy::Type => "TYPE",
     };
-    let head_revenue = format!("REVENUE ({currency})");
     let total = Row {
         key: "TOTAL".into(),
         conversions: rows.iter().map(|r| r.conversions).sum(),
@@ -303,24 +389,32 @@ pub fn to_table(rows: &[Row], by: GroupBy, currency: &str) -> String {
             fx::minor_units(currency),
         ),
         unconverted: rows.iter().map(|r| r.unconverted).sum(),
+        refunds: fx::round_to_minor(
+            rows.iter().map(|r| r.refunds).sum(),
+            fx::minor_units(currency),
+        ),
     };
     let cells = |r: &Row| {
         [
             r.key.clone(),
             r.conversions.to_string(),
             r.revenue.to_string(),
+            r.refunds.to_string(),
+            r.net().to_string(),
             r.unconverted.to_string(),
         ]
     };
     let header = [
         head_key.to_owned(),
         "CONVERSIONS".to_owned(),
-        head_revenue,
+        format!("GROSS ({currency})"),
+        "REFUNDS".to_owned(),
+        "NET".to_owned(),
         "UNCONVERTED".to_owned(),
     ];
-    let body: Vec<[String; 4]> = rows.iter().map(cells).collect();
+    let body: Vec<[String; 6]> = rows.iter().map(cells).collect();
     let footer = cells(&total);
-    let mut widths = [0usize; 4];
+    let mut widths = [0usize; 6];
     for line in std::iter::once(&header)
         .chain(&body)
         .chain(std::iter::once(&footer))
@@ -329,18 +423,12 @@ pub fn to_table(rows: &[Row], by: GroupBy, currency: &str) -> String {
             *w = (*w).max(c.chars().count());
         }
     }
-    let render = |line: &[String; 4]| {
-        format!(
-            "{:<w0$}  {:>w1$}  {:>w2$}  {:>w3$}",
-            line[0],
-            line[1],
-            line[2],
-            line[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-            w3 = widths[3]
-        )
+    let render = |line: &[String; 6]| {
+        let mut out = format!("{:<w$}", line[0], w = widths[0]);
+        for (cell, w) in line.iter().zip(widths).skip(1) {
+            out.push_str(&format!("  {cell:>w$}"));
+        }
+        out
     };
     let mut out = vec![render(&header)];
     out.extend(body.iter().map(render));
@@ -358,6 +446,7 @@ mod tests {
             conversions,
             revenue: Decimal::from_str_exact(revenue).unwrap(),
             unconverted,
+            refunds: Decimal::new(0, 2),
         }
     }
 
@@ -370,7 +459,7 @@ mod tests {
         let text = to_json(&rows);
         assert_eq!(
             text,
-            r#"[{"key":"news\"letter","conversions":2,"revenue":1234567890123.40,"unconverted":0},{"key":"(direct)","conversions":1,"revenue":0.00,"unconverted":1}]"#
+            r#"[{"key":"news\"letter","conversions":2,"revenue":1234567890123.40,"unconverted":0,"grossRevenue":1234567890123.40,"refunds":0.00,"netRevenue":1234567890123.40},{"key":"(direct)","conversions":1,"revenue":0.00,"unconverted":1,"grossRevenue":0.00,"refunds":0.00,"netRevenue":0.00}]"#
         );
         let back: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(back[0]["key"], "news\"letter");
@@ -378,17 +467,20 @@ mod tests {
 
     #[test]
     fn table_is_aligned_with_a_total() {
-        let rows = [
+        let mut rows = [
             row("newsletter", 12, "1045.20", 0),
             row("google", 3, "99.90", 2),
         ];
+        // A refund, and a restate upwards: negative refunds.
+        rows[0].refunds = Decimal::from_str_exact("10.00").unwrap();
+        rows[1].refunds = Decimal::from_str_exact("-5.05").unwrap();
         let t = to_table(&rows, GroupBy::Source, "EUR");
         assert_eq!(
             t,
-            "SOURCE      CONVERSIONS  REVENUE (EUR)  UNCONVERTED\n\
-             newsletter           12        1045.20            0\n\
-             google                3          99.90            2\n\
-             TOTAL                15        1145.10            2"
+            "SOURCE      CONVERSIONS  GROSS (EUR)  REFUNDS      NET  UNCONVERTED\n\
+             newsletter           12      1045.20    10.00  1035.20            0\n\
+             google                3        99.90    -5.05   104.95            2\n\
+             TOTAL                15      1145.10     4.95  1140.15            2"
         );
     }
 }

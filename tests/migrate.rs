@@ -13,7 +13,7 @@ use crate::common::postgres::{as_role, cluster_url, fresh_database, fresh_owned_
 use crate::common::*;
 
 /// The tables `migrate` copies (every table of the schema but `schema_version`).
-const TABLES: [&str; 21] = [
+const TABLES: [&str; 22] = [
     "tenants",
     "api_keys",
     "sites",
@@ -32,6 +32,7 @@ const TABLES: [&str; 21] = [
     "users",
     "web_sessions",
     "report_daily",
+    "report_refunds",
     "first_run",
     "daily_salts",
     "user_tokens",

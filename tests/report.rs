@@ -188,10 +188,10 @@ fn the_table_is_aligned_and_totalled() {
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(
         run.stdout,
-        "SOURCE      CONVERSIONS  REVENUE (EUR)  UNCONVERTED\n\
-         newsletter            1        1045.20            0\n\
-         google                2         100.40            0\n\
-         TOTAL                 3        1145.60            0\n"
+        "SOURCE      CONVERSIONS  GROSS (EUR)  REFUNDS      NET  UNCONVERTED\n\
+         newsletter            1      1045.20     0.00  1045.20            0\n\
+         google                2       100.40     0.00   100.40            0\n\
+         TOTAL                 3      1145.60     0.00  1145.60            0\n"
     );
 }
 

@@ -130,6 +130,9 @@ const SQL_INTERPOLATION_ALLOWED: &[&str] = &[
     "placeholders",      // store/adjustments.rs, store/conversions.rs: `?1, ?2, …` from a count
     "DUE",               // store/adjustment_deliveries.rs: the const condition of a due adjustment
     "ADJUSTMENT_DUE",    // store/deliveries.rs: the same const, imported
+    "CELL",              // store/adjustments.rs: the const expressions of an order's report cell
+    "dated_code",        // store/report.rs: a Dated enum's integer code
+    "at_column",         // store/report.rs: a Dated enum's &'static str column
     // store/dialect.rs's words, each spelled by the connection's engine from `&'static str`
     // arguments only (its parameters named const_…), and the table files' names for them.
     "const_index",

@@ -79,6 +79,10 @@ mod rates_fetch;
 // `convapi report`: grouping, revenue, unconverted orders, day ranges, table and `--json`, the
 // daily rollup. Here: what the report counts and shows.
 mod report;
+// Net revenue in the report: gross, refunds and net per row, by order or adjustment date, the
+// rollup of adjustments kept exact by every write path and random ledgers. Here: what the report
+// counts of an order's refunds, cancels and restates.
+mod net_revenue;
 // The pipeline survives `kill -9` mid-drain: every conversion processed and counted once. Here: a
 // crash during the pipeline's work. Every `kill -9` of these three files goes through the one
 // harness, `common/crash.rs` (kill under load, kill at a point, read what the kill left).

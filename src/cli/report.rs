@@ -18,7 +18,12 @@ pub(super) struct ReportArgs {
     /// What the rows group conversions by.
     #[arg(long, default_value = "source", value_parser = ["source", "medium", "campaign", "type"])]
     by: String,
-    /// Print a JSON array of rows {key, conversions, revenue, unconverted}.
+    /// Which day an adjustment's refund counts on: the order's (what a campaign earned) or the
+    /// adjustment's own (money in the period); the gross revenue is always by the order's day.
+    #[arg(long, default_value = "order", value_parser = ["order", "adjustment"])]
+    dated: String,
+    /// Print a JSON array of rows {key, conversions, revenue, unconverted, grossRevenue, refunds,
+    /// netRevenue}, where revenue is the gross revenue.
     #[arg(long)]
     json: bool,
 }
@@ -49,7 +54,11 @@ pub(super) fn report(db: &Location, a: ReportArgs) -> CliResult {
         }
         found => found.map_err(super::site::refused)?,
     };
-    let rows = crate::report::build(&conn, &site, a.from, a.to, by)?;
+    let dated = match a.dated.as_str() {
+        "adjustment" => crate::store::report::Dated::Adjustment,
+        _ => crate::store::report::Dated::Order,
+    };
+    let rows = crate::report::build_dated(&conn, &site, a.from, a.to, by, dated)?;
     if a.json {
         println!("{}", crate::report::to_json(&rows));
     } else {

@@ -17,7 +17,7 @@ use super::layout::{self, SiteTab};
 use super::{chart, form, Dashboard, PageError, PageResult, Viewer};
 use crate::http::Ctx;
 use crate::report::{self as rep, Row};
-use crate::store::report::GroupBy;
+use crate::store::report::{Dated, GroupBy};
 use crate::store::sites::Site;
 
 /// Days a report covers when the query names no range: the last 30, today included.
@@ -38,6 +38,7 @@ struct Range {
     to: NaiveDate,
     by: GroupBy,
     by_name: &'static str,
+    dated: Dated,
 }
 
 impl Range {
@@ -71,16 +72,39 @@ impl Range {
                 ))
             }
         };
+        let dated = match get("dated").unwrap_or("order") {
+            "order" => Dated::Order,
+            "adjustment" => Dated::Adjustment,
+            _ => {
+                return Err(PageError::BadRequest(
+                    "dated must be order or adjustment.".into(),
+                ))
+            }
+        };
         Ok(Range {
             from,
             to,
             by,
             by_name,
+            dated,
         })
     }
 
     fn query(&self) -> String {
-        format!("from={}&to={}&by={}", self.from, self.to, self.by_name)
+        format!(
+            "from={}&to={}&by={}&dated={}",
+            self.from,
+            self.to,
+            self.by_name,
+            dated_name(self.dated)
+        )
+    }
+}
+
+fn dated_name(dated: Dated) -> &'static str {
+    match dated {
+        Dated::Order => "order",
+        Dated::Adjustment => "adjustment",
     }
 }
 
@@ -99,6 +123,12 @@ fn total(rows: &[Row], currency: &str) -> Row {
             crate::fx::minor_units(currency),
         ),
         unconverted: rows.iter().map(|r| r.unconverted).sum(),
+        refunds: crate::fx::round_to_minor(
+            rows.iter().fold(rust_decimal::Decimal::ZERO, |a, r| {
+                a.saturating_add(r.refunds)
+            }),
+            crate::fx::minor_units(currency),
+        ),
     }
 }
 
@@ -165,7 +195,14 @@ fn compared(label: &str, now: &str, before: &str, pct: Option<String>) -> maud::
 }
 
 /// The range links and the form, with what was typed.
-fn report_form(base: &str, from: &str, to: &str, by: &str, today: NaiveDate) -> maud::Markup {
+fn report_form(
+    base: &str,
+    from: &str,
+    to: &str,
+    by: &str,
+    dated: &str,
+    today: NaiveDate,
+) -> maud::Markup {
     html! {
         nav.presets #presets aria-label="Ranges" {
             @for (name, f, t) in presets(today) {
@@ -194,6 +231,13 @@ fn report_form(base: &str, from: &str, to: &str, by: &str, today: NaiveDate) -> 
                     }
                 }
             }
+            div.field {
+                label for="r-dated" { "Refunds by" }
+                select #r-dated name="dated" {
+                    option value="order" selected[dated != "adjustment"] { "Order date" }
+                    option value="adjustment" selected[dated == "adjustment"] { "Adjustment date" }
+                }
+            }
             div.field.actions { button type="submit" { "Show" } }
         }
     }
@@ -217,7 +261,7 @@ pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
             let body = html! {
                 div.page-head { h1 { "Report" } }
                 (layout::form_error(Some(&msg)))
-                (report_form(&base, &typed("from"), &typed("to"), by, today))
+                (report_form(&base, &typed("from"), &typed("to"), by, &typed("dated"), today))
             };
             return Ok(layout::html(
                 400,
@@ -228,9 +272,9 @@ pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
     };
     let (prev_from, prev_to) = previous_period(r.from, r.to);
     let (rows, days, prev_rows) = d.read(|c| {
-        let rows = rep::build(c, site, Some(r.from), Some(r.to), r.by)?;
+        let rows = rep::build_dated(c, site, Some(r.from), Some(r.to), r.by, r.dated)?;
         let days = rep::daily(c, site, Some(r.from), Some(r.to))?;
-        let prev = rep::build(c, site, Some(prev_from), Some(prev_to), r.by)?;
+        let prev = rep::build_dated(c, site, Some(prev_from), Some(prev_to), r.by, r.dated)?;
         Ok((rows, days, prev))
     })?;
     let svg = chart::svg(&days, r.from, r.to, &site.currency);
@@ -246,13 +290,15 @@ pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
             h1 { "Report" }
             a.button.secondary #report-csv href={ (base) "/report.csv?" (r.query()) } { "Download CSV" }
         }
-        (report_form(&base, &r.from.to_string(), &r.to.to_string(), r.by_name, today))
+        (report_form(&base, &r.from.to_string(), &r.to.to_string(), r.by_name, dated_name(r.dated), today))
         p.compare #compare {
             "Compared with the previous period (" (prev_from) " to " (prev_to) "): "
             (compared("conversions", &layout::thousands(&sum.conversions.to_string()), &layout::thousands(&prev.conversions.to_string()),
                 change(Decimal::from(prev.conversions), Decimal::from(sum.conversions))))
             "; "
             (compared("revenue", &money(sum.revenue), &money(prev.revenue), change(prev.revenue, sum.revenue)))
+            "; "
+            (compared("net revenue", &money(sum.net()), &money(prev.net()), change(prev.net(), sum.net())))
             "."
         }
         figure.card.chart-card {
@@ -266,6 +312,8 @@ pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
                 thead { tr {
                     th { (label) } th.num { "Conversions" } th.num { "Revenue (" (site.currency) ")" }
                     th.num { abbr title="Not yet in the site's currency: queued, waiting for exchange rates, or failed" { "Unconverted" } }
+                    th.num { abbr title="Gross less net revenue: refunds, cancellations and restatements (negative after a restatement upwards)" { "Refunds" } }
+                    th.num { "Net revenue" }
                 } }
                 tbody {
                     @for row in &rows {
@@ -274,6 +322,8 @@ pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
                             td.num { (layout::thousands(&row.conversions.to_string())) }
                             td.num { (layout::thousands(&row.revenue.to_string())) }
                             td.num { (row.unconverted) }
+                            td.num { (layout::thousands(&row.refunds.to_string())) }
+                            td.num { (layout::thousands(&row.net().to_string())) }
                         }
                     }
                     tr.total #report-total {
@@ -281,12 +331,14 @@ pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
                         td.num { (layout::thousands(&sum.conversions.to_string())) }
                         td.num { (layout::thousands(&sum.revenue.to_string())) }
                         td.num { (sum.unconverted) }
+                        td.num { (layout::thousands(&sum.refunds.to_string())) }
+                        td.num { (layout::thousands(&sum.net().to_string())) }
                     }
                 }
             }
         }
         p.hint { "Revenue counts processed conversions, converted to " (site.currency)
-            ". Unconverted: conversions not yet in " (site.currency) " (queued, waiting for exchange rates, or failed), counted apart; "
+            ", as first reported; refunds are what their refunds, cancellations and restatements took off it (by the order's date, or by the adjustment's), and net revenue is revenue less refunds. Unconverted: conversions not yet in " (site.currency) " (queued, waiting for exchange rates, or failed), counted apart; "
             (crate::attribution::NOT_SET) " is a visit without that UTM parameter (null in the API)." }
     };
     Ok(layout::html(

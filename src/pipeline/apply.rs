@@ -75,6 +75,8 @@ fn apply_one(
             attribution, fx, ..
         } => {
             store::pipeline::finish(conn, item.id, &item.conversion_id, attribution, fx, now_ms)?;
+            // An adjustment may have arrived before the order had a value in the site currency.
+            store::adjustments::settle(conn, &item.conversion_id)?;
             if forwarding {
                 write_deliveries(conn, &item.conversion_id, now_ms)?;
             }

@@ -30,7 +30,7 @@ pub struct Adjustment {
 
 impl Adjustment {
     /// The ledger's view of it; `None` when its stored text is not what was written.
-    fn entry(&self) -> Result<Entry> {
+    pub(in crate::store) fn entry(&self) -> Result<Entry> {
         let kind = Kind::parse(&self.kind)
             .ok_or_else(|| StoreError::Other(format!("unknown adjustment type {:?}", self.kind)))?;
         Ok(Entry {
@@ -318,7 +318,89 @@ pub fn record(conn: &impl AsConn, a: &NewAdjustment, now_ms: i64) -> Result<Reco
     )?;
     // Passed on to the site's destinations, durably with the adjustment itself.
     super::adjustment_deliveries::enqueue(conn, &a.site_id, &a.order_id, &a.adjustment_id, now_ms)?;
+    conn.conn().execute(
+        &format!(
+            "UPDATE adjustments SET (cell_day, cell_type, cell_attributed, cell_source,
+                cell_medium, cell_campaign, cell_nulls, counted) =
+                (SELECT {CELL} FROM conversions c WHERE c.id = adjustments.conversion_id)
+             WHERE conversion_id = ?1 AND adjustment_id = ?2"
+        ),
+        args![&order.id, &a.adjustment_id],
+    )?;
+    settle(conn, &order.id)?;
     Ok(Recorded::Accepted(answer))
+}
+
+/// An order's report cell as `adjustments.cell_*` and `counted` copy it from its conversion `c`
+/// (`migrations/*/0016_net_revenue.sql`, whose trigger keeps the copies afterwards).
+const CELL: &str = "c.occurred_at / 86400000 - (CASE WHEN c.occurred_at % 86400000 < 0 THEN 1 ELSE 0 END),
+    c.type, (CASE WHEN c.attr_model IS NOT NULL THEN 1 ELSE 0 END), COALESCE(c.attr_source, ''),
+    COALESCE(c.attr_medium, ''), COALESCE(c.attr_campaign, ''),
+    (CASE WHEN c.attr_source IS NULL THEN 1 ELSE 0 END) + 2 * (CASE WHEN c.attr_medium IS NULL THEN 1 ELSE 0 END)
+        + 4 * (CASE WHEN c.attr_campaign IS NULL THEN 1 ELSE 0 END),
+    (CASE WHEN c.status = 'processed' AND c.reporting_value IS NOT NULL THEN 1 ELSE 0 END)";
+
+/// Recomputes the changes ([`super::report::deltas`]) of conversion `conversion_id`'s whole ledger and stores the
+/// ones that differ, inside the caller's write transaction; the report's rollup follows by trigger.
+/// Called on every write of the ledger and whenever the pipeline stores the order's reporting value
+/// (an adjustment may arrive before it: its change is unknown until then). Costs one indexed read
+/// for an order without adjustments.
+pub fn settle(conn: &impl AsConn, conversion_id: &str) -> Result<()> {
+    type Stored = (Adjustment, Option<String>, Option<i64>);
+    let stored: Vec<Stored> = conn.conn().query_all(
+        &format!(
+            "SELECT {COLUMNS}, net_delta, net_delta_minor FROM adjustments WHERE conversion_id = ?1"
+        ),
+        args![conversion_id],
+        |r| Ok((adjustment(r)?, r.get(8)?, r.get(9)?)),
+    )?;
+    if stored.is_empty() {
+        return Ok(());
+    }
+    let order = conn.conn().query_opt(
+        "SELECT value, reporting_value, reporting_currency, fx_rate FROM conversions WHERE id = ?1",
+        args![conversion_id],
+        |r| {
+            Ok((
+                r.get::<Option<String>>(0)?,
+                r.get::<Option<String>>(1)?,
+                r.get::<Option<String>>(2)?,
+                r.get::<Option<String>>(3)?,
+            ))
+        },
+    )?;
+    let Some((value, reporting, currency, rate)) = order else {
+        return Ok(());
+    };
+    let entries = stored
+        .iter()
+        .map(|(a, _, _)| a.entry())
+        .collect::<Result<Vec<_>>>()?;
+    let changes = super::report::deltas(
+        value.as_deref(),
+        reporting.as_deref(),
+        currency.as_deref(),
+        rate.as_deref(),
+        &entries,
+    )?;
+    for (arrival, change) in changes {
+        let text = change.map(|d| d.to_string());
+        let minor = match (&text, &currency) {
+            (Some(t), Some(c)) => super::report::minor_amount(t, c),
+            _ => None,
+        };
+        let Some((_, was_text, was_minor)) = stored.iter().find(|(a, _, _)| a.arrival == arrival)
+        else {
+            continue;
+        };
+        if *was_text != text || *was_minor != minor {
+            conn.conn().execute(
+                "UPDATE adjustments SET net_delta = ?2, net_delta_minor = ?3 WHERE id = ?1",
+                args![arrival, &text, minor],
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// The first answer of the adjustment `adjustment_id` of conversion `conversion_id`.
@@ -350,7 +432,6 @@ pub fn net_in_site_currency(
     let (Some(reporting), Some(currency)) = (&order.fx.value, &order.fx.currency) else {
         return Ok(None);
     };
-    let minor = crate::fx::minor_units(currency);
     let reported = order
         .conversion
         .value
@@ -358,17 +439,14 @@ pub fn net_in_site_currency(
         .map(decimal)
         .transpose()?
         .unwrap_or(Decimal::ZERO);
-    if net == reported {
-        return Ok(Some(decimal(reporting)?));
-    }
-    if !reported.is_zero() {
-        let scaled = decimal(reporting)?
-            .checked_mul(net)
-            .and_then(|x| x.checked_div(reported));
-        return Ok(scaled.map(|x| crate::fx::round_to_minor(x, minor)));
-    }
     let rate = order.fx.rate.as_deref().map(decimal).transpose()?;
-    Ok(ledger::in_site_currency(net, rate, minor))
+    Ok(super::report::site_value(
+        reported,
+        decimal(reporting)?,
+        crate::fx::minor_units(currency),
+        rate,
+        net,
+    ))
 }
 
 #[cfg(test)]

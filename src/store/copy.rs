@@ -39,6 +39,10 @@
 //!   to 0 (a deleted conversion leaves its cell at 0 on both engines) are copied as they are,
 //!   zero, so that the rollups have the same rows. A source whose rollup disagrees with its
 //!   conversions is refused, naming the first cell.
+//! - **The net revenue's rollup.** `report_refunds` is built in the target by its trigger on
+//!   `adjustments` as they are copied (each row carries its change and its order's cell), never
+//!   copied; its zero cells are deleted on both engines, so its row count is checked as every
+//!   table's.
 //! - **Checks before the commit.** Each table's row count equals the source's, and the caller's
 //!   own check (the CLI compares each site's report on both connections) passes.
 
@@ -75,6 +79,7 @@ pub const TABLES: &[&str] = &[
     "users",
     "web_sessions",
     "report_daily",
+    "report_refunds",
     "first_run",
     "daily_salts",
     "user_tokens",
@@ -84,7 +89,16 @@ pub const TABLES: &[&str] = &[
 const ROLLUP_TRIGGER: (&str, &str) = ("conversions", "report_daily_track");
 
 /// The triggers of the PostgreSQL schema that this copy knows the effect of (table, trigger).
-const KNOWN_TRIGGERS: &[(&str, &str)] = &[ROLLUP_TRIGGER];
+const KNOWN_TRIGGERS: &[(&str, &str)] = &[ROLLUP_TRIGGER, REFUNDS_TRIGGERS[0], REFUNDS_TRIGGERS[1]];
+
+/// The net revenue's triggers (`0016_net_revenue.sql`): `report_refunds` is built in the target by
+/// the first as `adjustments` are copied, never copied itself; the second fires on updates only.
+/// Its cells whose sums came back to 0 are deleted on both engines, so its row count is compared
+/// like every table's.
+const REFUNDS_TRIGGERS: [(&str, &str); 2] = [
+    ("adjustments", "report_refunds_track"),
+    ("conversions", "adjustments_follow_conversion"),
+];
 
 /// Rows between two [`Step::Rows`] reports.
 const PROGRESS_EVERY: u64 = 1_000;
@@ -306,6 +320,8 @@ fn copy_in(
             progress(Step::Table { table, total });
             let rows = if *table == "report_daily" {
                 copy_rollup(source, client, columns, total, trigger_off, progress)?
+            } else if *table == "report_refunds" {
+                count_postgres(client, table)?
             } else {
                 if *table == ROLLUP_TRIGGER.0 {
                     trigger_off = switch_rollup_trigger_off(client)?;

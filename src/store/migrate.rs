@@ -222,6 +222,10 @@ mod tests {
             "0015_adjustment_deliveries.sql",
             "f46672c1d7a81fcac3f807a4f0a3198b38d80bccf460b84b61d2b26f26ae13bd",
         ),
+        (
+            "0016_net_revenue.sql",
+            "9a02182ea01186bea78d99e6c9c9d889465b28eb24abd0fa887ff1ee31d4bae2",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

@@ -11,6 +11,12 @@
 //! without integer minor units (a currency without them, such as XAU, or an amount past 64 bits),
 //! or a cell whose sum went past 64 bits (SQLite then stores it as an approximate REAL).
 //!
+//! The net revenue has a rollup of its own, `report_refunds` (`migrations/*/0016_net_revenue.sql`):
+//! per site, date basis ([`Dated`]), UTC day and the same cell, the sum of the adjustments'
+//! changes of their orders' net values, kept by triggers on `adjustments`. The changes themselves
+//! are [`deltas`], which `store::adjustments::settle` stores; [`check_refunds`] checks both from
+//! scratch, and [`each_change`] is their row-by-row read.
+//!
 //! On PostgreSQL the rollup's revenue is `NUMERIC`, so a cell never overflows; a sum past 64 bits
 //! is answered as not exact, like SQLite's. The reads are written once for both engines except
 //! [`sums`] (SQLite's `REAL` cells and its `SUM` overflow error, against PostgreSQL's range check)
@@ -22,6 +28,7 @@ use rust_decimal::Decimal;
 
 use super::engine::{args, AsConn, Conn, FromColumn, Row};
 use super::{Result, StoreError};
+use crate::ledger::{Entry, Kind};
 
 /// The milliseconds of a UTC day.
 pub const DAY_MS: i64 = 86_400_000;
@@ -248,10 +255,343 @@ pub fn days(
     )
 }
 
+/// The day an adjustment's change of an order's net value counts on (docs/decisions.md §11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dated {
+    /// The order's day, in its cell: what a campaign earned.
+    #[default]
+    Order,
+    /// The adjustment's `occurredAt` day, in the order's cell: money in the period.
+    Adjustment,
+}
+
+impl Dated {
+    /// `report_refunds.dated`.
+    fn code(self) -> i64 {
+        match self {
+            Dated::Order => 0,
+            Dated::Adjustment => 1,
+        }
+    }
+}
+
+/// The changes of net value summed per grouping key over the UTC days `[from_day, to_day)` of
+/// `dated`, from `report_refunds` (in `Sums::revenue_minor`; the counts are 0); `None` when the
+/// sums cannot be exact (see [`sums`]).
+pub fn change_groups(
+    conn: &impl AsConn,
+    site_id: &str,
+    from_day: i64,
+    to_day: i64,
+    by: GroupBy,
+    dated: Dated,
+) -> Result<Option<Vec<Sums<Option<String>>>>> {
+    let dated_code = dated.code();
+    let sqlite = format!(
+        "SELECT {} AS k, attributed, 0, SUM(net_change_minor), 0,
+            SUM(inexact) + SUM(typeof(net_change_minor) <> 'integer')
+         FROM report_refunds WHERE site_id = ?1 AND dated = {dated_code} AND day >= ?2 AND day < ?3
+         GROUP BY k, attributed",
+        by.rollup_key()
+    );
+    let postgres = format!(
+        "SELECT {} AS k, attributed, CAST(0 AS BIGINT),
+            CASE WHEN SUM(net_change_minor) BETWEEN -9223372036854775808 AND 9223372036854775807
+                THEN CAST(SUM(net_change_minor) AS BIGINT) ELSE 0 END,
+            CAST(0 AS BIGINT),
+            CAST(SUM(inexact) AS BIGINT)
+                + CASE WHEN SUM(net_change_minor) BETWEEN -9223372036854775808 AND 9223372036854775807
+                    THEN 0 ELSE 1 END
+         FROM report_refunds WHERE site_id = ?1 AND dated = {dated_code} AND day >= ?2 AND day < ?3
+         GROUP BY k, attributed",
+        by.rollup_key()
+    );
+    sums(conn, &sqlite, &postgres, site_id, from_day, to_day)
+}
+
+/// The change each adjustment made to the order's net value in the site currency, in `occurredAt`
+/// order (ties: arrival), as `(arrival, change)`: the net value in the site currency after it
+/// ([`site_value`]) less the one before it, starting from the reporting value. The changes add up
+/// to the net value less the reporting value, so an order's refunds are exactly its reporting value
+/// less its net value (0 net for a full refund or a cancel). `None` while the order has no
+/// reporting value (`reporting`: decimal text in `currency`, the site's); `value`: the reported
+/// value (`None` counts as 0); `rate`: the order's stored rate.
+pub fn deltas(
+    value: Option<&str>,
+    reporting: Option<&str>,
+    currency: Option<&str>,
+    rate: Option<&str>,
+    entries: &[Entry],
+) -> Result<Vec<(i64, Option<Decimal>)>> {
+    let decimal = |text: &str| {
+        crate::fx::decimal(text).map_err(|e| StoreError::Other(format!("stored money {e}")))
+    };
+    let mut sorted: Vec<Entry> = entries.to_vec();
+    sorted.sort_by_key(|e| (e.occurred_at, e.arrival));
+    let reported = value.map(decimal).transpose()?.unwrap_or(Decimal::ZERO);
+    let site = match (reporting, currency) {
+        (Some(r), Some(c)) => Some((
+            decimal(r)?,
+            crate::fx::minor_units(c),
+            rate.map(decimal).transpose()?,
+        )),
+        _ => None,
+    };
+    let mut before = site.map(|(reporting, _, _)| reporting);
+    let mut out = Vec::with_capacity(sorted.len());
+    for i in 0..sorted.len() {
+        let net = crate::ledger::net(reported, &sorted[..=i]).value;
+        let after = site
+            .and_then(|(reporting, minor, rate)| site_value(reported, reporting, minor, rate, net));
+        let change = match (before, after) {
+            (Some(b), Some(a)) => a.checked_sub(b),
+            _ => None,
+        };
+        out.push((sorted[i].arrival, change));
+        before = after;
+    }
+    Ok(out)
+}
+
+/// The net value `net` of an order in the site currency, at the order's own rate: `reporting` (its
+/// reporting value, for its reported value `reported`) scaled by `net` over `reported`, so that an
+/// unadjusted order keeps its reporting value and a fully refunded one is exactly 0; or `net`
+/// times `rate` when the reported value is 0; rounded to `minor` places. `None` without a rate
+/// where one is needed, or past the decimal range.
+pub(in crate::store) fn site_value(
+    reported: Decimal,
+    reporting: Decimal,
+    minor: Option<u32>,
+    rate: Option<Decimal>,
+    net: Decimal,
+) -> Option<Decimal> {
+    if net == reported {
+        return Some(reporting);
+    }
+    if !reported.is_zero() {
+        let scaled = reporting.checked_mul(net)?.checked_div(reported)?;
+        return Some(crate::fx::round_to_minor(scaled, minor));
+    }
+    crate::ledger::in_site_currency(net, rate, minor)
+}
+
+/// One adjustment's change of its order's net value, as the report's row-by-row read sees it.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// The order's grouping column.
+    pub key: Option<String>,
+    /// Whether attribution has run on the order.
+    pub attributed: bool,
+    /// Decimal text in the site currency; `None` while unknown (it counts 0).
+    pub net_delta: Option<String>,
+}
+
+/// Calls `f` with each change of a counted order (processed, with a reporting value) of the site
+/// whose order (`Dated::Order`) or adjustment (`Dated::Adjustment`) occurred in `[from_ms,
+/// to_ms)`, one at a time: [`each_line`]'s companion for the net revenue.
+pub fn each_change<E: From<StoreError>>(
+    conn: &impl AsConn,
+    site_id: &str,
+    from_ms: i64,
+    to_ms: i64,
+    by: GroupBy,
+    dated: Dated,
+    mut f: impl FnMut(Change) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let at_column = match dated {
+        Dated::Order => "c.occurred_at",
+        Dated::Adjustment => "a.occurred_at",
+    };
+    conn.conn().query_each(
+        &format!(
+            "SELECT c.{}, c.attr_model IS NOT NULL, a.net_delta
+             FROM adjustments a JOIN conversions c ON c.id = a.conversion_id
+             WHERE a.site_id = ?1 AND {at_column} >= ?2 AND {at_column} < ?3 AND c.status = 'processed'
+                AND c.reporting_value IS NOT NULL",
+            by.column()
+        ),
+        args![site_id, from_ms, to_ms],
+        |r| {
+            f(Change {
+                key: r.get(0)?,
+                attributed: r.get(1)?,
+                net_delta: r.get(2)?,
+            })
+        },
+    )
+}
+
+/// A `report_refunds` cell: site, dated, day, type, attributed, source, medium, campaign, nulls.
+type RefundCell = (String, i64, i64, String, i64, String, String, String, i64);
+
+/// What [`check_refunds`] reads of one adjustment and its order.
+struct Checked {
+    conversion_id: String,
+    adjustment_id: String,
+    entry: Entry,
+    net_delta: Option<String>,
+    net_delta_minor: Option<i64>,
+    site_id: String,
+    order: [Option<String>; 4],
+    cell: (i64, String, i64, String, String, String, i64),
+    counted: bool,
+}
+
+/// Where the net revenue's stored data differs from what it is from scratch, on either engine:
+/// each adjustment's change against [`deltas`] of its order's whole ledger
+/// now (`stale: …`), and `report_refunds` against an aggregation of those changes by the orders'
+/// own columns (`missing: …`, `extra: …`). Empty when every write kept them. Reads every
+/// adjustment; for tests and an operator's check.
+pub fn check_refunds(conn: &impl AsConn) -> Result<Vec<String>> {
+    use std::collections::BTreeMap;
+    let mut rows: Vec<Checked> = Vec::new();
+    conn.conn().query_each(
+        "SELECT a.adjustment_id, a.type, a.value, NULL, a.occurred_at, NULL, NULL, a.id, a.conversion_id, a.net_delta, a.net_delta_minor, a.site_id,
+            c.value, c.reporting_value, c.reporting_currency, c.fx_rate,
+            c.occurred_at / 86400000 - (CASE WHEN c.occurred_at % 86400000 < 0 THEN 1 ELSE 0 END),
+            c.type, (CASE WHEN c.attr_model IS NOT NULL THEN 1 ELSE 0 END),
+            COALESCE(c.attr_source, ''), COALESCE(c.attr_medium, ''), COALESCE(c.attr_campaign, ''),
+            (CASE WHEN c.attr_source IS NULL THEN 1 ELSE 0 END)
+                + 2 * (CASE WHEN c.attr_medium IS NULL THEN 1 ELSE 0 END)
+                + 4 * (CASE WHEN c.attr_campaign IS NULL THEN 1 ELSE 0 END),
+            c.status = 'processed' AND c.reporting_value IS NOT NULL
+         FROM adjustments a JOIN conversions c ON c.id = a.conversion_id
+         ORDER BY a.conversion_id, a.id",
+        args![],
+        |r| {
+            let kind: String = r.get(1)?;
+            let value: Option<String> = r.get(2)?;
+            rows.push(Checked {
+                adjustment_id: r.get(0)?,
+                entry: Entry {
+                    kind: Kind::parse(&kind).ok_or_else(|| {
+                        StoreError::Other(format!("unknown adjustment type {kind:?}"))
+                    })?,
+                    value: value
+                        .as_deref()
+                        .map(crate::fx::decimal)
+                        .transpose()
+                        .map_err(|e| StoreError::Other(format!("stored adjustment value {e}")))?,
+                    occurred_at: r.get(4)?,
+                    arrival: r.get(7)?,
+                },
+                conversion_id: r.get(8)?,
+                net_delta: r.get(9)?,
+                net_delta_minor: r.get(10)?,
+                site_id: r.get(11)?,
+                order: [r.get(12)?, r.get(13)?, r.get(14)?, r.get(15)?],
+                cell: (
+                    r.get(16)?,
+                    r.get(17)?,
+                    r.get(18)?,
+                    r.get(19)?,
+                    r.get(20)?,
+                    r.get(21)?,
+                    r.get(22)?,
+                ),
+                counted: r.get(23)?,
+            });
+            Ok::<_, StoreError>(())
+        },
+    )?;
+    let mut out = Vec::new();
+    let mut scratch: BTreeMap<RefundCell, (i128, i64)> = BTreeMap::new();
+    for order in rows.chunk_by(|a, b| a.conversion_id == b.conversion_id) {
+        let first = &order[0];
+        let [value, reporting, currency, rate] = &first.order;
+        let entries: Vec<Entry> = order.iter().map(|c| c.entry.clone()).collect();
+        let changes = deltas(
+            value.as_deref(),
+            reporting.as_deref(),
+            currency.as_deref(),
+            rate.as_deref(),
+            &entries,
+        )?;
+        for c in order {
+            let change = changes
+                .iter()
+                .find(|(arrival, _)| *arrival == c.entry.arrival)
+                .and_then(|(_, d)| d.map(|d| d.to_string()));
+            let minor = match (&change, currency) {
+                (Some(t), Some(cur)) => minor_amount(t, cur),
+                _ => None,
+            };
+            if change != c.net_delta || minor != c.net_delta_minor {
+                out.push(format!(
+                    "stale: adjustment {} of {}: stored {:?} {:?}, from scratch {change:?} {minor:?}",
+                    c.adjustment_id, c.conversion_id, c.net_delta, c.net_delta_minor
+                ));
+            }
+            if !c.counted {
+                continue;
+            }
+            let (day, t, attributed, source, medium, campaign, nulls) = c.cell.clone();
+            let adjustment_day = c.entry.occurred_at.div_euclid(DAY_MS);
+            for (dated, day) in [(0, day), (1, adjustment_day)] {
+                let sums = scratch
+                    .entry((
+                        c.site_id.clone(),
+                        dated,
+                        day,
+                        t.clone(),
+                        attributed,
+                        source.clone(),
+                        medium.clone(),
+                        campaign.clone(),
+                        nulls,
+                    ))
+                    .or_default();
+                sums.0 += i128::from(c.net_delta_minor.unwrap_or(0));
+                sums.1 += i64::from(c.net_delta_minor.is_none());
+            }
+        }
+    }
+    scratch.retain(|_, v| *v != (0, 0));
+    let mut kept: BTreeMap<RefundCell, (i128, i64)> = BTreeMap::new();
+    conn.conn().query_each(
+        "SELECT site_id, dated, day, type, attributed, source, medium, campaign, nulls,
+            CAST(net_change_minor AS TEXT), inexact FROM report_refunds",
+        args![],
+        |r| {
+            let text: String = r.get(9)?;
+            let sum = text
+                .parse::<i128>()
+                .map_err(|_| StoreError::Other(format!("report_refunds holds {text:?}")))?;
+            kept.insert(
+                (
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                    r.get(8)?,
+                ),
+                (sum, r.get(10)?),
+            );
+            Ok::<_, StoreError>(())
+        },
+    )?;
+    for (cell, sums) in &scratch {
+        if kept.get(cell) != Some(sums) {
+            out.push(format!("missing: {cell:?} {sums:?}"));
+        }
+    }
+    for (cell, sums) in &kept {
+        if scratch.get(cell) != Some(sums) {
+            out.push(format!("extra: {cell:?} {sums:?}"));
+        }
+    }
+    Ok(out)
+}
+
 /// The rollup's cells that differ from an aggregation of `conversions` from scratch, each as
 /// `missing: …` (in the aggregation, not in the rollup) or `extra: …` (the other way); empty when
-/// the triggers kept it exact. Cells whose counts all came back to 0 are not differences. For
-/// tests and for an operator's check; it reads every conversion.
+/// the triggers kept it exact. Cells whose counts all came back to 0 are not differences. Then
+/// [`check_refunds`]'s differences. For tests and for an operator's check; it reads every
+/// conversion.
 pub fn check_rollup(conn: &Connection) -> Result<Vec<String>> {
     // A cell's key and sums as 0005_report_rollup.sql's triggers compute them for one row.
     let sql = "WITH scratch AS (
@@ -289,7 +629,9 @@ pub fn check_rollup(conn: &Connection) -> Result<Vec<String>> {
             cells[1..].join(" ")
         ))
     })?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    let mut out = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    out.extend(check_refunds(conn)?);
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -373,6 +715,101 @@ mod tests {
             "day -1 is inexact"
         );
         assert_eq!(days_in(&conn, 0, 5), vec![(1, 2, 210, 0)]);
+    }
+
+    /// Migration 14 computes the changes of the ledgers there are with the arithmetic of every later
+    /// write: a partial then full refund of a USD order nets 0 in EUR; a restate upwards is a negative
+    /// refund; a cancel takes the whole value; an order not converted yet counts nothing.
+    #[test]
+    fn the_migration_computes_the_existing_ledgers_changes_and_builds_their_rollup() {
+        let mut conn = super::super::version_1_fixture();
+        super::super::engine::sqlite::migrate_to(&mut conn, 15).unwrap();
+        conn.execute_batch(
+            "INSERT INTO sessions (id, site_id, visitor_id, started_at, last_activity_at)
+                 VALUES ('x', 's', 'v', 0, 0);
+             INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id, value,
+                     currency, occurred_at, created_at, status, attr_model, attr_source,
+                     attr_medium, attr_campaign, reporting_value, reporting_minor,
+                     reporting_currency, fx_rate)
+                 VALUES ('usd', 's', 'o1', 'purchase', 'x', 'v', '49.99', 'USD', 86400000, 0,
+                         'processed', 'last_touch', 'news', 'email', NULL, '47.61', 4761, 'EUR', '1.05'),
+                        ('up', 's', 'o2', 'purchase', 'x', 'v', '50', 'EUR', 86400000, 0,
+                         'processed', 'last_touch', 'news', 'email', NULL, '50.00', 5000, 'EUR', '1'),
+                        ('gone', 's', 'o3', 'purchase', 'x', 'v', '20', 'EUR', 172800000, 0,
+                         'processed', 'last_touch', 'ads', 'cpc', NULL, '20.00', 2000, 'EUR', '1'),
+                        ('new', 's', 'o4', 'purchase', 'x', 'v', '10', 'EUR', 172800000, 0,
+                         'queued', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+             INSERT INTO adjustments (conversion_id, site_id, order_id, adjustment_id, type, value,
+                     currency, occurred_at, received_at, answer_net, answer_state)
+                 VALUES ('usd', 's', 'o1', 'a', 'refund', '16.66', 'USD', 259200000, 0, '', ''),
+                        ('usd', 's', 'o1', 'b', 'refund', '33.33', 'USD', 259200001, 0, '', ''),
+                        ('up', 's', 'o2', 's', 'restate', '80', 'EUR', 259200000, 0, '', ''),
+                        ('gone', 's', 'o3', 'r', 'refund', '5', 'EUR', 172800001, 0, '', ''),
+                        ('gone', 's', 'o3', 'c', 'cancel', NULL, 'EUR', 172800002, 0, '', ''),
+                        ('new', 's', 'o4', 'r', 'refund', '4', 'EUR', 172800001, 0, '', '');",
+        )
+        .unwrap();
+        super::super::migrate(&mut conn).unwrap();
+        let changes: Vec<String> = conn
+            .prepare(
+                "SELECT adjustment_id || ' ' || quote(net_delta) || ' ' || quote(net_delta_minor)
+                    || ' ' || counted FROM adjustments ORDER BY id",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            changes,
+            [
+                "a '-15.87' -1587 1",
+                "b '-31.74' -3174 1",
+                "s '30.00' 3000 1",
+                "r '-5.00' -500 1",
+                "c '-15.00' -1500 1",
+                "r NULL NULL 0",
+            ]
+        );
+        let cells: Vec<String> = conn
+            .prepare(
+                "SELECT dated || ' ' || day || ' ' || source || ' ' || net_change_minor || ' ' ||
+                    inexact FROM report_refunds ORDER BY dated, day, source",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        // By the order's day: news -47.61 + 30.00 on day 1, ads -20.00 on day 2; by the
+        // adjustment's: ads on day 2, news on day 3.
+        assert_eq!(
+            cells,
+            [
+                "0 1 news -1761 0",
+                "0 2 ads -2000 0",
+                "1 2 ads -2000 0",
+                "1 3 news -1761 0"
+            ]
+        );
+        assert_eq!(check_rollup(&conn).unwrap(), Vec::<String>::new());
+        // Converting the queued order makes its early refund count.
+        conn.execute(
+            "UPDATE conversions SET status = 'processed', attr_model = 'last_touch',
+                reporting_value = '10.00', reporting_minor = 1000, reporting_currency = 'EUR',
+                fx_rate = '1' WHERE id = 'new'",
+            [],
+        )
+        .unwrap();
+        assert!(
+            !check_rollup(&conn).unwrap().is_empty(),
+            "stale until settled"
+        );
+        crate::store::adjustments::settle(&conn, "new").unwrap();
+        assert_eq!(check_rollup(&conn).unwrap(), Vec::<String>::new());
+        conn.execute("DELETE FROM conversions WHERE id IN ('usd', 'new')", [])
+            .unwrap();
+        assert_eq!(check_rollup(&conn).unwrap(), Vec::<String>::new());
     }
 
     fn days_in(conn: &Connection, from: i64, to: i64) -> Vec<(i64, i64, i64, i64)> {

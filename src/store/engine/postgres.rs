@@ -78,6 +78,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0015_adjustment_deliveries.sql",
         include_str!("../migrations/postgres/0015_adjustment_deliveries.sql"),
     ),
+    Migration::new(
+        16,
+        "0016_net_revenue.sql",
+        include_str!("../migrations/postgres/0016_net_revenue.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.
@@ -748,7 +753,11 @@ pub fn schema_version(client: &mut Client) -> Result<i64> {
 /// Brings the database to [`crate::store::SCHEMA_VERSION`] under the migration lock; refuses a
 /// newer one.
 pub fn migrate(client: &mut Client) -> Result<()> {
-    let target = crate::store::SCHEMA_VERSION;
+    migrate_to(client, crate::store::SCHEMA_VERSION)
+}
+
+/// [`migrate`], stopping at `target` (tests build a database as an older binary left it).
+pub fn migrate_to(client: &mut Client, target: i64) -> Result<()> {
     migrate::run(
         &mut PgChain {
             client,

@@ -233,6 +233,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0015_adjustment_deliveries.sql",
         include_str!("../migrations/sqlite/0015_adjustment_deliveries.sql"),
     ),
+    Migration::new(
+        16,
+        "0016_net_revenue.sql",
+        include_str!("../migrations/sqlite/0016_net_revenue.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.
@@ -246,14 +251,32 @@ struct RustFunction {
 }
 
 /// The Rust functions each migration's SQL calls, by its file.
-const FUNCTIONS: &[(&str, RustFunction)] = &[(
-    "0005_report_rollup.sql",
-    RustFunction {
-        name: "m0005_minor_amount",
-        args: 2,
-        f: m0005_minor_amount,
-    },
-)];
+const FUNCTIONS: &[(&str, RustFunction)] = &[
+    (
+        "0005_report_rollup.sql",
+        RustFunction {
+            name: "m0005_minor_amount",
+            args: 2,
+            f: m0005_minor_amount,
+        },
+    ),
+    (
+        "0016_net_revenue.sql",
+        RustFunction {
+            name: "m0016_net_delta",
+            args: 6,
+            f: m0016_net_delta,
+        },
+    ),
+    (
+        "0016_net_revenue.sql",
+        RustFunction {
+            name: "m0016_minor_amount",
+            args: 2,
+            f: m0005_minor_amount,
+        },
+    ),
+];
 
 /// `m0005_minor_amount(value, currency)`, the Rust part of `0005_report_rollup.sql`: the existing
 /// rows' `reporting_minor`, exact decimal arithmetic SQL has not. It is `report::minor_amount`, the
@@ -268,6 +291,63 @@ fn m0005_minor_amount(ctx: &Context<'_>) -> rusqlite::Result<rusqlite::types::Va
         ),
         _ => rusqlite::types::Value::Null,
     })
+}
+
+/// `m0016_net_delta(value, reporting_value, reporting_currency, fx_rate, ledger, id)`, the Rust
+/// part of `0016_net_revenue.sql`: the change adjustment `id` made to its order's net value in the
+/// site currency, by `store::report::deltas`, the function every later write uses. `ledger`
+/// is the order's adjustments as `id,type,value,occurred_at` joined by `;`. NULL where the order
+/// has no value in the site currency; an error for a ledger that is not what was written.
+fn m0016_net_delta(ctx: &Context<'_>) -> rusqlite::Result<rusqlite::types::Value> {
+    use crate::ledger::{Entry, Kind};
+    let broken = |why: String| rusqlite::Error::UserFunctionError(why.into());
+    let value: Option<String> = ctx.get(0)?;
+    let reporting: Option<String> = ctx.get(1)?;
+    let currency: Option<String> = ctx.get(2)?;
+    let rate: Option<String> = ctx.get(3)?;
+    let ledger: Option<String> = ctx.get(4)?;
+    let id: i64 = ctx.get(5)?;
+    let mut entries = Vec::new();
+    for item in ledger
+        .as_deref()
+        .unwrap_or("")
+        .split(';')
+        .filter(|s| !s.is_empty())
+    {
+        let fields: Vec<&str> = item.split(',').collect();
+        let [arrival, kind, value, occurred_at] = fields[..] else {
+            return Err(broken(format!(
+                "adjustment {item:?} is not id,type,value,occurred_at"
+            )));
+        };
+        let number = |s: &str| s.parse::<i64>().map_err(|e| broken(format!("{s:?}: {e}")));
+        let kind = Kind::parse(kind).ok_or_else(|| broken(format!("adjustment type {kind:?}")))?;
+        let value = match value {
+            "" => None,
+            v => Some(crate::fx::decimal(v).map_err(|e| broken(format!("adjustment value {e}")))?),
+        };
+        entries.push(Entry {
+            kind,
+            value,
+            occurred_at: number(occurred_at)?,
+            arrival: number(arrival)?,
+        });
+    }
+    let deltas = crate::store::report::deltas(
+        value.as_deref(),
+        reporting.as_deref(),
+        currency.as_deref(),
+        rate.as_deref(),
+        &entries,
+    )
+    .map_err(|e| broken(e.to_string()))?;
+    Ok(deltas
+        .into_iter()
+        .find(|(arrival, _)| *arrival == id)
+        .and_then(|(_, d)| d)
+        .map_or(rusqlite::types::Value::Null, |d| {
+            rusqlite::types::Value::Text(d.to_string())
+        }))
 }
 
 pub(in crate::store) fn user_version(conn: &Connection) -> Result<i64> {
