@@ -69,6 +69,8 @@ pub const TABLES: &[&str] = &[
     "outbox",
     "destinations",
     "deliveries",
+    "sources",
+    "hook_events",
     "fx_rates",
     "users",
     "web_sessions",

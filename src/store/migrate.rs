@@ -214,6 +214,10 @@ mod tests {
             "0013_site_deletion.sql",
             "9a12a4f12ff9b70a5c8c0603b7ca98951818a612b9afeb2b0d932296f4fd3a66",
         ),
+        (
+            "0017_sources.sql",
+            "e8123269a6a291c43244a3135d38bfe91860d1a6a63413d04a27a99a54756d46",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {
