@@ -1,4 +1,4 @@
-//! `POST /hooks/{sourceId}`: a payment provider's webhook (docs/decisions.md, "Webhook sources").
+//! `POST /hooks/{sourceId}`: a payment provider's webhook (docs/decisions/api.md, "Webhook sources").
 //! No key: the provider's signature over the raw body is the authentication. A Stripe event
 //! becomes a purchase through the API's own store path (`store::conversions::record_api_with`) or
 //! refund adjustments through the ledger's (`store::adjustments::record`), keyed by Stripe's refund

@@ -1,4 +1,4 @@
-//! A site's webhook sources (docs/decisions.md, "Webhook sources"): where its orders are paid
+//! A site's webhook sources (docs/decisions/api.md, "Webhook sources"): where its orders are paid
 //! (Stripe, Shopify, WooCommerce), each with the secret that signs what the provider posts to
 //! `/hooks/{id}`. Add, list, remove; the secret is written once and never shown again.
 

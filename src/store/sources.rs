@@ -1,6 +1,6 @@
 //! The `sources` table (where a site's orders are paid: its webhook secret, sealed at rest by
 //! `sealed.rs` as destinations' credentials are) and `hook_events` (each provider event received,
-//! once per source and provider event id, with what became of it). docs/decisions.md, "Webhook
+//! once per source and provider event id, with what became of it). docs/decisions/api.md, "Webhook
 //! sources".
 
 use super::engine::{args, AsConn, Row};

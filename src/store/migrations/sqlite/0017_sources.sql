@@ -1,4 +1,4 @@
--- Migration 17 (PRAGMA user_version 16 -> 17): webhook sources (docs/decisions.md, "Webhook
+-- Migration 17 (PRAGMA user_version 16 -> 17): webhook sources (docs/decisions/api.md, "Webhook
 -- sources"). A source is where a site's orders are paid (Stripe, Shopify, WooCommerce): its
 -- `secret` signs what the provider posts to /hooks/{id}, sealed at rest as destinations'
 -- credentials are (store/sealed.rs); `signature_failures` and `last_failure_at` count the posts
