@@ -473,3 +473,48 @@ fn source_add_refuses_what_is_not_a_stripe_signing_secret() {
     assert_ne!(run.code, 0);
     assert!(run.stderr.contains("no site"), "{}", run.stderr);
 }
+
+#[test]
+fn a_deleted_sites_source_answers_404() {
+    let app = TestApp::start();
+    let source = stripe_source(&app);
+    let e = event("customer.created", json!({"id": "cus_1"}));
+    assert_eq!(deliver(&app, &source, &e), "ignored");
+    let run = app.cli(&["site", "delete", &app.site.id, "--confirm", "Test site"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let body = serde_json::to_vec(&event("customer.created", json!({}))).unwrap();
+    let header = signature(SECRET, now_ms() / 1000, &body);
+    expect_error(
+        &post_signed(&app, &source, &header, &body),
+        404,
+        "SOURCE_NOT_FOUND",
+    );
+}
+
+#[test]
+fn forgetting_a_client_clears_the_events_kept_with_their_ids() {
+    let app = TestApp::start();
+    let source = stripe_source(&app);
+    let client = unique("nobody");
+    let s = session("paid", 1000, "eur", Some(&client), json!({}), &unique("pi"));
+    assert_eq!(
+        deliver(&app, &source, &event("checkout.session.completed", s)),
+        "no_session"
+    );
+    let kept = |app: &TestApp| {
+        app.query_i64(
+            "SELECT COUNT(*) FROM hook_events WHERE payload IS NOT NULL AND payload LIKE ?1",
+            &[&format!("%{client}%")],
+        )
+    };
+    assert_eq!(kept(&app), 1);
+    app.cli_json(&[
+        "forget",
+        "--site",
+        &app.site.id,
+        "--client-id",
+        &client,
+        "--json",
+    ]);
+    assert_eq!(kept(&app), 0);
+}
