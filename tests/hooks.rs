@@ -518,3 +518,33 @@ fn forgetting_a_client_clears_the_events_kept_with_their_ids() {
     ]);
     assert_eq!(kept(&app), 0);
 }
+
+#[test]
+fn a_kept_event_delivered_again_is_taken_again() {
+    let app = TestApp::start();
+    let source = stripe_source(&app);
+    // The refund arrives before its order: kept, not counted.
+    let client = unique("customer");
+    shopper(&app, &client);
+    let (order_id, pi, re) = (unique("order"), unique("pi"), unique("re"));
+    let r = event("refund.created", refund_object(&re, 1500, "eur", &pi));
+    assert_eq!(deliver(&app, &source, &r), "order_unknown");
+    let s = session(
+        "paid",
+        5000,
+        "eur",
+        Some(&client),
+        json!({"order_id": order_id}),
+        &pi,
+    );
+    assert_eq!(
+        deliver(&app, &source, &event("checkout.session.completed", s)),
+        "accepted"
+    );
+    assert_eq!(order(&app, &order_id).2, "50");
+    // Resent (Stripe's Dashboard: Resend): now applied, then a repeat like any other.
+    assert_eq!(deliver(&app, &source, &r), "accepted");
+    assert_eq!(deliver(&app, &source, &r), "duplicate");
+    let (_, _, net, ids) = order(&app, &order_id);
+    assert_eq!((net.as_str(), ids), ("35", vec![re]));
+}

@@ -4,7 +4,8 @@
 //! refund adjustments through the ledger's (`store::adjustments::record`), keyed by Stripe's refund
 //! id so that each refund counts once, whichever events carry it and however often. The event's
 //! row in `hook_events` and its effects commit in one writer job before the 200; the same
-//! provider event again is answered `duplicate` and changes nothing.
+//! provider event again is answered `duplicate` and changes nothing, unless it was kept without
+//! being applied (`no_session`, `order_unknown`, ...): then it is taken again.
 //!
 //! Not yet here: Shopify and WooCommerce (`ops::sources::add` refuses them for now), and the
 //! later retry of an order whose identifiers resolve no session (its event is kept with outcome
@@ -347,7 +348,7 @@ pub fn receive(app: &App, ctx: &mut Ctx, source_id: &str) -> Result<Reply, ApiEr
         .unwrap_or(now);
     let mapped = map_stripe(&event)?;
     let (seen, session, site) = store::read(&conn, |c| {
-        if store::sources::seen(c, &source.id, &event_id)? {
+        if store::sources::settled(c, &source.id, &event_id)? {
             return Ok::<_, ApiError>((true, None, None));
         }
         let site = store::sites::by_id(c, &source.site_id)?.ok_or(ApiError::SourceNotFound)?;
@@ -427,8 +428,9 @@ impl Job {
             occurred_at,
             body,
         } = self;
-        // Decided again here: another node may have taken the same delivery meanwhile.
-        if store::sources::seen(c, &row.source_id, &row.event_id)? {
+        // Decided again here: another node may have taken the same delivery meanwhile. An event
+        // kept before (its payload stored, not applied) is taken again.
+        if store::sources::settled(c, &row.source_id, &row.event_id)? {
             return Ok(("duplicate", false));
         }
         let mut created = false;

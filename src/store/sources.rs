@@ -125,26 +125,32 @@ pub struct HookEvent {
     pub payload: Option<String>,
 }
 
-/// Whether source `source_id` received event `event_id` already.
-pub fn seen(conn: &impl AsConn, source_id: &str, event_id: &str) -> Result<bool> {
+/// Whether source `source_id` received event `event_id` already and applied it (an event kept
+/// with its payload, not applied, is taken again when it is delivered again).
+pub fn settled(conn: &impl AsConn, source_id: &str, event_id: &str) -> Result<bool> {
     Ok(conn
         .conn()
         .query_opt(
-            "SELECT 1 FROM hook_events WHERE source_id = ?1 AND event_id = ?2",
+            "SELECT 1 FROM hook_events
+             WHERE source_id = ?1 AND event_id = ?2 AND payload IS NULL",
             args![source_id, event_id],
             |_| Ok(()),
         )?
         .is_some())
 }
 
-/// Records an event unless its source received it already; whether it was recorded (false: a
-/// repeat delivery, nothing written).
+/// Records an event unless its source received and applied it already (a kept one is replaced);
+/// whether it was recorded (false: a repeat delivery, nothing written).
 pub fn record_event(conn: &impl AsConn, e: &HookEvent) -> Result<bool> {
     let n = conn.conn().execute(
         "INSERT INTO hook_events (source_id, event_id, type, received_at, outcome, order_id,
                                   payment_ref, client_id, payload)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-         ON CONFLICT (source_id, event_id) DO NOTHING",
+         ON CONFLICT (source_id, event_id) DO UPDATE SET
+             received_at = excluded.received_at, outcome = excluded.outcome,
+             order_id = excluded.order_id, payment_ref = excluded.payment_ref,
+             client_id = excluded.client_id, payload = excluded.payload
+         WHERE hook_events.payload IS NOT NULL",
         args![
             &e.source_id,
             &e.event_id,
