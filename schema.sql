@@ -1,4 +1,4 @@
--- convapi's schema at version 16 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 17 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
@@ -247,6 +247,20 @@ CREATE TABLE fx_rates (
     PRIMARY KEY (currency, date)
 ) WITHOUT ROWID;
 
+CREATE TABLE hook_events (
+    source_id    TEXT NOT NULL REFERENCES sources(id) ON DELETE CASCADE,
+    event_id     TEXT NOT NULL,
+    type         TEXT NOT NULL,
+    received_at  INTEGER NOT NULL,
+    outcome      TEXT NOT NULL,
+    order_id     TEXT,
+    payment_ref  TEXT,
+    client_id    TEXT,
+    payload      TEXT,
+    PRIMARY KEY (source_id, event_id)
+);
+CREATE INDEX hook_events_payment ON hook_events(source_id, payment_ref);
+
 CREATE TABLE outbox (
     id               INTEGER PRIMARY KEY,
     conversion_id    TEXT NOT NULL UNIQUE REFERENCES conversions(id),
@@ -327,6 +341,17 @@ CREATE TABLE sites (
     created_at   INTEGER NOT NULL
 , signed_identify INTEGER NOT NULL DEFAULT 0, identity_secret TEXT, retain_days INTEGER NOT NULL DEFAULT 395, expire_conversions INTEGER NOT NULL DEFAULT 0, consent_required INTEGER NOT NULL DEFAULT 0, deleted_at INTEGER);
 CREATE INDEX sites_tenant ON sites(tenant_id);
+
+CREATE TABLE sources (
+    id                  TEXT PRIMARY KEY,
+    site_id             TEXT NOT NULL REFERENCES sites(id) ON DELETE CASCADE,
+    kind                TEXT NOT NULL CHECK (kind IN ('stripe', 'shopify', 'woocommerce')),
+    secret              TEXT NOT NULL,
+    created_at          INTEGER NOT NULL,
+    signature_failures  INTEGER NOT NULL DEFAULT 0,
+    last_failure_at     INTEGER
+);
+CREATE INDEX sources_site ON sources(site_id);
 
 CREATE TABLE tenants (
     id          TEXT PRIMARY KEY,            -- UUID

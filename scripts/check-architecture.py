@@ -238,6 +238,7 @@ OPS_WRITES = {
     "destinations": ["insert", "insert_within", "update", "remove", "seal_all"],
     "deliveries": ["retry_failed", "replay"],
     "outbox": ["retry"],
+    "sources": ["insert", "remove"],
     "users": ["create", "set_password", "delete", "set_totp_pending", "set_totp", "accept_totp_step"],
     "user_tokens": ["create", "spend", "delete_of_user", "delete_invites", "delete_expired"],
     "web_sessions": ["delete_others"],

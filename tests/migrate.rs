@@ -13,7 +13,7 @@ use crate::common::postgres::{as_role, cluster_url, fresh_database, fresh_owned_
 use crate::common::*;
 
 /// The tables `migrate` copies (every table of the schema but `schema_version`).
-const TABLES: [&str; 22] = [
+const TABLES: [&str; 24] = [
     "tenants",
     "api_keys",
     "sites",
@@ -28,6 +28,8 @@ const TABLES: [&str; 22] = [
     "destinations",
     "deliveries",
     "adjustment_deliveries",
+    "sources",
+    "hook_events",
     "fx_rates",
     "users",
     "web_sessions",
@@ -44,7 +46,7 @@ const EMAIL: &str = "owner@shop.example";
 /// A server's database with a row in every table, made the way users make them: pixel sessions
 /// (one identified), orders through the API converted from EUR and USD, one parked without a rate
 /// (ISK), one dead letter, one still queued, a refund and a cancel, one person erased with their
-/// order and its refund (its rollup cell left at zero), a revoked key, a dashboard user logged in. The server is stopped.
+/// order and its refund (its rollup cell left at zero), a webhook source and its event, a revoked key, a dashboard user logged in. The server is stopped.
 fn populated() -> TestApp {
     let mut app = manual().start();
     let now = now_ms();
@@ -144,6 +146,11 @@ fn populated() -> TestApp {
         &json!({"visitorId": "v-news", "orderId": "o-6", "value": 1, "currency": "EUR"}),
     )
     .accepted();
+    // A webhook source with an event it received.
+    let source = app.add_stripe_source(&app.site.id, "https://stats.shop.example");
+    let event = json!({"id": "evt_1", "type": "customer.created", "data": {"object": {}}});
+    let r = app.post_stripe_event(source["id"].as_str().unwrap(), &event);
+    assert_eq!(r.status, 200, "{}", r.text());
     let spare = app.create_key(&app.tenant.id.clone());
     app.revoke_key(&spare.id);
     create_user(&app, &app.tenant.id, EMAIL, PASSWORD);

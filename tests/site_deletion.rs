@@ -312,6 +312,12 @@ fn two_sites_with_data(app: &TestApp) -> String {
             .unwrap(),
         );
         assert_eq!(r.status, 202, "{}", r.text());
+        // A webhook source with an event it received.
+        let source = app.add_stripe_source(site, "https://stats.shop.example");
+        let event =
+            json!({"id": format!("evt-{tag}"), "type": "customer.created", "data": {"object": {}}});
+        let r = app.post_stripe_event(source["id"].as_str().unwrap(), &event);
+        assert_eq!(r.status, 200, "{}", r.text());
     }
     drain(app);
     other.id

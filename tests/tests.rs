@@ -52,6 +52,9 @@ mod idempotency;
 // cancels, restates, repeats and 409, the net value in occurredAt order, concurrent refunds, the
 // status lookup's ledger. Here: a rule of refunds, cancellations or restatements.
 mod adjustments;
+// Webhook sources: `convapi source`, `POST /hooks/{sourceId}` with Stripe's signed events (purchases,
+// refunds counted once, repeats, refusals). Here: a rule of what a provider's webhook becomes.
+mod hooks;
 // The API is authoritative: order poisoning by the pixel undone, API repeats, the pixel's session
 // kept; pixel work has its own backlog budget and parked items count toward none. Here: what the
 // pixel may and may not change of what the API reported.

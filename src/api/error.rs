@@ -19,6 +19,10 @@ pub enum ApiError {
     SiteNotFound(Option<String>),
     Forbidden,
     OrderNotFound,
+    /// No webhook source with this id (`POST /hooks/{sourceId}`).
+    SourceNotFound,
+    /// A webhook's signature did not hold: why, naming the fix.
+    BadSignature(String),
     NotFound,
     MethodNotAllowed(&'static str),
     PayloadTooLarge(usize),
@@ -63,8 +67,13 @@ impl ApiError {
 
     pub fn status(&self) -> u16 {
         match self {
-            ApiError::Unauthorized | ApiError::UnauthorizedBecause(_) => 401,
-            ApiError::SiteNotFound(_) | ApiError::OrderNotFound | ApiError::NotFound => 404,
+            ApiError::Unauthorized
+            | ApiError::UnauthorizedBecause(_)
+            | ApiError::BadSignature(_) => 401,
+            ApiError::SiteNotFound(_)
+            | ApiError::OrderNotFound
+            | ApiError::SourceNotFound
+            | ApiError::NotFound => 404,
             ApiError::Forbidden => 403,
             ApiError::MethodNotAllowed(_) => 405,
             ApiError::PayloadTooLarge(_) => 413,
@@ -87,6 +96,8 @@ impl ApiError {
             ApiError::SiteNotFound(_) => "SITE_NOT_FOUND",
             ApiError::Forbidden => "FORBIDDEN",
             ApiError::OrderNotFound => "ORDER_NOT_FOUND",
+            ApiError::SourceNotFound => "SOURCE_NOT_FOUND",
+            ApiError::BadSignature(_) => "BAD_SIGNATURE",
             ApiError::NotFound => "NOT_FOUND",
             ApiError::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
             ApiError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
@@ -113,6 +124,8 @@ impl ApiError {
             ApiError::SiteNotFound(Some(why)) => format!("no such site: {why}"),
             ApiError::Forbidden => "the site does not belong to the tenant of this API key".into(),
             ApiError::OrderNotFound => crate::ledger::ORDER_NOT_FOUND.into(),
+            ApiError::SourceNotFound => "no such source: the address is not (or no longer) a webhook source of a site; convapi source list --site SITE_ID shows the addresses".into(),
+            ApiError::BadSignature(why) => why.clone(),
             ApiError::NotFound => "no such resource".into(),
             ApiError::MethodNotAllowed(allow) => format!("method not allowed; allowed: {allow}"),
             ApiError::PayloadTooLarge(limit) => format!("request body exceeds {limit} bytes"),

@@ -8,6 +8,7 @@ pub mod collect;
 pub mod conversions;
 pub mod error;
 pub mod health;
+pub mod hooks;
 pub mod people;
 pub mod routes;
 pub mod static_files;

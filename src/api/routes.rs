@@ -3,7 +3,7 @@
 //! 400 `VALIDATION_ERROR` naming it, before the handler (docs/decisions.md §2).
 
 use super::{
-    adjustments, batch, collect, conversions, health, people, static_files, ApiError, App,
+    adjustments, batch, collect, conversions, health, hooks, people, static_files, ApiError, App,
 };
 use crate::http::{decode_segment, Ctx, Lane, Reply};
 
@@ -92,6 +92,8 @@ pub fn dispatch(app: &App, ctx: &mut Ctx) -> (Route, Result<Reply, ApiError>) {
         (_, ["api", "sites", _, "conversions", _, "adjustments"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("POST"))),
         ("DELETE", ["api", "sites", site, "people", client]) => (private("people_forget"), params([("siteId", site), ("clientId", client)]).and_then(|[site, client]| people::forget(app, ctx, &site, &client))),
         (_, ["api", "sites", _, "people", _]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("DELETE"))),
+        ("POST", ["hooks", source]) => (private("hooks"), params([("sourceId", source)]).and_then(|[source]| hooks::receive(app, ctx, &source))),
+        (_, ["hooks", _]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("POST"))),
         ("POST", ["api", "collect"]) => (public("collect"), collect::collect(app, ctx)),
         ("OPTIONS", ["api", "collect"]) => (public("collect_preflight"), Ok(collect::preflight())),
         (_, ["api", "collect"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("POST, OPTIONS"))),

@@ -23,6 +23,7 @@ mod outbox;
 mod rates;
 mod report;
 mod serve;
+mod source;
 pub use serve::serve_config;
 mod site;
 mod tenant;
@@ -95,6 +96,9 @@ enum Command {
     /// Ad platforms a site's conversions are passed on to (Meta, GA4, Google Ads).
     #[command(subcommand)]
     Destination(destination::DestinationCmd),
+    /// Webhook sources: where a site's orders are paid (Stripe, Shopify, WooCommerce).
+    #[command(subcommand)]
+    Source(source::SourceCmd),
     /// Erase one person of a site: visitors, links, sessions and pixel events; conversions lose
     /// their identifiers (or go).
     Forget(forget::ForgetArgs),
@@ -480,6 +484,7 @@ fn run(cli: Cli) -> CliResult {
         Command::User(user::UserCmd::Invite(a)) => user::invite(&db, a),
         Command::User(user::UserCmd::ResetPassword(a)) => user::reset_password(&db, a),
         Command::User(user::UserCmd::Remove(a)) => user::remove(&db, a),
+        Command::Source(c) => source::run(&db, c),
         Command::Destination(d) => {
             use destination::DestinationCmd as D;
             match d {

@@ -15,6 +15,7 @@ pub mod orders;
 pub mod outbox;
 pub mod people;
 pub mod sites;
+pub mod sources;
 pub mod two_factor;
 pub mod users;
 

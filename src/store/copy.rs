@@ -75,6 +75,8 @@ pub const TABLES: &[&str] = &[
     "destinations",
     "deliveries",
     "adjustment_deliveries",
+    "sources",
+    "hook_events",
     "fx_rates",
     "users",
     "web_sessions",

@@ -113,6 +113,15 @@ pub fn forget(
         }
     }
 
+    // A webhook event kept for a later retry holds the person's identifiers in its payload.
+    if let Some(c) = client_id {
+        conn.execute(
+            "UPDATE hook_events SET payload = NULL, client_id = NULL
+             WHERE client_id = ?1 AND source_id IN (SELECT id FROM sources WHERE site_id = ?2)",
+            args![c, site_id],
+        )?;
+    }
+
     for v in &visitors {
         erased.events += count(conn.execute(
             "DELETE FROM events WHERE session_id IN

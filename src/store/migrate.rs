@@ -226,6 +226,10 @@ mod tests {
             "0016_net_revenue.sql",
             "9a02182ea01186bea78d99e6c9c9d889465b28eb24abd0fa887ff1ee31d4bae2",
         ),
+        (
+            "0017_sources.sql",
+            "69204725ce1f3e630735502046d732a0aff1ae14c0a395f2aa2fc81875003cea",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

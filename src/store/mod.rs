@@ -35,6 +35,7 @@ pub mod salts;
 pub mod sealed;
 pub mod sessions;
 pub mod sites;
+pub mod sources;
 pub mod tenants;
 pub mod user_tokens;
 pub mod users;

@@ -100,6 +100,8 @@ pub struct Pruned {
     pub outbox: usize,
     pub deliveries: usize,
     pub destinations: usize,
+    /// Webhook sources and the events they received.
+    pub sources: usize,
     /// `report_daily` rows.
     pub rollup: usize,
     /// Site rows (a deleted site's, once nothing else of it is left).
@@ -116,6 +118,7 @@ impl Pruned {
             + self.outbox
             + self.deliveries
             + self.destinations
+            + self.sources
             + self.rollup
             + self.sites
     }
@@ -129,6 +132,7 @@ impl Pruned {
         self.outbox += o.outbox;
         self.deliveries += o.deliveries;
         self.destinations += o.destinations;
+        self.sources += o.sources;
         self.rollup += o.rollup;
         self.sites += o.sites;
     }
@@ -361,6 +365,23 @@ pub fn purge_site(conn: &impl AsConn, site_id: &str, limit: usize) -> Result<Pru
     if left(&out) == 0 {
         return Ok(out);
     }
+    // Its webhook sources, their events first (a source's events may be many).
+    out.sources += conn.execute(
+        "DELETE FROM hook_events WHERE (source_id, event_id) IN
+             (SELECT e.source_id, e.event_id FROM hook_events e JOIN sources s ON s.id = e.source_id
+              WHERE s.site_id = ?1 LIMIT ?2)",
+        args![site_id, left(&out) as i64],
+    )? as usize;
+    if left(&out) == 0 {
+        return Ok(out);
+    }
+    out.sources += conn.execute(
+        "DELETE FROM sources WHERE site_id = ?1 AND id NOT IN (SELECT source_id FROM hook_events)",
+        args![site_id],
+    )? as usize;
+    if left(&out) == 0 {
+        return Ok(out);
+    }
     out.rollup += conn.execute(
         "DELETE FROM report_daily
          WHERE (site_id, day, type, attributed, source, medium, campaign, nulls) IN
@@ -378,6 +399,7 @@ pub fn purge_site(conn: &impl AsConn, site_id: &str, limit: usize) -> Result<Pru
          UNION ALL SELECT 1 FROM visitors WHERE site_id = ?1
          UNION ALL SELECT 1 FROM visitor_clients WHERE site_id = ?1
          UNION ALL SELECT 1 FROM destinations WHERE site_id = ?1
+         UNION ALL SELECT 1 FROM sources WHERE site_id = ?1
          UNION ALL SELECT 1 FROM report_daily WHERE site_id = ?1 LIMIT 1",
         args![site_id],
     )?;

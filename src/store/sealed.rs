@@ -13,7 +13,8 @@
 //! `convapi.db.key`, made with mode 0600 when a value is first sealed. PostgreSQL has no such
 //! place: every node is given the key. A former key is still accepted for opening, from
 //! `CONVAPI_SECRET_KEY_OLD` or the key file's name with `.old` added. Only `store::destinations`
-//! seals and opens; nothing on the conversions' path does.
+//! and `store::sources` (a webhook source's secret, field `source secret` of the source's id)
+//! seal and open; nothing on the conversions' path does.
 
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};

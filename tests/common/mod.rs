@@ -6,6 +6,8 @@
 //! - `cli.rs`: `convapi --db DB ...` runs, with exit code and output;
 //! - `client.rs`: HTTP exchanges ([`Resp`]) and shorthands for the API's routes;
 //! - `pixel.rs`: batches to `POST /api/collect`, as the browser pixel sends them;
+//! - `hooks.rs`: a Stripe webhook source (`convapi source add`) and events posted to it, signed
+//!   as Stripe signs them;
 //! - `assert.rs`: assertions on answers (status, error code, field, a 202 acceptance);
 //! - `values.rs`: times in epoch ms and RFC 3339, unique names;
 //! - `browser.rs`: headless Chromium and a minimal DevTools Protocol client, for the browser tests;
@@ -48,6 +50,7 @@ mod client;
 pub mod crash;
 mod dashboard;
 pub mod fake;
+mod hooks;
 mod inproc;
 mod load;
 pub mod pipeline_support;
@@ -61,6 +64,7 @@ pub use assert::*;
 pub use cli::*;
 pub use client::*;
 pub use dashboard::*;
+pub use hooks::*;
 pub use load::*;
 pub use sql::*;
 pub use values::*;

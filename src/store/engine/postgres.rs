@@ -83,6 +83,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0016_net_revenue.sql",
         include_str!("../migrations/postgres/0016_net_revenue.sql"),
     ),
+    Migration::new(
+        17,
+        "0017_sources.sql",
+        include_str!("../migrations/postgres/0017_sources.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

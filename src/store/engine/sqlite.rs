@@ -238,6 +238,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0016_net_revenue.sql",
         include_str!("../migrations/sqlite/0016_net_revenue.sql"),
     ),
+    Migration::new(
+        17,
+        "0017_sources.sql",
+        include_str!("../migrations/sqlite/0017_sources.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.

@@ -1,0 +1,66 @@
+//! Webhook sources through the front door: a Stripe source added by the CLI, and events posted to
+//! it signed as Stripe signs them (`t=…,v1=…`, HMAC-SHA256 of "{t}.{body}").
+
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::Sha256;
+
+use super::app::TestApp;
+use super::client::Resp;
+
+/// The signing secret of the sources these helpers add.
+pub const STRIPE_SECRET: &str = "whsec_test_5b1f0d0b7c3e4a6f9e2d";
+
+/// Stripe's `Stripe-Signature` of `body` at `t` (Unix seconds) under `secret`.
+pub fn stripe_signature(secret: &str, t: i64, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("any key");
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(body);
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("t={t},v1={hex}")
+}
+
+impl TestApp {
+    /// A Stripe source of `site` with [`STRIPE_SECRET`]; `source add --json`'s answer.
+    #[track_caller]
+    pub fn add_stripe_source(&self, site: &str, origin: &str) -> Value {
+        self.cli_json(&[
+            "source",
+            "add",
+            "--site",
+            site,
+            "--kind",
+            "stripe",
+            "--secret",
+            STRIPE_SECRET,
+            "--public-url",
+            origin,
+            "--json",
+        ])
+    }
+
+    /// `POST /hooks/{source}` of `body` with the Stripe signature `header`.
+    pub fn post_hook(&self, source: &str, header: &str, body: &[u8]) -> Resp {
+        self.send(
+            "POST",
+            &format!("/hooks/{source}"),
+            &[
+                ("Content-Type", "application/json"),
+                ("Stripe-Signature", header),
+            ],
+            Some(body),
+        )
+    }
+
+    /// `event` posted to `source`, signed now with [`STRIPE_SECRET`].
+    pub fn post_stripe_event(&self, source: &str, event: &Value) -> Resp {
+        let body = serde_json::to_vec(event).expect("JSON");
+        let t = chrono::Utc::now().timestamp();
+        self.post_hook(source, &stripe_signature(STRIPE_SECRET, t, &body), &body)
+    }
+}
