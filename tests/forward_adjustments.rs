@@ -633,6 +633,44 @@ fn an_order_that_did_not_reach_the_destination_makes_its_adjustments_skipped_say
     assert!(fake.adjustments().is_empty());
 }
 
+/// An order's dead letter retried by hand (`destination retry`) takes the adjustments it had
+/// made skipped with it: they go once the order has.
+#[test]
+fn an_orders_dead_letter_retried_takes_its_skipped_adjustments_with_it() {
+    let fake = Fake::start(Duration::ZERO);
+    let app = by_hand();
+    let dest = add_destination(&app, "google_ads", &fake.fake.url());
+    let o = order(&app, "retried");
+    adjust_order(
+        &app,
+        &o,
+        json!({"adjustmentId": "r", "type": "refund", "value": 40}),
+    );
+    // The order's own delivery ended failed (a platform refused it ten times).
+    app.execute(
+        "UPDATE deliveries SET status = 'failed', attempts = 10, next_attempt_at = NULL,
+             last_error = 'refused' WHERE destination_id = ?1",
+        &[&dest],
+    );
+    let now = now_ms();
+    send_at(&app, now);
+    assert_eq!(one(&app, &o, "r")["status"], "skipped");
+    let retried = app.cli_json(&["destination", "retry", &dest, "--json"]);
+    assert_eq!(retried["retried"], 1, "{retried}");
+    assert_eq!(one(&app, &o, "r")["status"], "pending");
+    send_at(&app, now_ms());
+    assert_eq!(fake.uploads().len(), 1);
+    send_at(&app, now + 25 * HOUR_MS);
+    let sent = fake.adjustments();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(
+        sent[0]["restatementValue"],
+        json!({"adjustedValue": 60, "currencyCode": "EUR"})
+    );
+    assert_eq!(one(&app, &o, "r")["status"], "delivered");
+    fake.assert_nothing_broken();
+}
+
 #[test]
 fn meta_adjustments_are_not_supported_at_once_and_shown_everywhere() {
     let fake = Fake::start(Duration::ZERO);

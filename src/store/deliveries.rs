@@ -410,14 +410,26 @@ pub fn finish(
 }
 
 /// Makes a destination's dead letters (or one conversion's, with `conversion_id`) pending again,
-/// due at `now`, with their tries counted from zero. Returns how many.
+/// due at `now`, with their tries counted from zero. Returns how many. The adjustments of those
+/// orders that were skipped because the order had not reached the destination are pending again
+/// with them: they go once the order has.
 pub fn retry_failed(
     conn: &impl AsConn,
     destination_id: &str,
     conversion_id: Option<&str>,
     now_ms: i64,
 ) -> Result<u64> {
-    conn.conn().execute(
+    let conn = conn.conn();
+    conn.execute(
+        "UPDATE adjustment_deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?3,
+             last_error = NULL
+         WHERE destination_id = ?1 AND status = 'skipped' AND conversion_id IN (
+             SELECT conversion_id FROM deliveries
+             WHERE destination_id = ?1 AND status = 'failed'
+               AND (CAST(?2 AS TEXT) IS NULL OR conversion_id = ?2))",
+        args![destination_id, conversion_id, now_ms],
+    )?;
+    conn.execute(
         "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?3
          WHERE destination_id = ?1 AND status = 'failed' AND (CAST(?2 AS TEXT) IS NULL OR conversion_id = ?2)",
         args![destination_id, conversion_id, now_ms],
