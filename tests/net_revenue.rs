@@ -452,9 +452,10 @@ fn random_ledgers(seed: u64) {
     }
 }
 
-/// Migration 14 on PostgreSQL computes the changes of the ledgers there are in PL/pgSQL: the same
+/// Migration 16 on PostgreSQL computes the changes of the ledgers there are in PL/pgSQL: the same
 /// changes and cells as SQLite's Rust step (`store::report`'s unit test of the migration), which
 /// the library's own arithmetic confirms (`check_refunds`).
+#[cfg(feature = "postgres")]
 #[test]
 fn the_migration_computes_the_existing_ledgers_changes_on_postgresql() {
     use convapi::store::engine::postgres as pg;

@@ -11,7 +11,7 @@
 # conversions over the 365 days of 2025 (report.sh's mix: 90% processed, 20 source/medium pairs,
 # 50 campaigns, three types) through the rollup's triggers, and ADJUSTMENTS adjustments of
 # processed purchases, at most three per order, after it: 70% partial refunds, 15% cancels, 15%
-# restates up or down. A copy is migrated by the new binary (timed once: migration 14 computes every
+# restates up or down. A copy is migrated by the new binary (timed once: migration 16 computes every
 # ledger's changes), then `report --site ID --from 2025-01-01 --to 2025-12-31` runs RUNS times each:
 # the old binary on its database (today's report), the new one with `--dated order` and `--dated
 # adjustment` (median wall time, peak RSS from GNU time). The new report's key, conversions,
@@ -200,4 +200,4 @@ echo "| today ($BASE_REV) | $old_ms ms | $((old_kb / 1024)) MiB | 1.00x, 1.00x |
 echo "| --dated order | $order_ms ms | $((order_kb / 1024)) MiB | $(ratio "$order_ms" "$old_ms"), $(ratio "$order_kb" "$old_kb") |"
 echo "| --dated adjustment | $adj_ms ms | $((adj_kb / 1024)) MiB | $(ratio "$adj_ms" "$old_ms"), $(ratio "$adj_kb" "$old_kb") |"
 echo
-echo "$ROWS conversions, $ADJUSTMENTS adjustments, $RUNS runs each; migration 14 took $migration_s s; report_refunds: $cells cells; gross rows identical to today's for every --by"
+echo "$ROWS conversions, $ADJUSTMENTS adjustments, $RUNS runs each; migration 16 took $migration_s s; report_refunds: $cells cells; gross rows identical to today's for every --by"

@@ -717,7 +717,7 @@ mod tests {
         assert_eq!(days_in(&conn, 0, 5), vec![(1, 2, 210, 0)]);
     }
 
-    /// Migration 14 computes the changes of the ledgers there are with the arithmetic of every later
+    /// Migration 16 computes the changes of the ledgers there are with the arithmetic of every later
     /// write: a partial then full refund of a USD order nets 0 in EUR; a restate upwards is a negative
     /// refund; a cancel takes the whole value; an order not converted yet counts nothing.
     #[test]
