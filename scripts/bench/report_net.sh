@@ -15,8 +15,8 @@
 # ledger's changes), then `report --site ID --from 2025-01-01 --to 2025-12-31` runs RUNS times each:
 # the old binary on its database (today's report), the new one with `--dated order` and `--dated
 # adjustment` (median wall time, peak RSS from GNU time). The new report's key, conversions,
-# revenue and unconverted must equal the old one's for every --by, and its refunds must be the same
-# total by either date basis over the whole year. Prints one table.
+# revenue and unconverted must equal the old one's for every --by; its refunds by either date basis
+# are printed (they differ by the adjustments dated after the year). Prints one table.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ROWS=${1:-1000000}
