@@ -32,13 +32,14 @@ use super::ga4;
 use super::google_ads::{self, AdjustmentUpload};
 use super::kinds::{GA4, GOOGLE_ADS};
 use super::platform::{self, AdjustVerdict, Http, Outage};
+use super::{write_error, Health};
+use crate::store;
 use crate::store::adjustment_deliveries::{self as rows, AdjustmentFacts, Due};
 use crate::store::deliveries::{self, Facts, Status};
-use crate::store::destinations::{self, Destination};
+use crate::store::destinations::Destination;
 use crate::store::engine::{AsConn, Conn};
-use crate::store::{self, StoreError};
 use crate::worker::{self, Backoff};
-use crate::writer::{WriteError, Writer};
+use crate::writer::Writer;
 
 /// How long after a conversion's upload Google Ads takes an adjustment of it.
 pub const ADS_HOLD_MS: i64 = 24 * 3_600_000;
@@ -515,32 +516,15 @@ fn record(
             (id, f)
         })
         .collect();
-    let dest_id = dest.id.clone();
-    let error = outage
-        .as_ref()
-        .map(|o| platform::shown(&o.to_string(), dest));
-    let gone = match outage {
-        Some(Outage::VersionGone { version, .. }) => Some(version),
-        _ => None,
-    };
+    let health = Health::after(dest, outage, answered, paused_until);
     writer
         .submit(move |c| {
             for (id, fate) in &writes {
                 write_fate(c, *id, fate, now_ms)?;
             }
-            if let (Some(e), Some(v), Some(until)) = (&error, &gone, paused_until) {
-                destinations::record_version_gone(c, &dest_id, v, e, until, now_ms)?;
-            } else if let Some(e) = &error {
-                destinations::record_failure(c, &dest_id, e, paused_until, now_ms)?;
-            } else if answered {
-                destinations::record_ok(c, &dest_id, now_ms)?;
-            }
-            Ok(())
+            health.write(c, now_ms)
         })
-        .map_err(|e| match e {
-            WriteError::Unavailable(_) => StoreError::Busy,
-            WriteError::Failed(e) => e,
-        })
+        .map_err(write_error)
 }
 
 fn write_fate(c: &Conn, id: i64, fate: &Fate, now_ms: i64) -> store::Result<()> {

@@ -14,8 +14,11 @@ pub mod versions;
 use platform::{Event, Http, Outage, Platform, REQUEST_TIMEOUT};
 
 use crate::store::deliveries::{Facts, SessionFacts};
-use crate::store::destinations::Destination;
+use crate::store::destinations::{self, Destination};
+use crate::store::engine::Conn;
 use crate::store::sessions::Forwarding;
+use crate::store::{self, StoreError};
+use crate::writer::WriteError;
 
 /// Most destinations one site may have (`convapi destination add` and the dashboard refuse one
 /// more): with the sender's share per tenant, it bounds what one site's dead endpoints cost.
@@ -98,4 +101,66 @@ pub fn send_test_with(
         name: &name,
     };
     p.test(http, dest, &event, now_ms)
+}
+
+/// A destination's health after one request (or one pass that sent none), as the job that
+/// records the request's outcomes writes it: the outage (a version gone pauses the destination
+/// until its `paused_until`), else that the platform answered. One for conversions' and
+/// adjustments' deliveries (`adjust.rs`).
+struct Health {
+    dest_id: String,
+    /// What went wrong, as the site's people read it.
+    error: Option<String>,
+    /// The API version the platform said is gone.
+    gone: Option<String>,
+    paused_until: Option<i64>,
+    answered: bool,
+}
+
+impl Health {
+    fn after(
+        dest: &Destination,
+        outage: Option<Outage>,
+        answered: bool,
+        paused_until: Option<i64>,
+    ) -> Health {
+        let error = outage
+            .as_ref()
+            .map(|o| platform::shown(&o.to_string(), dest));
+        let gone = match outage {
+            Some(Outage::VersionGone { version, .. }) => Some(version),
+            _ => None,
+        };
+        Health {
+            dest_id: dest.id.clone(),
+            error,
+            gone,
+            paused_until,
+            answered,
+        }
+    }
+
+    /// Writes it, inside the job that writes the request's outcomes.
+    fn write(&self, c: &Conn, now_ms: i64) -> store::Result<()> {
+        let id = &self.dest_id;
+        if let (Some(e), Some(v), Some(until)) = (&self.error, &self.gone, self.paused_until) {
+            destinations::record_version_gone(c, id, v, e, until, now_ms)?;
+        } else if let Some(e) = &self.error {
+            destinations::record_failure(c, id, e, self.paused_until, now_ms)?;
+        } else if self.answered {
+            destinations::record_ok(c, id, now_ms)?;
+        }
+        Ok(())
+    }
+}
+
+/// A writer's refusal as the sender's error (the pass is tried again).
+fn write_error(e: WriteError) -> StoreError {
+    match e {
+        WriteError::Unavailable(m) => {
+            log::debug!("forward: writer unavailable: {m}");
+            StoreError::Busy
+        }
+        WriteError::Failed(e) => e,
+    }
 }

@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::platform::{self, Event, Http, Outage, Platform, Reach, Verdict, REQUEST_TIMEOUT};
+use super::{write_error, Health};
 use crate::metrics::Metrics;
 use crate::ratelimit::{KeyedPlace, KeyedPlaces};
 use crate::store::deliveries::{self, Due, DueDestination, Facts, Status};
@@ -46,7 +47,7 @@ use crate::store::engine::{AsConn, Conn};
 use crate::store::engine::{Lasting, Location};
 use crate::store::{self, StoreError};
 use crate::worker::{self, Backoff, Stop, Worker};
-use crate::writer::{WriteError, Writer};
+use crate::writer::Writer;
 
 /// Tries after which a delivery that keeps failing is a dead letter.
 pub const MAX_ATTEMPTS: i64 = 24;
@@ -603,32 +604,17 @@ fn record(
             (d.id, f)
         })
         .collect();
-    let dest_id = dest.id.clone();
-    let error = outage
-        .as_ref()
-        .map(|o| platform::shown(&o.to_string(), dest));
-    let gone = match outage {
-        Some(Outage::VersionGone { version, .. }) => Some(version),
-        _ => None,
-    };
+    let health = Health::after(dest, outage, answered, paused_until);
     writer
         .submit(move |c| {
             for (delivery, fate) in &writes {
                 write_fate(c, *delivery, fate, now_ms)?;
             }
-            if let (Some(e), Some(v), Some(until)) = (&error, &gone, paused_until) {
-                destinations::record_version_gone(c, &dest_id, v, e, until, now_ms)?;
-            } else if let Some(e) = &error {
-                destinations::record_failure(c, &dest_id, e, paused_until, now_ms)?;
-            } else if answered {
-                destinations::record_ok(c, &dest_id, now_ms)?;
-            }
-            Ok(())
+            health.write(c, now_ms)
         })
         .map_err(write_error)
 }
 
-/// Stores one delivery's fate (over a pending row only).
 fn write_fate(c: &Conn, delivery: i64, fate: &Fate, now_ms: i64) -> store::Result<()> {
     match fate {
         Fate::Delivered { attempts } => deliveries::delivered(c, delivery, *attempts, now_ms)?,
@@ -663,17 +649,6 @@ fn count(metrics: &Metrics, stats: &mut SendStats, dest: &Destination, counted: 
             // Counted when it happened, committed or not.
             Outcome::Outage => {}
         }
-    }
-}
-
-/// A writer's refusal as the sender's error (the pass is tried again).
-fn write_error(e: WriteError) -> StoreError {
-    match e {
-        WriteError::Unavailable(m) => {
-            log::debug!("forward: writer unavailable: {m}");
-            StoreError::Busy
-        }
-        WriteError::Failed(e) => e,
     }
 }
 
