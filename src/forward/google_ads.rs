@@ -380,10 +380,28 @@ fn send_chunk(
     }
     let answer = upload(http, dest, cfg, &conversions, false, now_ms)?;
     let errors = partial_failure(cfg, &answer.body)?;
-    let sent = conversions.len();
+    let per_op = per_operation(&errors, conversions.len(), "conversions")?;
+    Ok(slots
+        .into_iter()
+        .map(|s| match s {
+            Ok(i) => verdict(&per_op[i]),
+            Err(v) => v,
+        })
+        .collect())
+}
+
+/// A partial failure's errors placed on the operations of the request (`sent` of them, of `what`:
+/// conversions or adjustments). An error that names no operation of a request of several fails
+/// the request (sent one by one, each error then falls on its own operation); an error of the
+/// destination's settings fails it as unauthorized.
+fn per_operation<'e>(
+    errors: &'e [RowError],
+    sent: usize,
+    what: &str,
+) -> Result<Vec<Vec<&'e RowError>>, Outage> {
     let mut per_op: Vec<Vec<&RowError>> = vec![Vec::new(); sent];
     let mut unplaced = Vec::new();
-    for e in &errors {
+    for e in errors {
         match e.index {
             Some(i) if i < sent => per_op[i].push(e),
             _ if sent == 1 => per_op[0].push(e),
@@ -391,9 +409,8 @@ fn send_chunk(
         }
     }
     if !unplaced.is_empty() {
-        // Google names no conversion: one by one, each error falls on its own conversion.
         return Err(Outage::Rejected(format!(
-            "Google Ads refused conversions without saying which: {}",
+            "Google Ads refused {what} without saying which: {}",
             unplaced.join("; ")
         )));
     }
@@ -403,13 +420,7 @@ fn send_chunk(
             e.code, e.message
         )));
     }
-    Ok(slots
-        .into_iter()
-        .map(|s| match s {
-            Ok(i) => verdict(&per_op[i]),
-            Err(v) => v,
-        })
-        .collect())
+    Ok(per_op)
 }
 
 /// The verdict of one conversion from its errors: a refusal over a wait over a repeat.
@@ -920,27 +931,7 @@ fn send_adjustment_chunk(
     let body = json!({ "conversionAdjustments": sent, "partialFailure": true }).to_string();
     let answer = post(http, dest, cfg, &cfg.adjustments_url(), &body, now_ms)?;
     let errors = partial_failure(cfg, &answer.body)?;
-    let mut per_op: Vec<Vec<&RowError>> = vec![Vec::new(); n];
-    let mut unplaced = Vec::new();
-    for e in &errors {
-        match e.index {
-            Some(i) if i < n => per_op[i].push(e),
-            _ if n == 1 => per_op[0].push(e),
-            _ => unplaced.push(format!("{}: {}", e.code, e.message)),
-        }
-    }
-    if !unplaced.is_empty() {
-        return Err(Outage::Rejected(format!(
-            "Google Ads refused adjustments without saying which: {}",
-            unplaced.join("; ")
-        )));
-    }
-    if let Some(e) = errors.iter().find(|e| e.class == Class::Destination) {
-        return Err(Outage::Unauthorized(format!(
-            "Google Ads refused the destination's settings: {}: {}",
-            e.code, e.message
-        )));
-    }
+    let per_op = per_operation(&errors, n, "adjustments")?;
     Ok(slots
         .into_iter()
         .map(|s| match s {
