@@ -1,4 +1,4 @@
--- convapi's schema at version 17 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 18 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
@@ -120,17 +120,17 @@ CREATE TABLE conversions (
     fx_rate             TEXT,
     fx_date             TEXT,
     processed_at        INTEGER
-, reporting_minor INTEGER, user_hashes TEXT, consent_ad_user_data INTEGER, consent_ad_personalization INTEGER);
+, reporting_minor INTEGER, user_hashes TEXT, consent_ad_user_data INTEGER, consent_ad_personalization INTEGER, adjusted INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX conversions_site_client ON conversions(site_id, client_id) WHERE client_id IS NOT NULL;
 CREATE UNIQUE INDEX conversions_site_order ON conversions(site_id, order_id) WHERE order_id IS NOT NULL;
 CREATE INDEX conversions_site_time ON conversions(site_id, occurred_at);
 CREATE TRIGGER adjustments_follow_conversion AFTER UPDATE OF occurred_at, type, attr_model,
         attr_source, attr_medium, attr_campaign, status, reporting_value ON conversions
-    WHEN OLD.occurred_at IS NOT NEW.occurred_at OR OLD.type IS NOT NEW.type
+    WHEN NEW.adjusted <> 0 AND (OLD.occurred_at IS NOT NEW.occurred_at OR OLD.type IS NOT NEW.type
         OR (OLD.attr_model IS NULL) <> (NEW.attr_model IS NULL)
         OR OLD.attr_source IS NOT NEW.attr_source OR OLD.attr_medium IS NOT NEW.attr_medium
         OR OLD.attr_campaign IS NOT NEW.attr_campaign OR OLD.status IS NOT NEW.status
-        OR (OLD.reporting_value IS NULL) <> (NEW.reporting_value IS NULL)
+        OR (OLD.reporting_value IS NULL) <> (NEW.reporting_value IS NULL))
 BEGIN
     UPDATE adjustments SET cell_day = NEW.occurred_at / 86400000 - (NEW.occurred_at % 86400000 < 0),
         cell_type = NEW.type, cell_attributed = NEW.attr_model IS NOT NULL,

@@ -26,15 +26,17 @@ pub(super) fn decide_chunk(
     store::read(conn, |conn| {
         let mut decided = Vec::new();
         let mut seen = Seen::default();
-        // The rows of the items this chunk may take, in one query rather than one each.
-        let upcoming: Vec<String> = items
-            .clone()
-            .take(opts.batch.max(1))
-            .map(|i| i.conversion_id)
-            .collect();
-        let ids: Vec<&str> = upcoming.iter().map(String::as_str).collect();
-        seen.conversions = store::conversions::by_ids(conn, &ids)?;
-        for item in items.by_ref() {
+        while let Some(item) = items.next() {
+            if !seen.conversions.contains_key(&item.conversion_id) {
+                // This item's row and the next ones', in one query where a query costs a round
+                // trip; read again by the next chunk, on its own snapshot, if this one ends first.
+                seen.conversions = store::conversions::read_ahead(conn, || {
+                    std::iter::once(item.conversion_id.clone())
+                        .chain(items.clone().map(|i| i.conversion_id))
+                        .take(opts.batch.max(1))
+                        .collect()
+                })?;
+            }
             let d = match decide_item(conn, &mut seen, &item.conversion_id, opts.item_deadline) {
                 Ok(decision) => decision.into_decided(item),
                 Err(Failure::Transient(e)) => return Err(e),
@@ -59,7 +61,8 @@ pub(super) fn decide_chunk(
 /// to one site and a few currencies and days.
 #[derive(Default)]
 struct Seen {
-    /// The chunk's conversions, read together; one missing here is read alone.
+    /// Conversions read ahead of their items ([`store::conversions::read_ahead`]); one missing
+    /// here is read alone.
     conversions: std::collections::HashMap<String, store::conversions::Conversion>,
     sites: std::collections::HashMap<String, Option<store::sites::Site>>,
     legs: std::collections::HashMap<(String, String), Option<Leg>>,

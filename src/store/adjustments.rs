@@ -316,6 +316,11 @@ pub fn record(conn: &impl AsConn, a: &NewAdjustment, now_ms: i64) -> Result<Reco
             &answer.state,
         ],
     )?;
+    // The order's cell now has copies to keep (`adjustments_follow_conversion`).
+    conn.conn().execute(
+        "UPDATE conversions SET adjusted = 1 WHERE id = ?1 AND adjusted = 0",
+        args![&order.id],
+    )?;
     // Passed on to the site's destinations, durably with the adjustment itself.
     super::adjustment_deliveries::enqueue(conn, &a.site_id, &a.order_id, &a.adjustment_id, now_ms)?;
     conn.conn().execute(

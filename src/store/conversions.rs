@@ -395,6 +395,23 @@ pub fn by_id(conn: &impl AsConn, id: &str) -> Result<Option<Conversion>> {
     )
 }
 
+/// The conversions among the ids `ids()` lists, as [`by_ids`] reads them, where a query costs a
+/// round trip (PostgreSQL); none on SQLite (`ids` is not called), where [`by_id`] for each item
+/// costs no round trip and reads no row that a chunk ending early would not reach: reading ahead
+/// there cost more CPU than it saved.
+pub fn read_ahead(
+    conn: &impl AsConn,
+    ids: impl FnOnce() -> Vec<String>,
+) -> Result<std::collections::HashMap<String, Conversion>> {
+    match conn.conn().engine() {
+        Engine::Sqlite => Ok(std::collections::HashMap::new()),
+        Engine::Postgres => {
+            let ids = ids();
+            by_ids(conn, &ids.iter().map(String::as_str).collect::<Vec<_>>())
+        }
+    }
+}
+
 /// How many ids [`by_ids`] looks up per query (its statement has this many parameters, the last
 /// id repeated to fill it): the pipeline's chunk.
 pub const BY_IDS_PER_QUERY: usize = 64;

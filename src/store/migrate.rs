@@ -230,6 +230,10 @@ mod tests {
             "0017_sources.sql",
             "69204725ce1f3e630735502046d732a0aff1ae14c0a395f2aa2fc81875003cea",
         ),
+        (
+            "0018_adjusted_orders.sql",
+            "b8f04eb4c211e7007ce1472f04f90b5c0eedefe8f3dfce6bc5af6de604d83155",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {
