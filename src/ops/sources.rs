@@ -59,12 +59,6 @@ pub fn add(
             format!("{kind:?} is not a source kind: use stripe, shopify or woocommerce"),
         ));
     }
-    if kind != "stripe" {
-        return Err(SourceError::Invalid(
-            "kind",
-            format!("{kind} sources are not taken yet: only stripe is, for now"),
-        ));
-    }
     let secret = secret.trim();
     if secret.is_empty() || secret.len() > MAX_SECRET_BYTES {
         return Err(SourceError::Invalid(
