@@ -55,6 +55,13 @@ mod adjustments;
 // Webhook sources: `convapi source`, `POST /hooks/{sourceId}` with Stripe's signed events (purchases,
 // refunds counted once, repeats, refusals). Here: a rule of what a provider's webhook becomes.
 mod hooks;
+// Shopify sources: orders/paid, refunds/create and orders/cancelled as Shopify signs and shapes them
+// (USD and JPY exact, each refund once, deliveries again), the refusals. Here: what a Shopify
+// webhook becomes.
+mod hooks_shopify;
+// WooCommerce sources: the unsigned ping, orders by status, their refunds once by id, `refunded`
+// alone, cancellations, deliveries again, the refusals. Here: what a WooCommerce webhook becomes.
+mod hooks_woocommerce;
 // The API is authoritative: order poisoning by the pixel undone, API repeats, the pixel's session
 // kept; pixel work has its own backlog budget and parked items count toward none. Here: what the
 // pixel may and may not change of what the API reported.
