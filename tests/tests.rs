@@ -185,6 +185,9 @@ mod people;
 // what the pixel sent on every page, security headers. Here: every security property of the
 // dashboard, each tested once (CSRF, the throttle and other tenants' 404s nowhere else).
 mod dashboard_security;
+// Settings → Sources over HTTP: a source added by its form (CSRF, refusals), its address, latest
+// events and signature failures with what they mean, removal, tenancy. Here: what the Sources page does.
+mod dashboard_sources;
 // Destinations as a merchant manages them: `convapi destination add|list|update|remove|test|retry|
 // replay`, the dashboard's Settings → Destinations and its test button, the order page's
 // deliveries, the site's consent option; no credential in any output, page or log. Here: managing

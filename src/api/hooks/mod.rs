@@ -25,6 +25,7 @@ use serde_json::{json, Value};
 use super::{ApiError, App};
 use crate::http::{Ctx, Reply};
 use crate::ledger::{Kind, Refusal};
+use crate::ops::sources::provider_name;
 use crate::store::adjustments::{NewAdjustment, Recorded as AdjRecorded};
 use crate::store::conversions::{ApiRecorded, ApiReport, Source as ReportSource};
 use crate::store::engine::AsConn;
@@ -322,15 +323,6 @@ pub fn receive(app: &App, ctx: &mut Ctx, source_id: &str) -> Result<Reply, ApiEr
         app.pipeline.wake();
     }
     Ok(received(outcome))
-}
-
-/// The provider's name as people know it.
-pub fn provider_name(kind: &str) -> &'static str {
-    match kind {
-        "shopify" => "Shopify",
-        "woocommerce" => "WooCommerce",
-        _ => "Stripe",
-    }
 }
 
 /// One event's writer job: its effects and its `hook_events` row, in one savepoint.
