@@ -392,3 +392,31 @@ fn other_topics_are_ignored_and_a_wrong_secret_or_large_body_refused() {
     );
     expect_error(&resp, 413, "PAYLOAD_TOO_LARGE");
 }
+
+#[test]
+fn forgetting_a_customer_clears_a_kept_refund_of_theirs() {
+    let app = TestApp::start();
+    let source = app.add_source("woocommerce", SECRET);
+    // A refund of an order convapi never received: kept with its payload (the customer's
+    // details in it), and the customer's id with it.
+    let id = order_id();
+    let refunded = order(id, "refunded", "45.00", 4242, None, &[(990, "-45.00")]);
+    let outcome = deliver(&app, &source, "order.updated", &unique("d"), &refunded);
+    assert_eq!(outcome, "order_unknown");
+    let kept = || {
+        app.query_i64(
+            "SELECT COUNT(*) FROM hook_events WHERE payload IS NOT NULL",
+            &[],
+        )
+    };
+    assert_eq!(kept(), 1);
+    app.cli_json(&[
+        "forget",
+        "--site",
+        &app.site.id,
+        "--client-id",
+        "4242",
+        "--json",
+    ]);
+    assert_eq!(kept(), 0);
+}

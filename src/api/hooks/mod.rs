@@ -155,6 +155,9 @@ pub struct Event {
     pub kind: String,
     pub occurred_ms: Option<i64>,
     pub actions: Vec<Action>,
+    /// The customer the event names, kept with it so that forgetting that clientId reaches a kept
+    /// payload even when the event is no purchase (a purchase's own clientId is kept anyway).
+    pub client_id: Option<String>,
 }
 
 pub(crate) fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
@@ -302,7 +305,7 @@ pub fn receive(app: &App, ctx: &mut Ctx, source_id: &str) -> Result<Reply, ApiEr
         outcome: String::new(),
         order_id: None,
         payment_ref: None,
-        client_id: None,
+        client_id: event.client_id,
         payload: None,
     };
     let job = Job {
@@ -393,7 +396,7 @@ impl Job {
                     };
                     row.order_id = Some(p.order_id);
                     row.payment_ref = p.payment_ref;
-                    row.client_id = p.client_id;
+                    row.client_id = p.client_id.or(row.client_id);
                     match store::conversions::record_api_with(c, &report, None, now)? {
                         ApiRecorded::Created(_) | ApiRecorded::TakenOver(_) => {
                             created = true;

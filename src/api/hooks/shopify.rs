@@ -104,6 +104,7 @@ pub fn map(
             _ => time_at(payload, "cancelled_at"),
         },
         actions,
+        client_id: payload.get("customer").and_then(|c| id_at(c, "id")),
     })
 }
 

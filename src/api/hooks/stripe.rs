@@ -40,6 +40,7 @@ pub fn parse(body: &[u8]) -> Result<Event, ApiError> {
             .and_then(Value::as_i64)
             .map(|s| s * 1000),
         actions: map_stripe(&event)?,
+        client_id: None,
     })
 }
 

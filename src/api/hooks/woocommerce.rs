@@ -79,6 +79,7 @@ pub fn map(
             kind: topic.to_owned(),
             occurred_ms: None,
             actions: Vec::new(),
+            client_id: None,
         });
     }
     let order_id = id_at(order, "id").ok_or_else(|| bad("id", "an order has no id"))?;
@@ -177,6 +178,7 @@ pub fn map(
         kind: topic.to_owned(),
         occurred_ms: gmt_at(order, "date_paid_gmt").or(gmt_at(order, "date_created_gmt")),
         actions,
+        client_id: id_at(order, "customer_id").filter(|c| c != "0"),
     })
 }
 
