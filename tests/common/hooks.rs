@@ -102,3 +102,32 @@ impl TestApp {
         self.send("POST", &format!("/hooks/{source}"), &all, Some(body))
     }
 }
+
+impl TestApp {
+    /// The raw answer to a `POST /hooks/{source}` that declares a body of `length` bytes with
+    /// `headers` and sends none of it: a refusal by the declared length comes without the client
+    /// racing the server's close while it writes a mebibyte.
+    pub fn post_hook_declaring(
+        &self,
+        source: &str,
+        headers: &[(&str, &str)],
+        length: usize,
+    ) -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(self.addr()).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("timeout");
+        let mut head = format!(
+            "POST /hooks/{source} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+             Content-Length: {length}\r\n"
+        );
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        s.write_all(head.as_bytes()).expect("write the head");
+        let mut raw = Vec::new();
+        let _ = s.read_to_end(&mut raw);
+        String::from_utf8_lossy(&raw).into_owned()
+    }
+}
