@@ -1,6 +1,7 @@
 //! The pruner (docs/decisions.md §9): a background thread that deletes each site's pixel data —
 //! sessions, their events, visitors left without a session — once it is older than the site's
-//! `retain_days`, and the site's conversions as well when it set `expire_conversions`. Conversions
+//! `retain_days`, with the events its webhook sources received (and the payloads kept with them),
+//! and the site's conversions as well when it set `expire_conversions`. Conversions
 //! that stay keep what the pipeline stored on them (attribution, reporting value), so the order
 //! status and the report read the same after their sessions are gone. It also removes the rows of
 //! each site marked deleted (`ops::sites::delete`), the same way, the site's row last.
@@ -111,19 +112,34 @@ pub fn prune(
         }
     }
     let policies = store::read(conn, |c| store::retention::policies(c))?;
+    let mut hook_events = 0;
     for p in policies {
         let cutoff = now_ms - p.retain_days * DAY_MS;
         // Checked on the pruner's own connection first: a site with nothing to prune costs the
         // writer no job.
-        let (mut sessions, mut conversions, mut hashes) = store::read(conn, |c| {
+        let (mut sessions, mut conversions, mut hashes, mut hooks) = store::read(conn, |c| {
             Ok::<_, StoreError>((
                 store::retention::has_old_sessions(c, &p.site_id, cutoff)?,
                 p.expire_conversions
                     && store::retention::has_old_conversions(c, &p.site_id, cutoff)?,
                 !p.expire_conversions
                     && store::retention::has_old_user_hashes(c, &p.site_id, cutoff)?,
+                store::retention::has_old_hook_events(c, &p.site_id, cutoff)?,
             ))
         })?;
+        // Webhook events (and the payloads kept with them) are raw data like the pixel's.
+        while hooks {
+            if stop() {
+                return Ok(total);
+            }
+            let site = p.site_id.clone();
+            let n = job(writer, move |c| {
+                store::retention::prune_hook_events(c, &site, cutoff, BATCH_ROWS)
+            })?;
+            hook_events += n;
+            metrics.inc_rows_pruned(n as u64);
+            hooks = n > 0;
+        }
         // Kept conversions keep no hashed e-mail or phone past the retention (docs/decisions.md §13).
         while hashes {
             if stop() {
@@ -160,7 +176,10 @@ pub fn prune(
             conversions = n > 0;
         }
     }
-    if total.rows() > 0 {
+    if hook_events > 0 {
+        log::info!("pruner: deleted {hook_events} webhook events past their sites' retention");
+    }
+    if total.rows() + hook_events > 0 {
         log::info!(
             "pruner: deleted {} sessions, {} events, {} visitors, {} links, {} conversions{}",
             total.sessions,

@@ -667,6 +667,77 @@ fn a_refund_recorded_on_the_order_page_in_chromium() {
     browser.close(&mut cdp);
 }
 
+#[test]
+fn a_shopify_source_added_on_the_sources_page_in_chromium() {
+    let chromium = chromium_path();
+    let app = TestApp::start();
+    crate::common::create_user(&app, &app.tenant.id, EMAIL, PASSWORD);
+    let mut shots = Shots::new();
+    let mut browser = Browser::launch(&chromium);
+    let mut cdp = browser.connect();
+    let mut ui = Ui::desktop(&mut cdp, &app.base);
+    ui.goto("/dashboard/login");
+    ui.fill("[name=email]", EMAIL);
+    ui.fill("[name=password]", PASSWORD);
+    ui.submit("[name=password]");
+    ui.expect_page(200, "/dashboard/");
+
+    // From the site's settings to its Sources page.
+    ui.goto(&format!("/dashboard/sites/{}", app.site.id));
+    ui.click("#sources-link a");
+    let page = format!("/dashboard/sites/{}/sources", app.site.id);
+    ui.expect_page(200, &page);
+    ui.fill("#kind", "shopify");
+    ui.fill("#secret", "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");
+    ui.submit("#secret");
+    ui.expect_page(200, &format!("{page}?added=1"));
+    ui.expect_text("#flash", "Source added");
+    let listed = app.cli_json(&["source", "list", "--site", &app.site.id, "--json"]);
+    let id = listed[0]["id"].as_str().expect("a source").to_owned();
+    ui.expect_text(".source code", &format!("/hooks/{id}"));
+
+    // What a merchant who pasted the wrong secret sees, and an event that came through.
+    let body = br#"{"id":450789469,"total_price":"598.94","currency":"USD"}"#;
+    let wrong = crate::common::base64_signature("an old secret", body);
+    for _ in 0..3 {
+        let r = app.post_hook_with(
+            &id,
+            &[
+                ("X-Shopify-Topic", "orders/paid"),
+                ("X-Shopify-Hmac-Sha256", &wrong),
+            ],
+            body,
+        );
+        assert_eq!(r.status, 401);
+    }
+    let right = crate::common::base64_signature("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", body);
+    let r = app.post_hook_with(
+        &id,
+        &[
+            ("X-Shopify-Topic", "customers/create"),
+            ("X-Shopify-Hmac-Sha256", &right),
+            (
+                "X-Shopify-Webhook-Id",
+                "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043",
+            ),
+        ],
+        body,
+    );
+    assert_eq!(r.status, 200);
+    ui.goto(&page);
+    ui.expect_page(200, &page);
+    ui.expect_text(".signature-failures", "3 signature failures, last at");
+    ui.expect_text(
+        ".signature-failures",
+        "copy it again from Shopify's webhook settings",
+    );
+    assert_eq!(ui.row_of(".events", "customers/create")[2], "ignored");
+    shots.take(&mut ui, "sources");
+    assert_eq!(shots.taken, 1);
+    drop(ui);
+    browser.close(&mut cdp);
+}
+
 fn agent() -> ureq::Agent {
     crate::common::agent()
 }

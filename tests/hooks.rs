@@ -8,6 +8,7 @@
 
 use serde_json::{json, Value};
 
+use crate::common::pipeline_support::with_writer;
 use crate::common::*;
 
 const SECRET: &str = STRIPE_SECRET;
@@ -547,4 +548,64 @@ fn a_kept_event_delivered_again_is_taken_again() {
     assert_eq!(deliver(&app, &source, &r), "duplicate");
     let (_, _, net, ids) = order(&app, &order_id);
     assert_eq!((net.as_str(), ids), ("35", vec![re]));
+}
+
+#[test]
+fn the_pruner_removes_webhook_events_past_the_sites_retention_in_bounded_jobs() {
+    let app = TestApp::start();
+    let site = app.site.id.clone();
+    app.cli(&["site", "update", &site, "--retain-days", "30"]);
+    let source = stripe_source(&app);
+    let now = now_ms();
+    // A recent event, and a kept one (its payload stored) that will be old.
+    let recent = event("customer.created", json!({"id": "cus_1"}));
+    assert_eq!(deliver(&app, &source, &recent), "ignored");
+    let kept = event(
+        "checkout.session.completed",
+        session(
+            "paid",
+            1000,
+            "eur",
+            Some("nobody"),
+            json!({}),
+            &unique("pi"),
+        ),
+    );
+    assert_eq!(deliver(&app, &source, &kept), "no_session");
+    let kept_id = kept["id"].as_str().unwrap().to_owned();
+    app.execute(
+        "UPDATE hook_events SET received_at = ?1 WHERE event_id = ?2",
+        &[&(now - 31 * DAY), &kept_id],
+    );
+    // 1,200 more old events: more than one job takes.
+    app.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1200)
+         INSERT INTO hook_events (source_id, event_id, type, received_at, outcome)
+         SELECT ?1, 'old-' || i, 'customer.created', ?2, 'ignored' FROM n",
+        &[&source, &(now - 40 * DAY)],
+    );
+    let count = || app.query_i64("SELECT COUNT(*) FROM hook_events", &[]);
+    assert_eq!(count(), 1202);
+
+    // One job deletes at most BATCH_ROWS.
+    let cutoff = now - 30 * DAY;
+    let (s, batch) = (site.clone(), convapi::retention::BATCH_ROWS);
+    let one = with_writer(&app, |w| {
+        w.submit(move |c| convapi::store::retention::prune_hook_events(c, &s, cutoff, batch))
+    })
+    .expect("one job");
+    assert_eq!(one, batch);
+    assert_eq!(count() as usize, 1202 - batch);
+
+    let conn = app.store();
+    with_writer(&app, |w| convapi::retention::prune_once(&conn, w, now)).expect("prune");
+    assert_eq!(count(), 1, "only the recent event is left");
+    let left = app.query_i64(
+        "SELECT COUNT(*) FROM hook_events WHERE type = 'customer.created' AND received_at >= ?1",
+        &[&(now - DAY)],
+    );
+    assert_eq!(left, 1);
+    // Nothing left to prune.
+    with_writer(&app, |w| convapi::retention::prune_once(&conn, w, now)).expect("prune");
+    assert_eq!(count(), 1);
 }

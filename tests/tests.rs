@@ -55,6 +55,13 @@ mod adjustments;
 // Webhook sources: `convapi source`, `POST /hooks/{sourceId}` with Stripe's signed events (purchases,
 // refunds counted once, repeats, refusals). Here: a rule of what a provider's webhook becomes.
 mod hooks;
+// Shopify sources: orders/paid, refunds/create and orders/cancelled as Shopify signs and shapes them
+// (USD and JPY exact, each refund once, deliveries again), the refusals. Here: what a Shopify
+// webhook becomes.
+mod hooks_shopify;
+// WooCommerce sources: the unsigned ping, orders by status, their refunds once by id, `refunded`
+// alone, cancellations, deliveries again, the refusals. Here: what a WooCommerce webhook becomes.
+mod hooks_woocommerce;
 // The API is authoritative: order poisoning by the pixel undone, API repeats, the pixel's session
 // kept; pixel work has its own backlog budget and parked items count toward none. Here: what the
 // pixel may and may not change of what the API reported.
@@ -178,6 +185,9 @@ mod people;
 // what the pixel sent on every page, security headers. Here: every security property of the
 // dashboard, each tested once (CSRF, the throttle and other tenants' 404s nowhere else).
 mod dashboard_security;
+// Settings → Sources over HTTP: a source added by its form (CSRF, refusals), its address, latest
+// events and signature failures with what they mean, removal, tenancy. Here: what the Sources page does.
+mod dashboard_sources;
 // Destinations as a merchant manages them: `convapi destination add|list|update|remove|test|retry|
 // replay`, the dashboard's Settings → Destinations and its test button, the order page's
 // deliveries, the site's consent option; no credential in any output, page or log. Here: managing

@@ -156,7 +156,7 @@ fn list(db: &Location, a: ListArgs) -> CliResult {
 
 fn remove(db: &Location, a: RemoveArgs) -> CliResult {
     let conn = open(db)?;
-    let s = store::write_tx(&conn, |tx| sources::remove(tx, &a.id)).map_err(refused)?;
+    let s = store::write_tx(&conn, |tx| sources::remove(tx, &a.id, None)).map_err(refused)?;
     print(a.json, &json!({"id": s.id, "kind": s.kind}), || {
         format!("source {} ({}) removed", s.id, s.kind)
     })

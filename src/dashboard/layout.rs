@@ -73,6 +73,7 @@ pub enum SiteTab {
     Report,
     DeadLetters,
     Destinations,
+    Sources,
 }
 
 /// A page of one site: the site's name, its sub-navigation with `tab` current, then `body`.
@@ -97,6 +98,7 @@ pub fn site_page(viewer: &Viewer, site: &Site, tab: SiteTab, title: &str, body: 
             format!("{base}/destinations"),
             "Destinations",
         ),
+        (SiteTab::Sources, format!("{base}/sources"), "Sources"),
     ];
     let inner = html! {
         p.crumbs { a href="/dashboard/" { "Sites" } " / " span.site-name { (site.name) } }

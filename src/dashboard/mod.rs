@@ -28,6 +28,7 @@ pub mod routes;
 pub mod setup;
 pub mod sites;
 pub mod snippets;
+pub mod sources;
 pub mod two_factor;
 
 pub use error::PageError;

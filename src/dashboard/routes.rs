@@ -9,7 +9,7 @@
 
 use super::{
     account, auth, conversions, destinations, keys, layout, links, overview, people, report, setup,
-    sites, two_factor, Dashboard, PageError, PageResult, Viewer,
+    sites, sources, two_factor, Dashboard, PageError, PageResult, Viewer,
 };
 use crate::http::{decode_segment, Ctx, Reply, StaticFile};
 use crate::store::{self, sites::Site};
@@ -72,6 +72,10 @@ pub fn dispatch(d: &Dashboard, ctx: &mut Ctx) -> (&'static str, PageResult) {
         ("POST", ["dashboard", "sites", id, "destinations", dest, "remove"]) => ("dash_destination_remove", site_item(d, ctx, id, ("destination id", dest), destinations::remove)),
         ("POST", ["dashboard", "sites", id, "destinations", dest, "test"]) => ("dash_destination_test", site_item(d, ctx, id, ("destination id", dest), destinations::test)),
         ("POST", ["dashboard", "sites", id, "destinations", dest, "retry"]) => ("dash_destination_retry", site_item(d, ctx, id, ("destination id", dest), destinations::retry)),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "sources"]) => ("dash_sources", site(d, ctx, id, sources::list)),
+        ("POST", ["dashboard", "sites", id, "sources"]) => ("dash_source_create", site(d, ctx, id, sources::create)),
+        ("GET" | "HEAD", ["dashboard", "sites", id, "sources", src, "remove"]) => ("dash_source_remove", site_item(d, ctx, id, ("source id", src), sources::remove_form)),
+        ("POST", ["dashboard", "sites", id, "sources", src, "remove"]) => ("dash_source_remove", site_item(d, ctx, id, ("source id", src), sources::remove)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "report"]) => ("dash_report", site(d, ctx, id, report::page)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "report.csv"]) => ("dash_report_csv", site(d, ctx, id, report::csv)),
         // Logged out, every other path is the login page too: which pages exist is for the logged-in.

@@ -274,6 +274,7 @@ fn settings_card(v: &Viewer, site: &Site, typed: Option<(&Fields, &str)>) -> Mar
                 (consent_field(f))
                 button type="submit" { "Save" }
             }
+            p #sources-link { "Orders paid in Stripe, Shopify or WooCommerce: " a href={ "/dashboard/sites/" (site.id) "/sources" } { "Sources" } "." }
             p #delete-site-link { a.danger href={ "/dashboard/sites/" (site.id) "/delete" } { "Delete this site" } }
         }
     }

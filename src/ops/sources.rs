@@ -3,11 +3,20 @@
 //! `/hooks/{id}`. Add, list, remove; the secret is written once and never shown again.
 
 use super::{canonical_id, op_error};
-use crate::store::sources::Source;
+use crate::store::sources::{Received, Source};
 use crate::store::{self, engine::AsConn, StoreError};
 
 /// The providers a source can be.
 pub const KINDS: [&str; 3] = ["stripe", "shopify", "woocommerce"];
+/// A kind's name as people know it.
+pub fn provider_name(kind: &str) -> &'static str {
+    match kind {
+        "shopify" => "Shopify",
+        "woocommerce" => "WooCommerce",
+        _ => "Stripe",
+    }
+}
+
 /// Longest secret accepted, in bytes (providers' are well under).
 pub const MAX_SECRET_BYTES: usize = 512;
 
@@ -59,12 +68,6 @@ pub fn add(
             format!("{kind:?} is not a source kind: use stripe, shopify or woocommerce"),
         ));
     }
-    if kind != "stripe" {
-        return Err(SourceError::Invalid(
-            "kind",
-            format!("{kind} sources are not taken yet: only stripe is, for now"),
-        ));
-    }
     let secret = secret.trim();
     if secret.is_empty() || secret.len() > MAX_SECRET_BYTES {
         return Err(SourceError::Invalid(
@@ -104,11 +107,30 @@ pub fn list(conn: &impl AsConn, site_id: &str) -> Result<Vec<Source>, SourceErro
     Ok(store::sources::of_site(conn, &site.id)?)
 }
 
-/// Removes source `id` and the events it received; later posts to its address answer 404.
-pub fn remove(conn: &impl AsConn, id: &str) -> Result<Source, SourceError> {
+/// Removes source `id` (of site `site_id` when given: another site's is not found) and the events
+/// it received; later posts to its address answer 404.
+pub fn remove(conn: &impl AsConn, id: &str, site_id: Option<&str>) -> Result<Source, SourceError> {
     let id = canonical_id(id);
-    let source =
-        store::sources::by_id(conn, &id)?.ok_or_else(|| SourceError::NoSource(id.clone()))?;
+    let source = store::sources::by_id(conn, &id)?
+        .filter(|s| site_id.is_none_or(|site| s.site_id == site))
+        .ok_or_else(|| SourceError::NoSource(id.clone()))?;
     store::sources::remove(conn, &id)?;
     Ok(source)
+}
+
+/// How many of a source's latest events its page shows.
+pub const RECENT_EVENTS: i64 = 10;
+
+/// Site `site_id`'s sources, each with its [`RECENT_EVENTS`] latest events, newest first.
+pub fn with_events(
+    conn: &impl AsConn,
+    site_id: &str,
+) -> Result<Vec<(Source, Vec<Received>)>, SourceError> {
+    list(conn, site_id)?
+        .into_iter()
+        .map(|s| {
+            let events = store::sources::recent_events(conn, &s.id, RECENT_EVENTS)?;
+            Ok((s, events))
+        })
+        .collect()
 }

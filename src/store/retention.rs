@@ -154,6 +154,33 @@ pub fn has_old_sessions(conn: &impl AsConn, site_id: &str, cutoff_ms: i64) -> Re
     )
 }
 
+/// Whether the site's webhook sources have an event received before `cutoff_ms`.
+pub fn has_old_hook_events(conn: &impl AsConn, site_id: &str, cutoff_ms: i64) -> Result<bool> {
+    exists(
+        conn,
+        "SELECT 1 FROM hook_events h JOIN sources s ON s.id = h.source_id
+         WHERE s.site_id = ?1 AND h.received_at < ?2 LIMIT 1",
+        args![site_id, cutoff_ms],
+    )
+}
+
+/// Deletes up to `limit` events the site's webhook sources received before `cutoff_ms`, with
+/// their kept payloads; how many.
+pub fn prune_hook_events(
+    conn: &impl AsConn,
+    site_id: &str,
+    cutoff_ms: i64,
+    limit: usize,
+) -> Result<usize> {
+    let n = conn.conn().execute(
+        "DELETE FROM hook_events WHERE (source_id, event_id) IN (
+             SELECT h.source_id, h.event_id FROM hook_events h JOIN sources s ON s.id = h.source_id
+             WHERE s.site_id = ?1 AND h.received_at < ?2 LIMIT ?3)",
+        args![site_id, cutoff_ms, limit as i64],
+    )?;
+    Ok(n as usize)
+}
+
 /// Whether the site has a conversion [`expire_conversions`] would delete.
 pub fn has_old_conversions(conn: &impl AsConn, site_id: &str, cutoff_ms: i64) -> Result<bool> {
     exists(

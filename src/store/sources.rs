@@ -188,3 +188,28 @@ pub fn order_of_payment(
         |r| r.get(0),
     )
 }
+
+/// One event as a source's page lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    pub received_at: i64,
+    /// The provider's event type or topic.
+    pub kind: String,
+    pub outcome: String,
+}
+
+/// Source `source_id`'s `limit` latest events, newest first.
+pub fn recent_events(conn: &impl AsConn, source_id: &str, limit: i64) -> Result<Vec<Received>> {
+    conn.conn().query_all(
+        "SELECT received_at, type, outcome FROM hook_events WHERE source_id = ?1
+         ORDER BY received_at DESC, event_id LIMIT ?2",
+        args![source_id, limit],
+        |r| {
+            Ok(Received {
+                received_at: r.get(0)?,
+                kind: r.get(1)?,
+                outcome: r.get(2)?,
+            })
+        },
+    )
+}

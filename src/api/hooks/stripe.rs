@@ -1,0 +1,261 @@
+//! Stripe's webhooks (docs/stripe.md): the `Stripe-Signature` check with its timestamp tolerance,
+//! and the mapping of its events: paid Checkout Sessions (also delayed payments) are purchases;
+//! `refund.created` and `charge.refunded` are refunds of the order their PaymentIntent paid, keyed
+//! by Stripe's refund id.
+
+use hmac::{Hmac, Mac};
+use rust_decimal::Decimal;
+use serde_json::Value;
+use sha2::Sha256;
+
+use super::{bad, str_at, Action, BadSignature, Event, OrderRef, Purchase, Refund};
+use crate::api::ApiError;
+use crate::http::Ctx;
+
+/// How far a Stripe signature's timestamp may be from now, either way, in seconds (Stripe's
+/// libraries' default): an older signed body is a replay.
+pub const STRIPE_TOLERANCE_S: i64 = 300;
+
+const NO_MATCH: &str = "no v1 signature matches: the source's secret must be this endpoint's \
+    signing secret (Stripe: Developers → Webhooks → the endpoint → Signing secret); add the \
+    source again with it";
+
+/// [`verify_stripe`] of a request.
+pub fn verify(ctx: &Ctx, body: &[u8], secret: &str, now_s: i64) -> Result<(), BadSignature> {
+    verify_stripe(ctx.header("Stripe-Signature"), body, secret, now_s)
+}
+
+/// A Stripe event: its `id` is the dedup key, `created` its time.
+pub fn parse(body: &[u8]) -> Result<Event, ApiError> {
+    let event: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let id = str_at(&event, &["id"])
+        .ok_or_else(|| bad("id", "the event has no id"))?
+        .to_owned();
+    Ok(Event {
+        id,
+        kind: str_at(&event, &["type"]).unwrap_or_default().to_owned(),
+        occurred_ms: event
+            .get("created")
+            .and_then(Value::as_i64)
+            .map(|s| s * 1000),
+        actions: map_stripe(&event)?,
+        client_id: None,
+    })
+}
+
+/// Checks Stripe's `Stripe-Signature: t=…,v1=…[,v1=…]` over `body`: some `v1` is the hex
+/// HMAC-SHA256 under `secret` of `"{t}.{body}"` (compared in constant time) and `t` is within
+/// [`STRIPE_TOLERANCE_S`] of `now_s`.
+pub fn verify_stripe(
+    header: Option<&str>,
+    body: &[u8],
+    secret: &str,
+    now_s: i64,
+) -> Result<(), BadSignature> {
+    let header = header.ok_or(BadSignature::Missing("Stripe", "Stripe-Signature"))?;
+    let mut t = None;
+    let mut signatures = Vec::new();
+    for part in header.split(',') {
+        match part.trim().split_once('=') {
+            Some(("t", v)) => t = v.trim().parse::<i64>().ok(),
+            Some(("v1", v)) => signatures.push(v.trim()),
+            _ => {}
+        }
+    }
+    let t = t.ok_or(BadSignature::NoTimestamp)?;
+    if signatures.is_empty() {
+        return Err(BadSignature::NoV1);
+    }
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");
+    mac.update(t.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    let matches = signatures
+        .iter()
+        .any(|s| hex_decode(s).is_some_and(|sig| mac.clone().verify_slice(&sig).is_ok()));
+    if !matches {
+        return Err(BadSignature::NoMatch(NO_MATCH));
+    }
+    if (now_s - t).abs() > STRIPE_TOLERANCE_S {
+        return Err(BadSignature::Stale((now_s - t).abs()));
+    }
+    Ok(())
+}
+
+fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// An amount in a currency's minor units (Stripe's integers) as an exact decimal: 4990 EUR cents
+/// is 49.9, 5000 JPY is 5000 (JPY has no minor unit). `None`: not an ISO 4217 currency.
+pub fn from_minor_units(amount: i64, currency: &str) -> Option<Decimal> {
+    let dp = crate::fx::minor_units(currency)?;
+    Some(Decimal::new(amount, dp).normalize())
+}
+
+/// The refund object `r` (from `refund.created`, or an entry of a charge's `refunds.data`); `None`
+/// for a refund that failed or was cancelled (no money went back).
+fn refund(r: &Value, field: &str) -> Result<Option<Refund>, ApiError> {
+    if matches!(
+        r.get("status").and_then(Value::as_str),
+        Some("failed" | "canceled")
+    ) {
+        return Ok(None);
+    }
+    let id = str_at(r, &["id"]).ok_or_else(|| bad(&format!("{field}.id"), "a refund has no id"))?;
+    let currency = str_at(r, &["currency"])
+        .unwrap_or_default()
+        .to_ascii_uppercase();
+    let value = r
+        .get("amount")
+        .and_then(Value::as_i64)
+        .filter(|a| *a > 0)
+        .and_then(|a| from_minor_units(a, &currency))
+        .ok_or_else(|| {
+            bad(
+                &format!("{field}.amount"),
+                "a refund needs a positive integer amount in an ISO 4217 currency's minor units",
+            )
+        })?;
+    Ok(Some(Refund {
+        id: id.to_owned(),
+        value,
+        currency: Some(currency),
+        created_ms: r.get("created").and_then(Value::as_i64).map(|s| s * 1000),
+        reason: "Stripe refund".into(),
+    }))
+}
+
+/// What a Stripe event (`type`, `data.object`) asks for, in docs/decisions.md's mapping.
+pub fn map_stripe(event: &Value) -> Result<Vec<Action>, ApiError> {
+    let kind = str_at(event, &["type"]).unwrap_or_default();
+    let obj = event.pointer("/data/object").unwrap_or(&Value::Null);
+    match kind {
+        "checkout.session.completed" | "checkout.session.async_payment_succeeded" => {
+            if str_at(obj, &["payment_status"]) != Some("paid") {
+                return Ok(Vec::new());
+            }
+            let session_id = str_at(obj, &["id"])
+                .ok_or_else(|| bad("data.object.id", "a Checkout Session has no id"))?;
+            let currency = str_at(obj, &["currency"])
+                .unwrap_or_default()
+                .to_ascii_uppercase();
+            let value = obj
+                .get("amount_total")
+                .and_then(Value::as_i64)
+                .filter(|a| *a >= 0)
+                .and_then(|a| from_minor_units(a, &currency))
+                .ok_or_else(|| {
+                    bad(
+                        "data.object.amount_total",
+                        "a paid Checkout Session needs amount_total, an integer in an ISO 4217 \
+                         currency's minor units",
+                    )
+                })?;
+            let order_id = str_at(obj, &["metadata", "order_id"]).unwrap_or(session_id);
+            let client_id = str_at(obj, &["client_reference_id"])
+                .or_else(|| str_at(obj, &["metadata", "client_id"]));
+            Ok(vec![Action::Purchase(Purchase {
+                order_id: order_id.to_owned(),
+                client_id: client_id.map(str::to_owned),
+                visitor_id: str_at(obj, &["metadata", "svc_vid"]).map(str::to_owned),
+                value,
+                currency,
+                payment_ref: str_at(obj, &["payment_intent"]).map(str::to_owned),
+            })])
+        }
+        "refund.created" => {
+            let Some(payment_ref) = str_at(obj, &["payment_intent"]) else {
+                return Ok(Vec::new());
+            };
+            Ok(vec![Action::Refunds {
+                order: OrderRef::Payment(payment_ref.to_owned()),
+                refunds: refund(obj, "data.object")?.into_iter().collect(),
+            }])
+        }
+        "charge.refunded" => {
+            let Some(payment_ref) = str_at(obj, &["payment_intent"]) else {
+                return Ok(Vec::new());
+            };
+            let Some(list) = obj.pointer("/refunds/data").and_then(Value::as_array) else {
+                return Ok(vec![Action::Keep("refund_ids_missing")]);
+            };
+            let mut refunds = Vec::new();
+            for (i, r) in list.iter().enumerate() {
+                refunds.extend(refund(r, &format!("data.object.refunds.data.{i}"))?);
+            }
+            Ok(vec![Action::Refunds {
+                order: OrderRef::Payment(payment_ref.to_owned()),
+                refunds,
+            }])
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn sign(secret: &str, t: i64, body: &str) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(format!("{t}.{body}").as_bytes());
+        hex(&mac.finalize().into_bytes())
+    }
+
+    #[test]
+    fn a_stripe_signature_holds_with_its_secret_within_five_minutes_only() {
+        let (secret, body, t) = ("whsec_test", r#"{"id":"evt_1"}"#, 1_700_000_000);
+        let good = sign(secret, t, body);
+        let header = format!("t={t},v1={good}");
+        assert!(verify_stripe(Some(&header), body.as_bytes(), secret, t).is_ok());
+        assert!(verify_stripe(Some(&header), body.as_bytes(), secret, t + 300).is_ok());
+        assert!(verify_stripe(Some(&header), body.as_bytes(), secret, t - 300).is_ok());
+        assert!(verify_stripe(Some(&header), body.as_bytes(), secret, t + 301).is_err());
+        assert!(verify_stripe(Some(&header), body.as_bytes(), secret, t - 301).is_err());
+        assert!(verify_stripe(Some(&header), body.as_bytes(), "whsec_other", t).is_err());
+        assert!(verify_stripe(Some(&header), b"{\"id\":\"evt_2\"}", secret, t).is_err());
+        assert!(verify_stripe(None, body.as_bytes(), secret, t).is_err());
+        // Several v1 (a secret being rolled): one that matches is enough, wherever it is.
+        let rolled = format!("t={t},v1={},v1={good},v0=abc", sign("whsec_old", t, body));
+        assert!(verify_stripe(Some(&rolled), body.as_bytes(), secret, t).is_ok());
+        let only_v0 = format!("t={t},v0={good}");
+        assert!(verify_stripe(Some(&only_v0), body.as_bytes(), secret, t).is_err());
+    }
+
+    #[test]
+    fn a_signature_stripes_library_computes_holds() {
+        // From stripe-python 16.1 (`stripe.WebhookSignature._compute_signature(f"{t}.{body}",
+        // secret)`), the library `verify_header` is in.
+        let body = r#"{"id":"evt_1","object":"event","type":"checkout.session.completed"}"#;
+        let header =
+            "t=1700000000,v1=d1e4aa90551919f198c22ba0a9691b35338d4b631d54ce1f1465e93b1d41c430";
+        assert!(verify_stripe(
+            Some(header),
+            body.as_bytes(),
+            "whsec_test_secret",
+            1_700_000_000
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn minor_units_follow_iso_4217() {
+        assert_eq!(from_minor_units(4990, "EUR").unwrap().to_string(), "49.9");
+        assert_eq!(from_minor_units(5000, "JPY").unwrap().to_string(), "5000");
+        assert_eq!(from_minor_units(1234, "KWD").unwrap().to_string(), "1.234");
+        assert_eq!(from_minor_units(1, "USD").unwrap().to_string(), "0.01");
+        assert_eq!(from_minor_units(1, "XXZ"), None);
+    }
+}
