@@ -422,14 +422,14 @@ fn unknown_sources_large_bodies_and_other_methods_are_refused() {
             "SOURCE_NOT_FOUND",
         );
     }
-    let mut big = br#"{"id":"evt_big","pad":""#.to_vec();
-    big.resize(1024 * 1024 + 1 - 2, b'x');
-    big.extend_from_slice(br#""}"#);
-    let header = signature(SECRET, now_ms() / 1000, &big);
-    expect_error(
-        &post_signed(&app, &source, &header, &big),
-        413,
-        "PAYLOAD_TOO_LARGE",
+    // Over 1 MiB by its Content-Length: refused before the body is read (sending the mebibyte
+    // raced the server's close of the connection: a broken pipe now and then).
+    let header = signature(SECRET, now_ms() / 1000, b"{}");
+    let answer =
+        app.post_hook_declaring(&source, &[("Stripe-Signature", &header)], 1024 * 1024 + 1);
+    assert!(
+        answer.starts_with("HTTP/1.1 413") && answer.contains("PAYLOAD_TOO_LARGE"),
+        "{answer}"
     );
     let resp = app.send("GET", &format!("/hooks/{source}"), &[], None);
     expect_error(&resp, 405, "METHOD_NOT_ALLOWED");
