@@ -7,9 +7,10 @@
 //! provider event again is answered `duplicate` and changes nothing, unless it was kept without
 //! being applied (`no_session`, `order_unknown`, ...): then it is taken again.
 //!
-//! Not yet here: Shopify and WooCommerce (`ops::sources::add` refuses them for now), and the
-//! later retry of an order whose identifiers resolve no session (its event is kept with outcome
-//! `no_session`).
+//! A purchase whose identifiers resolve no session is kept as unattributed (outcome
+//! `unattributed`); the pipeline resolves it again later (`pipeline::UNATTRIBUTED_RETRY`).
+//!
+//! Not yet here: Shopify and WooCommerce (`ops::sources::add` refuses them for now).
 
 use hmac::{Hmac, Mac};
 use rust_decimal::Decimal;
@@ -443,7 +444,7 @@ impl Job {
             Mapped::Purchase {
                 order_id,
                 client_id,
-                visitor_id: _,
+                visitor_id,
                 value,
                 currency,
                 payment_ref,
@@ -454,6 +455,10 @@ impl Job {
                     order_id: Some(order_id.clone()),
                     kind: "purchase".into(),
                     session,
+                    // A paid order is never lost for want of a session: kept as unattributed,
+                    // resolved again by the pipeline (docs/decisions/api.md, "Webhook sources").
+                    keep_unattributed: true,
+                    visitor_id,
                     client_id: client_id.clone(),
                     value: Some(value.to_string()),
                     currency,
@@ -463,6 +468,10 @@ impl Job {
                 row.payment_ref = payment_ref;
                 row.client_id = client_id;
                 match store::conversions::record_api_with(c, &report, None, now)? {
+                    ApiRecorded::Created(rec) if rec.session_id.is_none() => {
+                        created = true;
+                        "unattributed"
+                    }
                     ApiRecorded::Created(_) | ApiRecorded::TakenOver(_) => {
                         created = true;
                         "accepted"

@@ -88,6 +88,12 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0017_sources.sql",
         include_str!("../migrations/postgres/0017_sources.sql"),
     ),
+    // Numbered 0019 while 0018 is written on another branch; merged in that order.
+    Migration::new(
+        18,
+        "0019_unattributed.sql",
+        include_str!("../migrations/postgres/0019_unattributed.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.
