@@ -55,6 +55,10 @@ mod adjustments;
 // Webhook sources: `convapi source`, `POST /hooks/{sourceId}` with Stripe's signed events (purchases,
 // refunds counted once, repeats, refusals). Here: a rule of what a provider's webhook becomes.
 mod hooks;
+// Orders no session explains yet: `site update --keep-unattributed`, the 202 with `sessionId: null`,
+// `(unattributed)` in the report, the pipeline's retry that attributes them, webhook orders kept.
+// Here: what becomes of an order whose identifiers resolve no session.
+mod unattributed;
 // The API is authoritative: order poisoning by the pixel undone, API repeats, the pixel's session
 // kept; pixel work has its own backlog budget and parked items count toward none. Here: what the
 // pixel may and may not change of what the API reported.
