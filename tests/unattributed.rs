@@ -6,8 +6,15 @@
 //! attributes it, none leaves it unattributed for good. Webhook orders are always kept the same
 //! way. Here: what becomes of an order no session explains.
 
+use std::collections::BTreeMap;
+
+use convapi::forward::platform::Http;
+use convapi::forward::sender;
+use convapi::metrics::Metrics;
+use convapi::store::destinations::{self, Destination, Health};
 use serde_json::{json, Value};
 
+use crate::common::fake::{FakePlatform, Reply};
 use crate::common::pipeline_support::*;
 use crate::common::*;
 
@@ -349,4 +356,95 @@ fn forgetting_the_visitor_an_unattributed_order_named_reaches_it() {
         .unwrap()
         .is_none());
     assert_eq!(touch(&status(&app, &order)).0, "(unattributed)");
+}
+
+/// A destination of `kind` on the default site, its endpoint a fake that must never be called.
+fn destination(app: &TestApp, kind: &str, fake: &FakePlatform) {
+    let (settings, secrets, event, consent) = match kind {
+        "google_ads" => (
+            json!({"customer_id": "123-456-7890", "conversion_action": "987654321",
+                   "client_id": "cid.apps.googleusercontent.com"}),
+            json!({"developer_token": "dev-token-0000", "client_secret": "secret-0000",
+                   "refresh_token": "refresh-0000"}),
+            "purchase",
+            "ads",
+        ),
+        "ga4" => (
+            json!({"measurement_id": "G-TEST123"}),
+            json!({"api_secret": "ga4-secret-0000000"}),
+            "purchase",
+            "analytics",
+        ),
+        other => panic!("no fixture for {other}"),
+    };
+    let obj = |v: Value| v.as_object().unwrap().clone();
+    let now = now_ms();
+    let d = Destination {
+        id: unique("dest"),
+        site_id: app.site.id.clone(),
+        kind: kind.into(),
+        name: kind.into(),
+        settings: obj(settings),
+        secrets: obj(secrets),
+        endpoint: Some(fake.url()),
+        api_version: None,
+        events: BTreeMap::from([("purchase".to_string(), event.to_string())]),
+        consent: consent.into(),
+        enabled: true,
+        created_at: now,
+        updated_at: now,
+        health: Health::default(),
+    };
+    destinations::insert(&app.store(), &d).unwrap();
+}
+
+/// An order kept with no session and no visitorId has no click for Google Ads and no client id
+/// for GA4: each delivery is skipped, saying why, and nothing is sent. Its deliveries are written
+/// once the retry is over, not while its session may still come.
+#[test]
+fn an_unattributed_order_is_not_sent_where_a_click_or_a_client_id_is_needed() {
+    let app = TestApp::builder()
+        .serve_args(&["--pipeline", "off", "--forward-threads", "0"])
+        .start();
+    keep_unattributed(&app, "true");
+    let fake = FakePlatform::start(|_| Reply::status(500, json!({})));
+    destination(&app, "google_ads", &fake);
+    destination(&app, "ga4", &fake);
+    let order = unique("order");
+    let received = now_ms();
+    let v = app
+        .post_conversion(&json!({
+            "clientId": unique("nobody"), "orderId": order, "value": 30, "currency": "EUR",
+        }))
+        .expect(202);
+    assert_eq!(v["attributed"], json!(false), "{v}");
+    drain_at(&app, received + 1_000);
+    let deliveries = |app: &TestApp| status(app, &order)["deliveries"].clone();
+    assert_eq!(
+        deliveries(&app),
+        json!([]),
+        "no delivery while the retry waits"
+    );
+    drain_at(&app, received + RETRY + 1_000);
+    let conn = app.store();
+    let http = Http::new(std::time::Duration::from_secs(5));
+    with_writer(&app, |w| {
+        sender::drain_once(
+            &conn,
+            w,
+            &Metrics::default(),
+            &http,
+            received + RETRY + 2_000,
+        )
+        .expect("send")
+    });
+    let ds = deliveries(&app);
+    let ds = ds.as_array().unwrap();
+    assert_eq!(ds.len(), 2, "{ds:?}");
+    for d in ds {
+        assert_eq!(d["status"], json!("skipped"), "{d}");
+        let why = d["lastError"].as_str().unwrap();
+        assert!(why.contains("no session (unattributed)"), "{why}");
+    }
+    assert!(fake.requests().is_empty(), "nothing sent");
 }
