@@ -5,7 +5,7 @@
 //! id so that each refund counts once, whichever events carry it and however often. The event's
 //! row in `hook_events` and its effects commit in one writer job before the 200; the same
 //! provider event again is answered `duplicate` and changes nothing, unless it was kept without
-//! being applied (`no_session`, `order_unknown`, ...): then it is taken again.
+//! being applied (`order_unknown`, `refused`, ...): then it is taken again.
 //!
 //! A purchase whose identifiers resolve no session is kept as unattributed (outcome
 //! `unattributed`); the pipeline resolves it again later (`pipeline::UNATTRIBUTED_RETRY`).
@@ -477,6 +477,7 @@ impl Job {
                         "accepted"
                     }
                     ApiRecorded::Repeat(_) => "accepted",
+                    // Not returned for a report kept as unattributed (above); kept for the match.
                     ApiRecorded::NoSession => {
                         row.payload = Some(body);
                         "no_session"
