@@ -1,4 +1,4 @@
--- convapi's schema at version 18 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 19 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
@@ -95,13 +95,13 @@ CREATE TABLE api_keys (
 );
 CREATE INDEX api_keys_tenant ON api_keys(tenant_id);
 
-CREATE TABLE conversions (
+CREATE TABLE "conversions" (
     id                  TEXT PRIMARY KEY,
     site_id             TEXT NOT NULL REFERENCES sites(id),
     order_id            TEXT,
     type                TEXT NOT NULL,
-    session_id          TEXT NOT NULL,
-    visitor_id          TEXT NOT NULL,
+    session_id          TEXT,
+    visitor_id          TEXT,
     client_id           TEXT,
     value               TEXT,
     currency            TEXT NOT NULL,
@@ -119,8 +119,13 @@ CREATE TABLE conversions (
     reporting_currency  TEXT,
     fx_rate             TEXT,
     fx_date             TEXT,
-    processed_at        INTEGER
-, reporting_minor INTEGER, user_hashes TEXT, consent_ad_user_data INTEGER, consent_ad_personalization INTEGER, adjusted INTEGER NOT NULL DEFAULT 0);
+    processed_at        INTEGER,
+    reporting_minor     INTEGER,
+    user_hashes         TEXT,
+    consent_ad_user_data INTEGER,
+    consent_ad_personalization INTEGER,
+    adjusted            INTEGER NOT NULL DEFAULT 0
+);
 CREATE INDEX conversions_site_client ON conversions(site_id, client_id) WHERE client_id IS NOT NULL;
 CREATE UNIQUE INDEX conversions_site_order ON conversions(site_id, order_id) WHERE order_id IS NOT NULL;
 CREATE INDEX conversions_site_time ON conversions(site_id, occurred_at);
@@ -339,7 +344,7 @@ CREATE TABLE sites (
     window_days  INTEGER NOT NULL,           -- attribution window
     model        TEXT NOT NULL,              -- last_non_direct | last_touch | first_touch
     created_at   INTEGER NOT NULL
-, signed_identify INTEGER NOT NULL DEFAULT 0, identity_secret TEXT, retain_days INTEGER NOT NULL DEFAULT 395, expire_conversions INTEGER NOT NULL DEFAULT 0, consent_required INTEGER NOT NULL DEFAULT 0, deleted_at INTEGER);
+, signed_identify INTEGER NOT NULL DEFAULT 0, identity_secret TEXT, retain_days INTEGER NOT NULL DEFAULT 395, expire_conversions INTEGER NOT NULL DEFAULT 0, consent_required INTEGER NOT NULL DEFAULT 0, deleted_at INTEGER, keep_unattributed INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX sites_tenant ON sites(tenant_id);
 
 CREATE TABLE sources (

@@ -19,6 +19,9 @@ use crate::store::sessions::Session;
 pub const DIRECT_SOURCE: &str = "(direct)";
 pub const DIRECT_MEDIUM: &str = "(none)";
 pub const NOT_SET: &str = "(not set)";
+/// The source, medium and campaign of an order kept with no session (docs/decisions.md §3), and
+/// the report's key of a conversion not attributed yet.
+pub const UNATTRIBUTED: &str = "(unattributed)";
 
 /// How the touch is chosen among the person's sessions in the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,7 +27,7 @@ use crate::fx;
 use crate::store::report::{Dated, GroupBy, DAY_MS};
 use crate::store::{self, sites::Site, StoreError};
 
-pub const UNATTRIBUTED: &str = "(unattributed)";
+pub use crate::attribution::UNATTRIBUTED;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {

@@ -42,6 +42,8 @@ pub struct ServeConfig {
     pub writer: WriterConfig,
     /// Run the background pipeline (tests switch it off to drive it by hand).
     pub pipeline: bool,
+    /// See `pipeline::UNATTRIBUTED_RETRY`.
+    pub unattributed_retry: std::time::Duration,
     /// Rate limits and bounds of the public pixel endpoint.
     pub pixel: PixelPolicy,
     /// A bearer token `/metrics` asks for; `None`: open to whoever reaches the listener.
@@ -244,7 +246,16 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
     }
     let metrics = Metrics::default();
     let pipeline_worker = if config.pipeline {
-        let w = crate::pipeline::spawn(&location, &config.store, metrics.clone(), writer.clone())?;
+        let w = crate::pipeline::spawn(
+            &location,
+            &config.store,
+            metrics.clone(),
+            writer.clone(),
+            crate::pipeline::Options {
+                unattributed_retry: config.unattributed_retry,
+                ..Default::default()
+            },
+        )?;
         Some(w)
     } else {
         None

@@ -782,6 +782,31 @@ fn a_sites_retention_is_set_on_its_settings_page_as_the_cli_sets_it() {
 }
 
 #[test]
+fn keeping_unattributed_orders_is_a_checkbox_of_the_sites_settings_as_the_cli_sets_it() {
+    let app = TestApp::start();
+    let c = logged_in(&app);
+    let path = format!("/dashboard/sites/{}", app.site.id);
+    let stored = || app.cli_json(&["site", "list", "--json"])[0]["keepUnattributed"].clone();
+    let page = c.page(&path);
+    assert!(
+        page.contains(r#"name="keep_unattributed" value="on" aria-describedby"#),
+        "{page}"
+    );
+    assert_eq!(stored(), json!(false));
+    let csrf = c.csrf();
+    let saved = c.post_form(&path, &settings_form(&csrf, &[("keep_unattributed", "on")]));
+    assert_eq!(saved.status, 303, "{}", saved.text());
+    assert_eq!(stored(), json!(true));
+    assert!(c
+        .page(&path)
+        .contains(r#"name="keep_unattributed" value="on" checked"#));
+    // An unticked box turns it off.
+    let saved = c.post_form(&path, &settings_form(&csrf, &[]));
+    assert_eq!(saved.status, 303, "{}", saved.text());
+    assert_eq!(stored(), json!(false));
+}
+
+#[test]
 fn a_site_is_deleted_from_its_settings_once_its_name_is_typed() {
     let app = TestApp::start();
     let c = logged_in(&app);

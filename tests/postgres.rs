@@ -478,6 +478,7 @@ fn sites(c: &impl AsConn) -> SitesSeen {
             retain_days: Some(0),
             expire_conversions: Some(true),
             consent_required: Some(true),
+            keep_unattributed: None,
         },
     )
     .unwrap();
@@ -674,6 +675,8 @@ fn conversions(c: &impl AsConn) -> Vec<String> {
         order_id: Some(order.to_owned()),
         kind: "purchase".to_owned(),
         session: session.map(|(s, v)| (s.to_owned(), v.to_owned())),
+        keep_unattributed: false,
+        visitor_id: None,
         client_id: Some("crm-1".to_owned()),
         value: Some("19.90".to_owned()),
         currency: "USD".to_owned(),
@@ -684,8 +687,8 @@ fn conversions(c: &impl AsConn) -> Vec<String> {
         site_id: "s1".to_owned(),
         order_id: Some("o2".to_owned()),
         kind: "purchase".to_owned(),
-        session_id: "se-pixel".to_owned(),
-        visitor_id: "v-pixel".to_owned(),
+        session_id: Some("se-pixel".to_owned()),
+        visitor_id: Some("v-pixel".to_owned()),
         client_id: None,
         value: Some("1".to_owned()),
         currency: "EUR".to_owned(),
@@ -735,9 +738,8 @@ fn conversions_are_recorded_the_same_on_both_engines() {
     assert!(on_sqlite[2].contains("created: true"));
     assert!(on_sqlite[3].contains("created: false"));
     assert!(on_sqlite[4].ends_with("false)))"), "{}", on_sqlite[4]);
-    assert!(
-        on_sqlite[5].starts_with("Ok(TakenOver(Recorded { event_id: \"e2\", session_id: \"se2\"")
-    );
+    assert!(on_sqlite[5]
+        .starts_with("Ok(TakenOver(Recorded { event_id: \"e2\", session_id: Some(\"se2\")"));
     assert_eq!(on_sqlite[6], "Ok(NoSession)");
     assert!(on_sqlite[7].ends_with("true)))"), "{}", on_sqlite[7]);
     assert_eq!(on_sqlite[8], "Ok(None)");
@@ -873,6 +875,8 @@ fn pipeline_and_outbox(c: &impl AsConn) -> Vec<String> {
             order_id: Some(format!("o{i}")),
             kind: "purchase".to_owned(),
             session: Some(("se".to_owned(), "v".to_owned())),
+            keep_unattributed: false,
+            visitor_id: None,
             client_id: None,
             value: Some("10.00".to_owned()),
             currency: "USD".to_owned(),
@@ -1083,7 +1087,7 @@ fn pixel_batches(c: &impl AsConn) -> Vec<String> {
     seen.push(format!(
         "{:?} {} {:?} {}",
         order.sources(),
-        order.conversion.session_id == sessions[0].id,
+        order.conversion.session_id.as_deref() == Some(sessions[0].id.as_str()),
         order.conversion.value,
         order.status
     ));
@@ -1127,6 +1131,8 @@ fn reports(c: &impl AsConn) -> Vec<String> {
             order_id: Some(format!("o{i}")),
             kind: if i == 4 { "signup" } else { "purchase" }.to_owned(),
             session: Some(("se".to_owned(), "v".to_owned())),
+            keep_unattributed: false,
+            visitor_id: None,
             client_id: None,
             value: Some("10.00".to_owned()),
             currency: "EUR".to_owned(),
@@ -1241,6 +1247,8 @@ fn exports(c: &impl AsConn) -> Vec<String> {
             order_id: Some(format!("o-{id}")),
             kind: "purchase".to_owned(),
             session: Some(("se".to_owned(), "v".to_owned())),
+            keep_unattributed: false,
+            visitor_id: None,
             client_id: None,
             value: None,
             currency: "EUR".to_owned(),
@@ -1321,6 +1329,8 @@ fn dashboard_reads(c: &impl AsConn) -> Vec<String> {
             order_id: Some(format!("o{i}")),
             kind: if i % 3 == 0 { "lead" } else { "purchase" }.to_owned(),
             session: Some(("se".to_owned(), "v".to_owned())),
+            keep_unattributed: false,
+            visitor_id: None,
             client_id: None,
             value: None,
             currency: "EUR".to_owned(),
@@ -1443,8 +1453,8 @@ fn erasures(c: &impl AsConn) -> Vec<String> {
         .unwrap();
     seen.push(format!(
         "{:?} {:?} {:?} {}",
-        order.conversion.visitor_id,
-        order.conversion.session_id,
+        order.conversion.visitor_id.unwrap_or_default(),
+        order.conversion.session_id.unwrap_or_default(),
         order.conversion.client_id,
         order.status
     ));

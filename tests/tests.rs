@@ -62,6 +62,10 @@ mod hooks_shopify;
 // WooCommerce sources: the unsigned ping, orders by status, their refunds once by id, `refunded`
 // alone, cancellations, deliveries again, the refusals. Here: what a WooCommerce webhook becomes.
 mod hooks_woocommerce;
+// Orders no session explains yet: `site update --keep-unattributed`, the 202 with `sessionId: null`,
+// `(unattributed)` in the report, the pipeline's retry that attributes them, webhook orders kept.
+// Here: what becomes of an order whose identifiers resolve no session.
+mod unattributed;
 // The API is authoritative: order poisoning by the pixel undone, API repeats, the pixel's session
 // kept; pixel work has its own backlog budget and parked items count toward none. Here: what the
 // pixel may and may not change of what the API reported.

@@ -189,7 +189,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
                 known.is_some() || r.order_id.as_ref().is_some_and(|o| in_batch.contains(o));
             let session = match resolve_session(conn, &site, &r) {
                 Ok(s) => Some(s),
-                Err(ApiError::NoSession) if order_known => None,
+                Err(ApiError::NoSession) if order_known || site.keep_unattributed => None,
                 Err(ApiError::NoSession) => {
                     app.metrics.inc_no_session();
                     items.push(refused(&ApiError::NoSession));
@@ -210,6 +210,8 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
                     order_id: r.order_id,
                     kind: r.kind,
                     session,
+                    keep_unattributed: site.keep_unattributed,
+                    visitor_id: r.visitor_id,
                     client_id: r.client_id,
                     value: r.value,
                     currency: r.currency,

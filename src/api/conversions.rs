@@ -29,25 +29,18 @@ pub(super) fn resolve_session(
         r.visitor_id.as_deref().map(Identifier::Visitor),
         r.session_id.as_deref().map(Identifier::Session),
     ];
-    for ident in idents.into_iter().flatten() {
-        let person = store::sessions::person(conn, &site.id, ident)?;
-        if !person.is_empty() {
-            return store::sessions::resolve(
-                conn,
-                &site.id,
-                &person,
-                r.occurred_at,
-                site.window_ms(),
-            )?
-            .ok_or(ApiError::NoSession);
-        }
-    }
-    Err(ApiError::NoSession)
+    let idents: Vec<Identifier<'_>> = idents.into_iter().flatten().collect();
+    store::sessions::resolve_first(conn, &site.id, &idents, r.occurred_at, site.window_ms())?
+        .ok_or(ApiError::NoSession)
 }
 
 /// A 202's body, with the report's unknown fields named (docs/decisions.md §3).
 pub(super) fn accepted_json(rec: &Recorded, warnings: Option<&Warnings>) -> Value {
     let mut v = json!({"success": true, "sessionId": rec.session_id, "eventId": rec.event_id});
+    // An order kept with no session (docs/decisions.md §3).
+    if rec.session_id.is_none() {
+        v["attributed"] = json!(false);
+    }
     if let Some(w) = warnings {
         v["warnings"] = w.json();
     }
@@ -132,9 +125,9 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     let session = match resolved {
         Ok(s) => Some(s),
         // A known order is taken over even when the API's identifiers resolve no session: it
-        // keeps the pixel's. An unknown one is a plain 422 that needs no write (so it is not a
-        // 503 when the database is busy).
-        Err(ApiError::NoSession) if order_known => None,
+        // keeps the pixel's. An unknown one is kept as unattributed when the site says so, else
+        // a plain 422 that needs no write (so it is not a 503 when the database is busy).
+        Err(ApiError::NoSession) if order_known || site.keep_unattributed => None,
         Err(e) => {
             if matches!(e, ApiError::NoSession) {
                 app.metrics.inc_no_session();
@@ -155,6 +148,8 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
         order_id: r.order_id,
         kind: r.kind,
         session,
+        keep_unattributed: site.keep_unattributed,
+        visitor_id: r.visitor_id,
         client_id: r.client_id,
         value: r.value,
         currency: r.currency,

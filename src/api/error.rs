@@ -135,7 +135,11 @@ impl ApiError {
             ApiError::Validation { message, .. } => message.clone(),
             ApiError::BadEvent { index, message, .. } => format!("event {index}: {message}"),
             ApiError::NoSession => "no session found for the given identifiers within the site's \
-                                    attribution window; retry once after 1 to 2 minutes for a fresh order"
+                                    attribution window: the pixel has not seen a visit of this customer \
+                                    (or not yet). Send the visitorId the pixel exposes on the page \
+                                    (svc('visitorId')) or the clientId it identified, retry once after \
+                                    1 to 2 minutes for a fresh order, or keep such orders as unattributed \
+                                    with `convapi site update SITE_ID --keep-unattributed true`"
                 .into(),
             ApiError::AdjustmentConflict => crate::ledger::CONFLICT.into(),
             ApiError::OrderCancelled => crate::ledger::Refusal::OrderCancelled.message().into(),

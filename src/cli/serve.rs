@@ -103,6 +103,11 @@ pub(super) struct ServeArgs {
     /// address are refused, for every destination, whoever set its endpoint.
     #[arg(long, env = "CONVAPI_FORWARD_PRIVATE_ENDPOINTS", value_delimiter = ',')]
     forward_private_endpoints: Vec<crate::forward::platform::PrivateEndpoint>,
+    /// Seconds after an order kept with no session was received that its identifiers are
+    /// resolved once more (the pixel's batch may arrive after the order); then it stays
+    /// unattributed for good.
+    #[arg(long, env = "CONVAPI_UNATTRIBUTED_RETRY", default_value_t = crate::pipeline::UNATTRIBUTED_RETRY.as_secs_f64(), value_parser = positive_secs)]
+    unattributed_retry: f64,
     /// Where `--rates-fetch daily` downloads the daily file from.
     #[arg(long, env = "CONVAPI_RATES_URL", default_value = crate::ecb::DAILY_URL)]
     rates_url: String,
@@ -266,6 +271,7 @@ fn config(db: Location, a: ServeArgs) -> crate::server::ServeConfig {
             ..Default::default()
         },
         pipeline: a.pipeline == "on",
+        unattributed_retry: std::time::Duration::from_secs_f64(a.unattributed_retry),
         pixel: crate::api::collect::PixelPolicy {
             per_address: pixel_rate(a.pixel_rate),
             per_tracker: pixel_rate(a.pixel_site_rate),

@@ -75,7 +75,7 @@ pub(super) struct ListArgs {
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("changes").required(true).multiple(true).args([
     "name", "domain", "no_domain", "currency", "window_days", "model", "signed_identify",
-    "retain_days", "expire_conversions", "consent_required",
+    "retain_days", "expire_conversions", "consent_required", "keep_unattributed",
 ])))]
 pub(super) struct UpdateArgs {
     /// The site's id (UUID).
@@ -129,6 +129,11 @@ pub(super) struct SettingArgs {
     /// answer means yes; an explicit refusal always counts).
     #[arg(long, value_parser = ON_OFF)]
     consent_required: Option<String>,
+    /// Whether an order whose identifiers resolve no session (the pixel never saw this customer)
+    /// is kept and counted as "(unattributed)", and attributed if its session shows up within
+    /// minutes ("true"), or refused with 422 NO_SESSION ("false", the default).
+    #[arg(long, value_parser = ["true", "false", "on", "off"])]
+    keep_unattributed: Option<String>,
 }
 
 impl SettingArgs {
@@ -145,6 +150,7 @@ impl SettingArgs {
             retain_days: self.retain_days,
             expire_conversions: on(self.expire_conversions),
             consent_required: on(self.consent_required),
+            keep_unattributed: self.keep_unattributed.map(|v| v == "true" || v == "on"),
         }
     }
 }
@@ -308,6 +314,16 @@ fn also_given(site: &Site, c: &Changes) -> Vec<String> {
     }
     if c.consent_required == Some(false) {
         out.push("consent not required".to_owned());
+    }
+    if let Some(keep) = c.keep_unattributed {
+        out.push(
+            if keep {
+                "orders with no session kept as unattributed"
+            } else {
+                "orders with no session refused (422 NO_SESSION)"
+            }
+            .to_owned(),
+        );
     }
     out
 }

@@ -549,7 +549,7 @@ fn order_page(
                     @if let Some(date) = &o.fx.date { " (ECB, " (date) ")" }
                 }
                 dt { "Processed" } dd { (o.processed_at.map(layout::date).unwrap_or_else(|| "—".into())) }
-                dt { "Session id" } dd { code { (c.session_id) } }
+                dt { "Session id" } dd { code { (c.session_id.as_deref().unwrap_or("none (unattributed)")) } }
             }
         }
         div.card {

@@ -61,6 +61,8 @@ struct Fields {
     model: String,
     /// The settings form's "Require consent before tracking" (not on the new-site form).
     consent_required: bool,
+    /// The settings form's "Keep orders with no session" (docs/decisions.md §3).
+    keep_unattributed: bool,
     /// The settings form's retention: days as typed, and whether conversions expire too (`None`:
     /// the new-site form, which has no such fields: the defaults).
     retention: Option<(String, bool)>,
@@ -75,6 +77,7 @@ impl Fields {
             window_days: s.window_days.to_string(),
             model: s.model.clone(),
             consent_required: s.consent_required,
+            keep_unattributed: s.keep_unattributed,
             retention: Some((s.retain_days.to_string(), s.expire_conversions)),
         }
     }
@@ -87,6 +90,7 @@ impl Fields {
             window_days: field(f, "window_days").to_owned(),
             model: field(f, "model").to_owned(),
             consent_required: f.contains_key("consent_required"),
+            keep_unattributed: f.contains_key("keep_unattributed"),
             retention: f.contains_key("retain_days").then(|| {
                 (
                     field(f, "retain_days").to_owned(),
@@ -122,6 +126,7 @@ impl Fields {
             window_days: Some(window_days),
             model: Some(self.model.clone()),
             consent_required: Some(self.consent_required),
+            keep_unattributed: Some(self.keep_unattributed),
             retain_days,
             expire_conversions: self.retention.as_ref().map(|(_, expire)| *expire),
             ..Changes::default()
@@ -162,6 +167,19 @@ fn consent_field(f: &Fields) -> Markup {
         p.hint #consent-help {
             "When on, the pixel stores nothing on the visitor's device (no " code { "_svc_vid" } " cookie: a visitor id that changes daily) and nothing is passed on to a destination until the page reports the visitor's choice with "
             code { "svc('consent', {analytics: true, ads: true})" } ". When off, visitors count as consenting unless the page says otherwise."
+        }
+    }
+}
+
+/// The settings form's option for orders no pixel visit explains (docs/decisions.md §3).
+fn unattributed_field(f: &Fields) -> Markup {
+    html! {
+        label.checkbox for="keep_unattributed" {
+            input #keep_unattributed type="checkbox" name="keep_unattributed" value="on" checked[f.keep_unattributed] aria-describedby="unattributed-help";
+            " Keep orders with no session as unattributed"
+        }
+        p.hint #unattributed-help {
+            "When on, an order reported through the API whose customer the pixel never saw is accepted (" code { "\"attributed\": false" } "), counted at once as " code { "(unattributed)" } " and attributed if the customer's visit arrives within minutes. When off, such an order is refused with 422 " code { "NO_SESSION" } ". Orders from webhook sources are always kept."
         }
     }
 }
@@ -230,6 +248,7 @@ pub fn new_form(_d: &Dashboard, _ctx: &mut Ctx, v: &Viewer) -> PageResult {
         window_days: new.window_days.to_string(),
         model: new.model,
         consent_required: false,
+        keep_unattributed: false,
         retention: None,
     };
     Ok(layout::html(200, new_page(v, &f, None)))
@@ -272,6 +291,7 @@ fn settings_card(v: &Viewer, site: &Site, typed: Option<(&Fields, &str)>) -> Mar
                     (retention_fields(days, *expire))
                 }
                 (consent_field(f))
+                (unattributed_field(f))
                 button type="submit" { "Save" }
             }
             p #sources-link { "Orders paid in Stripe, Shopify or WooCommerce: " a href={ "/dashboard/sites/" (site.id) "/sources" } { "Sources" } "." }

@@ -37,15 +37,26 @@ impl Platform for Ga4 {
         now_ms: i64,
     ) -> Option<(&'static str, String)> {
         let old = now_ms - event.facts.occurred_at;
-        (old > GA4.max_age_ms).then(|| {
-            (
+        if old > GA4.max_age_ms {
+            return Some((
                 Status::TooOld.as_str(),
                 format!(
                     "the conversion is {} old; GA4 takes events up to 72 hours old",
                     age(old)
                 ),
-            )
-        })
+            ));
+        }
+        // GA4 needs a browser's client id: an order kept with no session and no visitorId has
+        // none (docs/decisions.md §13).
+        if event.facts.visitor_id.is_empty() && ga_session(event.facts).is_none() {
+            return Some((
+                Status::Skipped.as_str(),
+                "no client id for GA4: the order has no session (unattributed) and named no \
+                 visitorId; send orders with the visitorId the pixel exposes"
+                    .into(),
+            ));
+        }
+        None
     }
 
     fn send(

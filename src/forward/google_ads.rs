@@ -79,11 +79,13 @@ impl Platform for GoogleAds {
         now_ms: i64,
     ) -> Option<(&'static str, String)> {
         if click_id(event.facts).is_none() {
-            return Some((
-                Status::Skipped.as_str(),
+            let why = if event.facts.session.is_none() {
+                "no Google click id (gclid, gbraid or wbraid): the order has no session \
+                 (unattributed), so no click is known to send it with"
+            } else {
                 "no Google click id (gclid, gbraid or wbraid) in the session that brought the conversion"
-                    .into(),
-            ));
+            };
+            return Some((Status::Skipped.as_str(), why.into()));
         }
         let click_at = click_session(event.facts).map_or(event.facts.occurred_at, |s| s.started_at);
         let old = now_ms - click_at;

@@ -94,6 +94,7 @@ pub struct NewSite {
     pub retain_days: Option<i64>,
     pub expire_conversions: Option<bool>,
     pub consent_required: Option<bool>,
+    pub keep_unattributed: Option<bool>,
 }
 
 impl NewSite {
@@ -112,6 +113,7 @@ impl NewSite {
             retain_days: c.retain_days,
             expire_conversions: c.expire_conversions,
             consent_required: c.consent_required,
+            keep_unattributed: c.keep_unattributed,
         }
     }
 
@@ -147,6 +149,7 @@ pub struct Changes {
     pub retain_days: Option<i64>,
     pub expire_conversions: Option<bool>,
     pub consent_required: Option<bool>,
+    pub keep_unattributed: Option<bool>,
 }
 
 /// The site with this id (a UUID, accepted in any case).
@@ -210,6 +213,7 @@ fn store_changes(c: &Changes) -> SiteChanges<'_> {
         retain_days: c.retain_days,
         expire_conversions: c.expire_conversions,
         consent_required: c.consent_required,
+        keep_unattributed: c.keep_unattributed,
     }
 }
 
@@ -246,12 +250,14 @@ pub fn create(conn: &impl AsConn, tenant_id: &str, s: &NewSite) -> Result<Create
         retain_days: s.retain_days,
         expire_conversions: s.expire_conversions,
         consent_required: s.consent_required,
+        keep_unattributed: s.keep_unattributed,
         ..SiteChanges::default()
     };
     if s.signed_identify
         || s.retain_days.is_some()
         || s.expire_conversions.is_some()
         || s.consent_required.is_some()
+        || s.keep_unattributed.is_some()
     {
         site = store::sites::update(conn, &site.id, &settings)?.expect("site just created");
     }

@@ -5,7 +5,7 @@
 
 use crate::store::engine::AsConn;
 
-use super::decide::Decided;
+use super::decide::{Decided, Session};
 use super::MAX_ATTEMPTS;
 use crate::fx;
 use crate::store;
@@ -72,12 +72,39 @@ fn apply_one(
     };
     Ok(match d {
         Decided::Finish {
-            attribution, fx, ..
+            attribution,
+            fx,
+            session,
+            ..
         } => {
-            store::pipeline::finish(conn, item.id, &item.conversion_id, attribution, fx, now_ms)?;
+            attach(conn, &item.conversion_id, session)?;
+            // An order with no session counts at once; it is passed on once its session is
+            // found, or once the last try to find it is over (docs/decisions.md §5).
+            let held = match session {
+                Session::None { retry_ms } => store::pipeline::finish_or_hold(
+                    conn,
+                    item.id,
+                    &item.conversion_id,
+                    attribution,
+                    fx,
+                    now_ms,
+                    *retry_ms,
+                )?,
+                Session::Known | Session::Found(..) => {
+                    store::pipeline::finish(
+                        conn,
+                        item.id,
+                        &item.conversion_id,
+                        attribution,
+                        fx,
+                        now_ms,
+                    )?;
+                    false
+                }
+            };
             // An adjustment may have arrived before the order had a value in the site currency.
             store::adjustments::settle(conn, &item.conversion_id)?;
-            if forwarding {
+            if forwarding && !held {
                 write_deliveries(conn, &item.conversion_id, now_ms)?;
             }
             Applied::Processed
@@ -87,6 +114,7 @@ fn apply_one(
             from,
             to,
             day,
+            session,
             ..
         } => {
             // `rates import` makes parked items due in its own transaction: had it committed
@@ -106,12 +134,21 @@ fn apply_one(
                 Applied::Again
             } else {
                 let reason = missing_rates(&missing, day);
+                attach(conn, &item.conversion_id, session)?;
                 store::pipeline::park(conn, item.id, &item.conversion_id, attribution, &reason)?;
                 Applied::FxPending
             }
         }
         Decided::Fail { error, .. } => record_failure(conn, &item, error, now_ms)?,
     })
+}
+
+/// Stores the session found for a conversion that had none (its identifiers resolved at last).
+fn attach(conn: &impl AsConn, conversion_id: &str, session: &Session) -> store::Result<()> {
+    if let Session::Found(session_id, visitor_id) = session {
+        store::conversions::attach_session(conn, conversion_id, session_id, visitor_id)?;
+    }
+    Ok(())
 }
 
 /// Writes a processed conversion's deliveries to its site's destinations, in the savepoint that
@@ -237,8 +274,8 @@ mod tests {
             site_id: site.id.into(),
             order_id: Some("o1".into()),
             kind: "purchase".into(),
-            session_id: "s1".into(),
-            visitor_id: "v1".into(),
+            session_id: Some("s1".into()),
+            visitor_id: Some("v1".into()),
             client_id: None,
             value: Some("10.00".into()),
             currency: "USD".into(),
@@ -321,6 +358,8 @@ mod tests {
             order_id: Some("o1".into()),
             kind: "purchase".into(),
             session: None,
+            keep_unattributed: false,
+            visitor_id: None,
             client_id: None,
             value: Some("499.00".into()),
             currency: "EUR".into(),

@@ -38,7 +38,7 @@ pub(super) fn decide_chunk(
                 })?;
             }
             let d = match decide_item(conn, &mut seen, &item.conversion_id, opts.item_deadline) {
-                Ok(decision) => decision.into_decided(item),
+                Ok(decision) => decision.into_decided(item, opts),
                 Err(Failure::Transient(e)) => return Err(e),
                 Err(Failure::Item(error)) => Decided::Fail { item, error },
             };
@@ -92,6 +92,7 @@ pub(super) enum Decided {
         item: Item,
         attribution: Attribution,
         fx: Reported,
+        session: Session,
     },
     /// No rate yet for `from` or `to` on `day`: park as `fx_pending`.
     Park {
@@ -100,6 +101,7 @@ pub(super) enum Decided {
         from: String,
         to: String,
         day: String,
+        session: Session,
     },
     Fail {
         item: Item,
@@ -115,6 +117,18 @@ impl Decided {
             | Decided::Fail { item, .. } => item,
         }
     }
+}
+
+/// The session of a decided conversion, for one kept with none (docs/decisions.md §3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Session {
+    /// It had one.
+    Known,
+    /// It had none, and its identifiers resolve to this `(session, visitor)` now: stored with it.
+    Found(String, String),
+    /// Still none: counted as `(unattributed)`, resolved again until this many milliseconds
+    /// after it was received ([`super::UNATTRIBUTED_RETRY`]).
+    None { retry_ms: i64 },
 }
 
 enum Failure {
@@ -139,12 +153,21 @@ impl From<StoreError> for Failure {
 struct Decision {
     model: Model,
     touch: attribution::Touch,
+    /// `Err(())`: no session yet ([`Session::None`]); `Ok(Some)`: one found now.
+    session: Result<Option<(String, String)>, ()>,
     /// `Err((from, to, day))`: no rate yet for one of them (`fx_pending`).
     fx: Result<Reported, (String, String, String)>,
 }
 
 impl Decision {
-    fn into_decided(self, item: Item) -> Decided {
+    fn into_decided(self, item: Item, opts: &Options) -> Decided {
+        let session = match self.session {
+            Ok(None) => Session::Known,
+            Ok(Some((s, v))) => Session::Found(s, v),
+            Err(()) => Session::None {
+                retry_ms: i64::try_from(opts.unattributed_retry.as_millis()).unwrap_or(i64::MAX),
+            },
+        };
         let channel = self.touch.channel;
         let attribution = Attribution {
             model: self.model.as_str().to_owned(),
@@ -158,6 +181,7 @@ impl Decision {
                 item,
                 attribution,
                 fx,
+                session,
             },
             Err((from, to, day)) => Decided::Park {
                 item,
@@ -165,6 +189,7 @@ impl Decision {
                 from,
                 to,
                 day,
+                session,
             },
         }
     }
@@ -191,27 +216,64 @@ fn decide(conn: &impl AsConn, seen: &mut Seen, conversion_id: &str) -> Result<De
         .parse()
         .map_err(|e: Invalid| Failure::Item(e.0))?;
 
-    // The person: every visitor linked to the conversion's clientId, else its own visitor.
-    let mut visitors = match &w.client_id {
-        Some(c) => store::sessions::person(conn, &site.id, Identifier::Client(c))?,
-        None => Vec::new(),
+    // An order kept with no session: its identifiers are resolved again (the pixel's batch may
+    // have arrived since the order), as the API resolves a report's.
+    let (session, found) = match (&w.session_id, &w.visitor_id) {
+        (Some(s), v) => (Some((s.clone(), v.clone().unwrap_or_default())), Ok(None)),
+        (None, v) => {
+            let idents: Vec<Identifier<'_>> = [
+                w.client_id.as_deref().map(Identifier::Client),
+                v.as_deref().map(Identifier::Visitor),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            match store::sessions::resolve_first(
+                conn,
+                &site.id,
+                &idents,
+                w.occurred_at,
+                site.window_ms(),
+            )? {
+                Some(found) => (Some(found.clone()), Ok(Some(found))),
+                None => (None, Err(())),
+            }
+        }
     };
-    if !visitors.contains(&w.visitor_id) {
-        visitors.push(w.visitor_id.clone());
-    }
-    let mut sessions = store::sessions::in_window(
-        conn,
-        &site.id,
-        &visitors,
-        w.occurred_at.saturating_sub(site.window_ms()),
-        w.occurred_at,
-    )?;
-    if !sessions.iter().any(|s| s.id == w.session_id) {
-        // The session the report was attached to always counts, even if the window rules
-        // would now leave it out.
-        sessions.extend(store::sessions::by_id(conn, &site.id, &w.session_id)?);
-    }
-    let touch = attribution::attribute(model, &sessions, site.domain.as_deref());
+    let touch = match &session {
+        Some((session_id, visitor_id)) => {
+            // The person: every visitor linked to the conversion's clientId, else its own visitor.
+            let mut visitors = match &w.client_id {
+                Some(c) => store::sessions::person(conn, &site.id, Identifier::Client(c))?,
+                None => Vec::new(),
+            };
+            if !visitors.contains(visitor_id) {
+                visitors.push(visitor_id.clone());
+            }
+            let mut sessions = store::sessions::in_window(
+                conn,
+                &site.id,
+                &visitors,
+                w.occurred_at.saturating_sub(site.window_ms()),
+                w.occurred_at,
+            )?;
+            if !sessions.iter().any(|s| s.id == *session_id) {
+                // The session the report was attached to always counts, even if the window rules
+                // would now leave it out.
+                sessions.extend(store::sessions::by_id(conn, &site.id, session_id)?);
+            }
+            attribution::attribute(model, &sessions, site.domain.as_deref())
+        }
+        None => attribution::Touch {
+            model,
+            session_id: None,
+            channel: attribution::Channel {
+                source: attribution::UNATTRIBUTED.into(),
+                medium: attribution::UNATTRIBUTED.into(),
+                campaign: Some(attribution::UNATTRIBUTED.into()),
+            },
+        },
+    };
 
     let fx = match &w.value {
         None => Ok(Reported::default()),
@@ -252,7 +314,12 @@ fn decide(conn: &impl AsConn, seen: &mut Seen, conversion_id: &str) -> Result<De
             }
         }
     };
-    Ok(Decision { model, touch, fx })
+    Ok(Decision {
+        model,
+        touch,
+        session: found,
+        fx,
+    })
 }
 
 /// A currency's rate against EUR on `day` or the latest earlier day; `None` when there is none.

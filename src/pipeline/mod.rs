@@ -57,6 +57,11 @@ pub const ITEM_DEADLINE: Duration = Duration::from_secs(10);
 /// [`Writer::yield_to_queued`]): under a burst the pipeline slows to about one chunk per this
 /// interval, and catches up afterwards.
 pub const MAX_YIELD: Duration = Duration::from_millis(20);
+/// How long after an unattributed order (one kept with no session) was received its identifiers
+/// are resolved for the last time: the pipeline counts it as `(unattributed)` at once, keeps its
+/// outbox row due at this time, and attributes it then if the pixel's batch has arrived meanwhile
+/// (docs/decisions.md §5). One retry; `serve --unattributed-retry` changes the delay.
+pub const UNATTRIBUTED_RETRY: Duration = Duration::from_secs(120);
 /// Items are decided and written in chunks: as many items as are decided within this time go to
 /// the writer as one job (see [`drain`]). It bounds how long one job holds up the request writer.
 pub const CHUNK_BUDGET: Duration = Duration::from_millis(2);
@@ -68,6 +73,8 @@ pub struct Options {
     pub batch: usize,
     /// See [`ITEM_DEADLINE`].
     pub item_deadline: Duration,
+    /// See [`UNATTRIBUTED_RETRY`].
+    pub unattributed_retry: Duration,
 }
 
 impl Default for Options {
@@ -75,6 +82,7 @@ impl Default for Options {
         Options {
             batch: 64,
             item_deadline: ITEM_DEADLINE,
+            unattributed_retry: UNATTRIBUTED_RETRY,
         }
     }
 }
@@ -206,9 +214,9 @@ pub fn spawn(
     settings: &store::Settings,
     metrics: Metrics,
     writer: Writer,
+    opts: Options,
 ) -> store::Result<Worker> {
     let mut conn = store::engine::Lasting::open(location, settings)?;
-    let opts = Options::default();
     let mut worker = Worker::new();
     worker
         .spawn("pipeline".into(), Duration::ZERO, move |stop| {

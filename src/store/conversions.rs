@@ -42,8 +42,12 @@ pub struct Conversion {
     pub site_id: String,
     pub order_id: Option<String>,
     pub kind: String,
-    pub session_id: String,
-    pub visitor_id: String,
+    /// `None`: an order kept with no session (unattributed, docs/decisions.md §3); the pipeline
+    /// resolves its identifiers again ([`attach_session`]).
+    pub session_id: Option<String>,
+    /// The session's visitor; for an unattributed order, the visitorId it named, if any (a
+    /// visitor the pixel may not have reported yet).
+    pub visitor_id: Option<String>,
     pub client_id: Option<String>,
     /// Decimal text in `currency`.
     pub value: Option<String>,
@@ -55,7 +59,8 @@ pub struct Conversion {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recorded {
     pub event_id: String,
-    pub session_id: String,
+    /// `None`: the order has no session (yet).
+    pub session_id: Option<String>,
     /// False when the order was already known (a repeat or the other source's report).
     pub created: bool,
 }
@@ -196,6 +201,11 @@ pub struct ApiReport {
     pub kind: String,
     /// `(sessionId, visitorId)` the report's identifiers resolved to; `None`: no session.
     pub session: Option<(String, String)>,
+    /// With no session: whether a new order is kept as unattributed (else
+    /// [`ApiRecorded::NoSession`]).
+    pub keep_unattributed: bool,
+    /// The report's visitorId, kept with an unattributed order for the pipeline's retry.
+    pub visitor_id: Option<String>,
     pub client_id: Option<String>,
     pub value: Option<String>,
     pub currency: String,
@@ -222,7 +232,7 @@ pub enum ApiRecorded {
     TakenOver(Recorded),
     /// The API had already reported the order: nothing changed.
     Repeat(Recorded),
-    /// A new order whose identifiers resolved no session: nothing written.
+    /// A new order whose identifiers resolved no session, not to be kept: nothing written.
     NoSession,
 }
 
@@ -265,20 +275,25 @@ pub fn record_api_with(
 /// A new order, the common case, is the insert alone; a known one is looked up after its insert
 /// found it there.
 fn record_api_once(conn: &impl AsConn, r: &ApiReport, now_ms: i64) -> Result<Option<ApiRecorded>> {
+    let new = |session_id: Option<&String>, visitor_id: Option<&String>| Conversion {
+        id: r.id.clone(),
+        site_id: r.site_id.clone(),
+        order_id: r.order_id.clone(),
+        kind: r.kind.clone(),
+        session_id: session_id.cloned(),
+        visitor_id: visitor_id.cloned(),
+        client_id: r.client_id.clone(),
+        value: r.value.clone(),
+        currency: r.currency.clone(),
+        occurred_at: r.occurred_at,
+    };
     if let Some((session_id, visitor_id)) = &r.session {
-        let c = Conversion {
-            id: r.id.clone(),
-            site_id: r.site_id.clone(),
-            order_id: r.order_id.clone(),
-            kind: r.kind.clone(),
-            session_id: session_id.clone(),
-            visitor_id: visitor_id.clone(),
-            client_id: r.client_id.clone(),
-            value: r.value.clone(),
-            currency: r.currency.clone(),
-            occurred_at: r.occurred_at,
-        };
-        if let Some(rec) = insert(conn, &c, Source::Api, now_ms)? {
+        if let Some(rec) = insert(
+            conn,
+            &new(Some(session_id), Some(visitor_id)),
+            Source::Api,
+            now_ms,
+        )? {
             return Ok(Some(ApiRecorded::Created(rec)));
         }
     }
@@ -289,16 +304,37 @@ fn record_api_once(conn: &impl AsConn, r: &ApiReport, now_ms: i64) -> Result<Opt
             }
             take_over(conn, &rec.event_id, r, now_ms)?;
             if let Some((session_id, _)) = &r.session {
-                rec.session_id = session_id.clone();
+                rec.session_id = Some(session_id.clone());
             }
             return Ok(Some(ApiRecorded::TakenOver(rec)));
         }
     }
     Ok(match r.session {
+        // Kept with no session: its outbox row makes the pipeline count it as unattributed at
+        // once and resolve its identifiers again later (`pipeline::UNATTRIBUTED_RETRY`).
+        None if r.keep_unattributed => {
+            insert(conn, &new(None, r.visitor_id.as_ref()), Source::Api, now_ms)?
+                .map(ApiRecorded::Created)
+        }
         None => Some(ApiRecorded::NoSession),
         // Inserted by another transaction, then removed again before the lookup.
         Some(_) => None,
     })
+}
+
+/// Gives an unattributed conversion the session its identifiers resolve to now, inside the
+/// caller's write transaction; `false` when it has one already (nothing changed).
+pub fn attach_session(
+    conn: &impl AsConn,
+    conversion_id: &str,
+    session_id: &str,
+    visitor_id: &str,
+) -> Result<bool> {
+    Ok(conn.conn().execute(
+        "UPDATE conversions SET session_id = ?2, visitor_id = ?3
+         WHERE id = ?1 AND session_id IS NULL",
+        args![conversion_id, session_id, visitor_id],
+    )? == 1)
 }
 
 /// Stores what the backend added to a conversion's report (every field: one not given is cleared).

@@ -270,6 +270,7 @@ pub struct Facts {
     pub occurred_at: i64,
     /// The conversion's `clientId`, else the one its session was identified with.
     pub client_id: Option<String>,
+    /// Empty for an order kept with no session and no visitorId.
     pub visitor_id: String,
     /// JSON of SHA-256 digests (`em`, `ph`, `em_g`, `ph_g`), see the migration `0008`.
     pub user_hashes: Option<String>,
@@ -327,7 +328,7 @@ pub fn facts(conn: &impl AsConn, conversion_id: &str) -> Result<Option<Facts>> {
     let row = conn.conn().query_opt(
         "SELECT c.id, c.site_id, c.order_id, c.type, c.value, c.currency, c.occurred_at,
              COALESCE(c.client_id, (SELECT s.client_id FROM sessions s WHERE s.id = c.session_id)),
-             c.visitor_id, c.user_hashes, c.consent_ad_user_data,
+             COALESCE(c.visitor_id, ''), c.user_hashes, c.consent_ad_user_data,
              c.consent_ad_personalization, s.consent_required, c.session_id, c.attr_session_id
          FROM conversions c JOIN sites s ON s.id = c.site_id WHERE c.id = ?1",
         args![conversion_id],
@@ -350,7 +351,7 @@ pub fn facts(conn: &impl AsConn, conversion_id: &str) -> Result<Option<Facts>> {
                     session: None,
                     attributed: None,
                 },
-                r.get::<String>(13)?,
+                r.get::<Option<String>>(13)?,
                 r.get::<Option<String>>(14)?,
             ))
         },
@@ -358,8 +359,11 @@ pub fn facts(conn: &impl AsConn, conversion_id: &str) -> Result<Option<Facts>> {
     let Some((mut f, session_id, attributed_id)) = row else {
         return Ok(None);
     };
-    f.session = session(conn, &session_id)?;
-    if let Some(a) = attributed_id.filter(|a| *a != session_id) {
+    // An order kept with no session (unattributed) has none to forward with.
+    if let Some(s) = &session_id {
+        f.session = session(conn, s)?;
+    }
+    if let Some(a) = attributed_id.filter(|a| Some(a) != session_id.as_ref()) {
         f.attributed = session(conn, &a)?;
     }
     Ok(Some(f))

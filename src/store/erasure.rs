@@ -76,6 +76,15 @@ pub fn forget(
             |r| r.get(0),
         )?);
     }
+    // An order kept with no session names the visitorId it was reported with, which the pixel
+    // may never have seen (docs/decisions.md §3).
+    if let Person::Visitor(v) = person {
+        ids.extend(conn.query_all(
+            "SELECT id FROM conversions WHERE site_id = ?1 AND visitor_id = ?2",
+            args![site_id, v],
+            |r| r.get(0),
+        )?);
+    }
     // By the visitor, or by one of its sessions: the pixel may have recorded the visitor of the
     // session it saw, the API the one its identifiers resolved to.
     for v in &visitors {
@@ -98,7 +107,9 @@ pub fn forget(
                 count(conn.execute("DELETE FROM conversions WHERE id = ?1", args![id])?);
         } else {
             erased.conversions_anonymised += count(conn.execute(
-                "UPDATE conversions SET visitor_id = '', session_id = '', client_id = NULL,
+                // One kept with no session stays without (unattributed, never resolved again).
+                "UPDATE conversions SET visitor_id = '', client_id = NULL,
+                     session_id = CASE WHEN session_id IS NULL THEN NULL ELSE '' END,
                      attr_session_id = NULL, user_hashes = NULL
                  WHERE id = ?1",
                 args![id],

@@ -234,6 +234,10 @@ mod tests {
             "0018_adjusted_orders.sql",
             "b8f04eb4c211e7007ce1472f04f90b5c0eedefe8f3dfce6bc5af6de604d83155",
         ),
+        (
+            "0019_unattributed.sql",
+            "115f54a2c63ef9b7c392a5a6959f9b0357c7aa35122ac25e46c1f1da0e7359e6",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {
@@ -431,6 +435,103 @@ mod tests {
     /// A file left at any version by an older binary, rows and all, migrates to exactly the schema
     /// of a fresh one (the statements' text included), with its rows intact and the rollup exact.
     /// Version 1 is built from `0001_initial.sql`, the released version-1 schema text.
+    /// The migration that builds `conversions` again (0019_unattributed.sql) keeps every row
+    /// of it and of the tables that refer to it (with `ON DELETE CASCADE`: foreign keys on, the
+    /// drop of the old table would have emptied them), its indexes and triggers as they were, and
+    /// leaves foreign keys enforced.
+    #[test]
+    fn building_conversions_again_keeps_its_rows_indexes_triggers_and_referrers() {
+        let unattributed = MIGRATIONS
+            .iter()
+            .find(|m| m.file == "0019_unattributed.sql")
+            .unwrap()
+            .version;
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+        migrate_to(&mut conn, unattributed - 1).unwrap();
+        conn.execute_batch(
+            "INSERT INTO tenants (id, name, created_at) VALUES ('t', 'T', 1);
+             INSERT INTO sites (id, tenant_id, tracker_id, name, currency, window_days, model, created_at)
+                 VALUES ('s', 't', 'trk', 'S', 'EUR', 30, 'last_touch', 1);
+             INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id, value,
+                 currency, occurred_at, created_at, source_api, status, attr_model, attr_source,
+                 attr_medium, reporting_value, reporting_minor, reporting_currency, user_hashes)
+                 VALUES ('c', 's', 'o-1', 'purchase', 'se', 'v', '12.50', 'EUR', 86400000, 1, 1,
+                     'processed', 'last_touch', 'google', 'cpc', '12.50', 1250, 'EUR', '{}');
+             INSERT INTO outbox (conversion_id, next_attempt_at, created_at, origin)
+                 VALUES ('c', 5, 1, 'api');
+             INSERT INTO destinations (id, site_id, kind, name, settings, secrets, events, consent,
+                 created_at, updated_at)
+                 VALUES ('d', 's', 'meta', 'M', '{}', '{}', '{}', 'ads', 1, 1);
+             INSERT INTO deliveries (destination_id, conversion_id, created_at) VALUES ('d', 'c', 1);
+             INSERT INTO adjustments (conversion_id, site_id, order_id, adjustment_id, type, value,
+                 currency, occurred_at, received_at, answer_net, answer_state)
+                 VALUES ('c', 's', 'o-1', 'r-1', 'refund', '2.50', 'EUR', 86400001, 2, '10.00',
+                     'partially_refunded');",
+        )
+        .unwrap();
+        let conversion_objects = |conn: &Connection| -> Vec<(String, String, String)> {
+            objects(conn)
+                .into_iter()
+                .filter(|(kind, _, _)| kind != "table")
+                .filter(|(_, _, sql)| sql.contains("ON conversions"))
+                .collect()
+        };
+        let rows = |conn: &Connection| -> Vec<i64> {
+            [
+                "conversions",
+                "outbox",
+                "deliveries",
+                "adjustments",
+                "report_daily",
+            ]
+            .iter()
+            .map(|t| {
+                conn.query_row(&format!("SELECT COUNT(*) FROM {t}"), [], |r| r.get(0))
+                    .unwrap()
+            })
+            .collect()
+        };
+        let before = (conversion_objects(&conn), rows(&conn));
+        assert_eq!(before.1, vec![1, 1, 1, 1, 1]);
+        assert_eq!(before.0.len(), 7, "{:?}", before.0);
+
+        migrate_to(&mut conn, unattributed).unwrap();
+        assert_eq!((conversion_objects(&conn), rows(&conn)), before);
+        let kept: (String, i64, String, String) = conn
+            .query_row(
+                "SELECT c.session_id, c.reporting_minor, c.user_hashes, a.answer_net
+                 FROM conversions c JOIN adjustments a ON a.conversion_id = c.id",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        assert_eq!(kept, ("se".into(), 1250, "{}".into(), "10.00".into()));
+        let fk: bool = conn
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .unwrap();
+        assert!(fk, "foreign keys are on again after the migration");
+        // The rollup's triggers work on the new table; a conversion with no session is taken.
+        conn.execute_batch(
+            "INSERT INTO conversions (id, site_id, order_id, type, currency, occurred_at, created_at)
+                 VALUES ('u', 's', 'o-2', 'purchase', 'EUR', 86400000, 3)",
+        )
+        .unwrap();
+        let counted: i64 = conn
+            .query_row("SELECT SUM(conversions) FROM report_daily", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(counted, 2);
+        assert!(conn
+            .execute("DELETE FROM conversions WHERE id = 'c'", [])
+            .is_err());
+        let keep: i64 = conn
+            .query_row("SELECT keep_unattributed FROM sites", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(keep, 0);
+    }
+
     #[test]
     fn a_file_at_every_version_migrates_to_the_fresh_schema() {
         let fresh = objects(&fresh());

@@ -139,6 +139,45 @@ pub fn finish(
     fx: &Reported,
     now_ms: i64,
 ) -> Result<()> {
+    store_result(conn, conversion_id, a, fx, now_ms)?;
+    done(conn, item_id)
+}
+
+/// [`finish`] for a conversion with no session (unattributed): its result is stored (it counts
+/// at once), and its item stays, due again `retry_ms` after the conversion was received, while
+/// that time is after `now_ms`; `true` when it stays. Otherwise the item is deleted as by
+/// [`finish`]: this was the last try to resolve its session.
+pub fn finish_or_hold(
+    conn: &impl AsConn,
+    item_id: i64,
+    conversion_id: &str,
+    a: &Attribution,
+    fx: &Reported,
+    now_ms: i64,
+    retry_ms: i64,
+) -> Result<bool> {
+    store_result(conn, conversion_id, a, fx, now_ms)?;
+    let held = conn.conn().execute(
+        "UPDATE outbox SET next_attempt_at =
+             (SELECT created_at FROM conversions WHERE id = ?2) + ?3
+         WHERE id = ?1 AND (SELECT created_at FROM conversions WHERE id = ?2) + ?3 > ?4",
+        args![item_id, conversion_id, retry_ms, now_ms],
+    )?;
+    if held == 1 {
+        return Ok(true);
+    }
+    done(conn, item_id)?;
+    Ok(false)
+}
+
+/// The finished conversion's columns: [`finish`]'s first half.
+fn store_result(
+    conn: &impl AsConn,
+    conversion_id: &str,
+    a: &Attribution,
+    fx: &Reported,
+    now_ms: i64,
+) -> Result<()> {
     // One statement, so that the report's rollup trigger moves the conversion once (docs/decisions.md §11).
     let minor = match (&fx.value, &fx.currency) {
         (Some(v), Some(c)) => super::report::minor_amount(v, c),
@@ -166,7 +205,14 @@ pub fn finish(
             now_ms
         ],
     )?;
-    let deleted = conn.execute("DELETE FROM outbox WHERE id = ?1", args![item_id])?;
+    Ok(())
+}
+
+/// Deletes a finished item's outbox row, claimed by the caller in this transaction.
+fn done(conn: &impl AsConn, item_id: i64) -> Result<()> {
+    let deleted = conn
+        .conn()
+        .execute("DELETE FROM outbox WHERE id = ?1", args![item_id])?;
     if deleted != 1 {
         // The caller claimed the item in this transaction; anything else would be a double.
         return Err(super::StoreError::Other(format!(

@@ -377,6 +377,25 @@ pub fn person(conn: &impl AsConn, site_id: &str, ident: Identifier<'_>) -> Resul
         .query_all(sql, args![site_id, key], |r| r.get(0))
 }
 
+/// The session a report's identifiers name, tried in order (clientId, visitorId, sessionId): the
+/// first identifier that names a known person decides, and [`resolve`] picks that person's
+/// session; `None` when no identifier names anyone or the person has no session in the window.
+pub fn resolve_first(
+    conn: &impl AsConn,
+    site_id: &str,
+    idents: &[Identifier<'_>],
+    at: i64,
+    window_ms: i64,
+) -> Result<Option<(String, String)>> {
+    for ident in idents {
+        let person = person(conn, site_id, *ident)?;
+        if !person.is_empty() {
+            return resolve(conn, site_id, &person, at, window_ms);
+        }
+    }
+    Ok(None)
+}
+
 /// The person's most recent session that started no later than `at` and whose last activity lies
 /// within `window_ms` before `at` (both edges inclusive): `(session id, its visitor id)`.
 pub fn resolve(

@@ -32,6 +32,9 @@ pub struct Site {
     /// Whether the pixel keeps nothing on the device, and nothing is forwarded, before the visitor
     /// consents (docs/decisions.md §13).
     pub consent_required: bool,
+    /// Whether an API order whose identifiers resolve no session is kept as unattributed (202)
+    /// instead of refused (422 `NO_SESSION`); docs/decisions.md §3.
+    pub keep_unattributed: bool,
     pub created_at: String,
 }
 
@@ -44,7 +47,7 @@ impl Site {
 
 const COLUMNS: &str =
     "id, tenant_id, tracker_id, name, domain, currency, window_days, model, created_at, \
-    signed_identify, retain_days, expire_conversions, consent_required";
+    signed_identify, retain_days, expire_conversions, consent_required, keep_unattributed";
 
 fn from_row(r: &Row) -> Result<Site> {
     Ok(Site {
@@ -61,6 +64,7 @@ fn from_row(r: &Row) -> Result<Site> {
         retain_days: r.get(10)?,
         expire_conversions: r.get(11)?,
         consent_required: r.get(12)?,
+        keep_unattributed: r.get(13)?,
     })
 }
 
@@ -127,6 +131,7 @@ pub struct SiteChanges<'a> {
     pub retain_days: Option<i64>,
     pub expire_conversions: Option<bool>,
     pub consent_required: Option<bool>,
+    pub keep_unattributed: Option<bool>,
 }
 
 /// Changes a site's settings; `None` when there is no such site.
@@ -137,7 +142,8 @@ pub fn update(conn: &impl AsConn, id: &str, c: &SiteChanges<'_>) -> Result<Optio
              model = COALESCE(?6, model), signed_identify = COALESCE(?7, signed_identify),
              retain_days = COALESCE(?8, retain_days),
              expire_conversions = COALESCE(?9, expire_conversions),
-             consent_required = COALESCE(?11, consent_required)
+             consent_required = COALESCE(?11, consent_required),
+             keep_unattributed = COALESCE(?12, keep_unattributed)
          WHERE id = ?1 AND deleted_at IS NULL",
         args![
             id,
@@ -150,7 +156,8 @@ pub fn update(conn: &impl AsConn, id: &str, c: &SiteChanges<'_>) -> Result<Optio
             c.retain_days,
             c.expire_conversions,
             c.domain.is_some(),
-            c.consent_required
+            c.consent_required,
+            c.keep_unattributed
         ],
     )?;
     if changed == 0 {

@@ -9,11 +9,11 @@
 //! provider's refund id (a cancel by the order) so that each counts once, whichever events carry
 //! it and however often. The event's row in `hook_events` and its effects commit in one writer job
 //! before the 200; the same provider event again is answered `duplicate` and changes nothing,
-//! unless it was kept without being applied (`no_session`, `order_unknown`, ...): then it is taken
+//! unless it was kept without being applied (`order_unknown`, `refused`, ...): then it is taken
 //! again.
 //!
-//! Not yet here: the later retry of an order whose identifiers resolve no session (its event is
-//! kept with outcome `no_session`).
+//! A purchase whose identifiers resolve no session is kept as unattributed (outcome
+//! `unattributed`); the pipeline resolves it again later (`pipeline::UNATTRIBUTED_RETRY`).
 
 pub mod shopify;
 pub mod stripe;
@@ -389,6 +389,10 @@ impl Job {
                         order_id: Some(p.order_id.clone()),
                         kind: "purchase".into(),
                         session: session.take(),
+                        // A paid order is never lost for want of a session: kept as unattributed,
+                        // resolved again by the pipeline (docs/decisions/api.md, "Webhook sources").
+                        keep_unattributed: true,
+                        visitor_id: p.visitor_id.clone(),
                         client_id: p.client_id.clone(),
                         value: Some(p.value.to_string()),
                         currency: p.currency,
@@ -398,11 +402,19 @@ impl Job {
                     row.payment_ref = p.payment_ref;
                     row.client_id = p.client_id.or(row.client_id);
                     match store::conversions::record_api_with(c, &report, None, now)? {
+                        ApiRecorded::Created(rec) if rec.session_id.is_none() => {
+                            created = true;
+                            Done {
+                                outcome: "unattributed",
+                                keep: false,
+                            }
+                        }
                         ApiRecorded::Created(_) | ApiRecorded::TakenOver(_) => {
                             created = true;
                             ACCEPTED
                         }
                         ApiRecorded::Repeat(_) => ACCEPTED,
+                        // Not returned for a report kept as unattributed (above).
                         ApiRecorded::NoSession => no_session(),
                     }
                 }

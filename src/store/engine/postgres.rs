@@ -93,6 +93,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0018_adjusted_orders.sql",
         include_str!("../migrations/postgres/0018_adjusted_orders.sql"),
     ),
+    Migration::new(
+        19,
+        "0019_unattributed.sql",
+        include_str!("../migrations/postgres/0019_unattributed.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

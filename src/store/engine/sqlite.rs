@@ -248,6 +248,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0018_adjusted_orders.sql",
         include_str!("../migrations/sqlite/0018_adjusted_orders.sql"),
     ),
+    Migration::new(
+        19,
+        "0019_unattributed.sql",
+        include_str!("../migrations/sqlite/0019_unattributed.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.
@@ -390,8 +395,17 @@ impl Chain for SqliteChain<'_> {
         user_version(self.conn).map(Some)
     }
 
+    /// Foreign keys are off while a migration runs (they can only be switched outside a
+    /// transaction): a table built again (SQLite's documented procedure for what `ALTER TABLE`
+    /// cannot do) drops the old one, and with them on that drop would delete the rows that
+    /// refer to it through `ON DELETE CASCADE`. [`Chain::commit`] checks them all before it
+    /// commits.
     fn begin(&mut self) -> Result<()> {
-        Ok(self.conn.execute_batch("BEGIN IMMEDIATE")?)
+        self.conn.execute_batch("PRAGMA foreign_keys = OFF")?;
+        self.conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| {
+            let _ = self.conn.execute_batch("PRAGMA foreign_keys = ON");
+            e.into()
+        })
     }
 
     fn version(&mut self) -> Result<i64> {
@@ -426,13 +440,33 @@ impl Chain for SqliteChain<'_> {
     }
 
     fn commit(&mut self) -> Result<()> {
-        Ok(self.conn.execute_batch("COMMIT")?)
+        let broken: Vec<String> = {
+            let mut check = self.conn.prepare("PRAGMA foreign_key_check")?;
+            let rows = check.query_map([], |r| {
+                Ok(format!(
+                    "{} row {} refers to a missing {}",
+                    r.get::<_, String>(0)?,
+                    r.get::<_, Option<i64>>(1)?.unwrap_or(0),
+                    r.get::<_, String>(2)?
+                ))
+            })?;
+            rows.take(5).collect::<rusqlite::Result<_>>()?
+        };
+        if !broken.is_empty() {
+            return Err(StoreError::Other(format!(
+                "a migration would leave broken references: {}",
+                broken.join("; ")
+            )));
+        }
+        self.conn.execute_batch("COMMIT")?;
+        Ok(self.conn.execute_batch("PRAGMA foreign_keys = ON")?)
     }
 
     fn rollback(&mut self) {
         if !self.conn.is_autocommit() {
             let _ = self.conn.execute_batch("ROLLBACK");
         }
+        let _ = self.conn.execute_batch("PRAGMA foreign_keys = ON");
     }
 }
 
