@@ -103,12 +103,12 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     // (the connection's thread read it before the request came here, `http::PREREAD_BODY_LIMIT`),
     // so no read stays open while a client sends it. No common snapshot is needed: the writer
     // decides the order again.
-    let (site, r, warned, known, resolved) = store::read_each(&conn, |conn| {
-        let site = super::authorize(app, conn, &key_hash, site_id)?;
+    let (site, test, r, warned, known, resolved) = store::read_each(&conn, |conn| {
+        let (site, test) = super::authorize_mode(app, conn, &key_hash, site_id)?;
         let (r, warned) = read_submission(ctx, now)?;
         let known = match &r.order_id {
             Some(order_id) => {
-                store::conversions::find_order(conn, &site.id, order_id, Source::Api)?
+                store::conversions::find_order_in(conn, &site.id, order_id, Source::Api, test)?
             }
             None => None,
         };
@@ -117,7 +117,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
             Some((_, true)) => Err(ApiError::NoSession),
             _ => resolve_session(conn, &site, &r),
         };
-        Ok::<_, ApiError>((site, r, warned, known, resolved))
+        Ok::<_, ApiError>((site, test, r, warned, known, resolved))
     })?;
     drop(conn);
     let order_known = match known {
@@ -167,7 +167,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     let outcome = app
         .writer
         .submit(move |c| {
-            let out = store::conversions::record_api_with(c, &report, user_data.as_ref(), now)?;
+            let out = store::conversions::record_api_in(c, &report, user_data.as_ref(), test, now)?;
             if let (Some(example), ApiRecorded::Created(_) | ApiRecorded::TakenOver(_)) =
                 (&example, &out)
             {
@@ -208,8 +208,10 @@ pub fn order_status(
     let key_hash = super::bearer_key_hash(ctx)?;
     let conn = app.pool.get()?;
     let (order, deliveries, adjustments) = store::read(&conn, |conn| {
-        let site = super::authorize(app, conn, &key_hash, site_id)?;
-        let Some(order) = store::conversions::order_status(conn, &site.id, order_id)? else {
+        // A test key sees the site's test orders only, a live key its live ones.
+        let (site, test) = super::authorize_mode(app, conn, &key_hash, site_id)?;
+        let Some(order) = store::conversions::order_status_in(conn, &site.id, order_id, test)?
+        else {
             return Err(ApiError::OrderNotFound);
         };
         let deliveries = store::deliveries::of_conversion(conn, &order.conversion.id)?;

@@ -28,14 +28,14 @@ pub const NOT_SUPPORTED: (&str, &str) = (
      restates are not passed on to Meta",
 );
 
-/// Writes one delivery of the adjustment `adjustment_id` of order `order_id` of site `site_id`
+/// Writes one delivery of the adjustment `adjustment_id` of conversion `conversion_id` of site `site_id`
 /// for each enabled destination of the site that receives the order's type: pending and due at
 /// once, or `not_supported` for [`NOT_SUPPORTED`]'s kind. Runs in the transaction that records the
 /// adjustment. Returns how many.
 pub fn enqueue(
     conn: &impl AsConn,
     site_id: &str,
-    order_id: &str,
+    conversion_id: &str,
     adjustment_id: &str,
     now_ms: i64,
 ) -> Result<u64> {
@@ -52,7 +52,7 @@ pub fn enqueue(
                  ?6
              FROM adjustments a JOIN conversions c ON c.id = a.conversion_id
              JOIN destinations d ON d.site_id = a.site_id
-             WHERE a.site_id = ?1 AND a.order_id = ?2 AND a.adjustment_id = ?3
+             WHERE a.site_id = ?1 AND a.conversion_id = ?2 AND a.adjustment_id = ?3
                AND d.enabled = 1 AND {json_has_key}
              ON CONFLICT DO NOTHING"
         )
@@ -61,7 +61,7 @@ pub fn enqueue(
         sql,
         args![
             site_id,
-            order_id,
+            conversion_id,
             adjustment_id,
             NOT_SUPPORTED.0,
             NOT_SUPPORTED.1,

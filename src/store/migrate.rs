@@ -230,6 +230,10 @@ mod tests {
             "0017_sources.sql",
             "69204725ce1f3e630735502046d732a0aff1ae14c0a395f2aa2fc81875003cea",
         ),
+        (
+            "0018_test_mode.sql",
+            "401f2726ee076d89e4bcdee7d1cc9e3ad5299f37e39e130cabac93e6c9fecabf",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

@@ -1,0 +1,349 @@
+//! Test mode through the front door (docs/decisions/api.md, "Test mode"): `key create --test` and
+//! its listing; a test key's orders as a namespace of their own, both ways, for single calls,
+//! batches, adjustments and the status lookup; test data absent from the report, its rollups, the
+//! export and the dashboard's figures; `test purge` and the 7-day expiry. Here: a rule of what a
+//! test key's data is and is not.
+
+use crate::common::pipeline_support::*;
+use crate::common::*;
+use serde_json::{json, Value};
+
+/// A test key of the app's tenant: `(id, key)`.
+fn test_key(app: &TestApp) -> (String, String) {
+    let v = app.cli_json(&[
+        "key",
+        "create",
+        "--tenant",
+        &app.tenant.id,
+        "--test",
+        "--json",
+    ]);
+    (
+        v["id"].as_str().expect("id").to_owned(),
+        v["key"].as_str().expect("key").to_owned(),
+    )
+}
+
+/// A visitor seen an hour ago; its id.
+fn visitor(app: &TestApp) -> String {
+    let v = unique("v");
+    app.pageview(&v, "https://shop.example/", now_ms() - HOUR);
+    v
+}
+
+fn report_body(visitor: &str, order: &str, value: i64) -> Value {
+    json!({"visitorId": visitor, "orderId": order, "value": value, "currency": "EUR"})
+}
+
+fn post_batch(app: &TestApp, key: &str, items: &[Value]) -> Resp {
+    app.send(
+        "POST",
+        &format!("/api/sites/{}/conversions/batch", app.site.id),
+        &[
+            ("Authorization", &format!("Bearer {key}")),
+            ("Content-Type", "application/json"),
+        ],
+        Some(&serde_json::to_vec(&json!({ "conversions": items })).unwrap()),
+    )
+}
+
+fn adjust(app: &TestApp, key: &str, order: &str, body: &Value) -> Resp {
+    app.post_adjustment_raw(
+        key,
+        &app.site.id,
+        order,
+        Some("application/json"),
+        &serde_json::to_vec(body).unwrap(),
+    )
+}
+
+#[test]
+fn a_test_key_is_made_with_its_prefix_and_listed_as_test() {
+    let app = TestApp::start();
+    let v = app.cli_json(&[
+        "key",
+        "create",
+        "--tenant",
+        &app.tenant.id,
+        "--test",
+        "--name",
+        "staging",
+        "--json",
+    ]);
+    let key = v["key"].as_str().unwrap();
+    assert!(key.starts_with("ask_test_"), "{v}");
+    assert_eq!(key.len(), "ask_test_".len() + 40, "{v}");
+    assert!(key["ask_test_".len()..]
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric()));
+    assert_eq!(v["test"], json!(true), "{v}");
+    assert!(key.starts_with(v["prefix"].as_str().unwrap()), "{v}");
+
+    let list = app.cli_json(&["key", "list", "--tenant", &app.tenant.id, "--json"]);
+    let entry = |id: &str| -> Value {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["id"] == json!(id))
+            .cloned()
+            .unwrap_or_else(|| panic!("key {id} in {list}"))
+    };
+    assert_eq!(entry(v["id"].as_str().unwrap())["test"], json!(true));
+    assert_eq!(entry(&app.key.id)["test"], json!(false));
+    let text = app.cli(&["key", "list", "--tenant", &app.tenant.id]).stdout;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(v["id"].as_str().unwrap()))
+        .expect("the test key's line");
+    assert!(line.contains(" test "), "{text}");
+    // A test key answers as a live one: it works at once.
+    let visitor = visitor(&app);
+    app.post_conversion_as(key, &app.site.id, &report_body(&visitor, "t-1", 10))
+        .accepted();
+}
+
+#[test]
+fn test_and_live_orders_of_one_order_id_are_kept_apart_both_ways() {
+    let app = manual().start();
+    let (_, test) = test_key(&app);
+    let live = app.key.key.clone();
+    let site = app.site.id.clone();
+    let v = visitor(&app);
+
+    // Live first, then test with the same orderId: a new order, not a repeat.
+    let (live_event, _) = app
+        .post_conversion_as(&live, &site, &report_body(&v, "same", 100))
+        .accepted();
+    let (test_event, _) = app
+        .post_conversion_as(&test, &site, &report_body(&v, "same", 7))
+        .accepted();
+    assert_ne!(live_event, test_event);
+    // Test first, then live: the same the other way round.
+    let (test_first, _) = app
+        .post_conversion_as(&test, &site, &report_body(&v, "other", 3))
+        .accepted();
+    let (live_second, _) = app
+        .post_conversion_as(&live, &site, &report_body(&v, "other", 30))
+        .accepted();
+    assert_ne!(test_first, live_second);
+    // Each repeat finds its own mode's order.
+    let (again, _) = app
+        .post_conversion_as(&test, &site, &report_body(&v, "same", 7))
+        .accepted();
+    assert_eq!(again, test_event);
+    let (again, _) = app
+        .post_conversion_as(&live, &site, &report_body(&v, "same", 100))
+        .accepted();
+    assert_eq!(again, live_event);
+
+    // The status lookup sees its own mode only.
+    let seen = app.order_status_as(&live, &site, "same").expect(200);
+    assert_eq!(
+        (seen["eventId"].clone(), seen["value"].clone()),
+        (json!(live_event), json!(100))
+    );
+    let seen = app.order_status_as(&test, &site, "same").expect(200);
+    assert_eq!(
+        (seen["eventId"].clone(), seen["value"].clone()),
+        (json!(test_event), json!(7))
+    );
+    // An order of the other mode only is unknown: the same 404 as an order never sent.
+    let (test_only, _) = app
+        .post_conversion_as(&test, &site, &report_body(&v, "test-only", 5))
+        .accepted();
+    let (live_only, _) = app
+        .post_conversion_as(&live, &site, &report_body(&v, "live-only", 5))
+        .accepted();
+    assert_ne!(test_only, live_only);
+    let never = app.order_status_as(&live, &site, "never-sent");
+    let want = expect_error(&never, 404, "ORDER_NOT_FOUND");
+    assert_eq!(
+        expect_error(
+            &app.order_status_as(&live, &site, "test-only"),
+            404,
+            "ORDER_NOT_FOUND"
+        ),
+        want
+    );
+    assert_eq!(
+        expect_error(
+            &app.order_status_as(&test, &site, "live-only"),
+            404,
+            "ORDER_NOT_FOUND"
+        ),
+        want
+    );
+
+    // Batches: a test batch repeats test orders and makes new ones in the test namespace only.
+    let answer = post_batch(
+        &app,
+        &test,
+        &[report_body(&v, "same", 7), report_body(&v, "batch-new", 9)],
+    )
+    .expect(200);
+    let results = answer["results"].as_array().expect("results");
+    assert_eq!(results[0]["eventId"], json!(test_event), "{answer}");
+    assert_eq!(results[1]["status"], json!(202), "{answer}");
+    expect_error(
+        &app.order_status_as(&live, &site, "batch-new"),
+        404,
+        "ORDER_NOT_FOUND",
+    );
+    app.order_status_as(&test, &site, "batch-new").expect(200);
+    let answer = post_batch(&app, &live, &[report_body(&v, "same", 100)]).expect(200);
+    assert_eq!(
+        answer["results"][0]["eventId"],
+        json!(live_event),
+        "{answer}"
+    );
+
+    // Adjustments: one adjustmentId on both orders, each reaching its own mode's order only.
+    let refund = |value: i64| json!({"adjustmentId": "r-1", "type": "refund", "value": value});
+    let t = adjust(&app, &test, "same", &refund(2)).expect(202);
+    assert_eq!(
+        (t["eventId"].clone(), t["netValue"].clone()),
+        (json!(test_event), json!(5))
+    );
+    let l = adjust(&app, &live, "same", &refund(40)).expect(202);
+    assert_eq!(
+        (l["eventId"].clone(), l["netValue"].clone()),
+        (json!(live_event), json!(60))
+    );
+    expect_error(
+        &adjust(&app, &live, "test-only", &refund(1)),
+        404,
+        "ORDER_NOT_FOUND",
+    );
+    expect_error(
+        &adjust(&app, &test, "live-only", &refund(1)),
+        404,
+        "ORDER_NOT_FOUND",
+    );
+    let seen = app.order_status_as(&test, &site, "same").expect(200);
+    assert_eq!(seen["netValue"], json!(5), "{seen}");
+    assert_eq!(seen["adjustments"].as_array().unwrap().len(), 1, "{seen}");
+    let seen = app.order_status_as(&live, &site, "same").expect(200);
+    assert_eq!(seen["netValue"], json!(60), "{seen}");
+    assert_eq!(seen["adjustments"].as_array().unwrap().len(), 1, "{seen}");
+
+    assert_eq!(
+        app.query_i64("SELECT COUNT(*) FROM conversions WHERE test = 1", &[]),
+        4
+    );
+    assert_eq!(
+        app.query_i64("SELECT COUNT(*) FROM conversions WHERE test = 0", &[]),
+        3
+    );
+}
+
+#[test]
+fn the_pixel_reports_live_orders_only() {
+    let app = manual().start();
+    let (_, test) = test_key(&app);
+    let now = now_ms();
+    app.pixel(
+        "pv",
+        json!([
+            {"type": "pageview", "url": "https://shop.example/", "ts": now - MINUTE},
+            {"type": "purchase", "orderId": "px-1", "value": 12, "currency": "EUR", "ts": now - 30_000},
+        ]),
+    );
+    // The pixel's order is live: a test key neither sees nor takes it over.
+    expect_error(
+        &app.order_status_as(&test, &app.site.id, "px-1"),
+        404,
+        "ORDER_NOT_FOUND",
+    );
+    let (test_event, _) = app
+        .post_conversion_as(&test, &app.site.id, &report_body("pv", "px-1", 99))
+        .accepted();
+    let live = app.order_status("px-1").expect(200);
+    assert_ne!(live["eventId"], json!(test_event));
+    assert_eq!(live["sources"], json!(["pixel"]), "{live}");
+    assert_eq!(live["value"], json!(12), "{live}");
+}
+
+#[test]
+fn test_data_never_counts_in_the_report_rollups_or_export() {
+    let app = manual().start();
+    let (_, test) = test_key(&app);
+    let site = app.site.id.clone();
+    let v = visitor(&app);
+    app.post_conversion_as(&app.key.key, &site, &report_body(&v, "live-1", 100))
+        .accepted();
+    app.post_adjustment(
+        "live-1",
+        &json!({"adjustmentId": "r", "type": "refund", "value": 10}),
+    )
+    .expect(202);
+    drain(&app);
+    let reports = |app: &TestApp| -> Vec<String> {
+        ["source", "type"]
+            .iter()
+            .flat_map(|by| {
+                ["order", "adjustment"].map(|dated| {
+                    app.cli(&[
+                        "report", "--site", &site, "--by", by, "--dated", dated, "--json",
+                    ])
+                    .stdout
+                })
+            })
+            .collect()
+    };
+    let before = reports(&app);
+    let export = |format: &str| {
+        app.cli(&["export", "--site", &site, "--format", format])
+            .stdout
+    };
+    let csv_before = export("csv");
+    let ndjson_before = export("ndjson");
+
+    // Test orders, one of them the same orderId as the live one, with refunds, processed.
+    for (order, value) in [("live-1", 70), ("test-2", 500)] {
+        app.post_conversion_as(&test, &site, &report_body(&v, order, value))
+            .accepted();
+        adjust(
+            &app,
+            &test,
+            order,
+            &json!({"adjustmentId": "r", "type": "refund", "value": 5}),
+        )
+        .expect(202);
+    }
+    drain(&app);
+    assert_eq!(
+        app.query_i64(
+            "SELECT COUNT(*) FROM conversions WHERE test = 1 AND status = 'processed'",
+            &[]
+        ),
+        2,
+        "the test orders were processed"
+    );
+    assert_eq!(reports(&app), before, "the report did not change");
+    assert_eq!(export("csv"), csv_before, "the CSV export did not change");
+    assert_eq!(
+        export("ndjson"),
+        ndjson_before,
+        "the NDJSON export did not change"
+    );
+    // The rollups hold no test row: both agree with their aggregation from scratch.
+    if !app.is_postgres() {
+        let conn = convapi::store::open(&app.db).expect("open db");
+        assert_eq!(
+            convapi::store::report::check_rollup(&conn).expect("check"),
+            Vec::<String>::new()
+        );
+    }
+    assert_eq!(
+        app.query_i64(
+            "SELECT COALESCE(SUM(conversions), 0) FROM report_daily",
+            &[]
+        ),
+        1
+    );
+    assert_eq!(
+        app.query_i64("SELECT COUNT(*) FROM adjustments WHERE counted <> 0", &[]),
+        1,
+        "only the live refund is counted"
+    );
+}
