@@ -347,3 +347,73 @@ fn test_data_never_counts_in_the_report_rollups_or_export() {
         "only the live refund is counted"
     );
 }
+
+#[test]
+fn the_dashboard_shows_test_orders_only_under_the_test_data_switch() {
+    let app = TestApp::start();
+    let (test_id, test) = test_key(&app);
+    let v = visitor(&app);
+    let (live_event, _) = app
+        .post_conversion(&report_body(&v, "dash-live", 10))
+        .accepted();
+    let (test_event, _) = app
+        .post_conversion_as(&test, &app.site.id, &report_body(&v, "dash-test", 20))
+        .accepted();
+    let email = format!("{}@example.com", unique("user"));
+    create_user(&app, &app.tenant.id, &email, "correct horse battery");
+    let d = DashClient::logged_in(&app, &email, "correct horse battery");
+    let base = format!("/dashboard/sites/{}", app.site.id);
+
+    let live = d.page(&format!("{base}/conversions"));
+    assert!(
+        live.contains("dash-live") && !live.contains("dash-test"),
+        "{live}"
+    );
+    assert!(!live.contains("Test data: on"), "{live}");
+    let on = d.page(&format!("{base}/conversions?test=1"));
+    assert!(
+        on.contains("dash-test") && !on.contains("dash-live"),
+        "{on}"
+    );
+    assert!(on.contains("Test data: on"), "{on}");
+    assert!(
+        on.contains(&format!("/conversions/{test_event}?test=1")),
+        "the order links keep the switch: {on}"
+    );
+    // The order page: a test order only under the switch, a live one only without it.
+    let r = d.get(&format!("{base}/conversions/{test_event}"));
+    assert_eq!(r.status, 404, "a test order without the switch");
+    let page = d.page(&format!("{base}/conversions/{test_event}?test=1"));
+    assert!(
+        page.contains("Test data: on") && page.contains("dash-test"),
+        "{page}"
+    );
+    let r = d.get(&format!("{base}/conversions/{live_event}?test=1"));
+    assert_eq!(r.status, 404, "a live order under the switch");
+    d.page(&format!("{base}/conversions/{live_event}"));
+    // Test data is never exported, the CSV included.
+    let csv = d.get(&format!("{base}/conversions.csv")).text();
+    assert!(
+        csv.contains("dash-live") && !csv.contains("dash-test"),
+        "{csv}"
+    );
+    assert_eq!(d.get(&format!("{base}/conversions.csv?test=1")).status, 400);
+    // Another tenant's user sees neither, switch or not.
+    let other = app.create_tenant("Other");
+    let email = format!("{}@example.com", unique("user"));
+    create_user(&app, &other.id, &email, "correct horse battery");
+    let stranger = DashClient::logged_in(&app, &email, "correct horse battery");
+    let r = stranger.get(&format!("{base}/conversions/{test_event}?test=1"));
+    assert!(r.status == 404 || r.status == 403, "{}", r.status);
+    // The keys page marks the test key.
+    let keys = d.page("/dashboard/settings/api-keys");
+    let at = keys
+        .find(&format!("/api-keys/{test_id}/revoke"))
+        .expect("its row");
+    let row_start = keys[..at].rfind("<tr>").expect("row start");
+    assert!(
+        keys[row_start..at].contains("test-key"),
+        "{}",
+        &keys[row_start..at]
+    );
+}
