@@ -417,3 +417,289 @@ fn the_dashboard_shows_test_orders_only_under_the_test_data_switch() {
         &keys[row_start..at]
     );
 }
+
+mod forwarding {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use convapi::forward::platform::Http;
+    use convapi::forward::sender;
+    use convapi::metrics::Metrics;
+    use convapi::store::destinations::{self, Destination, Health};
+    use serde_json::{json, Map, Value};
+
+    use super::{report_body, test_key};
+    use crate::common::fake::{FakePlatform, Recorded, Reply};
+    use crate::common::pipeline_support::*;
+    use crate::common::*;
+
+    fn add(app: &TestApp, kind: &str, name: &str, endpoint: &str, settings: Value) -> String {
+        let secrets = match kind {
+            "meta" => json!({"access_token": "EAAB-secret-token-0000"}),
+            "ga4" => json!({"api_secret": "ga4-secret-0000000"}),
+            _ => json!({"developer_token": "devtoken-0000", "client_secret": "cs-0000",
+                        "refresh_token": "1//refresh-0000"}),
+        };
+        let event = match kind {
+            "meta" => "Purchase",
+            _ => "purchase",
+        };
+        let obj = |v: Value| -> Map<String, Value> { v.as_object().unwrap().clone() };
+        let now = now_ms();
+        let d = Destination {
+            id: unique("dest"),
+            site_id: app.site.id.clone(),
+            kind: kind.into(),
+            name: name.into(),
+            settings: obj(settings),
+            secrets: obj(secrets),
+            endpoint: Some(endpoint.into()),
+            api_version: None,
+            events: BTreeMap::from([("purchase".to_string(), event.to_string())]),
+            consent: if kind == "ga4" { "analytics" } else { "ads" }.into(),
+            enabled: true,
+            created_at: now,
+            updated_at: now,
+            health: Health::default(),
+        };
+        destinations::insert(&app.store(), &d).unwrap();
+        d.id
+    }
+
+    fn meta_ok(r: &Recorded) -> Reply {
+        let n = r.json()["data"].as_array().map_or(0, Vec::len);
+        Reply::ok(json!({"events_received": n, "messages": [], "fbtrace_id": "AbC"}))
+    }
+
+    /// The `event_id`s (order ids) of Meta requests, with each request's test code.
+    fn meta_sent(fake: &FakePlatform) -> Vec<(String, Option<String>)> {
+        fake.requests()
+            .iter()
+            .flat_map(|r| {
+                let v = r.json();
+                let code = v["test_event_code"].as_str().map(str::to_owned);
+                v["data"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(move |e| {
+                        (
+                            e["event_id"].as_str().unwrap_or("").to_owned(),
+                            code.clone(),
+                        )
+                    })
+            })
+            .collect()
+    }
+
+    /// The deliveries of order `order` as the status lookup with `key` shows them, by destination.
+    fn deliveries(app: &TestApp, key: &str, order: &str) -> BTreeMap<String, Value> {
+        let v = app.order_status_as(key, &app.site.id, order).expect(200);
+        v["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| (d["destinationId"].as_str().unwrap().to_owned(), d.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_test_order_goes_only_to_the_platforms_test_endpoints_and_keeps_their_verdict() {
+        let meta = FakePlatform::start(meta_ok);
+        let meta_coded = FakePlatform::start(meta_ok);
+        let ga4 = FakePlatform::start(|r| {
+            if r.path().starts_with("/debug/") {
+                Reply::ok(
+                    json!({"validationMessages": [{"fieldPath": "events.params.currency",
+                    "description": "fake: currency looks odd", "validationCode": "VALUE_INVALID"}]}),
+                )
+            } else {
+                Reply::status(204, Value::Null)
+            }
+        });
+        let ads = FakePlatform::start(|r| {
+            if r.path() == "/token" {
+                Reply::ok(
+                    json!({"access_token": "tok-1", "expires_in": 3599, "token_type": "Bearer"}),
+                )
+            } else if r.json()["validateOnly"] == json!(true) {
+                Reply::ok(json!({"jobId": "1"}))
+            } else {
+                let convs = r.json()["conversions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let results: Vec<Value> = convs
+                    .iter()
+                    .map(|c| {
+                        json!({"gclid": c["gclid"], "conversionAction": c["conversionAction"],
+                                    "conversionDateTime": c["conversionDateTime"]})
+                    })
+                    .collect();
+                Reply::ok(json!({"jobId": "2", "results": results}))
+            }
+        });
+        let app = TestApp::builder()
+            .serve_args(&["--pipeline", "off", "--forward-threads", "0"])
+            .start();
+        let (_, test) = test_key(&app);
+        let live_meta = add(
+            &app,
+            "meta",
+            "Meta",
+            &meta.url(),
+            json!({"pixel_id": "1234567890"}),
+        );
+        let coded_meta = add(
+            &app,
+            "meta",
+            "Meta with a test code",
+            &meta_coded.url(),
+            json!({"pixel_id": "1234567891", "test_event_code": "TEST4242"}),
+        );
+        let ga4_dest = add(
+            &app,
+            "ga4",
+            "GA4",
+            &ga4.url(),
+            json!({"measurement_id": "G-TEST123"}),
+        );
+        let ads_dest = add(
+            &app,
+            "google_ads",
+            "Google Ads",
+            &ads.url(),
+            json!({"customer_id": "123-456-7890", "conversion_action": "987654321",
+                   "client_id": "1234-abc.apps.googleusercontent.com"}),
+        );
+        let now = now_ms();
+        app.identify("fv", "client-1", now - 60_000);
+        app.pageview(
+            "fv",
+            "https://shop.example/?fbclid=abc&gclid=Cj0KCQ-live-click",
+            now - 50_000,
+        );
+        app.post_conversion(&report_body("fv", "same-order", 30))
+            .accepted();
+        app.post_conversion_as(&test, &app.site.id, &report_body("fv", "same-order", 7))
+            .accepted();
+        drain(&app);
+        let conn = app.store();
+        let http = Http::new(Duration::from_secs(5));
+        for _ in 0..3 {
+            with_writer(&app, |w| {
+                sender::drain_once(&conn, w, &Metrics::default(), &http, now_ms()).expect("send")
+            });
+        }
+
+        // Meta without a test code: the live order only, never a test code; the test order is
+        // skipped and says why.
+        assert_eq!(meta_sent(&meta), [("same-order".to_owned(), None)]);
+        let t = deliveries(&app, &test, "same-order");
+        assert_eq!(t[&live_meta]["status"], json!("skipped"), "{t:?}");
+        let why = t[&live_meta]["lastError"].as_str().unwrap();
+        assert!(why.contains("test_event_code"), "{why}");
+        // Meta with a test code: the live order without it, the test order with it, apart.
+        let mut coded = meta_sent(&meta_coded);
+        coded.sort();
+        assert_eq!(
+            coded,
+            [
+                ("same-order".to_owned(), None),
+                ("same-order".to_owned(), Some("TEST4242".to_owned()))
+            ]
+        );
+        assert!(meta_coded.requests().iter().all(|r| {
+            let v = r.json();
+            v["data"].as_array().map_or(0, Vec::len) == 1
+        }));
+        assert_eq!(t[&coded_meta]["status"], json!("delivered"), "{t:?}");
+        let verdict = t[&coded_meta]["lastError"].as_str().unwrap();
+        assert!(verdict.contains("TEST4242"), "{verdict}");
+        // GA4: the live order to /mp/collect, the test order to the validation server only,
+        // whose messages are kept on the delivery.
+        let paths: Vec<(String, f64)> = ga4
+            .requests()
+            .iter()
+            .map(|r| {
+                let value = r.json()["events"][0]["params"]["value"]
+                    .as_f64()
+                    .unwrap_or(-1.0);
+                (r.path().to_owned(), value)
+            })
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                ("/mp/collect".to_owned(), 30.0),
+                ("/debug/mp/collect".to_owned(), 7.0)
+            ],
+            "the live order live, the test order to the validation server"
+        );
+        assert_eq!(t[&ga4_dest]["status"], json!("delivered"), "{t:?}");
+        let verdict = t[&ga4_dest]["lastError"].as_str().unwrap();
+        assert!(verdict.contains("fake: currency looks odd"), "{verdict}");
+        // Google Ads: the test order only with validateOnly, the live one never.
+        let uploads: Vec<(bool, Vec<f64>)> = ads
+            .requests()
+            .iter()
+            .filter(|r| r.path() != "/token")
+            .map(|r| {
+                let v = r.json();
+                let values = v["conversions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| c["conversionValue"].as_f64().unwrap_or(-1.0))
+                    .collect();
+                (v["validateOnly"] == json!(true), values)
+            })
+            .collect();
+        assert_eq!(uploads.len(), 2, "{uploads:?}");
+        for (validate_only, values) in &uploads {
+            let want = if *validate_only { 7.0 } else { 30.0 };
+            assert_eq!(values, &vec![want], "{uploads:?}");
+        }
+        assert_eq!(t[&ads_dest]["status"], json!("delivered"), "{t:?}");
+        assert!(t[&ads_dest]["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("validateOnly"));
+        // The live order's deliveries carry no test verdict.
+        let l = deliveries(&app, &app.key.key, "same-order");
+        for d in l.values() {
+            if d["status"] == json!("delivered") {
+                assert_eq!(d["lastError"], Value::Null, "{d}");
+            }
+        }
+        assert_eq!(l[&live_meta]["status"], json!("delivered"));
+
+        // A test order's refund goes to no live endpoint: skipped at every destination, saying why.
+        let before = (ga4.requests().len(), ads.requests().len());
+        let refund = json!({"adjustmentId": "r-1", "type": "refund", "value": 2});
+        super::adjust(&app, &test, "same-order", &refund).expect(202);
+        for _ in 0..2 {
+            with_writer(&app, |w| {
+                sender::drain_once(&conn, w, &Metrics::default(), &http, now_ms()).expect("send")
+            });
+        }
+        assert_eq!((ga4.requests().len(), ads.requests().len()), before);
+        let v = app
+            .order_status_as(&test, &app.site.id, "same-order")
+            .expect(200);
+        let passed_on = v["adjustments"][0]["deliveries"].as_array().unwrap();
+        assert_eq!(passed_on.len(), 4, "{v}");
+        for d in passed_on {
+            if d["destinationId"] == json!(live_meta) || d["destinationId"] == json!(coded_meta) {
+                assert_eq!(d["status"], json!("not_supported"), "{d}");
+            } else {
+                assert_eq!(d["status"], json!("skipped"), "{d}");
+                assert!(
+                    d["lastError"].as_str().unwrap().starts_with("test order"),
+                    "{d}"
+                );
+            }
+        }
+    }
+}
