@@ -703,3 +703,121 @@ mod forwarding {
         }
     }
 }
+
+/// Rows of each table that hang on the site's test conversions, and the test conversions.
+fn test_rows(app: &TestApp) -> Vec<i64> {
+    [
+        "SELECT COUNT(*) FROM conversions WHERE test = 1",
+        "SELECT COUNT(*) FROM adjustments a JOIN conversions c ON c.id = a.conversion_id WHERE c.test = 1",
+        "SELECT COUNT(*) FROM outbox o JOIN conversions c ON c.id = o.conversion_id WHERE c.test = 1",
+    ]
+    .iter()
+    .map(|q| app.query_i64(q, &[]))
+    .collect()
+}
+
+#[test]
+fn test_purge_deletes_a_sites_test_data_and_nothing_else() {
+    let app = manual().start();
+    let (_, test) = test_key(&app);
+    let site = app.site.id.clone();
+    let v = visitor(&app);
+    for order in ["p-1", "p-2"] {
+        app.post_conversion_as(&test, &site, &report_body(&v, order, 10))
+            .accepted();
+    }
+    app.post_conversion(&report_body(&v, "p-1", 50)).accepted();
+    adjust(
+        &app,
+        &test,
+        "p-1",
+        &json!({"adjustmentId": "r", "type": "refund", "value": 1}),
+    )
+    .expect(202);
+    app.post_adjustment(
+        "p-1",
+        &json!({"adjustmentId": "r", "type": "refund", "value": 5}),
+    )
+    .expect(202);
+    // Another site's test data stays.
+    let other = app.create_site(&app.tenant.id, "Other", &[]);
+    let ov = unique("v");
+    app.collect(&json!({"trackerId": other.tracker_id, "visitorId": ov,
+        "events": [{"type": "pageview", "url": "https://o.example/", "ts": now_ms() - HOUR}]}))
+        .expect(200);
+    app.post_conversion_as(&test, &other.id, &report_body(&ov, "p-1", 3))
+        .accepted();
+    assert_eq!(test_rows(&app), [3, 1, 3]);
+
+    let out = app.cli_json(&["test", "purge", "--site", &site, "--json"]);
+    assert_eq!(out, json!({"siteId": site, "conversions": 2}));
+    assert_eq!(
+        test_rows(&app),
+        [1, 0, 1],
+        "the other site's test order stays"
+    );
+    expect_error(
+        &app.order_status_as(&test, &site, "p-1"),
+        404,
+        "ORDER_NOT_FOUND",
+    );
+    let live = app.order_status("p-1").expect(200);
+    assert_eq!(
+        (live["value"].clone(), live["netValue"].clone()),
+        (json!(50), json!(45)),
+        "{live}"
+    );
+    app.order_status_as(&test, &other.id, "p-1").expect(200);
+    // Again: nothing left to delete. An unknown site is refused and named.
+    let again = app.cli_json(&["test", "purge", "--site", &site, "--json"]);
+    assert_eq!(again["conversions"], json!(0));
+    let unknown = app.cli(&[
+        "test",
+        "purge",
+        "--site",
+        "6f1c2f9e-0000-4000-8000-000000000000",
+    ]);
+    assert_ne!(unknown.code, 0);
+    assert!(
+        unknown.stderr.contains("no site with id"),
+        "{}",
+        unknown.stderr
+    );
+}
+
+#[test]
+fn test_data_expires_seven_days_after_it_was_received() {
+    let app = manual().start();
+    let (_, test) = test_key(&app);
+    let site = app.site.id.clone();
+    let v = visitor(&app);
+    app.post_conversion_as(&test, &site, &report_body(&v, "e-1", 10))
+        .accepted();
+    adjust(
+        &app,
+        &test,
+        "e-1",
+        &json!({"adjustmentId": "r", "type": "refund", "value": 1}),
+    )
+    .expect(202);
+    app.post_conversion(&report_body(&v, "e-1", 20)).accepted();
+    drain(&app);
+    let received = app.query_i64(
+        "SELECT MAX(created_at) FROM conversions WHERE test = 1",
+        &[],
+    );
+    let conn = app.store();
+    let prune = |at: i64| {
+        with_writer(&app, |w| convapi::retention::prune_once(&conn, w, at)).expect("prune")
+    };
+    prune(received + 7 * 24 * HOUR - 1);
+    assert_eq!(test_rows(&app)[0], 1, "kept until 7 days have passed");
+    prune(received + 7 * 24 * HOUR + 1);
+    assert_eq!(test_rows(&app), [0, 0, 0]);
+    expect_error(
+        &app.order_status_as(&test, &site, "e-1"),
+        404,
+        "ORDER_NOT_FOUND",
+    );
+    app.order_status("e-1").expect(200);
+}
