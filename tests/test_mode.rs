@@ -821,3 +821,18 @@ fn test_data_expires_seven_days_after_it_was_received() {
     );
     app.order_status("e-1").expect(200);
 }
+
+#[test]
+fn metrics_count_test_conversions_apart_from_live_ones() {
+    let app = manual().start();
+    let (_, test) = test_key(&app);
+    let v = visitor(&app);
+    app.post_conversion_as(&test, &app.site.id, &report_body(&v, "m-1", 10))
+        .accepted();
+    post_batch(&app, &test, &[report_body(&v, "m-2", 10)]).expect(200);
+    assert_eq!(app.metric("convapi_conversions_accepted_total"), 0);
+    assert_eq!(app.metric("convapi_test_conversions_accepted_total"), 2);
+    app.post_conversion(&report_body(&v, "m-1", 10)).accepted();
+    assert_eq!(app.metric("convapi_conversions_accepted_total"), 1);
+    assert_eq!(app.metric("convapi_test_conversions_accepted_total"), 2);
+}

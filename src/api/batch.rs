@@ -233,7 +233,10 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
             .submit(move |c| write_all(c, &site_id, &writes, test, now))
             .inspect_err(|e| super::count_unavailable(app, e))?
     };
-    Ok(Reply::json(200, &answer(app, &site.id, items, outcomes)))
+    Ok(Reply::json(
+        200,
+        &answer(app, &site.id, test, items, outcomes),
+    ))
 }
 
 /// The writer's one job for a batch: each item in a savepoint of its own, so a broken item is
@@ -276,6 +279,7 @@ fn write_all(
 fn answer(
     app: &App,
     site_id: &str,
+    test: bool,
     items: Vec<Item>,
     mut outcomes: Vec<Result<ApiRecorded, store::StoreError>>,
 ) -> Value {
@@ -295,7 +299,7 @@ fn answer(
                 };
                 match taken[n].take().expect("one outcome per write") {
                     Ok(ApiRecorded::Created(rec)) => {
-                        app.metrics.inc_accepted();
+                        app.metrics.inc_accepted_in(test);
                         woken = true;
                         accepted_with(&rec)
                     }

@@ -178,7 +178,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
         .inspect_err(|e| super::count_unavailable(app, e))?;
     let rec = match outcome {
         ApiRecorded::Created(rec) => {
-            app.metrics.inc_accepted();
+            app.metrics.inc_accepted_in(test);
             app.pipeline.wake();
             rec
         }
