@@ -364,6 +364,21 @@ fn the_dashboard_shows_test_orders_only_under_the_test_data_switch() {
     let d = DashClient::logged_in(&app, &email, "correct horse battery");
     let base = format!("/dashboard/sites/{}", app.site.id);
 
+    // The overview's figures are live: a test order alone is no conversion received.
+    let overview = d.page(&base);
+    assert!(overview.contains("Last conversion received"), "{overview}");
+    let fresh = app.create_site(&app.tenant.id, "Fresh", &[]);
+    let fv = unique("v");
+    app.collect(&json!({"trackerId": fresh.tracker_id, "visitorId": fv,
+        "events": [{"type": "pageview", "url": "https://f.example/", "ts": now_ms() - HOUR}]}))
+        .expect(200);
+    app.post_conversion_as(&test, &fresh.id, &report_body(&fv, "only-test", 5))
+        .accepted();
+    let overview = d.page(&format!("/dashboard/sites/{}", fresh.id));
+    assert!(
+        overview.contains("No conversion received yet."),
+        "{overview}"
+    );
     let live = d.page(&format!("{base}/conversions"));
     assert!(
         live.contains("dash-live") && !live.contains("dash-test"),

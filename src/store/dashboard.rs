@@ -508,7 +508,8 @@ pub const ACTIVITY_LOOKBACK: u32 = 100;
 pub struct SiteActivity {
     /// The latest `last_activity_at` of the site's sessions (epoch ms).
     pub pixel_last_seen: Option<i64>,
-    /// When the latest conversion was received (`created_at`, epoch ms).
+    /// When the latest live conversion was received (`created_at`, epoch ms): test data shows
+    /// only under the conversions list's "Test data" switch.
     pub last_conversion: Option<i64>,
     /// The newest day of the imported rates (`YYYY-MM-DD`).
     pub rates_until: Option<String>,
@@ -533,7 +534,7 @@ pub fn site_activity(conn: &impl AsConn, site_id: &str) -> Result<SiteActivity> 
     let last_conversion = c
         .query_opt(
             "SELECT max(created_at) FROM (SELECT created_at FROM conversions
-             WHERE site_id = ?1 ORDER BY occurred_at DESC LIMIT ?2) AS latest",
+             WHERE site_id = ?1 AND test = 0 ORDER BY occurred_at DESC LIMIT ?2) AS latest",
             args![site_id, lookback],
             |r| r.get::<Option<i64>>(0),
         )?
