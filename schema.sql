@@ -1,4 +1,4 @@
--- convapi's schema at version 19 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 20 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
@@ -43,7 +43,7 @@ CREATE TABLE adjustments (
     answer_state   TEXT NOT NULL
 , net_delta TEXT, net_delta_minor INTEGER, cell_day INTEGER NOT NULL DEFAULT 0, cell_type TEXT NOT NULL DEFAULT '', cell_attributed INTEGER NOT NULL DEFAULT 0, cell_source TEXT NOT NULL DEFAULT '', cell_medium TEXT NOT NULL DEFAULT '', cell_campaign TEXT NOT NULL DEFAULT '', cell_nulls INTEGER NOT NULL DEFAULT 0, counted INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX adjustments_conversion ON adjustments(conversion_id, occurred_at, id);
-CREATE UNIQUE INDEX adjustments_order_adjustment ON adjustments(site_id, order_id, adjustment_id);
+CREATE UNIQUE INDEX adjustments_order_adjustment ON adjustments(conversion_id, adjustment_id);
 CREATE TRIGGER report_refunds_delete AFTER DELETE ON adjustments WHEN OLD.counted <> 0 BEGIN
     INSERT INTO report_refunds VALUES (OLD.site_id, 0, OLD.cell_day, OLD.cell_type, OLD.cell_attributed, OLD.cell_source, OLD.cell_medium, OLD.cell_campaign, OLD.cell_nulls, -COALESCE(OLD.net_delta_minor, 0), -(OLD.net_delta_minor IS NULL)) ON CONFLICT DO UPDATE SET
         net_change_minor = net_change_minor + excluded.net_change_minor, inexact = inexact + excluded.inexact;
@@ -92,7 +92,7 @@ CREATE TABLE api_keys (
     created_at    INTEGER NOT NULL,
     last_used_at  INTEGER,
     revoked_at    INTEGER
-);
+, test INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX api_keys_tenant ON api_keys(tenant_id);
 
 CREATE TABLE "conversions" (
@@ -125,10 +125,11 @@ CREATE TABLE "conversions" (
     consent_ad_user_data INTEGER,
     consent_ad_personalization INTEGER,
     adjusted            INTEGER NOT NULL DEFAULT 0
-);
+, test INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX conversions_site_client ON conversions(site_id, client_id) WHERE client_id IS NOT NULL;
-CREATE UNIQUE INDEX conversions_site_order ON conversions(site_id, order_id) WHERE order_id IS NOT NULL;
+CREATE UNIQUE INDEX conversions_site_order ON conversions(site_id, test, order_id) WHERE order_id IS NOT NULL;
 CREATE INDEX conversions_site_time ON conversions(site_id, occurred_at);
+CREATE INDEX conversions_test ON conversions(site_id, created_at) WHERE test <> 0;
 CREATE TRIGGER adjustments_follow_conversion AFTER UPDATE OF occurred_at, type, attr_model,
         attr_source, attr_medium, attr_campaign, status, reporting_value ON conversions
     WHEN NEW.adjusted <> 0 AND (OLD.occurred_at IS NOT NEW.occurred_at OR OLD.type IS NOT NEW.type
@@ -142,28 +143,28 @@ BEGIN
         cell_source = COALESCE(NEW.attr_source, ''), cell_medium = COALESCE(NEW.attr_medium, ''),
         cell_campaign = COALESCE(NEW.attr_campaign, ''),
         cell_nulls = (NEW.attr_source IS NULL) + 2 * (NEW.attr_medium IS NULL) + 4 * (NEW.attr_campaign IS NULL),
-        counted = NEW.status = 'processed' AND NEW.reporting_value IS NOT NULL
+        counted = NEW.status = 'processed' AND NEW.reporting_value IS NOT NULL AND NEW.test = 0
     WHERE conversion_id = NEW.id;
 END;
-CREATE TRIGGER report_daily_delete AFTER DELETE ON conversions BEGIN
+CREATE TRIGGER report_daily_delete AFTER DELETE ON conversions WHEN OLD.test = 0 BEGIN
     UPDATE report_daily SET conversions = conversions - 1,
         revenue_minor = revenue_minor - (CASE WHEN OLD.status = 'processed' AND OLD.reporting_value IS NOT NULL THEN COALESCE(OLD.reporting_minor, 0) ELSE 0 END),
         unconverted = unconverted - (OLD.status <> 'processed'),
         inexact = inexact - (OLD.status = 'processed' AND OLD.reporting_value IS NOT NULL AND OLD.reporting_minor IS NULL)
     WHERE (site_id, day, type, attributed, source, medium, campaign, nulls) = (OLD.site_id, OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0), OLD.type, OLD.attr_model IS NOT NULL, COALESCE(OLD.attr_source, ''), COALESCE(OLD.attr_medium, ''), COALESCE(OLD.attr_campaign, ''), (OLD.attr_source IS NULL) + 2 * (OLD.attr_medium IS NULL) + 4 * (OLD.attr_campaign IS NULL));
 END;
-CREATE TRIGGER report_daily_insert AFTER INSERT ON conversions BEGIN
+CREATE TRIGGER report_daily_insert AFTER INSERT ON conversions WHEN NEW.test = 0 BEGIN
     INSERT INTO report_daily VALUES (NEW.site_id, NEW.occurred_at / 86400000 - (NEW.occurred_at % 86400000 < 0), NEW.type, NEW.attr_model IS NOT NULL, COALESCE(NEW.attr_source, ''), COALESCE(NEW.attr_medium, ''), COALESCE(NEW.attr_campaign, ''), (NEW.attr_source IS NULL) + 2 * (NEW.attr_medium IS NULL) + 4 * (NEW.attr_campaign IS NULL), 1, (CASE WHEN NEW.status = 'processed' AND NEW.reporting_value IS NOT NULL THEN COALESCE(NEW.reporting_minor, 0) ELSE 0 END), (NEW.status <> 'processed'), (NEW.status = 'processed' AND NEW.reporting_value IS NOT NULL AND NEW.reporting_minor IS NULL)) ON CONFLICT DO UPDATE SET conversions = conversions + 1,
         revenue_minor = revenue_minor + excluded.revenue_minor,
         unconverted = unconverted + excluded.unconverted, inexact = inexact + excluded.inexact;
 END;
 CREATE TRIGGER report_daily_update AFTER UPDATE OF site_id, occurred_at, type, attr_model, attr_source,
         attr_medium, attr_campaign, status, reporting_value, reporting_minor ON conversions
-    WHEN OLD.site_id IS NOT NEW.site_id OR OLD.occurred_at IS NOT NEW.occurred_at
+    WHEN OLD.test = 0 AND NEW.test = 0 AND (OLD.site_id IS NOT NEW.site_id OR OLD.occurred_at IS NOT NEW.occurred_at
         OR OLD.type IS NOT NEW.type OR (OLD.attr_model IS NULL) <> (NEW.attr_model IS NULL)
         OR OLD.attr_source IS NOT NEW.attr_source OR OLD.attr_medium IS NOT NEW.attr_medium
         OR OLD.attr_campaign IS NOT NEW.attr_campaign OR OLD.status IS NOT NEW.status
-        OR OLD.reporting_value IS NOT NEW.reporting_value OR OLD.reporting_minor IS NOT NEW.reporting_minor
+        OR OLD.reporting_value IS NOT NEW.reporting_value OR OLD.reporting_minor IS NOT NEW.reporting_minor)
 BEGIN
     UPDATE report_daily SET conversions = conversions - 1,
         revenue_minor = revenue_minor - (CASE WHEN OLD.status = 'processed' AND OLD.reporting_value IS NOT NULL THEN COALESCE(OLD.reporting_minor, 0) ELSE 0 END),

@@ -19,6 +19,7 @@ struct Inner {
     latency_count: AtomicU64,
     latency_sum_us: AtomicU64,
     accepted: AtomicU64,
+    test_accepted: AtomicU64,
     deduplicated: AtomicU64,
     no_session: AtomicU64,
     unavailable: AtomicU64,
@@ -143,6 +144,18 @@ impl Metrics {
 
     pub fn inc_accepted(&self) {
         self.0.accepted.fetch_add(1, Ordering::Relaxed);
+    }
+    /// A test key's new conversion: test data, so not in `convapi_conversions_accepted_total`.
+    pub fn inc_test_accepted(&self) {
+        self.0.test_accepted.fetch_add(1, Ordering::Relaxed);
+    }
+    /// A new conversion of the key's mode (`test`: a test key's).
+    pub fn inc_accepted_in(&self, test: bool) {
+        if test {
+            self.inc_test_accepted();
+        } else {
+            self.inc_accepted();
+        }
     }
     pub fn inc_deduplicated(&self) {
         self.0.deduplicated.fetch_add(1, Ordering::Relaxed);
@@ -300,6 +313,11 @@ impl Metrics {
                 "convapi_conversions_accepted_total",
                 "Conversions newly queued.",
                 &self.0.accepted,
+            ),
+            (
+                "convapi_test_conversions_accepted_total",
+                "Test conversions newly queued (a test key's, in no other figure).",
+                &self.0.test_accepted,
             ),
             (
                 "convapi_conversions_deduplicated_total",

@@ -4,7 +4,8 @@
 //! and the site's conversions as well when it set `expire_conversions`. Conversions
 //! that stay keep what the pipeline stored on them (attribution, reporting value), so the order
 //! status and the report read the same after their sessions are gone. It also removes the rows of
-//! each site marked deleted (`ops::sites::delete`), the same way, the site's row last.
+//! each site marked deleted (`ops::sites::delete`), the same way, the site's row last, and test
+//! data (what test keys sent) 7 days after it was received.
 //!
 //! It never holds the write lock long: it writes through the request writer in jobs of about
 //! [`BATCH_ROWS`] deleted rows, waits for queued requests before each job
@@ -33,6 +34,9 @@ use crate::writer::{WriteError, Writer};
 pub const EVERY: Duration = Duration::from_secs(60);
 /// Rows one job deletes at most (a session's events count one each).
 pub const BATCH_ROWS: usize = 500;
+/// Test conversions one job deletes at most: each goes with its outbox row, deliveries and
+/// adjustments, about five rows.
+const TEST_BATCH: usize = BATCH_ROWS / 5;
 /// The shortest pause between two jobs.
 pub const PAUSE: Duration = Duration::from_millis(10);
 /// After each job the pruner pauses this many times as long as the job took (waiting for its
@@ -110,6 +114,20 @@ pub fn prune(
                 break;
             }
         }
+    }
+    // Test data goes 7 days after it was received, whatever the site's retention.
+    let cutoff = now_ms - store::retention::TEST_DATA_DAYS * DAY_MS;
+    let mut tests = store::read(conn, |c| store::retention::has_test_data_before(c, cutoff))?;
+    while tests {
+        if stop() {
+            return Ok(total);
+        }
+        let n = job(writer, move |c| {
+            store::retention::purge_test_data(c, None, cutoff, TEST_BATCH)
+        })?;
+        total.conversions += n;
+        metrics.inc_rows_pruned(n as u64);
+        tests = n > 0;
     }
     let policies = store::read(conn, |c| store::retention::policies(c))?;
     let mut hook_events = 0;

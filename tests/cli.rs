@@ -210,6 +210,8 @@ fn every_subcommand_and_option_has_a_description() {
             "tenant",
             "tenant create",
             "tenant list",
+            "test",
+            "test purge",
             "user",
             "user create",
             "user invite",

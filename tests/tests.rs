@@ -52,6 +52,10 @@ mod idempotency;
 // cancels, restates, repeats and 409, the net value in occurredAt order, concurrent refunds, the
 // status lookup's ledger. Here: a rule of refunds, cancellations or restatements.
 mod adjustments;
+// Test mode: test keys, test orders as a namespace of their own (single calls, batches,
+// adjustments, the status lookup), never counted (report, rollups, export), test sends to the
+// platforms' test endpoints, `test purge` and the 7-day expiry. Here: a rule of test data.
+mod test_mode;
 // Webhook sources: `convapi source`, `POST /hooks/{sourceId}` with Stripe's signed events (purchases,
 // refunds counted once, repeats, refusals). Here: a rule of what a provider's webhook becomes.
 mod hooks;

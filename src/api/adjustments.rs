@@ -98,10 +98,10 @@ pub fn adjust(app: &App, ctx: &mut Ctx, site_id: &str, order_id: &str) -> Result
     let key_hash = super::bearer_key_hash(ctx)?;
     let conn = app.pool.get()?;
     let now = store::now_ms();
-    let adjustment = store::read(&conn, |conn| {
-        let site = super::authorize(app, conn, &key_hash, site_id)?;
+    let (adjustment, test) = store::read(&conn, |conn| {
+        let (site, test) = super::authorize_mode(app, conn, &key_hash, site_id)?;
         let obj = conversions::read_body(ctx)?;
-        fields(&obj, &site.id, order_id, now)
+        Ok::<_, ApiError>((fields(&obj, &site.id, order_id, now)?, test))
     })?;
     drop(conn);
     let (order_id, adjustment_id) = (
@@ -110,7 +110,7 @@ pub fn adjust(app: &App, ctx: &mut Ctx, site_id: &str, order_id: &str) -> Result
     );
     let outcome = app
         .writer
-        .submit(move |c| store::adjustments::record(c, &adjustment, now))
+        .submit(move |c| store::adjustments::record_in(c, &adjustment, test, now))
         .inspect_err(|e| super::count_unavailable(app, e))?;
     match outcome {
         Recorded::Accepted(a) | Recorded::Repeat(a) => Ok(accepted(&order_id, &adjustment_id, &a)),

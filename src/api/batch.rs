@@ -134,10 +134,10 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     let now = store::now_ms();
     // Checks 1 to 3 before the body: a batch's body may not be read yet (it can be larger than
     // `http::PREREAD_BODY_LIMIT`), and no snapshot stays open while a client sends it.
-    let site = {
+    let (site, test) = {
         let conn = app.pool.get()?;
         store::read(&conn, |conn| {
-            super::authorize(app, conn, &key_hash, site_id)
+            super::authorize_mode(app, conn, &key_hash, site_id)
         })?
     };
     let Some(_slot) = app.batches.take() else {
@@ -172,7 +172,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
             };
             let known = match &r.order_id {
                 Some(order_id) => {
-                    store::conversions::find_order(conn, &site.id, order_id, Source::Api)?
+                    store::conversions::find_order_in(conn, &site.id, order_id, Source::Api, test)?
                 }
                 None => None,
             };
@@ -232,10 +232,13 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
             .inspect_err(|_| app.metrics.inc_unavailable())?;
         let site_id = site.id.clone();
         app.writer
-            .submit(move |c| write_all(c, &site_id, &writes, now))
+            .submit(move |c| write_all(c, &site_id, &writes, test, now))
             .inspect_err(|e| super::count_unavailable(app, e))?
     };
-    Ok(Reply::json(200, &answer(app, &site.id, items, outcomes)))
+    Ok(Reply::json(
+        200,
+        &answer(app, &site.id, test, items, outcomes),
+    ))
 }
 
 /// The writer's one job for a batch: each item in a savepoint of its own, so a broken item is
@@ -245,13 +248,14 @@ fn write_all(
     c: &store::engine::Conn,
     site_id: &str,
     writes: &[Write],
+    test: bool,
     now: i64,
 ) -> store::Result<Vec<Result<ApiRecorded, store::StoreError>>> {
     let mut out = Vec::with_capacity(writes.len());
     let (mut warned, mut example) = (0, None);
     for w in writes {
         let done = store::savepoint(c, |c| {
-            store::conversions::record_api_with(c, &w.report, w.user_data.as_ref(), now)
+            store::conversions::record_api_in(c, &w.report, w.user_data.as_ref(), test, now)
         });
         match done {
             Ok(rec) => {
@@ -277,6 +281,7 @@ fn write_all(
 fn answer(
     app: &App,
     site_id: &str,
+    test: bool,
     items: Vec<Item>,
     mut outcomes: Vec<Result<ApiRecorded, store::StoreError>>,
 ) -> Value {
@@ -296,7 +301,7 @@ fn answer(
                 };
                 match taken[n].take().expect("one outcome per write") {
                     Ok(ApiRecorded::Created(rec)) => {
-                        app.metrics.inc_accepted();
+                        app.metrics.inc_accepted_in(test);
                         woken = true;
                         accepted_with(&rec)
                     }

@@ -96,12 +96,12 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     // (the connection's thread read it before the request came here, `http::PREREAD_BODY_LIMIT`),
     // so no read stays open while a client sends it. No common snapshot is needed: the writer
     // decides the order again.
-    let (site, r, warned, known, resolved) = store::read_each(&conn, |conn| {
-        let site = super::authorize(app, conn, &key_hash, site_id)?;
+    let (site, test, r, warned, known, resolved) = store::read_each(&conn, |conn| {
+        let (site, test) = super::authorize_mode(app, conn, &key_hash, site_id)?;
         let (r, warned) = read_submission(ctx, now)?;
         let known = match &r.order_id {
             Some(order_id) => {
-                store::conversions::find_order(conn, &site.id, order_id, Source::Api)?
+                store::conversions::find_order_in(conn, &site.id, order_id, Source::Api, test)?
             }
             None => None,
         };
@@ -110,7 +110,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
             Some((_, true)) => Err(ApiError::NoSession),
             _ => resolve_session(conn, &site, &r),
         };
-        Ok::<_, ApiError>((site, r, warned, known, resolved))
+        Ok::<_, ApiError>((site, test, r, warned, known, resolved))
     })?;
     drop(conn);
     let order_known = match known {
@@ -162,7 +162,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     let outcome = app
         .writer
         .submit(move |c| {
-            let out = store::conversions::record_api_with(c, &report, user_data.as_ref(), now)?;
+            let out = store::conversions::record_api_in(c, &report, user_data.as_ref(), test, now)?;
             if let (Some(example), ApiRecorded::Created(_) | ApiRecorded::TakenOver(_)) =
                 (&example, &out)
             {
@@ -173,7 +173,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
         .inspect_err(|e| super::count_unavailable(app, e))?;
     let rec = match outcome {
         ApiRecorded::Created(rec) => {
-            app.metrics.inc_accepted();
+            app.metrics.inc_accepted_in(test);
             app.pipeline.wake();
             rec
         }
@@ -203,8 +203,10 @@ pub fn order_status(
     let key_hash = super::bearer_key_hash(ctx)?;
     let conn = app.pool.get()?;
     let (order, deliveries, adjustments) = store::read(&conn, |conn| {
-        let site = super::authorize(app, conn, &key_hash, site_id)?;
-        let Some(order) = store::conversions::order_status(conn, &site.id, order_id)? else {
+        // A test key sees the site's test orders only, a live key its live ones.
+        let (site, test) = super::authorize_mode(app, conn, &key_hash, site_id)?;
+        let Some(order) = store::conversions::order_status_in(conn, &site.id, order_id, test)?
+        else {
             return Err(ApiError::OrderNotFound);
         };
         let deliveries = store::deliveries::of_conversion(conn, &order.conversion.id)?;

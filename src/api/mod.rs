@@ -145,6 +145,17 @@ pub fn authorize(
     key_hash: &[u8],
     site_id: &str,
 ) -> Result<Site, ApiError> {
+    authorize_mode(app, conn, key_hash, site_id).map(|(site, _)| site)
+}
+
+/// [`authorize`], with the key's mode: `true` for a test key, whose requests are test data
+/// (docs/decisions/api.md, "Test mode").
+pub fn authorize_mode(
+    app: &App,
+    conn: &impl AsConn,
+    key_hash: &[u8],
+    site_id: &str,
+) -> Result<(Site, bool), ApiError> {
     let key = store::keys::by_hash(conn, key_hash)?
         .filter(|k| !k.revoked)
         .ok_or(ApiError::Unauthorized)?;
@@ -169,7 +180,7 @@ pub fn authorize(
         return Err(ApiError::Forbidden);
     }
     touch_key(app, &key);
-    Ok(site)
+    Ok((site, key.test))
 }
 
 /// Records `lastUsedAt`, at most once a minute per key, without delaying the request.

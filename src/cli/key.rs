@@ -25,6 +25,10 @@ pub(super) struct CreateArgs {
     /// A label to tell keys apart, e.g. the backend using it.
     #[arg(long)]
     name: Option<String>,
+    /// A test key (`ask_test_…`): what it sends is test data, kept apart from live orders, never
+    /// counted, passed on only to the platforms' test endpoints.
+    #[arg(long)]
+    test: bool,
     /// Print the key as one JSON object.
     #[arg(long)]
     json: bool,
@@ -59,12 +63,13 @@ fn refused(e: KeyError) -> CliError {
 
 pub(super) fn create(db: &Location, a: CreateArgs) -> CliResult {
     let conn = open(db)?;
-    let k = ops::keys::create(&conn, &a.tenant, a.name.as_deref()).map_err(refused)?;
+    let k = ops::keys::create_for(&conn, &a.tenant, a.name.as_deref(), a.test).map_err(refused)?;
     let (id, key) = (&k.id, &k.key);
-    let out =
-        json!({"id": id, "key": key, "prefix": k.prefix, "tenantId": a.tenant, "name": k.name});
+    let out = json!({"id": id, "key": key, "prefix": k.prefix, "tenantId": a.tenant,
+        "name": k.name, "test": k.test});
+    let kind = if k.test { "test key" } else { "key" };
     print(a.json, &out, || {
-        format!("created key {id}\n\n    {key}\n\nStore it now: it is shown only this once.")
+        format!("created {kind} {id}\n\n    {key}\n\nStore it now: it is shown only this once.")
     })
 }
 
@@ -73,14 +78,15 @@ pub(super) fn list(db: &Location, a: ListArgs) -> CliResult {
     let keys = ops::keys::list(&conn, &a.tenant).map_err(refused)?;
     print(a.json, &keys, || {
         let mut out = format!(
-            "{:<36}  {:<12}  {:<24}  {:<24}  NAME",
-            "ID", "PREFIX", "LAST USED", "REVOKED"
+            "{:<36}  {:<17}  {:<4}  {:<24}  {:<24}  NAME",
+            "ID", "PREFIX", "MODE", "LAST USED", "REVOKED"
         );
         for k in &keys {
             out.push_str(&format!(
-                "\n{:<36}  {:<12}  {:<24}  {:<24}  {}",
+                "\n{:<36}  {:<17}  {:<4}  {:<24}  {:<24}  {}",
                 k.id,
                 k.prefix,
+                if k.test { "test" } else { "live" },
                 k.last_used_at.as_deref().unwrap_or("-"),
                 k.revoked_at.as_deref().unwrap_or("-"),
                 k.name.as_deref().unwrap_or("")

@@ -27,6 +27,7 @@ mod source;
 pub use serve::serve_config;
 mod site;
 mod tenant;
+mod test;
 mod user;
 
 #[derive(Parser)]
@@ -99,6 +100,9 @@ enum Command {
     /// Webhook sources: where a site's orders are paid (Stripe, Shopify, WooCommerce).
     #[command(subcommand)]
     Source(source::SourceCmd),
+    /// Test data: what test keys (`key create --test`) sent.
+    #[command(subcommand)]
+    Test(test::TestCmd),
     /// Erase one person of a site: visitors, links, sessions and pixel events; conversions lose
     /// their identifiers (or go).
     Forget(forget::ForgetArgs),
@@ -485,6 +489,7 @@ fn run(cli: Cli) -> CliResult {
         Command::User(user::UserCmd::ResetPassword(a)) => user::reset_password(&db, a),
         Command::User(user::UserCmd::Remove(a)) => user::remove(&db, a),
         Command::Source(c) => source::run(&db, c),
+        Command::Test(c) => test::run(&db, c),
         Command::Destination(d) => {
             use destination::DestinationCmd as D;
             match d {

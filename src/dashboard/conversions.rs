@@ -48,6 +48,8 @@ struct Query {
     from: Option<chrono::NaiveDate>,
     to: Option<chrono::NaiveDate>,
     before: Option<Cursor>,
+    /// The "Test data" switch: test conversions instead of live ones (`test=1`).
+    test: bool,
 }
 
 impl Query {
@@ -87,6 +89,7 @@ impl Query {
         let from = get("from").map(form::day).transpose()?;
         let to = get("to").map(form::day).transpose()?;
         let before = get("before").map(cursor).transpose()?;
+        let test = test_switch(q)?;
         Ok(Query {
             status,
             sources,
@@ -94,6 +97,7 @@ impl Query {
             from,
             to,
             before,
+            test,
         })
     }
 
@@ -137,7 +141,32 @@ impl Query {
         if let Some(d) = self.to {
             q.append_pair("to", &d.to_string());
         }
+        if self.test {
+            q.append_pair("test", "1");
+        }
         q.finish()
+    }
+}
+
+/// The "Test data" switch of a page's query: `test=1` on, absent or `test=0` off.
+fn test_switch(q: &HashMap<String, String>) -> Result<bool, PageError> {
+    match q.get("test").map(|v| v.trim()) {
+        None | Some("" | "0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(_) => Err(PageError::BadRequest(
+            "test must be 1 (test data) or 0 (live data).".into(),
+        )),
+    }
+}
+
+/// The banner of a page under the "Test data" switch, with the way back to live data.
+fn test_banner(live_href: &str) -> Markup {
+    html! {
+        p.flash.test-data #test-data role="status" {
+            strong { "Test data: on." } " These are orders sent with a test key: never counted in "
+            "reports, exports or revenue, passed on only to the platforms' test endpoints. "
+            a href=(live_href) { "Show live data" }
+        }
     }
 }
 
@@ -226,10 +255,11 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
     let filter = q.filter();
     let (rows, end, types, ledgers) = d.read(|c| {
         let mut rows = Vec::with_capacity(PAGE_SIZE + 1);
-        let end = list::conversions(
+        let end = list::conversions_in(
             c,
             &site.id,
             &filter,
+            q.test,
             q.before.as_ref(),
             Some(MAX_SCAN),
             |o| {
@@ -280,10 +310,17 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
             format!("?{joined}")
         }
     };
+    let order_query = if q.test { "?test=1" } else { "" };
     let body = html! {
         div.page-head {
             h1 { "Conversions" }
-            a.button.secondary #csv href={ (base) "/conversions.csv" (with("")) } { "Download CSV" }
+            // Test data is never exported: the download is of live data only.
+            @if !q.test {
+                a.button.secondary #csv href={ (base) "/conversions.csv" (with("")) } { "Download CSV" }
+            }
+        }
+        @if q.test {
+            (test_banner(&format!("{base}/conversions")))
         }
         (filters_form(&q, &types, &base))
         @if q.before.is_some() {
@@ -310,7 +347,7 @@ pub fn list(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
                     } }
                     tbody {
                         @for (o, net) in rows.iter().zip(&nets) {
-                            (row(&base, o, *net))
+                            (row(&base, o, *net, order_query))
                         }
                     }
                 }
@@ -359,7 +396,7 @@ fn state_badge(state: State) -> Markup {
     }
 }
 
-fn row(base: &str, o: &OrderStatus, net: Option<Net>) -> Markup {
+fn row(base: &str, o: &OrderStatus, net: Option<Net>, query: &str) -> Markup {
     let c = &o.conversion;
     let net_text = net.map(|n| n.value.to_string());
     let state = net.map_or(State::Active, |n| n.state);
@@ -368,9 +405,9 @@ fn row(base: &str, o: &OrderStatus, net: Option<Net>) -> Markup {
             td.nowrap { (layout::date(c.occurred_at)) }
             td.order {
                 @if let Some(order) = &c.order_id {
-                    a href={ (base) "/conversions/" (enc(&c.id)) } { (order) }
+                    a href={ (base) "/conversions/" (enc(&c.id)) (query) } { (order) }
                 } @else {
-                    a href={ (base) "/conversions/" (enc(&c.id)) } aria-label="Conversion without an order id" { "—" }
+                    a href={ (base) "/conversions/" (enc(&c.id)) (query) } aria-label="Conversion without an order id" { "—" }
                 }
             }
             td { (c.kind) }
@@ -429,6 +466,13 @@ fn filters_form(q: &Query, types: &[String], base: &str) -> Markup {
                 label for="f-to" { "To" }
                 input #f-to type="date" name="to" value=(q.to.map(|d| d.to_string()).unwrap_or_default());
             }
+            div.field {
+                label for="f-test" { "Data" }
+                select #f-test name="test" {
+                    option value="0" selected[!q.test] { "live" }
+                    option value="1" selected[q.test] { "Test data" }
+                }
+            }
             div.field.actions {
                 button type="submit" { "Filter" }
                 a.reset href={ (base) "/conversions" } { "Reset" }
@@ -443,6 +487,12 @@ pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult
     let q = Query::parse(&form::query(ctx))?;
     if let Some(msg) = q.range_error() {
         return Err(PageError::BadRequest(msg));
+    }
+    if q.test {
+        return Err(PageError::BadRequest(
+            "Test data is never exported: the CSV holds live conversions only (drop test=1)."
+                .into(),
+        ));
     }
     let filter = q.filter();
     let mut out = Vec::with_capacity(64 * 1024);
@@ -486,8 +536,53 @@ pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult
 /// `GET /dashboard/sites/{id}/conversions/{eventId}`: one conversion as the order status lookup
 /// shows it, with the form that records a refund, cancel or restate of an order.
 pub fn order(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site, id: &str) -> PageResult {
-    let recorded = form::query(ctx).contains_key("recorded");
+    let q = form::query(ctx);
+    let recorded = q.contains_key("recorded");
+    if test_switch(&q)? {
+        return test_order_page(d, v, site, id);
+    }
     order_page(d, v, site, id, adjust::Shown::fresh(recorded), 200)
+}
+
+/// A test order's page, under the "Test data" switch: the order, its ledger and its deliveries
+/// (each platform's verdict on the test send), with no adjustment form (a test order is adjusted
+/// with its test key). Another site's id, or a live order's, is not found.
+fn test_order_page(d: &Dashboard, v: &Viewer, site: &Site, id: &str) -> PageResult {
+    let (o, deliveries, destinations, adjustments) = d.read(|c| {
+        let Some(o) = list::conversion_in(c, &site.id, id, true)? else {
+            return Err(PageError::NotFound);
+        };
+        let deliveries = store::deliveries::of_conversion(c, &o.conversion.id)?;
+        let destinations = store::destinations::for_site(c, &site.id)?;
+        let adjustments = store::adjustments::of_conversion(c, &o.conversion.id)?;
+        let passed_on = store::adjustment_deliveries::of_conversion(c, &o.conversion.id)?;
+        Ok((o, deliveries, destinations, (adjustments, passed_on)))
+    })?;
+    let (adjustments, passed_on) = adjustments;
+    let ledger = ledger_card(&o, &adjustments, &passed_on)?;
+    let c = &o.conversion;
+    let title = format!("Test order {}", c.order_id.as_deref().unwrap_or("—"));
+    let body = html! {
+        h1 { (title) }
+        (test_banner(&format!("{}/conversions", base(site))))
+        div.card {
+            dl.ids #conversion {
+                dt { "Event id" } dd { code #event-id { (c.id) } }
+                dt { "Order id" } dd #order-id { (c.order_id.as_deref().unwrap_or("—")) }
+                dt { "Type" } dd #type { (c.kind) }
+                dt { "Status" } dd #status { (status_badge(&o.status)) }
+                dt { "Occurred" } dd { (layout::date(c.occurred_at)) }
+                dt { "Value" } dd #value { (money(c.value.as_deref(), Some(&c.currency))) }
+            }
+        }
+        (ledger)
+        (deliveries_card(site, &o.status, &deliveries, &destinations))
+        p { a href={ (base(site)) "/conversions?test=1" } { "All test conversions" } }
+    };
+    Ok(layout::html(
+        200,
+        layout::site_page(v, site, SiteTab::Conversions, &title, body),
+    ))
 }
 
 /// The order page, answered with `status`, its adjustment form as `shown` says.

@@ -77,7 +77,10 @@ fn keys_page(
                                     Some(n) => td { (n) },
                                     None => td.empty { "(no name)" },
                                 }
-                                td { code { (k.prefix) "…" } }
+                                td {
+                                    code { (k.prefix) "…" }
+                                    @if k.test { " " span.test-key title="A test key: what it sends is test data" { "test" } }
+                                }
                                 td { (layout::date_iso(&k.created_at)) }
                                 td { (k.last_used_at.as_deref().map(layout::date_iso).unwrap_or_else(|| "never".into())) }
                                 @match &k.revoked_at {

@@ -95,6 +95,14 @@ impl Platform for Meta {
             })
     }
 
+    fn test_refusal(&self, dest: &Destination) -> Option<String> {
+        dest.setting("test_event_code").is_none().then(|| {
+            "test order: no test_event_code set on the destination, and a test order goes to \
+             Meta only as a test event (set the destination's \"Test event code\" to send it)"
+                .to_string()
+        })
+    }
+
     fn test(
         &self,
         http: &Http,

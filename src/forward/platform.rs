@@ -123,6 +123,12 @@ pub trait Platform: Sync {
         now_ms: i64,
     ) -> Result<Vec<Verdict>, Outage>;
 
+    /// Why a test order cannot go to this destination's test endpoint (Meta without a
+    /// `test_event_code`): it is then `skipped` with this reason, never sent live.
+    fn test_refusal(&self, _dest: &Destination) -> Option<String> {
+        None
+    }
+
     /// Sends `event` in the platform's test mode (Meta's `test_event_code`, GA4's validation
     /// endpoint, Google Ads' `validate_only`): nothing is counted as a conversion. Returns the
     /// platform's answer as a person reads it.

@@ -236,6 +236,11 @@ enum Fate {
     Delivered {
         attempts: i64,
     },
+    /// A test order sent to the platform's test endpoint, with the platform's verdict.
+    Tested {
+        attempts: i64,
+        verdict: String,
+    },
     /// Due again at the time given, with this many tries counted.
     Again {
         attempts: i64,
@@ -252,7 +257,7 @@ enum Fate {
 impl Fate {
     fn outcome(&self) -> Outcome {
         match self {
-            Fate::Delivered { .. } => Outcome::Delivered,
+            Fate::Delivered { .. } | Fate::Tested { .. } => Outcome::Delivered,
             Fate::Again { .. } => Outcome::Retried,
             Fate::Final { status, .. } => Outcome::from(*status),
         }
@@ -311,7 +316,8 @@ impl From<Status> for Outcome {
 /// to send with their facts and event name.
 struct Decided<'a> {
     fates: Vec<(&'a Due, Fate)>,
-    ready: Vec<(&'a Due, Facts, String)>,
+    /// Each with whether it is a test order.
+    ready: Vec<(&'a Due, Facts, String, bool)>,
 }
 
 /// One batch of one destination: [`decide`] what to send, [`send`] it, [`record`] what became of
@@ -442,7 +448,7 @@ fn decide<'a>(
     let mut ready = Vec::with_capacity(due.len());
     for d in due {
         // A conversion deleted since (forget, retention) took its deliveries with it.
-        let Some(facts) = deliveries::facts(conn, &d.conversion_id)? else {
+        let Some((facts, test)) = deliveries::facts_with_mode(conn, &d.conversion_id)? else {
             continue;
         };
         let final_ = |status, reason: String| Fate::Final {
@@ -471,7 +477,12 @@ fn decide<'a>(
             fates.push((d, final_(checked(status), reason)));
             continue;
         }
-        ready.push((d, facts, name));
+        // A test order goes to the platform's test endpoint or nowhere.
+        if let Some(reason) = test.then(|| platform.test_refusal(dest)).flatten() {
+            fates.push((d, final_(Status::Skipped, reason)));
+            continue;
+        }
+        ready.push((d, facts, name, test));
     }
     Ok(Decided { fates, ready })
 }
@@ -493,28 +504,48 @@ fn send<'a>(
     platform: &dyn Platform,
     http: &Http,
     dest: &Destination,
-    ready: &[(&'a Due, Facts, String)],
+    ready: &[(&'a Due, Facts, String, bool)],
     now_ms: i64,
     fates: &mut Vec<(&'a Due, Fate)>,
 ) -> Option<Outage> {
     if ready.is_empty() {
         return None;
     }
-    let events: Vec<Event<'_>> = ready
-        .iter()
-        .map(|(d, f, name)| Event {
+    let (tests, live): (Vec<_>, Vec<_>) = ready.iter().partition(|(_, _, _, test)| *test);
+    fn event<'e>((d, f, name, _): &&'e (&Due, Facts, String, bool)) -> Event<'e> {
+        Event {
             delivery_id: d.id,
             facts: f,
             name,
-        })
-        .collect();
+        }
+    }
     let mut outage = None;
-    for ((d, _, _), v) in ready
-        .iter()
-        .zip(deliver(platform, http, dest, &events, now_ms))
-    {
-        if let Some(fate) = fate(d, v, now_ms, &mut outage) {
-            fates.push((d, fate));
+    if !live.is_empty() {
+        let events: Vec<Event<'_>> = live.iter().map(event).collect();
+        for ((d, _, _, _), v) in live
+            .iter()
+            .zip(deliver(platform, http, dest, &events, now_ms))
+        {
+            if let Some(fate) = fate(d, v, now_ms, &mut outage) {
+                fates.push((d, fate));
+            }
+        }
+    }
+    // Test orders one by one, each to the platform's test endpoint (Meta with the destination's
+    // test_event_code, GA4's validation server, Google Ads with validate_only), never with the
+    // live ones; the platform's verdict is kept on the delivery.
+    for t in &tests {
+        let d = t.0;
+        let sent = platform.test(http, dest, &event(t), now_ms);
+        let f = match sent {
+            Ok(verdict) => Some(Fate::Tested {
+                attempts: d.attempts + 1,
+                verdict: format!("test send: {verdict}"),
+            }),
+            Err(o) => fate(d, Err(o), now_ms, &mut outage),
+        };
+        if let Some(f) = f {
+            fates.push((d, f));
         }
     }
     outage
@@ -598,7 +629,10 @@ fn record(
     let writes: Vec<(i64, Fate)> = fates
         .into_iter()
         .map(|(d, mut f)| {
-            if let Fate::Again { error: text, .. } | Fate::Final { reason: text, .. } = &mut f {
+            if let Fate::Again { error: text, .. }
+            | Fate::Final { reason: text, .. }
+            | Fate::Tested { verdict: text, .. } = &mut f
+            {
                 *text = platform::shown(text, dest);
             }
             (d.id, f)
@@ -618,6 +652,9 @@ fn record(
 fn write_fate(c: &Conn, delivery: i64, fate: &Fate, now_ms: i64) -> store::Result<()> {
     match fate {
         Fate::Delivered { attempts } => deliveries::delivered(c, delivery, *attempts, now_ms)?,
+        Fate::Tested { attempts, verdict } => {
+            deliveries::tested(c, delivery, *attempts, now_ms, verdict)?
+        }
         Fate::Again {
             attempts,
             at,

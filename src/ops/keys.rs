@@ -40,24 +40,38 @@ pub struct NewKey {
     pub key: String,
     pub prefix: String,
     pub name: Option<String>,
+    /// A test key (`ask_test_…`): what it sends is test data.
+    pub test: bool,
 }
 
-/// Makes a key of the tenant. A blank name is no name.
+/// Makes a live key of the tenant. A blank name is no name.
 pub fn create(conn: &impl AsConn, tenant_id: &str, name: Option<&str>) -> Result<NewKey, KeyError> {
+    create_for(conn, tenant_id, name, false)
+}
+
+/// Makes a live or test key of the tenant (docs/decisions/api.md, "Test mode").
+pub fn create_for(
+    conn: &impl AsConn,
+    tenant_id: &str,
+    name: Option<&str>,
+    test: bool,
+) -> Result<NewKey, KeyError> {
     let name = name.filter(|n| !n.is_empty());
     if name.is_some_and(|n| n.chars().count() > MAX_NAME_CHARS) {
         return Err(KeyError::NameTooLong);
     }
     super::require_tenant(conn, tenant_id, KeyError::NoTenant)?;
-    let (key, prefix) = crate::keys::generate().map_err(KeyError::Randomness)?;
+    let (key, prefix) = crate::keys::generate_for(test).map_err(KeyError::Randomness)?;
     let id = uuid::Uuid::new_v4().to_string();
     let hash = crate::keys::hash(&key);
-    store::keys::create(conn, &id, tenant_id, name, &prefix, &hash, store::now_ms())?;
+    let now = store::now_ms();
+    store::keys::create_for(conn, &id, tenant_id, name, &prefix, &hash, test, now)?;
     Ok(NewKey {
         id,
         key,
         prefix,
         name: name.map(str::to_owned),
+        test,
     })
 }
 

@@ -16,6 +16,7 @@ pub mod outbox;
 pub mod people;
 pub mod sites;
 pub mod sources;
+pub mod testdata;
 pub mod two_factor;
 pub mod users;
 

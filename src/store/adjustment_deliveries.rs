@@ -28,14 +28,19 @@ pub const NOT_SUPPORTED: (&str, &str) = (
      restates are not passed on to Meta",
 );
 
-/// Writes one delivery of the adjustment `adjustment_id` of order `order_id` of site `site_id`
+/// Why an adjustment of a test order is `skipped` at every destination: it never goes to a live
+/// endpoint, and it is not sent to a test one either.
+pub const TEST_ORDER: &str = "test order: its refunds, cancels and restates are not passed on \
+    (a test order reaches the platforms only as a test send of the order itself)";
+
+/// Writes one delivery of the adjustment `adjustment_id` of conversion `conversion_id` of site `site_id`
 /// for each enabled destination of the site that receives the order's type: pending and due at
 /// once, or `not_supported` for [`NOT_SUPPORTED`]'s kind. Runs in the transaction that records the
 /// adjustment. Returns how many.
 pub fn enqueue(
     conn: &impl AsConn,
     site_id: &str,
-    order_id: &str,
+    conversion_id: &str,
     adjustment_id: &str,
     now_ms: i64,
 ) -> Result<u64> {
@@ -46,13 +51,15 @@ pub fn enqueue(
             "INSERT INTO adjustment_deliveries (adjustment_id, conversion_id, destination_id,
                  status, next_attempt_at, last_error, created_at)
              SELECT a.id, a.conversion_id, d.id,
-                 CASE WHEN d.kind = ?4 THEN 'not_supported' ELSE 'pending' END,
-                 CASE WHEN d.kind = ?4 THEN NULL ELSE CAST(?6 AS BIGINT) END,
-                 CASE WHEN d.kind = ?4 THEN CAST(?5 AS TEXT) ELSE NULL END,
+                 CASE WHEN d.kind = ?4 THEN 'not_supported' WHEN c.test <> 0 THEN 'skipped'
+                     ELSE 'pending' END,
+                 CASE WHEN d.kind = ?4 OR c.test <> 0 THEN NULL ELSE CAST(?6 AS BIGINT) END,
+                 CASE WHEN d.kind = ?4 THEN CAST(?5 AS TEXT)
+                     WHEN c.test <> 0 THEN CAST(?7 AS TEXT) ELSE NULL END,
                  ?6
              FROM adjustments a JOIN conversions c ON c.id = a.conversion_id
              JOIN destinations d ON d.site_id = a.site_id
-             WHERE a.site_id = ?1 AND a.order_id = ?2 AND a.adjustment_id = ?3
+             WHERE a.site_id = ?1 AND a.conversion_id = ?2 AND a.adjustment_id = ?3
                AND d.enabled = 1 AND {json_has_key}
              ON CONFLICT DO NOTHING"
         )
@@ -61,11 +68,12 @@ pub fn enqueue(
         sql,
         args![
             site_id,
-            order_id,
+            conversion_id,
             adjustment_id,
             NOT_SUPPORTED.0,
             NOT_SUPPORTED.1,
-            now_ms
+            now_ms,
+            TEST_ORDER
         ],
     )
 }

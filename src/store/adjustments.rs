@@ -206,23 +206,29 @@ struct Order {
     occurred_at: i64,
 }
 
-fn lock_order(conn: &impl AsConn, site_id: &str, order_id: &str) -> Result<Option<Order>> {
+fn lock_order(
+    conn: &impl AsConn,
+    site_id: &str,
+    order_id: &str,
+    test: bool,
+) -> Result<Option<Order>> {
     static SQL: Statement = Statement::new();
     let sql = SQL.get(conn, |d| {
         let for_update = d.for_update();
         format!(
             "SELECT id, value, currency, occurred_at FROM conversions
-             WHERE site_id = ?1 AND order_id = ?2{for_update}"
+             WHERE site_id = ?1 AND test = ?3 AND order_id = ?2{for_update}"
         )
     });
-    conn.conn().query_opt(sql, args![site_id, order_id], |r| {
-        Ok(Order {
-            id: r.get(0)?,
-            value: r.get(1)?,
-            currency: r.get(2)?,
-            occurred_at: r.get(3)?,
+    conn.conn()
+        .query_opt(sql, args![site_id, order_id, i64::from(test)], |r| {
+            Ok(Order {
+                id: r.get(0)?,
+                value: r.get(1)?,
+                currency: r.get(2)?,
+                occurred_at: r.get(3)?,
+            })
         })
-    })
 }
 
 /// Records `a` inside the caller's write transaction, after the checks that need the order, in
@@ -231,7 +237,18 @@ fn lock_order(conn: &impl AsConn, site_id: &str, order_id: &str) -> Result<Optio
 /// the first time; else a conflict); the order cancelled; the net value below 0 at some point.
 /// Nothing is written unless it is accepted.
 pub fn record(conn: &impl AsConn, a: &NewAdjustment, now_ms: i64) -> Result<Recorded> {
-    let Some(order) = lock_order(conn, &a.site_id, &a.order_id)? else {
+    record_in(conn, a, false, now_ms)
+}
+
+/// [`record`] for an order among the site's test orders (`test`, a test key's adjustment) or its
+/// live ones: an adjustment never reaches the other mode's order of the same orderId.
+pub fn record_in(
+    conn: &impl AsConn,
+    a: &NewAdjustment,
+    test: bool,
+    now_ms: i64,
+) -> Result<Recorded> {
+    let Some(order) = lock_order(conn, &a.site_id, &a.order_id, test)? else {
         return Ok(Recorded::OrderNotFound);
     };
     if let Some(c) = &a.currency {
@@ -322,7 +339,7 @@ pub fn record(conn: &impl AsConn, a: &NewAdjustment, now_ms: i64) -> Result<Reco
         args![&order.id],
     )?;
     // Passed on to the site's destinations, durably with the adjustment itself.
-    super::adjustment_deliveries::enqueue(conn, &a.site_id, &a.order_id, &a.adjustment_id, now_ms)?;
+    super::adjustment_deliveries::enqueue(conn, &a.site_id, &order.id, &a.adjustment_id, now_ms)?;
     conn.conn().execute(
         &format!(
             "UPDATE adjustments SET (cell_day, cell_type, cell_attributed, cell_source,
@@ -343,7 +360,7 @@ const CELL: &str = "c.occurred_at / 86400000 - (CASE WHEN c.occurred_at % 864000
     COALESCE(c.attr_medium, ''), COALESCE(c.attr_campaign, ''),
     (CASE WHEN c.attr_source IS NULL THEN 1 ELSE 0 END) + 2 * (CASE WHEN c.attr_medium IS NULL THEN 1 ELSE 0 END)
         + 4 * (CASE WHEN c.attr_campaign IS NULL THEN 1 ELSE 0 END),
-    (CASE WHEN c.status = 'processed' AND c.reporting_value IS NOT NULL THEN 1 ELSE 0 END)";
+    (CASE WHEN c.status = 'processed' AND c.reporting_value IS NOT NULL AND c.test = 0 THEN 1 ELSE 0 END)";
 
 /// Recomputes the changes ([`super::report::deltas`]) of conversion `conversion_id`'s whole ledger and stores the
 /// ones that differ, inside the caller's write transaction; the report's rollup follows by trigger.

@@ -65,33 +65,49 @@ pub struct Recorded {
     pub created: bool,
 }
 
-/// An existing conversion for (site, orderId): its id, session, and whether `source` already reported it.
+/// An existing live conversion for (site, orderId): its id, session, and whether `source` already
+/// reported it.
 pub fn find_order(
     conn: &impl AsConn,
     site_id: &str,
     order_id: &str,
     source: Source,
 ) -> Result<Option<(Recorded, bool)>> {
+    find_order_in(conn, site_id, order_id, source, false)
+}
+
+/// [`find_order`] among the site's test orders (`test`) or its live ones: the two are namespaces
+/// of their own (docs/decisions/api.md, "Test mode").
+pub fn find_order_in(
+    conn: &impl AsConn,
+    site_id: &str,
+    order_id: &str,
+    source: Source,
+    test: bool,
+) -> Result<Option<(Recorded, bool)>> {
     // One literal per source: the statement cache is keyed by the SQL text, and this runs for
     // every report.
     let sql = match source {
         Source::Api => {
-            "SELECT id, session_id, source_api FROM conversions WHERE site_id = ?1 AND order_id = ?2"
+            "SELECT id, session_id, source_api FROM conversions
+             WHERE site_id = ?1 AND test = ?3 AND order_id = ?2"
         }
         Source::Pixel => {
-            "SELECT id, session_id, source_pixel FROM conversions WHERE site_id = ?1 AND order_id = ?2"
+            "SELECT id, session_id, source_pixel FROM conversions
+             WHERE site_id = ?1 AND test = ?3 AND order_id = ?2"
         }
     };
-    conn.conn().query_opt(sql, args![site_id, order_id], |r| {
-        Ok((
-            Recorded {
-                event_id: r.get(0)?,
-                session_id: r.get(1)?,
-                created: false,
-            },
-            r.get::<bool>(2)?,
-        ))
-    })
+    conn.conn()
+        .query_opt(sql, args![site_id, order_id, i64::from(test)], |r| {
+            Ok((
+                Recorded {
+                    event_id: r.get(0)?,
+                    session_id: r.get(1)?,
+                    created: false,
+                },
+                r.get::<bool>(2)?,
+            ))
+        })
 }
 
 /// Records `source`'s report inside the caller's write transaction: a new conversion plus its outbox
@@ -104,7 +120,7 @@ pub fn record(conn: &impl AsConn, c: &Conversion, source: Source, now_ms: i64) -
                 return Ok(existing);
             }
         }
-        if let Some(created) = insert(conn, c, source, now_ms)? {
+        if let Some(created) = insert(conn, c, source, false, now_ms)? {
             return Ok(created);
         }
     }
@@ -123,11 +139,13 @@ fn lost_race(c: &Conversion) -> StoreError {
 /// A new conversion and its outbox row, for an order the caller found unknown in this transaction;
 /// `None` when the order exists after all: on PostgreSQL another node's writer may have inserted it
 /// since the lookup (`ON CONFLICT DO NOTHING` waits for that transaction and then inserts nothing),
-/// and the caller looks it up again. On SQLite the one writer makes that impossible.
+/// and the caller looks it up again. On SQLite the one writer makes that impossible. `test`: a test
+/// order (its mode never changes).
 fn insert(
     conn: &impl AsConn,
     c: &Conversion,
     source: Source,
+    test: bool,
     now_ms: i64,
 ) -> Result<Option<Recorded>> {
     let conn = conn.conn();
@@ -145,11 +163,12 @@ fn insert(
         now_ms,
         source == Source::Api,
         source == Source::Pixel,
+        i64::from(test),
         source.origin(),
     ];
     let inserted = match conn.engine() {
         Engine::Sqlite => {
-            let n = conn.execute(INSERT_CONVERSION, &args[..13])?;
+            let n = conn.execute(INSERT_CONVERSION, &args[..14])?;
             if n > 0 {
                 queue(&conn, &c.id, source, now_ms)?;
             }
@@ -159,11 +178,11 @@ fn insert(
         // `RETURNING`, so only when the conversion was.
         Engine::Postgres => conn.execute(
             "WITH c AS (INSERT INTO conversions (id, site_id, order_id, type, session_id, visitor_id,
-                 client_id, value, currency, occurred_at, created_at, source_api, source_pixel)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                 client_id, value, currency, occurred_at, created_at, source_api, source_pixel, test)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
                  ON CONFLICT DO NOTHING RETURNING id)
              INSERT INTO outbox (conversion_id, next_attempt_at, created_at, origin)
-                 SELECT id, ?11, ?11, ?14 FROM c",
+                 SELECT id, ?11, ?11, ?15 FROM c",
             args,
         )?,
     };
@@ -178,8 +197,8 @@ fn insert(
 }
 
 const INSERT_CONVERSION: &str = "INSERT INTO conversions (id, site_id, order_id, type, session_id,
-        visitor_id, client_id, value, currency, occurred_at, created_at, source_api, source_pixel)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+        visitor_id, client_id, value, currency, occurred_at, created_at, source_api, source_pixel, test)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
      ON CONFLICT DO NOTHING";
 
 /// Adds the conversion's outbox row, due now, as `source`'s work.
@@ -254,9 +273,21 @@ pub fn record_api_with(
     user_data: Option<&UserData>,
     now_ms: i64,
 ) -> Result<ApiRecorded> {
+    record_api_in(conn, r, user_data, false, now_ms)
+}
+
+/// [`record_api_with`] among the site's test orders (`test`, a test key's report) or its live
+/// ones: a test report never finds, repeats or takes over a live order, nor the other way round.
+pub fn record_api_in(
+    conn: &impl AsConn,
+    r: &ApiReport,
+    user_data: Option<&UserData>,
+    test: bool,
+    now_ms: i64,
+) -> Result<ApiRecorded> {
     // Twice at most: an order another node inserted since the lookup is found the second time.
     for _ in 0..2 {
-        if let Some(done) = record_api_once(conn, r, now_ms)? {
+        if let Some(done) = record_api_once(conn, r, test, now_ms)? {
             if let (Some(u), ApiRecorded::Created(rec) | ApiRecorded::TakenOver(rec)) =
                 (user_data, &done)
             {
@@ -274,7 +305,12 @@ pub fn record_api_with(
 /// [`record_api`]'s one try: `None` when the order was there at the insert and gone at the lookup.
 /// A new order, the common case, is the insert alone; a known one is looked up after its insert
 /// found it there.
-fn record_api_once(conn: &impl AsConn, r: &ApiReport, now_ms: i64) -> Result<Option<ApiRecorded>> {
+fn record_api_once(
+    conn: &impl AsConn,
+    r: &ApiReport,
+    test: bool,
+    now_ms: i64,
+) -> Result<Option<ApiRecorded>> {
     let new = |session_id: Option<&String>, visitor_id: Option<&String>| Conversion {
         id: r.id.clone(),
         site_id: r.site_id.clone(),
@@ -292,13 +328,16 @@ fn record_api_once(conn: &impl AsConn, r: &ApiReport, now_ms: i64) -> Result<Opt
             conn,
             &new(Some(session_id), Some(visitor_id)),
             Source::Api,
+            test,
             now_ms,
         )? {
             return Ok(Some(ApiRecorded::Created(rec)));
         }
     }
     if let Some(order_id) = &r.order_id {
-        if let Some((mut rec, by_api)) = find_order(conn, &r.site_id, order_id, Source::Api)? {
+        if let Some((mut rec, by_api)) =
+            find_order_in(conn, &r.site_id, order_id, Source::Api, test)?
+        {
             if by_api {
                 return Ok(Some(ApiRecorded::Repeat(rec)));
             }
@@ -312,10 +351,14 @@ fn record_api_once(conn: &impl AsConn, r: &ApiReport, now_ms: i64) -> Result<Opt
     Ok(match r.session {
         // Kept with no session: its outbox row makes the pipeline count it as unattributed at
         // once and resolve its identifiers again later (`pipeline::UNATTRIBUTED_RETRY`).
-        None if r.keep_unattributed => {
-            insert(conn, &new(None, r.visitor_id.as_ref()), Source::Api, now_ms)?
-                .map(ApiRecorded::Created)
-        }
+        None if r.keep_unattributed => insert(
+            conn,
+            &new(None, r.visitor_id.as_ref()),
+            Source::Api,
+            test,
+            now_ms,
+        )?
+        .map(ApiRecorded::Created),
         None => Some(ApiRecorded::NoSession),
         // Inserted by another transaction, then removed again before the lookup.
         Some(_) => None,
@@ -623,19 +666,29 @@ pub(super) fn status_row(r: &Row) -> Result<OrderStatus> {
     })
 }
 
-/// The order `order_id` of a site; `None` when the site has no such order.
+/// The live order `order_id` of a site; `None` when the site has no such order.
 pub fn order_status(
     conn: &impl AsConn,
     site_id: &str,
     order_id: &str,
 ) -> Result<Option<OrderStatus>> {
+    order_status_in(conn, site_id, order_id, false)
+}
+
+/// [`order_status`] among the site's test orders (`test`) or its live ones.
+pub fn order_status_in(
+    conn: &impl AsConn,
+    site_id: &str,
+    order_id: &str,
+    test: bool,
+) -> Result<Option<OrderStatus>> {
     conn.conn().query_opt(
         &format!(
             "SELECT {STATUS_COLUMNS}
              FROM conversions LEFT JOIN outbox ON outbox.conversion_id = conversions.id
-             WHERE site_id = ?1 AND order_id = ?2"
+             WHERE site_id = ?1 AND test = ?3 AND order_id = ?2"
         ),
-        args![site_id, order_id],
+        args![site_id, order_id, i64::from(test)],
         status_row,
     )
 }

@@ -740,7 +740,7 @@ const BUILD_ROLLUP: &str = "INSERT INTO report_daily
         SUM(CASE WHEN status <> 'processed' THEN 1 ELSE 0 END),
         SUM(CASE WHEN status = 'processed' AND reporting_value IS NOT NULL
             AND reporting_minor IS NULL THEN 1 ELSE 0 END)
-    FROM conversions GROUP BY 1, 2, 3, 4, 5, 6, 7, 8";
+    FROM conversions WHERE test = 0 GROUP BY 1, 2, 3, 4, 5, 6, 7, 8";
 
 /// `report_daily`, built in the target from the copied conversions (by the trigger, or now when
 /// it was off: see the module doc): the source's cells go to a temporary table and are compared

@@ -58,6 +58,9 @@ pub struct Cursor {
     pub id: String,
 }
 
+/// The list's column after [`STATUS_COLUMNS`]' 26: the row's mode (`conversions.test`).
+const TEST_COLUMN: usize = 26;
+
 /// Why [`conversions`] stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum End {
@@ -69,13 +72,27 @@ pub enum End {
     Bounded(Cursor),
 }
 
-/// Calls `each` with the conversions of `site_id` that match `filter`, newest first
+/// Calls `each` with the live conversions of `site_id` that match `filter`, newest first
 /// (`occurred_at`, then `id`, both descending), starting after `before` when given, until `each`
 /// returns `false`, the range ends, or `max_scan` rows of the range were looked at, matching or not.
 pub fn conversions(
     conn: &impl AsConn,
     site_id: &str,
     filter: &Filter,
+    before: Option<&Cursor>,
+    max_scan: Option<u64>,
+    each: impl FnMut(OrderStatus) -> bool,
+) -> Result<End> {
+    conversions_in(conn, site_id, filter, false, before, max_scan, each)
+}
+
+/// [`conversions`] among the site's test conversions (`test`: the list's "Test data" switch) or
+/// its live ones; the other mode's rows count as looked at.
+pub fn conversions_in(
+    conn: &impl AsConn,
+    site_id: &str,
+    filter: &Filter,
+    test: bool,
     before: Option<&Cursor>,
     max_scan: Option<u64>,
     mut each: impl FnMut(OrderStatus) -> bool,
@@ -87,7 +104,7 @@ pub fn conversions(
     let index = INDEX.get(&conn, |d| {
         let indexed_by = d.indexed_by("conversions_site_time");
         format!(
-            "SELECT {STATUS_COLUMNS}
+            "SELECT {STATUS_COLUMNS}, test
              FROM conversions{indexed_by}
              LEFT JOIN outbox ON outbox.conversion_id = conversions.id
              WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3
@@ -108,7 +125,8 @@ pub fn conversions(
         args![site_id, filter.from_ms, filter.to_ms, before_at, before_id],
         |row| {
             scanned += 1;
-            if matches(row, filter)? && !each(status_row(row)?) {
+            let mode = row.get::<i64>(TEST_COLUMN)? != 0;
+            if mode == test && matches(row, filter)? && !each(status_row(row)?) {
                 end = End::Enough;
                 return Err(Stop::Done);
             }
@@ -167,16 +185,26 @@ fn matches(row: &Row, f: &Filter) -> Result<bool> {
     Ok(true)
 }
 
-/// The conversion `id` of `site_id` as the order status view shows it; `None` when the site has
-/// none with that id (another site's conversion included).
+/// The live conversion `id` of `site_id` as the order status view shows it; `None` when the site
+/// has none with that id (another site's conversion included).
 pub fn conversion(conn: &impl AsConn, site_id: &str, id: &str) -> Result<Option<OrderStatus>> {
+    conversion_in(conn, site_id, id, false)
+}
+
+/// [`conversion`] among the site's test conversions (`test`) or its live ones.
+pub fn conversion_in(
+    conn: &impl AsConn,
+    site_id: &str,
+    id: &str,
+    test: bool,
+) -> Result<Option<OrderStatus>> {
     conn.conn().query_opt(
         &format!(
             "SELECT {STATUS_COLUMNS}
              FROM conversions LEFT JOIN outbox ON outbox.conversion_id = conversions.id
-             WHERE conversions.id = ?1 AND site_id = ?2"
+             WHERE conversions.id = ?1 AND site_id = ?2 AND test = ?3"
         ),
-        args![id, site_id],
+        args![id, site_id, i64::from(test)],
         status_row,
     )
 }
@@ -480,7 +508,8 @@ pub const ACTIVITY_LOOKBACK: u32 = 100;
 pub struct SiteActivity {
     /// The latest `last_activity_at` of the site's sessions (epoch ms).
     pub pixel_last_seen: Option<i64>,
-    /// When the latest conversion was received (`created_at`, epoch ms).
+    /// When the latest live conversion was received (`created_at`, epoch ms): test data shows
+    /// only under the conversions list's "Test data" switch.
     pub last_conversion: Option<i64>,
     /// The newest day of the imported rates (`YYYY-MM-DD`).
     pub rates_until: Option<String>,
@@ -505,7 +534,7 @@ pub fn site_activity(conn: &impl AsConn, site_id: &str) -> Result<SiteActivity> 
     let last_conversion = c
         .query_opt(
             "SELECT max(created_at) FROM (SELECT created_at FROM conversions
-             WHERE site_id = ?1 ORDER BY occurred_at DESC LIMIT ?2) AS latest",
+             WHERE site_id = ?1 AND test = 0 ORDER BY occurred_at DESC LIMIT ?2) AS latest",
             args![site_id, lookback],
             |r| r.get::<Option<i64>>(0),
         )?

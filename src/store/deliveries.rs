@@ -325,11 +325,17 @@ fn session(conn: &impl AsConn, id: &str) -> Result<Option<SessionFacts>> {
 
 /// The facts of a conversion (`None` when it was deleted since).
 pub fn facts(conn: &impl AsConn, conversion_id: &str) -> Result<Option<Facts>> {
+    Ok(facts_with_mode(conn, conversion_id)?.map(|(f, _)| f))
+}
+
+/// [`facts`], and whether the conversion is a test order (sent only to test endpoints).
+pub fn facts_with_mode(conn: &impl AsConn, conversion_id: &str) -> Result<Option<(Facts, bool)>> {
     let row = conn.conn().query_opt(
         "SELECT c.id, c.site_id, c.order_id, c.type, c.value, c.currency, c.occurred_at,
              COALESCE(c.client_id, (SELECT s.client_id FROM sessions s WHERE s.id = c.session_id)),
              COALESCE(c.visitor_id, ''), c.user_hashes, c.consent_ad_user_data,
-             c.consent_ad_personalization, s.consent_required, c.session_id, c.attr_session_id
+             c.consent_ad_personalization, s.consent_required, c.session_id, c.attr_session_id,
+             c.test <> 0
          FROM conversions c JOIN sites s ON s.id = c.site_id WHERE c.id = ?1",
         args![conversion_id],
         |r| {
@@ -353,10 +359,11 @@ pub fn facts(conn: &impl AsConn, conversion_id: &str) -> Result<Option<Facts>> {
                 },
                 r.get::<Option<String>>(13)?,
                 r.get::<Option<String>>(14)?,
+                r.get::<bool>(15)?,
             ))
         },
     )?;
-    let Some((mut f, session_id, attributed_id)) = row else {
+    let Some((mut f, session_id, attributed_id, test)) = row else {
         return Ok(None);
     };
     // An order kept with no session (unattributed) has none to forward with.
@@ -366,7 +373,25 @@ pub fn facts(conn: &impl AsConn, conversion_id: &str) -> Result<Option<Facts>> {
     if let Some(a) = attributed_id.filter(|a| Some(a) != session_id.as_ref()) {
         f.attributed = session(conn, &a)?;
     }
-    Ok(Some(f))
+    Ok(Some((f, test)))
+}
+
+/// Marks a pending delivery of a test order sent to the platform's test endpoint as delivered,
+/// with the platform's verdict on it as its detail (`last_error`, which the status lookup and the
+/// order page show); `false` when it was not pending any more.
+pub fn tested(
+    conn: &impl AsConn,
+    id: i64,
+    attempts: i64,
+    now_ms: i64,
+    verdict: &str,
+) -> Result<bool> {
+    Ok(conn.conn().execute(
+        "UPDATE deliveries SET status = 'delivered', attempts = ?2, delivered_at = ?3,
+             next_attempt_at = NULL, last_error = ?4
+         WHERE id = ?1 AND status = 'pending'",
+        args![id, attempts, now_ms, verdict],
+    )? == 1)
 }
 
 /// Marks a pending delivery delivered; `false` when it was not pending any more.

@@ -40,7 +40,7 @@ pub fn conversions<E: From<StoreError>>(
             "SELECT {STATUS_COLUMNS}
              FROM conversions{indexed_by}
              LEFT JOIN outbox ON outbox.conversion_id = conversions.id
-             WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3
+             WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3 AND test = 0
              ORDER BY occurred_at, conversions.{row_order}"
         )
     });

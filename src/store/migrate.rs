@@ -238,6 +238,10 @@ mod tests {
             "0019_unattributed.sql",
             "115f54a2c63ef9b7c392a5a6959f9b0357c7aa35122ac25e46c1f1da0e7359e6",
         ),
+        (
+            "0020_test_mode.sql",
+            "ec3884f8c16a2f432ff5ba1f2b8e5310d218b5952953c3865f42f3fdd6cb18da",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

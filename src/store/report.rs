@@ -103,7 +103,7 @@ pub fn each_line<E: From<StoreError>>(
     conn.conn().query_each(
         &format!(
             "SELECT {}, attr_model IS NOT NULL, status, reporting_value, occurred_at FROM conversions
-             WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3",
+             WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3 AND test = 0",
             by.column()
         ),
         args![site_id, from_ms, to_ms],
@@ -407,7 +407,7 @@ pub fn each_change<E: From<StoreError>>(
             "SELECT c.{}, c.attr_model IS NOT NULL, a.net_delta
              FROM adjustments a JOIN conversions c ON c.id = a.conversion_id
              WHERE a.site_id = ?1 AND {at_column} >= ?2 AND {at_column} < ?3 AND c.status = 'processed'
-                AND c.reporting_value IS NOT NULL",
+                AND c.reporting_value IS NOT NULL AND c.test = 0",
             by.column()
         ),
         args![site_id, from_ms, to_ms],
@@ -454,7 +454,7 @@ pub fn check_refunds(conn: &impl AsConn) -> Result<Vec<String>> {
             (CASE WHEN c.attr_source IS NULL THEN 1 ELSE 0 END)
                 + 2 * (CASE WHEN c.attr_medium IS NULL THEN 1 ELSE 0 END)
                 + 4 * (CASE WHEN c.attr_campaign IS NULL THEN 1 ELSE 0 END),
-            c.status = 'processed' AND c.reporting_value IS NOT NULL
+            c.status = 'processed' AND c.reporting_value IS NOT NULL AND c.test = 0
          FROM adjustments a JOIN conversions c ON c.id = a.conversion_id
          ORDER BY a.conversion_id, a.id",
         args![],
@@ -605,7 +605,7 @@ pub fn check_rollup(conn: &Connection) -> Result<Vec<String>> {
                 SUM(c.status <> 'processed'),
                 SUM(c.status = 'processed' AND c.reporting_value IS NOT NULL
                     AND c.reporting_minor IS NULL)
-            FROM conversions c GROUP BY 1, 2, 3, 4, 5, 6, 7, 8),
+            FROM conversions c WHERE c.test = 0 GROUP BY 1, 2, 3, 4, 5, 6, 7, 8),
         kept AS (
             SELECT * FROM report_daily
             WHERE conversions <> 0 OR revenue_minor <> 0 OR unconverted <> 0 OR inexact <> 0)

@@ -312,6 +312,66 @@ pub fn expire_conversions(
     Ok(deleted)
 }
 
+/// How long test data is kept after it was received (docs/decisions/api.md, "Test mode").
+pub const TEST_DATA_DAYS: i64 = 7;
+
+/// Whether any site has test data received before `before_ms` (the pruner's cheap look first).
+pub fn has_test_data_before(conn: &impl AsConn, before_ms: i64) -> Result<bool> {
+    Ok(conn
+        .conn()
+        .query_opt(
+            "SELECT 1 FROM conversions WHERE test <> 0 AND created_at < ?1 LIMIT 1",
+            args![before_ms],
+            |_| Ok(()),
+        )?
+        .is_some())
+}
+
+/// Deletes up to `limit` test conversions received before `before_ms`, of site `site_id` (`None`:
+/// of any site), with everything that hangs on them: their adjustments and the deliveries of
+/// those, their deliveries, their outbox rows. Returns how many conversions. Test rows are in no
+/// rollup, so none changes. Both reads walk `conversions_test`, which holds test rows only.
+pub fn purge_test_data(
+    conn: &impl AsConn,
+    site_id: Option<&str>,
+    before_ms: i64,
+    limit: usize,
+) -> Result<usize> {
+    let conn = conn.conn();
+    let ids: Vec<String> = match site_id {
+        Some(site) => conn.query_all(
+            "SELECT id FROM conversions WHERE site_id = ?1 AND test <> 0 AND created_at < ?2
+             ORDER BY created_at LIMIT ?3",
+            args![site, before_ms, limit as i64],
+            |r| r.get(0),
+        )?,
+        None => conn.query_all(
+            "SELECT id FROM conversions WHERE test <> 0 AND created_at < ?1
+             ORDER BY created_at LIMIT ?2",
+            args![before_ms, limit as i64],
+            |r| r.get(0),
+        )?,
+    };
+    let mut deleted = 0;
+    for id in &ids {
+        conn.execute(
+            "DELETE FROM adjustment_deliveries WHERE conversion_id = ?1",
+            args![id],
+        )?;
+        conn.execute(
+            "DELETE FROM adjustments WHERE conversion_id = ?1",
+            args![id],
+        )?;
+        conn.execute("DELETE FROM deliveries WHERE conversion_id = ?1", args![id])?;
+        conn.execute("DELETE FROM outbox WHERE conversion_id = ?1", args![id])?;
+        deleted += conn.execute(
+            "DELETE FROM conversions WHERE id = ?1 AND test <> 0",
+            args![id],
+        )? as usize;
+    }
+    Ok(deleted)
+}
+
 /// The sites marked deleted whose rows [`purge_site`] has still to remove, oldest deletion first.
 pub fn deleted_sites(conn: &impl AsConn) -> Result<Vec<String>> {
     conn.conn().query_all(

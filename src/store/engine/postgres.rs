@@ -98,6 +98,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0019_unattributed.sql",
         include_str!("../migrations/postgres/0019_unattributed.sql"),
     ),
+    Migration::new(
+        20,
+        "0020_test_mode.sql",
+        include_str!("../migrations/postgres/0020_test_mode.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

@@ -253,6 +253,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0019_unattributed.sql",
         include_str!("../migrations/sqlite/0019_unattributed.sql"),
     ),
+    Migration::new(
+        20,
+        "0020_test_mode.sql",
+        include_str!("../migrations/sqlite/0020_test_mode.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.
