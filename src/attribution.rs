@@ -281,8 +281,177 @@ fn search_engine(host: &str) -> Option<&'static str> {
     None
 }
 
+/// The channels of the report's `channel` grouping, in the order the report lists them.
+pub const CHANNELS: [&str; 8] = [
+    "Paid Search",
+    "Paid Social",
+    "Organic Search",
+    "Organic Social",
+    "Email",
+    "Referral",
+    "Direct",
+    "Unattributed",
+];
+
+/// Mediums that mean a paid click on a search network (or paid without saying where: a social
+/// source makes it Paid Social).
+const PAID_MEDIUMS: &[&str] = &[
+    "cpc",
+    "ppc",
+    "paid",
+    "paidsearch",
+    "paid_search",
+    "paid-search",
+    "sem",
+    "cpm",
+    "cpv",
+    "cpa",
+    "display",
+    "banner",
+];
+const PAID_SOCIAL_MEDIUMS: &[&str] = &[
+    "paidsocial",
+    "paid_social",
+    "paid-social",
+    "social_paid",
+    "social-paid",
+    "socialpaid",
+];
+const SOCIAL_MEDIUMS: &[&str] = &[
+    "social",
+    "social-network",
+    "social_network",
+    "social-media",
+    "social_media",
+    "sm",
+    "organic_social",
+    "organic-social",
+];
+const EMAIL_MEDIUMS: &[&str] = &["email", "e-mail", "e_mail", "mail", "newsletter"];
+/// Social networks as `utm_source` names them.
+const SOCIAL_NAMES: &[&str] = &[
+    "facebook",
+    "fb",
+    "instagram",
+    "ig",
+    "meta",
+    "twitter",
+    "x",
+    "linkedin",
+    "pinterest",
+    "reddit",
+    "tiktok",
+    "youtube",
+    "snapchat",
+    "threads",
+    "bluesky",
+    "mastodon",
+    "tumblr",
+    "vk",
+    "whatsapp",
+    "telegram",
+];
+/// Social networks' hosts (and their subdomains), as a referral's source names them.
+const SOCIAL_HOSTS: &[&str] = &[
+    "facebook.com",
+    "fb.com",
+    "fb.me",
+    "instagram.com",
+    "twitter.com",
+    "t.co",
+    "x.com",
+    "linkedin.com",
+    "lnkd.in",
+    "pinterest.com",
+    "reddit.com",
+    "tiktok.com",
+    "youtube.com",
+    "youtu.be",
+    "snapchat.com",
+    "threads.net",
+    "bsky.app",
+    "tumblr.com",
+    "vk.com",
+    "whatsapp.com",
+    "t.me",
+    "telegram.org",
+];
+
+/// The report's channel of an attributed source and medium (docs/decisions.md §11), first match
+/// wins: `(unattributed)` → Unattributed; a paid medium (click ids give google/cpc, bing/cpc,
+/// facebook/paid, tiktok/paid) → Paid Social from a social source or with a paid-social medium,
+/// else Paid Search; a search engine's source or the `organic` medium → Organic Search; a social
+/// source or medium → Organic Social; an email medium → Email; `(direct)`/`(none)` → Direct;
+/// anything else → Referral. Case and surrounding spaces do not matter.
+pub fn channel_group(source: &str, medium: &str) -> &'static str {
+    let source = source.trim().to_ascii_lowercase();
+    let medium = medium.trim().to_ascii_lowercase();
+    let m = |list: &[&str]| list.contains(&medium.as_str());
+    let social = SOCIAL_NAMES.contains(&source.as_str())
+        || SOCIAL_HOSTS.iter().any(|h| is_within(&source, h));
+    let search = search_engine(&source).is_some()
+        || ENGINES_BY_LABEL.iter().any(|(name, _, _)| *name == source)
+        || ENGINES_BY_HOST
+            .iter()
+            .any(|(_, name)| *name == source && *name != "gmail");
+    if source == "(unattributed)" {
+        "Unattributed"
+    } else if m(PAID_SOCIAL_MEDIUMS) || (m(PAID_MEDIUMS) && social) {
+        "Paid Social"
+    } else if m(PAID_MEDIUMS) {
+        "Paid Search"
+    } else if search || medium == "organic" {
+        "Organic Search"
+    } else if social || m(SOCIAL_MEDIUMS) {
+        "Organic Social"
+    } else if m(EMAIL_MEDIUMS) {
+        "Email"
+    } else if source == DIRECT_SOURCE && medium == DIRECT_MEDIUM {
+        "Direct"
+    } else {
+        "Referral"
+    }
+}
+
+/// Whether `host` is `domain` or one of its subdomains.
+pub fn is_within(host: &str, domain: &str) -> bool {
+    host == domain
+        || host
+            .strip_suffix(domain)
+            .is_some_and(|prefix| prefix.ends_with('.'))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn channel_groups_follow_the_rules_in_order() {
+        let cases = [
+            ("google", "cpc", "Paid Search"),
+            ("bing", "cpc", "Paid Search"),
+            ("facebook", "paid", "Paid Social"),
+            ("tiktok", "paid", "Paid Social"),
+            ("newsletter", "paid_social", "Paid Social"),
+            ("partner", "CPM", "Paid Search"),
+            ("google", "organic", "Organic Search"),
+            ("duckduckgo", "organic", "Organic Search"),
+            ("google", "(not set)", "Organic Search"),
+            ("m.facebook.com", "referral", "Organic Social"),
+            ("t.co", "referral", "Organic Social"),
+            ("Instagram", "story", "Organic Social"),
+            ("partner", "social", "Organic Social"),
+            ("newsletter", "email", "Email"),
+            ("news.example", "referral", "Referral"),
+            ("partner", "(not set)", "Referral"),
+            ("(direct)", "(none)", "Direct"),
+            ("(unattributed)", "(unattributed)", "Unattributed"),
+            ("facebook.company.example", "referral", "Referral"),
+        ];
+        for (source, medium, expected) in cases {
+            assert_eq!(channel_group(source, medium), expected, "{source}/{medium}");
+            assert!(CHANNELS.contains(&expected));
+        }
+    }
+
     use super::*;
     use crate::store::sessions::Campaign;
 

@@ -129,6 +129,7 @@ fn total(rows: &[Row], currency: &str) -> Row {
             }),
             crate::fx::minor_units(currency),
         ),
+        purchases: rows.iter().map(|r| r.purchases).sum(),
     }
 }
 
