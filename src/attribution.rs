@@ -85,6 +85,12 @@ const CLICK_IDS: [(&str, &str); 4] = [
 
 /// The channel of one session. `own_domain` is the site's domain (lower case, no `www.`).
 pub fn channel(s: &Session, own_domain: Option<&str>) -> Channel {
+    channel_with(s, own_domain, &[])
+}
+
+/// [`channel`] with a referral exclusion list: a referrer whose host is one of `excluded` (or a
+/// subdomain of one) counts as no referrer, so the session is direct unless tagged or clicked.
+pub fn channel_with(s: &Session, own_domain: Option<&str>, excluded: &[String]) -> Channel {
     let c = &s.campaign;
     let tagged = |v: &Option<String>| {
         v.as_deref()
@@ -121,7 +127,7 @@ pub fn channel(s: &Session, own_domain: Option<&str>) -> Channel {
         };
     }
     if let Some(host) = s.referrer.as_deref().and_then(referrer_host) {
-        if !is_own(&host, own_domain) {
+        if !is_own(&host, own_domain) && !excluded.iter().any(|e| is_within(&host, e)) {
             return match search_engine(&host) {
                 Some(engine) => Channel {
                     source: engine.into(),
@@ -146,9 +152,20 @@ pub fn channel(s: &Session, own_domain: Option<&str>) -> Channel {
 /// Picks the touch per `model` among `sessions` (any order). Ties on start time go to the
 /// smaller session id, so the choice never depends on the order rows came back in.
 pub fn attribute(model: Model, sessions: &[Session], own_domain: Option<&str>) -> Touch {
+    attribute_with(model, sessions, own_domain, &[])
+}
+
+/// [`attribute`] with a referral exclusion list (see [`channel_with`]): under `last_non_direct`, a
+/// return from a payment page leaves the touch to the session before it.
+pub fn attribute_with(
+    model: Model,
+    sessions: &[Session],
+    own_domain: Option<&str>,
+    excluded: &[String],
+) -> Touch {
     let mut ordered: Vec<&Session> = sessions.iter().collect();
     ordered.sort_by(|a, b| (a.started_at, &a.id).cmp(&(b.started_at, &b.id)));
-    let with_channel = |s: &Session| (s.id.clone(), channel(s, own_domain));
+    let with_channel = |s: &Session| (s.id.clone(), channel_with(s, own_domain, excluded));
     let chosen = match model {
         Model::FirstTouch => ordered.first().map(|s| with_channel(s)),
         Model::LastTouch => ordered.last().map(|s| with_channel(s)),
@@ -423,6 +440,42 @@ pub fn is_within(host: &str, domain: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_excluded_referrer_counts_as_none() {
+        let excluded = vec!["paypal.com".to_owned(), "checkout.stripe.com".to_owned()];
+        for r in [
+            "https://www.paypal.com/checkoutnow?token=x",
+            "https://paypal.com/",
+            "https://checkout.stripe.com/c/pay/cs_1",
+        ] {
+            let s = with_referrer(r);
+            assert_eq!(channel(&s, None).medium, "referral", "{r}");
+            assert_eq!(
+                channel_with(&s, None, &excluded),
+                ch("(direct)", "(none)", None),
+                "{r}"
+            );
+        }
+        // Neither a look-alike nor the parent of an excluded host.
+        for r in ["https://notpaypal.com/", "https://stripe.com/"] {
+            let s = with_referrer(r);
+            assert_eq!(channel_with(&s, None, &excluded).medium, "referral", "{r}");
+        }
+        // The ad click before the PayPal return keeps the credit.
+        let mut ad = session("a", 0);
+        ad.campaign.gclid = Some("g".into());
+        let mut back = session("b", 10);
+        back.referrer = Some("https://www.paypal.com/".into());
+        let sessions = [ad, back];
+        let touch = attribute_with(Model::LastNonDirect, &sessions, None, &excluded);
+        assert_eq!(
+            (touch.session_id.as_deref(), touch.channel.source.as_str()),
+            (Some("a"), "google")
+        );
+        let touch = attribute(Model::LastNonDirect, &sessions, None);
+        assert_eq!(touch.channel.source, "paypal.com");
+    }
+
     #[test]
     fn channel_groups_follow_the_rules_in_order() {
         let cases = [

@@ -722,10 +722,11 @@ pub fn period(
     totals.refunds = fx::round_to_minor(totals.refunds, minor);
     let (from_ms, to_ms) = day_range(Some(from), Some(to));
     let own = site.domain.as_deref();
+    let excluded = store::referrals::excluded(conn, &site.id)?.unwrap_or_default();
     // Visitors: each visitor's keys, counted once per key when the next visitor begins.
     let mut seen = Distinct::default();
     store::report::each_visit(conn, &site.id, from_ms, to_ms, |s| {
-        let ch = crate::attribution::channel(&s, own);
+        let ch = crate::attribution::channel_with(&s, own, &excluded);
         let k = match by {
             GroupBy::Source => Some(ch.source),
             GroupBy::Medium => Some(ch.medium),

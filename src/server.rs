@@ -68,6 +68,8 @@ pub struct Running {
     pipeline: Option<crate::worker::Worker>,
     sender: crate::forward::sender::Sender,
     pruner: crate::retention::Pruner,
+    /// Re-attribution after a referral exclusion list changed; with the pipeline only.
+    reattributor: Option<crate::reattribute::Reattributor>,
     rates_fetcher: Option<crate::ecb::Fetcher>,
     /// SQLite's alone: PostgreSQL checkpoints by itself.
     checkpointer: Option<Checkpointer>,
@@ -259,6 +261,14 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
         writer.clone(),
         &config.forward,
     )?;
+    let reattributor = match config.pipeline {
+        true => Some(crate::reattribute::Reattributor::start(
+            &location,
+            &config.store,
+            writer.clone(),
+        )?),
+        false => None,
+    };
     let pruner = crate::retention::Pruner::start(
         &location,
         &config.store,
@@ -325,6 +335,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
         pipeline: pipeline_worker,
         sender,
         pruner,
+        reattributor,
         rates_fetcher,
         checkpointer,
         lock,
@@ -342,6 +353,9 @@ impl Running {
         }
         self.sender.stop();
         self.pruner.stop();
+        if let Some(r) = self.reattributor {
+            r.stop();
+        }
         if let Some(f) = self.rates_fetcher {
             f.stop();
         }

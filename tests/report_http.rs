@@ -358,3 +358,117 @@ fn parameter_and_key_errors() {
     let r = app.send("POST", &path(&app.site.id), &h, Some(b"{}"));
     expect_error(&r, 405, "METHOD_NOT_ALLOWED");
 }
+
+/// Visitor `v` clicks an ad at 10:00, pays through PayPal and comes back from it at 11:00 (a new
+/// session, its referrer PayPal's), and converts at 11:05. Returns the order id.
+fn paypal_return(app: &TestApp) -> String {
+    app.pageview("v", "https://shop.example/?gclid=ad", at("10:00"));
+    app.pixel(
+        "v",
+        json!([{"type": "pageview", "url": "https://shop.example/thanks",
+                "referrer": "https://www.paypal.com/checkoutnow?token=EC-1", "ts": at("11:00")}]),
+    );
+    app.post_conversion(&json!({"visitorId": "v", "orderId": "pp", "value": 30,
+        "currency": "EUR", "occurredAt": iso(at("11:05"))}))
+        .accepted();
+    "pp".into()
+}
+
+fn sources(app: &TestApp) -> Vec<String> {
+    rows(&report_ok(app, &format!("from={DAY}&to={DAY}&by=source")))
+        .into_iter()
+        .filter(|(_, f)| f[3] != json!(0))
+        .map(|(k, _)| k)
+        .collect()
+}
+
+fn edit_list(app: &TestApp, flag: &str, host: &str) -> CliRun {
+    let run = app.cli(&["site", "update", &app.site.id, flag, host]);
+    assert_eq!(run.code, 0, "{run:?}");
+    run
+}
+
+fn reattribute(app: &TestApp) {
+    let conn = app.store();
+    with_writer(app, |w| {
+        convapi::reattribute::run(&conn, w, now_ms()).expect("re-attribute")
+    });
+}
+
+#[test]
+fn a_paypal_return_leaves_the_credit_to_the_ad_and_the_list_re_attributes() {
+    let app = manual().start();
+    let order = paypal_return(&app);
+    drain(&app);
+    let (source, medium, _, _) = touch(&status(&app, &order));
+    assert_eq!((source.as_str(), medium.as_str()), ("google", "cpc"));
+    // The return from PayPal is a visit of its own, direct.
+    let by_source = rows(&report_ok(&app, &format!("from={DAY}&to={DAY}&by=source")));
+    assert_eq!(
+        by_source
+            .iter()
+            .map(|(k, f)| (k.as_str(), f[0].clone()))
+            .collect::<Vec<_>>(),
+        [("google", json!(1)), ("(direct)", json!(1))]
+    );
+
+    // Taking PayPal off the list hands the order to it, once re-attributed.
+    let run = edit_list(&app, "--include-referrer", "paypal.com");
+    assert!(
+        run.stdout.contains("re-attributed in the background"),
+        "{run:?}"
+    );
+    assert_eq!(sources(&app), ["google"], "nothing moves before the run");
+    reattribute(&app);
+    assert_eq!(sources(&app), ["paypal.com"]);
+    let (source, medium, _, _) = touch(&status(&app, &order));
+    assert_eq!(
+        (source.as_str(), medium.as_str()),
+        ("paypal.com", "referral")
+    );
+    let progress = convapi::store::referrals::progress(&app.store(), &app.site.id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (progress.running, progress.done, progress.changed),
+        (false, 1, 1)
+    );
+    assert!(progress.finished_at.is_some());
+
+    // Adding it back restores the ad's credit; adding it twice changes nothing.
+    edit_list(&app, "--exclude-referrer", "https://www.PayPal.com/");
+    reattribute(&app);
+    assert_eq!(sources(&app), ["google"]);
+    let run = edit_list(&app, "--exclude-referrer", "paypal.com");
+    assert!(run.stdout.contains("(unchanged)"), "{run:?}");
+
+    // A bad host is refused, naming the fix.
+    let run = app.cli(&[
+        "site",
+        "update",
+        &app.site.id,
+        "--exclude-referrer",
+        "pay pal",
+    ]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("like paypal.com"), "{run:?}");
+}
+
+#[test]
+fn the_server_re_attributes_in_the_background() {
+    let app = TestApp::start();
+    let order = paypal_return(&app);
+    await_status(&app, &order, "processed");
+    assert_eq!(sources(&app), ["google"]);
+    edit_list(&app, "--include-referrer", "www.paypal.com");
+    let wait_for = |want: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while sources(&app) != [want] {
+            assert!(std::time::Instant::now() < deadline, "never {want}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    wait_for("paypal.com");
+    edit_list(&app, "--exclude-referrer", "paypal.com");
+    wait_for("google");
+}

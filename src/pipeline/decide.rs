@@ -12,7 +12,6 @@ use crate::attribution::{self, Model};
 use crate::fx::{self, Leg};
 use crate::invalid::Invalid;
 use crate::store::pipeline::{Attribution, Item, Reported};
-use crate::store::sessions::Identifier;
 use crate::store::{self, StoreError};
 
 /// Decides items from `items` until [`CHUNK_BUDGET`] is spent or `opts.batch` items are decided,
@@ -188,27 +187,8 @@ fn decide(conn: &impl AsConn, seen: &mut Seen, conversion_id: &str) -> Result<De
         .parse()
         .map_err(|e: Invalid| Failure::Item(e.0))?;
 
-    // The person: every visitor linked to the conversion's clientId, else its own visitor.
-    let mut visitors = match &w.client_id {
-        Some(c) => store::sessions::person(conn, &site.id, Identifier::Client(c))?,
-        None => Vec::new(),
-    };
-    if !visitors.contains(&w.visitor_id) {
-        visitors.push(w.visitor_id.clone());
-    }
-    let mut sessions = store::sessions::in_window(
-        conn,
-        &site.id,
-        &visitors,
-        w.occurred_at.saturating_sub(site.window_ms()),
-        w.occurred_at,
-    )?;
-    if !sessions.iter().any(|s| s.id == w.session_id) {
-        // The session the report was attached to always counts, even if the window rules
-        // would now leave it out.
-        sessions.extend(store::sessions::by_id(conn, &site.id, &w.session_id)?);
-    }
-    let touch = attribution::attribute(model, &sessions, site.domain.as_deref());
+    let excluded = store::referrals::excluded(conn, &site.id)?.unwrap_or_default();
+    let touch = crate::reattribute::touch(conn, &site, model, &excluded, &w)?;
 
     let fx = match &w.value {
         None => Ok(Reported::default()),

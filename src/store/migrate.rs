@@ -230,6 +230,10 @@ mod tests {
             "0017_sources.sql",
             "69204725ce1f3e630735502046d732a0aff1ae14c0a395f2aa2fc81875003cea",
         ),
+        (
+            "0018_referral_exclusion.sql",
+            "949ac2799b8b7657bc036753a16ce6e6c052aa57fb52cc3aa958a89bf24b23b4",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

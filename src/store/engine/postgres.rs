@@ -88,6 +88,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0017_sources.sql",
         include_str!("../migrations/postgres/0017_sources.sql"),
     ),
+    Migration::new(
+        18,
+        "0018_referral_exclusion.sql",
+        include_str!("../migrations/postgres/0018_referral_exclusion.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

@@ -243,6 +243,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0017_sources.sql",
         include_str!("../migrations/sqlite/0017_sources.sql"),
     ),
+    Migration::new(
+        18,
+        "0018_referral_exclusion.sql",
+        include_str!("../migrations/sqlite/0018_referral_exclusion.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.

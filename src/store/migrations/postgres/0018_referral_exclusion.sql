@@ -1,0 +1,7 @@
+-- Migration 18: referral exclusion (see migrations/sqlite/0018_referral_exclusion.sql).
+
+ALTER TABLE sites ADD COLUMN excluded_referrers TEXT;
+ALTER TABLE sites ADD COLUMN reattribute_after TEXT;
+ALTER TABLE sites ADD COLUMN reattribute_done BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE sites ADD COLUMN reattribute_changed BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE sites ADD COLUMN reattributed_at BIGINT;
