@@ -453,6 +453,28 @@ pub fn to_table(rows: &[Row], by: GroupBy, currency: &str) -> String {
     out.join("\n")
 }
 
+/// The glossary of the report's figures (docs/decisions.md §11), as the dashboard's tooltips show
+/// it; openapi.yaml's descriptions say the same.
+pub const GLOSSARY: [(&str, &str); 9] = [
+    ("visitors", "Distinct visitors with a session that started in the range (UTC days); a row's: those whose visit's channel gives its key (by type, all of them)."),
+    ("convertingVisitors", "Distinct visitors credited with at least one conversion of the row in the range."),
+    ("conversionRate", "Converting visitors / visitors, from 0 to 1 (0 without visitors)."),
+    ("conversions", "Every conversion on the UTC day of its occurredAt, a cancelled order included; test data never counts; not yet attributed: the (unattributed) row."),
+    ("purchases", "The conversions of type purchase."),
+    ("grossRevenue", "The values as first reported, in the site currency."),
+    ("refunds", "Gross less net revenue, by the order's date: refunds, a cancelled order's whole value; negative after a restatement upwards."),
+    ("netRevenue", "Gross revenue less refunds, in the site currency."),
+    ("averageOrderValue", "Net revenue / purchases, rounded to the currency's minor units; none without purchases."),
+];
+
+/// The glossary's text of a figure.
+pub fn meaning(figure: &str) -> &'static str {
+    GLOSSARY
+        .iter()
+        .find(|(f, _)| *f == figure)
+        .map_or("", |(_, m)| *m)
+}
+
 /// How the previous period beside a report is chosen (docs/decisions.md §11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compare {

@@ -7,6 +7,8 @@ use crate::common::pipeline_support::*;
 use crate::common::*;
 use serde_json::{json, Value};
 
+const PASSWORD: &str = "correct horse battery";
+
 /// The fixture's day: 2026-11-13 (a Friday), UTC.
 const DAY: &str = "2026-11-13";
 
@@ -471,4 +473,92 @@ fn the_server_re_attributes_in_the_background() {
     wait_for("paypal.com");
     edit_list(&app, "--exclude-referrer", "paypal.com");
     wait_for("google");
+}
+
+#[test]
+fn the_dashboard_shows_the_figures_with_the_comparison_and_their_csv() {
+    let app = fixture();
+    // A key that a spreadsheet would take for a formula.
+    visit(
+        &app,
+        "v6",
+        "https://shop.example/?utm_source=%3DHYPERLINK(1)&utm_medium=email",
+        at("14:00"),
+        Some(json!({"orderId": "o6", "value": 1, "currency": "EUR"})),
+    );
+    drain(&app);
+    let email = format!("{}@example.com", unique("user"));
+    create_user(&app, &app.tenant.id, &email, PASSWORD);
+    let d = DashClient::logged_in(&app, &email, PASSWORD);
+    let base = format!("/dashboard/sites/{}", app.site.id);
+    let page = d.page(&format!("{base}/report?from={DAY}&to={DAY}&by=channel"));
+    // The total row: 5 visitors, 4 converting, 43.24 net over 4 purchases.
+    let total = page
+        .split("<tr class=\"figures-row\">")
+        .last()
+        .expect("rows");
+    let cells: Vec<&str> = total
+        .split("<td")
+        .skip(1)
+        .map(|c| c.split('>').nth(1).unwrap().split('<').next().unwrap())
+        .collect();
+    assert_eq!(
+        cells,
+        ["Total", "5", "4", "80.00%", "5", "79.11", "35.87", "43.24", "10.81"],
+        "{page}"
+    );
+    assert!(page.contains("<td>Paid Search</td>"), "{page}");
+    // The tooltips are the glossary's.
+    assert!(page.contains(&format!(
+        "<abbr title=\"{}\">Visitors</abbr>",
+        convapi::report::meaning("visitors")
+    )));
+    assert!(
+        page.contains("Compared with 2026-11-12 to 2026-11-12 (the days before)"),
+        "{page}"
+    );
+    assert!(
+        page.contains("visitors <strong>5</strong> (before: 1, <span class=\"up\">+400.0%</span>)"),
+        "{page}"
+    );
+    let weekday = d.page(&format!(
+        "{base}/report?from={DAY}&to={DAY}&by=channel&compare=weekday"
+    ));
+    assert!(weekday.contains("Compared with 2026-11-06 to 2026-11-06 (same weekdays)"));
+    assert!(!page.contains("id=\"reattribution\""));
+
+    let csv = d.get(&format!(
+        "{base}/report.csv?figures=1&from={DAY}&to={DAY}&by=source"
+    ));
+    assert_eq!(csv.status, 200);
+    let text = csv.text();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "source,visitors,convertingVisitors,conversionRate,conversions,purchases,grossRevenue,refunds,netRevenue,averageOrderValue,currency"
+    );
+    assert!(
+        lines.contains(&"news,1,1,1,1,1,47.61,15.87,31.74,31.74,EUR"),
+        "{text}"
+    );
+    assert!(
+        lines.contains(&"'=HYPERLINK(1),1,1,1,1,1,1.00,0.00,1.00,1.00,EUR"),
+        "{text}"
+    );
+    assert_eq!(
+        lines.last(),
+        Some(&"Total,5,4,0.8,5,4,79.11,35.87,43.24,10.81,EUR")
+    );
+
+    // After a change of the exclusion list, the page says what the re-attribution did (the
+    // site's 6 conversions, the day before's included).
+    edit_list(&app, "--exclude-referrer", "partner.example");
+    let running = d.page(&format!("{base}/report?from={DAY}&to={DAY}"));
+    assert!(
+        running.contains("Re-attributing this site's conversions"),
+        "{running}"
+    );
+    reattribute(&app);
+    let done = d.page(&format!("{base}/report?from={DAY}&to={DAY}"));
+    assert!(done.contains("6 looked at, 0 changed source."), "{done}");
 }
