@@ -493,10 +493,7 @@ fn the_dashboard_shows_the_figures_with_the_comparison_and_their_csv() {
     let base = format!("/dashboard/sites/{}", app.site.id);
     let page = d.page(&format!("{base}/report?from={DAY}&to={DAY}&by=channel"));
     // The total row: 5 visitors, 4 converting, 43.24 net over 4 purchases.
-    let total = page
-        .split("<tr class=\"figures-row\">")
-        .last()
-        .expect("rows");
+    let total = page.split("<tr class=\"figures-row").last().expect("rows");
     let cells: Vec<&str> = total
         .split("<td")
         .skip(1)

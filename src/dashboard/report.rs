@@ -487,7 +487,7 @@ fn figures_card(
             div.table-wrap {
                 table #figures {
                     thead { tr {
-                        th { (r.by_name) }
+                        th { (GROUPS.iter().find(|(n, _)| *n == r.by_name).map_or("Source", |(_, l)| *l)) }
                         (head("visitors", "Visitors")) (head("convertingVisitors", "Converting"))
                         (head("conversionRate", "Conversion rate")) (head("conversions", "Conversions"))
                         (head("grossRevenue", &format!("Gross ({cur})"))) (head("refunds", "Refunds"))
@@ -495,7 +495,7 @@ fn figures_card(
                     } }
                     tbody {
                         @for (key, f) in report.current.rows.iter().map(|(k, f)| (k.as_str(), f)).chain([("Total", &report.current.totals)]) {
-                            tr.figures-row {
+                            tr.figures-row.total[std::ptr::eq(f, &report.current.totals)] {
                                 td { (key) }
                                 td.num { (layout::thousands(&f.visitors.to_string())) }
                                 td.num { (layout::thousands(&f.converting_visitors.to_string())) }
