@@ -559,3 +559,37 @@ fn the_dashboard_shows_the_figures_with_the_comparison_and_their_csv() {
     let done = d.page(&format!("{base}/report?from={DAY}&to={DAY}"));
     assert!(done.contains("6 looked at, 0 changed source."), "{done}");
 }
+
+#[test]
+fn the_site_overview_edits_the_exclusion_list() {
+    let app = manual().start();
+    let order = paypal_return(&app);
+    drain(&app);
+    let email = format!("{}@example.com", unique("user"));
+    create_user(&app, &app.tenant.id, &email, PASSWORD);
+    let d = DashClient::logged_in(&app, &email, PASSWORD);
+    let base = format!("/dashboard/sites/{}", app.site.id);
+    let page = d.page(&base);
+    assert!(page.contains("paypal.com\ncheckout.stripe.com\n"), "{page}");
+    // A line that is not a host is refused, named, with what was typed kept.
+    let bad = d.submit(
+        &format!("{base}/referrers"),
+        &[("referrers", "klarna.com\npay pal")],
+    );
+    assert_eq!(bad.status, 400);
+    let text = bad.text();
+    assert!(text.contains("&quot;pay pal&quot; is not a host"), "{text}");
+    assert!(text.contains("klarna.com\npay pal</textarea>"), "{text}");
+    // The list without PayPal: saved, and the order goes to PayPal once re-attributed.
+    let saved = d.submit(
+        &format!("{base}/referrers"),
+        &[("referrers", "checkout.stripe.com\n\n  Klarna.com \n")],
+    );
+    assert_eq!(saved.status, 303, "{}", saved.text());
+    assert!(d
+        .page(&base)
+        .contains(">checkout.stripe.com\nklarna.com</textarea>"));
+    reattribute(&app);
+    let (source, _, _, _) = touch(&status(&app, &order));
+    assert_eq!(source, "paypal.com");
+}

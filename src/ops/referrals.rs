@@ -61,6 +61,27 @@ pub fn edit(
     Ok(Edited { hosts, changed })
 }
 
+/// Replaces the site's list with `hosts` (each as [`host`] keeps it, repeats dropped); a change
+/// starts the re-attribution, as [`edit`].
+pub fn replace(conn: &impl AsConn, id: &str, hosts: &[String]) -> Result<Edited, SiteError> {
+    let site = find(conn, id)?;
+    let before = store::referrals::excluded(conn, &site.id)?.unwrap_or_default();
+    let mut after: Vec<String> = Vec::with_capacity(hosts.len());
+    for h in hosts {
+        if !after.contains(h) {
+            after.push(h.clone());
+        }
+    }
+    let changed = after != before;
+    if changed {
+        store::referrals::set(conn, &site.id, &after)?;
+    }
+    Ok(Edited {
+        hosts: after,
+        changed,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
