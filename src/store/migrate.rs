@@ -232,7 +232,7 @@ mod tests {
         ),
         (
             "0018_referral_exclusion.sql",
-            "949ac2799b8b7657bc036753a16ce6e6c052aa57fb52cc3aa958a89bf24b23b4",
+            "efea1985fd2e7ecc4e32f90c3d79958c10f0d54eda78a6d38760c7b22d7e54a0",
         ),
     ];
 

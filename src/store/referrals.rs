@@ -84,7 +84,7 @@ pub fn progress(conn: &impl AsConn, site_id: &str) -> Result<Option<Progress>> {
 pub fn next_pending(conn: &impl AsConn) -> Result<Option<(String, String, Option<String>)>> {
     conn.conn().query_opt(
         "SELECT id, reattribute_after, excluded_referrers FROM sites
-         WHERE reattribute_after IS NOT NULL ORDER BY id LIMIT 1",
+         WHERE reattribute_after IS NOT NULL AND deleted_at IS NULL ORDER BY id LIMIT 1",
         args![],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )
@@ -187,4 +187,34 @@ pub fn store_step(
         )?;
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default list is a change of what counted as a referral: the migration starts a
+    /// re-attribution of every existing site, with the default list.
+    #[test]
+    fn the_migration_starts_a_run_for_every_existing_site() {
+        let mut conn = super::super::version_1_fixture();
+        super::super::engine::sqlite::migrate_to(&mut conn, 17).unwrap();
+        super::super::engine::sqlite::migrate_to(&mut conn, 18).unwrap();
+        let after: Option<String> = conn
+            .query_row(
+                "SELECT reattribute_after FROM sites WHERE id = 's'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(after.as_deref(), Some(""));
+        assert_eq!(
+            excluded(&conn, "s").unwrap().unwrap(),
+            DEFAULT_EXCLUDED.to_vec()
+        );
+        assert_eq!(
+            next_pending(&conn).unwrap(),
+            Some(("s".to_owned(), String::new(), None))
+        );
+    }
 }
