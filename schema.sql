@@ -1,4 +1,4 @@
--- convapi's schema at version 20 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 21 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
@@ -345,7 +345,7 @@ CREATE TABLE sites (
     window_days  INTEGER NOT NULL,           -- attribution window
     model        TEXT NOT NULL,              -- last_non_direct | last_touch | first_touch
     created_at   INTEGER NOT NULL
-, signed_identify INTEGER NOT NULL DEFAULT 0, identity_secret TEXT, retain_days INTEGER NOT NULL DEFAULT 395, expire_conversions INTEGER NOT NULL DEFAULT 0, consent_required INTEGER NOT NULL DEFAULT 0, deleted_at INTEGER, keep_unattributed INTEGER NOT NULL DEFAULT 0);
+, signed_identify INTEGER NOT NULL DEFAULT 0, identity_secret TEXT, retain_days INTEGER NOT NULL DEFAULT 395, expire_conversions INTEGER NOT NULL DEFAULT 0, consent_required INTEGER NOT NULL DEFAULT 0, deleted_at INTEGER, keep_unattributed INTEGER NOT NULL DEFAULT 0, excluded_referrers TEXT, reattribute_after TEXT, reattribute_done INTEGER NOT NULL DEFAULT 0, reattribute_changed INTEGER NOT NULL DEFAULT 0, reattributed_at INTEGER);
 CREATE INDEX sites_tenant ON sites(tenant_id);
 
 CREATE TABLE sources (

@@ -88,6 +88,12 @@ const CLICK_IDS: [(&str, &str); 4] = [
 
 /// The channel of one session. `own_domain` is the site's domain (lower case, no `www.`).
 pub fn channel(s: &Session, own_domain: Option<&str>) -> Channel {
+    channel_with(s, own_domain, &[])
+}
+
+/// [`channel`] with a referral exclusion list: a referrer whose host is one of `excluded` (or a
+/// subdomain of one) counts as no referrer, so the session is direct unless tagged or clicked.
+pub fn channel_with(s: &Session, own_domain: Option<&str>, excluded: &[String]) -> Channel {
     let c = &s.campaign;
     let tagged = |v: &Option<String>| {
         v.as_deref()
@@ -124,7 +130,7 @@ pub fn channel(s: &Session, own_domain: Option<&str>) -> Channel {
         };
     }
     if let Some(host) = s.referrer.as_deref().and_then(referrer_host) {
-        if !is_own(&host, own_domain) {
+        if !is_own(&host, own_domain) && !excluded.iter().any(|e| is_within(&host, e)) {
             return match search_engine(&host) {
                 Some(engine) => Channel {
                     source: engine.into(),
@@ -149,9 +155,20 @@ pub fn channel(s: &Session, own_domain: Option<&str>) -> Channel {
 /// Picks the touch per `model` among `sessions` (any order). Ties on start time go to the
 /// smaller session id, so the choice never depends on the order rows came back in.
 pub fn attribute(model: Model, sessions: &[Session], own_domain: Option<&str>) -> Touch {
+    attribute_with(model, sessions, own_domain, &[])
+}
+
+/// [`attribute`] with a referral exclusion list (see [`channel_with`]): under `last_non_direct`, a
+/// return from a payment page leaves the touch to the session before it.
+pub fn attribute_with(
+    model: Model,
+    sessions: &[Session],
+    own_domain: Option<&str>,
+    excluded: &[String],
+) -> Touch {
     let mut ordered: Vec<&Session> = sessions.iter().collect();
     ordered.sort_by(|a, b| (a.started_at, &a.id).cmp(&(b.started_at, &b.id)));
-    let with_channel = |s: &Session| (s.id.clone(), channel(s, own_domain));
+    let with_channel = |s: &Session| (s.id.clone(), channel_with(s, own_domain, excluded));
     let chosen = match model {
         Model::FirstTouch => ordered.first().map(|s| with_channel(s)),
         Model::LastTouch => ordered.last().map(|s| with_channel(s)),
@@ -284,8 +301,213 @@ fn search_engine(host: &str) -> Option<&'static str> {
     None
 }
 
+/// The channels of the report's `channel` grouping, in the order the report lists them.
+pub const CHANNELS: [&str; 8] = [
+    "Paid Search",
+    "Paid Social",
+    "Organic Search",
+    "Organic Social",
+    "Email",
+    "Referral",
+    "Direct",
+    "Unattributed",
+];
+
+/// Mediums that mean a paid click on a search network (or paid without saying where: a social
+/// source makes it Paid Social).
+const PAID_MEDIUMS: &[&str] = &[
+    "cpc",
+    "ppc",
+    "paid",
+    "paidsearch",
+    "paid_search",
+    "paid-search",
+    "sem",
+    "cpm",
+    "cpv",
+    "cpa",
+    "display",
+    "banner",
+];
+const PAID_SOCIAL_MEDIUMS: &[&str] = &[
+    "paidsocial",
+    "paid_social",
+    "paid-social",
+    "social_paid",
+    "social-paid",
+    "socialpaid",
+];
+const SOCIAL_MEDIUMS: &[&str] = &[
+    "social",
+    "social-network",
+    "social_network",
+    "social-media",
+    "social_media",
+    "sm",
+    "organic_social",
+    "organic-social",
+];
+const EMAIL_MEDIUMS: &[&str] = &["email", "e-mail", "e_mail", "mail", "newsletter"];
+/// Social networks as `utm_source` names them.
+const SOCIAL_NAMES: &[&str] = &[
+    "facebook",
+    "fb",
+    "instagram",
+    "ig",
+    "meta",
+    "twitter",
+    "x",
+    "linkedin",
+    "pinterest",
+    "reddit",
+    "tiktok",
+    "youtube",
+    "snapchat",
+    "threads",
+    "bluesky",
+    "mastodon",
+    "tumblr",
+    "vk",
+    "whatsapp",
+    "telegram",
+];
+/// Social networks' hosts (and their subdomains), as a referral's source names them.
+const SOCIAL_HOSTS: &[&str] = &[
+    "facebook.com",
+    "fb.com",
+    "fb.me",
+    "instagram.com",
+    "twitter.com",
+    "t.co",
+    "x.com",
+    "linkedin.com",
+    "lnkd.in",
+    "pinterest.com",
+    "reddit.com",
+    "tiktok.com",
+    "youtube.com",
+    "youtu.be",
+    "snapchat.com",
+    "threads.net",
+    "bsky.app",
+    "tumblr.com",
+    "vk.com",
+    "whatsapp.com",
+    "t.me",
+    "telegram.org",
+];
+
+/// The report's channel of an attributed source and medium (docs/decisions.md §11), first match
+/// wins: `(unattributed)` → Unattributed; a paid medium (click ids give google/cpc, bing/cpc,
+/// facebook/paid, tiktok/paid) → Paid Social from a social source or with a paid-social medium,
+/// else Paid Search; a search engine's source or the `organic` medium → Organic Search; a social
+/// source or medium → Organic Social; an email medium → Email; `(direct)`/`(none)` → Direct;
+/// anything else → Referral. Case and surrounding spaces do not matter.
+pub fn channel_group(source: &str, medium: &str) -> &'static str {
+    let source = source.trim().to_ascii_lowercase();
+    let medium = medium.trim().to_ascii_lowercase();
+    let m = |list: &[&str]| list.contains(&medium.as_str());
+    let social = SOCIAL_NAMES.contains(&source.as_str())
+        || SOCIAL_HOSTS.iter().any(|h| is_within(&source, h));
+    let search = search_engine(&source).is_some()
+        || ENGINES_BY_LABEL.iter().any(|(name, _, _)| *name == source)
+        || ENGINES_BY_HOST
+            .iter()
+            .any(|(_, name)| *name == source && *name != "gmail");
+    if source == "(unattributed)" {
+        "Unattributed"
+    } else if m(PAID_SOCIAL_MEDIUMS) || (m(PAID_MEDIUMS) && social) {
+        "Paid Social"
+    } else if m(PAID_MEDIUMS) {
+        "Paid Search"
+    } else if search || medium == "organic" {
+        "Organic Search"
+    } else if social || m(SOCIAL_MEDIUMS) {
+        "Organic Social"
+    } else if m(EMAIL_MEDIUMS) {
+        "Email"
+    } else if source == DIRECT_SOURCE && medium == DIRECT_MEDIUM {
+        "Direct"
+    } else {
+        "Referral"
+    }
+}
+
+/// Whether `host` is `domain` or one of its subdomains.
+pub fn is_within(host: &str, domain: &str) -> bool {
+    host == domain
+        || host
+            .strip_suffix(domain)
+            .is_some_and(|prefix| prefix.ends_with('.'))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_excluded_referrer_counts_as_none() {
+        let excluded = vec!["paypal.com".to_owned(), "checkout.stripe.com".to_owned()];
+        for r in [
+            "https://www.paypal.com/checkoutnow?token=x",
+            "https://paypal.com/",
+            "https://checkout.stripe.com/c/pay/cs_1",
+        ] {
+            let s = with_referrer(r);
+            assert_eq!(channel(&s, None).medium, "referral", "{r}");
+            assert_eq!(
+                channel_with(&s, None, &excluded),
+                ch("(direct)", "(none)", None),
+                "{r}"
+            );
+        }
+        // Neither a look-alike nor the parent of an excluded host.
+        for r in ["https://notpaypal.com/", "https://stripe.com/"] {
+            let s = with_referrer(r);
+            assert_eq!(channel_with(&s, None, &excluded).medium, "referral", "{r}");
+        }
+        // The ad click before the PayPal return keeps the credit.
+        let mut ad = session("a", 0);
+        ad.campaign.gclid = Some("g".into());
+        let mut back = session("b", 10);
+        back.referrer = Some("https://www.paypal.com/".into());
+        let sessions = [ad, back];
+        let touch = attribute_with(Model::LastNonDirect, &sessions, None, &excluded);
+        assert_eq!(
+            (touch.session_id.as_deref(), touch.channel.source.as_str()),
+            (Some("a"), "google")
+        );
+        let touch = attribute(Model::LastNonDirect, &sessions, None);
+        assert_eq!(touch.channel.source, "paypal.com");
+    }
+
+    #[test]
+    fn channel_groups_follow_the_rules_in_order() {
+        let cases = [
+            ("google", "cpc", "Paid Search"),
+            ("bing", "cpc", "Paid Search"),
+            ("facebook", "paid", "Paid Social"),
+            ("tiktok", "paid", "Paid Social"),
+            ("newsletter", "paid_social", "Paid Social"),
+            ("partner", "CPM", "Paid Search"),
+            ("google", "organic", "Organic Search"),
+            ("duckduckgo", "organic", "Organic Search"),
+            ("google", "(not set)", "Organic Search"),
+            ("m.facebook.com", "referral", "Organic Social"),
+            ("t.co", "referral", "Organic Social"),
+            ("Instagram", "story", "Organic Social"),
+            ("partner", "social", "Organic Social"),
+            ("newsletter", "email", "Email"),
+            ("news.example", "referral", "Referral"),
+            ("partner", "(not set)", "Referral"),
+            ("(direct)", "(none)", "Direct"),
+            ("(unattributed)", "(unattributed)", "Unattributed"),
+            ("facebook.company.example", "referral", "Referral"),
+        ];
+        for (source, medium, expected) in cases {
+            assert_eq!(channel_group(source, medium), expected, "{source}/{medium}");
+            assert!(CHANNELS.contains(&expected));
+        }
+    }
+
     use super::*;
     use crate::store::sessions::Campaign;
 

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod ops;
 pub mod pipeline;
 pub mod ratelimit;
+pub mod reattribute;
 pub mod report;
 pub mod retention;
 pub mod server;

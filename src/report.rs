@@ -38,6 +38,8 @@ pub struct Row {
     pub unconverted: u64,
     /// Gross less net revenue, in the site currency, scaled to its minor units.
     pub refunds: Decimal,
+    /// How many of the conversions are purchases (the average order value's divisor).
+    pub purchases: u64,
 }
 
 impl Row {
@@ -159,6 +161,16 @@ fn broken(why: String) -> StoreError {
 
 /// The report's key for a conversion's grouping column.
 fn key(by: GroupBy, attributed: bool, column: Option<String>) -> String {
+    if by == GroupBy::Channel {
+        let (source, medium) = match &column {
+            Some(k) if attributed => k
+                .split_once(store::report::CHANNEL_SEPARATOR)
+                .unwrap_or((k.as_str(), "")),
+            _ if attributed => (NOT_SET, NOT_SET),
+            _ => (UNATTRIBUTED, UNATTRIBUTED),
+        };
+        return crate::attribution::channel_group(source, medium).to_owned();
+    }
     match (by, column) {
         (GroupBy::Type, Some(k)) => k,
         (_, _) if !attributed => UNATTRIBUTED.to_owned(),
@@ -174,6 +186,7 @@ fn group(groups: &mut BTreeMap<String, Row>, key: String) -> &mut Row {
         revenue: Decimal::ZERO,
         unconverted: 0,
         refunds: Decimal::ZERO,
+        purchases: 0,
     })
 }
 
@@ -193,6 +206,7 @@ fn add_sums(
         let row = group(groups, key(by, s.attributed, s.key));
         row.conversions += count(s.conversions)?;
         row.unconverted += count(s.unconverted)?;
+        row.purchases += count(s.purchases)?;
         row.revenue = row
             .revenue
             .checked_add(Decimal::from_i128_with_scale(
@@ -242,6 +256,7 @@ fn add_lines(
     let (from_ms, to_ms) = day_range(from, to);
     store::report::each_line(conn, &site.id, from_ms, to_ms, by, |mut line| {
         let row = group(groups, key(by, line.attributed, line.key.take()));
+        row.purchases += u64::from(line.purchase);
         count_line(
             &line,
             &mut row.conversions,
@@ -379,6 +394,7 @@ pub fn to_table(rows: &[Row], by: GroupBy, currency: &str) -> String {
         GroupBy::Source => "SOURCE",
         GroupBy::Medium => "MEDIUM",
         GroupBy::Campaign => "CAMPAIGN",
+        GroupBy::Channel => "CHANNEL",
         GroupBy::Type => "TYPE",
     };
     let total = Row {
@@ -393,6 +409,7 @@ pub fn to_table(rows: &[Row], by: GroupBy, currency: &str) -> String {
             rows.iter().map(|r| r.refunds).sum(),
             fx::minor_units(currency),
         ),
+        purchases: rows.iter().map(|r| r.purchases).sum(),
     };
     let cells = |r: &Row| {
         [
@@ -436,6 +453,504 @@ pub fn to_table(rows: &[Row], by: GroupBy, currency: &str) -> String {
     out.join("\n")
 }
 
+/// The glossary of the report's figures (docs/decisions.md §11), as the dashboard's tooltips show
+/// it; openapi.yaml's descriptions say the same.
+pub const GLOSSARY: [(&str, &str); 9] = [
+    ("visitors", "Distinct visitors with a session that started in the range (UTC days); a row's: those whose visit's channel gives its key (by type, all of them)."),
+    ("convertingVisitors", "Distinct visitors credited with at least one conversion of the row in the range."),
+    ("conversionRate", "Converting visitors / visitors, from 0 to 1 (0 without visitors)."),
+    ("conversions", "Every conversion on the UTC day of its occurredAt, a cancelled order included; test data never counts; not yet attributed: the (unattributed) row."),
+    ("purchases", "The conversions of type purchase."),
+    ("grossRevenue", "The values as first reported, in the site currency."),
+    ("refunds", "Gross less net revenue, by the order's date: refunds, a cancelled order's whole value; negative after a restatement upwards."),
+    ("netRevenue", "Gross revenue less refunds, in the site currency."),
+    ("averageOrderValue", "Net revenue / purchases, rounded to the currency's minor units; none without purchases."),
+];
+
+/// The glossary's text of a figure.
+pub fn meaning(figure: &str) -> &'static str {
+    GLOSSARY
+        .iter()
+        .find(|(f, _)| *f == figure)
+        .map_or("", |(_, m)| *m)
+}
+
+/// How the previous period beside a report is chosen (docs/decisions.md §11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compare {
+    /// The same number of days, ending the day before `from`.
+    Previous,
+    /// The same number of days, moved back by whole weeks (the fewest that do not overlap), so
+    /// that each day lines up with the same weekday.
+    Weekday,
+}
+
+impl Compare {
+    pub fn parse(s: &str) -> Option<Compare> {
+        match s {
+            "previous" => Some(Compare::Previous),
+            "weekday" => Some(Compare::Weekday),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compare::Previous => "previous",
+            Compare::Weekday => "weekday",
+        }
+    }
+
+    /// The period compared with the inclusive days `from..=to`.
+    pub fn period(self, from: NaiveDate, to: NaiveDate) -> (NaiveDate, NaiveDate) {
+        let days = (to - from).num_days() + 1;
+        let back = match self {
+            Compare::Previous => days,
+            Compare::Weekday => (days + 6) / 7 * 7,
+        };
+        let shift = chrono::Duration::days(back);
+        (from - shift, to - shift)
+    }
+}
+
+/// The grouping's name as the API, the CLI and the dashboard spell it.
+pub fn by_name(by: GroupBy) -> &'static str {
+    match by {
+        GroupBy::Source => "source",
+        GroupBy::Medium => "medium",
+        GroupBy::Campaign => "campaign",
+        GroupBy::Channel => "channel",
+        GroupBy::Type => "type",
+    }
+}
+
+/// [`by_name`]'s inverse.
+pub fn parse_by(s: &str) -> Option<GroupBy> {
+    [
+        GroupBy::Source,
+        GroupBy::Medium,
+        GroupBy::Campaign,
+        GroupBy::Channel,
+        GroupBy::Type,
+    ]
+    .into_iter()
+    .find(|b| by_name(*b) == s)
+}
+
+/// The longest range a report covers: ten years and their leap days.
+pub const MAX_DAYS: i64 = 3653;
+
+/// What a report is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Query {
+    pub from: NaiveDate,
+    pub to: NaiveDate,
+    pub by: GroupBy,
+    pub compare: Option<Compare>,
+}
+
+/// A query's parameter that cannot be answered: which one, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadParameter {
+    pub name: &'static str,
+    pub why: String,
+}
+
+impl Query {
+    /// The query from its parameters as text (`None`: absent): `from` and `to` are UTC days
+    /// `YYYY-MM-DD` (default: the 30 days ending `today`; one alone: that day to `today`, or the
+    /// 30 days ending it), `by` one of [`parse_by`]'s (default `source`), `compare` `previous` or
+    /// `weekday` (default: none).
+    pub fn parse(
+        from: Option<&str>,
+        to: Option<&str>,
+        by: Option<&str>,
+        compare: Option<&str>,
+        today: NaiveDate,
+    ) -> Result<Query, BadParameter> {
+        let day = |name: &'static str, v: Option<&str>| {
+            v.map(|t| {
+                fx::parse_day(t).map_err(|_| BadParameter {
+                    name,
+                    why: format!("{name} {t:?} is not a date like 2026-11-20 (YYYY-MM-DD, UTC)"),
+                })
+            })
+            .transpose()
+        };
+        let (from_day, to_day) = (day("from", from)?, day("to", to)?);
+        let to = to_day.unwrap_or(today);
+        let from = from_day.unwrap_or(to - chrono::Duration::days(29));
+        if from > to {
+            return Err(BadParameter {
+                name: "from",
+                why: format!("from {from} is after to {to}"),
+            });
+        }
+        if (to - from).num_days() + 1 > MAX_DAYS {
+            return Err(BadParameter {
+                name: "from",
+                why: format!(
+                    "from {from} to {to} covers more than {MAX_DAYS} days; move from closer to to"
+                ),
+            });
+        }
+        let by = match by {
+            None => GroupBy::Source,
+            Some(t) => parse_by(t).ok_or_else(|| BadParameter {
+                name: "by",
+                why: format!("by {t:?} is not one of source, medium, campaign, channel, type"),
+            })?,
+        };
+        let compare = compare
+            .map(|t| {
+                Compare::parse(t).ok_or_else(|| BadParameter {
+                    name: "compare",
+                    why: format!("compare {t:?} is not one of previous, weekday"),
+                })
+            })
+            .transpose()?;
+        Ok(Query {
+            from,
+            to,
+            by,
+            compare,
+        })
+    }
+}
+
+/// The report's figures for one row or the totals (docs/decisions.md §11, the glossary).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Figures {
+    /// Distinct visitors with a session that started in the range (in a row: whose session's
+    /// channel gives the row's key).
+    pub visitors: u64,
+    /// Distinct visitors credited with at least one conversion counted in the range (of the row).
+    pub converting_visitors: u64,
+    pub conversions: u64,
+    pub purchases: u64,
+    /// Conversions whose value is not in the revenue yet (queued, waiting for a rate, failed).
+    pub unconverted: u64,
+    /// In the site currency, scaled to its minor units.
+    pub gross: Decimal,
+    /// Gross less net revenue.
+    pub refunds: Decimal,
+}
+
+impl Figures {
+    fn from_row(r: &Row) -> Figures {
+        Figures {
+            visitors: 0,
+            converting_visitors: 0,
+            conversions: r.conversions,
+            purchases: r.purchases,
+            unconverted: r.unconverted,
+            gross: r.revenue,
+            refunds: r.refunds,
+        }
+    }
+
+    pub fn net(&self) -> Decimal {
+        let mut net = self.gross - self.refunds;
+        net.rescale(self.gross.scale().max(self.refunds.scale()));
+        net
+    }
+
+    /// Converting visitors over visitors, 0 without visitors, at most 1 (a visitor whose session
+    /// began before the range may convert in it).
+    pub fn conversion_rate(&self) -> f64 {
+        if self.visitors == 0 {
+            return 0.0;
+        }
+        (self.converting_visitors as f64 / self.visitors as f64).min(1.0)
+    }
+
+    /// The net revenue over the purchases, rounded half away from zero to the currency's minor
+    /// units; `None` without purchases.
+    pub fn average_order_value(&self, currency: &str) -> Option<Decimal> {
+        if self.purchases == 0 {
+            return None;
+        }
+        let aov = self.net().checked_div(Decimal::from(self.purchases))?;
+        Some(fx::round_to_minor(aov, fx::minor_units(currency)))
+    }
+}
+
+/// One period of a report: its figures per key and in total.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Period {
+    pub from: NaiveDate,
+    pub to: NaiveDate,
+    pub totals: Figures,
+    /// Highest net revenue first, then most conversions, most visitors, by key.
+    pub rows: Vec<(String, Figures)>,
+}
+
+/// A report: the period asked for, and the one compared with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub currency: String,
+    pub by: GroupBy,
+    pub current: Period,
+    pub previous: Option<(Compare, Period)>,
+}
+
+/// The report of a query: what `GET /api/sites/{siteId}/report`, `convapi report --figures` and the
+/// dashboard's report page show. Reads in the caller's transaction.
+pub fn report(
+    conn: &impl crate::store::engine::AsConn,
+    site: &Site,
+    q: &Query,
+) -> store::Result<Report> {
+    let current = period(conn, site, q.from, q.to, q.by)?;
+    let previous = match q.compare {
+        Some(c) => {
+            let (from, to) = c.period(q.from, q.to);
+            Some((c, period(conn, site, from, to, q.by)?))
+        }
+        None => None,
+    };
+    Ok(Report {
+        currency: site.currency.clone(),
+        by: q.by,
+        current,
+        previous,
+    })
+}
+
+/// The figures of the inclusive UTC days `from..=to`: the conversions' from the rollups
+/// ([`build`]), the visitors' and converting visitors' from the sessions and conversions of the
+/// range, one visitor at a time.
+pub fn period(
+    conn: &impl crate::store::engine::AsConn,
+    site: &Site,
+    from: NaiveDate,
+    to: NaiveDate,
+    by: GroupBy,
+) -> store::Result<Period> {
+    let minor = fx::minor_units(&site.currency);
+    let mut rows: BTreeMap<String, Figures> = build(conn, site, Some(from), Some(to), by)?
+        .iter()
+        .map(|r| (r.key.clone(), Figures::from_row(r)))
+        .collect();
+    let mut totals = Figures::default();
+    for f in rows.values() {
+        totals.conversions += f.conversions;
+        totals.purchases += f.purchases;
+        totals.unconverted += f.unconverted;
+        totals.gross += f.gross;
+        totals.refunds += f.refunds;
+    }
+    totals.gross = fx::round_to_minor(totals.gross, minor);
+    totals.refunds = fx::round_to_minor(totals.refunds, minor);
+    let (from_ms, to_ms) = day_range(Some(from), Some(to));
+    let own = site.domain.as_deref();
+    let excluded = store::referrals::excluded(conn, &site.id)?.unwrap_or_default();
+    // Visitors: each visitor's keys, counted once per key when the next visitor begins.
+    let mut seen = Distinct::default();
+    store::report::each_visit(conn, &site.id, from_ms, to_ms, |s| {
+        let ch = crate::attribution::channel_with(&s, own, &excluded);
+        let k = match by {
+            GroupBy::Source => Some(ch.source),
+            GroupBy::Medium => Some(ch.medium),
+            GroupBy::Campaign => Some(ch.campaign.unwrap_or_else(|| NOT_SET.to_owned())),
+            GroupBy::Channel => {
+                Some(crate::attribution::channel_group(&ch.source, &ch.medium).to_owned())
+            }
+            // A visit has no conversion type: every type's row counts the site's visitors.
+            GroupBy::Type => None,
+        };
+        seen.add(&s.visitor_id, k);
+        Ok::<_, StoreError>(())
+    })?;
+    let (visitors, per_key) = seen.finish();
+    totals.visitors = visitors;
+    for (k, n) in per_key {
+        rows.entry(k).or_default().visitors = n;
+    }
+    if by == GroupBy::Type {
+        for f in rows.values_mut() {
+            f.visitors = visitors;
+        }
+    }
+    let mut seen = Distinct::default();
+    store::report::each_converter(conn, &site.id, from_ms, to_ms, by, |c| {
+        seen.add(&c.visitor_id, Some(key(by, c.attributed, c.key)));
+        Ok::<_, StoreError>(())
+    })?;
+    let (converting, per_key) = seen.finish();
+    totals.converting_visitors = converting;
+    for (k, n) in per_key {
+        rows.entry(k).or_default().converting_visitors = n;
+    }
+    let zero = fx::round_to_minor(Decimal::ZERO, minor);
+    let mut rows: Vec<(String, Figures)> = rows
+        .into_iter()
+        .map(|(k, mut f)| {
+            // Rows with visitors only: their money in the currency's places too.
+            if f.conversions == 0 {
+                f.gross = zero;
+                f.refunds = zero;
+            }
+            (k, f)
+        })
+        .collect();
+    rows.sort_by(|(ka, a), (kb, b)| {
+        b.net()
+            .cmp(&a.net())
+            .then(b.conversions.cmp(&a.conversions))
+            .then(b.visitors.cmp(&a.visitors))
+            .then_with(|| ka.cmp(kb))
+    });
+    Ok(Period {
+        from,
+        to,
+        totals,
+        rows,
+    })
+}
+
+/// Distinct visitors, in total and per key, from (visitor, key) pairs that come ordered by
+/// visitor: only the current visitor's keys are held.
+#[derive(Default)]
+struct Distinct {
+    visitor: Option<String>,
+    keys: Vec<String>,
+    total: u64,
+    per_key: BTreeMap<String, u64>,
+}
+
+impl Distinct {
+    fn add(&mut self, visitor: &str, key: Option<String>) {
+        if self.visitor.as_deref() != Some(visitor) {
+            self.flush();
+            self.visitor = Some(visitor.to_owned());
+            self.total += 1;
+        }
+        if let Some(k) = key {
+            if !self.keys.contains(&k) {
+                self.keys.push(k);
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        for k in self.keys.drain(..) {
+            *self.per_key.entry(k).or_default() += 1;
+        }
+    }
+
+    fn finish(mut self) -> (u64, BTreeMap<String, u64>) {
+        self.flush();
+        (self.total, self.per_key)
+    }
+}
+
+/// One period's figures as JSON: the money as exact decimal strings in the site currency.
+fn figures_json(f: &Figures, currency: &str) -> serde_json::Value {
+    serde_json::json!({
+        "visitors": f.visitors,
+        "convertingVisitors": f.converting_visitors,
+        "conversionRate": f.conversion_rate(),
+        "conversions": f.conversions,
+        "purchases": f.purchases,
+        "unconverted": f.unconverted,
+        "grossRevenue": f.gross.to_string(),
+        "refunds": f.refunds.to_string(),
+        "netRevenue": f.net().to_string(),
+        "averageOrderValue": f.average_order_value(currency).map(|d| d.to_string()),
+    })
+}
+
+fn period_json(p: &Period, currency: &str) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = p
+        .rows
+        .iter()
+        .map(|(k, f)| {
+            let mut v = figures_json(f, currency);
+            v["key"] = serde_json::Value::String(k.clone());
+            v
+        })
+        .collect();
+    serde_json::json!({
+        "from": p.from.to_string(),
+        "to": p.to.to_string(),
+        "totals": figures_json(&p.totals, currency),
+        "rows": rows,
+    })
+}
+
+/// The report as the API answers it (and `convapi report --figures --json` prints it):
+/// `currency`, `from`, `to`, `by`, `totals`, `rows`, and with a comparison `previous`
+/// (`compare`, `from`, `to`, `totals`, `rows`).
+pub fn report_json(r: &Report) -> serde_json::Value {
+    let mut v = period_json(&r.current, &r.currency);
+    v["currency"] = serde_json::Value::String(r.currency.clone());
+    v["by"] = serde_json::Value::String(by_name(r.by).to_owned());
+    if let Some((c, p)) = &r.previous {
+        let mut prev = period_json(p, &r.currency);
+        prev["compare"] = serde_json::Value::String(c.as_str().to_owned());
+        v["previous"] = prev;
+    }
+    v
+}
+
+/// The report as an aligned table with a total line (the previous period's totals below, with
+/// the change of each).
+pub fn report_table(r: &Report) -> String {
+    let head = [
+        by_name(r.by).to_ascii_uppercase(),
+        "VISITORS".into(),
+        "CONVERTING".into(),
+        "RATE".into(),
+        "CONVERSIONS".into(),
+        format!("GROSS ({})", r.currency),
+        "REFUNDS".into(),
+        "NET".into(),
+        "AOV".into(),
+    ];
+    let cells = |k: &str, f: &Figures| -> [String; 9] {
+        [
+            k.to_owned(),
+            f.visitors.to_string(),
+            f.converting_visitors.to_string(),
+            format!("{:.2}%", f.conversion_rate() * 100.0),
+            f.conversions.to_string(),
+            f.gross.to_string(),
+            f.refunds.to_string(),
+            f.net().to_string(),
+            f.average_order_value(&r.currency)
+                .map(|d| d.to_string())
+                .unwrap_or_else(|| "-".into()),
+        ]
+    };
+    let mut lines: Vec<[String; 9]> = vec![head];
+    lines.extend(r.current.rows.iter().map(|(k, f)| cells(k, f)));
+    lines.push(cells("TOTAL", &r.current.totals));
+    if let Some((c, p)) = &r.previous {
+        lines.push(cells(
+            &format!("{} {}..{}", c.as_str().to_ascii_uppercase(), p.from, p.to),
+            &p.totals,
+        ));
+    }
+    let mut widths = [0usize; 9];
+    for line in &lines {
+        for (w, c) in widths.iter_mut().zip(line) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    lines
+        .iter()
+        .map(|line| {
+            let mut out = format!("{:<w$}", line[0], w = widths[0]);
+            for (cell, w) in line.iter().zip(widths).skip(1) {
+                out.push_str(&format!("  {cell:>w$}"));
+            }
+            out
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,6 +962,7 @@ mod tests {
             revenue: Decimal::from_str_exact(revenue).unwrap(),
             unconverted,
             refunds: Decimal::new(0, 2),
+            purchases: conversions,
         }
     }
 

@@ -70,6 +70,8 @@ pub struct Running {
     pipeline: Option<crate::worker::Worker>,
     sender: crate::forward::sender::Sender,
     pruner: crate::retention::Pruner,
+    /// Re-attribution after a referral exclusion list changed; with the pipeline only.
+    reattributor: Option<crate::reattribute::Reattributor>,
     rates_fetcher: Option<crate::ecb::Fetcher>,
     /// SQLite's alone: PostgreSQL checkpoints by itself.
     checkpointer: Option<Checkpointer>,
@@ -270,6 +272,14 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
         writer.clone(),
         &config.forward,
     )?;
+    let reattributor = match config.pipeline {
+        true => Some(crate::reattribute::Reattributor::start(
+            &location,
+            &config.store,
+            writer.clone(),
+        )?),
+        false => None,
+    };
     let pruner = crate::retention::Pruner::start(
         &location,
         &config.store,
@@ -336,6 +346,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
         pipeline: pipeline_worker,
         sender,
         pruner,
+        reattributor,
         rates_fetcher,
         checkpointer,
         lock,
@@ -353,6 +364,9 @@ impl Running {
         }
         self.sender.stop();
         self.pruner.stop();
+        if let Some(r) = self.reattributor {
+            r.stop();
+        }
         if let Some(f) = self.rates_fetcher {
             f.stop();
         }

@@ -35,7 +35,7 @@ fn usage_errors_keep_the_possible_values_and_the_suggestion() {
             &["report", "--site", "x", "--by", "sorce"],
             &[
                 "'sorce'",
-                "[possible values: source, medium, campaign, type]",
+                "[possible values: source, medium, campaign, channel, type]",
                 "a similar value exists: 'source'",
                 "(see convapi report --help)",
             ],

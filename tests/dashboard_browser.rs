@@ -355,6 +355,12 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
         "the chart has a bar for the day's conversion"
     );
     shots.take(&mut ui, "09-report");
+    // The figures card, compared with the same weekdays a week before, scrolled into view.
+    ui.click("#figures-other-compare");
+    ui.expect_text("#figures-compare", "same weekdays");
+    ui.expect_text("#figures", "Conversion rate");
+    ui.eval("document.querySelector('#figures-card').scrollIntoView(); true");
+    shots.take(&mut ui, "09a-report-figures");
 
     ui.click(&format!(
         "a[href='/dashboard/sites/{site_id}/dead-letters']"
@@ -465,7 +471,7 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     );
 
     let count = shots.taken;
-    assert_eq!(count, 17);
+    assert_eq!(count, 18);
     drop(ui);
     browser.close(&mut cdp);
 }

@@ -97,6 +97,9 @@ mod rates_fetch;
 // `convapi report`: grouping, revenue, unconverted orders, day ranges, table and `--json`, the
 // daily rollup. Here: what the report counts and shows.
 mod report;
+// `GET /api/sites/{siteId}/report`: each figure on a hand-computed fixture, the groupings, the
+// previous period, the parameters' and the key's errors. Here: what the report answers over HTTP.
+mod report_http;
 // Net revenue in the report: gross, refunds and net per row, by order or adjustment date, the
 // rollup of adjustments kept exact by every write path and random ledgers. Here: what the report
 // counts of an order's refunds, cancels and restates.

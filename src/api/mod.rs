@@ -10,6 +10,7 @@ pub mod error;
 pub mod health;
 pub mod hooks;
 pub mod people;
+pub mod report;
 pub mod routes;
 pub mod static_files;
 pub mod validate;

@@ -3,7 +3,8 @@
 //! 400 `VALIDATION_ERROR` naming it, before the handler (docs/decisions.md §2).
 
 use super::{
-    adjustments, batch, collect, conversions, health, hooks, people, static_files, ApiError, App,
+    adjustments, batch, collect, conversions, health, hooks, people, report, static_files,
+    ApiError, App,
 };
 use crate::http::{decode_segment, Ctx, Lane, Reply};
 
@@ -90,6 +91,8 @@ pub fn dispatch(app: &App, ctx: &mut Ctx) -> (Route, Result<Reply, ApiError>) {
         (_, ["api", "sites", _, "conversions", _]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("GET, HEAD"))),
         ("POST", ["api", "sites", site, "conversions", order, "adjustments"]) => (private("conversions_adjust"), params([("siteId", site), ("orderId", order)]).and_then(|[site, order]| adjustments::adjust(app, ctx, &site, &order))),
         (_, ["api", "sites", _, "conversions", _, "adjustments"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("POST"))),
+        ("GET" | "HEAD", ["api", "sites", site, "report"]) => (private("report"), params([("siteId", site)]).and_then(|[site]| report::report(app, ctx, &site))),
+        (_, ["api", "sites", _, "report"]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("GET, HEAD"))),
         ("DELETE", ["api", "sites", site, "people", client]) => (private("people_forget"), params([("siteId", site), ("clientId", client)]).and_then(|[site, client]| people::forget(app, ctx, &site, &client))),
         (_, ["api", "sites", _, "people", _]) => (UNKNOWN, Err(ApiError::MethodNotAllowed("DELETE"))),
         ("POST", ["hooks", source]) => (private("hooks"), params([("sourceId", source)]).and_then(|[source]| hooks::receive(app, ctx, &source))),

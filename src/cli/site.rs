@@ -76,6 +76,7 @@ pub(super) struct ListArgs {
 #[command(group(clap::ArgGroup::new("changes").required(true).multiple(true).args([
     "name", "domain", "no_domain", "currency", "window_days", "model", "signed_identify",
     "retain_days", "expire_conversions", "consent_required", "keep_unattributed",
+    "exclude_referrer", "include_referrer",
 ])))]
 pub(super) struct UpdateArgs {
     /// The site's id (UUID).
@@ -88,6 +89,14 @@ pub(super) struct UpdateArgs {
     no_domain: bool,
     #[command(flatten)]
     set: SettingArgs,
+    /// Add a host to the referrers that never count as a source (with its subdomains; the list
+    /// starts with payment and sign-in pages); repeatable. The site's conversions are
+    /// re-attributed in the background (`convapi serve` does it).
+    #[arg(long, value_name = "HOST", value_parser = crate::ops::referrals::host)]
+    exclude_referrer: Vec<String>,
+    /// Remove every entry of that list that is this host or one of its subdomains; repeatable.
+    #[arg(long, value_name = "HOST", value_parser = crate::ops::referrals::host)]
+    include_referrer: Vec<String>,
     /// Print the site as one JSON object.
     #[arg(long)]
     json: bool,
@@ -271,10 +280,27 @@ pub(super) fn update(db: &Location, a: UpdateArgs) -> CliResult {
     let changes = a.set.changes(a.name, domain);
     ops::sites::checked(&changes).map_err(refused)?;
     let conn = open(db)?;
-    let site = store::write_tx(&conn, |tx| ops::sites::update(tx, &a.site_id, &changes))
-        .map_err(refused)?;
+    let (site, referrers) = store::write_tx(&conn, |tx| {
+        let site = ops::sites::update(tx, &a.site_id, &changes)?;
+        let edit = (!a.exclude_referrer.is_empty() || !a.include_referrer.is_empty())
+            .then(|| ops::referrals::edit(tx, &site.id, &a.exclude_referrer, &a.include_referrer))
+            .transpose()?;
+        Ok::<_, ops::sites::SiteError>((site, edit))
+    })
+    .map_err(refused)?;
     print(a.json, &site, || {
         let mut line = describe("updated", &site);
+        if let Some(r) = &referrers {
+            line.push_str(&format!(
+                ", referrers excluded: {}{}",
+                r.hosts.join(" "),
+                if r.changed {
+                    " (conversions are re-attributed in the background)"
+                } else {
+                    " (unchanged)"
+                }
+            ));
+        }
         for setting in also_given(&site, &changes) {
             line.push_str(", ");
             line.push_str(&setting);

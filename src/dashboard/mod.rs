@@ -23,6 +23,7 @@ pub mod layout;
 pub mod links;
 pub mod overview;
 pub mod people;
+pub mod referrals;
 pub mod report;
 pub mod routes;
 pub mod setup;

@@ -25,10 +25,11 @@ pub const DEFAULT_DAYS: u64 = 30;
 /// The longest range a page or CSV covers (three years): the chart draws every day.
 pub const MAX_DAYS: i64 = 1096;
 
-const GROUPS: [(&str, &str); 4] = [
+const GROUPS: [(&str, &str); 5] = [
     ("source", "Source"),
     ("medium", "Medium"),
     ("campaign", "Campaign"),
+    ("channel", "Channel"),
     ("type", "Type"),
 ];
 
@@ -39,6 +40,7 @@ struct Range {
     by: GroupBy,
     by_name: &'static str,
     dated: Dated,
+    compare: rep::Compare,
 }
 
 impl Range {
@@ -65,10 +67,11 @@ impl Range {
             "source" => (GroupBy::Source, "source"),
             "medium" => (GroupBy::Medium, "medium"),
             "campaign" => (GroupBy::Campaign, "campaign"),
+            "channel" => (GroupBy::Channel, "channel"),
             "type" => (GroupBy::Type, "type"),
             _ => {
                 return Err(PageError::BadRequest(
-                    "by must be one of source, medium, campaign, type.".into(),
+                    "by must be one of source, medium, campaign, channel, type.".into(),
                 ))
             }
         };
@@ -81,12 +84,22 @@ impl Range {
                 ))
             }
         };
+        let compare = match get("compare").unwrap_or("previous") {
+            "previous" => rep::Compare::Previous,
+            "weekday" => rep::Compare::Weekday,
+            _ => {
+                return Err(PageError::BadRequest(
+                    "compare must be previous or weekday.".into(),
+                ))
+            }
+        };
         Ok(Range {
             from,
             to,
             by,
             by_name,
             dated,
+            compare,
         })
     }
 
@@ -129,6 +142,7 @@ fn total(rows: &[Row], currency: &str) -> Row {
             }),
             crate::fx::minor_units(currency),
         ),
+        purchases: rows.iter().map(|r| r.purchases).sum(),
     }
 }
 
@@ -271,11 +285,13 @@ pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
         Err(e) => return Err(e),
     };
     let (prev_from, prev_to) = previous_period(r.from, r.to);
-    let (rows, days, prev_rows) = d.read(|c| {
+    let (rows, days, prev_rows, figures, progress) = d.read(|c| {
         let rows = rep::build_dated(c, site, Some(r.from), Some(r.to), r.by, r.dated)?;
         let days = rep::daily(c, site, Some(r.from), Some(r.to))?;
         let prev = rep::build_dated(c, site, Some(prev_from), Some(prev_to), r.by, r.dated)?;
-        Ok((rows, days, prev))
+        let figures = rep::report(c, site, &r.figures_query())?;
+        let progress = crate::store::referrals::progress(c, &site.id)?;
+        Ok((rows, days, prev, figures, progress))
     })?;
     let svg = chart::svg(&days, r.from, r.to, &site.currency);
     let sum = total(&rows, &site.currency);
@@ -337,6 +353,7 @@ pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
                 }
             }
         }
+        (figures_card(&base, &r, &figures, progress.as_ref()))
         p.hint { "Revenue counts processed conversions, converted to " (site.currency)
             ", as first reported; refunds are what their refunds, cancellations and restatements took off it (by the order's date, or by the adjustment's), and net revenue is revenue less refunds. Unconverted: conversions not yet in " (site.currency) " (queued, waiting for exchange rates, or failed), counted apart; "
             (crate::attribution::NOT_SET) " is a visit without that UTM parameter (null in the API)." }
@@ -351,7 +368,11 @@ pub fn page(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult
 /// the currency in a column of its own. The key is the visitors' text (a UTM value): `crate::csv`
 /// neutralises it; the counts and the revenue are our numbers.
 pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult {
-    let r = Range::parse(&form::query(ctx), today())?;
+    let q = form::query(ctx);
+    let r = Range::parse(&q, today())?;
+    if q.get("figures").is_some_and(|v| v == "1") {
+        return figures_csv(d, &r, site);
+    }
     let rows = d.read(|c| Ok(rep::build(c, site, Some(r.from), Some(r.to), r.by)?))?;
     let mut out = Vec::with_capacity(128 + rows.len() * 64);
     let io = |e: std::io::Error| PageError::Internal(e.to_string());
@@ -383,6 +404,170 @@ pub fn csv(d: &Dashboard, ctx: &mut Ctx, _v: &Viewer, site: &Site) -> PageResult
     Ok(layout::csv(
         &format!(
             "report-{}-by-{}-{}-{}.csv",
+            layout::slug(&site.name),
+            r.by_name,
+            r.from,
+            r.to
+        ),
+        out,
+    ))
+}
+
+impl Range {
+    fn figures_query(&self) -> rep::Query {
+        rep::Query {
+            from: self.from,
+            to: self.to,
+            by: self.by,
+            compare: Some(self.compare),
+        }
+    }
+}
+
+/// A figure's column head, its tooltip the glossary's text.
+fn head(figure: &str, text: &str) -> maud::Markup {
+    html! { th.num { abbr title=(rep::meaning(figure)) { (text) } } }
+}
+
+/// The figures of docs/decisions.md §11 per key and in total, the total beside the compared
+/// period's with the change; what the last re-attribution did.
+fn figures_card(
+    base: &str,
+    r: &Range,
+    report: &rep::Report,
+    progress: Option<&crate::store::referrals::Progress>,
+) -> maud::Markup {
+    let cur = &report.currency;
+    let aov = |f: &rep::Figures| {
+        f.average_order_value(cur)
+            .map_or("–".to_owned(), |d| layout::thousands(&d.to_string()))
+    };
+    let rate = |f: &rep::Figures| format!("{:.2}%", f.conversion_rate() * 100.0);
+    let other = match r.compare {
+        rep::Compare::Previous => "weekday",
+        rep::Compare::Weekday => "previous",
+    };
+    let other_href = format!(
+        "{base}/report?from={}&to={}&by={}&dated={}&compare={other}",
+        r.from,
+        r.to,
+        r.by_name,
+        dated_name(r.dated)
+    );
+    html! {
+        section.card #figures-card {
+            h2 { "Visitors, conversion and order value" }
+            @if let Some(p) = progress {
+                @if p.running {
+                    p.notice #reattribution { "Re-attributing this site's conversions after its referral exclusion list changed: "
+                        (p.done) " looked at so far, " (p.changed) " changed source. The figures follow as it goes." }
+                } @else if let Some(at) = p.finished_at {
+                    p.notice #reattribution { "Conversions were re-attributed on " (layout::date(at)) " after the referral exclusion list changed: "
+                        (p.done) " looked at, " (p.changed) " changed source." }
+                }
+            }
+            @if let Some((c, prev)) = &report.previous {
+                @let t = &report.current.totals;
+                @let p = &prev.totals;
+                p.compare #figures-compare {
+                    "Compared with " (prev.from) " to " (prev.to)
+                    (match c { rep::Compare::Previous => " (the days before)", rep::Compare::Weekday => " (same weekdays)" })
+                    ": "
+                    (compared("visitors", &t.visitors.to_string(), &p.visitors.to_string(), change(Decimal::from(p.visitors), Decimal::from(t.visitors))))
+                    "; "
+                    (compared("conversion rate", &rate(t), &rate(p), change(Decimal::from_f64_retain(p.conversion_rate()).unwrap_or_default(), Decimal::from_f64_retain(t.conversion_rate()).unwrap_or_default())))
+                    "; "
+                    (compared("net revenue", &layout::thousands(&t.net().to_string()), &layout::thousands(&p.net().to_string()), change(p.net(), t.net())))
+                    "; "
+                    (compared("average order value", &aov(t), &aov(p), match (p.average_order_value(cur), t.average_order_value(cur)) { (Some(a), Some(b)) => change(a, b), _ => None }))
+                    ". "
+                    a #figures-other-compare href=(other_href) { "Compare with " (other) " instead" }
+                }
+            }
+            div.table-wrap {
+                table #figures {
+                    thead { tr {
+                        th { (GROUPS.iter().find(|(n, _)| *n == r.by_name).map_or("Source", |(_, l)| *l)) }
+                        (head("visitors", "Visitors")) (head("convertingVisitors", "Converting"))
+                        (head("conversionRate", "Conversion rate")) (head("conversions", "Conversions"))
+                        (head("grossRevenue", &format!("Gross ({cur})"))) (head("refunds", "Refunds"))
+                        (head("netRevenue", "Net revenue")) (head("averageOrderValue", "Avg. order value"))
+                    } }
+                    tbody {
+                        @for (key, f) in report.current.rows.iter().map(|(k, f)| (k.as_str(), f)).chain([("Total", &report.current.totals)]) {
+                            tr.figures-row.total[std::ptr::eq(f, &report.current.totals)] {
+                                td { (key) }
+                                td.num { (layout::thousands(&f.visitors.to_string())) }
+                                td.num { (layout::thousands(&f.converting_visitors.to_string())) }
+                                td.num { (rate(f)) }
+                                td.num { (layout::thousands(&f.conversions.to_string())) }
+                                td.num { (layout::thousands(&f.gross.to_string())) }
+                                td.num { (layout::thousands(&f.refunds.to_string())) }
+                                td.num { (layout::thousands(&f.net().to_string())) }
+                                td.num { (aov(f)) }
+                            }
+                        }
+                    }
+                }
+            }
+            p { a.button.secondary #figures-csv href={ (base) "/report.csv?figures=1&" (r.query()) } { "Download these figures (CSV)" } }
+        }
+    }
+}
+
+/// `report.csv?figures=1&…`: the figures of the card, one row per key then the total, money in
+/// the site currency; every cell through `crate::csv`.
+fn figures_csv(d: &Dashboard, r: &Range, site: &Site) -> PageResult {
+    let report = d.read(|c| Ok(rep::report(c, site, &r.figures_query())?))?;
+    let mut out = Vec::with_capacity(256 + report.current.rows.len() * 96);
+    let io = |e: std::io::Error| PageError::Internal(e.to_string());
+    crate::csv::record(
+        &mut out,
+        [
+            r.by_name,
+            "visitors",
+            "convertingVisitors",
+            "conversionRate",
+            "conversions",
+            "purchases",
+            "grossRevenue",
+            "refunds",
+            "netRevenue",
+            "averageOrderValue",
+            "currency",
+        ],
+    )
+    .map_err(io)?;
+    let cur = &report.currency;
+    for (key, f) in report
+        .current
+        .rows
+        .iter()
+        .map(|(k, f)| (k.as_str(), f))
+        .chain([("Total", &report.current.totals)])
+    {
+        crate::csv::record(
+            &mut out,
+            [
+                crate::csv::Field::from(key.to_owned()),
+                crate::csv::number(f.visitors),
+                crate::csv::number(f.converting_visitors),
+                crate::csv::number(f.conversion_rate()),
+                crate::csv::number(f.conversions),
+                crate::csv::number(f.purchases),
+                crate::csv::number(f.gross),
+                crate::csv::number(f.refunds),
+                crate::csv::number(f.net()),
+                f.average_order_value(cur)
+                    .map_or(crate::csv::Field::from(String::new()), crate::csv::number),
+                crate::csv::Field::from(cur.clone()),
+            ],
+        )
+        .map_err(io)?;
+    }
+    Ok(layout::csv(
+        &format!(
+            "figures-{}-by-{}-{}-{}.csv",
             layout::slug(&site.name),
             r.by_name,
             r.from,

@@ -8,8 +8,8 @@
 //! loaded.
 
 use super::{
-    account, auth, conversions, destinations, keys, layout, links, overview, people, report, setup,
-    sites, sources, two_factor, Dashboard, PageError, PageResult, Viewer,
+    account, auth, conversions, destinations, keys, layout, links, overview, people, referrals,
+    report, setup, sites, sources, two_factor, Dashboard, PageError, PageResult, Viewer,
 };
 use crate::http::{decode_segment, Ctx, Reply, StaticFile};
 use crate::store::{self, sites::Site};
@@ -42,6 +42,7 @@ pub fn dispatch(d: &Dashboard, ctx: &mut Ctx) -> (&'static str, PageResult) {
         ("GET" | "HEAD", ["dashboard", "sites", id]) => ("dash_site", site(d, ctx, id, sites::overview)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "setup"]) => ("dash_site_setup", site(d, ctx, id, overview::setup)),
         ("POST", ["dashboard", "sites", id]) => ("dash_site_update", site(d, ctx, id, sites::update)),
+        ("POST", ["dashboard", "sites", id, "referrers"]) => ("dash_site_referrers", site(d, ctx, id, referrals::update)),
         ("GET" | "HEAD", ["dashboard", "sites", id, "delete"]) => ("dash_site_delete", site(d, ctx, id, sites::delete_form)),
         ("POST", ["dashboard", "sites", id, "delete"]) => ("dash_site_delete", site(d, ctx, id, sites::delete)),
         ("GET" | "HEAD", ["dashboard", "settings", "api-keys"]) => ("dash_keys", viewer(d, ctx, keys::list)),

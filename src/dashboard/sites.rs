@@ -303,7 +303,9 @@ fn settings_card(v: &Viewer, site: &Site, typed: Option<(&Fields, &str)>) -> Mar
 /// `GET /dashboard/sites/{id}`: the Overview tab.
 pub fn overview(d: &Dashboard, ctx: &mut Ctx, v: &Viewer, site: &Site) -> PageResult {
     let flash = form::query(ctx).contains_key("saved").then_some("Saved.");
-    let page = overview::page(d, ctx, v, site, settings_card(v, site, None), flash)?;
+    let referrers = super::referrals::card(v, site, &super::referrals::stored(d, site)?, None);
+    let cards = maud::html! { (settings_card(v, site, None)) (referrers) };
+    let page = overview::page(d, ctx, v, site, cards, flash)?;
     Ok(layout::html(200, page))
 }
 

@@ -14,6 +14,7 @@ pub mod keys;
 pub mod orders;
 pub mod outbox;
 pub mod people;
+pub mod referrals;
 pub mod sites;
 pub mod sources;
 pub mod testdata;

@@ -240,40 +240,13 @@ fn decide(conn: &impl AsConn, seen: &mut Seen, conversion_id: &str) -> Result<De
             }
         }
     };
-    let touch = match &session {
-        Some((session_id, visitor_id)) => {
-            // The person: every visitor linked to the conversion's clientId, else its own visitor.
-            let mut visitors = match &w.client_id {
-                Some(c) => store::sessions::person(conn, &site.id, Identifier::Client(c))?,
-                None => Vec::new(),
-            };
-            if !visitors.contains(visitor_id) {
-                visitors.push(visitor_id.clone());
-            }
-            let mut sessions = store::sessions::in_window(
-                conn,
-                &site.id,
-                &visitors,
-                w.occurred_at.saturating_sub(site.window_ms()),
-                w.occurred_at,
-            )?;
-            if !sessions.iter().any(|s| s.id == *session_id) {
-                // The session the report was attached to always counts, even if the window rules
-                // would now leave it out.
-                sessions.extend(store::sessions::by_id(conn, &site.id, session_id)?);
-            }
-            attribution::attribute(model, &sessions, site.domain.as_deref())
-        }
-        None => attribution::Touch {
-            model,
-            session_id: None,
-            channel: attribution::Channel {
-                source: attribution::UNATTRIBUTED.into(),
-                medium: attribution::UNATTRIBUTED.into(),
-                campaign: Some(attribution::UNATTRIBUTED.into()),
-            },
-        },
-    };
+    let excluded = store::referrals::excluded(conn, &site.id)?.unwrap_or_default();
+    let mut at = w.clone();
+    if let Some((session_id, visitor_id)) = &session {
+        at.session_id = Some(session_id.clone());
+        at.visitor_id = Some(visitor_id.clone());
+    }
+    let touch = crate::reattribute::touch(conn, &site, model, &excluded, &at)?;
 
     let fx = match &w.value {
         None => Ok(Reported::default()),

@@ -448,7 +448,7 @@ fn take_over(conn: &impl AsConn, conversion_id: &str, r: &ApiReport, now_ms: i64
 
 /// A [`Conversion`] from the first ten columns of a row: `conversions.id, site_id, order_id, type,
 /// session_id, visitor_id, client_id, value, currency, occurred_at`.
-fn conversion(r: &Row) -> Result<Conversion> {
+pub(super) fn conversion(r: &Row) -> Result<Conversion> {
     Ok(Conversion {
         id: r.get(0)?,
         site_id: r.get(1)?,

@@ -242,6 +242,10 @@ mod tests {
             "0020_test_mode.sql",
             "ec3884f8c16a2f432ff5ba1f2b8e5310d218b5952953c3865f42f3fdd6cb18da",
         ),
+        (
+            "0021_referral_exclusion.sql",
+            "4562946dd4e2ddd44b853185e47456b1e3a478f14b9c7b967116dc8dd8a87c32",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

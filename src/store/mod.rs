@@ -29,6 +29,7 @@ mod migrate;
 pub mod outbox;
 pub mod pipeline;
 pub mod rates;
+pub mod referrals;
 pub mod report;
 pub mod retention;
 pub mod salts;

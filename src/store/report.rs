@@ -52,8 +52,19 @@ pub enum GroupBy {
     Source,
     Medium,
     Campaign,
+    /// The channel of the attributed source and medium (`attribution::channel_group`): the key is
+    /// the source and medium joined by [`CHANNEL_SEPARATOR`], for the caller to map.
+    Channel,
     Type,
 }
+
+/// What joins a source and its medium in [`GroupBy::Channel`]'s key: a control character that
+/// neither takes from a tagged link (the pixel drops them).
+pub const CHANNEL_SEPARATOR: char = '\u{1f}';
+
+/// The conversions a report counts, as the `FROM … WHERE` of every read of them here (the site is
+/// `?1`): one place for what never counts.
+const COUNTED_CONVERSIONS: &str = "FROM conversions WHERE site_id = ?1 AND test = 0";
 
 impl GroupBy {
     fn column(self) -> &'static str {
@@ -61,6 +72,7 @@ impl GroupBy {
             GroupBy::Source => "attr_source",
             GroupBy::Medium => "attr_medium",
             GroupBy::Campaign => "attr_campaign",
+            GroupBy::Channel => "attr_source || '\u{1f}' || attr_medium",
             GroupBy::Type => "type",
         }
     }
@@ -71,6 +83,9 @@ impl GroupBy {
             GroupBy::Source => "CASE WHEN (nulls & 1) <> 0 THEN NULL ELSE source END",
             GroupBy::Medium => "CASE WHEN (nulls & 2) <> 0 THEN NULL ELSE medium END",
             GroupBy::Campaign => "CASE WHEN (nulls & 4) <> 0 THEN NULL ELSE campaign END",
+            GroupBy::Channel => {
+                "CASE WHEN (nulls & 3) <> 0 THEN NULL ELSE source || '\u{1f}' || medium END"
+            }
             GroupBy::Type => "type",
         }
     }
@@ -87,6 +102,8 @@ pub struct Line {
     /// Decimal text in the site currency, once processed.
     pub reporting_value: Option<String>,
     pub occurred_at: i64,
+    /// Whether its type is `purchase`.
+    pub purchase: bool,
 }
 
 /// Calls `f` with each conversion of the site in `[from_ms, to_ms)`, one at a time, without
@@ -102,8 +119,8 @@ pub fn each_line<E: From<StoreError>>(
 ) -> std::result::Result<(), E> {
     conn.conn().query_each(
         &format!(
-            "SELECT {}, attr_model IS NOT NULL, status, reporting_value, occurred_at FROM conversions
-             WHERE site_id = ?1 AND occurred_at >= ?2 AND occurred_at < ?3 AND test = 0",
+            "SELECT {}, attr_model IS NOT NULL, status, reporting_value, occurred_at,
+                type = 'purchase' {COUNTED_CONVERSIONS} AND occurred_at >= ?2 AND occurred_at < ?3",
             by.column()
         ),
         args![site_id, from_ms, to_ms],
@@ -114,6 +131,90 @@ pub fn each_line<E: From<StoreError>>(
                 status: r.get(2)?,
                 reporting_value: r.get(3)?,
                 occurred_at: r.get(4)?,
+                purchase: r.get(5)?,
+            })
+        },
+    )
+}
+
+/// Calls `f` with each session of the site that started in `[from_ms, to_ms)`, ordered by visitor
+/// (then start), with the fields its channel is decided from (`attribution::channel`): the
+/// report's visitors, counted in memory that does not grow with them (one visitor's keys at a
+/// time).
+pub fn each_visit<E: From<StoreError>>(
+    conn: &impl AsConn,
+    site_id: &str,
+    from_ms: i64,
+    to_ms: i64,
+    mut f: impl FnMut(super::sessions::Session) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    conn.conn().query_each(
+        "SELECT visitor_id, started_at, referrer, utm_source, utm_medium, utm_campaign, gclid,
+            gbraid, wbraid, fbclid, msclkid, ttclid FROM sessions
+         WHERE site_id = ?1 AND started_at >= ?2 AND started_at < ?3
+         ORDER BY visitor_id, started_at",
+        args![site_id, from_ms, to_ms],
+        |r| {
+            f(super::sessions::Session {
+                id: String::new(),
+                visitor_id: r.get(0)?,
+                client_id: None,
+                started_at: r.get(1)?,
+                last_activity_at: r.get(1)?,
+                landing_url: None,
+                referrer: r.get(2)?,
+                campaign: super::sessions::Campaign {
+                    utm_source: r.get(3)?,
+                    utm_medium: r.get(4)?,
+                    utm_campaign: r.get(5)?,
+                    utm_term: None,
+                    utm_content: None,
+                    gclid: r.get(6)?,
+                    gbraid: r.get(7)?,
+                    wbraid: r.get(8)?,
+                    fbclid: r.get(9)?,
+                    msclkid: r.get(10)?,
+                    ttclid: r.get(11)?,
+                },
+            })
+        },
+    )
+}
+
+/// One visitor credited with conversions of one key.
+#[derive(Debug, Clone)]
+pub struct Converter {
+    pub visitor_id: String,
+    /// The grouping column's value, as in [`Line::key`].
+    pub key: Option<String>,
+    pub attributed: bool,
+}
+
+/// Calls `f` with each distinct (visitor, key) among the site's counted conversions in
+/// `[from_ms, to_ms)`, ordered by visitor: the report's converting visitors, counted one visitor
+/// at a time. Conversions without a visitor are left out.
+pub fn each_converter<E: From<StoreError>>(
+    conn: &impl AsConn,
+    site_id: &str,
+    from_ms: i64,
+    to_ms: i64,
+    by: GroupBy,
+    mut f: impl FnMut(Converter) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    conn.conn().query_each(
+        &format!(
+            "SELECT DISTINCT visitor_id, {} AS k, attr_model IS NOT NULL AS a
+             {COUNTED_CONVERSIONS} AND occurred_at >= ?2 AND occurred_at < ?3
+                AND visitor_id IS NOT NULL
+             ORDER BY visitor_id",
+            by.column()
+        ),
+        args![site_id, from_ms, to_ms],
+        |r| {
+            f(Converter {
+                visitor_id: r.get(0)?,
+                key: r.get(1)?,
+                attributed: r.get(2)?,
             })
         },
     )
@@ -128,6 +229,8 @@ pub struct Sums<K> {
     pub conversions: i64,
     pub revenue_minor: i64,
     pub unconverted: i64,
+    /// How many of the conversions are purchases.
+    pub purchases: i64,
 }
 
 /// The sums' columns on PostgreSQL, after the key and `attributed`: the revenue only when it fits
@@ -141,7 +244,7 @@ const PG_SUMS: &str = "CAST(SUM(conversions) AS BIGINT),
             THEN 0 ELSE 1 END";
 
 /// Runs a rollup query whose rows are `key, attributed, conversions, revenue_minor, unconverted,
-/// inexact` (`sqlite` or `postgres`, by the engine); `None` as soon as a sum cannot be exact: a
+/// inexact, purchases` (`sqlite` or `postgres`, by the engine); `None` as soon as a sum cannot be exact: a
 /// row counts inexact values, or its revenue is not an integer (a SQLite cell past 64 bits), or
 /// the sum went past 64 bits (SQLite's `SUM` fails; PostgreSQL's is checked in the query).
 fn sums<K: rusqlite::types::FromSql + FromColumn>(
@@ -164,6 +267,7 @@ fn sums<K: rusqlite::types::FromSql + FromColumn>(
                         conversions: r.get(2)?,
                         revenue_minor: r.get(3)?,
                         unconverted: r.get(4)?,
+                        purchases: r.get(6)?,
                     },
                 ))
             })?;
@@ -195,6 +299,7 @@ fn sums<K: rusqlite::types::FromSql + FromColumn>(
             conversions: row.get(2)?,
             revenue_minor,
             unconverted: row.get(4)?,
+            purchases: row.get(6)?,
         });
     }
     Ok(Some(out))
@@ -216,13 +321,13 @@ pub fn groups(
 ) -> Result<Option<Vec<Sums<Option<String>>>>> {
     let sqlite = format!(
         "SELECT {} AS k, attributed, SUM(conversions), SUM(revenue_minor), SUM(unconverted),
-            SUM(inexact) + SUM(typeof(revenue_minor) <> 'integer')
+            SUM(inexact) + SUM(typeof(revenue_minor) <> 'integer'), SUM(CASE WHEN type = 'purchase' THEN conversions ELSE 0 END)
          FROM report_daily WHERE site_id = ?1 AND day >= ?2 AND day < ?3
          GROUP BY k, attributed HAVING SUM(conversions) > 0",
         by.rollup_key()
     );
     let postgres = format!(
-        "SELECT {} AS k, attributed, {PG_SUMS}
+        "SELECT {} AS k, attributed, {PG_SUMS}, CAST(SUM(CASE WHEN type = 'purchase' THEN conversions ELSE 0 END) AS BIGINT)
          FROM report_daily WHERE site_id = ?1 AND day >= ?2 AND day < ?3
          GROUP BY k, attributed HAVING SUM(conversions) > 0",
         by.rollup_key()
@@ -241,11 +346,11 @@ pub fn days(
     sums(
         conn,
         "SELECT day, 1, SUM(conversions), SUM(revenue_minor), SUM(unconverted),
-            SUM(inexact) + SUM(typeof(revenue_minor) <> 'integer')
+            SUM(inexact) + SUM(typeof(revenue_minor) <> 'integer'), SUM(CASE WHEN type = 'purchase' THEN conversions ELSE 0 END)
          FROM report_daily WHERE site_id = ?1 AND day >= ?2 AND day < ?3
          GROUP BY day HAVING SUM(conversions) > 0 ORDER BY day",
         &format!(
-            "SELECT day, 1, {PG_SUMS}
+            "SELECT day, 1, {PG_SUMS}, CAST(SUM(CASE WHEN type = 'purchase' THEN conversions ELSE 0 END) AS BIGINT)
              FROM report_daily WHERE site_id = ?1 AND day >= ?2 AND day < ?3
              GROUP BY day HAVING SUM(conversions) > 0 ORDER BY day"
         ),
@@ -289,7 +394,7 @@ pub fn change_groups(
     let dated_code = dated.code();
     let sqlite = format!(
         "SELECT {} AS k, attributed, 0, SUM(net_change_minor), 0,
-            SUM(inexact) + SUM(typeof(net_change_minor) <> 'integer')
+            SUM(inexact) + SUM(typeof(net_change_minor) <> 'integer'), 0
          FROM report_refunds WHERE site_id = ?1 AND dated = {dated_code} AND day >= ?2 AND day < ?3
          GROUP BY k, attributed",
         by.rollup_key()
@@ -301,7 +406,8 @@ pub fn change_groups(
             CAST(0 AS BIGINT),
             CAST(SUM(inexact) AS BIGINT)
                 + CASE WHEN SUM(net_change_minor) BETWEEN -9223372036854775808 AND 9223372036854775807
-                    THEN 0 ELSE 1 END
+                    THEN 0 ELSE 1 END,
+            CAST(0 AS BIGINT)
          FROM report_refunds WHERE site_id = ?1 AND dated = {dated_code} AND day >= ?2 AND day < ?3
          GROUP BY k, attributed",
         by.rollup_key()

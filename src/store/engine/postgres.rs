@@ -103,6 +103,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0020_test_mode.sql",
         include_str!("../migrations/postgres/0020_test_mode.sql"),
     ),
+    Migration::new(
+        21,
+        "0021_referral_exclusion.sql",
+        include_str!("../migrations/postgres/0021_referral_exclusion.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

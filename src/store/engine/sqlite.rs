@@ -258,6 +258,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0020_test_mode.sql",
         include_str!("../migrations/sqlite/0020_test_mode.sql"),
     ),
+    Migration::new(
+        21,
+        "0021_referral_exclusion.sql",
+        include_str!("../migrations/sqlite/0021_referral_exclusion.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.
