@@ -111,28 +111,31 @@ fn format_invocations(src: &str) -> Vec<String> {
 
 /// What a SQL `format!` may interpolate: reviewed names of columns and constants, never input.
 const SQL_INTERPOLATION_ALLOWED: &[&str] = &[
-    "COLUMNS",           // store/keys.rs, store/sites.rs: a const column list
-    "source.column()",   // store/conversions.rs: an enum's &'static str column name
-    "c.source.column()", // same
-    "by.column()",       // store/report.rs: a GroupBy enum's &'static str column name
-    "by.rollup_key()",   // store/report.rs: a GroupBy enum's &'static str rollup expression
-    "oracle_condition",  // store/dashboard.rs unit tests: the tests' constant WHERE conditions
-    "STATUS_COLUMNS",    // store/conversions.rs, store/export.rs: the order status column list
-    "ENTRY_COLUMNS",     // store/outbox.rs: the outbox entry column list
-    "PG_SUMS",           // store/report.rs: the rollup sums' const columns on PostgreSQL
-    "sessions::COLUMNS", // store/export.rs: sessions.rs's const column list
-    "table_ident",       // store/copy.rs: a table of copy::TABLES or the catalog's, quoted
-    "column_list",       // store/copy.rs: a table's columns as both catalogs name them, quoted
-    "identity_column",   // store/copy.rs: an identity column the target's catalog names, quoted
-    "REAL_TOLERANCE",    // store/copy.rs: the const tolerance of a REAL rollup cell
-    "SESSION_COLUMNS",   // store/deliveries.rs: a session's const forwarding column list
-    "timeout_ms",        // store/engine/postgres.rs: a u128 number of milliseconds
-    "placeholders",      // store/adjustments.rs, store/conversions.rs: `?1, ?2, …` from a count
-    "DUE",               // store/adjustment_deliveries.rs: the const condition of a due adjustment
-    "ADJUSTMENT_DUE",    // store/deliveries.rs: the same const, imported
-    "CELL",              // store/adjustments.rs: the const expressions of an order's report cell
-    "dated_code",        // store/report.rs: a Dated enum's integer code
-    "at_column",         // store/report.rs: a Dated enum's &'static str column
+    "COLUMNS",             // store/keys.rs, store/sites.rs: a const column list
+    "source.column()",     // store/conversions.rs: an enum's &'static str column name
+    "c.source.column()",   // same
+    "by.column()",         // store/report.rs: a GroupBy enum's &'static str column name
+    "by.rollup_key()",     // store/report.rs: a GroupBy enum's &'static str rollup expression
+    "oracle_condition",    // store/dashboard.rs unit tests: the tests' constant WHERE conditions
+    "STATUS_COLUMNS",      // store/conversions.rs, store/export.rs: the order status column list
+    "ENTRY_COLUMNS",       // store/outbox.rs: the outbox entry column list
+    "PG_SUMS",             // store/report.rs: the rollup sums' const columns on PostgreSQL
+    "sessions::COLUMNS",   // store/export.rs: sessions.rs's const column list
+    "table_ident",         // store/copy.rs: a table of copy::TABLES or the catalog's, quoted
+    "column_list",         // store/copy.rs: a table's columns as both catalogs name them, quoted
+    "identity_column",     // store/copy.rs: an identity column the target's catalog names, quoted
+    "REAL_TOLERANCE",      // store/copy.rs: the const tolerance of a REAL rollup cell
+    "SESSION_COLUMNS",     // store/deliveries.rs: a session's const forwarding column list
+    "timeout_ms",          // store/engine/postgres.rs: a u128 number of milliseconds
+    "placeholders",        // store/adjustments.rs, store/conversions.rs: `?1, ?2, …` from a count
+    "DUE",            // store/adjustment_deliveries.rs: the const condition of a due adjustment
+    "ADJUSTMENT_DUE", // store/deliveries.rs: the same const, imported
+    "CELL",           // store/adjustments.rs: the const expressions of an order's report cell
+    "dated_code",     // store/report.rs: a Dated enum's integer code
+    "at_column",      // store/report.rs: a Dated enum's &'static str column
+    "COUNTED_CONVERSIONS", // store/report.rs: the const FROM … WHERE of the counted conversions
+    "set_after",      // store/referrals.rs: one of two const SET fragments, chosen by a match
+    "list_is",        // store/referrals.rs: one of two const conditions, chosen by an if
     // store/dialect.rs's words, each spelled by the connection's engine from `&'static str`
     // arguments only (its parameters named const_…), and the table files' names for them.
     "const_index",

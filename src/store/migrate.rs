@@ -494,9 +494,11 @@ mod tests {
                 "report_daily",
             ]
             .iter()
-            .map(|t| {
-                conn.query_row(&format!("SELECT COUNT(*) FROM {t}"), [], |r| r.get(0))
-                    .unwrap()
+            .map(|const_table| {
+                conn.query_row(&format!("SELECT COUNT(*) FROM {const_table}"), [], |r| {
+                    r.get(0)
+                })
+                .unwrap()
             })
             .collect()
         };
