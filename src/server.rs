@@ -327,6 +327,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
         metrics_token: config.metrics_token.clone(),
         batches: crate::api::batch::Slots::for_threads(config.http.threads),
         dashboard,
+        hook_failures: Default::default(),
     });
     let http =
         http::serve(&config.http, Arc::new(Api(app.clone())), metrics).map_err(StartError::Http)?;

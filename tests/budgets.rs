@@ -372,3 +372,77 @@ fn slow_huge_batches_do_not_starve_single_calls() {
         "conversions p90 {p90:?} over {n} during 16 slow batches ({failed:?} failed)"
     );
 }
+
+/// A source's address is public: a flood of posts with no valid signature, from many addresses,
+/// stores nothing and leaves the keyed API within its budget. Each failure is counted (exactly:
+/// the Sources page shows them), but the failures that arrive while one is being written join its
+/// tally instead of queueing a writer job each.
+#[test]
+fn a_flood_of_unsigned_webhook_posts_stores_nothing_and_does_not_starve_the_api() {
+    let _alone = heavy_load();
+    let app = TestApp::builder()
+        .serve_args(&["--trusted-proxies", "127.0.0.1"])
+        .start();
+    let source = app.add_stripe_source(&app.site.id, "https://stats.shop.example")["id"]
+        .as_str()
+        .expect("a source id")
+        .to_owned();
+    let body = br#"{"id":"evt_forged","type":"checkout.session.completed","data":{"object":{}}}"#;
+    let statuses = std::sync::Mutex::new(Vec::new());
+    let (p90, n, failed) = measured(&app, || {
+        std::thread::scope(|s| {
+            for t in 0..100 {
+                let (app, source, statuses) = (&app, &source, &statuses);
+                s.spawn(move || {
+                    let from = format!("203.0.{}.{}", t / 200, t % 200);
+                    for i in 0..10 {
+                        // Unsigned, or signed with a guess.
+                        let forged = format!("t={},v1={:064x}", now_ms() / 1000, t * 10 + i);
+                        let mut headers = vec![
+                            ("Content-Type", "application/json"),
+                            ("X-Forwarded-For", from.as_str()),
+                        ];
+                        if i % 2 == 1 {
+                            headers.push(("Stripe-Signature", forged.as_str()));
+                        }
+                        let r = app.send(
+                            "POST",
+                            &format!("/hooks/{source}"),
+                            &headers,
+                            Some(body.as_slice()),
+                        );
+                        statuses.lock().unwrap().push(r.status);
+                    }
+                });
+            }
+        });
+    });
+    let statuses = statuses.into_inner().unwrap();
+    let refused = statuses.iter().filter(|s| **s == 401).count() as i64;
+    eprintln!(
+        "1,000 forged webhook posts: {refused} refused 401; conversions p90 {p90:?} over {n} \
+         ({failed:?} failed)"
+    );
+    assert!(
+        statuses.iter().all(|s| *s == 401 || *s == 503),
+        "each forged post is refused (401), or turned away at once (503): {statuses:?}"
+    );
+    assert!(refused > 0, "some posts reached the signature check");
+    assert_eq!(
+        app.query_i64("SELECT COUNT(*) FROM hook_events", &[]),
+        0,
+        "nothing of a forged post is stored"
+    );
+    assert_eq!(
+        app.query_i64(
+            "SELECT signature_failures FROM sources WHERE id = ?1",
+            &[&source]
+        ),
+        refused,
+        "each refusal is counted once"
+    );
+    assert!(
+        p90 <= API_P90,
+        "conversions p90 {p90:?} over {n} during 1,000 forged webhook posts ({failed:?} failed)"
+    );
+}

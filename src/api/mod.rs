@@ -47,6 +47,8 @@ pub struct App {
     pub batches: batch::Slots,
     /// The HTML dashboard, which answers every path under `/dashboard`.
     pub dashboard: crate::dashboard::Dashboard,
+    /// Webhook signature failures not yet written, by source (`hooks::Failures`).
+    pub hook_failures: Arc<hooks::Failures>,
 }
 
 /// The [`Service`] the HTTP front serves: routes each request, and renders every error once.

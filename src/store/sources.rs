@@ -98,12 +98,12 @@ pub fn for_hook(conn: &impl AsConn, id: &str) -> Result<Option<(Source, Option<S
     Ok(Some((source, secret)))
 }
 
-/// Counts a post to source `id` whose signature did not hold.
-pub fn count_failure(conn: &impl AsConn, id: &str, now_ms: i64) -> Result<()> {
+/// Counts `n` posts to source `id` whose signature did not hold, the last at `last_ms`.
+pub fn count_failures(conn: &impl AsConn, id: &str, n: i64, last_ms: i64) -> Result<()> {
     conn.conn().execute(
-        "UPDATE sources SET signature_failures = signature_failures + 1, last_failure_at = ?2
+        "UPDATE sources SET signature_failures = signature_failures + ?2, last_failure_at = ?3
          WHERE id = ?1",
-        args![id, now_ms],
+        args![id, n, last_ms],
     )?;
     Ok(())
 }

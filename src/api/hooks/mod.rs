@@ -251,11 +251,7 @@ pub fn receive(app: &App, ctx: &mut Ctx, source_id: &str) -> Result<Reply, ApiEr
         },
     };
     if let Err(why) = verified {
-        let id = source.id.clone();
-        // Counted before the answer; a busy database does not turn a 401 into a 503.
-        let _ = app
-            .writer
-            .submit(move |c| store::sources::count_failure(c, &id, now));
+        app.hook_failures.count(app, &source.id, now);
         return Err(ApiError::BadSignature(why.to_string()));
     }
     let event = match source.kind.as_str() {
@@ -326,6 +322,48 @@ pub fn receive(app: &App, ctx: &mut Ctx, source_id: &str) -> Result<Reply, ApiEr
         app.pipeline.wake();
     }
     Ok(received(outcome))
+}
+
+/// Signature failures counted but not yet written, by source: (how many, the last one's time).
+/// A failure with none waiting for its source writes itself, and its 401 waits for that commit (so
+/// that the count is there when the provider's settings page is looked at next); the failures that
+/// arrive meanwhile are added to the waiting tally and answered at once. A flood of bad posts to
+/// one source is then one writer job at a time, not one each, so it cannot crowd the writer the
+/// keyed API commits through.
+#[derive(Default)]
+pub struct Failures(std::sync::Mutex<std::collections::HashMap<String, (i64, i64)>>);
+
+impl Failures {
+    fn count(self: &std::sync::Arc<Self>, app: &App, source_id: &str, now: i64) {
+        {
+            let mut waiting = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((n, last)) = waiting.get_mut(source_id) {
+                *n += 1;
+                *last = (*last).max(now);
+                return;
+            }
+            waiting.insert(source_id.to_owned(), (1, now));
+        }
+        let (tally, id) = (self.clone(), source_id.to_owned());
+        // A busy database does not turn a 401 into a 503: an unwritten tally is dropped.
+        let written = app.writer.submit(move |c| {
+            let taken = tally
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            match taken {
+                Some((n, last)) => store::sources::count_failures(c, &id, n, last),
+                None => Ok(()),
+            }
+        });
+        if written.is_err() {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(source_id);
+        }
+    }
 }
 
 /// One event's writer job: its effects and its `hook_events` row, in one savepoint.
