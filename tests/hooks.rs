@@ -607,3 +607,60 @@ fn the_pruner_removes_webhook_events_past_the_sites_retention_in_bounded_jobs() 
     with_writer(&app, |w| convapi::retention::prune_once(&conn, w, now)).expect("prune");
     assert_eq!(count(), 1);
 }
+
+/// Stripe's own library is the reference for its scheme: a header this suite signs passes the
+/// PyPI `stripe` package's `WebhookSignature.verify_header`, and one that package computes (its
+/// `_compute_signature` over `"{t}.{payload}"`, as `verify_header` checks it) is accepted here.
+#[test]
+fn signatures_agree_with_stripes_own_library() {
+    let app = TestApp::start();
+    let source = stripe_source(&app);
+    let client = unique("customer");
+    shopper(&app, &client);
+    let order_id = unique("order");
+    let paid = session(
+        "paid",
+        1990,
+        "eur",
+        Some(&client),
+        json!({"order_id": order_id}),
+        &unique("pi"),
+    );
+    let body = serde_json::to_vec(&event("checkout.session.completed", paid)).unwrap();
+    let t = now_ms() / 1000;
+    let ours = signature(SECRET, t, &body);
+    let dir = tempfile::tempdir().unwrap();
+    let payload = dir.path().join("payload.json");
+    std::fs::write(&payload, &body).unwrap();
+    let script = r#"
+import sys, time, stripe
+payload, header, secret = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3]
+stripe.WebhookSignature.verify_header(payload, header, secret, 300)
+t = int(time.time())
+print("t=%d,v1=%s" % (t, stripe.WebhookSignature._compute_signature("%d.%s" % (t, payload), secret)))
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&payload)
+        .arg(&ours)
+        .arg(SECRET)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "python3 with the stripe package is needed: run scripts/install-test-deps.sh ({e})"
+            )
+        });
+    assert!(
+        out.status.success(),
+        "Stripe's library refuses this suite's signature {ours:?}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(
+        theirs.starts_with("t=") && theirs.contains(",v1="),
+        "{theirs}"
+    );
+    let v = post_signed(&app, &source, &theirs, &body).expect(200);
+    assert_eq!(v["outcome"], json!("accepted"), "{v}");
+    assert_eq!(order(&app, &order_id).2, "19.9");
+}

@@ -446,3 +446,36 @@ fn a_wrong_secret_or_no_signature_is_refused_and_counted_and_a_large_body_is_413
         "accepted"
     );
 }
+
+/// Shopify's own published samples (tests/fixtures/README.md), as they are: order #1001 paid
+/// (409.94 USD, customer 207119551, whom no visit here names: recorded unattributed), then its
+/// refund 509562969 (one successful refund transaction of 209.00).
+#[test]
+fn shopifys_published_order_and_refund_samples() {
+    let app = TestApp::start();
+    let source = app.add_source("shopify", SECRET);
+    let order: Value =
+        serde_json::from_str(include_str!("fixtures/shopify/order-450789469.json")).unwrap();
+    let refund: Value =
+        serde_json::from_str(include_str!("fixtures/shopify/refund-509562969.json")).unwrap();
+    assert_eq!(
+        deliver(&app, &source, "orders/paid", &unique("wh"), &order),
+        "unattributed"
+    );
+    let (value, currency, net, _, adjustments) = status(&app, 450789469);
+    assert_eq!(
+        (value.as_str(), currency, net.as_str(), adjustments),
+        ("409.94", json!("USD"), "409.94", 0)
+    );
+    let v = app.order_status("450789469").expect(200);
+    assert_eq!(v["attribution"]["source"], json!("(unattributed)"), "{v}");
+    assert_eq!(
+        deliver(&app, &source, "refunds/create", &unique("wh"), &refund),
+        "accepted"
+    );
+    let (_, _, net, state, adjustments) = status(&app, 450789469);
+    assert_eq!(
+        (net.as_str(), state, adjustments),
+        ("200.94", json!("partially_refunded"), 1)
+    );
+}

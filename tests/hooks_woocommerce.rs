@@ -421,3 +421,46 @@ fn forgetting_a_customer_clears_a_kept_refund_of_theirs() {
     ]);
     assert_eq!(kept(), 0);
 }
+
+/// WooCommerce's published samples (tests/fixtures/README.md), as they are: order 727 in
+/// `processing` (29.35 USD, a guest) is a purchase; order 723, `completed` with two refunds listed
+/// (10.00 and 9.00 of 39.00), is a purchase and its two refunds, each once.
+#[test]
+fn woocommerces_published_order_samples() {
+    let app = TestApp::start();
+    let source = app.add_source("woocommerce", SECRET);
+    let processing: Value = serde_json::from_str(include_str!(
+        "fixtures/woocommerce/order-727-processing.json"
+    ))
+    .unwrap();
+    let refunded: Value = serde_json::from_str(include_str!(
+        "fixtures/woocommerce/order-723-completed-with-refunds.json"
+    ))
+    .unwrap();
+    assert_eq!(
+        deliver(&app, &source, "order.created", &unique("d"), &processing),
+        "unattributed"
+    );
+    let v = app.order_status("727").expect(200);
+    assert_eq!(
+        (&v["value"], &v["currency"], &v["netValue"]),
+        (&json!(29.35), &json!("USD"), &json!(29.35)),
+        "{v}"
+    );
+    assert_eq!(
+        deliver(&app, &source, "order.updated", &unique("d"), &refunded),
+        "unattributed"
+    );
+    let v = app.order_status("723").expect(200);
+    assert_eq!(
+        (&v["value"], &v["netValue"], &v["state"]),
+        (&json!(39), &json!(20), &json!("partially_refunded")),
+        "{v}"
+    );
+    assert_eq!(v["adjustments"].as_array().unwrap().len(), 2, "{v}");
+    // The same state delivered again changes nothing.
+    deliver(&app, &source, "order.updated", &unique("d"), &refunded);
+    let again = app.order_status("723").expect(200);
+    assert_eq!(again["netValue"], json!(20), "{again}");
+    assert_eq!(again["adjustments"].as_array().unwrap().len(), 2, "{again}");
+}
