@@ -580,6 +580,17 @@ impl Query {
         let (from_day, to_day) = (day("from", from)?, day("to", to)?);
         let to = to_day.unwrap_or(today);
         let from = from_day.unwrap_or(to - chrono::Duration::days(29));
+        // Nothing is stored before the epoch, and a compared period before year 0 would have no
+        // date like YYYY-MM-DD.
+        let first = NaiveDate::from_ymd_opt(1970, 1, 1).expect("a date");
+        for (name, d) in [("from", from), ("to", to)] {
+            if d < first {
+                return Err(BadParameter {
+                    name,
+                    why: format!("{name} {d} is before 1970-01-01"),
+                });
+            }
+        }
         if from > to {
             return Err(BadParameter {
                 name: "from",
@@ -979,6 +990,21 @@ mod tests {
         );
         let back: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(back[0]["key"], "news\"letter");
+    }
+
+    /// A compared period before year 0 has no YYYY-MM-DD date (schemathesis found the report
+    /// answering `"from": "-0003-12-25"`): days before the epoch are refused, naming the parameter.
+    #[test]
+    fn days_before_the_epoch_are_refused() {
+        let today = NaiveDate::from_ymd_opt(2026, 11, 27).unwrap();
+        let bad =
+            Query::parse(Some("0004-01-01"), Some("0010-01-01"), None, None, today).unwrap_err();
+        assert_eq!(bad.name, "from");
+        let bad =
+            Query::parse(Some("1970-01-01"), Some("1969-12-31"), None, None, today).unwrap_err();
+        assert_eq!(bad.name, "to");
+        let ok = Query::parse(Some("1970-01-01"), Some("1970-01-31"), None, None, today).unwrap();
+        assert_eq!(ok.from, NaiveDate::from_ymd_opt(1970, 1, 1).unwrap());
     }
 
     #[test]
