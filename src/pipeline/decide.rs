@@ -65,6 +65,8 @@ struct Seen {
     /// here is read alone.
     conversions: std::collections::HashMap<String, store::conversions::Conversion>,
     sites: std::collections::HashMap<String, Option<store::sites::Site>>,
+    /// Each site's referral exclusion list.
+    excluded: std::collections::HashMap<String, Vec<String>>,
     legs: std::collections::HashMap<(String, String), Option<Leg>>,
 }
 
@@ -197,7 +199,7 @@ impl Decision {
 
 /// Attribution and currency for one conversion; reads only.
 fn decide(conn: &impl AsConn, seen: &mut Seen, conversion_id: &str) -> Result<Decision, Failure> {
-    let w = match seen.conversions.remove(conversion_id) {
+    let mut w = match seen.conversions.remove(conversion_id) {
         Some(w) => w,
         None => store::conversions::by_id(conn, conversion_id)?
             .ok_or_else(|| Failure::Item(format!("conversion {conversion_id} does not exist")))?,
@@ -240,13 +242,17 @@ fn decide(conn: &impl AsConn, seen: &mut Seen, conversion_id: &str) -> Result<De
             }
         }
     };
-    let excluded = store::referrals::excluded(conn, &site.id)?.unwrap_or_default();
-    let mut at = w.clone();
-    if let Some((session_id, visitor_id)) = &session {
-        at.session_id = Some(session_id.clone());
-        at.visitor_id = Some(visitor_id.clone());
+    if !seen.excluded.contains_key(&site.id) {
+        let list = store::referrals::excluded(conn, &site.id)?.unwrap_or_default();
+        seen.excluded.insert(site.id.clone(), list);
     }
-    let touch = crate::reattribute::touch(conn, &site, model, &excluded, &at)?;
+    let excluded = &seen.excluded[&site.id];
+    // The touch of the session found now, for an order kept with none.
+    if let Some((session_id, visitor_id)) = &session {
+        w.session_id = Some(session_id.clone());
+        w.visitor_id = Some(visitor_id.clone());
+    }
+    let touch = crate::reattribute::touch(conn, &site, model, excluded, &w)?;
 
     let fx = match &w.value {
         None => Ok(Reported::default()),

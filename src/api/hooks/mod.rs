@@ -206,23 +206,20 @@ fn resolve_session(
     visitor_id: Option<&str>,
     at: i64,
 ) -> Result<Option<(String, String)>, ApiError> {
-    let idents = [
+    let idents: Vec<Identifier<'_>> = [
         client_id.map(Identifier::Client),
         visitor_id.map(Identifier::Visitor),
-    ];
-    for ident in idents.into_iter().flatten() {
-        let person = store::sessions::person(conn, &site.id, ident)?;
-        if !person.is_empty() {
-            return Ok(store::sessions::resolve(
-                conn,
-                &site.id,
-                &person,
-                at,
-                site.window_ms(),
-            )?);
-        }
-    }
-    Ok(None)
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    Ok(store::sessions::resolve_first(
+        conn,
+        &site.id,
+        &idents,
+        at,
+        site.window_ms(),
+    )?)
 }
 
 fn received(outcome: &str) -> Reply {
