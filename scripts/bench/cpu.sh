@@ -33,6 +33,10 @@
 # to a fresh database file of its own in every run). In every round each database
 # gets every target, in an order reversed from one round to the next.
 #
+# With OLD_REV each build serves copies of a template of its own: the old build's is the seeded
+# one, the checkout's that one migrated by the checkout and left until it idled (settle, below), so
+# that a migration's one-time background work is not counted as a conversion's cost.
+#
 # Prints, per database, the medians over the rounds of: server CPU µs per accepted conversion,
 # accepted/s, p50 and p99 (wrk's), peak RSS, accepted/s ÷ the no-op server's requests/s (taken per
 # round), and for the no-op server and the floor their CPU µs per request and requests/s; with OLD_REV, the
@@ -68,7 +72,7 @@
 # builds themselves caused to fall back under MAX_LOAD, and refuses then too if it does not.
 #
 # Environment: CPU_BENCH_FORCE=1 (as --force), CPU_BENCH_WARMUP (2 s), CPU_BENCH_DRAIN_TIMEOUT
-# (120 s), CPU_BENCH_MAX_LOAD (0.5), CPU_BENCH_LOAD_WAIT (180 s), CPU_BENCH_OLD_TARGET_DIR (a cargo
+# (120 s), CPU_BENCH_SETTLE_TIMEOUT (600 s: settle, below), CPU_BENCH_MAX_LOAD (0.5), CPU_BENCH_LOAD_WAIT (180 s), CPU_BENCH_OLD_TARGET_DIR (a cargo
 # target dir kept between runs for OLD_REV's build; default: a temporary one, built from scratch),
 # CPU_BENCH_KEEP=1 (keep the work directory). Exits 1 on any error, any non-2xx answer or socket
 # error seen by wrk, or an outbox that does not drain; 2 on bad arguments or a busy machine.
@@ -118,6 +122,7 @@ for c in $CASES_RUN; do
 done
 WARMUP=${CPU_BENCH_WARMUP:-2}
 DRAIN_TIMEOUT=${CPU_BENCH_DRAIN_TIMEOUT:-120}
+SETTLE_TIMEOUT=${CPU_BENCH_SETTLE_TIMEOUT:-600}
 MAX_LOAD=${CPU_BENCH_MAX_LOAD:-0.5}
 LOAD_WAIT=${CPU_BENCH_LOAD_WAIT:-180}
 HZ=$(getconf CLK_TCK)
@@ -299,10 +304,36 @@ load_case() {
     if [ "$1" = small ]; then export BENCH_SITE=$SITE_ID BENCH_KEY=$KEY; else export BENCH_SITE=$SITE_ID2 BENCH_KEY=$KEY2; fi
     export BENCH_IDS=$WORK/$1.ids
 }
-# fresh_copy CASE DB: DB (and no WAL, shared memory or lock of an earlier run) as CASE's template.
+# fresh_copy CASE DB [TARGET]: DB (and no WAL, shared memory or lock of an earlier run) as CASE's
+# template, or as TARGET's own (settled) template of CASE where it has one.
 fresh_copy() {
     rm -f "$2" "$2-wal" "$2-shm" "$2.lock"
-    cp "$WORK/$1.db" "$2"
+    if [ -n "${3:-}" ] && [ -f "$WORK/$1.$3.db" ]; then cp "$WORK/$1.$3.db" "$2"; else cp "$WORK/$1.db" "$2"; fi
+}
+# settle CASE: with OLD_REV, the template is the old build's, and the checkout migrates its copy
+# when it starts; a migration may leave one-time work to the server's background threads (0021
+# re-attributes every existing conversion), which no run of a conversion's cost should count. So
+# the checkout gets a template of its own: a copy served once by it until it idles (at least 10 s,
+# past the background threads' first passes, 5 s after the start; then at most 2 ticks of CPU in
+# each of 3 seconds in a row; at most SETTLE_TIMEOUT s), stopped, its WAL checkpointed.
+settle() {
+    local db=$WORK/$1.new.db quiet=0 waited=0 t0 t1
+    say "settling the $1 template: migrated by the checkout, its background work done"
+    fresh_copy "$1" "$db"
+    start_server env CONVAPI_DB="$db" "${BIN[new]}" serve --addr 127.0.0.1:0
+    t0=$(cpu_ticks)
+    while [ "$quiet" -lt 3 ] || [ "$waited" -lt 10 ]; do
+        sleep 1
+        waited=$((waited + 1))
+        t1=$(cpu_ticks)
+        if [ $((t1 - t0)) -le 2 ]; then quiet=$((quiet + 1)); else quiet=0; fi
+        t0=$t1
+        [ "$waited" -lt "$SETTLE_TIMEOUT" ] || die "the checkout did not idle on the $1 template within $SETTLE_TIMEOUT s"
+    done
+    stop_server
+    python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); c.close()' "$db"
+    rm -f "$db-wal" "$db-shm" "$db.lock"
+    say "  idle after ${waited} s"
 }
 
 # run_one CASE TARGET ROUND: one measured run; appends a JSON line to $WORK/results.jsonl.
@@ -316,7 +347,7 @@ run_one() {
         start_server "${BIN[floor]}" --addr 127.0.0.1:0 --threads 32 --writer row --db "$WORK/floor.db"
     else
         local db=$WORK/run.db
-        fresh_copy "$case" "$db"
+        fresh_copy "$case" "$db" "$target"
         start_server env CONVAPI_DB="$db" "${BIN[$target]}" serve --addr 127.0.0.1:0
     fi
     # `env` execs the server, so SERVER_PID is the server's own process.
@@ -360,7 +391,7 @@ run_pair() {
     load_case "$case"
     for side in l r; do
         db=$WORK/run-$side.db
-        fresh_copy "$case" "$db"
+        fresh_copy "$case" "$db" "${target_of[$side]}"
         SIDE=-$side
         start_server env CONVAPI_DB="$db" "${BIN[${target_of[$side]}]}" serve --addr 127.0.0.1:0
         PAIR_PID[$side]=$SERVER_PID PAIR_URL[$side]=$URL
@@ -410,6 +441,9 @@ run_batch() {
 }
 
 # ---------------------------------------------------------------------------------------- rounds
+if [ -n "$OLD_REV" ] && [ "$BATCH" = 0 ]; then
+    for c in small seeded; do settle "$c"; done
+fi
 if load1_above; then
     say "waiting up to $LOAD_WAIT s for the 1-minute load to fall under $MAX_LOAD (now $(loadavg))"
     for _ in $(seq 1 "$LOAD_WAIT"); do load1_above || break; sleep 1; done
