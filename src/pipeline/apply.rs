@@ -80,7 +80,7 @@ fn apply_one(
             attach(conn, &item.conversion_id, session)?;
             // An order with no session counts at once; it is passed on once its session is
             // found, or once the last try to find it is over (docs/decisions.md §5).
-            let held = match session {
+            let (held, adjusted) = match session {
                 Session::None { retry_ms } => store::pipeline::finish_or_hold(
                     conn,
                     item.id,
@@ -90,7 +90,8 @@ fn apply_one(
                     now_ms,
                     *retry_ms,
                 )?,
-                Session::Known | Session::Found(..) => {
+                Session::Known | Session::Found(..) => (
+                    false,
                     store::pipeline::finish(
                         conn,
                         item.id,
@@ -98,12 +99,13 @@ fn apply_one(
                         attribution,
                         fx,
                         now_ms,
-                    )?;
-                    false
-                }
+                    )?,
+                ),
             };
             // An adjustment may have arrived before the order had a value in the site currency.
-            store::adjustments::settle(conn, &item.conversion_id)?;
+            if adjusted {
+                store::adjustments::settle(conn, &item.conversion_id)?;
+            }
             if forwarding && !held {
                 write_deliveries(conn, &item.conversion_id, now_ms)?;
             }

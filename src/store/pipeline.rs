@@ -130,7 +130,9 @@ fn store_attribution(
 
 /// Stores the finished result (with the reporting value in integer minor units for the report's
 /// rollup, `report::minor_amount`) and deletes the outbox row. The conversion's deliveries are
-/// the pipeline's next step ([`super::deliveries::enqueue`], same transaction).
+/// the pipeline's next step ([`super::deliveries::enqueue`], same transaction). Returns whether
+/// the order has adjustments (`conversions.adjusted`, read in this transaction): only then has
+/// [`super::adjustments::settle`] anything to do.
 pub fn finish(
     conn: &impl AsConn,
     item_id: i64,
@@ -138,15 +140,17 @@ pub fn finish(
     a: &Attribution,
     fx: &Reported,
     now_ms: i64,
-) -> Result<()> {
-    store_result(conn, conversion_id, a, fx, now_ms)?;
-    done(conn, item_id)
+) -> Result<bool> {
+    let adjusted = store_result(conn, conversion_id, a, fx, now_ms)?;
+    done(conn, item_id)?;
+    Ok(adjusted)
 }
 
 /// [`finish`] for a conversion with no session (unattributed): its result is stored (it counts
 /// at once), and its item stays, due again `retry_ms` after the conversion was received, while
-/// that time is after `now_ms`; `true` when it stays. Otherwise the item is deleted as by
-/// [`finish`]: this was the last try to resolve its session.
+/// that time is after `now_ms`. Otherwise the item is deleted as by [`finish`]: this was the last
+/// try to resolve its session. Returns whether the item stays, and as [`finish`] whether the order
+/// has adjustments.
 pub fn finish_or_hold(
     conn: &impl AsConn,
     item_id: i64,
@@ -155,8 +159,8 @@ pub fn finish_or_hold(
     fx: &Reported,
     now_ms: i64,
     retry_ms: i64,
-) -> Result<bool> {
-    store_result(conn, conversion_id, a, fx, now_ms)?;
+) -> Result<(bool, bool)> {
+    let adjusted = store_result(conn, conversion_id, a, fx, now_ms)?;
     let held = conn.conn().execute(
         "UPDATE outbox SET next_attempt_at =
              (SELECT created_at FROM conversions WHERE id = ?2) + ?3
@@ -164,32 +168,31 @@ pub fn finish_or_hold(
         args![item_id, conversion_id, retry_ms, now_ms],
     )?;
     if held == 1 {
-        return Ok(true);
+        return Ok((true, adjusted));
     }
     done(conn, item_id)?;
-    Ok(false)
+    Ok((false, adjusted))
 }
 
-/// The finished conversion's columns: [`finish`]'s first half.
+/// The finished conversion's columns: [`finish`]'s first half; whether the order has adjustments.
 fn store_result(
     conn: &impl AsConn,
     conversion_id: &str,
     a: &Attribution,
     fx: &Reported,
     now_ms: i64,
-) -> Result<()> {
+) -> Result<bool> {
     // One statement, so that the report's rollup trigger moves the conversion once (docs/decisions.md §11).
     let minor = match (&fx.value, &fx.currency) {
         (Some(v), Some(c)) => super::report::minor_amount(v, c),
         _ => None,
     };
-    let conn = conn.conn();
-    conn.execute(
+    let adjusted = conn.conn().query_opt(
         "UPDATE conversions SET status = 'processed', attr_model = ?2, attr_session_id = ?3,
             attr_source = ?4, attr_medium = ?5, attr_campaign = ?6, reporting_value = ?7,
             reporting_minor = ?8, reporting_currency = ?9, fx_rate = ?10, fx_date = ?11,
             processed_at = ?12
-         WHERE id = ?1",
+         WHERE id = ?1 RETURNING adjusted <> 0",
         args![
             conversion_id,
             &a.model,
@@ -204,8 +207,9 @@ fn store_result(
             &fx.date,
             now_ms
         ],
+        |r| r.get(0),
     )?;
-    Ok(())
+    Ok(adjusted.unwrap_or(false))
 }
 
 /// Deletes a finished item's outbox row, claimed by the caller in this transaction.
