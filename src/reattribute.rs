@@ -3,8 +3,8 @@
 //! decides each one's touch again with the list as it is now (the same [`touch`] the pipeline
 //! uses), and stores the touches that changed with the step's progress in one writer job. The
 //! report's rollups follow through their triggers. A list edited again during a run starts it
-//! over; progress is in `sites` (`store::referrals::progress`), shown by `convapi site show` and
-//! the dashboard. Nothing is passed on to ad platforms again.
+//! over; progress is in `sites` (`store::referrals::progress`), shown on the dashboard's report
+//! page. Nothing is passed on to ad platforms again.
 
 use crate::attribution::{self, Model, Touch};
 use crate::store::conversions::Conversion;

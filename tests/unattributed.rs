@@ -177,8 +177,17 @@ fn an_order_whose_pixel_batch_never_comes_stays_unattributed_and_counted() {
         .as_str()
         .unwrap()
         .to_owned();
-    drain_at(&app, received + 1_000);
-    assert_eq!(drain_at(&app, received + RETRY + 1_000).processed, 1);
+    // Counted in the revenue at once, finished once: the metric of finished conversions counts
+    // it when its retry ends it, not at both passes.
+    let metrics = Metrics::default();
+    let finished = |m: &Metrics| metric_in(&m.render(0, 0), "convapi_pipeline_processed_total");
+    assert_eq!(drain_with(&app, received + 1_000, &metrics).processed, 1);
+    assert_eq!(finished(&metrics), 0.0);
+    assert_eq!(
+        drain_with(&app, received + RETRY + 1_000, &metrics).processed,
+        1
+    );
+    assert_eq!(finished(&metrics), 1.0);
     assert!(convapi::store::pipeline::item_state(&app.store(), &event)
         .unwrap()
         .is_none());

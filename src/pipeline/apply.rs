@@ -15,6 +15,9 @@ use crate::worker::jitter;
 /// What [`apply`] did with one decided item.
 pub(super) enum Applied {
     Processed,
+    /// Its result stored (it counts at once), its item kept for the retry of an order with no
+    /// session: finished by that retry.
+    Held,
     FxPending,
     /// Left due: rates for it arrived after it was decided; the next pass takes it again.
     Again,
@@ -106,7 +109,10 @@ fn apply_one(
             if adjusted {
                 store::adjustments::settle(conn, &item.conversion_id)?;
             }
-            if forwarding && !held {
+            if held {
+                return Ok(Applied::Held);
+            }
+            if forwarding {
                 write_deliveries(conn, &item.conversion_id, now_ms)?;
             }
             Applied::Processed

@@ -90,7 +90,8 @@ impl Default for Options {
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DrainStats {
-    /// Items finished: attribution and currency stored, outbox row deleted.
+    /// Items whose attribution and currency were stored: finished (outbox row deleted), or held
+    /// for the retry of an order with no session (counted again when the retry finishes it).
     pub processed: usize,
     /// Items parked as `fx_pending` (attribution stored, no rate yet).
     pub fx_pending: usize,
@@ -175,6 +176,8 @@ pub fn drain(
                         stats.processed += 1;
                         metrics.inc_processed();
                     }
+                    // Counted in the metric once, when its retry finishes it.
+                    Applied::Held => stats.processed += 1,
                     Applied::FxPending => stats.fx_pending += 1,
                     Applied::Again | Applied::Gone => {}
                     Applied::Retried {
