@@ -26,6 +26,7 @@ pub mod report;
 pub mod retention;
 pub mod server;
 pub mod sites;
+pub mod sketch;
 pub mod store;
 pub mod text;
 pub mod tracking;
