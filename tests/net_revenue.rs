@@ -595,13 +595,20 @@ fn the_row_by_row_read_gives_what_the_rollups_give() {
 fn the_dashboard_report_shows_gross_refunds_and_net() {
     let app = manual().start();
     let now = now_ms();
-    let o = order_at(&app, "v1", json!(100), "EUR", now - 3 * HOUR);
+    // Both on today's UTC day, also just after midnight.
+    let midnight = now - now.rem_euclid(24 * HOUR);
+    let ordered = (now - 3 * HOUR).max(midnight);
+    let o = order_at(&app, "v1", json!(100), "EUR", ordered);
     drain(&app);
-    adjust(&app, &o, refund("r", json!(30), now - HOUR));
+    adjust(
+        &app,
+        &o,
+        refund("r", json!(30), (now - HOUR).max(ordered + 1)),
+    );
     let email = format!("{}@example.com", unique("user"));
     create_user(&app, &app.tenant.id, &email, "correct horse battery");
     let d = DashClient::logged_in(&app, &email, "correct horse battery");
-    let today = day_of(now_ms());
+    let today = day_of(now);
     let base = format!("/dashboard/sites/{}", app.site.id);
     for dated in ["order", "adjustment"] {
         let page = d.page(&format!(
