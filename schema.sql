@@ -1,4 +1,4 @@
--- convapi's schema at version 21 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 22 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
@@ -175,6 +175,34 @@ BEGIN
         revenue_minor = revenue_minor + excluded.revenue_minor,
         unconverted = unconverted + excluded.unconverted, inexact = inexact + excluded.inexact;
 END;
+CREATE TRIGGER sketch_days_conversion_added AFTER INSERT ON conversions
+    WHEN NEW.test = 0
+        AND NEW.occurred_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
+BEGIN
+    INSERT INTO sketch_days (site_id, day, version)
+        VALUES (NEW.site_id, NEW.occurred_at / 86400000 - (NEW.occurred_at % 86400000 < 0), 1)
+        ON CONFLICT (site_id, day) DO UPDATE SET version = version + 1;
+END;
+CREATE TRIGGER sketch_days_conversion_changed AFTER UPDATE OF site_id, visitor_id, occurred_at,
+        type, test, attr_model, attr_source, attr_medium, attr_campaign ON conversions
+    WHEN OLD.occurred_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
+        OR NEW.occurred_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
+BEGIN
+    INSERT INTO sketch_days (site_id, day, version)
+        VALUES (OLD.site_id, OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0), 1)
+        ON CONFLICT (site_id, day) DO UPDATE SET version = version + 1;
+    INSERT INTO sketch_days (site_id, day, version)
+        VALUES (NEW.site_id, NEW.occurred_at / 86400000 - (NEW.occurred_at % 86400000 < 0), 1)
+        ON CONFLICT (site_id, day) DO UPDATE SET version = version + 1;
+END;
+CREATE TRIGGER sketch_days_conversion_deleted AFTER DELETE ON conversions
+    WHEN OLD.test = 0
+        AND OLD.occurred_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
+BEGIN
+    INSERT INTO sketch_days (site_id, day, version)
+        VALUES (OLD.site_id, OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0), 1)
+        ON CONFLICT (site_id, day) DO UPDATE SET version = version + 1;
+END;
 
 CREATE TABLE daily_salts (
     day         INTEGER PRIMARY KEY,          -- days since 1970-01-01 (UTC)
@@ -334,6 +362,33 @@ CREATE TABLE sessions (
 CREATE INDEX sessions_site_client ON sessions(site_id, client_id) WHERE client_id IS NOT NULL;
 CREATE INDEX sessions_site_start ON sessions(site_id, started_at);
 CREATE INDEX sessions_visitor ON sessions(site_id, visitor_id, started_at);
+CREATE TRIGGER sketch_days_session_added AFTER INSERT ON sessions
+    WHEN NEW.started_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
+BEGIN
+    INSERT INTO sketch_days (site_id, day, version)
+        VALUES (NEW.site_id, NEW.started_at / 86400000 - (NEW.started_at % 86400000 < 0), 1)
+        ON CONFLICT (site_id, day) DO UPDATE SET version = version + 1;
+END;
+CREATE TRIGGER sketch_days_session_changed AFTER UPDATE OF site_id, visitor_id, started_at,
+        referrer, utm_source, utm_medium, utm_campaign, gclid, gbraid, wbraid, fbclid, msclkid,
+        ttclid ON sessions
+    WHEN OLD.started_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
+        OR NEW.started_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
+BEGIN
+    INSERT INTO sketch_days (site_id, day, version)
+        VALUES (OLD.site_id, OLD.started_at / 86400000 - (OLD.started_at % 86400000 < 0), 1)
+        ON CONFLICT (site_id, day) DO UPDATE SET version = version + 1;
+    INSERT INTO sketch_days (site_id, day, version)
+        VALUES (NEW.site_id, NEW.started_at / 86400000 - (NEW.started_at % 86400000 < 0), 1)
+        ON CONFLICT (site_id, day) DO UPDATE SET version = version + 1;
+END;
+CREATE TRIGGER sketch_days_session_deleted AFTER DELETE ON sessions
+    WHEN OLD.started_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
+BEGIN
+    INSERT INTO sketch_days (site_id, day, version)
+        VALUES (OLD.site_id, OLD.started_at / 86400000 - (OLD.started_at % 86400000 < 0), 1)
+        ON CONFLICT (site_id, day) DO UPDATE SET version = version + 1;
+END;
 
 CREATE TABLE sites (
     id           TEXT PRIMARY KEY,           -- UUID: what the backend uses
@@ -345,8 +400,22 @@ CREATE TABLE sites (
     window_days  INTEGER NOT NULL,           -- attribution window
     model        TEXT NOT NULL,              -- last_non_direct | last_touch | first_touch
     created_at   INTEGER NOT NULL
-, signed_identify INTEGER NOT NULL DEFAULT 0, identity_secret TEXT, retain_days INTEGER NOT NULL DEFAULT 395, expire_conversions INTEGER NOT NULL DEFAULT 0, consent_required INTEGER NOT NULL DEFAULT 0, deleted_at INTEGER, keep_unattributed INTEGER NOT NULL DEFAULT 0, excluded_referrers TEXT, reattribute_after TEXT, reattribute_done INTEGER NOT NULL DEFAULT 0, reattribute_changed INTEGER NOT NULL DEFAULT 0, reattributed_at INTEGER);
+, signed_identify INTEGER NOT NULL DEFAULT 0, identity_secret TEXT, retain_days INTEGER NOT NULL DEFAULT 395, expire_conversions INTEGER NOT NULL DEFAULT 0, consent_required INTEGER NOT NULL DEFAULT 0, deleted_at INTEGER, keep_unattributed INTEGER NOT NULL DEFAULT 0, excluded_referrers TEXT, reattribute_after TEXT, reattribute_done INTEGER NOT NULL DEFAULT 0, reattribute_changed INTEGER NOT NULL DEFAULT 0, reattributed_at INTEGER, sketches_through INTEGER);
 CREATE INDEX sites_tenant ON sites(tenant_id);
+CREATE TRIGGER sketch_days_site_keys_changed AFTER UPDATE OF domain, excluded_referrers ON sites
+    WHEN OLD.domain IS NOT NEW.domain OR OLD.excluded_referrers IS NOT NEW.excluded_referrers
+BEGIN
+    UPDATE sketch_days SET version = version + 1 WHERE site_id = NEW.id;
+END;
+
+CREATE TABLE sketch_days (
+    site_id TEXT NOT NULL REFERENCES sites(id) ON DELETE CASCADE,
+    day INTEGER NOT NULL,
+    version INTEGER NOT NULL DEFAULT 0,
+    built INTEGER,
+    rules INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (site_id, day)
+);
 
 CREATE TABLE sources (
     id                  TEXT PRIMARY KEY,
@@ -397,6 +466,17 @@ CREATE TABLE "visitor_clients" (
     FOREIGN KEY (site_id, visitor_id) REFERENCES visitors(site_id, id)
 );
 CREATE INDEX visitor_clients_visitor ON visitor_clients(site_id, visitor_id);
+
+CREATE TABLE visitor_sketches (
+    site_id TEXT NOT NULL,
+    day INTEGER NOT NULL,
+    kind INTEGER NOT NULL,
+    dim TEXT NOT NULL,
+    key TEXT NOT NULL,
+    sketch BLOB NOT NULL,
+    PRIMARY KEY (site_id, day, kind, dim, key),
+    FOREIGN KEY (site_id, day) REFERENCES sketch_days(site_id, day) ON DELETE CASCADE
+);
 
 CREATE TABLE visitors (
     site_id     TEXT NOT NULL REFERENCES sites(id),

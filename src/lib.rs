@@ -27,6 +27,7 @@ pub mod retention;
 pub mod server;
 pub mod sites;
 pub mod sketch;
+pub mod sketches;
 pub mod store;
 pub mod text;
 pub mod tracking;

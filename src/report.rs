@@ -24,6 +24,7 @@ use rust_decimal::Decimal;
 
 use crate::attribution::NOT_SET;
 use crate::fx;
+use crate::sketch::{self, Sketch};
 use crate::store::report::{Dated, GroupBy, DAY_MS};
 use crate::store::{self, sites::Site, StoreError};
 
@@ -456,8 +457,8 @@ pub fn to_table(rows: &[Row], by: GroupBy, currency: &str) -> String {
 /// The glossary of the report's figures (docs/decisions.md §11), as the dashboard's tooltips show
 /// it; openapi.yaml's descriptions say the same.
 pub const GLOSSARY: [(&str, &str); 9] = [
-    ("visitors", "Distinct visitors with a session that started in the range (UTC days); a row's: those whose visit's channel gives its key (by type, all of them)."),
-    ("convertingVisitors", "Distinct visitors credited with at least one conversion of the row in the range."),
+    ("visitors", "Distinct visitors with a session that started in the range (UTC days); a row's: those whose visit's channel gives its key (by type, all of them). Exact up to 512 a day and 65,536 in the range; estimated beyond (1.6 % standard error)."),
+    ("convertingVisitors", "Distinct visitors credited with at least one conversion of the row in the range. Exact up to 512 a day and 65,536 in the range; estimated beyond (1.6 % standard error)."),
     ("conversionRate", "Converting visitors / visitors, from 0 to 1 (0 without visitors)."),
     ("conversions", "Every conversion on the UTC day of its occurredAt, a cancelled order included; test data never counts; not yet attributed: the (unattributed) row."),
     ("purchases", "The conversions of type purchase."),
@@ -729,8 +730,8 @@ pub fn report(
 }
 
 /// The figures of the inclusive UTC days `from..=to`: the conversions' from the rollups
-/// ([`build`]), the visitors' and converting visitors' from the sessions and conversions of the
-/// range, one visitor at a time.
+/// ([`build`]), the visitors' and converting visitors' from sketches of the visitors' ids
+/// ([`visitors_of`]).
 pub fn period(
     conn: &impl crate::store::engine::AsConn,
     site: &Site,
@@ -753,45 +754,39 @@ pub fn period(
     }
     totals.gross = fx::round_to_minor(totals.gross, minor);
     totals.refunds = fx::round_to_minor(totals.refunds, minor);
-    let (from_ms, to_ms) = day_range(Some(from), Some(to));
-    let own = site.domain.as_deref();
     let excluded = store::referrals::excluded(conn, &site.id)?.unwrap_or_default();
-    // Visitors: each visitor's keys, counted once per key when the next visitor begins.
-    let mut seen = Distinct::default();
-    store::report::each_visit(conn, &site.id, from_ms, to_ms, |s| {
-        let ch = crate::attribution::channel_with(&s, own, &excluded);
-        let k = match by {
-            GroupBy::Source => Some(ch.source),
-            GroupBy::Medium => Some(ch.medium),
-            GroupBy::Campaign => Some(ch.campaign.unwrap_or_else(|| NOT_SET.to_owned())),
-            GroupBy::Channel => {
-                Some(crate::attribution::channel_group(&ch.source, &ch.medium).to_owned())
-            }
-            // A visit has no conversion type: every type's row counts the site's visitors.
-            GroupBy::Type => None,
-        };
-        seen.add(&s.visitor_id, k);
-        Ok::<_, StoreError>(())
-    })?;
-    let (visitors, per_key) = seen.finish();
-    totals.visitors = visitors;
-    for (k, n) in per_key {
-        rows.entry(k).or_default().visitors = n;
-    }
-    if by == GroupBy::Type {
-        for f in rows.values_mut() {
-            f.visitors = visitors;
+    let mut merged = visitors_of(conn, site, &excluded, from, to, by)?;
+    let mut count = |kind: i64, dim: &'static str, key: &str| -> u64 {
+        merged
+            .get_mut(&(kind, dim, key.to_owned()))
+            .map(Sketch::count)
+            .unwrap_or(0)
+    };
+    totals.visitors = count(VISITORS, "", "");
+    totals.converting_visitors = count(CONVERTING, "", "");
+    let dim = dim_name(by);
+    let keys: Vec<(i64, String)> = merged
+        .keys()
+        .filter(|(_, d, _)| *d == dim)
+        .map(|(kind, _, key)| (*kind, key.clone()))
+        .collect();
+    for (kind, key) in keys {
+        let n = merged
+            .get_mut(&(kind, dim, key.clone()))
+            .map(Sketch::count)
+            .unwrap_or(0);
+        let row = rows.entry(key).or_default();
+        if kind == VISITORS {
+            row.visitors = n;
+        } else {
+            row.converting_visitors = n;
         }
     }
-    let mut seen = Distinct::default();
-    store::report::each_converter(conn, &site.id, from_ms, to_ms, by, |c| {
-        seen.add(&c.visitor_id, Some(key(by, c.attributed, c.key)));
-        Ok::<_, StoreError>(())
-    })?;
-    let (converting, per_key) = seen.finish();
-    totals.converting_visitors = converting;
-    for (k, n) in per_key {
-        rows.entry(k).or_default().converting_visitors = n;
+    // A visit has no conversion type: every type's row counts the site's visitors.
+    if by == GroupBy::Type {
+        for f in rows.values_mut() {
+            f.visitors = totals.visitors;
+        }
     }
     let zero = fx::round_to_minor(Decimal::ZERO, minor);
     let mut rows: Vec<(String, Figures)> = rows
@@ -820,40 +815,184 @@ pub fn period(
     })
 }
 
-/// Distinct visitors, in total and per key, from (visitor, key) pairs that come ordered by
-/// visitor: only the current visitor's keys are held.
-#[derive(Default)]
-struct Distinct {
-    visitor: Option<String>,
-    keys: Vec<String>,
-    total: u64,
-    per_key: BTreeMap<String, u64>,
+/// Sketch kinds: the visitors (from sessions) and the converting visitors (from counted
+/// conversions).
+pub const VISITORS: i64 = 0;
+pub const CONVERTING: i64 = 1;
+/// A stored day's sketch counts exactly up to this many visitors (8 bytes each), a HyperLogLog
+/// beyond (`crate::sketch`: 1.6 % standard error).
+pub const DAY_EXACT: usize = 512;
+/// A report's merged sketch counts exactly up to this many visitors, an estimate beyond.
+pub const REPORT_EXACT: usize = 1 << 16;
+/// The rules a stored day's sketches were built with (`sketch_days.rules`): raised whenever what
+/// decides a visitor's keys changes in the code (the channel rules, the default referral exclusion
+/// list, the keys below), so that every day is built again and no report merges old keys.
+pub const SKETCH_RULES: i64 = 1;
+/// Every grouping a stored day has sketches for, besides '' (every visitor).
+pub const GROUPINGS: [GroupBy; 5] = [
+    GroupBy::Source,
+    GroupBy::Medium,
+    GroupBy::Campaign,
+    GroupBy::Channel,
+    GroupBy::Type,
+];
+
+/// Sketches by (kind, grouping, key); grouping '' with key '' holds every visitor of the kind.
+pub type Sketches = BTreeMap<(i64, &'static str, String), Sketch>;
+
+/// A grouping's name in `visitor_sketches.dim`.
+pub fn dim_name(by: GroupBy) -> &'static str {
+    match by {
+        GroupBy::Source => "source",
+        GroupBy::Medium => "medium",
+        GroupBy::Campaign => "campaign",
+        GroupBy::Channel => "channel",
+        GroupBy::Type => "type",
+    }
 }
 
-impl Distinct {
-    fn add(&mut self, visitor: &str, key: Option<String>) {
-        if self.visitor.as_deref() != Some(visitor) {
-            self.flush();
-            self.visitor = Some(visitor.to_owned());
-            self.total += 1;
-        }
-        if let Some(k) = key {
-            if !self.keys.contains(&k) {
-                self.keys.push(k);
-            }
-        }
-    }
+fn dim_of(name: &str) -> Option<&'static str> {
+    std::iter::once("")
+        .chain(GROUPINGS.iter().map(|g| dim_name(*g)))
+        .find(|d| *d == name)
+}
 
-    fn flush(&mut self) {
-        for k in self.keys.drain(..) {
-            *self.per_key.entry(k).or_default() += 1;
+/// The visitors and converting visitors of the days `from..=to`, by '' and `by`: the days whose
+/// stored sketches are current (`store::sketches`, built by `crate::sketches` once a day is two
+/// days past) merged, and every other day counted from its rows, into sketches exact up to
+/// [`REPORT_EXACT`] visitors each.
+pub fn visitors_of(
+    conn: &impl crate::store::engine::AsConn,
+    site: &Site,
+    excluded: &[String],
+    from: NaiveDate,
+    to: NaiveDate,
+    by: GroupBy,
+) -> store::Result<Sketches> {
+    let (from_ms, to_ms) = day_range(Some(from), Some(to));
+    let (from_day, to_day) = (from_ms.div_euclid(DAY_MS), (to_ms - 1).div_euclid(DAY_MS));
+    // The last day a build may cover: the pass builds days before the day before yesterday.
+    let last_built = store::now_ms().div_euclid(DAY_MS) - 3;
+    let mut merged = Sketches::new();
+    let mut current: Vec<i64> = Vec::new();
+    if from_day <= last_built {
+        let upto = to_day.min(last_built);
+        current = store::sketches::current_days(conn, &site.id, from_day, upto, SKETCH_RULES)?;
+        store::sketches::each_current(
+            conn,
+            &site.id,
+            from_day,
+            upto,
+            SKETCH_RULES,
+            dim_name(by),
+            |(kind, dim, key, bytes)| {
+                let read = dim_of(&dim).is_some_and(|dim| {
+                    merged
+                        .entry((kind, dim, key))
+                        .or_insert_with(|| Sketch::new(REPORT_EXACT))
+                        .merge_encoded(&bytes)
+                });
+                if !read {
+                    return Err(StoreError::Other(format!(
+                        "a stored visitor sketch of site {} does not read",
+                        site.id
+                    )));
+                }
+                Ok(())
+            },
+        )?;
+    }
+    // The other days, in runs of consecutive days, from their rows.
+    let mut day = from_day;
+    let mut built = current.into_iter().peekable();
+    while day <= to_day {
+        while built.peek().is_some_and(|b| *b < day) {
+            built.next();
         }
+        if built.peek() == Some(&day) {
+            day += 1;
+            continue;
+        }
+        let end = built.peek().map_or(to_day, |b| b - 1);
+        let part = sketches_of(
+            conn,
+            site,
+            excluded,
+            day * DAY_MS,
+            (end + 1) * DAY_MS,
+            &[by],
+            REPORT_EXACT,
+        )?;
+        for (k, s) in part {
+            merged
+                .entry(k)
+                .or_insert_with(|| Sketch::new(REPORT_EXACT))
+                .merge(&s);
+        }
+        day = end + 1;
     }
+    Ok(merged)
+}
 
-    fn finish(mut self) -> (u64, BTreeMap<String, u64>) {
-        self.flush();
-        (self.total, self.per_key)
-    }
+/// Sketches of the site's sessions and counted conversions in `[from_ms, to_ms)`, by '' and each
+/// of `groupings`, each exact up to `cap` visitors. A visit's keys are its channel's, as
+/// attribution decides it with the site's domain and `excluded`; a conversion's are its report
+/// keys (a visit has no type).
+pub fn sketches_of(
+    conn: &impl crate::store::engine::AsConn,
+    site: &Site,
+    excluded: &[String],
+    from_ms: i64,
+    to_ms: i64,
+    groupings: &[GroupBy],
+    cap: usize,
+) -> store::Result<Sketches> {
+    let mut out = Sketches::new();
+    let mut add = |kind: i64, dim: &'static str, key: String, h: u64| {
+        out.entry((kind, dim, key))
+            .or_insert_with(|| Sketch::new(cap))
+            .insert_hash(h);
+    };
+    let own = site.domain.as_deref();
+    store::report::each_visit(conn, &site.id, from_ms, to_ms, |s| {
+        let h = sketch::hash(&s.visitor_id);
+        add(VISITORS, "", String::new(), h);
+        let ch = crate::attribution::channel_with(&s, own, excluded);
+        for by in groupings {
+            let key = match by {
+                GroupBy::Source => ch.source.clone(),
+                GroupBy::Medium => ch.medium.clone(),
+                GroupBy::Campaign => ch.campaign.clone().unwrap_or_else(|| NOT_SET.to_owned()),
+                GroupBy::Channel => {
+                    crate::attribution::channel_group(&ch.source, &ch.medium).to_owned()
+                }
+                GroupBy::Type => continue,
+            };
+            add(VISITORS, dim_name(*by), key, h);
+        }
+        Ok::<_, StoreError>(())
+    })?;
+    store::report::each_converter(conn, &site.id, from_ms, to_ms, |c| {
+        let h = sketch::hash(&c.visitor_id);
+        add(CONVERTING, "", String::new(), h);
+        for by in groupings {
+            let column = match by {
+                GroupBy::Source => c.source.clone(),
+                GroupBy::Medium => c.medium.clone(),
+                GroupBy::Campaign => c.campaign.clone(),
+                GroupBy::Channel => match (&c.source, &c.medium) {
+                    (Some(s), Some(m)) => {
+                        Some(format!("{s}{}{m}", store::report::CHANNEL_SEPARATOR))
+                    }
+                    _ => None,
+                },
+                GroupBy::Type => Some(c.kind.clone()),
+            };
+            add(CONVERTING, dim_name(*by), key(*by, c.attributed, column), h);
+        }
+        Ok::<_, StoreError>(())
+    })?;
+    Ok(out)
 }
 
 /// One period's figures as JSON: the money as exact decimal strings in the site currency.

@@ -72,6 +72,7 @@ pub struct Running {
     pruner: crate::retention::Pruner,
     /// Re-attribution after a referral exclusion list changed; with the pipeline only.
     reattributor: Option<crate::reattribute::Reattributor>,
+    sketcher: Option<crate::sketches::Sketcher>,
     rates_fetcher: Option<crate::ecb::Fetcher>,
     /// SQLite's alone: PostgreSQL checkpoints by itself.
     checkpointer: Option<Checkpointer>,
@@ -280,6 +281,14 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
         )?),
         false => None,
     };
+    let sketcher = match config.pipeline {
+        true => Some(crate::sketches::Sketcher::start(
+            &location,
+            &config.store,
+            writer.clone(),
+        )?),
+        false => None,
+    };
     let pruner = crate::retention::Pruner::start(
         &location,
         &config.store,
@@ -348,6 +357,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
         sender,
         pruner,
         reattributor,
+        sketcher,
         rates_fetcher,
         checkpointer,
         lock,
@@ -367,6 +377,9 @@ impl Running {
         self.pruner.stop();
         if let Some(r) = self.reattributor {
             r.stop();
+        }
+        if let Some(s) = self.sketcher {
+            s.stop();
         }
         if let Some(f) = self.rates_fetcher {
             f.stop();

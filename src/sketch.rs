@@ -91,6 +91,30 @@ impl Sketch {
         }
     }
 
+    /// Adds every id of an encoded sketch ([`Sketch::encode`]) without decoding it into one of
+    /// its own; false (and nothing added) for bytes [`Sketch::decode`] refuses.
+    pub fn merge_encoded(&mut self, bytes: &[u8]) -> bool {
+        match bytes.split_first() {
+            Some((&TAG_DENSE, body))
+                if body.len() == REGISTERS && body.iter().all(|r| usize::from(*r) <= Q + 1) =>
+            {
+                let mine = self.dense();
+                for (m, t) in mine.iter_mut().zip(body.iter()) {
+                    *m = (*m).max(*t);
+                }
+                true
+            }
+            Some((&TAG_EXACT, body)) if body.len() % 8 == 0 => {
+                self.hashes.reserve(body.len() / 8);
+                for c in body.chunks_exact(8) {
+                    self.insert_hash(u64::from_be_bytes(c.try_into().expect("8 bytes")));
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Whether [`Sketch::count`] is exact (it counts the hashes themselves).
     pub fn is_exact(&mut self) -> bool {
         self.normalize();
@@ -331,6 +355,16 @@ mod tests {
         bad.push(200);
         assert!(Sketch::decode(&bad, 512).is_none(), "a rank no hash gives");
         assert!(Sketch::decode(&[9], 512).is_none());
+        assert!(!Sketch::new(512).merge_encoded(&bad));
+        // Merging the bytes is merging the sketch.
+        for n in [3usize, 5_000] {
+            let mut part = of(ids(0, n), 512);
+            let mut a = of(ids(n / 2, n + 100), 1 << 16);
+            let mut b = a.clone();
+            a.merge(&part);
+            assert!(b.merge_encoded(&part.encode()));
+            assert_eq!((a.count(), a.is_exact()), (b.count(), b.is_exact()), "{n}");
+        }
     }
 
     #[test]

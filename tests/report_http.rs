@@ -593,3 +593,91 @@ fn the_site_overview_edits_the_exclusion_list() {
     let (source, _, _, _) = touch(&status(&app, &order));
     assert_eq!(source, "paypal.com");
 }
+
+/// Every report of the fixture, by each grouping, with the previous period beside it.
+fn all_reports(app: &TestApp) -> Vec<Value> {
+    ["source", "medium", "campaign", "channel", "type"]
+        .iter()
+        .map(|by| {
+            report_ok(
+                app,
+                &format!("from=2026-11-12&to={DAY}&by={by}&compare=previous"),
+            )
+        })
+        .collect()
+}
+
+/// Builds every due day of the visitors rollup, as `serve`'s thread does; how many steps it took.
+fn build_sketches(app: &TestApp) -> usize {
+    let conn = app.store();
+    with_writer(app, |writer| {
+        convapi::sketches::run(&conn, writer, now_ms()).expect("build the sketches")
+    })
+}
+
+fn current_days(app: &TestApp) -> i64 {
+    app.query_i64(
+        "SELECT COUNT(*) FROM sketch_days WHERE site_id = ?1 AND built = version",
+        &[&app.site.id],
+    )
+}
+
+#[test]
+fn the_visitors_rollup_gives_what_the_rows_give_and_follows_later_changes() {
+    let app = fixture();
+    let from_rows = all_reports(&app);
+    assert_eq!(current_days(&app), 0);
+    // The site's days from its first (2026-11-12) to the day before yesterday, one step each.
+    assert!(build_sketches(&app) >= 2);
+    assert!(current_days(&app) >= 2, "the fixture's days are built");
+    assert_eq!(
+        all_reports(&app),
+        from_rows,
+        "the same figures from the sketches"
+    );
+    assert_eq!(build_sketches(&app), 0, "nothing is due once built");
+
+    // An order backfilled on a built day, by a visitor seen that day: counted at once (the day is
+    // counted from its rows until it is built again), and the same once built again.
+    visit(
+        &app,
+        "v6",
+        "https://shop.example/?utm_source=news&utm_medium=email",
+        at("14:00"),
+        Some(json!({"orderId": "o6", "value": 7, "currency": "EUR"})),
+    );
+    drain(&app);
+    let v = report_ok(&app, &format!("from={DAY}&to={DAY}&by=source"));
+    assert_eq!(
+        (&v["totals"]["visitors"], &v["totals"]["convertingVisitors"]),
+        (&json!(5), &json!(4)),
+        "{v}"
+    );
+    let changed = all_reports(&app);
+    assert_ne!(changed, from_rows);
+    assert!(build_sketches(&app) >= 1, "the changed day is due again");
+    assert_eq!(all_reports(&app), changed);
+
+    // A new referral exclusion list changes what decides a visit's keys: every built day is due.
+    let before = current_days(&app);
+    app.cli(&[
+        "site",
+        "update",
+        &app.site.id,
+        "--exclude-referrer",
+        "news.example",
+    ]);
+    assert_eq!(
+        current_days(&app),
+        0,
+        "{before} built days, none current now"
+    );
+    assert_eq!(
+        all_reports(&app),
+        changed,
+        "counted from the rows meanwhile"
+    );
+    build_sketches(&app);
+    assert_eq!(current_days(&app), before);
+    assert_eq!(all_reports(&app), changed);
+}

@@ -318,8 +318,26 @@ fn two_sites_with_data(app: &TestApp) -> String {
             json!({"id": format!("evt-{tag}"), "type": "customer.created", "data": {"object": {}}});
         let r = app.post_stripe_event(source["id"].as_str().unwrap(), &event);
         assert_eq!(r.status, 200, "{}", r.text());
+        // A visit and an order of a week ago: a day of the visitors rollup, built below.
+        let past = format!("visitor-{tag}-past");
+        app.collect(&json!({
+            "trackerId": tracker,
+            "visitorId": past,
+            "events": [{"type": "pageview", "url": "https://shop.example/?utm_source=past",
+                        "ts": now - 7 * DAY}],
+        }))
+        .expect(200);
+        app.post_conversion_as(
+            &app.key.key,
+            site,
+            &json!({"orderId": format!("order-{tag}-past"), "visitorId": past, "value": 3,
+                    "currency": "EUR", "occurredAt": iso(now - 7 * DAY + MINUTE)}),
+        )
+        .accepted();
     }
     drain(app);
+    let conn = app.store();
+    with_writer(app, |w| convapi::sketches::run(&conn, w, now).unwrap());
     other.id
 }
 
@@ -438,7 +456,7 @@ fn a_deleted_site_is_gone_at_once_and_the_pruner_removes_every_row_of_it_and_not
     };
     assert_eq!(pruned.sites, 1, "{pruned:?}");
     assert!(
-        pruned.conversions == 2 && pruned.events >= 2 && pruned.destinations == 1,
+        pruned.conversions == 3 && pruned.events >= 2 && pruned.destinations == 1,
         "{pruned:?}"
     );
     only_the_site_is_gone(&schema, &before, &dump(&app, &schema), &site);
@@ -475,7 +493,7 @@ fn without_a_server_the_command_removes_the_rows_itself() {
         "{line}"
     );
     assert!(
-        line.contains("2 conversions") && line.contains("1 destination)"),
+        line.contains("3 conversions") && line.contains("1 destination)"),
         "{line}"
     );
     only_the_site_is_gone(&schema, &before, &dump(&app, &schema), &site);

@@ -43,6 +43,11 @@
 //!   `adjustments` as they are copied (each row carries its change and its order's cell), never
 //!   copied; its zero cells are deleted on both engines, so its row count is checked as every
 //!   table's.
+//! - **The visitors rollup.** `sketch_days` and `visitor_sketches` are derived and never copied:
+//!   their triggers on `sessions` and `conversions` are switched off for the copy as the rollup's
+//!   (left on when the role may not), the tables are emptied at its end and every site's
+//!   `sketches_through` cleared, so the target's `serve` builds them again from each site's first
+//!   day; their row counts are not compared.
 //! - **Checks before the commit.** Each table's row count equals the source's, and the caller's
 //!   own check (the CLI compares each site's report on both connections) passes.
 
@@ -64,6 +69,8 @@ pub const TABLES: &[&str] = &[
     "tenants",
     "api_keys",
     "sites",
+    "sketch_days",
+    "visitor_sketches",
     "field_warnings",
     "visitors",
     "sessions",
@@ -91,7 +98,32 @@ pub const TABLES: &[&str] = &[
 const ROLLUP_TRIGGER: (&str, &str) = ("conversions", "report_daily_track");
 
 /// The triggers of the PostgreSQL schema that this copy knows the effect of (table, trigger).
-const KNOWN_TRIGGERS: &[(&str, &str)] = &[ROLLUP_TRIGGER, REFUNDS_TRIGGERS[0], REFUNDS_TRIGGERS[1]];
+const KNOWN_TRIGGERS: &[(&str, &str)] = &[
+    ROLLUP_TRIGGER,
+    REFUNDS_TRIGGERS[0],
+    REFUNDS_TRIGGERS[1],
+    SKETCH_TRIGGERS[0],
+    SKETCH_TRIGGERS[1],
+    SKETCH_TRIGGERS[2],
+    SKETCH_TRIGGERS[3],
+    SKETCH_TRIGGERS[4],
+    SKETCH_TRIGGERS[5],
+    SKETCH_TRIGGERS[6],
+];
+
+/// The visitors rollup (`0022_visitor_sketches.sql`): its tables are derived and never copied;
+/// its triggers note, as sessions and conversions of past days are copied, each such day as due
+/// (`sketch_days`), and the target's `serve` builds them again.
+const SKETCH_TABLES: [&str; 2] = ["sketch_days", "visitor_sketches"];
+const SKETCH_TRIGGERS: [(&str, &str); 7] = [
+    ("sessions", "sketch_days_session_added"),
+    ("sessions", "sketch_days_session_changed"),
+    ("sessions", "sketch_days_session_deleted"),
+    ("conversions", "sketch_days_conversion_added"),
+    ("conversions", "sketch_days_conversion_changed"),
+    ("conversions", "sketch_days_conversion_deleted"),
+    ("sites", "sketch_days_site_keys_changed"),
+];
 
 /// The net revenue's triggers (`0016_net_revenue.sql`): `report_refunds` is built in the target by
 /// the first as `adjustments` are copied, never copied itself; the second fires on updates only.
@@ -322,13 +354,23 @@ fn copy_in(
             progress(Step::Table { table, total });
             let rows = if *table == "report_daily" {
                 copy_rollup(source, client, columns, total, trigger_off, progress)?
-            } else if *table == "report_refunds" {
+            } else if *table == "report_refunds" || SKETCH_TABLES.contains(table) {
                 count_postgres(client, table)?
             } else {
                 if *table == ROLLUP_TRIGGER.0 {
                     trigger_off = switch_rollup_trigger_off(client)?;
                 }
+                let sketch_trigger = SKETCH_TRIGGERS
+                    .iter()
+                    .find(|(t, name)| t == table && name.ends_with("_added"));
+                let sketch_off = match sketch_trigger {
+                    Some(trigger) => switch_trigger(client, trigger, false)?,
+                    None => false,
+                };
                 let rows = copy_rows(source, client, table, table, columns, &[], total, progress)?;
+                if let (true, Some(trigger)) = (sketch_off, sketch_trigger) {
+                    switch_trigger(client, trigger, true)?;
+                }
                 if *table == ROLLUP_TRIGGER.0 && trigger_off {
                     client
                         .batch_execute(&format!(
@@ -345,7 +387,17 @@ fn copy_in(
             totals.push(total);
         }
         move_sequences(client)?;
+        // The visitors rollup is built again by the target's `serve`, from each site's first day.
+        client
+            .batch_execute(
+                "DELETE FROM visitor_sketches; DELETE FROM sketch_days;
+                 UPDATE sites SET sketches_through = NULL",
+            )
+            .map_err(pg_error)?;
         for ((table, _), total) in tables.iter().zip(totals) {
+            if SKETCH_TABLES.contains(table) {
+                continue;
+            }
             let there = count_postgres(client, table)?;
             if there != total {
                 return Err(CopyError::Mismatch {
@@ -721,6 +773,35 @@ fn switch_rollup_trigger_off(client: &mut postgres::Client) -> Result<bool, Copy
     };
     client.batch_execute(end).map_err(pg_error)?;
     Ok(switched)
+}
+
+/// Switches one trigger off (or on again) for the copy, when the role may (the table's owner);
+/// whether it did. Left on, a trigger of the visitors rollup notes each copied row's day, one
+/// row version at a time: slow, and undone by the copy's end anyway.
+#[cfg(feature = "postgres")]
+fn switch_trigger(
+    client: &mut postgres::Client,
+    (table, name): &(&str, &str),
+    on: bool,
+) -> Result<bool, CopyError> {
+    client
+        .batch_execute("SAVEPOINT switch_trigger")
+        .map_err(pg_error)?;
+    let switched = client.batch_execute(&format!(
+        "ALTER TABLE {} {} TRIGGER {}",
+        quoted(table),
+        if on { "ENABLE" } else { "DISABLE" },
+        quoted(name)
+    ));
+    let (end, done) = match switched {
+        Ok(()) => ("RELEASE switch_trigger", true),
+        Err(e) if e.code() == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
+            ("ROLLBACK TO switch_trigger", false)
+        }
+        Err(e) => return Err(pg_error(e).into()),
+    };
+    client.batch_execute(end).map_err(pg_error)?;
+    Ok(done)
 }
 
 /// The rollup built from the copied conversions in one statement, with the arithmetic of the

@@ -246,6 +246,10 @@ mod tests {
             "0021_referral_exclusion.sql",
             "4562946dd4e2ddd44b853185e47456b1e3a478f14b9c7b967116dc8dd8a87c32",
         ),
+        (
+            "0022_visitor_sketches.sql",
+            "89bd0a59721b0ab3b76138c46d7fd268643b8e780924f9c898374cea30cb4be1",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

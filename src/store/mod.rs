@@ -36,6 +36,7 @@ pub mod salts;
 pub mod sealed;
 pub mod sessions;
 pub mod sites;
+pub mod sketches;
 pub mod sources;
 pub mod tenants;
 pub mod user_tokens;

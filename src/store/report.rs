@@ -137,10 +137,9 @@ pub fn each_line<E: From<StoreError>>(
     )
 }
 
-/// Calls `f` with each session of the site that started in `[from_ms, to_ms)`, ordered by visitor
-/// (then start), with the fields its channel is decided from (`attribution::channel`): the
-/// report's visitors, counted in memory that does not grow with them (one visitor's keys at a
-/// time).
+/// Calls `f` with each session of the site that started in `[from_ms, to_ms)`, with the fields its
+/// channel is decided from (`attribution::channel`): the report's visitors, counted into sketches
+/// (`crate::sketch`) of bounded size.
 pub fn each_visit<E: From<StoreError>>(
     conn: &impl AsConn,
     site_id: &str,
@@ -151,8 +150,7 @@ pub fn each_visit<E: From<StoreError>>(
     conn.conn().query_each(
         "SELECT visitor_id, started_at, referrer, utm_source, utm_medium, utm_campaign, gclid,
             gbraid, wbraid, fbclid, msclkid, ttclid FROM sessions
-         WHERE site_id = ?1 AND started_at >= ?2 AND started_at < ?3
-         ORDER BY visitor_id, started_at",
+         WHERE site_id = ?1 AND started_at >= ?2 AND started_at < ?3",
         args![site_id, from_ms, to_ms],
         |r| {
             f(super::sessions::Session {
@@ -181,40 +179,43 @@ pub fn each_visit<E: From<StoreError>>(
     )
 }
 
-/// One visitor credited with conversions of one key.
+/// A counted conversion's visitor and what its report keys are made of.
 #[derive(Debug, Clone)]
 pub struct Converter {
     pub visitor_id: String,
-    /// The grouping column's value, as in [`Line::key`].
-    pub key: Option<String>,
+    pub source: Option<String>,
+    pub medium: Option<String>,
+    pub campaign: Option<String>,
+    pub kind: String,
+    /// Whether attribution has run (`attr_model` set).
     pub attributed: bool,
 }
 
-/// Calls `f` with each distinct (visitor, key) among the site's counted conversions in
-/// `[from_ms, to_ms)`, ordered by visitor: the report's converting visitors, counted one visitor
-/// at a time. Conversions without a visitor are left out.
+/// Calls `f` with each of the site's counted conversions in `[from_ms, to_ms)` that has a visitor:
+/// the report's converting visitors, counted into sketches (`crate::sketch`).
 pub fn each_converter<E: From<StoreError>>(
     conn: &impl AsConn,
     site_id: &str,
     from_ms: i64,
     to_ms: i64,
-    by: GroupBy,
     mut f: impl FnMut(Converter) -> std::result::Result<(), E>,
 ) -> std::result::Result<(), E> {
     conn.conn().query_each(
         &format!(
-            "SELECT DISTINCT visitor_id, {} AS k, attr_model IS NOT NULL AS a
+            "SELECT visitor_id, attr_source, attr_medium, attr_campaign, type,
+                attr_model IS NOT NULL
              {COUNTED_CONVERSIONS} AND occurred_at >= ?2 AND occurred_at < ?3
-                AND visitor_id IS NOT NULL
-             ORDER BY visitor_id",
-            by.column()
+                AND visitor_id IS NOT NULL"
         ),
         args![site_id, from_ms, to_ms],
         |r| {
             f(Converter {
                 visitor_id: r.get(0)?,
-                key: r.get(1)?,
-                attributed: r.get(2)?,
+                source: r.get(1)?,
+                medium: r.get(2)?,
+                campaign: r.get(3)?,
+                kind: r.get(4)?,
+                attributed: r.get(5)?,
             })
         },
     )

@@ -108,6 +108,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0021_referral_exclusion.sql",
         include_str!("../migrations/postgres/0021_referral_exclusion.sql"),
     ),
+    Migration::new(
+        22,
+        "0022_visitor_sketches.sql",
+        include_str!("../migrations/postgres/0022_visitor_sketches.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

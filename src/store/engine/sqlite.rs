@@ -263,6 +263,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0021_referral_exclusion.sql",
         include_str!("../migrations/sqlite/0021_referral_exclusion.sql"),
     ),
+    Migration::new(
+        22,
+        "0022_visitor_sketches.sql",
+        include_str!("../migrations/sqlite/0022_visitor_sketches.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.
