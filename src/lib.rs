@@ -28,6 +28,7 @@ pub mod server;
 pub mod sites;
 pub mod sketch;
 pub mod sketches;
+pub mod stepper;
 pub mod store;
 pub mod text;
 pub mod tracking;

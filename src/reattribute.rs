@@ -7,12 +7,12 @@
 //! page. Nothing is passed on to ad platforms again.
 
 use crate::attribution::{self, Model, Touch};
+use crate::stepper::Stepper;
 use crate::store::conversions::Conversion;
-use crate::store::engine::{AsConn, Lasting, Location};
+use crate::store::engine::{AsConn, Location};
 use crate::store::sessions::Identifier;
 use crate::store::sites::Site;
 use crate::store::{self, StoreError};
-use crate::worker::{Stop, Worker};
 use crate::writer::{WriteError, Writer};
 use std::time::Duration;
 
@@ -164,48 +164,22 @@ pub fn run(conn: &impl AsConn, writer: &Writer, now_ms: i64) -> store::Result<()
 }
 
 /// The thread that runs re-attributions in `serve`.
-pub struct Reattributor(Worker);
-
-impl Reattributor {
-    pub fn start(
-        location: &Location,
-        settings: &store::Settings,
-        writer: Writer,
-    ) -> store::Result<Reattributor> {
-        let mut conn = Lasting::open(location, settings)?;
-        let mut worker = Worker::new();
-        worker
-            .spawn("reattribute".into(), IDLE, move |stop| {
-                pass(&mut conn, &writer, stop)
-            })
-            .map_err(|e| StoreError::Other(e.to_string()))?;
-        Ok(Reattributor(worker))
-    }
-
-    pub fn stop(self) {
-        self.0.stop();
-    }
-}
-
-/// Steps while there is work, letting queued requests go first between two steps.
-fn pass(lasting: &mut Lasting, writer: &Writer, stop: &Stop) -> Duration {
-    while !stop.requested() {
-        writer.yield_to_queued(Duration::from_millis(20));
-        let stepped = lasting
-            .get()
-            .and_then(|conn| step(conn, writer, store::now_ms()));
-        match stepped {
-            Ok(Some(s)) => {
-                if s.finished {
-                    log::info!("re-attribution of site {} ended", s.site_id);
-                }
+pub fn start(
+    location: &Location,
+    settings: &store::Settings,
+    writer: Writer,
+) -> store::Result<Stepper> {
+    Stepper::start(
+        "reattribute",
+        location,
+        settings,
+        writer,
+        IDLE,
+        step,
+        |s| {
+            if s.finished {
+                log::info!("re-attribution of site {} ended", s.site_id);
             }
-            Ok(None) => return IDLE,
-            Err(e) => {
-                log::warn!("re-attribution: {e}; trying again in {}s", IDLE.as_secs());
-                return IDLE;
-            }
-        }
-    }
-    Duration::ZERO
+        },
+    )
 }

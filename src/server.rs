@@ -71,8 +71,8 @@ pub struct Running {
     sender: crate::forward::sender::Sender,
     pruner: crate::retention::Pruner,
     /// Re-attribution after a referral exclusion list changed; with the pipeline only.
-    reattributor: Option<crate::reattribute::Reattributor>,
-    sketcher: Option<crate::sketches::Sketcher>,
+    reattributor: Option<crate::stepper::Stepper>,
+    sketcher: Option<crate::stepper::Stepper>,
     rates_fetcher: Option<crate::ecb::Fetcher>,
     /// SQLite's alone: PostgreSQL checkpoints by itself.
     checkpointer: Option<Checkpointer>,
@@ -274,7 +274,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
         &config.forward,
     )?;
     let reattributor = match config.pipeline {
-        true => Some(crate::reattribute::Reattributor::start(
+        true => Some(crate::reattribute::start(
             &location,
             &config.store,
             writer.clone(),
@@ -282,7 +282,7 @@ pub fn start(config: &ServeConfig) -> Result<Running, StartError> {
         false => None,
     };
     let sketcher = match config.pipeline {
-        true => Some(crate::sketches::Sketcher::start(
+        true => Some(crate::sketches::start(
             &location,
             &config.store,
             writer.clone(),

@@ -7,10 +7,10 @@
 //! built and count the rest from rows, so they never wait for it.
 
 use crate::report::{self, DAY_EXACT, GROUPINGS, SKETCH_RULES};
-use crate::store::engine::{AsConn, Lasting, Location};
+use crate::stepper::Stepper;
+use crate::store::engine::{AsConn, Location};
 use crate::store::report::DAY_MS;
 use crate::store::{self, StoreError};
-use crate::worker::{Stop, Worker};
 use crate::writer::{WriteError, Writer};
 use std::time::Duration;
 
@@ -79,44 +79,18 @@ pub fn run(conn: &impl AsConn, writer: &Writer, now_ms: i64) -> store::Result<us
 }
 
 /// The thread that builds the rollup in `serve`.
-pub struct Sketcher(Worker);
-
-impl Sketcher {
-    pub fn start(
-        location: &Location,
-        settings: &store::Settings,
-        writer: Writer,
-    ) -> store::Result<Sketcher> {
-        let mut conn = Lasting::open(location, settings)?;
-        let mut worker = Worker::new();
-        worker
-            .spawn("sketches".into(), IDLE, move |stop| {
-                pass(&mut conn, &writer, stop)
-            })
-            .map_err(|e| StoreError::Other(e.to_string()))?;
-        Ok(Sketcher(worker))
-    }
-
-    pub fn stop(self) {
-        self.0.stop();
-    }
-}
-
-/// Steps while there is work, letting queued requests go first between two steps.
-fn pass(lasting: &mut Lasting, writer: &Writer, stop: &Stop) -> Duration {
-    while !stop.requested() {
-        writer.yield_to_queued(Duration::from_millis(20));
-        let stepped = lasting
-            .get()
-            .and_then(|conn| step(conn, writer, store::now_ms()));
-        match stepped {
-            Ok(Some(_)) => {}
-            Ok(None) => return IDLE,
-            Err(e) => {
-                log::warn!("visitor sketches: {e}; trying again in {}s", IDLE.as_secs());
-                return IDLE;
-            }
-        }
-    }
-    Duration::ZERO
+pub fn start(
+    location: &Location,
+    settings: &store::Settings,
+    writer: Writer,
+) -> store::Result<Stepper> {
+    Stepper::start(
+        "sketches",
+        location,
+        settings,
+        writer,
+        IDLE,
+        step,
+        |_| {},
+    )
 }
