@@ -169,17 +169,9 @@ pub fn start(
     settings: &store::Settings,
     writer: Writer,
 ) -> store::Result<Stepper> {
-    Stepper::start(
-        "reattribute",
-        location,
-        settings,
-        writer,
-        IDLE,
-        step,
-        |s| {
-            if s.finished {
-                log::info!("re-attribution of site {} ended", s.site_id);
-            }
-        },
-    )
+    Stepper::start("reattribute", location, settings, writer, IDLE, step, |s| {
+        if s.finished {
+            log::info!("re-attribution of site {} ended", s.site_id);
+        }
+    })
 }

@@ -84,13 +84,5 @@ pub fn start(
     settings: &store::Settings,
     writer: Writer,
 ) -> store::Result<Stepper> {
-    Stepper::start(
-        "sketches",
-        location,
-        settings,
-        writer,
-        IDLE,
-        step,
-        |_| {},
-    )
+    Stepper::start("sketches", location, settings, writer, IDLE, step, |_| {})
 }
