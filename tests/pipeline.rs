@@ -649,3 +649,82 @@ fn the_server_processes_work_as_it_arrives_past_a_poison_item() {
         "{p}"
     );
 }
+
+/// The writer claims each decided item again as it stores the result (in one statement on
+/// PostgreSQL): an item that changed since it was listed — tried again meanwhile, rescheduled,
+/// finished by someone else — is left alone and its conversion untouched; an unchanged one is
+/// finished and leaves the outbox.
+#[test]
+fn an_item_changed_since_it_was_listed_is_left_alone() {
+    use convapi::store::pipeline::{self as sp, Attribution, Item, Reported};
+    let app = manual().start();
+    app.pageview("v", "https://shop.example/", now_ms() - HOUR);
+    let ids: Vec<String> = (0..4)
+        .map(|i| {
+            let o = unique("listed");
+            app.post_conversion(
+                &json!({"visitorId": "v", "orderId": o, "value": i + 1, "currency": "EUR"}),
+            )
+            .accepted()
+            .0
+        })
+        .collect();
+    let conn = app.store();
+    let now = now_ms();
+    let listed: Vec<Item> = sp::due(&conn, now, 10).expect("due");
+    sp::release_claims(&conn).expect("release");
+    assert_eq!(listed.len(), 4);
+    let a = Attribution {
+        model: "last_non_direct".into(),
+        session_id: None,
+        source: "(direct)".into(),
+        medium: "(none)".into(),
+        campaign: None,
+    };
+    let fx = Reported::default();
+    let of = |id: &str| {
+        listed
+            .iter()
+            .find(|i| i.conversion_id == id)
+            .unwrap()
+            .clone()
+    };
+    let status_of = |id: &str| -> String {
+        app.query_str("SELECT status FROM conversions WHERE id = ?1", &[&id])
+            .expect("a conversion")
+    };
+
+    // Tried again since it was listed.
+    let retried = of(&ids[0]);
+    sp::retry_later(&conn, retried.id, 1, now - 1, "meanwhile").expect("retry");
+    // Rescheduled to later.
+    let later = of(&ids[1]);
+    sp::retry_later(&conn, later.id, 0, now + HOUR, "later").expect("reschedule");
+    // Listed for another conversion than it is.
+    let mut other = of(&ids[2]);
+    other.conversion_id = ids[3].clone();
+    for stale in [&retried, &later, &other] {
+        assert_eq!(
+            sp::claim_and_finish(&conn, stale, &a, &fx, now).expect("claim"),
+            None,
+            "{stale:?}"
+        );
+    }
+    for id in &ids[..3] {
+        assert_eq!(status_of(id), "queued", "{id}");
+        assert!(sp::item_state(&conn, id).expect("state").is_some());
+    }
+
+    // Unchanged: finished once, then gone.
+    let fresh = of(&ids[3]);
+    assert_eq!(
+        sp::claim_and_finish(&conn, &fresh, &a, &fx, now).expect("finish"),
+        Some(false)
+    );
+    assert_eq!(status_of(&ids[3]), "processed");
+    assert!(sp::item_state(&conn, &ids[3]).expect("state").is_none());
+    assert_eq!(
+        sp::claim_and_finish(&conn, &fresh, &a, &fx, now).expect("again"),
+        None
+    );
+}

@@ -70,6 +70,27 @@ fn apply_one(
     now_ms: i64,
     forwarding: bool,
 ) -> store::Result<Applied> {
+    // The common case, an order that had its session: claimed and finished in one go.
+    if let Decided::Finish {
+        item,
+        attribution,
+        fx,
+        session: Session::Known,
+    } = d
+    {
+        let Some(adjusted) =
+            store::pipeline::claim_and_finish(conn, item, attribution, fx, now_ms)?
+        else {
+            return Ok(Applied::Gone);
+        };
+        if adjusted {
+            store::adjustments::settle(conn, &item.conversion_id)?;
+        }
+        if forwarding {
+            write_deliveries(conn, &item.conversion_id, now_ms)?;
+        }
+        return Ok(Applied::Processed);
+    }
     let Some(item) = claim_unchanged(conn, d.item(), now_ms)? else {
         return Ok(Applied::Gone);
     };

@@ -157,8 +157,10 @@ pub fn drain(
             if stop() {
                 return Ok(stats);
             }
-            writer.yield_to_queued(MAX_YIELD);
+            // Decided on the pipeline's own connection while requests may be writing; then the
+            // queued requests go first.
             let decided = decide_chunk(conn, &mut fresh, opts)?;
+            writer.yield_to_queued(MAX_YIELD);
             let applied =
                 writer
                     .submit(move |c| apply(c, decided, now_ms))

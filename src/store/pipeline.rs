@@ -146,6 +146,64 @@ pub fn finish(
     Ok(adjusted)
 }
 
+/// [`claim`] and [`finish`] in one: the item `listed` is finished only if it is still due at
+/// `now_ms`, for the same conversion, with the tries it had when it was listed. `None`: it was
+/// not, and nothing was written; otherwise, as [`finish`], whether the order has adjustments.
+/// On PostgreSQL, where each statement is a round trip, the claim, the result and the outbox row's
+/// deletion are one statement; on SQLite the three of [`claim`] and [`finish`].
+pub fn claim_and_finish(
+    conn: &impl AsConn,
+    listed: &Item,
+    a: &Attribution,
+    fx: &Reported,
+    now_ms: i64,
+) -> Result<Option<bool>> {
+    if conn.conn().engine() == Engine::Sqlite {
+        let still = claim(conn, listed.id, now_ms)?
+            .filter(|i| i.attempts == listed.attempts && i.conversion_id == listed.conversion_id);
+        return match still {
+            None => Ok(None),
+            Some(_) => finish(conn, listed.id, &listed.conversion_id, a, fx, now_ms).map(Some),
+        };
+    }
+    let minor = match (&fx.value, &fx.currency) {
+        (Some(v), Some(c)) => super::report::minor_amount(v, c),
+        _ => None,
+    };
+    // The `DELETE` claims the row (a row another statement changed since the listing no longer
+    // matches); the `UPDATE` runs only on the conversion of a row it deleted.
+    let adjusted = conn.conn().query_opt(
+        "WITH claimed AS (
+             DELETE FROM outbox
+             WHERE id = ?13 AND conversion_id = ?1 AND attempts = ?14 AND dead_at IS NULL
+                 AND next_attempt_at <= ?12
+             RETURNING conversion_id)
+         UPDATE conversions SET status = 'processed', attr_model = ?2, attr_session_id = ?3,
+            attr_source = ?4, attr_medium = ?5, attr_campaign = ?6, reporting_value = ?7,
+            reporting_minor = ?8, reporting_currency = ?9, fx_rate = ?10, fx_date = ?11,
+            processed_at = ?12
+         WHERE id = (SELECT conversion_id FROM claimed) RETURNING adjusted <> 0",
+        args![
+            &listed.conversion_id,
+            &a.model,
+            &a.session_id,
+            &a.source,
+            &a.medium,
+            &a.campaign,
+            &fx.value,
+            minor,
+            &fx.currency,
+            &fx.rate,
+            &fx.date,
+            now_ms,
+            listed.id,
+            listed.attempts
+        ],
+        |r| r.get(0),
+    )?;
+    Ok(adjusted)
+}
+
 /// [`finish`] for a conversion with no session (unattributed): its result is stored (it counts
 /// at once), and its item stays, due again `retry_ms` after the conversion was received, while
 /// that time is after `now_ms`. Otherwise the item is deleted as by [`finish`]: this was the last
