@@ -250,6 +250,10 @@ mod tests {
             "0022_visitor_sketches.sql",
             "89bd0a59721b0ab3b76138c46d7fd268643b8e780924f9c898374cea30cb4be1",
         ),
+        (
+            "0023_rollup_slots.sql",
+            "b8a4d7e08ce52d274a34f30274bdc0b6fafe83494afe12b0907839193b762a7e",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

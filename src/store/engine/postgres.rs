@@ -113,6 +113,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0022_visitor_sketches.sql",
         include_str!("../migrations/postgres/0022_visitor_sketches.sql"),
     ),
+    Migration::new(
+        23,
+        "0023_rollup_slots.sql",
+        include_str!("../migrations/postgres/0023_rollup_slots.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

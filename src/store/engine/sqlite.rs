@@ -268,6 +268,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0022_visitor_sketches.sql",
         include_str!("../migrations/sqlite/0022_visitor_sketches.sql"),
     ),
+    Migration::new(
+        23,
+        "0023_rollup_slots.sql",
+        include_str!("../migrations/sqlite/0023_rollup_slots.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.

@@ -1,0 +1,4 @@
+-- Migration 23: nothing changes on SQLite. On PostgreSQL each writing connection keeps its own
+-- slot of a rollup cell (migrations/postgres/0023_rollup_slots.sql), so that several nodes do not
+-- wait for each other on the cell every new conversion of a day lands in; on SQLite one
+-- connection writes, and a cell is one row.
