@@ -284,8 +284,11 @@ fn rollup_drift(app: &TestApp) -> Vec<String> {
                 SUM({unconverted}), SUM({inexact})
             FROM conversions c GROUP BY 1, 2, 3, 4, 5, 6, 7, 8),
         kept AS (
-            SELECT * FROM report_daily
-            WHERE conversions <> 0 OR revenue_minor <> 0 OR unconverted <> 0 OR inexact <> 0)
+            SELECT site_id, day, type, attributed, source, medium, campaign, nulls,
+                SUM(conversions), SUM(revenue_minor), SUM(unconverted), SUM(inexact)
+            FROM report_daily GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+            HAVING SUM(conversions) <> 0 OR SUM(revenue_minor) <> 0 OR SUM(unconverted) <> 0
+                OR SUM(inexact) <> 0)
         SELECT 'missing', d.* FROM (SELECT * FROM scratch EXCEPT SELECT * FROM kept) d
         UNION ALL
         SELECT 'extra', d.* FROM (SELECT * FROM kept EXCEPT SELECT * FROM scratch) d",
