@@ -728,3 +728,41 @@ fn an_item_changed_since_it_was_listed_is_left_alone() {
         None
     );
 }
+
+/// Where the pipeline writes: on SQLite its chunk is a job of the request writer and waits behind
+/// the requests' jobs; on PostgreSQL it writes in a transaction of its own connection, beside the
+/// writer, and does not wait for it (here a job that holds the writer for two seconds).
+#[test]
+fn the_pipeline_waits_for_the_request_writer_on_sqlite_alone() {
+    let app = manual().start();
+    app.pageview("v", "https://shop.example/", now_ms() - HOUR);
+    let order = unique("beside");
+    app.post_conversion(
+        &json!({"visitorId": "v", "orderId": order, "value": 5, "currency": "EUR"}),
+    )
+    .accepted();
+    let conn = app.store();
+    let (took, stats) = with_writer(&app, |writer| {
+        writer.submit_detached(|_| {
+            std::thread::sleep(Duration::from_secs(2));
+            Ok(())
+        });
+        let started = Instant::now();
+        let stats =
+            pipeline::drain_once(&conn, writer, &Metrics::default(), now_ms()).expect("drain");
+        (started.elapsed(), stats)
+    });
+    assert_eq!(stats.processed, 1);
+    if app.is_postgres() {
+        assert!(
+            took < Duration::from_millis(1500),
+            "waited {took:?} for the writer"
+        );
+    } else {
+        assert!(
+            took >= Duration::from_millis(1500),
+            "did not wait: {took:?}"
+        );
+    }
+    assert_eq!(status(&app, &order)["status"], "processed");
+}

@@ -1,10 +1,12 @@
 //! The background pipeline (docs/decisions.md §5): drains the outbox after the 202 — attribution,
 //! then currency conversion — at least once, every step idempotent. It never sees a request.
 //!
-//! One thread. It reads with its own connection and writes through the request writer: items are
-//! handled in chunks of as many as are decided within [`CHUNK_BUDGET`] (one read transaction),
-//! and each chunk goes to the writer as one job, committed with whatever requests share its batch
-//! — no transaction, fsync or write lock of its own. Inside the job each item has a savepoint that
+//! One thread. It reads with its own connection: items are handled in chunks of as many as are
+//! decided within [`CHUNK_BUDGET`] (one read transaction). On SQLite each chunk goes to the request
+//! writer as one job, committed with whatever requests share its batch — no transaction, fsync or
+//! write lock of its own; on PostgreSQL, which takes several writers at once, the pipeline writes
+//! the chunk in a transaction of its own connection, beside the writer
+//! ([`store::pipeline::writes_beside_the_writer`]). Inside the write each item has a savepoint that
 //! claims the item again (still due, same number of tries), stores the result and deletes (or
 //! parks) the outbox row: a crash before the commit leaves the items due, a crash after leaves
 //! them done, so nothing is lost or counted twice. A failing item is rescheduled with
@@ -121,9 +123,9 @@ pub fn drain_once(
 ///
 /// Each chunk is decided first — attribution and currency for as many items as fit in
 /// [`CHUNK_BUDGET`], read in one read transaction of the pipeline's connection — and then written
-/// in one go by [`apply`] as one job of the writer, committed with whatever requests share its
-/// batch (no transaction or fsync of its own). `apply` re-checks every item inside the write
-/// transaction, so an item that changed in between is left alone.
+/// in one go by [`apply`]: as one job of the writer, committed with whatever requests share its
+/// batch, or on PostgreSQL in a transaction of `conn`. `apply` re-checks every item inside the
+/// write transaction, so an item that changed in between is left alone.
 pub fn drain(
     conn: &impl AsConn,
     writer: &Writer,
@@ -134,6 +136,7 @@ pub fn drain(
 ) -> store::Result<DrainStats> {
     let mut stats = DrainStats::default();
     let mut seen = HashSet::new();
+    let beside = store::pipeline::writes_beside_the_writer(conn);
     /// Ends the claims of one listing however the pass leaves it (done, stopped, failed).
     struct Claims<'a, C: AsConn>(&'a C);
     impl<C: AsConn> Drop for Claims<'_, C> {
@@ -157,11 +160,13 @@ pub fn drain(
             if stop() {
                 return Ok(stats);
             }
-            // Decided on the pipeline's own connection while requests may be writing; then the
-            // queued requests go first.
-            let decided = decide_chunk(conn, &mut fresh, opts)?;
-            writer.yield_to_queued(MAX_YIELD);
-            let applied =
+            let applied = if beside {
+                let decided = decide_chunk(conn, &mut fresh, opts)?;
+                store::write_tx(conn, |c| apply(c, decided, now_ms))?
+            } else {
+                // Queued requests go first.
+                writer.yield_to_queued(MAX_YIELD);
+                let decided = decide_chunk(conn, &mut fresh, opts)?;
                 writer
                     .submit(move |c| apply(c, decided, now_ms))
                     .map_err(|e| match e {
@@ -170,7 +175,8 @@ pub fn drain(
                             StoreError::Busy
                         }
                         WriteError::Failed(e) => e,
-                    })?;
+                    })?
+            };
             // Counted and logged once committed.
             for a in applied {
                 match a {
@@ -212,8 +218,8 @@ pub fn drain(
 /// Wakes the pipeline when work is committed (a disabled one when it is switched off).
 pub use crate::worker::Waker;
 
-/// Opens the worker's own connection (for its reads) and starts its thread; results are written
-/// through `writer`. [`Worker::waker`] wakes it when work is committed.
+/// Opens the worker's own connection (for its reads, and on PostgreSQL its writes) and starts its
+/// thread; on SQLite results are written through `writer`. [`Worker::waker`] wakes it when work is committed.
 pub fn spawn(
     location: &Location,
     settings: &store::Settings,

@@ -50,6 +50,16 @@ pub fn due(conn: &impl AsConn, now_ms: i64, limit: usize) -> Result<Vec<Item>> {
     conn.query_all(sql, args![now_ms, limit as i64], item)
 }
 
+/// Whether the pipeline writes its results in transactions of its own connection, beside the
+/// request writer, rather than as jobs of the writer: on PostgreSQL, which takes several writing
+/// connections at once (a chunk's statements then run beside the requests' instead of after them,
+/// and its commit's WAL flush is shared with the commits waiting at the same time); not on SQLite,
+/// where a second writer would wait for the file's lock and the writer's group commit is how
+/// commits share an fsync.
+pub fn writes_beside_the_writer(conn: &impl AsConn) -> bool {
+    conn.conn().engine() == Engine::Postgres
+}
+
 /// Ends every claim [`due`] made on this connection (PostgreSQL's advisory locks; nothing on
 /// SQLite). The pipeline's connection holds no other session lock.
 pub fn release_claims(conn: &impl AsConn) -> Result<()> {
