@@ -7,8 +7,19 @@
 //! rates (`next_attempt_at IS NULL`, conversion `fx_pending`), dead (`dead_at` set, conversion `failed`).
 //! Written once for both engines (`engine/mod.rs`).
 
-use super::engine::{args, AsConn, Engine, Row};
+use super::engine::{args, AsConn, Engine, Row, Value};
 use super::Result;
+
+/// The `UPDATE … SET` of a finished conversion's columns, `?2` to `?12` of [`result_args`] (`?1`
+/// is the conversion), for [`store_result`] and [`claim_and_finish`] to complete.
+macro_rules! store_result_set {
+    () => {
+        "UPDATE conversions SET status = 'processed', attr_model = ?2, attr_session_id = ?3,
+            attr_source = ?4, attr_medium = ?5, attr_campaign = ?6, reporting_value = ?7,
+            reporting_minor = ?8, reporting_currency = ?9, fx_rate = ?10, fx_date = ?11,
+            processed_at = ?12"
+    };
+}
 
 /// One outbox row as the worker sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,36 +187,33 @@ pub fn claim_and_finish(
             Some(_) => finish(conn, listed.id, &listed.conversion_id, a, fx, now_ms).map(Some),
         };
     }
-    let minor = match (&fx.value, &fx.currency) {
-        (Some(v), Some(c)) => super::report::minor_amount(v, c),
-        _ => None,
-    };
     // The `DELETE` claims the row (a row another statement changed since the listing no longer
     // matches); the `UPDATE` runs only on the conversion of a row it deleted.
+    let [a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12] =
+        result_args(&listed.conversion_id, a, fx, now_ms);
     let adjusted = conn.conn().query_opt(
-        "WITH claimed AS (
-             DELETE FROM outbox
-             WHERE id = ?13 AND conversion_id = ?1 AND attempts = ?14 AND dead_at IS NULL
-                 AND next_attempt_at <= ?12
-             RETURNING conversion_id)
-         UPDATE conversions SET status = 'processed', attr_model = ?2, attr_session_id = ?3,
-            attr_source = ?4, attr_medium = ?5, attr_campaign = ?6, reporting_value = ?7,
-            reporting_minor = ?8, reporting_currency = ?9, fx_rate = ?10, fx_date = ?11,
-            processed_at = ?12
-         WHERE id = (SELECT conversion_id FROM claimed) RETURNING adjusted <> 0",
+        concat!(
+            "WITH claimed AS (
+                 DELETE FROM outbox
+                 WHERE id = ?13 AND conversion_id = ?1 AND attempts = ?14 AND dead_at IS NULL
+                     AND next_attempt_at <= ?12
+                 RETURNING conversion_id) ",
+            store_result_set!(),
+            " WHERE id = (SELECT conversion_id FROM claimed) RETURNING adjusted <> 0"
+        ),
         args![
-            &listed.conversion_id,
-            &a.model,
-            &a.session_id,
-            &a.source,
-            &a.medium,
-            &a.campaign,
-            &fx.value,
-            minor,
-            &fx.currency,
-            &fx.rate,
-            &fx.date,
-            now_ms,
+            a1,
+            a2,
+            a3,
+            a4,
+            a5,
+            a6,
+            a7,
+            a8,
+            a9,
+            a10,
+            a11,
+            a12,
             listed.id,
             listed.attempts
         ],
@@ -242,6 +250,34 @@ pub fn finish_or_hold(
     Ok((false, adjusted))
 }
 
+/// The arguments of `store_result_set!`, the conversion's id first, with the reporting value in
+/// integer minor units for the report's rollup (`report::minor_amount`).
+fn result_args<'a>(
+    conversion_id: &'a str,
+    a: &'a Attribution,
+    fx: &'a Reported,
+    now_ms: i64,
+) -> [Value<'a>; 12] {
+    let minor = match (&fx.value, &fx.currency) {
+        (Some(v), Some(c)) => super::report::minor_amount(v, c),
+        _ => None,
+    };
+    [
+        conversion_id.into(),
+        a.model.as_str().into(),
+        (&a.session_id).into(),
+        a.source.as_str().into(),
+        a.medium.as_str().into(),
+        (&a.campaign).into(),
+        (&fx.value).into(),
+        minor.into(),
+        (&fx.currency).into(),
+        (&fx.rate).into(),
+        (&fx.date).into(),
+        now_ms.into(),
+    ]
+}
+
 /// The finished conversion's columns: [`finish`]'s first half; whether the order has adjustments.
 fn store_result(
     conn: &impl AsConn,
@@ -251,30 +287,12 @@ fn store_result(
     now_ms: i64,
 ) -> Result<bool> {
     // One statement, so that the report's rollup trigger moves the conversion once (docs/decisions.md §11).
-    let minor = match (&fx.value, &fx.currency) {
-        (Some(v), Some(c)) => super::report::minor_amount(v, c),
-        _ => None,
-    };
     let adjusted = conn.conn().query_opt(
-        "UPDATE conversions SET status = 'processed', attr_model = ?2, attr_session_id = ?3,
-            attr_source = ?4, attr_medium = ?5, attr_campaign = ?6, reporting_value = ?7,
-            reporting_minor = ?8, reporting_currency = ?9, fx_rate = ?10, fx_date = ?11,
-            processed_at = ?12
-         WHERE id = ?1 RETURNING adjusted <> 0",
-        args![
-            conversion_id,
-            &a.model,
-            &a.session_id,
-            &a.source,
-            &a.medium,
-            &a.campaign,
-            &fx.value,
-            minor,
-            &fx.currency,
-            &fx.rate,
-            &fx.date,
-            now_ms
-        ],
+        concat!(
+            store_result_set!(),
+            " WHERE id = ?1 RETURNING adjusted <> 0"
+        ),
+        &result_args(conversion_id, a, fx, now_ms),
         |r| r.get(0),
     )?;
     Ok(adjusted.unwrap_or(false))
