@@ -18,7 +18,7 @@ function ck(x) { // 13 months; x: delete it
 }
 // Shopify (Z): cart attribute svc_vid, once a visitor and cart; x: blank it
 function sc(x) {
-  var l = w.localStorage, v = x ? '' : vid, c = () => v && v + d.cookie.match(/(^|; )cart=[^;]*/), f = g(r => l._svc_cart = r && r.ok ? c() : 1);
+  var l = w.localStorage, v = x ? '' : vid, c = () => v && v + d.cookie.match(/(^|; )cart=[^;]*/), f = g(r => l._svc_cart = r && r.ok && (x || ok()) ? c() : 1);
   (l._svc_cart || '') != c() && (l._svc_cart = c(), fetch('/cart/update.js', { method: 'POST',
     headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ attributes: { svc_vid: v } }) }).then(f, f));
 }

@@ -126,6 +126,25 @@ test('analytics consent withdrawn: the attribute is blanked once and nothing of 
   assert.equal(never.rec.carts.length, 0);
 });
 
+test('consent withdrawn while the cart call is in flight: the id is not stored after it', async () => {
+  const pending = [];
+  const b = await page(ON, { cookie: 'cart=c1-aaa?key=k1', cart: () => new Promise((r) => pending.push(r)) });
+  assert.equal(b.rec.carts.length, 1);
+  const vid = attribute(b.rec.carts[0]);
+  b.svc('consent', { analytics: false });
+  await settle();
+  assert.deepEqual(b.rec.carts.map(attribute), [vid, '']);
+  // Shopify answers the blank first, then the id.
+  pending[1](ok({}));
+  await settle();
+  pending[0](ok({}));
+  await settle();
+  assert.ok(!Object.values(b.storage).some((v) => v.includes(vid)), 'the late answer stores no id');
+  // Shopify may have applied the two calls in either order: the next denial blanks it again.
+  const next = await page(`${ON}; svc('consent', {analytics: false})`, { prev: b });
+  assert.deepEqual(next.rec.carts.map(attribute), ['']);
+});
+
 test("the server's answer that consent is required blanks an attribute set before it", async () => {
   const b = browser({ cookie: 'cart=c1-aaa?key=k1',
     respond: (call) => ok({ visitorId: null, sessionId: 's1', accepted: call.json.events.length, consent: 'required' }) });
