@@ -5,7 +5,8 @@
 //! a shop page on another origin with the snippet and identify call as shown sending a pageview,
 //! the overview saying the pixel was seen, an API key shown once with a `curl` that, run as shown
 //! in bash, answers 202, the conversion seen in the conversions list, on its order page and in the
-//! report and its chart, then the key revoked through its confirmation page and refused by the API.
+//! report and its chart, its figures compared with an order seeded in the period before, then the
+//! key revoked through its confirmation page and refused by the API.
 //!
 //! Every page visited is photographed at a fixed 1280×800 viewport, and the conversions list once
 //! more at a phone's 390×844. The PNGs go to the directory
@@ -37,6 +38,9 @@ const KEY_NAME: &str = "Shop backend";
 /// the shown `curl` reports this order of this customer.
 const ORDER_ID: &str = "ORDER-1001";
 const CLIENT_ID: &str = "customer-42";
+/// An order of the period the report compares with, and its visitor.
+const EARLIER_ORDER_ID: &str = "ORDER-0907";
+const EARLIER_VISITOR: &str = "earlier-visitor-1";
 
 #[test]
 fn dashboard_first_run_to_revoked_key_in_chromium() {
@@ -252,22 +256,7 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
         "the key's row: {key_row:?}"
     );
 
-    let mut status = Value::Null;
-    poll_for(
-        Duration::from_secs(30),
-        "the pipeline to process the order",
-        || {
-            status = send(
-                &agent(),
-                "GET",
-                &format!("{}/api/sites/{site_id}/conversions/{ORDER_ID}", app.base),
-                &[("Authorization", &format!("Bearer {key}"))],
-                None,
-            )
-            .expect(200);
-            status["status"] == "processed"
-        },
-    );
+    let status = processed(&app, &key, &site_id, ORDER_ID);
     assert_eq!(status["attribution"]["source"], "newsletter", "{status}");
 
     // The conversions list, through the site's sub-navigation.
@@ -318,6 +307,31 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     }
     shots.take(&mut ui, "08-order");
 
+    // Something to compare with: 40 days back, inside both the 30 days before the report's range
+    // and the same weekdays five weeks back, two visitors from a search ad, one of whom ordered.
+    let earlier = crate::common::now_ms() - 40 * crate::common::DAY;
+    for (visitor, minutes) in [(EARLIER_VISITOR, 0), ("earlier-visitor-2", 5)] {
+        app.collect(&json!({
+            "trackerId": tracker_id,
+            "visitorId": visitor,
+            "events": [{"type": "pageview", "url": "https://shop.example/mug?utm_source=google&utm_medium=cpc",
+                        "ts": earlier + minutes * crate::common::MINUTE}],
+        }))
+        .expect(200);
+    }
+    app.post_conversion_as(
+        &key,
+        &site_id,
+        &json!({"orderId": EARLIER_ORDER_ID, "visitorId": EARLIER_VISITOR, "value": 30, "currency": "EUR",
+                "occurredAt": crate::common::iso(earlier + 30 * crate::common::MINUTE)}),
+    )
+    .expect(202);
+    let earlier_order = processed(&app, &key, &site_id, EARLIER_ORDER_ID);
+    assert_eq!(
+        earlier_order["attribution"]["source"], "google",
+        "{earlier_order}"
+    );
+
     // The report and its chart.
     ui.click(&format!("a[href='/dashboard/sites/{site_id}/report']"));
     ui.expect_page(200, &format!("/dashboard/sites/{site_id}/report"));
@@ -359,6 +373,13 @@ fn dashboard_first_run_to_revoked_key_in_chromium() {
     ui.click("#figures-other-compare");
     ui.expect_text("#figures-compare", "same weekdays");
     ui.expect_text("#figures", "Conversion rate");
+    // The earlier order against this one: two visitors then, one now; 30.00 then, 49.90 now.
+    for figure in [
+        "visitors 1 (before: 2, -50",
+        "net revenue 49.90 (before: 30.00, +66",
+    ] {
+        ui.expect_text("#figures-compare", figure);
+    }
     ui.eval("document.querySelector('#figures-card').scrollIntoView(); true");
     shots.take(&mut ui, "09a-report-figures");
 
@@ -746,6 +767,27 @@ fn a_shopify_source_added_on_the_sources_page_in_chromium() {
 
 fn agent() -> ureq::Agent {
     crate::common::agent()
+}
+
+/// The conversion of `order_id` once the pipeline has processed it (bounded wait).
+fn processed(app: &TestApp, key: &str, site_id: &str, order_id: &str) -> Value {
+    let mut status = Value::Null;
+    poll_for(
+        Duration::from_secs(30),
+        "the pipeline to process the order",
+        || {
+            status = send(
+                &agent(),
+                "GET",
+                &format!("{}/api/sites/{site_id}/conversions/{order_id}", app.base),
+                &[("Authorization", &format!("Bearer {key}"))],
+                None,
+            )
+            .expect(200);
+            status["status"] == "processed"
+        },
+    );
+    status
 }
 
 fn report_conversion(app: &TestApp, key: &str, site_id: &str) -> crate::common::Resp {

@@ -97,6 +97,34 @@ test('a consenting answer never makes the pixel write a cookie without analytics
   assert.equal(vidWrites(b).length, 0);
 });
 
+test("svc('visitorId') follows analytics consent, as the cookie does", async () => {
+  const b = browser();
+  b.run(STUB);
+  b.run(`svc('init', 'TRK', {consent: 'required'})`);
+  b.load();
+  assert.equal(b.svc('visitorId'), null, 'not before consent');
+  b.tick();
+  await settle();
+  const sent = b.rec.fetches[0].json.visitorId;
+  b.svc('consent', { ads: true });
+  assert.equal(b.svc('visitorId'), null, 'ads consent alone is not enough');
+  b.svc('consent', { analytics: true });
+  assert.equal(b.svc('visitorId'), sent, 'the id the pixel sends');
+  assert.match(b.cookie, new RegExp(`_svc_vid=${sent}`));
+  b.svc('consent', { analytics: false });
+  assert.equal(b.svc('visitorId'), null, 'withdrawn');
+
+  // Not required by the site, but the server answers that it is.
+  const s = browser({ respond: (call) => ok({ visitorId: null, sessionId: 's1', accepted: call.json.events.length, consent: 'required' }) });
+  s.run(STUB);
+  s.run(`svc('init', 'TRK')`);
+  s.load();
+  assert.match(s.svc('visitorId'), /./, 'granted while nothing says otherwise');
+  s.tick();
+  await settle();
+  assert.equal(s.svc('visitorId'), null);
+});
+
 test("the ad platforms' cookies ride along as consent allows", async () => {
   const sent = async (setup) => {
     const b = browser({ cookie: AD_COOKIES });

@@ -31,6 +31,10 @@ export function ok(body, status = 200) {
  *  beacon       function(url, body) => bool, or null: navigator.sendBeacon missing
  *  respond      function(call) => response | Promise (default: 200 {visitorId, sessionId, accepted})
  *  crypto       object to expose as window.crypto (default Node's webcrypto)
+ *  storage      the object behind window.localStorage (default a new localStorage()); pass one
+ *               to several browsers for page loads of one visitor; null: access to it throws
+ *  cart         function(call, browser) => response | Promise for Shopify's POST /cart/update.js
+ *               (default 200 {}); these calls go to rec.carts, not rec.fetches
  */
 export function browser(opts = {}) {
   const o = {
@@ -44,7 +48,9 @@ export function browser(opts = {}) {
     crypto: webcrypto,
     ...opts,
   };
-  const rec = { fetches: [], beacons: [], cookieWrites: [], timers: [] };
+  const rec = { fetches: [], beacons: [], cookieWrites: [], timers: [], carts: [] };
+  const storage = o.storage === undefined ? localStorage() : o.storage;
+  const cart = o.cart || (() => ok({}));
   const jar = new Map();
   for (const part of o.cookie.split(';')) {
     const i = part.indexOf('=');
@@ -69,10 +75,7 @@ export function browser(opts = {}) {
     referrer: o.referrer,
     visibilityState: 'visible',
     currentScript: o.currentScript ? scriptEl : null,
-    getElementsByTagName(tag) {
-      if (tag !== 'script') return [];
-      return [...o.scripts.map((src) => ({ src })), scriptEl];
-    },
+    get scripts() { return [...o.scripts.map((src) => ({ src })), scriptEl]; },
     get cookie() { return [...jar].map(([k, v]) => `${k}=${v}`).join('; '); },
     set cookie(s) {
       rec.cookieWrites.push(s);
@@ -97,16 +100,23 @@ export function browser(opts = {}) {
     clearTimeout(id) { rec.timers = rec.timers.filter((t) => t.id !== id); },
     fetch(url, init) {
       const call = { url, init, json: JSON.parse(init.body) };
+      if (url === '/cart/update.js') {
+        rec.carts.push(call);
+        return Promise.resolve().then(() => cart(call, b));
+      }
       rec.fetches.push(call);
       return Promise.resolve().then(() => respond(call));
     },
   };
+  Object.defineProperty(win, 'localStorage', {
+    get() { if (!storage) throw new Error('SecurityError: storage is blocked'); return storage; },
+  });
   win.window = win;
   const ctx = vm.createContext(win);
   const run = (code) => vm.runInContext(code, ctx);
 
-  return {
-    win, rec, run, history, document,
+  const b = {
+    win, rec, run, history, document, storage,
     get cookie() { return document.cookie; },
     load() { run(PIXEL); return this; },
     // window.svc as the page sees it
@@ -121,6 +131,14 @@ export function browser(opts = {}) {
       return [...rec.fetches.map((f) => f.json), ...rec.beacons.map((b) => JSON.parse(b.body))].flatMap((b) => b.events);
     },
   };
+  return b;
+}
+
+/** A stand-in for window.localStorage: its named properties are the items, stored as strings. */
+export function localStorage() {
+  return new Proxy({}, {
+    set(items, key, value) { items[key] = String(value); return true; },
+  });
 }
 
 // Let fetch promise chains settle.

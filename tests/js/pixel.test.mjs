@@ -296,6 +296,24 @@ test("svc('sessionId') is null before, then the server's sessionId after a flush
   assert.equal(b.svc('sessionId'), 'sess-2', 'the last one');
 });
 
+test("svc('visitorId') is the id the pixel sends and keeps in its cookie, at once", async () => {
+  const fresh = browser();
+  fresh.run(SNIPPET);
+  fresh.load();
+  const vid = fresh.svc('visitorId');
+  assert.match(vid, UUID);
+  assert.match(fresh.cookie, new RegExp(`_svc_vid=${vid}`));
+  fresh.tick();
+  await settle();
+  assert.equal(fresh.rec.fetches[0].json.visitorId, vid);
+
+  const known = browser({ cookie: '_svc_vid=v-42' });
+  known.run(STUB);
+  known.run(`svc('init', 'TRK')`);
+  known.load();
+  assert.equal(known.svc('visitorId'), 'v-42', "the cookie's");
+});
+
 test('collector URL comes from the script src', () => {
   const cases = [
     [{ src: 'https://collect.example:8443/pixel.js?v=3' }, 'https://collect.example:8443/api/collect'],
