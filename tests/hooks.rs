@@ -421,6 +421,41 @@ fn each_refund_counts_once_in_every_order_of_its_refund_and_charge_events() {
     assert_eq!(runs, 48);
 }
 
+/// A refund and its charge's total arriving at once, at two nodes where the engine allows it
+/// (PostgreSQL; SQLite's one writer takes them one after the other): the second is decided on the
+/// first's adjustment, with the order's row locked, so the money is counted once.
+#[test]
+fn a_refund_and_its_total_arriving_at_once_count_once() {
+    let app = TestApp::start();
+    let second = on_postgres().then(|| app.another_node());
+    let nodes: Vec<&TestApp> = std::iter::once(&app).chain(second.as_ref()).collect();
+    let source = stripe_source(&app);
+    for round in 0..30 {
+        let (o, pi) = paid_order(&app, &source);
+        let events = [
+            event(
+                "refund.created",
+                refund_object(&unique("re"), 3000, "eur", &pi),
+            ),
+            event("charge.refunded", charge_total(10000, "eur", &pi, 3000)),
+        ];
+        let outcomes: Vec<String> = std::thread::scope(|s| {
+            let sent: Vec<_> = events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let (node, source) = (nodes[i % nodes.len()], &source);
+                    s.spawn(move || deliver(node, source, e))
+                })
+                .collect();
+            sent.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(outcomes, ["accepted", "accepted"], "round {round}");
+        let (_, _, net, ids) = order(&app, &o);
+        assert_eq!(net, "70", "round {round}: {ids:?}");
+    }
+}
+
 /// Every order of `0..n`.
 fn permutations(n: usize) -> Vec<Vec<usize>> {
     if n == 0 {
