@@ -3,9 +3,9 @@
 //! them (and its published samples), signed as Stripe signs them: a paid Checkout Session and a
 //! delayed payment become purchases (exact amounts in EUR and JPY), refunds from `refund.created`
 //! and `charge.refunded` (by id, or by the charge's running total) count once whatever their order
-//! and repeats, a repeated delivery changes nothing, and the
-//! refusals (unknown source, bad or stale signature, body too large). Here: a rule of what a
-//! provider's webhook becomes.
+//! and repeats, even at two nodes at once, a repeated delivery changes nothing, and the refusals
+//! (unknown source, bad or stale signature, body too large). Here: a rule of what a provider's
+//! webhook becomes.
 
 use serde_json::{json, Value};
 
@@ -335,8 +335,8 @@ fn charge_total(amount: i64, currency: &str, pi: &str, amount_refunded: i64) -> 
     })
 }
 
-/// `e` again under another event id: the same refund or total told twice (by two events, or by an
-/// event that another endpoint of the account forwards), which only the ledger can tell apart.
+/// `e` again under another event id: the same refund or total told by another event, which only
+/// the ledger can tell apart (the same event id again is `duplicate` before it reaches the ledger).
 fn told_again(e: &Value) -> Value {
     let mut again = e.clone();
     again["id"] = json!(unique("evt"));

@@ -8,10 +8,10 @@
 //! refunds and cancels through the ledger's (`store::adjustments::record`), keyed by the
 //! provider's refund id (a cancel by the order) so that each counts once, whichever events carry
 //! it and however often; Stripe's, which may know a refund only by its charge's running total, by
-//! what they prove refunded beyond what the ledger counts (`stripe::still_to_count`). The event's row in `hook_events` and its effects commit in one writer job
-//! before the 200; the same provider event again is answered `duplicate` and changes nothing,
-//! unless it was kept without being applied (`order_unknown`, `refused`, ...): then it is taken
-//! again.
+//! what they prove refunded beyond what the ledger counts (`stripe::still_to_count`). The event's
+//! row in `hook_events` and its effects commit in one writer job before the 200; the same provider
+//! event again is answered `duplicate` and changes nothing, unless it was kept without being
+//! applied (`order_unknown`, `refused`, ...): then it is taken again.
 //!
 //! A purchase whose identifiers resolve no session is kept as unattributed (outcome
 //! `unattributed`); the pipeline resolves it again later (`pipeline::UNATTRIBUTED_RETRY`).

@@ -6,9 +6,9 @@
 //! an event proves that Stripe refunded at least the larger of its charge's running
 //! `amount_refunded` and the sum of the distinct refunds known by id (the ones in the order's
 //! ledger and the ones it lists), and the order's ledger gains what that exceeds what it counts
-//! from Stripe already ([`still_to_count`]). A refund whose amount is what is missing is recorded
-//! under its id (`re_…`); a rise of the running total that no listed refund explains is recorded
-//! under the charge and the total it reached (`ch_…@1500`). Decided on the ledger as it is, its
+//! from Stripe already ([`still_to_count`]). A refund the event names that fits in what is missing
+//! is recorded under its id (`re_…`); the rest, a rise of the running total no refund known by id
+//! explains, under the charge and the total reached (`ch_…@1500`). Decided on the ledger as it is, its
 //! order's row locked (`store::adjustments::locked_ledger`), so two events of one order never
 //! count the same money twice.
 
