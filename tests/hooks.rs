@@ -1,10 +1,11 @@
 //! Webhook sources (docs/decisions.md, "Webhook sources") through the front door: `convapi source
 //! add|list|remove`, and `POST /hooks/{sourceId}` with Stripe's events as its API reference shapes
-//! them, signed as Stripe signs them: a paid Checkout Session and a delayed payment become
-//! purchases (exact amounts in EUR and JPY), refunds from `refund.created` and `charge.refunded`
-//! count once whatever their order and repeats, a repeated delivery changes nothing, and the
-//! refusals (unknown source, bad or stale signature, body too large). Here: a rule of what a
-//! provider's webhook becomes.
+//! them (and its published samples), signed as Stripe signs them: a paid Checkout Session and a
+//! delayed payment become purchases (exact amounts in EUR and JPY), refunds from `refund.created`
+//! and `charge.refunded` (by id, or by the charge's running total) count once whatever their order
+//! and repeats, even at two nodes at once, a repeated delivery changes nothing, and the refusals
+//! (unknown source, bad or stale signature, body too large). Here: a rule of what a provider's
+//! webhook becomes.
 
 use serde_json::{json, Value};
 
@@ -318,6 +319,258 @@ fn each_refund_counts_once_whichever_events_carry_it_in_any_order() {
     assert_eq!((net.as_str(), ids), ("74.5", vec![re]));
     let status = app.order_status(&o).expect(200);
     assert_eq!(status["state"], json!("partially_refunded"), "{status}");
+}
+
+/// A Charge after refunds as API versions since 2022-11-15 send it: the running
+/// `amount_refunded`, no list of refunds.
+fn charge_total(amount: i64, currency: &str, pi: &str, amount_refunded: i64) -> Value {
+    json!({
+        "id": format!("ch_{pi}"),
+        "object": "charge",
+        "amount": amount,
+        "amount_refunded": amount_refunded,
+        "currency": currency,
+        "payment_intent": pi,
+        "refunded": amount_refunded == amount,
+    })
+}
+
+/// `e` again under another event id: the same refund or total told by another event, which only
+/// the ledger can tell apart (the same event id again is `duplicate` before it reaches the ledger).
+fn told_again(e: &Value) -> Value {
+    let mut again = e.clone();
+    again["id"] = json!(unique("evt"));
+    again
+}
+
+#[test]
+fn charge_refunded_without_its_refunds_counts_by_the_running_amount_refunded() {
+    let app = TestApp::start();
+    let source = stripe_source(&app);
+    let (o, pi) = paid_order(&app, &source);
+    let partial = event("charge.refunded", charge_total(10000, "eur", &pi, 2550));
+    assert_eq!(deliver(&app, &source, &partial), "accepted");
+    assert_eq!(order(&app, &o).2, "74.5");
+    assert_eq!(deliver(&app, &source, &partial), "duplicate");
+    assert_eq!(deliver(&app, &source, &told_again(&partial)), "accepted");
+    assert_eq!(
+        order(&app, &o).2,
+        "74.5",
+        "the same total again adds nothing"
+    );
+    let full = event("charge.refunded", charge_total(10000, "eur", &pi, 10000));
+    assert_eq!(deliver(&app, &source, &full), "accepted");
+    // A total arriving after a larger one proves nothing new.
+    assert_eq!(deliver(&app, &source, &told_again(&partial)), "accepted");
+    let (_, _, net, ids) = order(&app, &o);
+    assert_eq!(net, "0");
+    assert_eq!(ids, vec![format!("ch_{pi}@2550"), format!("ch_{pi}@10000")]);
+    let status = app.order_status(&o).expect(200);
+    assert_eq!(status["state"], json!("refunded"), "{status}");
+    assert_eq!(status["adjustments"][1]["value"], json!(74.5), "{status}");
+}
+
+/// Two refunds of an order of 100.00 (30.00, then 20.00), told by `refund.created` each and by
+/// `charge.refunded` after each (its running total 30.00, then 50.00), with or without the list of
+/// refunds: in every order of arrival, each event told twice, each refund counts once, and the
+/// order is never counted below what was refunded.
+#[test]
+fn each_refund_counts_once_in_every_order_of_its_refund_and_charge_events() {
+    let app = TestApp::start();
+    let source = stripe_source(&app);
+    let mut runs = 0;
+    for listed in [false, true] {
+        for order_of_arrival in permutations(4) {
+            let (o, pi) = paid_order(&app, &source);
+            let (re1, re2) = (unique("re"), unique("re"));
+            let charge = |refunds: &[(&str, i64)]| {
+                if listed {
+                    charge_refunded(10000, "eur", &pi, refunds)
+                } else {
+                    charge_total(10000, "eur", &pi, refunds.iter().map(|(_, a)| a).sum())
+                }
+            };
+            let events = [
+                event("refund.created", refund_object(&re1, 3000, "eur", &pi)),
+                event("refund.created", refund_object(&re2, 2000, "eur", &pi)),
+                event("charge.refunded", charge(&[(&re1, 3000)])),
+                event("charge.refunded", charge(&[(&re1, 3000), (&re2, 2000)])),
+            ];
+            for &i in &order_of_arrival {
+                let why = format!("listed {listed}, order {order_of_arrival:?}, event {i}");
+                assert_eq!(deliver(&app, &source, &events[i]), "accepted", "{why}");
+                assert_eq!(
+                    deliver(&app, &source, &told_again(&events[i])),
+                    "accepted",
+                    "{why}"
+                );
+                let net: f64 = order(&app, &o).2.parse().unwrap();
+                assert!(net >= 50.0, "{why}: counted more than was refunded: {net}");
+            }
+            for e in &events {
+                assert_eq!(deliver(&app, &source, e), "duplicate");
+            }
+            let (_, _, net, ids) = order(&app, &o);
+            assert_eq!(
+                net, "50",
+                "listed {listed}, order {order_of_arrival:?}: {ids:?}"
+            );
+            runs += 1;
+        }
+    }
+    assert_eq!(runs, 48);
+}
+
+/// A refund and its charge's total arriving at once, at two nodes where the engine allows it
+/// (PostgreSQL; SQLite's one writer takes them one after the other): the second is decided on the
+/// first's adjustment, with the order's row locked, so the money is counted once.
+#[test]
+fn a_refund_and_its_total_arriving_at_once_count_once() {
+    let app = TestApp::start();
+    let second = on_postgres().then(|| app.another_node());
+    let nodes: Vec<&TestApp> = std::iter::once(&app).chain(second.as_ref()).collect();
+    let source = stripe_source(&app);
+    for round in 0..30 {
+        let (o, pi) = paid_order(&app, &source);
+        let events = [
+            event(
+                "refund.created",
+                refund_object(&unique("re"), 3000, "eur", &pi),
+            ),
+            event("charge.refunded", charge_total(10000, "eur", &pi, 3000)),
+        ];
+        let outcomes: Vec<String> = std::thread::scope(|s| {
+            let sent: Vec<_> = events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let (node, source) = (nodes[i % nodes.len()], &source);
+                    s.spawn(move || deliver(node, source, e))
+                })
+                .collect();
+            sent.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(outcomes, ["accepted", "accepted"], "round {round}");
+        let (_, _, net, ids) = order(&app, &o);
+        assert_eq!(net, "70", "round {round}: {ids:?}");
+    }
+}
+
+/// Every order of `0..n`.
+fn permutations(n: usize) -> Vec<Vec<usize>> {
+    if n == 0 {
+        return vec![Vec::new()];
+    }
+    let mut out = Vec::new();
+    for p in permutations(n - 1) {
+        for at in 0..=p.len() {
+            let mut q = p.clone();
+            q.insert(at, n - 1);
+            out.push(q);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_yen_refund_counts_exactly() {
+    let app = TestApp::start();
+    let source = stripe_source(&app);
+    let client = unique("customer");
+    shopper(&app, &client);
+    let (o, pi) = (unique("order"), unique("pi"));
+    let paid = session(
+        "paid",
+        5000,
+        "jpy",
+        Some(&client),
+        json!({"order_id": o}),
+        &pi,
+    );
+    assert_eq!(
+        deliver(&app, &source, &event("checkout.session.completed", paid)),
+        "accepted"
+    );
+    // JPY has no minor unit: 1234 is 1234 yen, in the amount and in the total's id.
+    let re = unique("re");
+    let r1 = event("refund.created", refund_object(&re, 1234, "jpy", &pi));
+    assert_eq!(deliver(&app, &source, &r1), "accepted");
+    assert_eq!(order(&app, &o).2, "3766");
+    let c1 = event("charge.refunded", charge_total(5000, "jpy", &pi, 1234));
+    assert_eq!(deliver(&app, &source, &c1), "accepted");
+    assert_eq!(order(&app, &o).2, "3766");
+    let c2 = event("charge.refunded", charge_total(5000, "jpy", &pi, 2000));
+    assert_eq!(deliver(&app, &source, &c2), "accepted");
+    let (value, currency, net, ids) = order(&app, &o);
+    assert_eq!(
+        (value, currency, net.as_str()),
+        (json!(5000), json!("JPY"), "3000")
+    );
+    // In occurredAt order: the refund's `created`, the charge event's.
+    assert_eq!(ids, vec![format!("ch_{pi}@2000"), re]);
+    let status = app.order_status(&o).expect(200);
+    assert_eq!(status["adjustments"][0]["value"], json!(766), "{status}");
+}
+
+/// Stripe's published sample objects (tests/fixtures/README.md: its OpenAPI fixtures), each in
+/// the Event envelope, with only what a real event of this order carries changed: the amounts
+/// and currency, the PaymentIntent that links them, the session paid, the charge captured, the
+/// refund's time (after the order's).
+#[test]
+fn stripes_published_session_refund_and_charge_samples() {
+    let app = TestApp::start();
+    let source = stripe_source(&app);
+    let sample = |text: &str| -> Value { serde_json::from_str(text).unwrap() };
+    let mut session = sample(include_str!("fixtures/stripe/checkout-session.json"));
+    let mut refund = sample(include_str!("fixtures/stripe/refund.json"));
+    let mut charge = sample(include_str!("fixtures/stripe/charge.json"));
+    let pi = session["payment_intent"].as_str().unwrap().to_owned();
+    assert_eq!(refund["charge"], charge["id"]);
+
+    let client = unique("customer");
+    shopper(&app, &client);
+    session["payment_status"] = json!("paid");
+    session["status"] = json!("complete");
+    session["amount_subtotal"] = json!(4990);
+    session["amount_total"] = json!(4990);
+    session["currency"] = json!("eur");
+    session["client_reference_id"] = json!(client);
+    let order_id = session["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        deliver(&app, &source, &event("checkout.session.completed", session)),
+        "accepted"
+    );
+    assert_eq!(order(&app, &order_id).2, "49.9");
+
+    refund["amount"] = json!(1000);
+    refund["created"] = json!(now_ms() / 1000 - 30);
+    refund["currency"] = json!("eur");
+    refund["payment_intent"] = json!(pi);
+    let re = refund["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        deliver(&app, &source, &event("refund.created", refund)),
+        "accepted"
+    );
+    assert_eq!(order(&app, &order_id).2, "39.9");
+
+    for (refunded, net) in [(1000, "39.9"), (4990, "0")] {
+        charge["amount"] = json!(4990);
+        charge["amount_captured"] = json!(4990);
+        charge["captured"] = json!(true);
+        charge["currency"] = json!("eur");
+        charge["payment_intent"] = json!(pi);
+        charge["amount_refunded"] = json!(refunded);
+        charge["refunded"] = json!(refunded == 4990);
+        assert_eq!(
+            deliver(&app, &source, &event("charge.refunded", charge.clone())),
+            "accepted"
+        );
+        assert_eq!(order(&app, &order_id).2, net, "amount_refunded {refunded}");
+    }
+    let (_, _, _, mut ids) = order(&app, &order_id);
+    ids.sort();
+    let charge_id = charge["id"].as_str().unwrap();
+    assert_eq!(ids, vec![format!("{charge_id}@4990"), re]);
 }
 
 #[test]

@@ -231,6 +231,21 @@ fn lock_order(
         })
 }
 
+/// The currency and the ledger of the live order `order_id` of `site_id` (`None`: no such order),
+/// its row locked until the caller's write transaction ends, as [`record`] locks it: what the
+/// caller decides from the ledger holds until it records its adjustments, whatever another node
+/// records meanwhile (SQLite's one writer gives the same).
+pub fn locked_ledger(
+    conn: &impl AsConn,
+    site_id: &str,
+    order_id: &str,
+) -> Result<Option<(String, Vec<Adjustment>)>> {
+    let Some(order) = lock_order(conn, site_id, order_id, false)? else {
+        return Ok(None);
+    };
+    Ok(Some((order.currency, of_conversion(conn, &order.id)?)))
+}
+
 /// Records `a` inside the caller's write transaction, after the checks that need the order, in
 /// this order: no such order; currency other than the order's, or occurredAt before the order's;
 /// the adjustmentId already used (the same type, value and currency again: a repeat, answered as

@@ -7,10 +7,11 @@
 //! A purchase goes through the API's own store path (`store::conversions::record_api_with`),
 //! refunds and cancels through the ledger's (`store::adjustments::record`), keyed by the
 //! provider's refund id (a cancel by the order) so that each counts once, whichever events carry
-//! it and however often. The event's row in `hook_events` and its effects commit in one writer job
-//! before the 200; the same provider event again is answered `duplicate` and changes nothing,
-//! unless it was kept without being applied (`order_unknown`, `refused`, ...): then it is taken
-//! again.
+//! it and however often; Stripe's, which may know a refund only by its charge's running total, by
+//! what they prove refunded beyond what the ledger counts (`stripe::still_to_count`). The event's
+//! row in `hook_events` and its effects commit in one writer job before the 200; the same provider
+//! event again is answered `duplicate` and changes nothing, unless it was kept without being
+//! applied (`order_unknown`, `refused`, ...): then it is taken again.
 //!
 //! A purchase whose identifiers resolve no session is kept as unattributed (outcome
 //! `unattributed`); the pipeline resolves it again later (`pipeline::UNATTRIBUTED_RETRY`).
@@ -119,11 +120,9 @@ pub struct Refund {
     pub reason: String,
 }
 
-/// How refunds name their order.
+/// How refunds name their order (Stripe's name it by payment: [`Action::StripeRefunds`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum OrderRef {
-    /// By the payment that paid it (found in the source's earlier events).
-    Payment(String),
     /// By its orderId.
     Order(String),
 }
@@ -136,6 +135,8 @@ pub enum Action {
         order: OrderRef,
         refunds: Vec<Refund>,
     },
+    /// Stripe's refunds of a payment, by id or by running total.
+    StripeRefunds(stripe::Refunded),
     /// The order is cancelled; `adjustment_id` keys the cancel.
     Cancel {
         order_id: String,
@@ -453,36 +454,31 @@ impl Job {
                         ApiRecorded::NoSession => no_session(),
                     }
                 }
-                Action::Refunds { order, refunds } => {
-                    let order_id = match order {
-                        OrderRef::Order(id) => Some(id),
-                        OrderRef::Payment(p) => {
-                            store::sources::order_of_payment(c, &row.source_id, &p)?
-                        }
-                    };
-                    match order_id {
-                        None => Done {
-                            outcome: "order_unknown",
-                            keep: true,
-                        },
+                Action::Refunds {
+                    order: OrderRef::Order(order_id),
+                    refunds,
+                } => {
+                    let done = refund_all(c, &site_id, &order_id, refunds, now)?;
+                    if row.order_id.is_none() {
+                        row.order_id = Some(order_id);
+                    }
+                    done
+                }
+                Action::StripeRefunds(r) => {
+                    match store::sources::order_of_payment(c, &row.source_id, &r.payment_ref)? {
+                        None => order_unknown(),
                         Some(order_id) => {
-                            let mut done = ACCEPTED;
-                            for r in refunds {
-                                let a = NewAdjustment {
-                                    site_id: site_id.clone(),
-                                    order_id: order_id.clone(),
-                                    adjustment_id: r.id,
-                                    kind: Kind::Refund,
-                                    value: Some(r.value),
-                                    currency: r.currency,
-                                    occurred_at: r.created_ms.filter(|t| *t <= now + MAX_FUTURE_MS),
-                                    reason: Some(r.reason),
+                            // The order's row stays locked until the job commits: another event
+                            // of the order waits, then decides on this one's adjustments.
+                            let done =
+                                match store::adjustments::locked_ledger(c, &site_id, &order_id)? {
+                                    None => order_unknown(),
+                                    Some((currency, _)) if currency != r.currency => refused(),
+                                    Some((_, ledger)) => {
+                                        let refunds = stripe::still_to_count(&ledger, &r);
+                                        refund_all(c, &site_id, &order_id, refunds, now)?
+                                    }
                                 };
-                                let d = adjust(c, &a, now)?;
-                                if done.outcome == "accepted" {
-                                    done = d;
-                                }
-                            }
                             if row.order_id.is_none() {
                                 row.order_id = Some(order_id);
                             }
@@ -528,6 +524,49 @@ impl Job {
     }
 }
 
+/// Records `refunds` on order `order_id`'s ledger, one by one; the first outcome that is not
+/// `accepted`.
+fn refund_all(
+    c: &impl AsConn,
+    site_id: &str,
+    order_id: &str,
+    refunds: Vec<Refund>,
+    now: i64,
+) -> store::Result<Done> {
+    let mut done = ACCEPTED;
+    for r in refunds {
+        let a = NewAdjustment {
+            site_id: site_id.to_owned(),
+            order_id: order_id.to_owned(),
+            adjustment_id: r.id,
+            kind: Kind::Refund,
+            value: Some(r.value),
+            currency: r.currency,
+            occurred_at: r.created_ms.filter(|t| *t <= now + MAX_FUTURE_MS),
+            reason: Some(r.reason),
+        };
+        let d = adjust(c, &a, now)?;
+        if done.outcome == "accepted" {
+            done = d;
+        }
+    }
+    Ok(done)
+}
+
+fn order_unknown() -> Done {
+    Done {
+        outcome: "order_unknown",
+        keep: true,
+    }
+}
+
+fn refused() -> Done {
+    Done {
+        outcome: "refused",
+        keep: true,
+    }
+}
+
 /// A purchase whose identifiers resolve no session: kept with its payload, not counted yet.
 fn no_session() -> Done {
     Done {
@@ -540,17 +579,11 @@ fn no_session() -> Done {
 fn adjust(c: &impl AsConn, a: &NewAdjustment, now: i64) -> store::Result<Done> {
     Ok(match store::adjustments::record(c, a, now)? {
         AdjRecorded::Accepted(_) | AdjRecorded::Repeat(_) => ACCEPTED,
-        AdjRecorded::OrderNotFound => Done {
-            outcome: "order_unknown",
-            keep: true,
-        },
+        AdjRecorded::OrderNotFound => order_unknown(),
         AdjRecorded::Refused(Refusal::OrderCancelled)
         | AdjRecorded::Refused(Refusal::ExceedsOrderValue)
         | AdjRecorded::Conflict
-        | AdjRecorded::Invalid(..) => Done {
-            outcome: "refused",
-            keep: true,
-        },
+        | AdjRecorded::Invalid(..) => refused(),
     })
 }
 

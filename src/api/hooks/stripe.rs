@@ -1,16 +1,49 @@
 //! Stripe's webhooks (docs/stripe.md): the `Stripe-Signature` check with its timestamp tolerance,
 //! and the mapping of its events: paid Checkout Sessions (also delayed payments) are purchases;
-//! `refund.created` and `charge.refunded` are refunds of the order their PaymentIntent paid, keyed
-//! by Stripe's refund id.
+//! `refund.created` and `charge.refunded` are refunds of the order their PaymentIntent paid.
+//!
+//! Each refund counts once whichever of the two a site subscribes to, in any order, however often:
+//! an event proves that Stripe refunded at least the larger of its charge's running
+//! `amount_refunded` and the sum of the distinct refunds known by id (the ones in the order's
+//! ledger and the ones it lists), and the order's ledger gains what that exceeds what it counts
+//! from Stripe already ([`still_to_count`]). A refund the event names that fits in what is missing
+//! is recorded under its id (`re_…`); the rest, a rise of the running total no refund known by id
+//! explains, under the charge and the total reached (`ch_…@1500`). Decided on the ledger as it is, its
+//! order's row locked (`store::adjustments::locked_ledger`), so two events of one order never
+//! count the same money twice.
 
 use hmac::{Hmac, Mac};
 use rust_decimal::Decimal;
 use serde_json::Value;
 use sha2::Sha256;
 
-use super::{bad, str_at, Action, BadSignature, Event, OrderRef, Purchase, Refund};
+use super::{bad, str_at, Action, BadSignature, Event, Purchase, Refund};
 use crate::api::ApiError;
 use crate::http::Ctx;
+use crate::store::adjustments::Adjustment;
+
+/// The reason of a refund Stripe named by id.
+pub const REFUND_REASON: &str = "Stripe refund";
+/// The reason of a refund known only by its charge's running total.
+pub const TOTAL_REASON: &str = "Stripe refund (the charge's amount_refunded)";
+
+/// What a Stripe refund event says of a payment's refunds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refunded {
+    /// The PaymentIntent, which names the order.
+    pub payment_ref: String,
+    /// The charge refunded (`ch_…`; the PaymentIntent when the refund does not say), the key of a
+    /// running total's adjustment.
+    pub charge: String,
+    /// Upper case, as the refunds' and the total's.
+    pub currency: String,
+    /// The refunds it names by id, not failed nor cancelled.
+    pub refunds: Vec<Refund>,
+    /// The charge's `amount_refunded`: all that was refunded on it so far.
+    pub total: Option<Decimal>,
+    /// When the total was reached: the event's time.
+    pub occurred_ms: Option<i64>,
+}
 
 /// How far a Stripe signature's timestamp may be from now, either way, in seconds (Stripe's
 /// libraries' default): an older signed body is a replay.
@@ -129,7 +162,7 @@ fn refund(r: &Value, field: &str) -> Result<Option<Refund>, ApiError> {
         value,
         currency: Some(currency),
         created_ms: r.get("created").and_then(Value::as_i64).map(|s| s * 1000),
-        reason: "Stripe refund".into(),
+        reason: REFUND_REASON.into(),
     }))
 }
 
@@ -175,29 +208,112 @@ pub fn map_stripe(event: &Value) -> Result<Vec<Action>, ApiError> {
             let Some(payment_ref) = str_at(obj, &["payment_intent"]) else {
                 return Ok(Vec::new());
             };
-            Ok(vec![Action::Refunds {
-                order: OrderRef::Payment(payment_ref.to_owned()),
-                refunds: refund(obj, "data.object")?.into_iter().collect(),
-            }])
+            let Some(r) = refund(obj, "data.object")? else {
+                return Ok(Vec::new());
+            };
+            Ok(vec![Action::StripeRefunds(Refunded {
+                payment_ref: payment_ref.to_owned(),
+                charge: str_at(obj, &["charge"]).unwrap_or(payment_ref).to_owned(),
+                currency: r.currency.clone().unwrap_or_default(),
+                refunds: vec![r],
+                total: None,
+                occurred_ms: None,
+            })])
         }
         "charge.refunded" => {
             let Some(payment_ref) = str_at(obj, &["payment_intent"]) else {
                 return Ok(Vec::new());
             };
-            let Some(list) = obj.pointer("/refunds/data").and_then(Value::as_array) else {
-                return Ok(vec![Action::Keep("refund_ids_missing")]);
-            };
+            let charge =
+                str_at(obj, &["id"]).ok_or_else(|| bad("data.object.id", "a charge has no id"))?;
+            let currency = str_at(obj, &["currency"])
+                .unwrap_or_default()
+                .to_ascii_uppercase();
+            let total = obj
+                .get("amount_refunded")
+                .and_then(Value::as_i64)
+                .filter(|a| *a >= 0)
+                .and_then(|a| from_minor_units(a, &currency))
+                .ok_or_else(|| {
+                    bad(
+                        "data.object.amount_refunded",
+                        "a refunded charge needs amount_refunded, an integer in an ISO 4217 \
+                         currency's minor units",
+                    )
+                })?;
+            // Listed by API versions before 2022-11-15 only.
+            let list = obj.pointer("/refunds/data").and_then(Value::as_array);
             let mut refunds = Vec::new();
-            for (i, r) in list.iter().enumerate() {
+            for (i, r) in list.into_iter().flatten().enumerate() {
                 refunds.extend(refund(r, &format!("data.object.refunds.data.{i}"))?);
             }
-            Ok(vec![Action::Refunds {
-                order: OrderRef::Payment(payment_ref.to_owned()),
+            Ok(vec![Action::StripeRefunds(Refunded {
+                payment_ref: payment_ref.to_owned(),
+                charge: charge.to_owned(),
+                currency,
                 refunds,
-            }])
+                total: Some(total),
+                occurred_ms: event
+                    .get("created")
+                    .and_then(Value::as_i64)
+                    .map(|s| s * 1000),
+            })])
         }
         _ => Ok(Vec::new()),
     }
+}
+
+/// The refunds to record on an order whose ledger is `ledger` for the event `r`: what Stripe
+/// refunded at least (the larger of `r`'s running total and the sum of the distinct refunds known
+/// by id) minus what the ledger counts from Stripe already. Each of `r`'s refunds not in the ledger
+/// that fits in it is recorded under its id; the rest, if any, under `{charge}@{the total reached,
+/// in minor units}`, which no other rise can reach again. Nothing when nothing is missing: a
+/// repeat, a refund counted already by a running total, or a total its refunds explain.
+pub fn still_to_count(ledger: &[Adjustment], r: &Refunded) -> Vec<Refund> {
+    let mut counted = Decimal::ZERO;
+    let mut by_id = std::collections::BTreeMap::new();
+    for a in ledger {
+        let from_stripe = matches!(a.reason.as_deref(), Some(REFUND_REASON | TOTAL_REASON));
+        let value = a.value.as_deref().and_then(|v| v.parse::<Decimal>().ok());
+        if let (true, "refund", Some(value)) = (from_stripe, a.kind.as_str(), value) {
+            counted += value;
+            if a.reason.as_deref() == Some(REFUND_REASON) {
+                by_id.insert(a.adjustment_id.as_str(), value);
+            }
+        }
+    }
+    let in_ledger = |id: &str| ledger.iter().any(|a| a.adjustment_id == id);
+    for f in &r.refunds {
+        by_id.entry(f.id.as_str()).or_insert(f.value);
+    }
+    let at_least = by_id
+        .values()
+        .sum::<Decimal>()
+        .max(r.total.unwrap_or_default());
+    let mut missing = at_least - counted;
+    let mut out: Vec<Refund> = Vec::new();
+    for f in &r.refunds {
+        if f.value <= missing && !in_ledger(&f.id) && !out.iter().any(|o| o.id == f.id) {
+            missing -= f.value;
+            out.push(f.clone());
+        }
+    }
+    if missing > Decimal::ZERO {
+        out.push(Refund {
+            id: format!("{}@{}", r.charge, minor_units_of(at_least, &r.currency)),
+            value: missing,
+            currency: Some(r.currency.clone()),
+            created_ms: r.occurred_ms,
+            reason: TOTAL_REASON.into(),
+        });
+    }
+    out
+}
+
+/// `amount` in `currency`'s minor units, as Stripe writes it (49.9 EUR: 4990).
+fn minor_units_of(amount: Decimal, currency: &str) -> Decimal {
+    let dp = crate::fx::minor_units(currency).unwrap_or(0);
+    (amount * Decimal::from(10_i64.pow(dp))).normalize()
 }
 
 #[cfg(test)]
@@ -248,6 +364,100 @@ mod tests {
             1_700_000_000
         )
         .is_ok());
+    }
+
+    fn refund_of(id: &str, minor: i64) -> Refund {
+        Refund {
+            id: id.into(),
+            value: from_minor_units(minor, "EUR").unwrap(),
+            currency: Some("EUR".into()),
+            created_ms: None,
+            reason: REFUND_REASON.into(),
+        }
+    }
+
+    /// Applies `r` to `ledger` as the hook does; what it recorded.
+    fn apply(ledger: &mut Vec<Adjustment>, r: &Refunded) -> Vec<String> {
+        let new = still_to_count(ledger, r);
+        for f in &new {
+            ledger.push(Adjustment {
+                adjustment_id: f.id.clone(),
+                kind: "refund".into(),
+                value: Some(f.value.to_string()),
+                currency: "EUR".into(),
+                occurred_at: 0,
+                received_at: 0,
+                reason: Some(f.reason.clone()),
+                arrival: ledger.len() as i64,
+            });
+        }
+        new.into_iter()
+            .map(|f| format!("{}={}", f.id, f.value))
+            .collect()
+    }
+
+    fn counted(ledger: &[Adjustment]) -> Decimal {
+        ledger
+            .iter()
+            .map(|a| a.value.as_deref().unwrap().parse::<Decimal>().unwrap())
+            .sum()
+    }
+
+    #[test]
+    fn a_refund_known_by_id_and_by_total_is_counted_once_in_any_order() {
+        let event = |refunds: Vec<Refund>, total: Option<i64>| Refunded {
+            payment_ref: "pi_1".into(),
+            charge: "ch_1".into(),
+            currency: "EUR".into(),
+            refunds,
+            total: total.map(|t| from_minor_units(t, "EUR").unwrap()),
+            occurred_ms: None,
+        };
+        let (re1, re2) = (refund_of("re_1", 3000), refund_of("re_2", 2000));
+        let events = [
+            event(vec![re1.clone()], None),
+            event(vec![re2.clone()], None),
+            event(vec![], Some(3000)),
+            event(vec![], Some(5000)),
+            event(vec![re1.clone()], Some(3000)),
+            event(vec![re1, re2], Some(5000)),
+        ];
+        // Every order of the four first, then of four whose totals list their refunds; each
+        // event told twice.
+        let mut orders = vec![vec![]];
+        for n in 0..4 {
+            orders = orders
+                .into_iter()
+                .flat_map(|p: Vec<usize>| {
+                    (0..=p.len()).map(move |at| {
+                        let mut q = p.clone();
+                        q.insert(at, n);
+                        q
+                    })
+                })
+                .collect();
+        }
+        assert_eq!(orders.len(), 24);
+        for set in [[0, 1, 2, 3], [0, 1, 4, 5]] {
+            for order in &orders {
+                let mut ledger = Vec::new();
+                for &i in order {
+                    apply(&mut ledger, &events[set[i]]);
+                    assert!(apply(&mut ledger, &events[set[i]]).is_empty());
+                    assert!(counted(&ledger) <= Decimal::from(50));
+                }
+                assert_eq!(counted(&ledger), Decimal::from(50), "{set:?} {order:?}");
+            }
+        }
+        // The ids: a refund's own when its amount is what is missing, else the charge's total.
+        let mut ledger = Vec::new();
+        assert_eq!(apply(&mut ledger, &events[2]), ["ch_1@3000=30"]);
+        assert!(apply(&mut ledger, &events[1]).is_empty());
+        assert_eq!(apply(&mut ledger, &events[5]), ["re_2=20"]);
+        let mut ledger = Vec::new();
+        assert_eq!(apply(&mut ledger, &events[1]), ["re_2=20"]);
+        assert_eq!(apply(&mut ledger, &events[2]), ["ch_1@3000=10"]);
+        assert_eq!(apply(&mut ledger, &events[3]), ["ch_1@5000=20"]);
     }
 
     #[test]
