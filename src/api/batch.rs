@@ -179,7 +179,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
             if let Some((rec, true)) = known {
                 // The API's repeat: answered from the snapshot, nothing written (as alone).
                 items.push(Item::Done(202, accepted_json(&rec, warned.as_ref())));
-                app.metrics.inc_deduplicated();
+                app.metrics.inc_deduplicated_in(test);
                 if let Some(w) = &warned {
                     app.metrics.add_field_warnings(&site.id, w.count());
                 }
@@ -191,7 +191,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
                 Ok(s) => Some(s),
                 Err(ApiError::NoSession) if order_known || site.keep_unattributed => None,
                 Err(ApiError::NoSession) => {
-                    app.metrics.inc_no_session();
+                    app.metrics.inc_no_session_in(test);
                     items.push(refused(&ApiError::NoSession));
                     continue;
                 }
@@ -306,16 +306,16 @@ fn answer(
                         accepted_with(&rec)
                     }
                     Ok(ApiRecorded::TakenOver(rec)) => {
-                        app.metrics.inc_deduplicated();
+                        app.metrics.inc_deduplicated_in(test);
                         woken = true;
                         accepted_with(&rec)
                     }
                     Ok(ApiRecorded::Repeat(rec)) => {
-                        app.metrics.inc_deduplicated();
+                        app.metrics.inc_deduplicated_in(test);
                         accepted_with(&rec)
                     }
                     Ok(ApiRecorded::NoSession) => {
-                        app.metrics.inc_no_session();
+                        app.metrics.inc_no_session_in(test);
                         (422, ApiError::NoSession.body())
                     }
                     Err(detail) => {
