@@ -149,6 +149,49 @@ fn each_item_is_answered_in_order_as_the_single_call_answers_it_alone() {
 }
 
 #[test]
+fn an_item_over_the_single_calls_body_limit_is_its_413_and_the_others_go_on() {
+    let app = TestApp::builder()
+        .serve_args(&["--pipeline", "off"])
+        .start();
+    let visitor = with_visitor(&app);
+    // An unknown field fills the item past 64 KiB; alone it is a 413.
+    let big = json!({"visitorId": visitor, "orderId": "B-big", "value": 1,
+                     "note": "x".repeat(64 * 1024)});
+    let alone = app.post_conversion(&big);
+    assert_eq!(alone.status, 413, "{}", alone.text());
+    assert_eq!(alone.json()["code"], json!("PAYLOAD_TOO_LARGE"));
+    // Just under the limit as a body of its own: accepted, alone or in a batch.
+    let mut fits = json!({"visitorId": visitor, "orderId": "B-fits", "value": 1, "note": ""});
+    let room = 64 * 1024 - serde_json::to_vec(&fits).unwrap().len();
+    fits["note"] = json!("y".repeat(room));
+    assert_eq!(serde_json::to_vec(&fits).unwrap().len(), 64 * 1024);
+    let r = post_batch(
+        &app,
+        &batch_of(&[
+            json!({"visitorId": visitor, "orderId": "B-before", "value": 2}),
+            big,
+            fits,
+            json!({"visitorId": visitor, "orderId": "B-after", "value": 3}),
+        ]),
+    );
+    let items = results(&r);
+    let statuses: Vec<&Value> = items.iter().map(|i| &i["status"]).collect();
+    assert_eq!(
+        statuses,
+        [&json!(202), &json!(413), &json!(202), &json!(202)],
+        "{items:?}"
+    );
+    assert_eq!(items[1]["code"], json!("PAYLOAD_TOO_LARGE"), "{items:?}");
+    assert_eq!(items[1]["error"], alone.json()["error"], "{items:?}");
+    assert!(items[1].get("eventId").is_none(), "{items:?}");
+    // Nothing of the refused item was stored; the others were.
+    app.order_status("B-big").expect(404);
+    for order in ["B-before", "B-fits", "B-after"] {
+        app.order_status(order).expect(200);
+    }
+}
+
+#[test]
 fn a_test_keys_repeats_and_no_session_items_are_counted_apart_in_metrics() {
     let app = TestApp::builder()
         .serve_args(&["--pipeline", "off"])
