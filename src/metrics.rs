@@ -21,7 +21,9 @@ struct Inner {
     accepted: AtomicU64,
     test_accepted: AtomicU64,
     deduplicated: AtomicU64,
+    test_deduplicated: AtomicU64,
     no_session: AtomicU64,
+    test_no_session: AtomicU64,
     unavailable: AtomicU64,
     processed: AtomicU64,
     dead_lettered: AtomicU64,
@@ -163,6 +165,22 @@ impl Metrics {
     pub fn inc_no_session(&self) {
         self.0.no_session.fetch_add(1, Ordering::Relaxed);
     }
+    /// A repeat of a known order, of the key's mode (`test`: a test key's, counted apart).
+    pub fn inc_deduplicated_in(&self, test: bool) {
+        if test {
+            self.0.test_deduplicated.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.inc_deduplicated();
+        }
+    }
+    /// A report answered 422 `NO_SESSION`, of the key's mode (`test`: counted apart).
+    pub fn inc_no_session_in(&self, test: bool) {
+        if test {
+            self.0.test_no_session.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.inc_no_session();
+        }
+    }
     pub fn inc_unavailable(&self) {
         self.0.unavailable.fetch_add(1, Ordering::Relaxed);
     }
@@ -235,7 +253,8 @@ impl Metrics {
     }
 
     /// Counts `n` deliveries to a destination with an outcome (`forward::sender::Outcome::as_str`:
-    /// `delivered`, `retried`, `failed`, `too_old`, `skipped`, or `outage` for a failed request).
+    /// `delivered`, `tested` for a test order sent to a test endpoint, `retried`, `failed`,
+    /// `too_old`, `skipped`, or `outage` for a failed request).
     pub fn add_deliveries(&self, destination: &str, kind: &str, outcome: &'static str, n: u64) {
         *self
             .0
@@ -325,9 +344,19 @@ impl Metrics {
                 &self.0.deduplicated,
             ),
             (
+                "convapi_test_conversions_deduplicated_total",
+                "Test reports of an already known test order (a test key's, in no other figure).",
+                &self.0.test_deduplicated,
+            ),
+            (
                 "convapi_conversions_no_session_total",
                 "Reports answered 422 NO_SESSION.",
                 &self.0.no_session,
+            ),
+            (
+                "convapi_test_conversions_no_session_total",
+                "Test reports answered 422 NO_SESSION (a test key's, in no other figure).",
+                &self.0.test_no_session,
             ),
             (
                 "convapi_queue_unavailable_total",

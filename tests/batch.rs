@@ -149,6 +149,97 @@ fn each_item_is_answered_in_order_as_the_single_call_answers_it_alone() {
 }
 
 #[test]
+fn an_item_over_the_single_calls_body_limit_is_its_413_and_the_others_go_on() {
+    let app = TestApp::builder()
+        .serve_args(&["--pipeline", "off"])
+        .start();
+    let visitor = with_visitor(&app);
+    // An unknown field fills the item past 64 KiB; alone it is a 413.
+    let big = json!({"visitorId": visitor, "orderId": "B-big", "value": 1,
+                     "note": "x".repeat(64 * 1024)});
+    let alone = app.post_conversion(&big);
+    assert_eq!(alone.status, 413, "{}", alone.text());
+    assert_eq!(alone.json()["code"], json!("PAYLOAD_TOO_LARGE"));
+    // Just under the limit as a body of its own: accepted, alone or in a batch.
+    let mut fits = json!({"visitorId": visitor, "orderId": "B-fits", "value": 1, "note": ""});
+    let room = 64 * 1024 - serde_json::to_vec(&fits).unwrap().len();
+    fits["note"] = json!("y".repeat(room));
+    assert_eq!(serde_json::to_vec(&fits).unwrap().len(), 64 * 1024);
+    let r = post_batch(
+        &app,
+        &batch_of(&[
+            json!({"visitorId": visitor, "orderId": "B-before", "value": 2}),
+            big,
+            fits,
+            json!({"visitorId": visitor, "orderId": "B-after", "value": 3}),
+        ]),
+    );
+    let items = results(&r);
+    let statuses: Vec<&Value> = items.iter().map(|i| &i["status"]).collect();
+    assert_eq!(
+        statuses,
+        [&json!(202), &json!(413), &json!(202), &json!(202)],
+        "{items:?}"
+    );
+    assert_eq!(items[1]["code"], json!("PAYLOAD_TOO_LARGE"), "{items:?}");
+    assert_eq!(items[1]["error"], alone.json()["error"], "{items:?}");
+    assert!(items[1].get("eventId").is_none(), "{items:?}");
+    // Nothing of the refused item was stored; the others were.
+    app.order_status("B-big").expect(404);
+    for order in ["B-before", "B-fits", "B-after"] {
+        app.order_status(order).expect(200);
+    }
+}
+
+#[test]
+fn a_test_keys_repeats_and_no_session_items_are_counted_apart_in_metrics() {
+    let app = TestApp::builder()
+        .serve_args(&["--pipeline", "off"])
+        .start();
+    let visitor = with_visitor(&app);
+    let test = app.cli_json(&[
+        "key",
+        "create",
+        "--tenant",
+        &app.tenant.id,
+        "--test",
+        "--json",
+    ])["key"]
+        .as_str()
+        .expect("key")
+        .to_owned();
+    let body = json!({"visitorId": visitor, "orderId": "T-1", "value": 4});
+    let lost = json!({"visitorId": "nobody-seen", "orderId": "T-2", "value": 4});
+    let live = |name: &str| app.metric(name);
+    let (dedup, no_session) = (
+        live("convapi_conversions_deduplicated_total"),
+        live("convapi_conversions_no_session_total"),
+    );
+    // A test order, its repeat alone and in a batch, and one that resolves no session.
+    app.post_conversion_as(&test, &app.site.id, &body)
+        .accepted();
+    app.post_conversion_as(&test, &app.site.id, &body)
+        .accepted();
+    let r = post_batch_raw(
+        &app,
+        &test,
+        &app.site.id,
+        "application/json",
+        &serde_json::to_vec(&batch_of(&[body.clone(), lost.clone()])).unwrap(),
+    );
+    let statuses: Vec<Value> = results(&r).iter().map(|i| i["status"].clone()).collect();
+    assert_eq!(statuses, [json!(202), json!(422)]);
+    let alone = app.post_conversion_as(&test, &app.site.id, &lost);
+    assert_eq!(alone.status, 422, "{}", alone.text());
+    // The live figures did not move; the test ones did.
+    assert_eq!(live("convapi_conversions_deduplicated_total"), dedup);
+    assert_eq!(live("convapi_conversions_no_session_total"), no_session);
+    assert_eq!(live("convapi_test_conversions_deduplicated_total"), 2);
+    assert_eq!(live("convapi_test_conversions_no_session_total"), 2);
+    assert_eq!(live("convapi_test_conversions_accepted_total"), 1);
+}
+
+#[test]
 fn a_repeat_in_a_later_batch_answers_the_original_ids_and_writes_nothing() {
     let app = TestApp::builder()
         .serve_args(&["--pipeline", "off"])

@@ -4,11 +4,16 @@
 //! acknowledged `eventId` must be there, with its outbox work, and the file must pass
 //! `PRAGMA integrity_check`.
 //!
+//! The same for adjustments: refunds answered 202 while the server is killed are each stored
+//! once, and each order's net value is its value less its stored refunds.
+//!
 //! Bounded: each sender stops after a fixed number of requests, at a deadline, or at the first
 //! transport error (the kill); the whole test takes seconds. The load, the kill and the reading of
 //! the file go through the crash harness, `common/crash.rs`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::common::crash::{assert_intact, kill_9_under_load, stored_conversions, Load};
@@ -153,4 +158,208 @@ fn a_running_server_checkpoints_its_wal_into_the_database_file() {
         "the database file never received the WAL's frames while the server ran"
     );
     assert!(!app.has_exited());
+}
+
+/// Orders refunded in [`every_refund_answered_202_survives_kill_9`], each of [`ORDER_VALUE`].
+const REFUNDED_ORDERS: usize = 12;
+const ORDER_VALUE: i64 = 10_000;
+/// Refunds to see answered 202 in a cycle before its kill.
+const REFUNDS_BEFORE_KILL: usize = 60;
+/// Most refunds any one sender sends in a cycle.
+const MAX_REFUNDS_PER_SENDER: usize = 120;
+
+/// What the refund senders of one cycle saw: `(orderId, adjustmentId)` sent and answered 202.
+#[derive(Default)]
+struct Refunds {
+    sent: Vec<(String, String)>,
+    acked: Vec<(String, String)>,
+}
+
+/// A refund sent (`false`) or answered 202 (`true`) with its order and adjustmentId, or a
+/// refusal's status and body.
+type Sent = Result<(bool, String, String), (u16, String)>;
+
+impl Refunds {
+    fn add(&mut self, ev: Sent, refused: &mut Vec<(u16, String)>) {
+        match ev {
+            Ok((false, order, id)) => self.sent.push((order, id)),
+            Ok((true, order, id)) => self.acked.push((order, id)),
+            Err(refusal) => refused.push(refusal),
+        }
+    }
+}
+
+/// Sends refunds of 1 from [`SENDERS`] threads, each a new adjustmentId, spread over `orders` (so
+/// each gets several, from several senders at once), until [`REFUNDS_BEFORE_KILL`] are answered
+/// 202; then kills the server with SIGKILL while they are still sending. Only 503 may refuse.
+fn refunds_then_kill_9(app: &mut TestApp, orders: &[String], cycle: usize) -> Refunds {
+    let auth = format!("Bearer {}", app.key.key);
+    let (base, site) = (app.base.clone(), app.site.id.clone());
+    let started = Instant::now();
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<Sent>();
+    let mut out = Refunds::default();
+    let mut refused = Vec::new();
+    std::thread::scope(|s| {
+        let (auth, stop, base, site) = (&auth, &stop, &base, &site);
+        let senders: Vec<_> = (0..SENDERS)
+            .map(|sender| {
+                let tx = tx.clone();
+                s.spawn(move || {
+                    let agent = agent();
+                    for i in 0..MAX_REFUNDS_PER_SENDER {
+                        if stop.load(Ordering::Relaxed) || started.elapsed() > DEADLINE {
+                            return;
+                        }
+                        let order = &orders[(sender * 5 + i) % orders.len()];
+                        let id = format!("k{cycle}-{sender}-{i}");
+                        let body = json!({"adjustmentId": id, "type": "refund", "value": 1});
+                        let url =
+                            format!("{base}/api/sites/{site}/conversions/{order}/adjustments");
+                        if tx.send(Ok((false, order.clone(), id.clone()))).is_err() {
+                            return;
+                        }
+                        let Ok(r) = try_send(
+                            &agent,
+                            "POST",
+                            &url,
+                            &[
+                                ("Authorization", auth),
+                                ("Content-Type", "application/json"),
+                            ],
+                            Some(&serde_json::to_vec(&body).unwrap()),
+                        ) else {
+                            return; // the server is gone: this sender is done
+                        };
+                        let ev = match r.status {
+                            202 => Ok((true, order.clone(), id)),
+                            status => Err((status, r.text())),
+                        };
+                        if tx.send(ev).is_err() {
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        while out.acked.len() < REFUNDS_BEFORE_KILL {
+            match rx.recv_timeout(DEADLINE.saturating_sub(started.elapsed())) {
+                Ok(ev) => out.add(ev, &mut refused),
+                // The deadline, or every sender stopped: the kill comes anyway.
+                Err(_) => break,
+            }
+        }
+        assert!(
+            out.acked.len() >= REFUNDS_BEFORE_KILL,
+            "cycle {cycle}: only {} refunds answered 202; refusals: {refused:?}",
+            out.acked.len()
+        );
+        // Killed with refunds in flight: whatever was answered 202 must survive.
+        app.kill9();
+        stop.store(true, Ordering::Relaxed);
+        for h in senders {
+            h.join().expect("sender thread");
+        }
+        for ev in rx.try_iter() {
+            out.add(ev, &mut refused);
+        }
+    });
+    assert!(
+        refused.iter().all(|(status, _)| *status == 503),
+        "cycle {cycle}: only 503 may refuse a valid refund under load: {refused:?}"
+    );
+    out
+}
+
+#[test]
+fn every_refund_answered_202_survives_kill_9() {
+    let _load = heavy_load();
+    let mut app = TestApp::start();
+    app.pageview(VISITOR, "https://shop.example/", now_ms() - HOUR);
+    let orders: Vec<String> = (0..REFUNDED_ORDERS).map(|i| format!("K-{i}")).collect();
+    for o in &orders {
+        app.post_conversion(
+            &json!({"visitorId": VISITOR, "orderId": o, "value": ORDER_VALUE, "currency": "EUR"}),
+        )
+        .accepted();
+    }
+    // (orderId, adjustmentId) sent, and answered 202, over every cycle.
+    let mut sent: HashSet<(String, String)> = HashSet::new();
+    let mut acked: Vec<(String, String)> = Vec::new();
+    for cycle in 0..5 {
+        let got = refunds_then_kill_9(&mut app, &orders, cycle);
+        sent.extend(got.sent);
+        acked.extend(got.acked);
+        app.restart();
+        assert_intact(&app);
+        // Every refund answered 202 is stored, once; what is stored was sent (an answer the kill
+        // cut off may have been committed: allowed).
+        let stored: Vec<(String, String)> = app
+            .rows(
+                "SELECT order_id, adjustment_id FROM adjustments ORDER BY id",
+                &[],
+            )
+            .iter()
+            .map(|r| {
+                (
+                    r[0].as_str().unwrap().to_owned(),
+                    r[1].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        let unique: HashSet<&(String, String)> = stored.iter().collect();
+        assert_eq!(
+            unique.len(),
+            stored.len(),
+            "cycle {cycle}: a refund stored twice"
+        );
+        let ids: HashSet<&str> = stored.iter().map(|(_, id)| id.as_str()).collect();
+        assert_eq!(
+            ids.len(),
+            stored.len(),
+            "cycle {cycle}: an adjustmentId twice"
+        );
+        let lost: Vec<&(String, String)> = acked.iter().filter(|a| !unique.contains(a)).collect();
+        assert!(
+            lost.is_empty(),
+            "cycle {cycle}: {} of {} refunds answered 202 lost after kill -9: {lost:?}",
+            lost.len(),
+            acked.len()
+        );
+        assert!(
+            stored.iter().all(|a| sent.contains(a)),
+            "cycle {cycle}: a refund stored that was never sent"
+        );
+        // Each order's net value: its value less every refund stored (those answered 202, and
+        // any the kill cut off after their commit).
+        for o in &orders {
+            let refunds = stored.iter().filter(|(order, _)| order == o).count() as i64;
+            let v = app.order_status(o).expect(200);
+            assert_eq!(
+                v["netValue"],
+                json!(ORDER_VALUE - refunds),
+                "cycle {cycle}, order {o}: {v}"
+            );
+            assert_eq!(
+                v["adjustments"].as_array().map(Vec::len),
+                Some(refunds as usize),
+                "cycle {cycle}, order {o}"
+            );
+        }
+    }
+    // A repeat after the crashes answers as the first time and changes nothing.
+    let (order, id) = &acked[0];
+    let before = app.order_status(order).expect(200)["netValue"].clone();
+    let again = app.post_adjustment(
+        order,
+        &json!({"adjustmentId": id, "type": "refund", "value": 1}),
+    );
+    assert_eq!(again.status, 202, "{}", again.text());
+    assert_eq!(app.order_status(order).expect(200)["netValue"], before);
+    eprintln!(
+        "{} refunds answered 202 over 5 kills, {} sent",
+        acked.len(),
+        sent.len()
+    );
 }

@@ -42,7 +42,8 @@ struct Taken {
 /// order id starting with a code's prefix gets that adjustment error (`notfound`, `retracted`,
 /// `newer`, `recent`, `expired`, `fixed`); Google's rule that each adjustment of an order is later
 /// than the last it took is checked, a repeat of the last one answered `RESTATEMENT_ALREADY_EXISTS`
-/// or `CONVERSION_ALREADY_RETRACTED`, as Google does.
+/// or `CONVERSION_ALREADY_RETRACTED`, and anything after a retraction
+/// `CONVERSION_ALREADY_RETRACTED`, as Google does.
 struct Fake {
     fake: FakePlatform,
     taken: Arc<Mutex<Vec<Taken>>>,
@@ -228,6 +229,10 @@ fn adjust(r: &Recorded, taken: &Mutex<Vec<Taken>>, broken: &Mutex<Vec<String>>) 
                 } else {
                     "RESTATEMENT_ALREADY_EXISTS"
                 }));
+            }
+            // Google restates no retracted conversion.
+            Some(last) if last.kind == "RETRACTION" => {
+                errors.push(e("CONVERSION_ALREADY_RETRACTED"));
             }
             Some(last) if last.at >= at => {
                 problems.push(format!("{order}: {at} is not after {}", last.at));
@@ -453,6 +458,74 @@ fn google_ads_cancel_retracts_and_restate_sends_the_new_total() {
 }
 
 #[test]
+fn a_restatement_after_a_retraction_is_not_supported_and_says_why() {
+    let fake = Fake::start(Duration::ZERO);
+    let app = by_hand();
+    add_destination(&app, "google_ads", &fake.fake.url());
+    let o = order(&app, "back");
+    let now = now_ms();
+    send_at(&app, now);
+    // Refunded in full: retracted at Google.
+    adjust_order(
+        &app,
+        &o,
+        json!({"adjustmentId": "r1", "type": "refund", "value": 100}),
+    );
+    send_at(&app, now + 25 * HOUR_MS);
+    assert_eq!(one(&app, &o, "r1")["status"], "delivered");
+    // Restated after it (the ledger allows it; only a cancel closes an order), then refunded in
+    // part: Google keeps the conversion retracted and says so.
+    adjust_order(
+        &app,
+        &o,
+        json!({"adjustmentId": "s1", "type": "restate", "value": 80}),
+    );
+    send_at(&app, now + 26 * HOUR_MS);
+    adjust_order(
+        &app,
+        &o,
+        json!({"adjustmentId": "r2", "type": "refund", "value": 10}),
+    );
+    send_at(&app, now + 27 * HOUR_MS);
+    let sent: Vec<(String, Option<Value>)> = fake
+        .adjustments()
+        .iter()
+        .map(|a| {
+            (
+                a["adjustmentType"].as_str().unwrap().to_owned(),
+                a.get("restatementValue")
+                    .map(|v| v["adjustedValue"].clone()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            ("RETRACTION".to_owned(), None),
+            ("RESTATEMENT".to_owned(), Some(json!(80))),
+            ("RESTATEMENT".to_owned(), Some(json!(70))),
+        ]
+    );
+    for (id, net) in [("s1", "80"), ("r2", "70")] {
+        let d = one(&app, &o, id);
+        assert_eq!(d["status"], "not_supported", "{id}: {d}");
+        let why = d["lastError"].as_str().unwrap_or_default();
+        assert!(
+            why.contains("Google Ads cannot restate a retracted conversion")
+                && why.contains(&format!("net value {net}"))
+                && why.contains("CONVERSION_ALREADY_RETRACTED"),
+            "{id}: {d}"
+        );
+    }
+    // convapi's net value stays what the ledger says.
+    assert_eq!(status(&app, &o)["netValue"], json!(70));
+    // Settled: nothing sent again.
+    send_at(&app, now + 28 * HOUR_MS);
+    assert_eq!(fake.adjustments().len(), 3);
+    fake.assert_nothing_broken();
+}
+
+#[test]
 fn a_late_adjustment_with_an_earlier_time_sends_the_net_value_after_the_last_one_sent() {
     let fake = Fake::start(Duration::ZERO);
     let app = by_hand();
@@ -514,11 +587,14 @@ fn google_ads_too_old_and_each_error_code_have_their_outcome() {
     assert!(d["lastError"].as_str().unwrap().contains("54 days"), "{d}");
     assert!(fake.adjustments().is_empty());
 
-    for o in &coded {
+    for (i, o) in coded.iter().enumerate() {
+        // `retracted`: a retraction (a full refund) answered so, i.e. a repeat; a restatement
+        // answered so is not in effect (`a_restatement_after_a_retraction_is_not_supported…`).
+        let value = if i == 1 { 100 } else { 1 };
         adjust_order(
             &app,
             o,
-            json!({"adjustmentId": "x", "type": "refund", "value": 1}),
+            json!({"adjustmentId": "x", "type": "refund", "value": value}),
         );
     }
     let t = now + 25 * HOUR_MS;

@@ -519,6 +519,88 @@ mod forwarding {
             .collect()
     }
 
+    /// A destination's count of `outcome` in `/metrics` as `m` renders it (0 when it has none).
+    fn deliveries_counted(m: &Metrics, dest: &str, outcome: &str) -> u64 {
+        let name = format!(
+            "convapi_deliveries_total{{destination=\"{dest}\",kind=\"meta\",outcome=\"{outcome}\"}}"
+        );
+        let text = m.render(0, 0);
+        if text.lines().any(|l| l.starts_with(&format!("{name} "))) {
+            metric_in(&text, &name) as u64
+        } else {
+            0
+        }
+    }
+
+    #[test]
+    fn a_test_send_is_counted_as_tested_not_as_a_live_delivery_in_metrics() {
+        let meta = FakePlatform::start(meta_ok);
+        let app = TestApp::builder()
+            .serve_args(&["--pipeline", "off", "--forward-threads", "0"])
+            .start();
+        let (_, test) = test_key(&app);
+        let dest = add(
+            &app,
+            "meta",
+            "Meta with a test code",
+            &meta.url(),
+            json!({"pixel_id": "1234567891", "test_event_code": "TEST4242"}),
+        );
+        let now = now_ms();
+        app.identify("fm", "client-m", now - 60_000);
+        app.pageview("fm", "https://shop.example/?fbclid=abc", now - 50_000);
+        app.post_conversion_as(&test, &app.site.id, &report_body("fm", "test-only", 7))
+            .accepted();
+        drain(&app);
+        let conn = app.store();
+        let http = Http::new(Duration::from_secs(5));
+        let m = Metrics::default();
+        for _ in 0..2 {
+            with_writer(&app, |w| {
+                sender::drain_once(&conn, w, &m, &http, now_ms()).expect("send")
+            });
+        }
+        // Sent to the test endpoint (with the test code), and stored as delivered with its verdict.
+        assert_eq!(meta.requests().len(), 1);
+        let t = deliveries(&app, &test, "test-only");
+        assert_eq!(t[&dest]["status"], json!("delivered"), "{t:?}");
+        // …but not a live delivery in /metrics: counted apart.
+        assert_eq!(
+            deliveries_counted(&m, &dest, "delivered"),
+            0,
+            "{}",
+            m.render(0, 0)
+        );
+        assert_eq!(
+            deliveries_counted(&m, &dest, "tested"),
+            1,
+            "{}",
+            m.render(0, 0)
+        );
+
+        // A live order then moves the live count only.
+        app.post_conversion(&report_body("fm", "live-one", 30))
+            .accepted();
+        drain(&app);
+        for _ in 0..2 {
+            with_writer(&app, |w| {
+                sender::drain_once(&conn, w, &m, &http, now_ms()).expect("send")
+            });
+        }
+        assert_eq!(
+            deliveries_counted(&m, &dest, "delivered"),
+            1,
+            "{}",
+            m.render(0, 0)
+        );
+        assert_eq!(
+            deliveries_counted(&m, &dest, "tested"),
+            1,
+            "{}",
+            m.render(0, 0)
+        );
+    }
+
     #[test]
     fn a_test_order_goes_only_to_the_platforms_test_endpoints_and_keeps_their_verdict() {
         let meta = FakePlatform::start(meta_ok);

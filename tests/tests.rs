@@ -108,8 +108,8 @@ mod net_revenue;
 // crash during the pipeline's work. Every `kill -9` of these three files goes through the one
 // harness, `common/crash.rs` (kill under load, kill at a point, read what the kill left).
 mod crash;
-// Acknowledged conversions survive `kill -9` of the server; the WAL is checkpointed. Here: what a
-// 202 promises about the file.
+// Acknowledged conversions and refunds survive `kill -9` of the server; the WAL is checkpointed.
+// Here: what a 202 promises about the file.
 mod durability;
 // 20 `kill -9` cycles under concurrent load on one database file, alternating the pipeline off and
 // on; repeats keep their `eventId`. Here: repeated crashes under load.

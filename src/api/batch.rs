@@ -1,7 +1,8 @@
 //! `POST /api/sites/{siteId}/conversions/batch`: up to [`MAX_ITEMS`] reports in one request
 //! (docs/decisions.md §3, "Batches"). Each item is answered, in order, what the single call
 //! (`conversions::accept`) answers it alone, as if the items were sent one after the other; every
-//! accepted item is committed before the answer.
+//! accepted item is committed before the answer: an item larger than the single call's
+//! `conversions::BODY_LIMIT` (as compact JSON) is its 413 `PAYLOAD_TOO_LARGE`, the others unaffected.
 //!
 //! The work of 1,000 single calls done once: checks 1 to 3 once, one read snapshot for every
 //! item's order lookup and session, and ONE writer job for the whole batch, each item in its own
@@ -19,7 +20,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::conversions::{accepted_json, report_of, resolve_session};
+use super::conversions::{self, accepted_json, report_of, resolve_session};
 use super::warnings::Warnings;
 use super::{validate, ApiError, App};
 use crate::http::{Ctx, Reply};
@@ -129,6 +130,24 @@ fn read_batch(ctx: &mut Ctx) -> Result<Vec<Value>, ApiError> {
     Ok(items)
 }
 
+/// The length of `v` as compact JSON: the smallest body the item would be sent alone as.
+fn compact_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    // Writing a `Value` to a writer that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut n, v);
+    n.0
+}
+
 pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError> {
     let key_hash = super::bearer_key_hash(ctx)?;
     let now = store::now_ms();
@@ -150,7 +169,13 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
     let bodies = read_batch(ctx)?;
     let checked: Vec<Result<(validate::Report, Option<Warnings>), ApiError>> = bodies
         .iter()
-        .map(|b| report_of(b.as_object().unwrap_or(&Map::new()), now))
+        .map(|b| {
+            // Check 4 of the single call, on the item as a body of its own.
+            if compact_len(b) > conversions::BODY_LIMIT {
+                return Err(ApiError::PayloadTooLarge(conversions::BODY_LIMIT));
+            }
+            report_of(b.as_object().unwrap_or(&Map::new()), now)
+        })
         .collect();
     drop(bodies);
 
@@ -179,7 +204,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
             if let Some((rec, true)) = known {
                 // The API's repeat: answered from the snapshot, nothing written (as alone).
                 items.push(Item::Done(202, accepted_json(&rec, warned.as_ref())));
-                app.metrics.inc_deduplicated();
+                app.metrics.inc_deduplicated_in(test);
                 if let Some(w) = &warned {
                     app.metrics.add_field_warnings(&site.id, w.count());
                 }
@@ -191,7 +216,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
                 Ok(s) => Some(s),
                 Err(ApiError::NoSession) if order_known || site.keep_unattributed => None,
                 Err(ApiError::NoSession) => {
-                    app.metrics.inc_no_session();
+                    app.metrics.inc_no_session_in(test);
                     items.push(refused(&ApiError::NoSession));
                     continue;
                 }
@@ -306,16 +331,16 @@ fn answer(
                         accepted_with(&rec)
                     }
                     Ok(ApiRecorded::TakenOver(rec)) => {
-                        app.metrics.inc_deduplicated();
+                        app.metrics.inc_deduplicated_in(test);
                         woken = true;
                         accepted_with(&rec)
                     }
                     Ok(ApiRecorded::Repeat(rec)) => {
-                        app.metrics.inc_deduplicated();
+                        app.metrics.inc_deduplicated_in(test);
                         accepted_with(&rec)
                     }
                     Ok(ApiRecorded::NoSession) => {
-                        app.metrics.inc_no_session();
+                        app.metrics.inc_no_session_in(test);
                         (422, ApiError::NoSession.body())
                     }
                     Err(detail) => {

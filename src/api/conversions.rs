@@ -117,7 +117,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
         // The trust order (docs/decisions.md §3): the API's repeat changes nothing. It is
         // answered even when its session has left the window or the backlog is full.
         Some((rec, true)) => {
-            app.metrics.inc_deduplicated();
+            app.metrics.inc_deduplicated_in(test);
             return Ok(accepted(app, &site.id, &rec, warned.as_ref()));
         }
         found => found.is_some(),
@@ -130,7 +130,7 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
         Err(ApiError::NoSession) if order_known || site.keep_unattributed => None,
         Err(e) => {
             if matches!(e, ApiError::NoSession) {
-                app.metrics.inc_no_session();
+                app.metrics.inc_no_session_in(test);
             }
             return Err(e);
         }
@@ -178,16 +178,16 @@ pub fn accept(app: &App, ctx: &mut Ctx, site_id: &str) -> Result<Reply, ApiError
             rec
         }
         ApiRecorded::TakenOver(rec) => {
-            app.metrics.inc_deduplicated();
+            app.metrics.inc_deduplicated_in(test);
             app.pipeline.wake();
             rec
         }
         ApiRecorded::Repeat(rec) => {
-            app.metrics.inc_deduplicated();
+            app.metrics.inc_deduplicated_in(test);
             rec
         }
         ApiRecorded::NoSession => {
-            app.metrics.inc_no_session();
+            app.metrics.inc_no_session_in(test);
             return Err(ApiError::NoSession);
         }
     };

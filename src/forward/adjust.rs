@@ -19,6 +19,9 @@
 //!   restate upwards has no GA4 event (`not_supported`), one that changed nothing is `skipped`.
 //! - Meta has no such API: those rows are `not_supported` from the start
 //!   (`store::adjustment_deliveries::NOT_SUPPORTED`).
+//! - Google Ads restates no retracted conversion: a restatement after a retraction (the order
+//!   restated after a full refund, and what follows) answered `CONVERSION_ALREADY_RETRACTED` is
+//!   `not_supported`, saying so; a retraction answered so is a repeat, in effect.
 //!
 //! A crash between a send and its record sends the adjustment again with the same fields (its time
 //! depends only on what is committed), which Google answers as in effect
@@ -470,6 +473,7 @@ fn fate(
             })
         }
         Ok(AdjustVerdict::TooOld(e)) => return Some(fin(Status::TooOld.as_str(), e)),
+        Ok(AdjustVerdict::NotSupported(e)) => return Some(fin(rows::NOT_SUPPORTED_STATUS, e)),
         Ok(AdjustVerdict::Failed(e)) => return Some(fin(Status::Failed.as_str(), e)),
         Err(o @ Outage::VersionGone { .. }) => {
             outage.get_or_insert(o);

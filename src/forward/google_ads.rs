@@ -828,10 +828,13 @@ pub const MAX_ADJUSTMENTS: usize = 2_000;
 
 /// The adjustment errors that mean Google has the adjustment in effect already.
 pub const ADJUSTMENT_IN_EFFECT: &[&str] = &[
-    "CONVERSION_ALREADY_RETRACTED",
+    ADJUSTMENT_RETRACTED,
     "MORE_RECENT_RESTATEMENT_FOUND",
     "RESTATEMENT_ALREADY_EXISTS",
 ];
+/// The conversion is retracted: in effect for a retraction (a repeat), but Google Ads restates
+/// no retracted conversion, so for a restatement it means the net value cannot be passed on.
+pub const ADJUSTMENT_RETRACTED: &str = "CONVERSION_ALREADY_RETRACTED";
 /// The adjustment errors that clear by themselves: the conversion (or its action) is too new to
 /// be adjusted; tried again after [`TOO_RECENT_WAIT_MS`].
 pub const ADJUSTMENT_TOO_RECENT: &[&str] =
@@ -936,16 +939,18 @@ fn send_adjustment_chunk(
     let per_op = per_operation(&errors, n, "adjustments")?;
     Ok(slots
         .into_iter()
-        .map(|s| match s {
-            Ok(i) => adjustment_verdict(&per_op[i]),
+        .zip(items)
+        .map(|(s, a)| match s {
+            Ok(i) => adjustment_verdict(&per_op[i], a.restated),
             Err(v) => v,
         })
         .collect())
 }
 
 /// The verdict of one adjustment from its errors, the gravest first: a refusal, too old, not
-/// found yet, too recent, a transient error, in effect already.
-fn adjustment_verdict(errors: &[&RowError]) -> AdjustVerdict {
+/// found yet, too recent, a transient error, a restatement (`restated`: its value) of a retracted
+/// conversion, in effect already.
+fn adjustment_verdict(errors: &[&RowError], restated: Option<&str>) -> AdjustVerdict {
     let text = |pick: &dyn Fn(&RowError) -> bool| {
         errors
             .iter()
@@ -987,6 +992,15 @@ fn adjustment_verdict(errors: &[&RowError]) -> AdjustVerdict {
     }
     if errors.is_empty() {
         return AdjustVerdict::Delivered;
+    }
+    let retracted = code(ADJUSTMENT_RETRACTED);
+    if let Some(v) = restated.filter(|_| errors.iter().any(|e| retracted(e))) {
+        // Google keeps the conversion at 0 while the order's net value is above it.
+        return AdjustVerdict::NotSupported(format!(
+            "Google Ads cannot restate a retracted conversion: the order's net value {v} is not \
+             passed on, Google keeps 0 ({})",
+            text(&retracted)
+        ));
     }
     AdjustVerdict::InEffect(text(&in_effect))
 }

@@ -59,6 +59,9 @@ pub enum AdjustVerdict {
     NotFound(String),
     /// The conversion is past the platform's age limit for adjustments.
     TooOld(String),
+    /// The platform cannot take it as it stands (Google Ads restates no retracted conversion):
+    /// `not_supported`, with the reason.
+    NotSupported(String),
     /// Refused for good, with the platform's reason.
     Failed(String),
 }

@@ -113,6 +113,8 @@ pub fn per_tenant(threads: usize) -> usize {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SendStats {
     pub delivered: usize,
+    /// Test orders sent to the platforms' test endpoints (stored `delivered`, with the verdict).
+    pub tested: usize,
     pub retried: usize,
     pub failed: usize,
     pub too_old: usize,
@@ -257,7 +259,9 @@ enum Fate {
 impl Fate {
     fn outcome(&self) -> Outcome {
         match self {
-            Fate::Delivered { .. } | Fate::Tested { .. } => Outcome::Delivered,
+            Fate::Delivered { .. } => Outcome::Delivered,
+            // A test send is no live delivery: counted apart.
+            Fate::Tested { .. } => Outcome::Tested,
             Fate::Again { .. } => Outcome::Retried,
             Fate::Final { status, .. } => Outcome::from(*status),
         }
@@ -265,10 +269,12 @@ impl Fate {
 }
 
 /// What became of a delivery in one pass, as `/metrics` counts it (`Outage`: a request that
-/// failed as a whole). A final one is its stored [`Status`].
+/// failed as a whole; `Tested`: a test order sent to the platform's test endpoint, stored as
+/// `delivered` with its verdict). A final one is its stored [`Status`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Delivered,
+    Tested,
     Retried,
     Failed,
     TooOld,
@@ -277,8 +283,9 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    const ALL: [Outcome; 6] = [
+    const ALL: [Outcome; 7] = [
         Outcome::Delivered,
+        Outcome::Tested,
         Outcome::Retried,
         Outcome::Failed,
         Outcome::TooOld,
@@ -290,6 +297,7 @@ impl Outcome {
     pub const fn as_str(self) -> &'static str {
         match self {
             Outcome::Delivered => Status::Delivered.as_str(),
+            Outcome::Tested => "tested",
             Outcome::Retried => "retried",
             Outcome::Failed => Status::Failed.as_str(),
             Outcome::TooOld => Status::TooOld.as_str(),
@@ -670,7 +678,12 @@ fn write_fate(c: &Conn, delivery: i64, fate: &Fate, now_ms: i64) -> store::Resul
 }
 
 /// Counts a committed batch's outcomes (`counted`, by [`Outcome`]) in `/metrics` and `stats`.
-fn count(metrics: &Metrics, stats: &mut SendStats, dest: &Destination, counted: [u64; 6]) {
+fn count(
+    metrics: &Metrics,
+    stats: &mut SendStats,
+    dest: &Destination,
+    counted: [u64; Outcome::ALL.len()],
+) {
     for (outcome, n) in Outcome::ALL.into_iter().zip(counted) {
         if n == 0 {
             continue;
@@ -679,6 +692,7 @@ fn count(metrics: &Metrics, stats: &mut SendStats, dest: &Destination, counted: 
         let n = n as usize;
         match outcome {
             Outcome::Delivered => stats.delivered += n,
+            Outcome::Tested => stats.tested += n,
             Outcome::Retried => stats.retried += n,
             Outcome::Failed => stats.failed += n,
             Outcome::TooOld => stats.too_old += n,
