@@ -107,6 +107,23 @@ fn a_full_disk_answers_503_and_the_server_writes_again_once_space_is_back() {
     );
 }
 
+/// Regression: the read pool waited for every one of its connections within the busy timeout at
+/// startup, so a short `--busy-timeout-ms` with many threads (or on a loaded machine) kept the
+/// server from starting ("timed out waiting for connection").
+#[test]
+fn a_one_millisecond_busy_timeout_with_many_threads_still_starts() {
+    if sqlite_only("SQLite's read pool (PostgreSQL's waits for its first connection only)") {
+        return;
+    }
+    let app = TestApp::builder()
+        .serve_args(&["--threads", "64"])
+        .env("CONVAPI_BUSY_TIMEOUT_MS", "1")
+        .start();
+    app.get("/healthz").expect(200);
+    app.pageview(VISITOR, "https://shop.example/", now_ms() - 60_000);
+    app.post_conversion(&order("one-ms")).accepted();
+}
+
 #[test]
 fn a_database_locked_past_the_busy_timeout_answers_503_then_serves_again() {
     if sqlite_only(

@@ -81,14 +81,22 @@ pub fn pool(path: &Path, size: u32, settings: &Settings) -> Result<Pool> {
     drop(open(path, settings)?);
     let settings = *settings;
     let manager = SqliteConnectionManager::file(path).with_init(move |c| configure(c, &settings));
-    r2d2::Pool::builder()
+    let pool = r2d2::Pool::builder()
         .max_size(size.max(1))
         // A local file does not go stale: r2d2's check would run a statement per checkout.
         .test_on_check_out(false)
         .connection_timeout(settings.busy_timeout.max(Duration::from_millis(1)))
-        .build(manager)
-        .map_err(|e| StoreError::Other(format!("cannot open {}: {e}", path.display())))
+        // Not `build`: it waits for every connection within the checkout timeout, which a short
+        // --busy-timeout-ms on a loaded machine missed at startup. The pool fills in the
+        // background; one connection proves it opens.
+        .build_unchecked(manager);
+    pool.get_timeout(STARTUP_WAIT.max(settings.busy_timeout))
+        .map_err(|e| StoreError::Other(format!("cannot open {}: {e}", path.display())))?;
+    Ok(pool)
 }
+
+/// How long the pool's first connection may take to open at startup.
+const STARTUP_WAIT: Duration = Duration::from_secs(30);
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
