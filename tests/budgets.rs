@@ -373,6 +373,77 @@ fn slow_huge_batches_do_not_starve_single_calls() {
     );
 }
 
+/// Huge batches sent as fast as they are answered, each 1,000 orders the writer stores in one job:
+/// single calls keep their budget meanwhile; a batch beyond the server's batch slots is a 503 to
+/// retry, and every item of every batch answered is accepted.
+#[test]
+fn fast_huge_batches_do_not_starve_single_calls() {
+    let _alone = heavy_load();
+    let app = TestApp::builder().serve_args(&["--threads", "8"]).start();
+    let visitor = unique("v-batch");
+    app.pageview(&visitor, "https://shop.example/", now_ms() - 1000);
+    let path = format!("/api/sites/{}/conversions/batch", app.site.id);
+    let auth = format!("Bearer {}", app.key.key);
+    let attack_for = Duration::from_secs(4);
+    let accepted = std::sync::Mutex::new((0usize, 0usize, Vec::new()));
+    let (p90, n, failed) = measured(&app, || {
+        let until = Instant::now() + attack_for;
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                let (app, path, auth, visitor, accepted) =
+                    (&app, &path, &auth, &visitor, &accepted);
+                s.spawn(move || {
+                    while Instant::now() < until {
+                        let items: Vec<_> = (0..1000)
+                            .map(|_| {
+                                json!({"visitorId": visitor, "orderId": unique("b"),
+                                       "value": 10, "currency": "EUR"})
+                            })
+                            .collect();
+                        let body = serde_json::to_vec(&json!({ "conversions": items })).unwrap();
+                        let r = app.send(
+                            "POST",
+                            path,
+                            &[
+                                ("Authorization", auth),
+                                ("Content-Type", "application/json"),
+                            ],
+                            Some(&body),
+                        );
+                        if r.status != 200 {
+                            // More batches at once than the server's batch slots: a 503 to
+                            // retry, as a client would after a moment.
+                            accepted.lock().unwrap().2.push(r.status);
+                            std::thread::sleep(Duration::from_millis(50));
+                            continue;
+                        }
+                        let v: serde_json::Value = r.json();
+                        let results = v["results"].as_array().expect("a result per item");
+                        let mut a = accepted.lock().unwrap();
+                        a.0 += 1;
+                        a.1 += results.iter().filter(|i| i["status"] == 202).count();
+                    }
+                });
+            }
+        });
+    });
+    let (batches, items, refused) = accepted.into_inner().unwrap();
+    eprintln!(
+        "{batches} batches of 1,000 answered ({items} items accepted, {} refused 503 while the \
+         batch slots were busy): conversions p90 {p90:?} over {n} ({failed:?} failed)",
+        refused.len()
+    );
+    assert!(
+        batches >= 4 && items == batches * 1000,
+        "{batches} batches, {items} items"
+    );
+    assert!(refused.iter().all(|s| *s == 503), "{refused:?}");
+    assert!(
+        failed.is_empty() && p90 <= API_P90,
+        "conversions p90 {p90:?} over {n} during {batches} fast batches ({failed:?} failed)"
+    );
+}
+
 /// A source's address is public: a flood of posts with no valid signature, from many addresses,
 /// stores nothing and leaves the keyed API within its budget. Each failure is counted (exactly:
 /// the Sources page shows them), but the failures that arrive while one is being written join its
