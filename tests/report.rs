@@ -1,6 +1,7 @@
 //! `convapi report`: grouping by source, medium, campaign and type; revenue in the site currency;
 //! what counts as unconverted (queued, fx_pending, failed); inclusive UTC day ranges; an order
-//! reported by both sources counted once; the table and `--json` outputs; usage and lookup errors;
+//! reported by both sources counted once; the table and `--json` outputs (the figures, visitors
+//! beside the conversions); usage and lookup errors;
 //! the daily rollup kept exact by every write path, and the same report when it is bypassed.
 //! Exact decimal sums with converted currencies are in `currency.rs`.
 
@@ -188,10 +189,10 @@ fn the_table_is_aligned_and_totalled() {
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(
         run.stdout,
-        "SOURCE      CONVERSIONS  GROSS (EUR)  REFUNDS      NET  UNCONVERTED\n\
-         newsletter            1      1045.20     0.00  1045.20            0\n\
-         google                2       100.40     0.00   100.40            0\n\
-         TOTAL                 3      1145.60     0.00  1145.60            0\n"
+        "SOURCE      VISITORS  CONVERTING     RATE  CONVERSIONS  GROSS (EUR)  REFUNDS      NET      AOV  UNCONVERTED\n\
+         newsletter         1           1  100.00%            1      1045.20     0.00  1045.20  1045.20            0\n\
+         google             1           1  100.00%            2       100.40     0.00   100.40    50.20            0\n\
+         TOTAL              2           2  100.00%            3      1145.60     0.00  1145.60   381.87            0\n"
     );
 }
 
