@@ -1069,6 +1069,65 @@ pub fn report_table(r: &Report) -> String {
 mod tests {
     use super::*;
 
+    fn figures(
+        visitors: u64,
+        converting: u64,
+        purchases: u64,
+        gross: &str,
+        refunds: &str,
+    ) -> Figures {
+        Figures {
+            visitors,
+            converting_visitors: converting,
+            conversions: purchases + 1,
+            purchases,
+            unconverted: 1,
+            gross: Decimal::from_str_exact(gross).unwrap(),
+            refunds: Decimal::from_str_exact(refunds).unwrap(),
+        }
+    }
+
+    /// `convapi report`'s table: every figure and the unconverted count, aligned, a total line,
+    /// and the compared period's totals below.
+    #[test]
+    fn table_is_aligned_with_a_total_and_the_previous_period() {
+        let day = NaiveDate::from_ymd_opt(2026, 11, 13).unwrap();
+        let period = |rows: Vec<(String, Figures)>, totals: Figures, d: NaiveDate| Period {
+            from: d,
+            to: d,
+            totals,
+            rows,
+        };
+        let report = Report {
+            currency: "EUR".into(),
+            by: GroupBy::Channel,
+            current: period(
+                vec![
+                    ("Email".into(), figures(4, 1, 1, "1045.20", "10.00")),
+                    ("Direct".into(), figures(2, 0, 0, "0.00", "-5.05")),
+                ],
+                figures(6, 1, 1, "1045.20", "4.95"),
+                day,
+            ),
+            previous: Some((
+                Compare::Previous,
+                period(
+                    vec![],
+                    figures(0, 0, 0, "0.00", "0.00"),
+                    day.pred_opt().unwrap(),
+                ),
+            )),
+        };
+        assert_eq!(
+            report_table(&report),
+            "CHANNEL                          VISITORS  CONVERTING    RATE  CONVERSIONS  GROSS (EUR)  REFUNDS      NET      AOV  UNCONVERTED\n\
+             Email                                   4           1  25.00%            2      1045.20    10.00  1035.20  1035.20            1\n\
+             Direct                                  2           0   0.00%            1         0.00    -5.05     5.05        -            1\n\
+             TOTAL                                   6           1  16.67%            2      1045.20     4.95  1040.25  1040.25            1\n\
+             PREVIOUS 2026-11-12..2026-11-12         0           0   0.00%            1         0.00     0.00     0.00        -            1"
+        );
+    }
+
     /// A compared period before year 0 has no YYYY-MM-DD date (schemathesis found the report
     /// answering `"from": "-0003-12-25"`): days before the epoch are refused, naming the parameter.
     #[test]
