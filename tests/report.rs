@@ -221,7 +221,7 @@ fn usage_and_lookup_errors() {
     let app = manual().start();
     let site = app.site.id.clone();
     // (args, exit code, stderr fragment)
-    let cases: [(Vec<&str>, i32, &str); 6] = [
+    let cases: [(Vec<&str>, i32, &str); 8] = [
         (
             vec!["report", "--site", "6f1c2f9e-0000-4000-8000-000000000000"],
             1,
@@ -251,6 +251,17 @@ fn usage_and_lookup_errors() {
             2,
             "country",
         ),
+        // Without --to: today, or the last day with data.
+        (
+            vec!["report", "--site", &site, "--from", "2999-01-01"],
+            1,
+            "give --to too",
+        ),
+        (
+            vec!["report", "--site", &site, "--from", "1969-12-31"],
+            1,
+            "give 1970-01-01 or later",
+        ),
         (vec!["report"], 2, "--site"),
     ];
     for (args, code, needle) in cases {
@@ -259,7 +270,7 @@ fn usage_and_lookup_errors() {
         assert!(run.stdout.is_empty(), "{args:?}: {run:?}");
         assert!(run.stderr.contains(needle), "{args:?}: {}", run.stderr);
     }
-    // A site without conversions: an empty array, and the site id is accepted in upper case.
+    // A site without conversions: no rows, and the site id is accepted in upper case.
     let (rows, _) = report(&app, &site.to_uppercase(), &[]);
     assert!(rows.is_empty());
 }

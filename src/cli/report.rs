@@ -69,13 +69,17 @@ pub(super) fn report(db: &Location, a: ReportArgs) -> CliResult {
         crate::report::days_or_all(c, &site, a.from, a.to, today)
     })?;
     if from > to {
-        return Err(
-            format!("--from {from} is after the last day with data or today ({to})").into(),
-        );
+        return Err(format!(
+            "--from {from} is after {to} (today, or the last day with data); give --to too"
+        )
+        .into());
     }
     let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).expect("a date");
     if from < epoch {
-        return Err(format!("--from {from} is before 1970-01-01: nothing is stored before").into());
+        return Err(format!(
+            "--from {from} is before 1970-01-01, when nothing is stored; give 1970-01-01 or later"
+        )
+        .into());
     }
     let q = crate::report::Query {
         from,
