@@ -1,5 +1,6 @@
-//! `convapi report`: conversions of a site grouped by source, medium, campaign or type, with their
-//! revenue in the site currency and how many are not converted yet.
+//! The report's figures (`GET /api/sites/{siteId}/report`, `convapi report`, the dashboard): the
+//! visitors and conversions of a site grouped by source, medium, campaign, channel or type, with
+//! their revenue in the site currency and how many are not converted yet.
 //!
 //! Rules: a conversion counts once (there is one row per order); it occurred in the range when its
 //! `occurredAt` falls on a day from `--from` to `--to` inclusive (UTC). Revenue is the exact decimal
@@ -68,6 +69,27 @@ pub fn day_range(from: Option<NaiveDate>, to: Option<NaiveDate>) -> (i64, i64) {
         .map(day_ms)
         .unwrap_or(i64::MAX);
     (from_ms, to_ms)
+}
+
+/// The days `convapi report` covers: `from` and `to` where given; else from the site's first day
+/// with a session or a counted conversion, to its last or `today`, whichever is later (every day
+/// with data; `today` alone when there is none).
+pub fn days_or_all(
+    conn: &impl crate::store::engine::AsConn,
+    site: &Site,
+    from: Option<NaiveDate>,
+    to: Option<NaiveDate>,
+    today: NaiveDate,
+) -> store::Result<(NaiveDate, NaiveDate)> {
+    let (first, last) = match (from, to) {
+        (Some(from), Some(to)) => return Ok((from, to)),
+        _ => match store::report::data_days(conn, &site.id)? {
+            Some((first, last)) => (date_of(first)?, date_of(last)?.max(today)),
+            None => (today, today),
+        },
+    };
+    let to = to.unwrap_or(last);
+    Ok((from.unwrap_or(first.min(to)), to))
 }
 
 /// One UTC day of the report's chart.
@@ -366,99 +388,11 @@ fn date_of(day: i64) -> store::Result<NaiveDate> {
         .ok_or_else(|| broken(format!("day {day} is out of range")))
 }
 
-/// The rows as one JSON array. The money is JSON numbers written with their exact decimal digits
-/// (`12.30`), which a reader that parses numbers as decimals gets back unchanged: `revenue` and
-/// `grossRevenue` (the same, the gross revenue), `refunds`, `netRevenue`.
-pub fn to_json(rows: &[Row]) -> String {
-    let items: Vec<String> = rows
-        .iter()
-        .map(|r| {
-            format!(
-                "{{\"key\":{},\"conversions\":{},\"revenue\":{},\"unconverted\":{},\
-                 \"grossRevenue\":{},\"refunds\":{},\"netRevenue\":{}}}",
-                serde_json::Value::String(r.key.clone()),
-                r.conversions,
-                r.revenue,
-                r.unconverted,
-                r.revenue,
-                r.refunds,
-                r.net()
-            )
-        })
-        .collect();
-    format!("[{}]", items.join(","))
-}
-
-/// The rows as an aligned table with a total line.
-pub fn to_table(rows: &[Row], by: GroupBy, currency: &str) -> String {
-    let head_key = match by {
-        GroupBy::Source => "SOURCE",
-        GroupBy::Medium => "MEDIUM",
-        GroupBy::Campaign => "CAMPAIGN",
-        GroupBy::Channel => "CHANNEL",
-        GroupBy::Type => "TYPE",
-    };
-    let total = Row {
-        key: "TOTAL".into(),
-        conversions: rows.iter().map(|r| r.conversions).sum(),
-        revenue: fx::round_to_minor(
-            rows.iter().map(|r| r.revenue).sum(),
-            fx::minor_units(currency),
-        ),
-        unconverted: rows.iter().map(|r| r.unconverted).sum(),
-        refunds: fx::round_to_minor(
-            rows.iter().map(|r| r.refunds).sum(),
-            fx::minor_units(currency),
-        ),
-        purchases: rows.iter().map(|r| r.purchases).sum(),
-    };
-    let cells = |r: &Row| {
-        [
-            r.key.clone(),
-            r.conversions.to_string(),
-            r.revenue.to_string(),
-            r.refunds.to_string(),
-            r.net().to_string(),
-            r.unconverted.to_string(),
-        ]
-    };
-    let header = [
-        head_key.to_owned(),
-        "CONVERSIONS".to_owned(),
-        format!("GROSS ({currency})"),
-        "REFUNDS".to_owned(),
-        "NET".to_owned(),
-        "UNCONVERTED".to_owned(),
-    ];
-    let body: Vec<[String; 6]> = rows.iter().map(cells).collect();
-    let footer = cells(&total);
-    let mut widths = [0usize; 6];
-    for line in std::iter::once(&header)
-        .chain(&body)
-        .chain(std::iter::once(&footer))
-    {
-        for (w, c) in widths.iter_mut().zip(line) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let render = |line: &[String; 6]| {
-        let mut out = format!("{:<w$}", line[0], w = widths[0]);
-        for (cell, w) in line.iter().zip(widths).skip(1) {
-            out.push_str(&format!("  {cell:>w$}"));
-        }
-        out
-    };
-    let mut out = vec![render(&header)];
-    out.extend(body.iter().map(render));
-    out.push(render(&footer));
-    out.join("\n")
-}
-
 /// The glossary of the report's figures (docs/decisions.md §11), as the dashboard's tooltips show
 /// it; openapi.yaml's descriptions say the same.
 pub const GLOSSARY: [(&str, &str); 9] = [
     ("visitors", "Distinct visitors with a session that started in the range (UTC days); a row's: those whose visit's channel gives its key (by type, all of them). Exact up to 512 a day and 65,536 in the range; estimated beyond (1.6 % standard error)."),
-    ("convertingVisitors", "Distinct visitors credited with at least one conversion of the row in the range. Exact up to 512 a day and 65,536 in the range; estimated beyond (1.6 % standard error)."),
+    ("convertingVisitors", "Distinct visitors credited with at least one conversion of the row in the range; an order no visit explains (kept unattributed) has none. Exact up to 512 a day and 65,536 in the range; estimated beyond (1.6 % standard error)."),
     ("conversionRate", "Converting visitors / visitors, from 0 to 1 (0 without visitors)."),
     ("conversions", "Every conversion on the UTC day of its occurredAt, a cancelled order included; test data never counts; not yet attributed: the (unattributed) row."),
     ("purchases", "The conversions of type purchase."),
@@ -706,18 +640,29 @@ pub struct Report {
     pub previous: Option<(Compare, Period)>,
 }
 
-/// The report of a query: what `GET /api/sites/{siteId}/report`, `convapi report --figures` and the
+/// The report of a query: what `GET /api/sites/{siteId}/report`, `convapi report` and the
 /// dashboard's report page show. Reads in the caller's transaction.
 pub fn report(
     conn: &impl crate::store::engine::AsConn,
     site: &Site,
     q: &Query,
 ) -> store::Result<Report> {
-    let current = period(conn, site, q.from, q.to, q.by)?;
+    report_dated(conn, site, q, Dated::Order)
+}
+
+/// [`report`] with the refunds by the order's day or by the adjustment's (the module doc):
+/// `convapi report --dated`.
+pub fn report_dated(
+    conn: &impl crate::store::engine::AsConn,
+    site: &Site,
+    q: &Query,
+    dated: Dated,
+) -> store::Result<Report> {
+    let current = period_dated(conn, site, q.from, q.to, q.by, dated)?;
     let previous = match q.compare {
         Some(c) => {
             let (from, to) = c.period(q.from, q.to);
-            Some((c, period(conn, site, from, to, q.by)?))
+            Some((c, period_dated(conn, site, from, to, q.by, dated)?))
         }
         None => None,
     };
@@ -739,11 +684,24 @@ pub fn period(
     to: NaiveDate,
     by: GroupBy,
 ) -> store::Result<Period> {
+    period_dated(conn, site, from, to, by, Dated::Order)
+}
+
+/// [`period`] with the refunds by the order's day or by the adjustment's.
+pub fn period_dated(
+    conn: &impl crate::store::engine::AsConn,
+    site: &Site,
+    from: NaiveDate,
+    to: NaiveDate,
+    by: GroupBy,
+    dated: Dated,
+) -> store::Result<Period> {
     let minor = fx::minor_units(&site.currency);
-    let mut rows: BTreeMap<String, Figures> = build(conn, site, Some(from), Some(to), by)?
-        .iter()
-        .map(|r| (r.key.clone(), Figures::from_row(r)))
-        .collect();
+    let mut rows: BTreeMap<String, Figures> =
+        build_dated(conn, site, Some(from), Some(to), by, dated)?
+            .iter()
+            .map(|r| (r.key.clone(), Figures::from_row(r)))
+            .collect();
     let mut totals = Figures::default();
     for f in rows.values() {
         totals.conversions += f.conversions;
@@ -792,8 +750,9 @@ pub fn period(
     let mut rows: Vec<(String, Figures)> = rows
         .into_iter()
         .map(|(k, mut f)| {
-            // Rows with visitors only: their money in the currency's places too.
-            if f.conversions == 0 {
+            // Rows with visitors only: their money in the currency's places too. (A row of
+            // refunds alone, by the adjustment's day, keeps them.)
+            if f.conversions == 0 && f.gross.is_zero() && f.refunds.is_zero() {
                 f.gross = zero;
                 f.refunds = zero;
             }
@@ -827,7 +786,8 @@ pub const REPORT_EXACT: usize = 1 << 16;
 /// The rules a stored day's sketches were built with (`sketch_days.rules`): raised whenever what
 /// decides a visitor's keys changes in the code (the channel rules, the default referral exclusion
 /// list, the keys below), so that every day is built again and no report merges old keys.
-pub const SKETCH_RULES: i64 = 1;
+/// 2: an order without a session (kept unattributed) is no converting visitor.
+pub const SKETCH_RULES: i64 = 2;
 /// Every grouping a stored day has sketches for, besides '' (every visitor).
 pub const GROUPINGS: [GroupBy; 5] = [
     GroupBy::Source,
@@ -1018,6 +978,8 @@ fn period_json(p: &Period, currency: &str) -> serde_json::Value {
         .map(|(k, f)| {
             let mut v = figures_json(f, currency);
             v["key"] = serde_json::Value::String(k.clone());
+            // The name a row's gross revenue had in the command line's first report.
+            v["revenue"] = serde_json::Value::String(f.gross.to_string());
             v
         })
         .collect();
@@ -1029,9 +991,9 @@ fn period_json(p: &Period, currency: &str) -> serde_json::Value {
     })
 }
 
-/// The report as the API answers it (and `convapi report --figures --json` prints it):
-/// `currency`, `from`, `to`, `by`, `totals`, `rows`, and with a comparison `previous`
-/// (`compare`, `from`, `to`, `totals`, `rows`).
+/// The report as the API answers it (and `convapi report --json` prints it): `currency`, `from`,
+/// `to`, `by`, `totals`, `rows` (each also with `revenue`, the same as its `grossRevenue`), and
+/// with a comparison `previous` (`compare`, `from`, `to`, `totals`, `rows`).
 pub fn report_json(r: &Report) -> serde_json::Value {
     let mut v = period_json(&r.current, &r.currency);
     v["currency"] = serde_json::Value::String(r.currency.clone());
@@ -1044,8 +1006,8 @@ pub fn report_json(r: &Report) -> serde_json::Value {
     v
 }
 
-/// The report as an aligned table with a total line (the previous period's totals below, with
-/// the change of each).
+/// The report as an aligned table with a total line (the previous period's totals below):
+/// `convapi report`'s output without `--json`.
 pub fn report_table(r: &Report) -> String {
     let head = [
         by_name(r.by).to_ascii_uppercase(),
@@ -1057,8 +1019,9 @@ pub fn report_table(r: &Report) -> String {
         "REFUNDS".into(),
         "NET".into(),
         "AOV".into(),
+        "UNCONVERTED".into(),
     ];
-    let cells = |k: &str, f: &Figures| -> [String; 9] {
+    let cells = |k: &str, f: &Figures| -> [String; 10] {
         [
             k.to_owned(),
             f.visitors.to_string(),
@@ -1071,9 +1034,10 @@ pub fn report_table(r: &Report) -> String {
             f.average_order_value(&r.currency)
                 .map(|d| d.to_string())
                 .unwrap_or_else(|| "-".into()),
+            f.unconverted.to_string(),
         ]
     };
-    let mut lines: Vec<[String; 9]> = vec![head];
+    let mut lines: Vec<[String; 10]> = vec![head];
     lines.extend(r.current.rows.iter().map(|(k, f)| cells(k, f)));
     lines.push(cells("TOTAL", &r.current.totals));
     if let Some((c, p)) = &r.previous {
@@ -1082,7 +1046,7 @@ pub fn report_table(r: &Report) -> String {
             &p.totals,
         ));
     }
-    let mut widths = [0usize; 9];
+    let mut widths = [0usize; 10];
     for line in &lines {
         for (w, c) in widths.iter_mut().zip(line) {
             *w = (*w).max(c.chars().count());
@@ -1105,30 +1069,63 @@ pub fn report_table(r: &Report) -> String {
 mod tests {
     use super::*;
 
-    fn row(key: &str, conversions: u64, revenue: &str, unconverted: u64) -> Row {
-        Row {
-            key: key.into(),
-            conversions,
-            revenue: Decimal::from_str_exact(revenue).unwrap(),
-            unconverted,
-            refunds: Decimal::new(0, 2),
-            purchases: conversions,
+    fn figures(
+        visitors: u64,
+        converting: u64,
+        purchases: u64,
+        gross: &str,
+        refunds: &str,
+    ) -> Figures {
+        Figures {
+            visitors,
+            converting_visitors: converting,
+            conversions: purchases + 1,
+            purchases,
+            unconverted: 1,
+            gross: Decimal::from_str_exact(gross).unwrap(),
+            refunds: Decimal::from_str_exact(refunds).unwrap(),
         }
     }
 
+    /// `convapi report`'s table: every figure and the unconverted count, aligned, a total line,
+    /// and the compared period's totals below.
     #[test]
-    fn json_keeps_exact_digits_and_escapes_keys() {
-        let rows = [
-            row("news\"letter", 2, "1234567890123.40", 0),
-            row("(direct)", 1, "0.00", 1),
-        ];
-        let text = to_json(&rows);
+    fn table_is_aligned_with_a_total_and_the_previous_period() {
+        let day = NaiveDate::from_ymd_opt(2026, 11, 13).unwrap();
+        let period = |rows: Vec<(String, Figures)>, totals: Figures, d: NaiveDate| Period {
+            from: d,
+            to: d,
+            totals,
+            rows,
+        };
+        let report = Report {
+            currency: "EUR".into(),
+            by: GroupBy::Channel,
+            current: period(
+                vec![
+                    ("Email".into(), figures(4, 1, 1, "1045.20", "10.00")),
+                    ("Direct".into(), figures(2, 0, 0, "0.00", "-5.05")),
+                ],
+                figures(6, 1, 1, "1045.20", "4.95"),
+                day,
+            ),
+            previous: Some((
+                Compare::Previous,
+                period(
+                    vec![],
+                    figures(0, 0, 0, "0.00", "0.00"),
+                    day.pred_opt().unwrap(),
+                ),
+            )),
+        };
         assert_eq!(
-            text,
-            r#"[{"key":"news\"letter","conversions":2,"revenue":1234567890123.40,"unconverted":0,"grossRevenue":1234567890123.40,"refunds":0.00,"netRevenue":1234567890123.40},{"key":"(direct)","conversions":1,"revenue":0.00,"unconverted":1,"grossRevenue":0.00,"refunds":0.00,"netRevenue":0.00}]"#
+            report_table(&report),
+            "CHANNEL                          VISITORS  CONVERTING    RATE  CONVERSIONS  GROSS (EUR)  REFUNDS      NET      AOV  UNCONVERTED\n\
+             Email                                   4           1  25.00%            2      1045.20    10.00  1035.20  1035.20            1\n\
+             Direct                                  2           0   0.00%            1         0.00    -5.05     5.05        -            1\n\
+             TOTAL                                   6           1  16.67%            2      1045.20     4.95  1040.25  1040.25            1\n\
+             PREVIOUS 2026-11-12..2026-11-12         0           0   0.00%            1         0.00     0.00     0.00        -            1"
         );
-        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(back[0]["key"], "news\"letter");
     }
 
     /// A compared period before year 0 has no YYYY-MM-DD date (schemathesis found the report
@@ -1144,24 +1141,5 @@ mod tests {
         assert_eq!(bad.name, "to");
         let ok = Query::parse(Some("1970-01-01"), Some("1970-01-31"), None, None, today).unwrap();
         assert_eq!(ok.from, NaiveDate::from_ymd_opt(1970, 1, 1).unwrap());
-    }
-
-    #[test]
-    fn table_is_aligned_with_a_total() {
-        let mut rows = [
-            row("newsletter", 12, "1045.20", 0),
-            row("google", 3, "99.90", 2),
-        ];
-        // A refund, and a restate upwards: negative refunds.
-        rows[0].refunds = Decimal::from_str_exact("10.00").unwrap();
-        rows[1].refunds = Decimal::from_str_exact("-5.05").unwrap();
-        let t = to_table(&rows, GroupBy::Source, "EUR");
-        assert_eq!(
-            t,
-            "SOURCE      CONVERSIONS  GROSS (EUR)  REFUNDS      NET  UNCONVERTED\n\
-             newsletter           12      1045.20    10.00  1035.20            0\n\
-             google                3        99.90    -5.05   104.95            2\n\
-             TOTAL                15      1145.10     4.95  1140.15            2"
-        );
     }
 }

@@ -332,7 +332,7 @@ fn the_report_page_matches_convapi_report_and_charts_every_day() {
         "type",
         "--json",
     ]);
-    let rows = cli.as_array().unwrap();
+    let rows = cli["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
     for row in rows {
         let cells = format!(
@@ -385,7 +385,7 @@ fn the_report_page_matches_convapi_report_and_charts_every_day() {
             "{},{},{},EUR,{}\r\n",
             row["key"].as_str().unwrap(),
             row["conversions"],
-            row["revenue"],
+            row["revenue"].as_str().unwrap(),
             row["unconverted"]
         );
         assert!(text.contains(&line), "{line}");

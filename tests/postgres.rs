@@ -1793,7 +1793,7 @@ fn the_commands_run_on_a_postgresql_database() {
         "\"windowDays\":7",
         "\"name\":null",
         "\"imported\":28",
-        "report []",
+        "\"rows\":[]",
         "outbox []",
         "eventId,orderId,type,status",
         "you@shop.example",

@@ -1,6 +1,7 @@
 //! `convapi report`: grouping by source, medium, campaign and type; revenue in the site currency;
 //! what counts as unconverted (queued, fx_pending, failed); inclusive UTC day ranges; an order
-//! reported by both sources counted once; the table and `--json` outputs; usage and lookup errors;
+//! reported by both sources counted once; the table and `--json` outputs (the figures, visitors
+//! beside the conversions); usage and lookup errors;
 //! the daily rollup kept exact by every write path, and the same report when it is bypassed.
 //! Exact decimal sums with converted currencies are in `currency.rs`.
 
@@ -188,10 +189,10 @@ fn the_table_is_aligned_and_totalled() {
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(
         run.stdout,
-        "SOURCE      CONVERSIONS  GROSS (EUR)  REFUNDS      NET  UNCONVERTED\n\
-         newsletter            1      1045.20     0.00  1045.20            0\n\
-         google                2       100.40     0.00   100.40            0\n\
-         TOTAL                 3      1145.60     0.00  1145.60            0\n"
+        "SOURCE      VISITORS  CONVERTING     RATE  CONVERSIONS  GROSS (EUR)  REFUNDS      NET      AOV  UNCONVERTED\n\
+         newsletter         1           1  100.00%            1      1045.20     0.00  1045.20  1045.20            0\n\
+         google             1           1  100.00%            2       100.40     0.00   100.40    50.20            0\n\
+         TOTAL              2           2  100.00%            3      1145.60     0.00  1145.60   381.87            0\n"
     );
 }
 
@@ -220,7 +221,7 @@ fn usage_and_lookup_errors() {
     let app = manual().start();
     let site = app.site.id.clone();
     // (args, exit code, stderr fragment)
-    let cases: [(Vec<&str>, i32, &str); 6] = [
+    let cases: [(Vec<&str>, i32, &str); 8] = [
         (
             vec!["report", "--site", "6f1c2f9e-0000-4000-8000-000000000000"],
             1,
@@ -250,6 +251,17 @@ fn usage_and_lookup_errors() {
             2,
             "country",
         ),
+        // Without --to: today, or the last day with data.
+        (
+            vec!["report", "--site", &site, "--from", "2999-01-01"],
+            1,
+            "give --to too",
+        ),
+        (
+            vec!["report", "--site", &site, "--from", "1969-12-31"],
+            1,
+            "give 1970-01-01 or later",
+        ),
         (vec!["report"], 2, "--site"),
     ];
     for (args, code, needle) in cases {
@@ -258,7 +270,7 @@ fn usage_and_lookup_errors() {
         assert!(run.stdout.is_empty(), "{args:?}: {run:?}");
         assert!(run.stderr.contains(needle), "{args:?}: {}", run.stderr);
     }
-    // A site without conversions: an empty array, and the site id is accepted in upper case.
+    // A site without conversions: no rows, and the site id is accepted in upper case.
     let (rows, _) = report(&app, &site.to_uppercase(), &[]);
     assert!(rows.is_empty());
 }

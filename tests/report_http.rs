@@ -1,7 +1,8 @@
 //! `GET /api/sites/{siteId}/report`: every figure of docs/decisions.md §11 on a hand-computed
 //! fixture (a refund in another currency, a cancelled order, a conversion without a value, a
-//! visitor without one), each grouping, the previous period beside it, and the parameters' and
-//! the key's errors. Here: what the report answers over HTTP.
+//! visitor without one, an order sent with a test key, an order kept unattributed), each
+//! grouping, the previous period beside it, the parameters' and the key's errors, and
+//! `convapi report --json` printing the same object. Here: what the report answers over HTTP.
 
 use crate::common::pipeline_support::*;
 use crate::common::*;
@@ -87,6 +88,39 @@ fn fixture() -> TestApp {
         ms("2026-11-12T09:00:00Z"),
         Some(json!({"orderId": "o5", "value": 5, "currency": "EUR"})),
     );
+    // v4 again, 100 EUR sent with a test key: test data, never counted.
+    let test_key = app.cli_json(&[
+        "key",
+        "create",
+        "--tenant",
+        &app.tenant.id,
+        "--test",
+        "--json",
+    ])["key"]
+        .as_str()
+        .expect("a test key")
+        .to_owned();
+    app.post_conversion_as(
+        &test_key,
+        &app.site.id,
+        &json!({"visitorId": "v4", "orderId": "t4", "value": 100, "currency": "EUR",
+                "occurredAt": iso(at("13:30"))}),
+    )
+    .accepted();
+    // u7: never seen by the pixel; 8 EUR kept unattributed (the site keeps such orders).
+    let run = app.cli(&[
+        "site",
+        "update",
+        &app.site.id,
+        "--keep-unattributed",
+        "true",
+    ]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let kept = app
+        .post_conversion(&json!({"visitorId": "u7", "orderId": "o7", "value": 8,
+                                 "currency": "EUR", "occurredAt": iso(at("15:00"))}))
+        .expect(202);
+    assert_eq!(kept["attributed"], json!(false), "{kept}");
     drain(&app);
     app.post_adjustment(
         &o1,
@@ -142,7 +176,9 @@ fn each_figure_by_source() {
     // news: v1; 47.61 gross, 15.87 refunded, 31.74 net over 1 purchase.
     // google: v2, v3; o2 20.00 (cancelled: all of it refunded), o3 10.50, the lead 0;
     //   net 10.50 over 2 purchases = 5.25.
-    // (direct): v4 only (v5's visit is the day before).
+    // (unattributed): o7, 8.00 over 1 purchase; no visit of u7 is known: no visitor, and no
+    //   converting visitor either.
+    // (direct): v4 only (v5's visit is the day before; v4's test order never counts).
     assert_eq!(
         rows(&v),
         [
@@ -155,16 +191,22 @@ fn each_figure_by_source() {
                 json!([2, 2, 1.0, 3, 2, "30.50", "20.00", "10.50", "5.25"])
             ),
             (
+                "(unattributed)".into(),
+                json!([0, 0, 0.0, 1, 1, "8.00", "0.00", "8.00", "8.00"])
+            ),
+            (
                 "(direct)".into(),
                 json!([1, 0, 0.0, 0, 0, "0.00", "0.00", "0.00", null])
             ),
         ],
         "{v}"
     );
-    // 4 visitors, 3 of them converting; 78.11 gross, 35.87 refunded, 42.24 net over 3 purchases.
+    // 4 visitors (v1 to v4), 3 of them converting (v1, v2, v3); 5 conversions (o1, o2, o3, the
+    // lead, o7), 4 purchases; gross 47.61 + 20.00 + 10.50 + 8.00 = 86.11, refunds 15.87 + 20.00 =
+    // 35.87, net 86.11 - 35.87 = 50.24, over 4 purchases 12.56.
     assert_eq!(
         figures(&v["totals"]),
-        json!([4, 3, 0.75, 4, 3, "78.11", "35.87", "42.24", "14.08"]),
+        json!([4, 3, 0.75, 5, 4, "86.11", "35.87", "50.24", "12.56"]),
         "{v}"
     );
     // The CLI prints the same object, and the same figures as a table.
@@ -205,6 +247,7 @@ fn each_figure_by_source() {
             "CHANNEL",
             "Email",
             "Paid Search",
+            "Unattributed",
             "Direct",
             "TOTAL",
             "PREVIOUS 2026-11-12..2026-11-12"
@@ -213,7 +256,73 @@ fn each_figure_by_source() {
         table.stdout
     );
     assert!(
-        lines[4].contains("75.00%") && lines[4].contains("42.24"),
+        lines[5].contains("75.00%") && lines[5].contains("50.24"),
+        "{}",
+        table.stdout
+    );
+}
+
+/// Asserts `cli` and `http` are the same JSON, field by field (naming the first that differs).
+#[track_caller]
+fn same_fields(cli: &Value, http: &Value, path: &str) {
+    match (cli, http) {
+        (Value::Object(c), Value::Object(h)) => {
+            let names = |m: &serde_json::Map<String, Value>| m.keys().cloned().collect::<Vec<_>>();
+            assert_eq!(names(c), names(h), "{path}: the fields");
+            for (name, value) in h {
+                same_fields(&c[name], value, &format!("{path}.{name}"));
+            }
+        }
+        (Value::Array(c), Value::Array(h)) => {
+            assert_eq!(c.len(), h.len(), "{path}: how many");
+            for (i, (c, h)) in c.iter().zip(h).enumerate() {
+                same_fields(c, h, &format!("{path}[{i}]"));
+            }
+        }
+        _ => assert_eq!(cli, http, "{path}"),
+    }
+}
+
+/// `convapi report --json` (no other flag needed) prints the object the API answers for the same
+/// site, period and grouping, with and without a comparison; without `--from`/`--to` it covers
+/// every day with data, from the site's first (v5's, the day before) to today. Each row also
+/// carries `revenue`, its gross revenue (the name the first `report`'s rows gave it).
+#[test]
+fn the_cli_prints_the_object_the_api_answers() {
+    let app = fixture();
+    let today = chrono::Utc::now().date_naive().to_string();
+    let first = "2026-11-12";
+    for by in ["source", "medium", "campaign", "channel", "type"] {
+        for (args, query) in [
+            (
+                vec!["--from", DAY, "--to", DAY],
+                format!("from={DAY}&to={DAY}"),
+            ),
+            (
+                vec!["--from", first, "--to", DAY, "--compare", "weekday"],
+                format!("from={first}&to={DAY}&compare=weekday"),
+            ),
+            (vec![], format!("from={first}&to={today}")),
+        ] {
+            let http = report_ok(&app, &format!("{query}&by={by}"));
+            let mut all = vec!["report", "--site", &app.site.id, "--by", by];
+            all.extend(args);
+            all.push("--json");
+            let run = app.cli(&all);
+            assert_eq!(run.code, 0, "{run:?}");
+            let cli: Value = serde_json::from_str(&run.stdout).expect("one JSON value");
+            same_fields(&cli, &http, &format!("by={by} {query}"));
+            for row in http["rows"].as_array().unwrap() {
+                assert_eq!(row["revenue"], row["grossRevenue"], "{row}");
+            }
+        }
+    }
+    // The plain output is the same figures as a table.
+    let table = app.cli(&["report", "--site", &app.site.id, "--from", DAY, "--to", DAY]);
+    assert_eq!(table.code, 0, "{table:?}");
+    let total = table.stdout.lines().find(|l| l.starts_with("TOTAL"));
+    assert!(
+        total.is_some_and(|l| l.contains("75.00%") && l.contains("86.11") && l.contains("50.24")),
         "{}",
         table.stdout
     );
@@ -227,23 +336,31 @@ fn channels_medium_campaign_and_type() {
     let channel = q("channel");
     assert_eq!(
         keys(&channel),
-        ["Email", "Paid Search", "Direct"],
+        ["Email", "Paid Search", "Unattributed", "Direct"],
         "{channel}"
     );
     assert_eq!(
         rows(&channel)[1].1,
         json!([2, 2, 1.0, 3, 2, "30.50", "20.00", "10.50", "5.25"])
     );
-    assert_eq!(keys(&q("medium")), ["email", "cpc", "(none)"]);
-    assert_eq!(keys(&q("campaign")), ["(not set)"]);
-    // A visit has no type: each type's row has all the day's visitors.
+    // The kept order: no visit, so no visitor and no converting visitor.
+    assert_eq!(
+        rows(&channel)[2].1,
+        json!([0, 0, 0.0, 1, 1, "8.00", "0.00", "8.00", "8.00"])
+    );
+    assert_eq!(
+        keys(&q("medium")),
+        ["email", "cpc", "(unattributed)", "(none)"]
+    );
+    assert_eq!(keys(&q("campaign")), ["(not set)", "(unattributed)"]);
+    // A visit has no type: each type's row has all the day's visitors. Purchases: o1, o2, o3, o7.
     let by_type = q("type");
     assert_eq!(
         rows(&by_type),
         [
             (
                 "purchase".into(),
-                json!([4, 3, 0.75, 3, 3, "78.11", "35.87", "42.24", "14.08"])
+                json!([4, 3, 0.75, 4, 4, "86.11", "35.87", "50.24", "12.56"])
             ),
             (
                 "lead".into(),
@@ -278,7 +395,7 @@ fn the_previous_period_beside_it() {
     );
     assert_eq!(
         figures(&v["totals"]),
-        json!([4, 3, 0.75, 4, 3, "78.11", "35.87", "42.24", "14.08"])
+        json!([4, 3, 0.75, 5, 4, "86.11", "35.87", "50.24", "12.56"])
     );
     // Two days back to back: the previous two days hold v5's day only.
     let v = report_ok(&app, "from=2026-11-13&to=2026-11-14&compare=previous");
@@ -492,7 +609,8 @@ fn the_dashboard_shows_the_figures_with_the_comparison_and_their_csv() {
     let d = DashClient::logged_in(&app, &email, PASSWORD);
     let base = format!("/dashboard/sites/{}", app.site.id);
     let page = d.page(&format!("{base}/report?from={DAY}&to={DAY}&by=channel"));
-    // The total row: 5 visitors, 4 converting, 43.24 net over 4 purchases.
+    // The total row: 5 visitors, 4 converting (u7 has no visit), 6 conversions; 86.11 + 1.00 =
+    // 87.11 gross, 51.24 net over 5 purchases = 10.248, 10.25.
     let total = page.split("<tr class=\"figures-row").last().expect("rows");
     let cells: Vec<&str> = total
         .split("<td")
@@ -501,7 +619,7 @@ fn the_dashboard_shows_the_figures_with_the_comparison_and_their_csv() {
         .collect();
     assert_eq!(
         cells,
-        ["Total", "5", "4", "80.00%", "5", "79.11", "35.87", "43.24", "10.81"],
+        ["Total", "5", "4", "80.00%", "6", "87.11", "35.87", "51.24", "10.25"],
         "{page}"
     );
     assert!(page.contains("<td>Paid Search</td>"), "{page}");
@@ -544,11 +662,11 @@ fn the_dashboard_shows_the_figures_with_the_comparison_and_their_csv() {
     );
     assert_eq!(
         lines.last(),
-        Some(&"Total,5,4,0.8,5,4,79.11,35.87,43.24,10.81,EUR")
+        Some(&"Total,5,4,0.8,6,5,87.11,35.87,51.24,10.25,EUR")
     );
 
     // After a change of the exclusion list, the page says what the re-attribution did (the
-    // site's 6 conversions, the day before's included).
+    // site's 8 conversions, the day before's, the test order and the kept one included).
     edit_list(&app, "--exclude-referrer", "partner.example");
     let running = d.page(&format!("{base}/report?from={DAY}&to={DAY}"));
     assert!(
@@ -557,7 +675,7 @@ fn the_dashboard_shows_the_figures_with_the_comparison_and_their_csv() {
     );
     reattribute(&app);
     let done = d.page(&format!("{base}/report?from={DAY}&to={DAY}"));
-    assert!(done.contains("6 looked at, 0 changed source."), "{done}");
+    assert!(done.contains("8 looked at, 0 changed source."), "{done}");
 }
 
 #[test]

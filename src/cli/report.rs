@@ -1,4 +1,5 @@
-//! `convapi report`: its options and their checks; the grouping and sums are `crate::report`'s.
+//! `convapi report`: its options and their checks; the figures, the JSON object (the same as
+//! `GET /api/sites/{siteId}/report`'s) and the table are `crate::report`'s.
 
 use super::{open, CliResult};
 use crate::invalid::Invalid;
@@ -9,30 +10,30 @@ pub(super) struct ReportArgs {
     /// The site's id (UUID).
     #[arg(long)]
     site: String,
-    /// First day included (YYYY-MM-DD, UTC), by the conversions' occurredAt.
+    /// First day included (YYYY-MM-DD, UTC), by the conversions' occurredAt and the sessions'
+    /// start; default: the site's first day with either.
     #[arg(long, value_parser = parse_day)]
     from: Option<chrono::NaiveDate>,
-    /// Last day included (YYYY-MM-DD, UTC).
+    /// Last day included (YYYY-MM-DD, UTC); default: today, or the site's last day with a
+    /// session or a conversion if later.
     #[arg(long, value_parser = parse_day)]
     to: Option<chrono::NaiveDate>,
-    /// What the rows group conversions by.
+    /// What the rows group the visitors and conversions by.
     #[arg(long, default_value = "source", value_parser = ["source", "medium", "campaign", "channel", "type"])]
     by: String,
     /// Which day an adjustment's refund counts on: the order's (what a campaign earned) or the
     /// adjustment's own (money in the period); the gross revenue is always by the order's day.
     #[arg(long, default_value = "order", value_parser = ["order", "adjustment"])]
     dated: String,
-    /// Print the report's figures (docs/decisions.md §11): visitors, converting visitors,
-    /// conversion rate, conversions, gross, refunds, net, average order value; with --json the
-    /// object `GET /api/sites/{siteId}/report` answers. Without --from/--to: the 30 days to today.
-    #[arg(long)]
-    figures: bool,
-    /// With --figures: the period compared with, beside it (previous: the days just before;
-    /// weekday: moved back by whole weeks).
-    #[arg(long, value_parser = ["previous", "weekday"], requires = "figures")]
+    /// Accepted and ignored: the report always prints its figures (an older flag).
+    #[arg(long = "figures", hide = true)]
+    _figures: bool,
+    /// The period compared with, beside it (previous: the days just before; weekday: moved back
+    /// by whole weeks).
+    #[arg(long, value_parser = ["previous", "weekday"])]
     compare: Option<String>,
-    /// Print a JSON array of rows {key, conversions, revenue, unconverted, grossRevenue, refunds,
-    /// netRevenue}, where revenue is the gross revenue.
+    /// Print the object `GET /api/sites/{siteId}/report` answers: currency, from, to, by, totals
+    /// and rows, each row with its key, figures and `revenue` (its gross revenue).
     #[arg(long)]
     json: bool,
 }
@@ -58,34 +59,39 @@ pub(super) fn report(db: &Location, a: ReportArgs) -> CliResult {
         }
         found => found.map_err(super::site::refused)?,
     };
-    if a.figures {
-        let day = |d: Option<chrono::NaiveDate>| d.map(|d| d.to_string());
-        let (from, to) = (day(a.from), day(a.to));
-        let q = crate::report::Query::parse(
-            from.as_deref(),
-            to.as_deref(),
-            Some(&a.by),
-            a.compare.as_deref(),
-            chrono::Utc::now().date_naive(),
-        )
-        .map_err(|bad| Invalid(format!("--{}: {}", bad.name, bad.why)))?;
-        let report = crate::store::read(&conn, |c| crate::report::report(c, &site, &q))?;
-        if a.json {
-            println!("{}", crate::report::report_json(&report));
-        } else {
-            println!("{}", crate::report::report_table(&report));
-        }
-        return Ok(());
-    }
     let dated = match a.dated.as_str() {
         "adjustment" => crate::store::report::Dated::Adjustment,
         _ => crate::store::report::Dated::Order,
     };
-    let rows = crate::report::build_dated(&conn, &site, a.from, a.to, by, dated)?;
+    let compare = a.compare.as_deref().and_then(crate::report::Compare::parse);
+    let today = chrono::Utc::now().date_naive();
+    let (from, to) = crate::store::read(&conn, |c| {
+        crate::report::days_or_all(c, &site, a.from, a.to, today)
+    })?;
+    if from > to {
+        return Err(format!(
+            "--from {from} is after {to} (today, or the last day with data); give --to too"
+        )
+        .into());
+    }
+    let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).expect("a date");
+    if from < epoch {
+        return Err(format!(
+            "--from {from} is before 1970-01-01, when nothing is stored; give 1970-01-01 or later"
+        )
+        .into());
+    }
+    let q = crate::report::Query {
+        from,
+        to,
+        by,
+        compare,
+    };
+    let report = crate::store::read(&conn, |c| crate::report::report_dated(c, &site, &q, dated))?;
     if a.json {
-        println!("{}", crate::report::to_json(&rows));
+        println!("{}", crate::report::report_json(&report));
     } else {
-        println!("{}", crate::report::to_table(&rows, by, &site.currency));
+        println!("{}", crate::report::report_table(&report));
     }
     Ok(())
 }

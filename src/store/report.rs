@@ -179,6 +179,29 @@ pub fn each_visit<E: From<StoreError>>(
     )
 }
 
+/// The first and last UTC day numbers with a session or a counted conversion of the site; `None`
+/// without either. What `convapi report` covers without `--from`/`--to` (every day with data).
+pub fn data_days(conn: &impl AsConn, site_id: &str) -> Result<Option<(i64, i64)>> {
+    let span = |sql: &str| -> Result<Option<(i64, i64)>> {
+        let row: Option<(Option<i64>, Option<i64>)> =
+            conn.conn()
+                .query_opt(sql, args![site_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(match row {
+            Some((Some(first), Some(last))) => Some((first, last)),
+            _ => None,
+        })
+    };
+    let sessions =
+        span("SELECT MIN(started_at), MAX(started_at) FROM sessions WHERE site_id = ?1")?;
+    let conversions = span(&format!(
+        "SELECT MIN(occurred_at), MAX(occurred_at) {COUNTED_CONVERSIONS}"
+    ))?;
+    let both = [sessions, conversions].into_iter().flatten();
+    Ok(both
+        .reduce(|(f1, l1), (f2, l2)| (f1.min(f2), l1.max(l2)))
+        .map(|(f, l)| (f.div_euclid(DAY_MS), l.div_euclid(DAY_MS))))
+}
+
 /// A counted conversion's visitor and what its report keys are made of.
 #[derive(Debug, Clone)]
 pub struct Converter {
@@ -191,8 +214,10 @@ pub struct Converter {
     pub attributed: bool,
 }
 
-/// Calls `f` with each of the site's counted conversions in `[from_ms, to_ms)` that has a visitor:
-/// the report's converting visitors, counted into sketches (`crate::sketch`).
+/// Calls `f` with each of the site's counted conversions in `[from_ms, to_ms)` that has a visitor
+/// and a session: the report's converting visitors, counted into sketches (`crate::sketch`). An
+/// order no session explains (kept unattributed: its `visitorId` was never seen) is no visitor
+/// the site had; it counts once the pipeline's retry gives it a session.
 pub fn each_converter<E: From<StoreError>>(
     conn: &impl AsConn,
     site_id: &str,
@@ -205,7 +230,7 @@ pub fn each_converter<E: From<StoreError>>(
             "SELECT visitor_id, attr_source, attr_medium, attr_campaign, type,
                 attr_model IS NOT NULL
              {COUNTED_CONVERSIONS} AND occurred_at >= ?2 AND occurred_at < ?3
-                AND visitor_id IS NOT NULL"
+                AND visitor_id IS NOT NULL AND session_id IS NOT NULL"
         ),
         args![site_id, from_ms, to_ms],
         |r| {

@@ -169,26 +169,51 @@ pub fn assert_one_report_row(app: &TestApp, key: &str, conversions: i64, revenue
     assert_eq!(revenues, [revenue]);
 }
 
-/// `convapi report --site SITE ARGS... --json`: the rows, and the raw `revenue` number texts in
-/// row order (the JSON parser here would turn `1.10` into a float).
+/// `convapi report --site SITE ARGS... --json`: the conversions' rows (those with conversions or
+/// refunds; a row of visitors only has neither), each with its key, conversions, revenue,
+/// unconverted, grossRevenue, refunds and netRevenue, and their `revenue` texts (the gross
+/// revenue) in row order.
 #[track_caller]
 pub fn report(app: &TestApp, site: &str, args: &[&str]) -> (Vec<Value>, Vec<String>) {
     let mut all = vec!["report", "--site", site];
     all.extend_from_slice(args);
     all.push("--json");
     let run = app.cli(&all);
-    let rows = run.json().as_array().expect("an array of rows").clone();
-    let revenues = run
-        .stdout
-        .match_indices("\"revenue\":")
-        .map(|(i, m)| {
-            run.stdout[i + m.len()..]
-                .chars()
-                .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == '-')
-                .collect()
+    let rows: Vec<Value> = run.json()["rows"]
+        .as_array()
+        .unwrap_or_else(|| panic!("an object with rows: {}", run.stdout))
+        .iter()
+        .filter(|r| r["conversions"] != 0 || !is_zero(&r["refunds"]))
+        .map(|r| {
+            let fields = [
+                "key",
+                "conversions",
+                "revenue",
+                "unconverted",
+                "grossRevenue",
+                "refunds",
+                "netRevenue",
+            ];
+            Value::Object(
+                fields
+                    .iter()
+                    .map(|f| (f.to_string(), r[*f].clone()))
+                    .collect(),
+            )
         })
         .collect();
+    let revenues = rows
+        .iter()
+        .map(|r| r["revenue"].as_str().expect("revenue text").to_owned())
+        .collect();
     (rows, revenues)
+}
+
+/// Whether a money text of the report is zero (`0.00`, `-0.00`, `0`).
+fn is_zero(money: &Value) -> bool {
+    money
+        .as_str()
+        .is_some_and(|t| !t.chars().any(|c| c.is_ascii_digit() && c != '0'))
 }
 
 /// What one pass over a single failing item does: a retry, or on its last try a dead letter.
