@@ -12,7 +12,8 @@
 # and lead. The old binary's `report --site ID --from 2025-01-01 --to 2025-12-31` runs RUNS times
 # (median wall time, peak RSS from GNU time); then a copy is migrated by the new binary (timed
 # once) and the new report runs the same way. The outputs of both, table and --json for each
-# --by, must be byte-identical. The same again with 100,000 conversions, to show that the new
+# --by, must be byte-identical: since `report` prints the report's object (bf1653f), OLD_REV must
+# be that commit or later (an older one prints the earlier rows and fails here). The same again with 100,000 conversions, to show that the new
 # report's time and memory do not follow the rows. Prints one table row per size.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
