@@ -9,11 +9,11 @@
 # Builds this checkout (release), creates a tenant and a site (EUR), then python3's sqlite3 adds
 # the visitors (SESSIONS / 2: each has two sessions on average), sessions (20 sources by UTM, click
 # ids and referrers, PayPal returns among them) and conversions (90% processed, attributed; 70%
-# purchases). `convapi report --figures --json` runs RUNS times over the year
+# purchases). `convapi report --json` runs RUNS times over the year
 # (--from 2025-01-01 --to 2025-12-31) and over one day (2025-06-15), by source and by channel, with
 # --compare previous, once `serve` has built the visitors rollup (src/sketches.rs; build_rollup
-# below); prints the median wall time, the peak RSS and the median CPU time (user + system; GNU
-# time) of each: on a busy machine the CPU time is the figure to read. The target
+# in scripts/bench/rollup.sh); prints the median wall time, the peak RSS and the median CPU time
+# (user + system; GNU time) of each: on a busy machine the CPU time is the figure to read. The target
 # is at most 0.5 s and 32 MB for each. With PG_URL, the database is copied with `convapi migrate`
 # and the same runs are made on PostgreSQL. CONVAPI_BIN (env) runs that binary instead of building.
 set -euo pipefail
@@ -102,36 +102,18 @@ run() {  # label, then the arguments of `convapi report`
 }
 bench() {  # engine label, --db value
     for by in source channel; do
-        run "$1 year by $by" --db "$2" report --site "$site" --figures --json --by "$by" \
+        run "$1 year by $by" --db "$2" report --site "$site" --json --by "$by" \
             --from 2025-01-01 --to 2025-12-31 --compare previous
-        run "$1 day by $by" --db "$2" report --site "$site" --figures --json --by "$by" \
+        run "$1 day by $by" --db "$2" report --site "$site" --json --by "$by" \
             --from 2025-06-15 --to 2025-06-15 --compare previous
     done
 }
-# build_rollup DB: the visitors rollup (src/sketches.rs) built as `serve` builds it: a server on
-# DB until it idles (at least 40 s: its first look is 30 s after the start; then at most 2 ticks of
-# CPU in each of 3 seconds in a row; at most 900 s), then stopped.
-build_rollup() {
-    local t0 t1 quiet=0 waited=0 pid
-    "$BIN" --db "$1" serve --addr 127.0.0.1:0 >"$WORK/serve.out" 2>"$WORK/serve.err" &
-    pid=$!
-    t0=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
-    while [ "$quiet" -lt 3 ] || [ "$waited" -lt 40 ]; do
-        sleep 1
-        waited=$((waited + 1))
-        t1=$(awk '{ print $14 + $15 }' "/proc/$pid/stat") || die "the server exited: $(tail -3 "$WORK/serve.err")"
-        if [ $((t1 - t0)) -le 2 ]; then quiet=$((quiet + 1)); else quiet=0; fi
-        t0=$t1
-        [ "$waited" -lt 900 ] || die "the rollup was not built within 900 s"
-    done
-    kill -TERM "$pid"
-    wait "$pid" || true
-    echo "visitors rollup built in ${waited} s (serve, until idle)" >&2
-}
-build_rollup "$DB"
+# shellcheck source=scripts/bench/rollup.sh
+. "$ROOT/scripts/bench/rollup.sh"
+build_rollup "$BIN" "$DB"
 bench sqlite "$DB"
 if [ -n "${PG_URL:-}" ]; then
     "$BIN" migrate --from "$DB" --to "$PG_URL" >/dev/null
-    build_rollup "$PG_URL"
+    build_rollup "$BIN" "$PG_URL"
     bench postgres "$PG_URL"
 fi
