@@ -133,6 +133,30 @@ pub fn from_minor_units(amount: i64, currency: &str) -> Option<Decimal> {
     Some(Decimal::new(amount, dp).normalize())
 }
 
+/// `obj`'s `currency`, upper-cased as the ledger keeps it (empty when it has none).
+fn currency_of(obj: &Value) -> String {
+    str_at(obj, &["currency"])
+        .unwrap_or_default()
+        .to_ascii_uppercase()
+}
+
+/// `obj[key]`: an integer of at least `min` in `currency`'s minor units, as an exact decimal; else
+/// a 400 naming `field` and what it `needs`.
+fn minor_amount(
+    obj: &Value,
+    key: &str,
+    min: i64,
+    currency: &str,
+    field: &str,
+    needs: &str,
+) -> Result<Decimal, ApiError> {
+    obj.get(key)
+        .and_then(Value::as_i64)
+        .filter(|a| *a >= min)
+        .and_then(|a| from_minor_units(a, currency))
+        .ok_or_else(|| bad(field, needs))
+}
+
 /// The refund object `r` (from `refund.created`, or an entry of a charge's `refunds.data`); `None`
 /// for a refund that failed or was cancelled (no money went back).
 fn refund(r: &Value, field: &str) -> Result<Option<Refund>, ApiError> {
@@ -143,20 +167,15 @@ fn refund(r: &Value, field: &str) -> Result<Option<Refund>, ApiError> {
         return Ok(None);
     }
     let id = str_at(r, &["id"]).ok_or_else(|| bad(&format!("{field}.id"), "a refund has no id"))?;
-    let currency = str_at(r, &["currency"])
-        .unwrap_or_default()
-        .to_ascii_uppercase();
-    let value = r
-        .get("amount")
-        .and_then(Value::as_i64)
-        .filter(|a| *a > 0)
-        .and_then(|a| from_minor_units(a, &currency))
-        .ok_or_else(|| {
-            bad(
-                &format!("{field}.amount"),
-                "a refund needs a positive integer amount in an ISO 4217 currency's minor units",
-            )
-        })?;
+    let currency = currency_of(r);
+    let value = minor_amount(
+        r,
+        "amount",
+        1,
+        &currency,
+        &format!("{field}.amount"),
+        "a refund needs a positive integer amount in an ISO 4217 currency's minor units",
+    )?;
     Ok(Some(Refund {
         id: id.to_owned(),
         value,
@@ -177,21 +196,16 @@ pub fn map_stripe(event: &Value) -> Result<Vec<Action>, ApiError> {
             }
             let session_id = str_at(obj, &["id"])
                 .ok_or_else(|| bad("data.object.id", "a Checkout Session has no id"))?;
-            let currency = str_at(obj, &["currency"])
-                .unwrap_or_default()
-                .to_ascii_uppercase();
-            let value = obj
-                .get("amount_total")
-                .and_then(Value::as_i64)
-                .filter(|a| *a >= 0)
-                .and_then(|a| from_minor_units(a, &currency))
-                .ok_or_else(|| {
-                    bad(
-                        "data.object.amount_total",
-                        "a paid Checkout Session needs amount_total, an integer in an ISO 4217 \
-                         currency's minor units",
-                    )
-                })?;
+            let currency = currency_of(obj);
+            let value = minor_amount(
+                obj,
+                "amount_total",
+                0,
+                &currency,
+                "data.object.amount_total",
+                "a paid Checkout Session needs amount_total, an integer in an ISO 4217 \
+                 currency's minor units",
+            )?;
             let order_id = str_at(obj, &["metadata", "order_id"]).unwrap_or(session_id);
             let client_id = str_at(obj, &["client_reference_id"])
                 .or_else(|| str_at(obj, &["metadata", "client_id"]));
@@ -226,21 +240,16 @@ pub fn map_stripe(event: &Value) -> Result<Vec<Action>, ApiError> {
             };
             let charge =
                 str_at(obj, &["id"]).ok_or_else(|| bad("data.object.id", "a charge has no id"))?;
-            let currency = str_at(obj, &["currency"])
-                .unwrap_or_default()
-                .to_ascii_uppercase();
-            let total = obj
-                .get("amount_refunded")
-                .and_then(Value::as_i64)
-                .filter(|a| *a >= 0)
-                .and_then(|a| from_minor_units(a, &currency))
-                .ok_or_else(|| {
-                    bad(
-                        "data.object.amount_refunded",
-                        "a refunded charge needs amount_refunded, an integer in an ISO 4217 \
-                         currency's minor units",
-                    )
-                })?;
+            let currency = currency_of(obj);
+            let total = minor_amount(
+                obj,
+                "amount_refunded",
+                0,
+                &currency,
+                "data.object.amount_refunded",
+                "a refunded charge needs amount_refunded, an integer in an ISO 4217 currency's \
+                 minor units",
+            )?;
             // Listed by API versions before 2022-11-15 only.
             let list = obj.pointer("/refunds/data").and_then(Value::as_array);
             let mut refunds = Vec::new();
