@@ -197,17 +197,7 @@ fn a_test_keys_repeats_and_no_session_items_are_counted_apart_in_metrics() {
         .serve_args(&["--pipeline", "off"])
         .start();
     let visitor = with_visitor(&app);
-    let test = app.cli_json(&[
-        "key",
-        "create",
-        "--tenant",
-        &app.tenant.id,
-        "--test",
-        "--json",
-    ])["key"]
-        .as_str()
-        .expect("key")
-        .to_owned();
+    let (_, test) = app.create_test_key();
     let body = json!({"visitorId": visitor, "orderId": "T-1", "value": 4});
     let lost = json!({"visitorId": "nobody-seen", "orderId": "T-2", "value": 4});
     let live = |name: &str| app.metric(name);

@@ -89,17 +89,7 @@ fn fixture() -> TestApp {
         Some(json!({"orderId": "o5", "value": 5, "currency": "EUR"})),
     );
     // v4 again, 100 EUR sent with a test key: test data, never counted.
-    let test_key = app.cli_json(&[
-        "key",
-        "create",
-        "--tenant",
-        &app.tenant.id,
-        "--test",
-        "--json",
-    ])["key"]
-        .as_str()
-        .expect("a test key")
-        .to_owned();
+    let (_, test_key) = app.create_test_key();
     app.post_conversion_as(
         &test_key,
         &app.site.id,

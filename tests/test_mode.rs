@@ -8,22 +8,6 @@ use crate::common::pipeline_support::*;
 use crate::common::*;
 use serde_json::{json, Value};
 
-/// A test key of the app's tenant: `(id, key)`.
-fn test_key(app: &TestApp) -> (String, String) {
-    let v = app.cli_json(&[
-        "key",
-        "create",
-        "--tenant",
-        &app.tenant.id,
-        "--test",
-        "--json",
-    ]);
-    (
-        v["id"].as_str().expect("id").to_owned(),
-        v["key"].as_str().expect("key").to_owned(),
-    )
-}
-
 /// A visitor seen an hour ago; its id.
 fn visitor(app: &TestApp) -> String {
     let v = unique("v");
@@ -105,7 +89,7 @@ fn a_test_key_is_made_with_its_prefix_and_listed_as_test() {
 #[test]
 fn test_and_live_orders_of_one_order_id_are_kept_apart_both_ways() {
     let app = manual().start();
-    let (_, test) = test_key(&app);
+    let (_, test) = app.create_test_key();
     let live = app.key.key.clone();
     let site = app.site.id.clone();
     let v = visitor(&app);
@@ -239,7 +223,7 @@ fn test_and_live_orders_of_one_order_id_are_kept_apart_both_ways() {
 #[test]
 fn the_pixel_reports_live_orders_only() {
     let app = manual().start();
-    let (_, test) = test_key(&app);
+    let (_, test) = app.create_test_key();
     let now = now_ms();
     app.pixel(
         "pv",
@@ -266,7 +250,7 @@ fn the_pixel_reports_live_orders_only() {
 #[test]
 fn test_data_never_counts_in_the_report_rollups_or_export() {
     let app = manual().start();
-    let (_, test) = test_key(&app);
+    let (_, test) = app.create_test_key();
     let site = app.site.id.clone();
     let v = visitor(&app);
     app.post_conversion_as(&app.key.key, &site, &report_body(&v, "live-1", 100))
@@ -351,7 +335,7 @@ fn test_data_never_counts_in_the_report_rollups_or_export() {
 #[test]
 fn the_dashboard_shows_test_orders_only_under_the_test_data_switch() {
     let app = TestApp::start();
-    let (test_id, test) = test_key(&app);
+    let (test_id, test) = app.create_test_key();
     let v = visitor(&app);
     let (live_event, _) = app
         .post_conversion(&report_body(&v, "dash-live", 10))
@@ -443,7 +427,7 @@ mod forwarding {
     use convapi::store::destinations::{self, Destination, Health};
     use serde_json::{json, Map, Value};
 
-    use super::{report_body, test_key};
+    use super::report_body;
     use crate::common::fake::{FakePlatform, Recorded, Reply};
     use crate::common::pipeline_support::*;
     use crate::common::*;
@@ -538,7 +522,7 @@ mod forwarding {
         let app = TestApp::builder()
             .serve_args(&["--pipeline", "off", "--forward-threads", "0"])
             .start();
-        let (_, test) = test_key(&app);
+        let (_, test) = app.create_test_key();
         let dest = add(
             &app,
             "meta",
@@ -640,7 +624,7 @@ mod forwarding {
         let app = TestApp::builder()
             .serve_args(&["--pipeline", "off", "--forward-threads", "0"])
             .start();
-        let (_, test) = test_key(&app);
+        let (_, test) = app.create_test_key();
         let live_meta = add(
             &app,
             "meta",
@@ -816,7 +800,7 @@ fn test_rows(app: &TestApp) -> Vec<i64> {
 #[test]
 fn test_purge_deletes_a_sites_test_data_and_nothing_else() {
     let app = manual().start();
-    let (_, test) = test_key(&app);
+    let (_, test) = app.create_test_key();
     let site = app.site.id.clone();
     let v = visitor(&app);
     for order in ["p-1", "p-2"] {
@@ -885,7 +869,7 @@ fn test_purge_deletes_a_sites_test_data_and_nothing_else() {
 #[test]
 fn test_data_expires_seven_days_after_it_was_received() {
     let app = manual().start();
-    let (_, test) = test_key(&app);
+    let (_, test) = app.create_test_key();
     let site = app.site.id.clone();
     let v = visitor(&app);
     app.post_conversion_as(&test, &site, &report_body(&v, "e-1", 10))
@@ -922,7 +906,7 @@ fn test_data_expires_seven_days_after_it_was_received() {
 #[test]
 fn metrics_count_test_conversions_apart_from_live_ones() {
     let app = manual().start();
-    let (_, test) = test_key(&app);
+    let (_, test) = app.create_test_key();
     let v = visitor(&app);
     app.post_conversion_as(&test, &app.site.id, &report_body(&v, "m-1", 10))
         .accepted();

@@ -53,6 +53,22 @@ impl TestApp {
         run.json()
     }
 
+    /// A test key of the app's tenant (`key create --test`): `(id, key)`.
+    pub fn create_test_key(&self) -> (String, String) {
+        let v = self.cli_json(&[
+            "key",
+            "create",
+            "--tenant",
+            &self.tenant.id,
+            "--test",
+            "--json",
+        ]);
+        (
+            v["id"].as_str().expect("id").to_owned(),
+            v["key"].as_str().expect("key").to_owned(),
+        )
+    }
+
     pub fn create_tenant(&self, name: &str) -> Tenant {
         let v = self.cli_json(&["tenant", "create", name, "--json"]);
         Tenant {
