@@ -1,4 +1,4 @@
--- convapi's schema at version 23 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 24 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
@@ -177,7 +177,7 @@ BEGIN
 END;
 CREATE TRIGGER sketch_days_conversion_added AFTER INSERT ON conversions
     WHEN NEW.test = 0
-        AND NEW.occurred_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
+        AND NEW.occurred_at < (unixepoch() / 86400 - 1) * 86400000
 BEGIN
     INSERT INTO sketch_days (site_id, day, version)
         VALUES (NEW.site_id, NEW.occurred_at / 86400000 - (NEW.occurred_at % 86400000 < 0), 1)
@@ -185,8 +185,8 @@ BEGIN
 END;
 CREATE TRIGGER sketch_days_conversion_changed AFTER UPDATE OF site_id, visitor_id, occurred_at,
         type, test, attr_model, attr_source, attr_medium, attr_campaign ON conversions
-    WHEN OLD.occurred_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
-        OR NEW.occurred_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
+    WHEN OLD.occurred_at < (unixepoch() / 86400 - 1) * 86400000
+        OR NEW.occurred_at < (unixepoch() / 86400 - 1) * 86400000
 BEGIN
     INSERT INTO sketch_days (site_id, day, version)
         VALUES (OLD.site_id, OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0), 1)
@@ -197,7 +197,7 @@ BEGIN
 END;
 CREATE TRIGGER sketch_days_conversion_deleted AFTER DELETE ON conversions
     WHEN OLD.test = 0
-        AND OLD.occurred_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
+        AND OLD.occurred_at < (unixepoch() / 86400 - 1) * 86400000
 BEGIN
     INSERT INTO sketch_days (site_id, day, version)
         VALUES (OLD.site_id, OLD.occurred_at / 86400000 - (OLD.occurred_at % 86400000 < 0), 1)
@@ -363,7 +363,7 @@ CREATE INDEX sessions_site_client ON sessions(site_id, client_id) WHERE client_i
 CREATE INDEX sessions_site_start ON sessions(site_id, started_at);
 CREATE INDEX sessions_visitor ON sessions(site_id, visitor_id, started_at);
 CREATE TRIGGER sketch_days_session_added AFTER INSERT ON sessions
-    WHEN NEW.started_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
+    WHEN NEW.started_at < (unixepoch() / 86400 - 1) * 86400000
 BEGIN
     INSERT INTO sketch_days (site_id, day, version)
         VALUES (NEW.site_id, NEW.started_at / 86400000 - (NEW.started_at % 86400000 < 0), 1)
@@ -372,8 +372,8 @@ END;
 CREATE TRIGGER sketch_days_session_changed AFTER UPDATE OF site_id, visitor_id, started_at,
         referrer, utm_source, utm_medium, utm_campaign, gclid, gbraid, wbraid, fbclid, msclkid,
         ttclid ON sessions
-    WHEN OLD.started_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
-        OR NEW.started_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
+    WHEN OLD.started_at < (unixepoch() / 86400 - 1) * 86400000
+        OR NEW.started_at < (unixepoch() / 86400 - 1) * 86400000
 BEGIN
     INSERT INTO sketch_days (site_id, day, version)
         VALUES (OLD.site_id, OLD.started_at / 86400000 - (OLD.started_at % 86400000 < 0), 1)
@@ -383,7 +383,7 @@ BEGIN
         ON CONFLICT (site_id, day) DO UPDATE SET version = version + 1;
 END;
 CREATE TRIGGER sketch_days_session_deleted AFTER DELETE ON sessions
-    WHEN OLD.started_at < (CAST(strftime('%s', 'now') AS INTEGER) / 86400 - 1) * 86400000
+    WHEN OLD.started_at < (unixepoch() / 86400 - 1) * 86400000
 BEGIN
     INSERT INTO sketch_days (site_id, day, version)
         VALUES (OLD.site_id, OLD.started_at / 86400000 - (OLD.started_at % 86400000 < 0), 1)

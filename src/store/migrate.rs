@@ -254,6 +254,10 @@ mod tests {
             "0023_rollup_slots.sql",
             "b8a4d7e08ce52d274a34f30274bdc0b6fafe83494afe12b0907839193b762a7e",
         ),
+        (
+            "0024_sketch_day_clock.sql",
+            "1bf9717971cb16b848f934db8c92e7a7642db7c82c18f667d9605e2a4326da46",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

@@ -319,3 +319,8 @@ pub fn iso(ms: i64) -> String {
         .unwrap_or_default()
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
+
+/// [`iso`] as a serde field writer (`#[serde(serialize_with = …)]`).
+pub fn serialize_iso<S: serde::Serializer>(ms: &i64, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&iso(*ms))
+}

@@ -171,7 +171,8 @@ pub fn finish(
 /// `now_ms`, for the same conversion, with the tries it had when it was listed. `None`: it was
 /// not, and nothing was written; otherwise, as [`finish`], whether the order has adjustments.
 /// On PostgreSQL, where each statement is a round trip, the claim, the result and the outbox row's
-/// deletion are one statement; on SQLite the three of [`claim`] and [`finish`].
+/// deletion are one statement; on SQLite three: the claim (which reads `adjusted`), the result and
+/// the deletion.
 pub fn claim_and_finish(
     conn: &impl AsConn,
     listed: &Item,
@@ -180,12 +181,31 @@ pub fn claim_and_finish(
     now_ms: i64,
 ) -> Result<Option<bool>> {
     if conn.conn().engine() == Engine::Sqlite {
-        let still = claim(conn, listed.id, now_ms)?
-            .filter(|i| i.attempts == listed.attempts && i.conversion_id == listed.conversion_id);
-        return match still {
-            None => Ok(None),
-            Some(_) => finish(conn, listed.id, &listed.conversion_id, a, fx, now_ms).map(Some),
+        // The claim reads whether the order has adjustments too (nothing else writes in this
+        // transaction), so that the result's `UPDATE` needs no `RETURNING`: SQLite gathers a
+        // `RETURNING`'s rows in a table of their own, about 10 µs per finish (measured).
+        let adjusted = conn.conn().query_opt(
+            "SELECT c.adjusted <> 0 FROM outbox o JOIN conversions c ON c.id = o.conversion_id
+             WHERE o.id = ?1 AND o.conversion_id = ?2 AND o.attempts = ?3 AND o.dead_at IS NULL
+                 AND o.next_attempt_at <= ?4",
+            args![listed.id, &listed.conversion_id, listed.attempts, now_ms],
+            |r| r.get(0),
+        )?;
+        let Some(adjusted) = adjusted else {
+            return Ok(None);
         };
+        let updated = conn.conn().execute(
+            concat!(store_result_set!(), " WHERE id = ?1"),
+            &result_args(&listed.conversion_id, a, fx, now_ms),
+        )?;
+        if updated != 1 {
+            return Err(super::StoreError::Other(format!(
+                "conversion {} vanished while being processed",
+                listed.conversion_id
+            )));
+        }
+        done(conn, listed.id)?;
+        return Ok(Some(adjusted));
     }
     // The `DELETE` claims the row (a row another statement changed since the listing no longer
     // matches); the `UPDATE` runs only on the conversion of a row it deleted.

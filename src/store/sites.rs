@@ -35,7 +35,10 @@ pub struct Site {
     /// Whether an API order whose identifiers resolve no session is kept as unattributed (202)
     /// instead of refused (422 `NO_SESSION`); docs/decisions.md §3.
     pub keep_unattributed: bool,
-    pub created_at: String,
+    /// Milliseconds since the Unix epoch; RFC 3339 in JSON (formatted only there: a conversion's
+    /// checks read the site and never show this).
+    #[serde(serialize_with = "super::serialize_iso")]
+    pub created_at: i64,
 }
 
 impl Site {
@@ -59,7 +62,7 @@ fn from_row(r: &Row) -> Result<Site> {
         currency: r.get(5)?,
         window_days: r.get(6)?,
         model: r.get(7)?,
-        created_at: super::iso(r.get(8)?),
+        created_at: r.get(8)?,
         signed_identify: r.get(9)?,
         retain_days: r.get(10)?,
         expire_conversions: r.get(11)?,

@@ -118,6 +118,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0023_rollup_slots.sql",
         include_str!("../migrations/postgres/0023_rollup_slots.sql"),
     ),
+    Migration::new(
+        24,
+        "0024_sketch_day_clock.sql",
+        include_str!("../migrations/postgres/0024_sketch_day_clock.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

@@ -281,6 +281,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0023_rollup_slots.sql",
         include_str!("../migrations/sqlite/0023_rollup_slots.sql"),
     ),
+    Migration::new(
+        24,
+        "0024_sketch_day_clock.sql",
+        include_str!("../migrations/sqlite/0024_sketch_day_clock.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.

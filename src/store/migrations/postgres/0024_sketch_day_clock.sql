@@ -1,0 +1,3 @@
+-- Migration 24: nothing changes on PostgreSQL. On SQLite the visitors sketch's triggers tell a
+-- past day from today with `unixepoch()` instead of formatting the time as text
+-- (migrations/sqlite/0024_sketch_day_clock.sql); PostgreSQL's read `now()` already.
