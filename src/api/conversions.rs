@@ -34,24 +34,45 @@ pub(super) fn resolve_session(
         .ok_or(ApiError::NoSession)
 }
 
-/// A 202's body, with the report's unknown fields named (docs/decisions.md §3).
+/// A 202's body, with the report's unknown fields named (docs/decisions.md §3); its members in
+/// the order a `serde_json::Map` keeps them (by name), so both forms below print the same bytes.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Accepted<'a> {
+    /// `false` for an order kept with no session (docs/decisions.md §3); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attributed: Option<bool>,
+    event_id: &'a str,
+    session_id: &'a Option<String>,
+    success: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warnings: Option<Value>,
+}
+
+impl<'a> Accepted<'a> {
+    fn of(rec: &'a Recorded, warnings: Option<&Warnings>) -> Accepted<'a> {
+        Accepted {
+            attributed: rec.session_id.is_none().then_some(false),
+            event_id: &rec.event_id,
+            session_id: &rec.session_id,
+            success: true,
+            warnings: warnings.map(Warnings::json),
+        }
+    }
+}
+
+/// A 202's body as a JSON value (a batch's item).
 pub(super) fn accepted_json(rec: &Recorded, warnings: Option<&Warnings>) -> Value {
-    let mut v = json!({"success": true, "sessionId": rec.session_id, "eventId": rec.event_id});
-    // An order kept with no session (docs/decisions.md §3).
-    if rec.session_id.is_none() {
-        v["attributed"] = json!(false);
-    }
-    if let Some(w) = warnings {
-        v["warnings"] = w.json();
-    }
-    v
+    serde_json::to_value(Accepted::of(rec, warnings)).expect("a 202 serialises")
 }
 
 fn accepted(app: &App, site_id: &str, rec: &Recorded, warnings: Option<&Warnings>) -> Reply {
     if let Some(w) = warnings {
         app.metrics.add_field_warnings(site_id, w.count());
     }
-    Reply::json(202, &accepted_json(rec, warnings))
+    // Written straight from the struct: no `Value` built per answer.
+    let body = serde_json::to_vec(&Accepted::of(rec, warnings)).expect("a 202 serialises");
+    Reply::bytes(202, "application/json", body)
 }
 
 /// Checks 4 to 6: the body as one JSON object (the adjustments endpoint checks the same).
@@ -345,4 +366,27 @@ pub fn status_json(o: &OrderStatus) -> Value {
         "lastError": o.last_error,
         "pendingReason": o.pending_reason(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_202_prints_the_members_a_json_object_of_them_would() {
+        for session_id in [Some("s1".to_owned()), None] {
+            let rec = Recorded {
+                event_id: "e1".into(),
+                session_id: session_id.clone(),
+                created: true,
+            };
+            let mut expected = json!({"success": true, "sessionId": session_id, "eventId": "e1"});
+            if session_id.is_none() {
+                expected["attributed"] = json!(false);
+            }
+            let body = serde_json::to_vec(&Accepted::of(&rec, None)).unwrap();
+            assert_eq!(body, serde_json::to_vec(&expected).unwrap());
+            assert_eq!(accepted_json(&rec, None), expected);
+        }
+    }
 }
