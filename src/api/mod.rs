@@ -159,10 +159,10 @@ pub fn authorize_mode(
     key_hash: &[u8],
     site_id: &str,
 ) -> Result<(Site, bool), ApiError> {
-    let key = store::keys::by_hash(conn, key_hash)?
-        .filter(|k| !k.revoked)
-        .ok_or(ApiError::Unauthorized)?;
     let Ok(uuid) = uuid::Uuid::parse_str(site_id) else {
+        store::keys::by_hash(conn, key_hash)?
+            .filter(|k| !k.revoked)
+            .ok_or(ApiError::Unauthorized)?;
         // A tracker id in its place is the likely mistake: it is the id people see in the snippet.
         let why = if store::sites::by_tracker(conn, site_id)?.is_some() {
             format!(
@@ -177,8 +177,11 @@ pub fn authorize_mode(
         };
         return Err(ApiError::SiteNotFound(Some(why)));
     };
-    let site = store::sites::by_id(conn, &uuid.hyphenated().to_string())?
-        .ok_or(ApiError::SiteNotFound(None))?;
+    // The key and the site in one statement: every keyed request starts here.
+    let (key, site) = store::sites::with_key(conn, key_hash, &uuid.hyphenated().to_string())?
+        .filter(|(k, _)| !k.revoked)
+        .ok_or(ApiError::Unauthorized)?;
+    let site = site.ok_or(ApiError::SiteNotFound(None))?;
     if site.tenant_id != key.tenant_id {
         return Err(ApiError::Forbidden);
     }

@@ -81,16 +81,19 @@ pub fn by_hash(conn: &impl AsConn, hash: &[u8]) -> Result<Option<AuthKey>> {
     conn.conn().query_opt(
         "SELECT id, tenant_id, revoked_at IS NOT NULL, last_used_at, test <> 0 FROM api_keys WHERE hash = ?1",
         args![hash],
-        |r| {
-            Ok(AuthKey {
-                id: r.get(0)?,
-                tenant_id: r.get(1)?,
-                revoked: r.get(2)?,
-                last_used_at: r.get(3)?,
-                test: r.get(4)?,
-            })
-        },
+        auth_key,
     )
+}
+
+/// An [`AuthKey`] from `id, tenant_id, revoked, last_used_at, test` at the start of `r`.
+pub(super) fn auth_key(r: &Row) -> Result<AuthKey> {
+    Ok(AuthKey {
+        id: r.get(0)?,
+        tenant_id: r.get(1)?,
+        revoked: r.get(2)?,
+        last_used_at: r.get(3)?,
+        test: r.get(4)?,
+    })
 }
 
 pub fn list(conn: &impl AsConn, tenant_id: &str) -> Result<Vec<KeyInfo>> {

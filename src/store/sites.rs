@@ -10,6 +10,7 @@
 use serde::Serialize;
 
 use super::engine::{args, AsConn, Row};
+use super::keys::AuthKey;
 use super::Result;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -59,22 +60,62 @@ macro_rules! columns {
 const COLUMNS: &str = columns!();
 
 fn from_row(r: &Row) -> Result<Site> {
+    from_row_at(r, 0)
+}
+
+/// A site from [`COLUMNS`] starting at column `at` of `r`.
+fn from_row_at(r: &Row, at: usize) -> Result<Site> {
     Ok(Site {
-        id: r.get(0)?,
-        tenant_id: r.get(1)?,
-        tracker_id: r.get(2)?,
-        name: r.get(3)?,
-        domain: r.get(4)?,
-        currency: r.get(5)?,
-        window_days: r.get(6)?,
-        model: r.get(7)?,
-        created_at: r.get(8)?,
-        signed_identify: r.get(9)?,
-        retain_days: r.get(10)?,
-        expire_conversions: r.get(11)?,
-        consent_required: r.get(12)?,
-        keep_unattributed: r.get(13)?,
+        id: r.get(at)?,
+        tenant_id: r.get(at + 1)?,
+        tracker_id: r.get(at + 2)?,
+        name: r.get(at + 3)?,
+        domain: r.get(at + 4)?,
+        currency: r.get(at + 5)?,
+        window_days: r.get(at + 6)?,
+        model: r.get(at + 7)?,
+        created_at: r.get(at + 8)?,
+        signed_identify: r.get(at + 9)?,
+        retain_days: r.get(at + 10)?,
+        expire_conversions: r.get(at + 11)?,
+        consent_required: r.get(at + 12)?,
+        keep_unattributed: r.get(at + 13)?,
     })
+}
+
+/// [`COLUMNS`] of the site `s` in a join, as a literal.
+macro_rules! joined_columns {
+    () => {
+        "s.id, s.tenant_id, s.tracker_id, s.name, s.domain, s.currency, s.window_days, s.model, \
+        s.created_at, s.signed_identify, s.retain_days, s.expire_conversions, s.consent_required, \
+        s.keep_unattributed"
+    };
+}
+
+/// A request's key (by its hash) and the site `site_id` (`None` when there is no such site) in
+/// one statement: what every keyed request reads first (`api::authorize`). `None`: no such key.
+pub fn with_key(
+    conn: &impl AsConn,
+    key_hash: &[u8],
+    site_id: &str,
+) -> Result<Option<(AuthKey, Option<Site>)>> {
+    conn.conn().query_opt(
+        concat!(
+            "SELECT k.id, k.tenant_id, k.revoked_at IS NOT NULL, k.last_used_at, k.test <> 0, ",
+            joined_columns!(),
+            " FROM api_keys k LEFT JOIN sites s ON s.id = ?2 AND s.deleted_at IS NULL
+             WHERE k.hash = ?1"
+        ),
+        args![key_hash, site_id],
+        |r| {
+            let key = super::keys::auth_key(r)?;
+            let site = match r.get::<Option<String>>(5)? {
+                Some(_) => Some(from_row_at(r, 5)?),
+                None => None,
+            };
+            Ok((key, site))
+        },
+    )
 }
 
 pub struct NewSite<'a> {
@@ -244,4 +285,21 @@ pub fn mark_deleted(conn: &impl AsConn, site_id: &str, now_ms: i64) -> Result<bo
         args![site_id],
     )?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_joined_columns_are_the_columns() {
+        let plain = |s: &str| {
+            s.split(',')
+                .map(|c| c.trim().to_owned())
+                .collect::<Vec<_>>()
+        };
+        let joined: Vec<String> = plain(joined_columns!())
+            .iter()
+            .map(|c| c.strip_prefix("s.").expect("prefixed").to_owned())
+            .collect();
+        assert_eq!(joined, plain(super::COLUMNS));
+    }
 }
