@@ -140,32 +140,39 @@ pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
-/// The member names of every object in `body`, which must be valid JSON, counted undecoded.
-fn member_names(body: &[u8]) -> usize {
-    // Per open object, whether a string here is a member name; `None` for an array.
-    let mut frames: Vec<Option<bool>> = Vec::new();
-    let (mut n, mut i) = (0, 0);
+/// Walks `body`, which must be valid JSON, calling `name` with each member name as written
+/// (quotes included, undecoded) and the state of its object, which `open` makes as the object
+/// starts. The first error `name` returns ends the walk.
+fn each_member_name<S>(
+    body: &[u8],
+    mut open: impl FnMut() -> S,
+    mut name: impl FnMut(&mut S, &[u8]) -> Result<(), ApiError>,
+) -> Result<(), ApiError> {
+    // Per open object: its state, and whether a string here is a member name; `None`: an array.
+    let mut frames: Vec<Option<(S, bool)>> = Vec::new();
+    let mut i = 0;
     while i < body.len() {
         match body[i] {
-            b'{' => frames.push(Some(true)),
+            b'{' => frames.push(Some((open(), true))),
             b'[' => frames.push(None),
             b'}' | b']' => {
                 frames.pop();
             }
             b',' => {
-                if let Some(Some(expect_name)) = frames.last_mut() {
+                if let Some(Some((_, expect_name))) = frames.last_mut() {
                     *expect_name = true;
                 }
             }
             b'"' => {
+                let start = i;
                 i += 1;
                 while i < body.len() && body[i] != b'"' {
                     i += if body[i] == b'\\' { 2 } else { 1 };
                 }
-                if let Some(Some(expect_name)) = frames.last_mut() {
+                if let Some(Some((state, expect_name))) = frames.last_mut() {
                     if *expect_name {
                         *expect_name = false;
-                        n += 1;
+                        name(state, &body[start..=i.min(body.len() - 1)])?;
                     }
                 }
             }
@@ -173,6 +180,21 @@ fn member_names(body: &[u8]) -> usize {
         }
         i += 1;
     }
+    Ok(())
+}
+
+/// The member names of every object in `body`, which must be valid JSON, counted undecoded.
+fn member_names(body: &[u8]) -> usize {
+    let mut n = 0;
+    let counted = each_member_name(
+        body,
+        || (),
+        |_, _| {
+            n += 1;
+            Ok(())
+        },
+    );
+    debug_assert!(counted.is_ok(), "counting never fails");
     n
 }
 
@@ -191,57 +213,21 @@ fn members_in(m: &Map<String, Value>) -> usize {
 /// Finds a member name that occurs twice in one object of `body`, which must be valid JSON.
 /// Names are compared decoded, so `"a"` and `"\u0061"` are the same name.
 fn check_duplicate_keys(body: &[u8]) -> Result<(), ApiError> {
-    use std::collections::HashSet;
-    enum Frame {
-        Object {
-            names: HashSet<String>,
-            expect_name: bool,
+    each_member_name(
+        body,
+        std::collections::HashSet::<String>::new,
+        |names, raw| {
+            let name: String =
+                serde_json::from_slice(raw).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+            if !names.insert(name.clone()) {
+                return Err(ApiError::InvalidJson(format!(
+                    "duplicate member name {}",
+                    serde_json::Value::String(name)
+                )));
+            }
+            Ok(())
         },
-        Array,
-    }
-    let mut stack: Vec<Frame> = Vec::new();
-    let mut i = 0;
-    while i < body.len() {
-        match body[i] {
-            b'{' => stack.push(Frame::Object {
-                names: HashSet::new(),
-                expect_name: true,
-            }),
-            b'[' => stack.push(Frame::Array),
-            b'}' | b']' => {
-                stack.pop();
-            }
-            b',' => {
-                if let Some(Frame::Object { expect_name, .. }) = stack.last_mut() {
-                    *expect_name = true;
-                }
-            }
-            b'"' => {
-                let start = i;
-                i += 1;
-                while i < body.len() && body[i] != b'"' {
-                    i += if body[i] == b'\\' { 2 } else { 1 };
-                }
-                if let Some(Frame::Object { names, expect_name }) = stack.last_mut() {
-                    if *expect_name {
-                        *expect_name = false;
-                        let raw = &body[start..=i.min(body.len() - 1)];
-                        let name: String = serde_json::from_slice(raw)
-                            .map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-                        if !names.insert(name.clone()) {
-                            return Err(ApiError::InvalidJson(format!(
-                                "duplicate member name {}",
-                                serde_json::Value::String(name)
-                            )));
-                        }
-                    }
-                }
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    Ok(())
+    )
 }
 
 fn check_depth(body: &[u8]) -> Result<(), ApiError> {
