@@ -391,8 +391,8 @@ fn date_of(day: i64) -> store::Result<NaiveDate> {
 /// The glossary of the report's figures (docs/decisions.md §11), as the dashboard's tooltips show
 /// it; openapi.yaml's descriptions say the same.
 pub const GLOSSARY: [(&str, &str); 9] = [
-    ("visitors", "Distinct visitors with a session that started in the range (UTC days); a row's: those whose visit's channel gives its key (by type, all of them). Exact up to 512 a day and 65,536 in the range; estimated beyond (1.6 % standard error)."),
-    ("convertingVisitors", "Distinct visitors credited with at least one conversion of the row in the range; an order no visit explains (kept unattributed) has none. Exact up to 512 a day and 65,536 in the range; estimated beyond (1.6 % standard error)."),
+    ("visitors", "Distinct visitors with a session that started in the range (UTC days); a row's: those whose visit's channel gives its key (by type, all of them). Exact up to 512 a day and 4,096 in the range; estimated beyond (1.6 % standard error)."),
+    ("convertingVisitors", "Distinct visitors credited with at least one conversion of the row in the range; an order no visit explains (kept unattributed) has none. Exact up to 512 a day and 4,096 in the range; estimated beyond (1.6 % standard error)."),
     ("conversionRate", "Converting visitors / visitors, from 0 to 1 (0 without visitors)."),
     ("conversions", "Every conversion on the UTC day of its occurredAt, a cancelled order included; test data never counts; not yet attributed: the (unattributed) row."),
     ("purchases", "The conversions of type purchase."),
@@ -781,8 +781,10 @@ pub const CONVERTING: i64 = 1;
 /// A stored day's sketch counts exactly up to this many visitors (8 bytes each), a HyperLogLog
 /// beyond (`crate::sketch`: 1.6 % standard error).
 pub const DAY_EXACT: usize = 512;
-/// A report's merged sketch counts exactly up to this many visitors, an estimate beyond.
-pub const REPORT_EXACT: usize = 1 << 16;
+/// A report's merged sketch counts exactly up to this many visitors, an estimate beyond: as many
+/// as a HyperLogLog has registers, so a row's exact set (8 bytes a visitor, sorted once) stays
+/// within 64 KiB and a year's report over 1M orders merges in a few milliseconds per row.
+pub const REPORT_EXACT: usize = crate::sketch::REGISTERS;
 /// The rules a stored day's sketches were built with (`sketch_days.rules`): raised whenever what
 /// decides a visitor's keys changes in the code (the channel rules, the default referral exclusion
 /// list, the keys below), so that every day is built again and no report merges old keys.
