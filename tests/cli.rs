@@ -922,3 +922,24 @@ fn a_postgres_db_without_the_feature_names_the_fix() {
     );
     assert!(!run.stderr.contains("secret"), "{}", run.stderr);
 }
+
+/// `convapi report | head`: a reader of stdout that went away ends a command's output quietly,
+/// exit 0, as it ends any Unix filter's (it panicked on the closed pipe).
+#[test]
+fn a_reader_that_goes_away_ends_the_output_quietly() {
+    let app = TestApp::start();
+    app.pageview("v", "https://shop.example/", now_ms() - 60_000);
+    app.post_conversion(
+        &serde_json::json!({"visitorId": "v", "orderId": "o1", "value": 1.5, "currency": "EUR"}),
+    )
+    .accepted();
+    for args in [
+        vec!["report", "--site", &app.site.id],
+        vec!["report", "--site", &app.site.id, "--json"],
+        vec!["export", "--site", &app.site.id, "--format", "csv"],
+        vec!["site", "list", "--json"],
+    ] {
+        let (code, stderr) = cli_run_reader_gone(&app.db, &args);
+        assert_eq!((code, stderr.as_str()), (0, ""), "{args:?}");
+    }
+}

@@ -87,9 +87,17 @@ pub(super) fn export(db: &Location, a: ExportArgs) -> CliResult {
         })?),
     };
     let mut out = BufWriter::with_capacity(64 * 1024, sink);
-    let io = |e: std::io::Error| CliError::Failed(format!("writing the export: {e}"));
+    let reader_gone = std::cell::Cell::new(false);
+    let io = |e: std::io::Error| {
+        reader_gone.set(e.kind() == std::io::ErrorKind::BrokenPipe);
+        CliError::Failed(format!("writing the export: {e}"))
+    };
     let written = write_rows(&conn, &site.id, &a, from_ms, to_ms, csv, &mut out, io);
     let written = written.and_then(|()| out.flush().map_err(io));
+    // A reader of stdout that went away (`| head`) ends the export quietly.
+    if a.output.is_none() && reader_gone.get() {
+        return Ok(());
+    }
     if written.is_err() {
         if let Some(path) = &a.output {
             // Half an export is not one: nothing is left that looks like it.

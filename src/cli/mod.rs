@@ -590,8 +590,20 @@ fn print<T: serde::Serialize>(
     } else {
         human()
     };
-    println!("{text}");
-    Ok(())
+    out(&text)
+}
+
+/// Prints `text` and a newline on stdout. A reader that went away (`convapi report | head`) ends
+/// the output quietly, as a closed pipe ends any Unix filter's; another failure is the error.
+fn out(text: &str) -> CliResult {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(CliError::Failed(format!("writing to stdout: {e}")))
+        }
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -88,10 +88,9 @@ pub(super) fn report(db: &Location, a: ReportArgs) -> CliResult {
         compare,
     };
     let report = crate::store::read(&conn, |c| crate::report::report_dated(c, &site, &q, dated))?;
-    if a.json {
-        println!("{}", crate::report::report_json(&report));
+    super::out(&if a.json {
+        crate::report::report_json(&report).to_string()
     } else {
-        println!("{}", crate::report::report_table(&report));
-    }
-    Ok(())
+        crate::report::report_table(&report)
+    })
 }

@@ -131,3 +131,22 @@ pub fn cli_run_in(cwd: Option<&Path>, db: Option<&Path>, args: &[&str]) -> CliRu
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
     }
 }
+
+/// Runs `convapi --db DB ARGS...` with its stdout a pipe whose reader is gone before the command
+/// writes (`convapi ... | head` once `head` has had enough): its exit code and stderr.
+pub fn cli_run_reader_gone(db: &Path, args: &[&str]) -> (i32, String) {
+    let mut cmd = Command::new(BIN);
+    scrub_env(&mut cmd);
+    secret_key_env(&mut cmd, db);
+    cmd.arg("--db").arg(db).args(args);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("run convapi");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait for convapi");
+    (
+        out.status.code().expect("exited, not killed"),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
