@@ -1970,3 +1970,54 @@ fn every_failure_of_a_restarting_server_is_one_to_retry() {
     assert!(!failures.is_empty(), "no statement was cut by a stop");
     assert!(done.into_inner() > 100, "work went on between the stops");
 }
+
+/// Two pipelines listing the outbox at once (two nodes) take different items, the second the next
+/// ones rather than none; a claim lasts until its connection releases it. Before, a second node's
+/// pipeline tried the same first `limit` candidates as the first, found them all held and came back
+/// empty, again and again while the first worked through them.
+#[test]
+fn a_second_pipeline_takes_the_next_due_items_not_none() {
+    use store::conversions::{self as conv, ApiReport};
+    use store::pipeline as pl;
+    let url = fresh_database();
+    let (a, b, c) = (
+        pg::open(&url).unwrap(),
+        pg::open(&url).unwrap(),
+        pg::open(&url).unwrap(),
+    );
+    shop(&a, None);
+    for i in 0..10_i64 {
+        let r = ApiReport {
+            id: format!("e{i}"),
+            site_id: "s1".to_owned(),
+            order_id: Some(format!("o{i}")),
+            kind: "purchase".to_owned(),
+            session: Some(("se".to_owned(), "v".to_owned())),
+            keep_unattributed: false,
+            visitor_id: None,
+            client_id: None,
+            value: None,
+            currency: "EUR".to_owned(),
+            occurred_at: 5_000,
+        };
+        conv::record_api(&a, &r, 6_000 + i).unwrap();
+    }
+    let ids = |items: Vec<pl::Item>| items.into_iter().map(|i| i.id).collect::<Vec<_>>();
+    let first = ids(pl::due(&a, 10_000, 4).unwrap());
+    let second = ids(pl::due(&b, 10_000, 4).unwrap());
+    assert_eq!(first.len(), 4, "{first:?}");
+    assert_eq!(second.len(), 4, "{second:?}");
+    assert!(
+        first.iter().max() < second.iter().min(),
+        "different items, oldest first: {first:?} {second:?}"
+    );
+    // A third takes the rest; then nothing is left while the three hold their claims.
+    let rest = ids(pl::due(&c, 10_000, 4).unwrap());
+    assert_eq!(rest.len(), 2, "{rest:?}");
+    assert!(ids(pl::due(&pg::open(&url).unwrap(), 10_000, 4).unwrap()).is_empty());
+    // Released, the first pipeline's items are due for anyone again.
+    pl::release_claims(&a).unwrap();
+    let mut again = ids(pl::due(&pg::open(&url).unwrap(), 10_000, 10).unwrap());
+    again.sort_unstable();
+    assert_eq!(again, first);
+}

@@ -36,30 +36,42 @@ pub struct Item {
 /// On PostgreSQL, where several nodes' pipelines drain one outbox, a claim is a session-level
 /// advisory lock on the item's id: an item another node holds is skipped, so two nodes do not
 /// decide the same items, and a node that dies loses its claims with its session at once (no lease
-/// to wait out). The lock is taken in the outer query over candidates already ordered and limited
-/// (`OFFSET 0` keeps PostgreSQL from merging the two), so it is tried once per candidate and every
-/// lock taken is on a row returned. A claim never decides what is stored: [`claim`], in the
+/// to wait out). The lock is tried in the outer query over the [`CLAIM_WINDOW`] × `limit` oldest
+/// candidates, already ordered (`OFFSET 0` keeps PostgreSQL from merging the two), and the outer
+/// `LIMIT` stops at `limit` locks taken: each candidate is tried at most once, every lock taken is
+/// on a row returned, and a second pipeline (another node's) takes the next candidates instead of
+/// finding the first `limit` held and coming back empty. A claim never decides what is stored: [`claim`], in the
 /// writer's transaction, still re-reads each item before its outcome is written. On SQLite one
 /// server drains the file and nothing is locked.
 pub fn due(conn: &impl AsConn, now_ms: i64, limit: usize) -> Result<Vec<Item>> {
     let conn = conn.conn();
-    let sql = match conn.engine() {
-        Engine::Sqlite => {
+    match conn.engine() {
+        Engine::Sqlite => conn.query_all(
             "SELECT id, conversion_id, attempts FROM outbox
              WHERE dead_at IS NULL AND next_attempt_at <= ?1
-             ORDER BY next_attempt_at, id LIMIT ?2"
-        }
-        Engine::Postgres => {
+             ORDER BY next_attempt_at, id LIMIT ?2",
+            args![now_ms, limit as i64],
+            item,
+        ),
+        Engine::Postgres => conn.query_all(
             "SELECT id, conversion_id, attempts FROM (
-                 SELECT id, conversion_id, attempts, next_attempt_at FROM outbox
+                 SELECT id, conversion_id, attempts FROM outbox
                  WHERE dead_at IS NULL AND next_attempt_at <= ?1
-                 ORDER BY next_attempt_at, id LIMIT ?2 OFFSET 0) candidates
+                 ORDER BY next_attempt_at, id LIMIT ?3 OFFSET 0) candidates
              WHERE pg_try_advisory_lock(id)
-             ORDER BY next_attempt_at, id"
-        }
-    };
-    conn.query_all(sql, args![now_ms, limit as i64], item)
+             LIMIT ?2",
+            args![
+                now_ms,
+                limit as i64,
+                limit.saturating_mul(CLAIM_WINDOW) as i64
+            ],
+            item,
+        ),
+    }
 }
+
+/// How many candidates per item asked for [`due`] tries to claim on PostgreSQL.
+pub const CLAIM_WINDOW: usize = 8;
 
 /// Whether the pipeline writes its results in transactions of its own connection, beside the
 /// request writer, rather than as jobs of the writer: on PostgreSQL, which takes several writing
