@@ -291,24 +291,27 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Conn) -> store::Result<T> + Send + 'static,
     {
+        self.submit_queued(f)?.wait()
+    }
+
+    /// Queues `f` for the next group transaction and returns at once: [`Queued::wait`] gives its
+    /// result once committed. The pipeline decides its next chunk meanwhile.
+    pub fn submit_queued<T, F>(&self, f: F) -> Result<Queued<T>, WriteError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Conn) -> store::Result<T> + Send + 'static,
+    {
         let (reply, rx) = mpsc::sync_channel(1);
         let job = Job {
             run: Box::new(move |c| f(c).map(|v| Box::new(v) as Value)),
             reply: Some(reply),
         };
         self.enqueue(job)?;
-        match rx.recv_timeout(self.reply_timeout) {
-            Ok(r) => r.map(|v| {
-                *v.downcast::<T>()
-                    .expect("writer returns the job's own type")
-            }),
-            Err(RecvTimeoutError::Timeout) => {
-                Err(WriteError::Unavailable("write timed out".into()))
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                Err(WriteError::Unavailable("writer stopped".into()))
-            }
-        }
+        Ok(Queued {
+            rx,
+            timeout: self.reply_timeout,
+            kind: std::marker::PhantomData,
+        })
     }
 
     /// Queues `f` without waiting for it (best-effort bookkeeping such as `lastUsedAt`).
@@ -368,6 +371,31 @@ impl Writer {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(WriteError::Unavailable("write queue full".into())),
             Err(TrySendError::Disconnected(_)) => {
+                Err(WriteError::Unavailable("writer stopped".into()))
+            }
+        }
+    }
+}
+
+/// A job queued by [`Writer::submit_queued`].
+pub struct Queued<T> {
+    rx: Receiver<Result<Value, WriteError>>,
+    timeout: Duration,
+    kind: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: 'static> Queued<T> {
+    /// The job's result once its transaction committed (or why it did not run).
+    pub fn wait(self) -> Result<T, WriteError> {
+        match self.rx.recv_timeout(self.timeout) {
+            Ok(r) => r.map(|v| {
+                *v.downcast::<T>()
+                    .expect("writer returns the job's own type")
+            }),
+            Err(RecvTimeoutError::Timeout) => {
+                Err(WriteError::Unavailable("write timed out".into()))
+            }
+            Err(RecvTimeoutError::Disconnected) => {
                 Err(WriteError::Unavailable("writer stopped".into()))
             }
         }

@@ -4,9 +4,10 @@
 //! One thread. It reads with its own connection: items are handled in chunks of as many as are
 //! decided within [`CHUNK_BUDGET`] (one read transaction). On SQLite each chunk goes to the request
 //! writer as one job, committed with whatever requests share its batch — no transaction, fsync or
-//! write lock of its own; on PostgreSQL, which takes several writers at once, the pipeline writes
-//! the chunk in a transaction of its own connection, beside the writer
-//! ([`store::pipeline::writes_beside_the_writer`]). Inside the write each item has a savepoint that
+//! write lock of its own — and the next chunk is decided while it waits and commits; on
+//! PostgreSQL, which takes several writers at once, the pipeline writes the chunk in a transaction
+//! of its own connection, beside the writer ([`store::pipeline::writes_beside_the_writer`]), a
+//! pass at most every [`GATHER`]. Inside the write each item has a savepoint that
 //! claims the item again (still due, same number of tries), stores the result and deletes (or
 //! parks) the outbox row: a crash before the commit leaves the items due, a crash after leaves
 //! them done, so nothing is lost or counted twice. A failing item is rescheduled with
@@ -30,7 +31,7 @@ use crate::metrics::Metrics;
 use crate::store::pipeline::Item;
 use crate::store::{self, StoreError};
 use crate::worker::{Backoff, Stop, Worker};
-use crate::writer::{WriteError, Writer};
+use crate::writer::{Queued, WriteError, Writer};
 
 mod apply;
 mod decide;
@@ -64,9 +65,16 @@ pub const MAX_YIELD: Duration = Duration::from_millis(20);
 /// outbox row due at this time, and attributes it then if the pixel's batch has arrived meanwhile
 /// (docs/decisions.md §5). One retry; `serve --unattributed-retry` changes the delay.
 pub const UNATTRIBUTED_RETRY: Duration = Duration::from_secs(120);
+/// The shortest wait after a pass that finished nothing while items were due (another node's
+/// pipeline holds them).
+pub const IDLE_RECHECK: Duration = Duration::from_millis(10);
 /// Items are decided and written in chunks: as many items as are decided within this time go to
 /// the writer as one job (see [`drain`]). It bounds how long one job holds up the request writer.
 pub const CHUNK_BUDGET: Duration = Duration::from_millis(2);
+/// Where the pipeline writes beside the writer, the shortest time from the start of one pass to
+/// the start of the next: every accepted request wakes the pipeline, and passes of one or two items
+/// each would cost a transaction apiece; what arrives within this time is taken in one pass.
+pub const GATHER: Duration = Duration::from_millis(20);
 
 /// How one drain pass runs.
 #[derive(Clone)]
@@ -156,60 +164,94 @@ pub fn drain(
             return Ok(stats);
         }
         let mut fresh = fresh.into_iter().peekable();
+        // On SQLite, one chunk at a time waits in the writer's queue or commits (an fsync) while
+        // the next is decided.
+        let mut queued: Option<Queued<Vec<Applied>>> = None;
         while fresh.peek().is_some() {
             if stop() {
+                settle(queued.take(), &mut stats, metrics)?;
                 return Ok(stats);
             }
-            let applied = if beside {
+            if beside {
                 let decided = decide_chunk(conn, &mut fresh, opts)?;
-                store::write_tx(conn, |c| apply(c, decided, now_ms))?
-            } else {
-                // Queued requests go first.
-                writer.yield_to_queued(MAX_YIELD);
-                let decided = decide_chunk(conn, &mut fresh, opts)?;
-                writer
-                    .submit(move |c| apply(c, decided, now_ms))
-                    .map_err(|e| match e {
-                        WriteError::Unavailable(m) => {
-                            log::debug!("pipeline: writer unavailable: {m}");
-                            StoreError::Busy
-                        }
-                        WriteError::Failed(e) => e,
-                    })?
-            };
-            // Counted and logged once committed.
-            for a in applied {
-                match a {
-                    Applied::Processed => {
-                        stats.processed += 1;
-                        metrics.inc_processed();
-                    }
-                    // Counted in the metric once, when its retry finishes it.
-                    Applied::Held => stats.processed += 1,
-                    Applied::FxPending => stats.fx_pending += 1,
-                    Applied::Again | Applied::Gone => {}
-                    Applied::Retried {
-                        conversion_id,
-                        attempts,
-                        error,
-                    } => {
-                        stats.retried += 1;
-                        log::warn!(
-                            "pipeline: conversion {conversion_id} failed (try {attempts} of {MAX_ATTEMPTS}): {error}"
-                        );
-                    }
-                    Applied::DeadLettered {
-                        conversion_id,
-                        attempts,
-                        error,
-                    } => {
-                        stats.dead_lettered += 1;
-                        metrics.inc_dead_lettered();
-                        log::error!(
-                            "pipeline: conversion {conversion_id} dead-lettered after {attempts} tries: {error}"
-                        );
-                    }
+                let applied = store::write_tx(conn, |c| apply(c, decided, now_ms))?;
+                tally(applied, &mut stats, metrics);
+                continue;
+            }
+            let decided = match decide_chunk(conn, &mut fresh, opts) {
+                Ok(decided) => decided,
+                Err(e) => {
+                    let _ = settle(queued.take(), &mut stats, metrics);
+                    return Err(e);
                 }
+            };
+            settle(queued.take(), &mut stats, metrics)?;
+            // Queued requests go first.
+            writer.yield_to_queued(MAX_YIELD);
+            queued = Some(
+                writer
+                    .submit_queued(move |c| apply(c, decided, now_ms))
+                    .map_err(unavailable)?,
+            );
+        }
+        settle(queued.take(), &mut stats, metrics)?;
+    }
+}
+
+fn unavailable(e: WriteError) -> StoreError {
+    match e {
+        WriteError::Unavailable(m) => {
+            log::debug!("pipeline: writer unavailable: {m}");
+            StoreError::Busy
+        }
+        WriteError::Failed(e) => e,
+    }
+}
+
+/// Waits for a chunk queued in the writer and counts what it did.
+fn settle(
+    queued: Option<Queued<Vec<Applied>>>,
+    stats: &mut DrainStats,
+    metrics: &Metrics,
+) -> store::Result<()> {
+    if let Some(q) = queued {
+        tally(q.wait().map_err(unavailable)?, stats, metrics);
+    }
+    Ok(())
+}
+
+/// Counts and logs a chunk's outcomes, once committed.
+fn tally(applied: Vec<Applied>, stats: &mut DrainStats, metrics: &Metrics) {
+    for a in applied {
+        match a {
+            Applied::Processed => {
+                stats.processed += 1;
+                metrics.inc_processed();
+            }
+            // Counted in the metric once, when its retry finishes it.
+            Applied::Held => stats.processed += 1,
+            Applied::FxPending => stats.fx_pending += 1,
+            Applied::Again | Applied::Gone => {}
+            Applied::Retried {
+                conversion_id,
+                attempts,
+                error,
+            } => {
+                stats.retried += 1;
+                log::warn!(
+                    "pipeline: conversion {conversion_id} failed (try {attempts} of {MAX_ATTEMPTS}): {error}"
+                );
+            }
+            Applied::DeadLettered {
+                conversion_id,
+                attempts,
+                error,
+            } => {
+                stats.dead_lettered += 1;
+                metrics.inc_dead_lettered();
+                log::error!(
+                    "pipeline: conversion {conversion_id} dead-lettered after {attempts} tries: {error}"
+                );
             }
         }
     }
@@ -229,9 +271,10 @@ pub fn spawn(
 ) -> store::Result<Worker> {
     let mut conn = store::engine::Lasting::open(location, settings)?;
     let mut worker = Worker::new();
+    let mut last: Option<std::time::Instant> = None;
     worker
         .spawn("pipeline".into(), Duration::ZERO, move |stop| {
-            pass(&mut conn, &metrics, &writer, &opts, stop)
+            pass(&mut conn, &metrics, &writer, &opts, stop, &mut last)
         })
         .map_err(|e| StoreError::Other(e.to_string()))?;
     Ok(worker)
@@ -245,9 +288,16 @@ fn pass(
     writer: &Writer,
     opts: &Options,
     stop: &Stop,
+    last: &mut Option<std::time::Instant>,
 ) -> Duration {
-    let now = store::now_ms();
     let drained = lasting.get().and_then(|conn| {
+        if store::pipeline::writes_beside_the_writer(conn) {
+            if let Some(wait) = last.and_then(|t| GATHER.checked_sub(t.elapsed())) {
+                std::thread::sleep(wait);
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        let now = store::now_ms();
         Ok((
             conn,
             drain(conn, writer, metrics, now, opts, &|| stop.requested())?,
@@ -255,13 +305,17 @@ fn pass(
     });
     match drained {
         Ok((conn, stats)) => {
-            if stats != DrainStats::default() {
+            let idle = stats == DrainStats::default();
+            if !idle {
                 log::debug!("pipeline: {stats:?}");
             }
             match store::pipeline::next_due(conn) {
                 Ok(Some(due)) => {
                     let ms = due.saturating_sub(store::now_ms()).max(0) as u64;
-                    Duration::from_millis(ms).min(POLL)
+                    // Items due that a pass left alone are claimed by another node's pipeline
+                    // (PostgreSQL): looked at again after a pause, not in a loop of listings.
+                    let floor = if idle { IDLE_RECHECK } else { Duration::ZERO };
+                    Duration::from_millis(ms).clamp(floor, POLL)
                 }
                 Ok(None) => POLL,
                 Err(e) => {
