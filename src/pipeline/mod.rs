@@ -198,6 +198,7 @@ pub fn drain(
     }
 }
 
+/// The writer's refusal as the store's error: a writer that is unavailable is a busy database.
 fn unavailable(e: WriteError) -> StoreError {
     match e {
         WriteError::Unavailable(m) => {
