@@ -13,7 +13,7 @@ use crate::store::engine::{AsConn, Location};
 use crate::store::sessions::Identifier;
 use crate::store::sites::Site;
 use crate::store::{self, StoreError};
-use crate::writer::{WriteError, Writer};
+use crate::writer::Writer;
 use std::time::Duration;
 
 /// Conversions looked at per step (one read transaction, one writer job).
@@ -145,10 +145,7 @@ pub fn step(conn: &impl AsConn, writer: &Writer, now_ms: i64) -> store::Result<O
                 now_ms,
             )
         })
-        .map_err(|e| match e {
-            WriteError::Unavailable(_) => StoreError::Busy,
-            WriteError::Failed(e) => e,
-        })?;
+        .map_err(|e| e.into_store_error("reattribute"))?;
     Ok(Some(Stepped {
         site_id,
         looked_at,

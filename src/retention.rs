@@ -28,7 +28,7 @@ use crate::metrics::Metrics;
 use crate::store::retention::{Pruned, RECLAIM_PAGES};
 use crate::store::{self, StoreError};
 use crate::worker::{Stop, Worker};
-use crate::writer::{WriteError, Writer};
+use crate::writer::Writer;
 
 /// How often the pruner looks for data past its retention, by default (`serve --prune-every`).
 pub const EVERY: Duration = Duration::from_secs(60);
@@ -61,13 +61,7 @@ fn job<T: Send + 'static>(
 ) -> store::Result<T> {
     writer.yield_to_queued(MAX_YIELD);
     let started = std::time::Instant::now();
-    let out = writer.submit(f).map_err(|e| match e {
-        WriteError::Unavailable(m) => {
-            log::debug!("pruner: writer unavailable: {m}");
-            StoreError::Busy
-        }
-        WriteError::Failed(e) => e,
-    });
+    let out = writer.submit(f).map_err(|e| e.into_store_error("pruner"));
     std::thread::sleep(PAUSE.max(started.elapsed() * PAUSE_FACTOR));
     out
 }

@@ -11,7 +11,7 @@ use crate::stepper::Stepper;
 use crate::store::engine::{AsConn, Location};
 use crate::store::report::DAY_MS;
 use crate::store::{self, StoreError};
-use crate::writer::{WriteError, Writer};
+use crate::writer::Writer;
 use std::time::Duration;
 
 /// How often the thread looks for a day to build when there is none; also its first look after
@@ -58,10 +58,7 @@ pub fn step(conn: &impl AsConn, writer: &Writer, now_ms: i64) -> store::Result<O
     let (site_id, day) = (due.site_id.clone(), due.day);
     let stored = writer
         .submit(move |c| store::sketches::store_day(c, &due, SKETCH_RULES, &rows))
-        .map_err(|e| match e {
-            WriteError::Unavailable(_) => StoreError::Busy,
-            WriteError::Failed(e) => e,
-        })?;
+        .map_err(|e| e.into_store_error("sketches"))?;
     Ok(Some(Built {
         site_id,
         day,

@@ -66,6 +66,21 @@ impl std::fmt::Display for WriteError {
     }
 }
 
+impl WriteError {
+    /// The refusal as a background worker's store error: an unavailable writer is a busy database
+    /// (the worker's pass is tried again later), logged under the worker's name; a failed job is
+    /// its own error.
+    pub fn into_store_error(self, worker: &str) -> StoreError {
+        match self {
+            WriteError::Unavailable(m) => {
+                log::debug!("{worker}: writer unavailable: {m}");
+                StoreError::Busy
+            }
+            WriteError::Failed(e) => e,
+        }
+    }
+}
+
 impl From<StoreError> for WriteError {
     fn from(e: StoreError) -> Self {
         if e.is_transient() {

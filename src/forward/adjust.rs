@@ -35,7 +35,7 @@ use super::ga4;
 use super::google_ads::{self, AdjustmentUpload};
 use super::kinds::{GA4, GOOGLE_ADS};
 use super::platform::{self, AdjustVerdict, Http, Outage};
-use super::{write_error, Health};
+use super::Health;
 use crate::store;
 use crate::store::adjustment_deliveries::{self as rows, AdjustmentFacts, Due};
 use crate::store::deliveries::{self, Facts, Status};
@@ -528,7 +528,7 @@ fn record(
             }
             health.write(c, now_ms)
         })
-        .map_err(write_error)
+        .map_err(|e| e.into_store_error("forward"))
 }
 
 fn write_fate(c: &Conn, id: i64, fate: &Fate, now_ms: i64) -> store::Result<()> {

@@ -13,12 +13,11 @@ pub mod versions;
 
 use platform::{Event, Http, Outage, Platform, REQUEST_TIMEOUT};
 
+use crate::store;
 use crate::store::deliveries::{Facts, SessionFacts};
 use crate::store::destinations::{self, Destination};
 use crate::store::engine::Conn;
 use crate::store::sessions::Forwarding;
-use crate::store::{self, StoreError};
-use crate::writer::WriteError;
 
 /// Most destinations one site may have (`convapi destination add` and the dashboard refuse one
 /// more): with the sender's share per tenant, it bounds what one site's dead endpoints cost.
@@ -151,16 +150,5 @@ impl Health {
             destinations::record_ok(c, id, now_ms)?;
         }
         Ok(())
-    }
-}
-
-/// A writer's refusal as the sender's error (the pass is tried again).
-fn write_error(e: WriteError) -> StoreError {
-    match e {
-        WriteError::Unavailable(m) => {
-            log::debug!("forward: writer unavailable: {m}");
-            StoreError::Busy
-        }
-        WriteError::Failed(e) => e,
     }
 }

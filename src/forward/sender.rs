@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::platform::{self, Event, Http, Outage, Platform, Reach, Verdict, REQUEST_TIMEOUT};
-use super::{write_error, Health};
+use super::Health;
 use crate::metrics::Metrics;
 use crate::ratelimit::{KeyedPlace, KeyedPlaces};
 use crate::store::deliveries::{self, Due, DueDestination, Facts, Status};
@@ -429,7 +429,7 @@ fn sendable(
                     now_ms,
                 )
             })
-            .map_err(write_error)?;
+            .map_err(|e| e.into_store_error("forward"))?;
         return Ok(None);
     }
     let Some(platform) = super::platform(&dest.kind) else {
@@ -654,7 +654,7 @@ fn record(
             }
             health.write(c, now_ms)
         })
-        .map_err(write_error)
+        .map_err(|e| e.into_store_error("forward"))
 }
 
 fn write_fate(c: &Conn, delivery: i64, fate: &Fate, now_ms: i64) -> store::Result<()> {

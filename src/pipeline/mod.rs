@@ -31,7 +31,7 @@ use crate::metrics::Metrics;
 use crate::store::pipeline::Item;
 use crate::store::{self, StoreError};
 use crate::worker::{Backoff, Stop, Worker};
-use crate::writer::{Queued, WriteError, Writer};
+use crate::writer::{Queued, Writer};
 
 mod apply;
 mod decide;
@@ -191,21 +191,10 @@ pub fn drain(
             queued = Some(
                 writer
                     .submit_queued(move |c| apply(c, decided, now_ms))
-                    .map_err(unavailable)?,
+                    .map_err(|e| e.into_store_error("pipeline"))?,
             );
         }
         settle(queued.take(), &mut stats, metrics)?;
-    }
-}
-
-/// The writer's refusal as the store's error: a writer that is unavailable is a busy database.
-fn unavailable(e: WriteError) -> StoreError {
-    match e {
-        WriteError::Unavailable(m) => {
-            log::debug!("pipeline: writer unavailable: {m}");
-            StoreError::Busy
-        }
-        WriteError::Failed(e) => e,
     }
 }
 
@@ -216,7 +205,11 @@ fn settle(
     metrics: &Metrics,
 ) -> store::Result<()> {
     if let Some(q) = queued {
-        tally(q.wait().map_err(unavailable)?, stats, metrics);
+        tally(
+            q.wait().map_err(|e| e.into_store_error("pipeline"))?,
+            stats,
+            metrics,
+        );
     }
     Ok(())
 }
