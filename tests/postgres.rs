@@ -11,6 +11,24 @@ use convapi::store::{self, engine::postgres as pg};
 use crate::common::postgres::{fresh_database, Cluster};
 
 /// The tenant `t1` and its site `s1` (EUR, a 30-day window, last touch), with `domain`.
+/// An API report of a purchase on `shop`'s site, in session `se` of visitor `v`, with no value:
+/// each test changes what it needs (`ApiReport { value: …, ..api_report(…) }`).
+fn api_report(id: &str, order: &str, occurred_at: i64) -> store::conversions::ApiReport {
+    store::conversions::ApiReport {
+        id: id.to_owned(),
+        site_id: "s1".to_owned(),
+        order_id: Some(order.to_owned()),
+        kind: "purchase".to_owned(),
+        session: Some(("se".to_owned(), "v".to_owned())),
+        keep_unattributed: false,
+        visitor_id: None,
+        client_id: None,
+        value: None,
+        currency: "EUR".to_owned(),
+        occurred_at,
+    }
+}
+
 fn shop(c: &impl AsConn, domain: Option<&str>) -> store::sites::Site {
     store::tenants::create(c, "t1", "One", 1_000).unwrap();
     store::sites::create(
@@ -966,17 +984,9 @@ fn pipeline_and_outbox(c: &impl AsConn) -> Vec<String> {
     shop(c, None);
     for (i, e) in ["e1", "e2", "e3"].iter().enumerate() {
         let r = ApiReport {
-            id: (*e).to_owned(),
-            site_id: "s1".to_owned(),
-            order_id: Some(format!("o{i}")),
-            kind: "purchase".to_owned(),
-            session: Some(("se".to_owned(), "v".to_owned())),
-            keep_unattributed: false,
-            visitor_id: None,
-            client_id: None,
             value: Some("10.00".to_owned()),
             currency: "USD".to_owned(),
-            occurred_at: 5_000,
+            ..api_report(e, &format!("o{i}"), 5_000)
         };
         conv::record_api(c, &r, 6_000 + i as i64).unwrap();
     }
@@ -1222,17 +1232,9 @@ fn reports(c: &impl AsConn) -> Vec<String> {
     for (i, source) in sources.iter().enumerate() {
         let id = format!("e{i}");
         let r = ApiReport {
-            id: id.clone(),
-            site_id: "s1".to_owned(),
-            order_id: Some(format!("o{i}")),
             kind: if i == 4 { "signup" } else { "purchase" }.to_owned(),
-            session: Some(("se".to_owned(), "v".to_owned())),
-            keep_unattributed: false,
-            visitor_id: None,
-            client_id: None,
             value: Some("10.00".to_owned()),
-            currency: "EUR".to_owned(),
-            occurred_at: 20_000 * day + i as i64 * day / 2,
+            ..api_report(&id, &format!("o{i}"), 20_000 * day + i as i64 * day / 2)
         };
         conv::record_api(c, &r, 1_000).unwrap();
         if let Some(source) = source {
@@ -1333,23 +1335,11 @@ fn the_report_answers_the_same_on_both_engines() {
 
 /// What `convapi export` streams on one engine: conversions (with a tie in time) and sessions.
 fn exports(c: &impl AsConn) -> Vec<String> {
-    use store::conversions::{self as conv, ApiReport};
+    use store::conversions as conv;
     use store::sessions::{self as ss, Campaign, Session};
     shop(c, None);
     for (id, at) in [("e1", 5_000), ("e2", 4_000), ("e3", 5_000), ("e4", 9_000)] {
-        let r = ApiReport {
-            id: id.to_owned(),
-            site_id: "s1".to_owned(),
-            order_id: Some(format!("o-{id}")),
-            kind: "purchase".to_owned(),
-            session: Some(("se".to_owned(), "v".to_owned())),
-            keep_unattributed: false,
-            visitor_id: None,
-            client_id: None,
-            value: None,
-            currency: "EUR".to_owned(),
-            occurred_at: at,
-        };
+        let r = api_report(id, &format!("o-{id}"), at);
         conv::record_api(c, &r, 1_000).unwrap();
     }
     for (id, visitor, at) in [
@@ -1420,17 +1410,9 @@ fn dashboard_reads(c: &impl AsConn) -> Vec<String> {
     shop(c, None);
     for i in 0..6_i64 {
         let r = ApiReport {
-            id: format!("e{i}"),
-            site_id: "s1".to_owned(),
-            order_id: Some(format!("o{i}")),
             kind: if i % 3 == 0 { "lead" } else { "purchase" }.to_owned(),
-            session: Some(("se".to_owned(), "v".to_owned())),
-            keep_unattributed: false,
-            visitor_id: None,
-            client_id: None,
-            value: None,
-            currency: "EUR".to_owned(),
-            occurred_at: 10_000 + (i / 2) * 1_000, // two at each time
+            // two at each time
+            ..api_report(&format!("e{i}"), &format!("o{i}"), 10_000 + (i / 2) * 1_000)
         };
         conv::record_api(c, &r, 2_000 + i).unwrap();
     }
@@ -1977,7 +1959,7 @@ fn every_failure_of_a_restarting_server_is_one_to_retry() {
 /// empty, again and again while the first worked through them.
 #[test]
 fn a_second_pipeline_takes_the_next_due_items_not_none() {
-    use store::conversions::{self as conv, ApiReport};
+    use store::conversions as conv;
     use store::pipeline as pl;
     let url = fresh_database();
     let (a, b, c) = (
@@ -1987,19 +1969,7 @@ fn a_second_pipeline_takes_the_next_due_items_not_none() {
     );
     shop(&a, None);
     for i in 0..10_i64 {
-        let r = ApiReport {
-            id: format!("e{i}"),
-            site_id: "s1".to_owned(),
-            order_id: Some(format!("o{i}")),
-            kind: "purchase".to_owned(),
-            session: Some(("se".to_owned(), "v".to_owned())),
-            keep_unattributed: false,
-            visitor_id: None,
-            client_id: None,
-            value: None,
-            currency: "EUR".to_owned(),
-            occurred_at: 5_000,
-        };
+        let r = api_report(&format!("e{i}"), &format!("o{i}"), 5_000);
         conv::record_api(&a, &r, 6_000 + i).unwrap();
     }
     let ids = |items: Vec<pl::Item>| items.into_iter().map(|i| i.id).collect::<Vec<_>>();
