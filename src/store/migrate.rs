@@ -258,6 +258,10 @@ mod tests {
             "0024_sketch_day_clock.sql",
             "1bf9717971cb16b848f934db8c92e7a7642db7c82c18f667d9605e2a4326da46",
         ),
+        (
+            "0025_outbox_due_order.sql",
+            "4636d506a8a5efcea2c37e500f4800a31a738add6c72f0dd1dac305dd1855e96",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

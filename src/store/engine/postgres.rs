@@ -123,6 +123,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0024_sketch_day_clock.sql",
         include_str!("../migrations/postgres/0024_sketch_day_clock.sql"),
     ),
+    Migration::new(
+        25,
+        "0025_outbox_due_order.sql",
+        include_str!("../migrations/postgres/0025_outbox_due_order.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

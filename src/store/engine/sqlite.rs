@@ -286,6 +286,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0024_sketch_day_clock.sql",
         include_str!("../migrations/sqlite/0024_sketch_day_clock.sql"),
     ),
+    Migration::new(
+        25,
+        "0025_outbox_due_order.sql",
+        include_str!("../migrations/sqlite/0025_outbox_due_order.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.

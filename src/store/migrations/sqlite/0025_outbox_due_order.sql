@@ -1,0 +1,4 @@
+-- Migration 25: nothing changes on SQLite. On PostgreSQL the pipeline's listing of due items
+-- reads a partial index in its own order, `(next_attempt_at, id) WHERE dead_at IS NULL`
+-- (migrations/postgres/0025_outbox_due_order.sql); here `outbox_due (dead_at, next_attempt_at)`
+-- ends in the rowid, `id`, and already gives that order.
