@@ -12,6 +12,9 @@
 # /metrics shows an empty outbox after the load, and the samples grouped, commonest first.
 # A rough probe beside postgres.sh's measurement: everything shares this machine's cores.
 #
+# PG_WAITS_SQL, when set, is run on the database after the migration (a probe of a schema change:
+# a table's fillfactor, a dropped constraint), before the nodes start. At the end, the rows updated
+# (and of them HOT: no index touched) and deleted in conversions, outbox and report_daily.
 # PG_WAITS_ONE_SLOT=1 rewrites the rollup's trigger after the migration to write every cell into
 # one slot, as before migration 23, for the same probe of the lock two writers used to share.
 # BIN and SEED are the binaries (default target/release/convapi and target/release/examples/seed:
@@ -55,6 +58,9 @@ if [ "${PG_WAITS_ONE_SLOT:-0}" = 1 ]; then
         | sed 's/mine BIGINT := pg_backend_pid() % 16;/mine BIGINT := 0;/' >"$W/one_slot.sql"
     psql -q -f "$W/one_slot.sql" bench
 fi
+if [ -n "${PG_WAITS_SQL:-}" ]; then
+    psql -q -c "$PG_WAITS_SQL" bench >/dev/null
+fi
 URLS=()
 for i in $(seq 1 "$NODES"); do
     env CONVAPI_DB="$DB" "$BIN" serve --addr 127.0.0.1:0 >"$W/out$i" 2>"$W/err$i" &
@@ -75,6 +81,7 @@ load() { # TAG SECONDS: one wrk per node, in parallel; their outputs in $W/TAG.N
 load warm 2
 sleep 3
 psql -c ANALYZE bench >/dev/null
+psql -c "SELECT pg_stat_reset()" bench >/dev/null
 python3 - "$((SECS * 40))" >"$W/sample.sql" <<'PY'
 import sys
 q = ("SELECT coalesce(wait_event_type, 'CPU') || ':' || coalesce(wait_event, '-') || ' ' || "
@@ -109,3 +116,7 @@ echo "all nodes: $total 202/s; outbox drained $drained_ms ms after the load"
 n=$(wc -l <"$W/waits")
 echo "samples of active backends: $n; waiting on a lock (Lock:*): $(grep -c '^Lock:' "$W/waits" || true)"
 sort "$W/waits" | uniq -c | sort -rn | head -15
+sleep 1 # backends report their counts within a second
+echo "per table during the run: rows updated, of them HOT (no index touched), deleted; sequential scans, rows they read:"
+psql -F ' ' -c "SELECT relname, n_tup_upd, n_tup_hot_upd, n_tup_del, seq_scan, seq_tup_read FROM pg_stat_user_tables
+    WHERE seq_tup_read > 0 OR relname IN ('conversions', 'outbox', 'report_daily') ORDER BY relname" bench
