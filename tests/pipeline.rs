@@ -541,6 +541,62 @@ fn a_row_that_does_not_read_fails_alone_and_its_chunk_goes_on() {
     assert_eq!(state.attempts, 1);
 }
 
+/// A chunk is written in one savepoint; when the database refuses one item's result (here a
+/// trigger raising on its update), the chunk is written again item by item: that item alone is
+/// rolled back and counted as a failed try, the others are processed.
+#[test]
+fn an_item_whose_result_the_database_refuses_fails_alone() {
+    let app = manual().start();
+    app.pageview("v", "https://shop.example/", now_ms() - HOUR);
+    let orders: Vec<String> = (0..5)
+        .map(|i| {
+            let o = unique("refused");
+            app.post_conversion(
+                &json!({"visitorId": "v", "orderId": o, "value": i + 1, "currency": "EUR"}),
+            )
+            .accepted();
+            o
+        })
+        .collect();
+    if app.is_postgres() {
+        app.execute_batch(&format!(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                 IF NEW.order_id = '{}' THEN RAISE EXCEPTION 'refused'; END IF;
+                 RETURN NEW; END $$;
+             CREATE TRIGGER refuse BEFORE UPDATE ON conversions FOR EACH ROW EXECUTE FUNCTION refuse()",
+            orders[3]
+        ));
+    } else {
+        app.execute_batch(&format!(
+            "CREATE TRIGGER refuse BEFORE UPDATE ON conversions WHEN NEW.order_id = '{}'
+             BEGIN SELECT RAISE(ABORT, 'refused'); END",
+            orders[3]
+        ));
+    }
+    let stats = drain_with(&app, now_ms(), &Metrics::default());
+    assert_eq!(
+        stats,
+        DrainStats {
+            processed: 4,
+            retried: 1,
+            ..Default::default()
+        }
+    );
+    for (i, order) in orders.iter().enumerate() {
+        let s = status(&app, order);
+        let event = s["eventId"].as_str().unwrap();
+        if i == 3 {
+            assert_eq!(s["status"], json!("queued"), "{s}");
+            assert_eq!(s["attempts"], json!(1), "{s}");
+            assert!(s["lastError"].as_str().unwrap().contains("refused"), "{s}");
+            assert!(item(&app, event).is_some(), "{order} not in the outbox");
+        } else {
+            assert_eq!(s["status"], json!("processed"), "{s}");
+            assert!(item(&app, event).is_none(), "{order} left in the outbox");
+        }
+    }
+}
+
 #[test]
 fn a_slow_item_is_interrupted_and_retried_later() {
     let app = manual().start();

@@ -35,21 +35,37 @@ pub(super) enum Applied {
     },
 }
 
-/// Writes a chunk of decided items inside the caller's write transaction, each in its own
-/// savepoint. Every item is claimed again first: one that is no longer due, or whose tries changed
-/// since it was decided, is left alone. An item whose write fails is rolled back alone and counted
-/// as a failed try; a transient error (busy, full), or one that cost the whole transaction, fails
-/// the whole chunk, which then stays due.
+/// Writes a chunk of decided items inside the caller's write transaction. Every item is claimed
+/// again first: one that is no longer due, or whose tries changed since it was decided, is left
+/// alone. The chunk is written in one savepoint; if an item's write fails, the chunk is rolled back
+/// to it and written again item by item, each in its own savepoint, so that only the failing item
+/// is rolled back, and counted as a failed try. A transient error (busy, full), or one that cost
+/// the whole transaction, fails the whole chunk, which then stays due. (On PostgreSQL a savepoint
+/// that writes is a subtransaction, and each costs a round trip: one per chunk, not per item.)
 pub(super) fn apply(
     conn: &impl AsConn,
     decided: Vec<Decided>,
     now_ms: i64,
 ) -> store::Result<Vec<Applied>> {
-    let mut applied = Vec::with_capacity(decided.len());
     // Read in this transaction: a destination added after it counts from the next chunk on, as if
     // these conversions had been processed a moment earlier (docs/decisions.md §13).
     let forwarding = decided.iter().any(|d| matches!(d, Decided::Finish { .. }))
         && store::deliveries::any_enabled_destination(conn)?;
+    if decided.len() > 1 {
+        let together = store::savepoint(conn, |conn| {
+            decided
+                .iter()
+                .map(|d| apply_one(conn, d, now_ms, forwarding))
+                .collect::<store::Result<Vec<Applied>>>()
+        });
+        match together {
+            Ok(applied) => return Ok(applied),
+            Err(e) if e.is_transient() || !conn.conn().in_transaction() => return Err(e),
+            // Rolled back: item by item below.
+            Err(_) => {}
+        }
+    }
+    let mut applied = Vec::with_capacity(decided.len());
     for d in decided {
         let done = match store::savepoint(conn, |conn| apply_one(conn, &d, now_ms, forwarding)) {
             Ok(a) => a,

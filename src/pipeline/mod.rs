@@ -7,9 +7,9 @@
 //! write lock of its own — and the next chunk is decided while it waits and commits; on
 //! PostgreSQL, which takes several writers at once, the pipeline writes the chunk in a transaction
 //! of its own connection, beside the writer ([`store::pipeline::writes_beside_the_writer`]), a
-//! pass at most every [`GATHER`]. Inside the write each item has a savepoint that
-//! claims the item again (still due, same number of tries), stores the result and deletes (or
-//! parks) the outbox row: a crash before the commit leaves the items due, a crash after leaves
+//! pass at most every [`GATHER`]. Inside the write (one savepoint per chunk; one per item only
+//! after the database refused an item's result, see [`apply`]) each item is claimed again (still
+//! due, same number of tries), its result stored and its outbox row deleted (or parked): a crash before the commit leaves the items due, a crash after leaves
 //! them done, so nothing is lost or counted twice. A failing item is rescheduled with
 //! exponential backoff and jitter and, after [`MAX_ATTEMPTS`] tries, dead-lettered (conversion
 //! `failed`, last error kept); it never holds up the items behind it, and a slow one is interrupted
