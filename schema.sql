@@ -1,4 +1,4 @@
--- convapi's schema at version 25 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 26 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test

@@ -262,6 +262,10 @@ mod tests {
             "0025_outbox_due_order.sql",
             "4636d506a8a5efcea2c37e500f4800a31a738add6c72f0dd1dac305dd1855e96",
         ),
+        (
+            "0026_rollup_update_first.sql",
+            "baf510fb8b524d867f9fcca591df9f2494a9a751dbf9f640446aed9c67f2e190",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

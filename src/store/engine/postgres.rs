@@ -128,6 +128,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0025_outbox_due_order.sql",
         include_str!("../migrations/postgres/0025_outbox_due_order.sql"),
     ),
+    Migration::new(
+        26,
+        "0026_rollup_update_first.sql",
+        include_str!("../migrations/postgres/0026_rollup_update_first.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

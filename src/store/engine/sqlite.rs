@@ -291,6 +291,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0025_outbox_due_order.sql",
         include_str!("../migrations/sqlite/0025_outbox_due_order.sql"),
     ),
+    Migration::new(
+        26,
+        "0026_rollup_update_first.sql",
+        include_str!("../migrations/sqlite/0026_rollup_update_first.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.

@@ -1,0 +1,5 @@
+-- Migration 26: nothing changes on SQLite. On PostgreSQL the rollup's trigger adds to a cell's
+-- slot with an `UPDATE` first and inserts only when the slot has no row
+-- (migrations/postgres/0026_rollup_update_first.sql): an `ON CONFLICT DO UPDATE` there made a
+-- multixact for nearly every conversion, the writer running each request in a savepoint. SQLite has
+-- no multixacts.
