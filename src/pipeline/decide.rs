@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::store::engine::{AsConn, Conn};
 
-use super::{Options, CHUNK_BUDGET};
+use super::{Options, BESIDE_CHUNK_BUDGET, CHUNK_BUDGET};
 use crate::attribution::{self, Model};
 use crate::fx::{self, Leg};
 use crate::invalid::Invalid;
@@ -23,6 +23,11 @@ pub(super) fn decide_chunk(
     opts: &Options,
 ) -> store::Result<Vec<Decided>> {
     let started = Instant::now();
+    let budget = if store::pipeline::writes_beside_the_writer(conn) {
+        BESIDE_CHUNK_BUDGET
+    } else {
+        CHUNK_BUDGET
+    };
     store::read(conn, |conn| {
         let mut decided = Vec::new();
         let mut seen = Seen::default();
@@ -46,7 +51,7 @@ pub(super) fn decide_chunk(
             // On PostgreSQL a failed statement leaves the snapshot unreadable: the rest of the
             // chunk waits for the next one.
             if decided.len() >= opts.batch.max(1)
-                || started.elapsed() >= CHUNK_BUDGET
+                || started.elapsed() >= budget
                 || !conn.in_transaction()
             {
                 break;

@@ -71,6 +71,9 @@ pub const IDLE_RECHECK: Duration = Duration::from_millis(10);
 /// Items are decided and written in chunks: as many items as are decided within this time go to
 /// the writer as one job (see [`drain`]). It bounds how long one job holds up the request writer.
 pub const CHUNK_BUDGET: Duration = Duration::from_millis(2);
+/// [`CHUNK_BUDGET`] where the pipeline writes beside the writer (PostgreSQL): its chunk holds up
+/// no request, and each chunk costs a transaction and its commit's WAL flush.
+pub const BESIDE_CHUNK_BUDGET: Duration = Duration::from_millis(20);
 /// Where the pipeline writes beside the writer, the shortest time from the start of one pass to
 /// the start of the next: every accepted request wakes the pipeline, and passes of one or two items
 /// each would cost a transaction apiece; what arrives within this time is taken in one pass.
