@@ -2,20 +2,21 @@
 //! then currency conversion — at least once, every step idempotent. It never sees a request.
 //!
 //! One thread. It reads with its own connection: items are handled in chunks of as many as are
-//! decided within [`CHUNK_BUDGET`] (one read transaction). On SQLite each chunk goes to the request
-//! writer as one job, committed with whatever requests share its batch — no transaction, fsync or
-//! write lock of its own — and the next chunk is decided while it waits and commits; on
-//! PostgreSQL, which takes several writers at once, the pipeline writes the chunk in a transaction
-//! of its own connection, beside the writer ([`store::pipeline::writes_beside_the_writer`]), a
-//! pass at most every [`GATHER`]. Inside the write (one savepoint per chunk; one per item only
-//! after the database refused an item's result, see [`apply`]) each item is claimed again (still
-//! due, same number of tries), its result stored and its outbox row deleted (or parked): a crash before the commit leaves the items due, a crash after leaves
-//! them done, so nothing is lost or counted twice. A failing item is rescheduled with
+//! decided within [`CHUNK_BUDGET`] ([`BESIDE_CHUNK_BUDGET`] on PostgreSQL; one read transaction).
+//! On SQLite each chunk goes to the request writer as one job, committed with whatever requests
+//! share its batch — no transaction, fsync or write lock of its own — and the next chunk is decided
+//! while it waits and commits; on PostgreSQL, which takes several writers at once, the pipeline
+//! writes the chunk in a transaction of its own connection, beside the writer
+//! ([`store::pipeline::writes_beside_the_writer`]), a pass at most every [`GATHER`]. Inside the
+//! write (one savepoint per chunk; one per item only after the database refused an item's result,
+//! see [`apply`]) each item is claimed again (still due, same number of tries), its result stored
+//! and its outbox row deleted (or parked): a crash before the commit leaves the items due, a crash
+//! after leaves them done, so nothing is lost or counted twice. A failing item is rescheduled with
 //! exponential backoff and jitter and, after [`MAX_ATTEMPTS`] tries, dead-lettered (conversion
 //! `failed`, last error kept); it never holds up the items behind it, and a slow one is interrupted
-//! after [`ITEM_DEADLINE`]. A conversion whose rates are missing is parked as `fx_pending`; `convapi
-//! rates import` makes parked items due again, and the worker notices within [`POLL`]. A conversion
-//! without a value needs no rate: it is processed with no reporting value.
+//! after [`ITEM_DEADLINE`]. A conversion whose rates are missing is parked as `fx_pending`;
+//! `convapi rates import` makes parked items due again, and the worker notices within [`POLL`]. A
+//! conversion without a value needs no rate: it is processed with no reporting value.
 //!
 //! Tests drive [`drain_once`] in-process against the database file of a server started with
 //! `--pipeline off`, through a [`Writer`] of their own on that file: the same write path as the
