@@ -500,6 +500,22 @@ fn a_poison_item_is_dead_lettered_after_ten_tries_without_holding_up_the_others(
     assert!(m.contains("convapi_outbox_dead_letters 1\n"), "{m}");
 }
 
+/// Five orders (values 1 to 5 EUR, order ids made unique from `prefix`) of visitor `v`, who has a
+/// session: one chunk for the pipeline.
+fn five_orders_of_one_visitor(app: &TestApp, prefix: &str) -> Vec<String> {
+    app.pageview("v", "https://shop.example/", now_ms() - HOUR);
+    (0..5)
+        .map(|i| {
+            let o = unique(prefix);
+            app.post_conversion(
+                &json!({"visitorId": "v", "orderId": o, "value": i + 1, "currency": "EUR"}),
+            )
+            .accepted();
+            o
+        })
+        .collect()
+}
+
 /// The pipeline reads a chunk's conversions in one query: a row that does not read at all (a
 /// column of the wrong type, which only SQLite can hold) is that item's failure, not the chunk's.
 #[test]
@@ -508,17 +524,7 @@ fn a_row_that_does_not_read_fails_alone_and_its_chunk_goes_on() {
         return;
     }
     let app = manual().start();
-    app.pageview("v", "https://shop.example/", now_ms() - HOUR);
-    let orders: Vec<String> = (0..5)
-        .map(|i| {
-            let o = unique("chunk");
-            app.post_conversion(
-                &json!({"visitorId": "v", "orderId": o, "value": i + 1, "currency": "EUR"}),
-            )
-            .accepted();
-            o
-        })
-        .collect();
+    let orders = five_orders_of_one_visitor(&app, "chunk");
     let broken = status(&app, &orders[2])["eventId"]
         .as_str()
         .unwrap()
@@ -547,17 +553,7 @@ fn a_row_that_does_not_read_fails_alone_and_its_chunk_goes_on() {
 #[test]
 fn an_item_whose_result_the_database_refuses_fails_alone() {
     let app = manual().start();
-    app.pageview("v", "https://shop.example/", now_ms() - HOUR);
-    let orders: Vec<String> = (0..5)
-        .map(|i| {
-            let o = unique("refused");
-            app.post_conversion(
-                &json!({"visitorId": "v", "orderId": o, "value": i + 1, "currency": "EUR"}),
-            )
-            .accepted();
-            o
-        })
-        .collect();
+    let orders = five_orders_of_one_visitor(&app, "refused");
     if app.is_postgres() {
         app.execute_batch(&format!(
             "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
