@@ -515,19 +515,7 @@ fn an_item_the_database_refuses_does_not_sink_the_others() {
         .serve_args(&["--pipeline", "off"])
         .start();
     let visitor = with_visitor(&app);
-    if app.is_postgres() {
-        app.execute_batch(
-            "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-                 IF NEW.order_id = 'P-poison' THEN RAISE EXCEPTION 'poisoned'; END IF;
-                 RETURN NEW; END $$;
-             CREATE TRIGGER poison BEFORE INSERT ON conversions FOR EACH ROW EXECUTE FUNCTION poison()",
-        );
-    } else {
-        app.execute_batch(
-            "CREATE TRIGGER poison BEFORE INSERT ON conversions WHEN NEW.order_id = 'P-poison'
-             BEGIN SELECT RAISE(ABORT, 'poisoned'); END",
-        );
-    }
+    app.refuse_conversion("INSERT", "P-poison", "poisoned");
     let res = results(&post_batch(
         &app,
         &batch_of(&[

@@ -554,21 +554,7 @@ fn a_row_that_does_not_read_fails_alone_and_its_chunk_goes_on() {
 fn an_item_whose_result_the_database_refuses_fails_alone() {
     let app = manual().start();
     let orders = five_orders_of_one_visitor(&app, "refused");
-    if app.is_postgres() {
-        app.execute_batch(&format!(
-            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-                 IF NEW.order_id = '{}' THEN RAISE EXCEPTION 'refused'; END IF;
-                 RETURN NEW; END $$;
-             CREATE TRIGGER refuse BEFORE UPDATE ON conversions FOR EACH ROW EXECUTE FUNCTION refuse()",
-            orders[3]
-        ));
-    } else {
-        app.execute_batch(&format!(
-            "CREATE TRIGGER refuse BEFORE UPDATE ON conversions WHEN NEW.order_id = '{}'
-             BEGIN SELECT RAISE(ABORT, 'refused'); END",
-            orders[3]
-        ));
-    }
+    app.refuse_conversion("UPDATE", &orders[3], "refused");
     let stats = drain_with(&app, now_ms(), &Metrics::default());
     assert_eq!(
         stats,

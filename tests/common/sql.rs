@@ -329,6 +329,26 @@ impl TestApp {
         }
     }
 
+    /// A trigger that makes the database refuse every `op` (`INSERT` or `UPDATE`) of the
+    /// conversion of order `order_id`, with the error `message`: a write refused by the database
+    /// itself, on either engine.
+    pub fn refuse_conversion(&self, op: &str, order_id: &str, message: &str) {
+        if self.is_postgres() {
+            self.execute_batch(&format!(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                     IF NEW.order_id = '{order_id}' THEN RAISE EXCEPTION '{message}'; END IF;
+                     RETURN NEW; END $$;
+                 CREATE TRIGGER refuse BEFORE {op} ON conversions FOR EACH ROW
+                     EXECUTE FUNCTION refuse()"
+            ));
+        } else {
+            self.execute_batch(&format!(
+                "CREATE TRIGGER refuse BEFORE {op} ON conversions WHEN NEW.order_id = '{order_id}'
+                 BEGIN SELECT RAISE(ABORT, '{message}'); END"
+            ));
+        }
+    }
+
     /// A connection of the library's store to this app's database, of either engine (it brings
     /// the schema up to date first, as every command does): for the store's and the pipeline's
     /// functions run in this process.
