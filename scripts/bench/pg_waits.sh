@@ -13,8 +13,9 @@
 # A rough probe beside postgres.sh's measurement: everything shares this machine's cores.
 #
 # PG_WAITS_SQL, when set, is run on the database after the migration (a probe of a schema change:
-# a table's fillfactor, a dropped constraint), before the nodes start. At the end, the rows updated
-# (and of them HOT: no index touched) and deleted in conversions, outbox and report_daily.
+# a table's fillfactor, a dropped constraint), before the nodes start. At the end, per table, the
+# rows updated during the run (and of them HOT: no index touched), deleted, and the sequential
+# scans and the rows they read: for conversions, outbox, report_daily and any table scanned.
 # PG_WAITS_ONE_SLOT=1 rewrites the rollup's trigger after the migration to write every cell into
 # one slot, as before migration 23, for the same probe of the lock two writers used to share.
 # BIN and SEED are the binaries (default target/release/convapi and target/release/examples/seed:
