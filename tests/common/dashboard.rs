@@ -297,12 +297,20 @@ pub fn user_create_run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("run convapi user create");
-    child
+    let written = child
         .stdin
         .take()
         .expect("piped stdin")
-        .write_all(stdin.as_bytes())
-        .expect("write the password");
+        .write_all(stdin.as_bytes());
+    // A command that refuses its arguments (no such tenant, not an email) may exit before it
+    // reads stdin: the password then meets a closed pipe, and the exit code says the rest.
+    if let Err(e) = written {
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::BrokenPipe,
+            "write the password: {e}"
+        );
+    }
     let out = child.wait_with_output().expect("wait for convapi");
     CliRun {
         code: out.status.code().expect("exited, not killed"),
