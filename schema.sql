@@ -1,4 +1,4 @@
--- convapi's schema at version 26 (PRAGMA user_version), as the migrations in
+-- convapi's schema at version 27 (PRAGMA user_version), as the migrations in
 -- src/store/migrations/sqlite/ leave it: each table followed by its indexes and triggers, every statement
 -- as SQLite keeps it in sqlite_master. A snapshot to read, not applied: the binary builds every
 -- database, new or old, with the migrations. Generated, and checked by a unit test
@@ -361,7 +361,7 @@ CREATE TABLE sessions (
 );
 CREATE INDEX sessions_site_client ON sessions(site_id, client_id) WHERE client_id IS NOT NULL;
 CREATE INDEX sessions_site_start ON sessions(site_id, started_at);
-CREATE INDEX sessions_visitor ON sessions(site_id, visitor_id, started_at);
+CREATE INDEX sessions_visitor ON sessions(site_id, visitor_id, started_at, id);
 CREATE TRIGGER sketch_days_session_added AFTER INSERT ON sessions
     WHEN NEW.started_at < (unixepoch() / 86400 - 1) * 86400000
 BEGIN

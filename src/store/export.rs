@@ -61,11 +61,11 @@ pub fn sessions<E: From<StoreError>>(
     let conn = conn.conn();
     static SQL: Statement = Statement::new();
     let sql = SQL.get(&conn, |d| {
-        let (indexed_by, row_order) = (d.indexed_by("sessions_visitor"), d.row_order());
+        let indexed_by = d.indexed_by("sessions_visitor");
         format!(
             "SELECT {} FROM sessions{indexed_by}
              WHERE site_id = ?1 AND started_at >= ?2 AND started_at < ?3
-             ORDER BY visitor_id, started_at, {row_order}",
+             ORDER BY visitor_id, started_at, id",
             sessions::COLUMNS
         )
     });

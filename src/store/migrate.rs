@@ -266,6 +266,10 @@ mod tests {
             "0026_rollup_update_first.sql",
             "baf510fb8b524d867f9fcca591df9f2494a9a751dbf9f640446aed9c67f2e190",
         ),
+        (
+            "0027_sessions_visitor_id.sql",
+            "dfe1a3b9ea885a5b180e1abf7bbf466dd4b219f1262abff1b8d53fafbceef9b3",
+        ),
     ];
 
     fn sha256_hex(text: &str) -> String {

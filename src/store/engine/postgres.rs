@@ -133,6 +133,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0026_rollup_update_first.sql",
         include_str!("../migrations/postgres/0026_rollup_update_first.sql"),
     ),
+    Migration::new(
+        27,
+        "0027_sessions_visitor_id.sql",
+        include_str!("../migrations/postgres/0027_sessions_visitor_id.sql"),
+    ),
 ];
 
 /// How long a connection attempt may take when the URL sets no `connect_timeout`.

@@ -296,6 +296,11 @@ pub(in crate::store) const MIGRATIONS: &[Migration] = &[
         "0026_rollup_update_first.sql",
         include_str!("../migrations/sqlite/0026_rollup_update_first.sql"),
     ),
+    Migration::new(
+        27,
+        "0027_sessions_visitor_id.sql",
+        include_str!("../migrations/sqlite/0027_sessions_visitor_id.sql"),
+    ),
 ];
 
 /// The schema version this binary writes and understands: the number of the last migration.
